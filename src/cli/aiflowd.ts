@@ -1,0 +1,95 @@
+/**
+ * aiflowd — the daemon's command line.
+ *   aiflowd [serve]   run the daemon (the default)
+ *   aiflowd migrate   apply pending migrations and exit
+ * Exit codes: 0 clean stop, 1 runtime failure, 2 bad configuration or usage.
+ */
+import { ConfigError, parseArgs, settingsHelp, type Config } from "../config.js";
+import { startDaemon } from "../daemon.js";
+import { startEmbeddedPostgres } from "../db/embedded.js";
+import { migrate, MigrationError } from "../db/migrate.js";
+import { createLogger, type Logger } from "../log.js";
+
+const USAGE = `aiflowd — gRPC agent-coordination daemon
+
+Usage:
+  aiflowd [serve] [flags]    serve gRPC (starts an embedded Postgres when no database URL is given)
+  aiflowd migrate [flags]    apply pending schema migrations and exit
+  aiflowd --help             this text
+
+Every flag can also be set by the environment variable next to it; flags win.
+Durations: 500ms, 30s, 5m, 2h, 7d.
+
+Flags:
+`;
+
+async function main(argv: string[]): Promise<number> {
+  let parsed;
+  try {
+    parsed = parseArgs(argv);
+  } catch (err) {
+    if (err instanceof ConfigError) {
+      process.stderr.write(`aiflowd: ${err.message}\n`);
+      return 2;
+    }
+    throw err;
+  }
+  const { command = "serve", help, config, rest } = parsed;
+  if (help) {
+    process.stdout.write(USAGE + settingsHelp() + "\n");
+    return 0;
+  }
+  if (rest.length > 0 || !["serve", "migrate"].includes(command)) {
+    process.stderr.write(`aiflowd: unknown command '${[command, ...rest].join(" ")}' (see aiflowd --help)\n`);
+    return 2;
+  }
+  const log = createLogger({ level: config.logLevel });
+  try {
+    return command === "migrate" ? await runMigrate(config, log) : await serve(config, log);
+  } catch (err) {
+    if (err instanceof ConfigError) {
+      process.stderr.write(`aiflowd: ${err.message}\n`);
+      return 2;
+    }
+    if (err instanceof MigrationError) {
+      log.fatal(err.message);
+      return 1;
+    }
+    log.fatal({ err }, "aiflowd failed");
+    return 1;
+  }
+}
+
+async function serve(config: Config, log: Logger): Promise<number> {
+  const daemon = await startDaemon(config, { log });
+  await new Promise<void>((resolve) => {
+    let signals = 0;
+    const onSignal = (signal: NodeJS.Signals) => {
+      if (++signals > 1) {
+        log.warn({ signal }, "second signal: exiting without waiting");
+        process.exit(130);
+      }
+      log.info({ signal, graceMs: config.shutdownGrace }, "shutting down");
+      void daemon.stop().then(resolve);
+    };
+    process.on("SIGINT", onSignal);
+    process.on("SIGTERM", onSignal);
+  });
+  return 0;
+}
+
+async function runMigrate(config: Config, log: Logger): Promise<number> {
+  const embedded = config.databaseUrl
+    ? undefined
+    : await startEmbeddedPostgres({ dataDir: config.dataDir, port: config.embeddedPort, log: log.child({ component: "embedded-postgres" }) });
+  try {
+    const url = config.databaseUrl ?? embedded!.url;
+    const { applied, current } = await migrate(url, { schema: config.schema, prefix: config.tablePrefix }, log);
+    log.info({ applied, current }, applied.length ? "migrations applied" : "schema already current");
+    return 0;
+  } finally {
+    await embedded?.stop();
+  }
+}
+
+process.exitCode = await main(process.argv.slice(2));

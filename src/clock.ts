@@ -1,0 +1,43 @@
+/**
+ * Time is a parameter. Every query that compares against "now" takes it from a Clock, so tests
+ * drive leases, backoff and liveness with a FakeClock instead of sleeping.
+ */
+export interface Clock {
+  /** Milliseconds since the epoch. */
+  nowMs(): number;
+  /** Nanoseconds since the epoch, the unit of the engine-written bigint columns. */
+  nowNs(): bigint;
+}
+
+export const systemClock: Clock = {
+  nowMs: () => Date.now(),
+  nowNs: () => BigInt(Date.now()) * 1_000_000n,
+};
+
+/** A clock that only moves when told to. */
+export class FakeClock implements Clock {
+  #ms: number;
+
+  constructor(startMs = Date.UTC(2026, 0, 1)) {
+    this.#ms = startMs;
+  }
+
+  nowMs(): number {
+    return this.#ms;
+  }
+
+  nowNs(): bigint {
+    return BigInt(this.#ms) * 1_000_000n;
+  }
+
+  advance(ms: number): void {
+    this.#ms += ms;
+  }
+
+  set(ms: number): void {
+    this.#ms = ms;
+  }
+}
+
+export const msToNs = (ms: number): bigint => BigInt(Math.round(ms)) * 1_000_000n;
+export const nsToMs = (ns: bigint): number => Number(ns / 1_000_000n);

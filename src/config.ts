@@ -1,0 +1,251 @@
+/**
+ * All configuration, in one place. Every setting has a flag, an AIFLOW_* environment variable and a
+ * default; `aiflowd --help` prints this table. Flags win over the environment, which wins over defaults.
+ * A bad value is a ConfigError naming the setting; the CLI prints it on one line and exits 2.
+ */
+import { hostname } from "node:os";
+import { readFileSync } from "node:fs";
+import { parseTokenSpec, parseTokensFile, type TokenGrant } from "./server/tokens.js";
+
+export class ConfigError extends Error {
+  constructor(
+    readonly setting: string,
+    message: string,
+  ) {
+    super(`invalid ${setting}: ${message}`);
+    this.name = "ConfigError";
+  }
+}
+
+type Parser<T> = (raw: string, flag: string) => T;
+
+interface Setting<T> {
+  flag: string;
+  env: readonly string[];
+  default: string | undefined;
+  help: string;
+  parse: Parser<T>;
+  /** A repeatable flag collects every occurrence (and splits the env var on whitespace or ';'). */
+  repeatable?: boolean;
+}
+
+const text: Parser<string> = (raw) => raw;
+
+const int =
+  (min: number, max = Number.MAX_SAFE_INTEGER): Parser<number> =>
+  (raw, flag) => {
+    if (!/^-?\d+$/.test(raw.trim())) throw new ConfigError(flag, `'${raw}' is not a whole number`);
+    const n = Number(raw);
+    if (n < min || n > max) throw new ConfigError(flag, `${n} is outside ${min}..${max}`);
+    return n;
+  };
+
+const UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
+
+/** Durations are written 500ms, 30s, 5m, 2h, 7d (or a bare number of milliseconds). */
+export function parseDuration(raw: string, flag = "duration"): number {
+  const m = /^(\d+(?:\.\d+)?)(ms|s|m|h|d)?$/.exec(raw.trim());
+  if (!m) throw new ConfigError(flag, `'${raw}' is not a duration (examples: 500ms, 30s, 5m, 2h)`);
+  return Math.round(Number(m[1]) * UNITS[m[2] ?? "ms"]!);
+}
+
+const duration =
+  (minMs: number): Parser<number> =>
+  (raw, flag) => {
+    const ms = parseDuration(raw, flag);
+    if (ms < minMs) throw new ConfigError(flag, `${raw} is shorter than the minimum ${minMs}ms`);
+    return ms;
+  };
+
+const IDENT = /^[a-z_][a-z0-9_]{0,40}$/;
+const identifier: Parser<string> = (raw, flag) => {
+  if (!IDENT.test(raw)) throw new ConfigError(flag, `'${raw}' must match ${IDENT.source} (lower-case SQL identifier)`);
+  return raw;
+};
+
+export interface ListenAddress {
+  host: string;
+  port: number;
+}
+const listen: Parser<ListenAddress> = (raw, flag) => {
+  const m = /^(?:\[([^\]]+)\]|([^:]+)):(\d{1,5})$/.exec(raw.trim());
+  if (!m) throw new ConfigError(flag, `'${raw}' is not HOST:PORT`);
+  const port = Number(m[3]);
+  if (port > 65535) throw new ConfigError(flag, `port ${port} is above 65535`);
+  return { host: m[1] ?? m[2]!, port };
+};
+
+const level: Parser<string> = (raw, flag) => {
+  const levels = ["trace", "debug", "info", "warn", "error", "fatal", "silent"];
+  if (!levels.includes(raw)) throw new ConfigError(flag, `'${raw}' is not one of ${levels.join(", ")}`);
+  return raw;
+};
+
+const list: Parser<string[]> = (raw) =>
+  raw
+    .split(",")
+    .map((s) => s.trim())
+    .filter(Boolean);
+
+const SETTINGS = {
+  listen: { flag: "--listen", env: ["AIFLOW_LISTEN"], default: "127.0.0.1:7400", help: "gRPC address to serve (h2c)", parse: listen },
+  databaseUrl: {
+    flag: "--database-url",
+    env: ["AIFLOW_DATABASE_URL", "DATABASE_URL"],
+    default: undefined,
+    help: "Postgres URL; when unset an embedded Postgres is started under --data-dir",
+    parse: text,
+  },
+  dataDir: { flag: "--data-dir", env: ["AIFLOW_DATA_DIR"], default: "./.aiflowd/pg", help: "data directory of the embedded Postgres", parse: text },
+  embeddedPort: { flag: "--embedded-port", env: ["AIFLOW_EMBEDDED_PORT"], default: "7432", help: "port of the embedded Postgres (loopback only)", parse: int(1024, 65535) },
+  schema: { flag: "--schema", env: ["AIFLOW_SCHEMA"], default: "public", help: "Postgres schema that holds the tables", parse: identifier },
+  tablePrefix: { flag: "--table-prefix", env: ["AIFLOW_TABLE_PREFIX"], default: "aiflow_", help: "prefix of every table and index name", parse: identifier },
+  dbPoolSize: { flag: "--db-pool-size", env: ["AIFLOW_DB_POOL_SIZE"], default: "10", help: "maximum Postgres connections of this instance", parse: int(2, 500) },
+  dbConnectTimeout: {
+    flag: "--db-connect-timeout",
+    env: ["AIFLOW_DB_CONNECT_TIMEOUT"],
+    default: "2m",
+    help: "how long start-up retries an unreachable database (with backoff) before giving up",
+    parse: duration(0),
+  },
+  tokens: {
+    flag: "--token",
+    env: ["AIFLOW_TOKENS"],
+    default: undefined,
+    help: "bearer token grant ROLE:TOKEN[:TENANT,...] (role agent|engine|ops); repeatable; env separates by ';'",
+    parse: parseTokenSpec,
+    repeatable: true,
+  },
+  tokensFile: { flag: "--tokens-file", env: ["AIFLOW_TOKENS_FILE"], default: undefined, help: 'JSON file: [{"role","token","tenants"?}]', parse: text },
+  auditLog: { flag: "--audit-log", env: ["AIFLOW_AUDIT_LOG"], default: undefined, help: "file the audit stream is appended to (JSON lines); default: the daemon's log", parse: text },
+  logLevel: { flag: "--log-level", env: ["AIFLOW_LOG_LEVEL"], default: "info", help: "trace|debug|info|warn|error|fatal|silent", parse: level },
+  instanceId: {
+    flag: "--instance-id",
+    env: ["AIFLOW_INSTANCE_ID"],
+    default: undefined,
+    help: "stable id of this daemon instance (aiflow_engine.engineid); default HOSTNAME:PORT",
+    parse: text,
+  },
+  tenants: { flag: "--tenants", env: ["AIFLOW_TENANTS"], default: "default", help: "comma-separated tenant keys this instance serves", parse: list },
+  shutdownGrace: { flag: "--shutdown-grace", env: ["AIFLOW_SHUTDOWN_GRACE"], default: "10s", help: "time in-flight calls get to finish on SIGTERM/SIGINT", parse: duration(0) },
+  heartbeatInterval: { flag: "--heartbeat-interval", env: ["AIFLOW_HEARTBEAT_INTERVAL"], default: "5s", help: "interval agents are told to heartbeat at", parse: duration(100) },
+  livenessIntervals: {
+    flag: "--liveness-intervals",
+    env: ["AIFLOW_LIVENESS_INTERVALS"],
+    default: "3",
+    help: "heartbeat intervals an agent may miss before it is marked inactive",
+    parse: int(1, 1000),
+  },
+  heartbeatFlush: { flag: "--heartbeat-flush", env: ["AIFLOW_HEARTBEAT_FLUSH"], default: "1s", help: "how often coalesced heartbeats are written (one statement each)", parse: duration(10) },
+  leaseTtl: { flag: "--lease-ttl", env: ["AIFLOW_LEASE_TTL"], default: "30s", help: "lease length of a claimed work item", parse: duration(100) },
+  sweepInterval: { flag: "--sweep-interval", env: ["AIFLOW_SWEEP_INTERVAL"], default: "1s", help: "how often liveness and lease-expiry sweeps run", parse: duration(10) },
+  metadataMaxBytes: { flag: "--metadata-max-bytes", env: ["AIFLOW_METADATA_MAX_BYTES"], default: "65536", help: "largest agent metadata accepted", parse: int(1024) },
+  payloadMaxBytes: { flag: "--payload-max-bytes", env: ["AIFLOW_PAYLOAD_MAX_BYTES"], default: "1048576", help: "largest work item payload accepted", parse: int(1024) },
+  claimMaxItems: { flag: "--claim-max-items", env: ["AIFLOW_CLAIM_MAX_ITEMS"], default: "256", help: "claims asking for more items are clamped to this", parse: int(1, 10_000) },
+  claimMaxWait: { flag: "--claim-max-wait", env: ["AIFLOW_CLAIM_MAX_WAIT"], default: "30s", help: "longest a claim long-poll may wait", parse: duration(0) },
+  backoffBase: { flag: "--backoff-base", env: ["AIFLOW_BACKOFF_BASE"], default: "1s", help: "retry backoff base (full jitter: rand(0, min(cap, base*2^retry)))", parse: duration(0) },
+  backoffCap: { flag: "--backoff-cap", env: ["AIFLOW_BACKOFF_CAP"], default: "5m", help: "retry backoff cap", parse: duration(0) },
+  firingRetention: { flag: "--firing-retention-days", env: ["AIFLOW_FIRING_RETENTION_DAYS"], default: "30", help: "days trigger firings are kept (payloads may hold senders' secrets)", parse: int(1, 36500) },
+} satisfies Record<string, Setting<unknown>>;
+
+type Settings = typeof SETTINGS;
+type Parsed = {
+  [K in keyof Settings]: Settings[K] extends { repeatable: true }
+    ? ReturnType<Settings[K]["parse"]>[]
+    : Settings[K]["default"] extends string
+      ? ReturnType<Settings[K]["parse"]>
+      : ReturnType<Settings[K]["parse"]> | undefined;
+};
+
+export interface Config extends Omit<Parsed, "tokens" | "instanceId"> {
+  instanceId: string;
+  /** Every grant from --token, AIFLOW_TOKENS and --tokens-file. Empty means the daemon runs open. */
+  tokens: TokenGrant[];
+}
+
+export interface ParsedArgs {
+  command: string | undefined;
+  help: boolean;
+  config: Config;
+  /** Arguments that were not settings, after the command. */
+  rest: string[];
+}
+
+/** Parses argv (without node and script) and the environment into a Config. Throws ConfigError. */
+export function parseArgs(argv: readonly string[], env: NodeJS.ProcessEnv = process.env): ParsedArgs {
+  const byFlag = new Map<string, keyof Settings>(Object.entries(SETTINGS).map(([k, s]) => [s.flag, k as keyof Settings]));
+  const fromFlags = new Map<keyof Settings, string[]>();
+  let command: string | undefined;
+  let help = false;
+  const rest: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!;
+    if (arg === "--help" || arg === "-h") {
+      help = true;
+      continue;
+    }
+    if (arg.startsWith("--")) {
+      const eq = arg.indexOf("=");
+      const flag = eq >= 0 ? arg.slice(0, eq) : arg;
+      const key = byFlag.get(flag);
+      if (!key) throw new ConfigError(flag, "unknown flag (see --help)");
+      const value = eq >= 0 ? arg.slice(eq + 1) : argv[++i];
+      if (value === undefined) throw new ConfigError(flag, "needs a value");
+      fromFlags.set(key, [...(fromFlags.get(key) ?? []), value]);
+      continue;
+    }
+    if (command === undefined) command = arg;
+    else rest.push(arg);
+  }
+
+  const out: Record<string, unknown> = {};
+  for (const [key, s] of Object.entries(SETTINGS) as [keyof Settings, Setting<unknown>][]) {
+    const flagValues = fromFlags.get(key);
+    const envName = s.env.find((e) => env[e] !== undefined && env[e] !== "");
+    const name = flagValues ? s.flag : envName ?? s.flag;
+    if (s.repeatable) {
+      const raws = flagValues ?? (envName ? env[envName]!.split(/[;\s]+/).filter(Boolean) : []);
+      out[key] = raws.map((r) => s.parse(r, name));
+      continue;
+    }
+    const raw = flagValues ? flagValues[flagValues.length - 1] : envName ? env[envName] : s.default;
+    out[key] = raw === undefined ? undefined : s.parse(raw, name);
+  }
+  const parsed = out as Parsed;
+  const tokens = [...parsed.tokens];
+  if (parsed.tokensFile) tokens.push(...readTokensFile(parsed.tokensFile));
+  const config: Config = {
+    ...parsed,
+    tokens,
+    instanceId: parsed.instanceId ?? `${hostname()}:${parsed.listen.port}`,
+  };
+  if (config.backoffCap < config.backoffBase) throw new ConfigError("--backoff-cap", "is smaller than --backoff-base");
+  return { command, help, config, rest };
+}
+
+function readTokensFile(path: string): TokenGrant[] {
+  let body: string;
+  try {
+    body = readFileSync(path, "utf8");
+  } catch (err) {
+    throw new ConfigError("--tokens-file", `cannot read ${path}: ${(err as Error).message}`);
+  }
+  return parseTokensFile(body, "--tokens-file");
+}
+
+/** The settings table for --help: flag, env vars, default, description. */
+export function settingsHelp(): string {
+  const rows = Object.values(SETTINGS).map((s: Setting<unknown>) => [
+    `${s.flag} ${s.repeatable ? "SPEC" : "VALUE"}`,
+    s.env.join(", "),
+    s.default ?? "",
+    s.help,
+  ]);
+  const widths = [0, 1, 2].map((c) => Math.max(...rows.map((r) => r[c]!.length)));
+  return rows.map((r) => r.map((cell, c) => (c < 3 ? cell.padEnd(widths[c]!) : cell)).join("  ")).join("\n");
+}
+
+/** Config for tests and embedders: defaults, with overrides. */
+export function defaultConfig(overrides: Partial<Config> = {}): Config {
+  return { ...parseArgs([], {}).config, ...overrides };
+}

@@ -1,0 +1,111 @@
+/**
+ * Assembles one daemon instance: database (given or embedded), migrations, pool, services, server.
+ * `stop()` undoes it in reverse order: server first (so no call sees a closed pool), then background
+ * loops, then the pool, then the embedded database.
+ */
+import type { DatabasePool } from "slonik";
+import { systemClock, type Clock } from "./clock.js";
+import { ConfigError, type Config } from "./config.js";
+import { startEmbeddedPostgres, type EmbeddedPostgres } from "./db/embedded.js";
+import { migrate } from "./db/migrate.js";
+import { openPool, waitForDatabase } from "./db/pool.js";
+import { Tables } from "./db/tables.js";
+import type { Logger } from "./log.js";
+import { Authenticator } from "./server/auth.js";
+import { errorInterceptor } from "./server/errors.js";
+import { startServer, type RunningServer } from "./server/server.js";
+import { buildServices, type Background, type Services } from "./services/index.js";
+
+export interface Daemon {
+  readonly address: string;
+  readonly port: number;
+  readonly databaseUrl: string;
+  readonly pool: DatabasePool;
+  readonly tables: Tables;
+  /** The sweeps and the heartbeat flush, to run now (tests drive them with a fake clock). */
+  readonly maintenance: Services["maintenance"];
+  /** Graceful stop; idempotent. */
+  stop(): Promise<void>;
+}
+
+export interface DaemonOptions {
+  log: Logger;
+  clock?: Clock;
+}
+
+const LOOPBACK = /^(127\.\d+\.\d+\.\d+|::1|localhost)$/;
+
+export async function startDaemon(config: Config, { log, clock = systemClock }: DaemonOptions): Promise<Daemon> {
+  const auth = new Authenticator(config.tokens);
+  if (auth.open) {
+    if (!LOOPBACK.test(config.listen.host))
+      throw new ConfigError("--listen", `no tokens are configured, so aiflowd only serves loopback; give --token/--tokens-file to listen on ${config.listen.host}`);
+    log.warn("NO TOKENS CONFIGURED: every RPC is open to any local caller; set --token or AIFLOW_TOKENS before exposing this daemon");
+  }
+
+  const embedded: EmbeddedPostgres | undefined = config.databaseUrl
+    ? undefined
+    : await startEmbeddedPostgres({ dataDir: config.dataDir, port: config.embeddedPort, log: log.child({ component: "embedded-postgres" }) });
+  const url = config.databaseUrl ?? embedded!.url;
+  log.info({ database: redactUrl(url), embedded: embedded !== undefined, schema: config.schema, prefix: config.tablePrefix }, "using database");
+
+  const cleanups: (() => Promise<unknown>)[] = [];
+  const undo = async () => {
+    for (const c of cleanups.reverse()) await c().catch((err) => log.error({ err }, "error during shutdown"));
+  };
+  if (embedded) cleanups.push(() => embedded.stop());
+  try {
+    const pool = await openPool({ url, maxConnections: config.dbPoolSize });
+    cleanups.push(() => pool.end());
+    await waitForDatabase(pool, log, config.dbConnectTimeout);
+    const naming = { schema: config.schema, prefix: config.tablePrefix };
+    const { current } = await migrate(url, naming, log);
+    log.debug({ migration: current }, "schema current");
+    const tables = new Tables(naming.schema, naming.prefix);
+
+    const draining = new AbortController();
+    const services = await buildServices({ config, log, clock, pool, tables, databaseUrl: url, draining: draining.signal });
+    cleanups.push(() => stopBackground(services.background));
+    const server: RunningServer = await startServer({
+      host: config.listen.host,
+      port: config.listen.port,
+      routes: services.routes,
+      interceptors: [errorInterceptor(log), auth.interceptor(services.access)],
+      log,
+      readMaxBytes: config.payloadMaxBytes * 2 + 1024 * 1024,
+    });
+    server.draining.addEventListener("abort", () => draining.abort());
+    cleanups.push(() => server.close(config.shutdownGrace));
+    cleanups.push(async () => services.onShutdown());
+    log.info({ address: `http://${server.address}`, instance: config.instanceId }, "aiflowd serving gRPC");
+
+    let stopping: Promise<void> | undefined;
+    return {
+      address: server.address,
+      port: server.port,
+      databaseUrl: url,
+      pool,
+      tables,
+      maintenance: services.maintenance,
+      stop: () => (stopping ??= undo().then(() => log.info("aiflowd stopped"))),
+    };
+  } catch (err) {
+    await undo();
+    throw err;
+  }
+}
+
+/** In order: the sweeps stop before this instance marks itself stopped, so a late keep-alive cannot undo it. */
+async function stopBackground(background: readonly Background[]): Promise<void> {
+  for (const b of background) await b.stop();
+}
+
+function redactUrl(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password) u.password = "****";
+    return u.toString();
+  } catch {
+    return "(unparseable url)";
+  }
+}

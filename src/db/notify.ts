@@ -1,0 +1,98 @@
+/**
+ * LISTEN/NOTIFY. One dedicated connection per daemon listens on every channel anyone subscribed to;
+ * it reconnects with backoff when the database drops it, and then calls `onReconnect` handlers,
+ * because notifications sent while it was away are lost and waiters must re-check the tables.
+ */
+import pg from "pg";
+import { sql, type DatabasePool } from "slonik";
+import type { Logger } from "../log.js";
+
+type Handler = (payload: string) => void;
+
+export class PgListener {
+  readonly #handlers = new Map<string, Set<Handler>>();
+  readonly #reconnectHandlers = new Set<() => void>();
+  #client: pg.Client | undefined;
+  #stopped = false;
+  #connecting: Promise<void> | undefined;
+
+  constructor(
+    private readonly url: string,
+    private readonly log: Logger,
+  ) {}
+
+  async start(): Promise<void> {
+    await this.#connect();
+  }
+
+  /** Subscribes to a channel; returns the unsubscribe function. */
+  async on(channel: string, handler: Handler): Promise<() => void> {
+    let set = this.#handlers.get(channel);
+    if (!set) {
+      set = new Set();
+      this.#handlers.set(channel, set);
+      await this.#client?.query(`LISTEN ${pg.escapeIdentifier(channel)}`);
+    }
+    set.add(handler);
+    return () => set.delete(handler);
+  }
+
+  /** Called after the listening connection was re-established: notifications may have been missed. */
+  onReconnect(handler: () => void): () => void {
+    this.#reconnectHandlers.add(handler);
+    return () => this.#reconnectHandlers.delete(handler);
+  }
+
+  async stop(): Promise<void> {
+    this.#stopped = true;
+    await this.#connecting?.catch(() => {});
+    await this.#client?.end().catch(() => {});
+    this.#client = undefined;
+  }
+
+  #connect(): Promise<void> {
+    return (this.#connecting ??= (async () => {
+      let delay = 100;
+      for (;;) {
+        if (this.#stopped) return;
+        const client = new pg.Client({ connectionString: this.url, application_name: "aiflowd-listen" });
+        try {
+          await client.connect();
+          client.on("notification", (n) => {
+            for (const h of this.#handlers.get(n.channel) ?? []) {
+              try {
+                h(n.payload ?? "");
+              } catch (err) {
+                this.log.error({ err, channel: n.channel }, "notification handler failed");
+              }
+            }
+          });
+          client.on("error", (err) => this.log.warn({ err: err.message }, "listen connection error"));
+          client.on("end", () => this.#lost(client));
+          for (const channel of this.#handlers.keys()) await client.query(`LISTEN ${pg.escapeIdentifier(channel)}`);
+          this.#client = client;
+          return;
+        } catch (err) {
+          await client.end().catch(() => {});
+          if (this.#stopped) return;
+          this.log.warn({ err: (err as Error).message, retryInMs: delay }, "listen connection failed, retrying");
+          await new Promise((r) => setTimeout(r, delay));
+          delay = Math.min(delay * 2, 5_000);
+        }
+      }
+    })().finally(() => (this.#connecting = undefined)));
+  }
+
+  #lost(client: pg.Client): void {
+    if (this.#stopped || this.#client !== client) return;
+    this.#client = undefined;
+    this.log.warn("listen connection lost, reconnecting");
+    void this.#connect().then(() => {
+      for (const h of this.#reconnectHandlers) h();
+    });
+  }
+}
+
+export async function notify(pool: DatabasePool, channel: string, payload: string): Promise<void> {
+  await pool.query(sql.unsafe`SELECT pg_notify(${channel}, ${payload})`);
+}

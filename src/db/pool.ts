@@ -1,0 +1,72 @@
+/**
+ * The slonik pool. Result rows are validated against each query's zod schema by an interceptor,
+ * because slonik does not validate by itself. int8 columns come back as bigint (epoch nanoseconds do
+ * not fit a double) and timestamptz as epoch milliseconds.
+ */
+import { createPool, SchemaValidationError, type DatabasePool, type Interceptor } from "slonik";
+import type { Logger } from "../log.js";
+
+const resultParser: Interceptor = {
+  name: "zod-result-parser",
+  transformRow: (ctx, query, row) => {
+    if (!ctx.resultParser) return row;
+    const parsed = ctx.resultParser.safeParse(row);
+    if (!parsed.success) throw new SchemaValidationError(query, row, parsed.error.issues);
+    return parsed.data as typeof row;
+  },
+};
+
+export interface PoolOptions {
+  url: string;
+  maxConnections: number;
+  applicationName?: string;
+}
+
+export async function openPool(opts: PoolOptions): Promise<DatabasePool> {
+  return createPool(withApplicationName(opts.url, opts.applicationName ?? "aiflowd"), {
+    interceptors: [resultParser],
+    maximumPoolSize: opts.maxConnections,
+    // Stack capture costs more than most of our queries; errors carry the SQL already.
+    captureStackTrace: false,
+    // The default reset runs DISCARD ALL on every release, which drops prepared plans; we keep no
+    // session state on pooled connections (LISTEN uses its own dedicated connection).
+    resetConnection: async () => {},
+    statementTimeout: 60_000,
+    idleTimeout: 30_000,
+    connectionTimeout: 5_000,
+  });
+}
+
+function withApplicationName(url: string, name: string): string {
+  try {
+    const u = new URL(url);
+    if (!u.searchParams.has("application_name")) u.searchParams.set("application_name", name);
+    return u.toString();
+  } catch {
+    return url;
+  }
+}
+
+/**
+ * Waits until the database answers, retrying with capped exponential backoff and saying so in the
+ * log each time, so an outage at start-up is visible rather than a silent crash loop.
+ */
+export async function waitForDatabase(pool: DatabasePool, log: Logger, timeoutMs: number, signal?: AbortSignal): Promise<void> {
+  const { sql } = await import("slonik");
+  const deadline = Date.now() + timeoutMs;
+  let delay = 250;
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await pool.query(sql.unsafe`SELECT 1`);
+      if (attempt > 1) log.info({ attempt }, "database reachable");
+      return;
+    } catch (err) {
+      const remaining = deadline - Date.now();
+      if (remaining <= 0 || signal?.aborted) throw new Error(`database unreachable after ${attempt} attempts: ${(err as Error).message}`, { cause: err });
+      const wait = Math.min(delay, remaining);
+      log.warn({ attempt, retryInMs: wait, err: (err as Error).message }, "database unreachable, retrying");
+      await new Promise((r) => setTimeout(r, wait));
+      delay = Math.min(delay * 2, 5_000);
+    }
+  }
+}

@@ -1,0 +1,43 @@
+/**
+ * Table naming. The prefix (default aiflow_) and the schema are configuration applied here, never
+ * baked into SQL text, so the same tables can be created side by side under another prefix.
+ */
+import { sql, type IdentifierSqlToken } from "slonik";
+
+export const TABLES = ["agent", "work_item", "affinity_binding", "engine", "engine_run", "trigger_firing", "schema_migrations"] as const;
+export type TableName = (typeof TABLES)[number];
+
+export interface Naming {
+  readonly schema: string;
+  readonly prefix: string;
+}
+
+/** A quoted SQL identifier; input is validated by config, quoting makes it safe regardless. */
+export const quoteIdent = (name: string) => `"${name.replace(/"/g, '""')}"`;
+
+export class Tables implements Naming {
+  constructor(
+    readonly schema: string,
+    readonly prefix: string,
+  ) {}
+
+  /** The schema-qualified identifier of a table, for slonik queries. */
+  id(table: TableName): IdentifierSqlToken {
+    return sql.identifier([this.schema, this.prefix + table]);
+  }
+
+  /** The schema-qualified table name as SQL text, for DDL templates. */
+  qualified(table: TableName): string {
+    return `${quoteIdent(this.schema)}.${quoteIdent(this.prefix + table)}`;
+  }
+
+  /** A prefixed object name (index, constraint), as SQL text. */
+  objectName(suffix: string): string {
+    return quoteIdent(this.prefix + suffix);
+  }
+
+  /** The LISTEN/NOTIFY channel for a topic, scoped like the tables so two prefixes never cross-talk. */
+  channel(topic: string): string {
+    return `${this.schema}.${this.prefix}${topic}`;
+  }
+}

@@ -1,0 +1,88 @@
+/**
+ * Authentication and authorisation, deny by default. Every service is mapped to the role that may
+ * call it; a service that is not in the map is refused for everyone. Health is the one open service,
+ * so load balancers and probes can check the daemon without a secret.
+ */
+import { createHash, timingSafeEqual } from "node:crypto";
+import { Code, ConnectError, createContextKey, type HandlerContext, type Interceptor } from "@connectrpc/connect";
+import type { Role, TokenGrant } from "./tokens.js";
+
+/** Who is calling. `roles` is every role (the daemon runs open) or the token's one role. */
+export interface Identity {
+  readonly principal: string;
+  readonly roles: ReadonlySet<Role>;
+  /** undefined: every tenant. */
+  readonly tenants: ReadonlySet<string> | undefined;
+}
+
+const OPEN_IDENTITY: Identity = { principal: "anonymous", roles: new Set(["agent", "engine", "ops"]), tenants: undefined };
+
+/** The caller's identity, set by the auth interceptor; read it with ctx.values.get(identityKey). */
+export const identityKey = createContextKey<Identity | undefined>(undefined, { description: "caller identity" });
+
+/** Which role each service requires; "public" needs no token, "any" needs a valid token of any role. */
+export type Access = Role | "public" | "any";
+
+export class Authenticator {
+  readonly #byHash = new Map<string, TokenGrant>();
+  readonly open: boolean;
+
+  constructor(grants: readonly TokenGrant[]) {
+    for (const g of grants) this.#byHash.set(hash(g.token), g);
+    this.open = grants.length === 0;
+  }
+
+  /** Resolves a bearer token to an identity, or undefined when it is not known. */
+  resolve(token: string): Identity | undefined {
+    const h = hash(token);
+    const g = this.#byHash.get(h);
+    // Compare the digests in constant time too, so a lookup hit is not a timing oracle for the token.
+    if (!g || !timingSafeEqual(Buffer.from(hash(g.token), "hex"), Buffer.from(h, "hex"))) return undefined;
+    return { principal: g.name ?? g.role, roles: new Set([g.role]), tenants: g.tenants ? new Set(g.tenants) : undefined };
+  }
+
+  interceptor(access: ReadonlyMap<string, Access>): Interceptor {
+    return (next) => async (req) => {
+      const needed = access.get(req.service.typeName);
+      if (needed === undefined) throw new ConnectError(`${req.service.typeName} is not served`, Code.PermissionDenied);
+      if (needed === "public") return next(req);
+      const identity = this.open ? OPEN_IDENTITY : this.#authenticate(req.header.get("authorization"));
+      if (needed !== "any" && !identity.roles.has(needed))
+        throw new ConnectError(`${req.method.name} needs a token with role '${needed}'`, Code.PermissionDenied);
+      req.contextValues.set(identityKey, identity);
+      return next(req);
+    };
+  }
+
+  #authenticate(header: string | null): Identity {
+    const m = header ? /^Bearer\s+(\S+)$/i.exec(header) : null;
+    if (!m) throw new ConnectError("missing bearer token: send 'authorization: Bearer <token>'", Code.Unauthenticated);
+    const identity = this.resolve(m[1]!);
+    if (!identity) throw new ConnectError("unknown bearer token", Code.Unauthenticated);
+    return identity;
+  }
+}
+
+const hash = (token: string) => createHash("sha256").update(token).digest("hex");
+
+/** The caller of a handler. The interceptor guarantees it for every non-public service. */
+export function callerOf(ctx: HandlerContext): Identity {
+  const id = ctx.values.get(identityKey);
+  if (!id) throw new ConnectError("no caller identity on a protected call", Code.Internal);
+  return id;
+}
+
+/** Refuses a tenant the caller's token is not limited to. */
+export function assertTenant(identity: Identity, tenant: string): void {
+  if (identity.tenants && !identity.tenants.has(tenant))
+    throw new ConnectError(`token may not act for tenant '${tenant}'`, Code.PermissionDenied);
+}
+
+/** The tenants a caller may see, intersected with those it asked for (empty ask: all it may see). */
+export function visibleTenants(identity: Identity, asked: readonly string[]): string[] | undefined {
+  if (asked.length > 0) {
+    for (const t of asked) assertTenant(identity, t);
+    return [...asked];
+  }
+  return identity.tenants ? [...identity.tenants] : undefined;
+}

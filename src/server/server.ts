@@ -1,0 +1,80 @@
+/**
+ * The HTTP/2 (h2c) server carrying gRPC, gRPC-Web and Connect. Shutdown is graceful: stop accepting,
+ * tell clients to go away (GOAWAY), let calls in flight finish within the grace period, then cut
+ * whatever remains. Long-polls watch `draining` so they return early instead of holding shutdown.
+ */
+import http2 from "node:http2";
+import type { AddressInfo } from "node:net";
+import type { ConnectRouter, Interceptor } from "@connectrpc/connect";
+import { connectNodeAdapter } from "@connectrpc/connect-node";
+import type { Logger } from "../log.js";
+
+export interface ServerOptions {
+  host: string;
+  port: number;
+  routes: (router: ConnectRouter) => void;
+  interceptors: Interceptor[];
+  log: Logger;
+  /** Largest message accepted, in bytes. */
+  readMaxBytes?: number;
+}
+
+export interface RunningServer {
+  /** host:port actually bound (port 0 resolves to the real port). */
+  readonly address: string;
+  readonly port: number;
+  /** Aborted when shutdown begins: long-polls and streams should finish early. */
+  readonly draining: AbortSignal;
+  /** Graceful shutdown; resolves once every session is closed. */
+  close(graceMs: number): Promise<void>;
+}
+
+export async function startServer(opts: ServerOptions): Promise<RunningServer> {
+  const drain = new AbortController();
+  const hardStop = new AbortController();
+  const handler = connectNodeAdapter({
+    routes: opts.routes,
+    interceptors: opts.interceptors,
+    grpc: true,
+    grpcWeb: true,
+    connect: true,
+    shutdownSignal: hardStop.signal,
+    readMaxBytes: opts.readMaxBytes ?? 8 * 1024 * 1024,
+  });
+  const server = http2.createServer({}, handler);
+  const sessions = new Set<http2.ServerHttp2Session>();
+  server.on("session", (s) => {
+    sessions.add(s);
+    s.on("close", () => sessions.delete(s));
+    // A session error is a client's problem (a reset, a bad frame); it must never take the daemon down.
+    s.on("error", (err) => opts.log.debug({ err: err.message }, "http2 session error"));
+  });
+  server.on("sessionError", (err) => opts.log.debug({ err: err.message }, "http2 session error"));
+
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(opts.port, opts.host, () => {
+      server.off("error", reject);
+      resolve();
+    });
+  });
+  const port = (server.address() as AddressInfo).port;
+  const address = opts.host.includes(":") ? `[${opts.host}]:${port}` : `${opts.host}:${port}`;
+
+  let closing: Promise<void> | undefined;
+  const close = (graceMs: number) =>
+    (closing ??= (async () => {
+      drain.abort();
+      const closed = new Promise<void>((r) => server.close(() => r()));
+      for (const s of sessions) s.close();
+      const timer = setTimeout(() => {
+        if (sessions.size > 0) opts.log.warn({ sessions: sessions.size }, "grace period over, cancelling calls still in flight");
+        hardStop.abort();
+        for (const s of sessions) s.destroy();
+      }, graceMs);
+      await closed;
+      clearTimeout(timer);
+    })());
+
+  return { address, port, draining: drain.signal, close };
+}

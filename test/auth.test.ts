@@ -1,0 +1,72 @@
+import { describe, expect, it } from "vitest";
+import { Code, ConnectError, createClient, createRouterTransport } from "@connectrpc/connect";
+import { Health, HealthCheckResponse_ServingStatus } from "../src/gen/grpc/health/v1/health_pb.js";
+import { Authenticator, callerOf, assertTenant, type Access } from "../src/server/auth.js";
+import { parseTokenSpec } from "../src/server/tokens.js";
+
+// Health stands in for a protected service here: the access map, not the service, decides who may call.
+function clientFor(access: Access, grants = [parseTokenSpec("ops:ops-secret-1", "t"), parseTokenSpec("agent:agent-secret-1:t1", "t")]) {
+  const auth = new Authenticator(grants);
+  const seen: string[] = [];
+  const transport = createRouterTransport(
+    (router) =>
+      router.service(Health, {
+        check: (_req, ctx) => {
+          if (access !== "public") {
+            const who = callerOf(ctx);
+            seen.push(who.principal);
+            assertTenant(who, "t1");
+          }
+          return { status: HealthCheckResponse_ServingStatus.SERVING };
+        },
+      }),
+    { router: { interceptors: [auth.interceptor(new Map([[Health.typeName, access]]))] } },
+  );
+  return { client: createClient(Health, transport), seen };
+}
+
+const code = (p: Promise<unknown>) => p.then(() => Code[0] as string, (e) => Code[ConnectError.from(e).code]);
+
+describe("auth", () => {
+  it("no token is UNAUTHENTICATED, an unknown token too", async () => {
+    const { client } = clientFor("ops");
+    expect(await code(client.check({}))).toBe("Unauthenticated");
+    expect(await code(client.check({}, { headers: { authorization: "Bearer not-a-token" } }))).toBe("Unauthenticated");
+    expect(await code(client.check({}, { headers: { authorization: "Basic b3BzOm9wcw==" } }))).toBe("Unauthenticated");
+  });
+
+  it("a token of the wrong role is PERMISSION_DENIED; the right role passes with its identity", async () => {
+    const { client, seen } = clientFor("ops");
+    expect(await code(client.check({}, { headers: { authorization: "Bearer agent-secret-1" } }))).toBe("PermissionDenied");
+    const ok = await client.check({}, { headers: { authorization: "Bearer ops-secret-1" } });
+    expect(ok.status).toBe(HealthCheckResponse_ServingStatus.SERVING);
+    expect(seen[0]).toMatch(/^ops-/);
+  });
+
+  it("a token limited to other tenants is PERMISSION_DENIED", async () => {
+    const { client } = clientFor("any", [parseTokenSpec("engine:engine-secret:t2", "t")]);
+    const err = await client.check({}, { headers: { authorization: "Bearer engine-secret" } }).catch((e) => ConnectError.from(e));
+    expect((err as ConnectError).code).toBe(Code.PermissionDenied);
+    expect((err as ConnectError).rawMessage).toContain("t1");
+  });
+
+  it("public services need no token", async () => {
+    const { client } = clientFor("public");
+    expect((await client.check({})).status).toBe(HealthCheckResponse_ServingStatus.SERVING);
+  });
+
+  it("a service missing from the access map is refused for everyone (deny by default)", async () => {
+    const auth = new Authenticator([parseTokenSpec("ops:ops-secret-1", "t")]);
+    const transport = createRouterTransport((r) => r.service(Health, { check: () => ({}) }), {
+      router: { interceptors: [auth.interceptor(new Map())] },
+    });
+    const client = createClient(Health, transport);
+    expect(await code(client.check({}, { headers: { authorization: "Bearer ops-secret-1" } }))).toBe("PermissionDenied");
+  });
+
+  it("with no tokens configured every role is open", async () => {
+    const { client, seen } = clientFor("ops", []);
+    await client.check({});
+    expect(seen).toEqual(["anonymous"]);
+  });
+});

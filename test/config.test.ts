@@ -1,0 +1,83 @@
+import { execFile } from "node:child_process";
+import { promisify } from "node:util";
+import { describe, expect, it } from "vitest";
+import { ConfigError, parseArgs, parseDuration } from "../src/config.js";
+
+const run = promisify(execFile);
+const cli = (args: string[], env: Record<string, string> = {}) =>
+  run(process.execPath, ["bin/aiflowd.js", ...args], { env: { PATH: process.env.PATH, NO_COLOR: "1", ...env } }).then(
+    (r) => ({ code: 0, stdout: r.stdout, stderr: r.stderr }),
+    (e: { code: number; stdout: string; stderr: string }) => ({ code: e.code, stdout: e.stdout, stderr: e.stderr }),
+  );
+
+describe("config", () => {
+  it("applies defaults, env and flags in that order of precedence", () => {
+    expect(parseArgs([], {}).config.listen).toEqual({ host: "127.0.0.1", port: 7400 });
+    expect(parseArgs([], { AIFLOW_LISTEN: "0.0.0.0:9000" }).config.listen).toEqual({ host: "0.0.0.0", port: 9000 });
+    expect(parseArgs(["--listen", "[::1]:7401"], { AIFLOW_LISTEN: "0.0.0.0:9000" }).config.listen).toEqual({ host: "::1", port: 7401 });
+    expect(parseArgs(["--lease-ttl=45s"], {}).config.leaseTtl).toBe(45_000);
+    expect(parseArgs([], { DATABASE_URL: "postgres://x/y" }).config.databaseUrl).toBe("postgres://x/y");
+  });
+
+  it("parses token grants from flags and env, with tenant limits", () => {
+    const { tokens } = parseArgs(["--token", "agent:secret-aaa", "--token", "engine:secret-bbb:t1,t2"], {}).config;
+    expect(tokens.map((t) => [t.role, t.tenants])).toEqual([
+      ["agent", undefined],
+      ["engine", ["t1", "t2"]],
+    ]);
+    expect(parseArgs([], { AIFLOW_TOKENS: "ops:secret-ccc;agent:secret-ddd" }).config.tokens).toHaveLength(2);
+    expect(() => parseArgs(["--token", "admin:secret-eee"], {})).toThrow(/--token/);
+  });
+
+  it("names the setting in every error", () => {
+    const cases: [string[], Record<string, string>, RegExp][] = [
+      [["--listen", "nowhere"], {}, /--listen/],
+      [[], { AIFLOW_LEASE_TTL: "forever" }, /AIFLOW_LEASE_TTL/],
+      [["--schema", "Bad-Name"], {}, /--schema/],
+      [["--db-pool-size", "1"], {}, /--db-pool-size/],
+      [["--no-such-flag", "1"], {}, /--no-such-flag/],
+      [["--backoff-base", "10m", "--backoff-cap", "1m"], {}, /--backoff-cap/],
+    ];
+    for (const [argv, env, re] of cases) {
+      const err = (() => {
+        try {
+          parseArgs(argv, env);
+        } catch (e) {
+          return e;
+        }
+      })();
+      expect(err, argv.join(" ")).toBeInstanceOf(ConfigError);
+      expect((err as Error).message).toMatch(re);
+    }
+  });
+
+  it("parses durations", () => {
+    expect(parseDuration("500ms")).toBe(500);
+    expect(parseDuration("1.5s")).toBe(1500);
+    expect(parseDuration("2h")).toBe(7_200_000);
+    expect(parseDuration("250")).toBe(250);
+  });
+
+  it("aiflowd exits 2 with a one-line message naming a bad setting", async () => {
+    const r = await cli(["--listen", "nowhere"]);
+    expect(r.code).toBe(2);
+    expect(r.stderr.trim().split("\n")).toHaveLength(1);
+    expect(r.stderr).toContain("--listen");
+    const e = await cli([], { AIFLOW_HEARTBEAT_INTERVAL: "often" });
+    expect(e.code).toBe(2);
+    expect(e.stderr).toContain("AIFLOW_HEARTBEAT_INTERVAL");
+  });
+
+  it("aiflowd refuses to serve a non-loopback address without tokens (exit 2)", async () => {
+    const r = await cli(["--listen", "0.0.0.0:0", "--database-url", "postgres://127.0.0.1:1/none"]);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain("--listen");
+  });
+
+  it("aiflowd --help lists every setting with its env var", async () => {
+    const r = await cli(["--help"]);
+    expect(r.code).toBe(0);
+    for (const s of ["--listen", "AIFLOW_LISTEN", "--database-url", "DATABASE_URL", "--data-dir", "--token", "AIFLOW_TOKENS", "--table-prefix", "127.0.0.1:7400"])
+      expect(r.stdout).toContain(s);
+  });
+});
