@@ -1,0 +1,161 @@
+/**
+ * AgentService (role `agent`): registration by name, coalesced heartbeats, directive push, clean
+ * deregistration. Handlers validate, call the store, and shape the reply; nothing else.
+ */
+import type { ServiceImpl } from "@connectrpc/connect";
+import { durationFromMs } from "@bufbuild/protobuf/wkt";
+import type { AuditLog } from "../audit.js";
+import type { Clock } from "../clock.js";
+import type { Config } from "../config.js";
+import { invalidArgument, notFound, permissionDenied } from "../domain/errors.js";
+import { AgentService, AgentType, type AgentMetrics, type RegisterRequest } from "../gen/aiflow/cluster/v1/agent_pb.js";
+import { callerOf, type Identity } from "../server/auth.js";
+import { REGISTER_FIELDS, type AgentStore, type RegisterInput } from "../store/agents.js";
+import { agentStatusToWire, directiveToWire } from "./convert.js";
+import type { DirectiveHub, DirectiveMessage, KnownAgent } from "./directives.js";
+import type { HeartbeatBuffer } from "./heartbeats.js";
+import { identifier, identifiers, inRange, optionalText, withinBytes } from "./validate.js";
+import { pushStream } from "../util/push-stream.js";
+
+export interface AgentServiceDeps {
+  config: Config;
+  clock: Clock;
+  agents: AgentStore;
+  hub: DirectiveHub;
+  heartbeats: HeartbeatBuffer;
+  audit: AuditLog;
+  draining: AbortSignal;
+  /** Called after an agent deregistered, so the queue can release its work at once. */
+  onAgentGone?: (name: string) => Promise<void>;
+}
+
+export function agentServiceImpl(d: AgentServiceDeps): Pick<ServiceImpl<typeof AgentService>, "register" | "heartbeat" | "watchDirectives" | "deregister"> {
+  /** The agent's last known state: from the hub's cache, else the database (then cached). */
+  async function known(name: string): Promise<KnownAgent> {
+    const cached = d.hub.known(name);
+    if (cached) return cached;
+    const row = await d.agents.status(name);
+    if (!row) throw notFound(`agent '${name}' is not registered: call Register first`);
+    const state = { status: row.status, drain: row.drain };
+    d.hub.remember(name, state);
+    return state;
+  }
+
+  const statusDirective = (s: KnownAgent): DirectiveMessage => ({
+    kind: "status",
+    status: s.status,
+    reason: s.drain?.reason ?? "",
+    drainDeadline: s.status === "draining" ? (s.drain?.deadline ?? null) : null,
+  });
+
+  return {
+    async register(req, ctx) {
+      const caller = callerOf(ctx);
+      const input = registerInput(req, caller, d.config.metadataMaxBytes);
+      const now = d.clock.nowMs();
+      const res = await d.agents.register(input, now, caller.principal);
+      const row = await d.agents.status(input.name);
+      d.hub.remember(input.name, { status: res.status, drain: row?.drain ?? null });
+      d.audit.record({ table: "agent", action: res.created ? "create" : "update", ids: [res.id], fields: res.created ? ["id", "name", "createdby", "createdon", ...REGISTER_FIELDS] : REGISTER_FIELDS, by: caller.principal, at: now });
+      return {
+        id: res.id,
+        status: agentStatusToWire(res.status),
+        heartbeatInterval: durationFromMs(d.config.heartbeatInterval),
+        leaseTtl: durationFromMs(d.config.leaseTtl),
+        created: res.created,
+      };
+    },
+
+    async heartbeat(req) {
+      const name = identifier(req.name, "name");
+      const metrics = metricsJson(req.metrics, req.inFlight);
+      const state = await known(name);
+      d.heartbeats.add({ name, metrics, at: d.clock.nowMs() });
+      return { status: agentStatusToWire(state.status), directives: d.hub.takePending(name).map(directiveToWire) };
+    },
+
+    async *watchDirectives(req, ctx) {
+      const name = identifier(req.name, "name");
+      const state = await known(name);
+      yield { directive: directiveToWire(statusDirective(state)) };
+      for await (const directive of pushStream<DirectiveMessage>((push) => d.hub.subscribe(name, push), [ctx.signal, d.draining]))
+        yield { directive: directiveToWire(directive) };
+    },
+
+    async deregister(req, ctx) {
+      const caller = callerOf(ctx);
+      const name = identifier(req.name, "name");
+      const now = d.clock.nowMs();
+      d.heartbeats.discard(name);
+      const row = await d.agents.deregister(name, now, caller.principal);
+      if (!row) throw notFound(`agent '${name}' is not registered`);
+      const prev = d.hub.known(name);
+      d.hub.remember(name, { status: "inactive", drain: prev?.drain ?? null });
+      d.audit.record({ table: "agent", action: "update", ids: [row.id], fields: ["status", "updatedby", "updatedon"], by: caller.principal, at: now });
+      await d.onAgentGone?.(name);
+      return {};
+    },
+  };
+}
+
+const AGENT_TYPES: Record<AgentType, string | null> = { [AgentType.UNSPECIFIED]: null, [AgentType.REMOTE]: "remote", [AgentType.LOCAL]: "local" };
+
+function registerInput(req: RegisterRequest, caller: Identity, metadataMaxBytes: number): RegisterInput {
+  const name = identifier(req.name, "name");
+  const m = req.metadata;
+  const tags: Record<string, string> = {};
+  for (const [k, v] of Object.entries(m?.tags ?? {})) tags[identifier(k, "metadata.tags key")] = optionalText(v, `metadata.tags[${k}]`, 256) ?? "";
+  const tenants = identifiers(m?.tenants ?? [], "metadata.tenants");
+  // An agent token limited to some tenants cannot register an agent that serves others.
+  const outside = caller.tenants ? tenants.filter((t) => !caller.tenants!.has(t)) : [];
+  if (outside.length > 0) throw permissionDenied(`token may not serve tenant(s) ${outside.map((t) => `'${t}'`).join(", ")}`);
+  const metadata = {
+    tags,
+    slots: inRange(m?.slots ?? 0, "metadata.slots", 0, 100_000),
+    tenants,
+    engineKinds: identifiers(m?.engineKinds ?? [], "metadata.engine_kinds"),
+    models: (m?.models ?? []).map((x, i) => optionalText(x, `metadata.models[${i}]`, 256) ?? "").filter(Boolean),
+  };
+  withinBytes(metadata, "metadata", metadataMaxBytes);
+  const agentType = AGENT_TYPES[req.agentType];
+  if (agentType === undefined) throw invalidArgument("agent_type", `unknown value ${req.agentType}`);
+  return {
+    name,
+    httpAddress: optionalText(req.httpAddress, "http_address", 512),
+    grpcAddress: optionalText(req.grpcAddress, "grpc_address", 512),
+    infraAddress: optionalText(req.infraAddress, "infra_address", 512),
+    agentVersion: optionalText(req.agentVersion, "agent_version", 128),
+    binaryPath: optionalText(req.binaryPath, "binary_path", 1024),
+    agentType,
+    metadata,
+  };
+}
+
+const PCT = (v: number, field: string) => inRange(v, field, 0, 100);
+
+/** Validates heartbeat metrics and shapes them for aiflow_agent.metrics. */
+function metricsJson(m: AgentMetrics | undefined, inFlight: number): Record<string, unknown> {
+  const bytes = (used: bigint, total: bigint, field: string) => {
+    if (used > total && total > 0n) throw invalidArgument(field, `used ${used} exceeds total ${total}`);
+    return { used: Number(used), total: Number(total) };
+  };
+  if (m === undefined) return { inFlight };
+  if ((m.disks?.length ?? 0) > 64 || (m.gpus?.length ?? 0) > 64) throw invalidArgument("metrics", "at most 64 disks and 64 GPUs");
+  return {
+    cpu: { utilization: PCT(m.cpuUtilization, "metrics.cpu_utilization") },
+    memory: bytes(m.memoryUsedBytes, m.memoryTotalBytes, "metrics.memory"),
+    disks: m.disks.map((x, i) => ({ mount: optionalText(x.mount, `metrics.disks[${i}].mount`, 512), ...freeTotal(x.freeBytes, x.totalBytes, `metrics.disks[${i}]`) })),
+    gpus: m.gpus.map((g, i) => ({
+      index: g.index,
+      model: optionalText(g.model, `metrics.gpus[${i}].model`, 256),
+      utilization: PCT(g.utilization, `metrics.gpus[${i}].utilization`),
+      memory: bytes(g.memoryUsedBytes, g.memoryTotalBytes, `metrics.gpus[${i}].memory`),
+    })),
+    inFlight,
+  };
+}
+
+function freeTotal(free: bigint, total: bigint, field: string) {
+  if (free > total && total > 0n) throw invalidArgument(field, `free ${free} exceeds total ${total}`);
+  return { free: Number(free), total: Number(total) };
+}

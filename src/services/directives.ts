@@ -1,0 +1,123 @@
+/**
+ * Directives to agents, across every daemon. A directive is published with NOTIFY on one channel;
+ * every daemon hears it, pushes it at once to the agent's WatchDirectives stream if the agent is
+ * connected there, and also keeps it for the agent's next heartbeat reply, so it reaches a live agent
+ * within one heartbeat interval even when no stream is open.
+ *
+ * The hub also keeps each agent's last known status (the cache heartbeats answer from), fed by
+ * registrations, heartbeat flushes and status directives, so a heartbeat never reads the database.
+ */
+import { sql, type DatabasePool } from "slonik";
+import type { Clock } from "../clock.js";
+import type { PgListener } from "../db/notify.js";
+import type { Logger } from "../log.js";
+import type { AgentStatus, DrainState } from "../store/agents.js";
+
+/** A directive as it travels between daemons (JSON over NOTIFY). */
+export type DirectiveMessage =
+  | { kind: "status"; status: AgentStatus; reason: string; drainDeadline: number | null }
+  | { kind: "cancel"; workItemId: string; leaseToken: string; reason: string };
+
+interface Envelope {
+  agent: string;
+  directive: DirectiveMessage;
+}
+
+export interface KnownAgent {
+  status: AgentStatus;
+  drain: DrainState | null;
+}
+
+type Subscriber = (d: DirectiveMessage) => void;
+
+export class DirectiveHub {
+  readonly #subscribers = new Map<string, Set<Subscriber>>();
+  /** Directives waiting for the agent's next heartbeat, with when they were received. */
+  readonly #pending = new Map<string, { at: number; directive: DirectiveMessage }[]>();
+  readonly #known = new Map<string, KnownAgent>();
+  readonly #channel: string;
+
+  constructor(
+    private readonly pool: DatabasePool,
+    channel: string,
+    private readonly clock: Clock,
+    private readonly log: Logger,
+    /** How long an undelivered directive is kept for heartbeat replies. */
+    private readonly keepMs: number,
+  ) {
+    this.#channel = channel;
+  }
+
+  async start(listener: PgListener): Promise<void> {
+    await listener.on(this.#channel, (payload) => this.#receive(payload));
+  }
+
+  /** Sends a directive to an agent, wherever it is connected. */
+  async publish(agent: string, directive: DirectiveMessage): Promise<void> {
+    const payload = JSON.stringify({ agent, directive } satisfies Envelope);
+    await this.pool.query(sql.unsafe`SELECT pg_notify(${this.#channel}, ${payload})`);
+  }
+
+  /** Subscribes a WatchDirectives stream; returns the unsubscribe function. */
+  subscribe(agent: string, fn: Subscriber): () => void {
+    let set = this.#subscribers.get(agent);
+    if (!set) this.#subscribers.set(agent, (set = new Set()));
+    set.add(fn);
+    return () => {
+      set.delete(fn);
+      if (set.size === 0) this.#subscribers.delete(agent);
+    };
+  }
+
+  /** Takes the directives kept for an agent's heartbeat reply. */
+  takePending(agent: string): DirectiveMessage[] {
+    const list = this.#pending.get(agent);
+    if (!list) return [];
+    this.#pending.delete(agent);
+    const cutoff = this.clock.nowMs() - this.keepMs;
+    return list.filter((p) => p.at >= cutoff).map((p) => p.directive);
+  }
+
+  known(agent: string): KnownAgent | undefined {
+    return this.#known.get(agent);
+  }
+
+  remember(agent: string, state: KnownAgent): void {
+    this.#known.set(agent, state);
+  }
+
+  forget(agent: string): void {
+    this.#known.delete(agent);
+  }
+
+  /** Drops kept directives nobody collected in time (agents that no longer heartbeat here). */
+  prune(): void {
+    const cutoff = this.clock.nowMs() - this.keepMs;
+    for (const [agent, list] of this.#pending) {
+      const fresh = list.filter((p) => p.at >= cutoff);
+      if (fresh.length === 0) this.#pending.delete(agent);
+      else this.#pending.set(agent, fresh);
+    }
+  }
+
+  #receive(payload: string): void {
+    let env: Envelope;
+    try {
+      env = JSON.parse(payload) as Envelope;
+    } catch {
+      this.log.warn({ payload: payload.slice(0, 200) }, "ignoring malformed directive notification");
+      return;
+    }
+    const { agent, directive } = env;
+    if (directive.kind === "status") {
+      const prev = this.#known.get(agent);
+      this.#known.set(agent, { status: directive.status, drain: directive.status === "draining" ? (prev?.drain ?? null) : null });
+    }
+    const list = this.#pending.get(agent) ?? [];
+    list.push({ at: this.clock.nowMs(), directive });
+    // Bounded: an agent that never heartbeats again must not grow this forever.
+    if (list.length > 1000) list.splice(0, list.length - 1000);
+    this.#pending.set(agent, list);
+    for (const fn of this.#subscribers.get(agent) ?? []) fn(directive);
+  }
+}

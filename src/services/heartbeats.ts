@@ -1,0 +1,73 @@
+/**
+ * Coalesced heartbeat writes. A heartbeat RPC only records the latest metrics per agent in memory;
+ * a flusher writes everything gathered since the last flush in ONE statement. 1,000 agents beating
+ * once a second cost one UPDATE per flush interval, not 1,000 transactions. The worst-case staleness
+ * of aiflow_agent.updatedon is one flush interval plus the flush's own duration.
+ */
+import type { AuditLog } from "../audit.js";
+import type { Clock } from "../clock.js";
+import type { Logger } from "../log.js";
+import type { AgentStore, HeartbeatWrite } from "../store/agents.js";
+import type { DirectiveHub } from "./directives.js";
+
+export class HeartbeatBuffer {
+  #pending = new Map<string, HeartbeatWrite>();
+  #timer: NodeJS.Timeout | undefined;
+  #flushing: Promise<void> | undefined;
+
+  constructor(
+    private readonly agents: AgentStore,
+    private readonly hub: DirectiveHub,
+    private readonly audit: AuditLog,
+    private readonly clock: Clock,
+    private readonly log: Logger,
+  ) {}
+
+  add(write: HeartbeatWrite): void {
+    this.#pending.set(write.name, write);
+  }
+
+  /** Drops a buffered heartbeat (the agent deregistered; its last beat must not land after). */
+  discard(name: string): void {
+    this.#pending.delete(name);
+  }
+
+  get size(): number {
+    return this.#pending.size;
+  }
+
+  start(intervalMs: number): void {
+    this.#timer = setInterval(() => {
+      this.flush().catch((err) => this.log.error({ err }, "heartbeat flush failed"));
+    }, intervalMs);
+    this.#timer.unref();
+  }
+
+  /** Writes what is buffered; concurrent calls share one flush. */
+  flush(): Promise<void> {
+    return (this.#flushing ??= this.#write().finally(() => (this.#flushing = undefined)));
+  }
+
+  async stop(): Promise<void> {
+    clearInterval(this.#timer);
+    await this.flush().catch((err) => this.log.error({ err }, "final heartbeat flush failed"));
+  }
+
+  async #write(): Promise<void> {
+    if (this.#pending.size === 0) return;
+    const batch = [...this.#pending.values()];
+    this.#pending = new Map();
+    try {
+      const rows = await this.agents.writeHeartbeats(batch);
+      for (const r of rows) this.hub.remember(r.name, { status: r.status, drain: r.drain });
+      const written = new Set(rows.map((r) => r.name));
+      // Agents removed since they beat: forget them so their next heartbeat answers NOT_FOUND.
+      for (const b of batch) if (!written.has(b.name)) this.hub.forget(b.name);
+      this.audit.record({ table: "agent", action: "update", ids: rows.map((r) => r.id), fields: ["metrics", "updatedon", "updatedby"], by: "heartbeat", at: this.clock.nowMs() });
+    } catch (err) {
+      // Keep the newest beat of each agent for the next attempt, unless a fresher one arrived.
+      for (const b of batch) if (!this.#pending.has(b.name)) this.#pending.set(b.name, b);
+      throw err;
+    }
+  }
+}

@@ -1,0 +1,112 @@
+/**
+ * Every service the daemon serves, with the role that may call it, and the background work beside
+ * them. Deny by default: the auth interceptor refuses any service that is not listed here, so adding
+ * a service means saying who may call it.
+ */
+import type { DescFile, DescService } from "@bufbuild/protobuf";
+import type { ConnectRouter } from "@connectrpc/connect";
+import { pino } from "pino";
+import type { DatabasePool } from "slonik";
+import { AuditLog } from "../audit.js";
+import type { Clock } from "../clock.js";
+import type { Config } from "../config.js";
+import { PgListener } from "../db/notify.js";
+import type { Tables } from "../db/tables.js";
+import { AgentService, file_aiflow_cluster_v1_agent } from "../gen/aiflow/cluster/v1/agent_pb.js";
+import { file_grpc_health_v1_health, Health, HealthCheckResponse_ServingStatus } from "../gen/grpc/health/v1/health_pb.js";
+import { ServerReflection } from "../gen/grpc/reflection/v1/reflection_pb.js";
+import { ServerReflection as ServerReflectionAlpha } from "../gen/grpc/reflection/v1alpha/reflection_pb.js";
+import type { Logger } from "../log.js";
+import type { Access } from "../server/auth.js";
+import { HealthState, healthRoutes } from "../server/health.js";
+import { reflectionRoutes } from "../server/reflection.js";
+import { AgentStore } from "../store/agents.js";
+import { EngineStore } from "../store/engines.js";
+import { agentServiceImpl } from "./agent-service.js";
+import { DirectiveHub } from "./directives.js";
+import { HeartbeatBuffer } from "./heartbeats.js";
+import { agentLivenessTask, engineLivenessTask } from "./liveness.js";
+import { Maintenance } from "./maintenance.js";
+
+export interface ServiceDeps {
+  config: Config;
+  log: Logger;
+  clock: Clock;
+  pool: DatabasePool;
+  tables: Tables;
+  databaseUrl: string;
+  /** Aborted when shutdown begins; long-polls and streams return early. */
+  draining: AbortSignal;
+}
+
+/** A loop the daemon runs beside the server (sweeps, flushers, listeners). */
+export interface Background {
+  stop(): Promise<void>;
+}
+
+export interface Services {
+  routes: (router: ConnectRouter) => void;
+  access: ReadonlyMap<string, Access>;
+  background: Background[];
+  /** Runs the sweeps and flushes now (tests drive these with a fake clock). */
+  maintenance: { runOnce(): Promise<void>; flushHeartbeats(): Promise<void> };
+  /** Called first on shutdown: health reports NOT_SERVING and watchers end. */
+  onShutdown(): void;
+}
+
+/** Routes for one or more services, and the role that may call them. */
+interface Mounted {
+  services: DescService[];
+  access: Access;
+  mount: (router: ConnectRouter) => void;
+}
+
+export async function buildServices(deps: ServiceDeps): Promise<Services> {
+  const { config, log, clock, pool, tables } = deps;
+  const audit = new AuditLog(config.auditLog ? pino({ name: "aiflowd.audit" }, pino.destination({ dest: config.auditLog, sync: false, mkdir: true })) : log);
+  const listener = new PgListener(deps.databaseUrl, log.child({ component: "listen" }));
+  await listener.start();
+
+  const agents = new AgentStore(pool, tables);
+  const engines = new EngineStore(pool, tables);
+  const hub = new DirectiveHub(pool, tables.channel("directive"), clock, log, 2 * config.heartbeatInterval);
+  await hub.start(listener);
+  const heartbeats = new HeartbeatBuffer(agents, hub, audit, clock, log);
+  heartbeats.start(config.heartbeatFlush);
+
+  const maintenance = new Maintenance(clock, log.child({ component: "maintenance" }));
+  maintenance.add(engineLivenessTask({ config, engines, log }));
+  maintenance.add(agentLivenessTask({ config, agents, hub, audit, log }));
+  maintenance.add({ name: "directive-prune", run: async () => hub.prune() });
+  await maintenance.runOnce();
+  maintenance.start(config.sweepInterval);
+
+  const health = new HealthState();
+  const files: DescFile[] = [file_grpc_health_v1_health, file_aiflow_cluster_v1_agent];
+  const mounted: Mounted[] = [
+    { services: [Health], access: "public", mount: healthRoutes(health) },
+    // Reflection describes the API, so any valid token may read it, but not an anonymous caller.
+    { services: [ServerReflection, ServerReflectionAlpha], access: "any", mount: reflectionRoutes(files) },
+    {
+      services: [AgentService],
+      access: "agent",
+      mount: (r) => r.service(AgentService, agentServiceImpl({ config, clock, agents, hub, heartbeats, audit, draining: deps.draining })),
+    },
+  ];
+  for (const s of mounted.flatMap((m) => m.services)) health.set(s.typeName, HealthCheckResponse_ServingStatus.SERVING);
+
+  return {
+    routes: (router) => {
+      for (const m of mounted) m.mount(router);
+    },
+    access: new Map(mounted.flatMap((m) => m.services.map((s) => [s.typeName, m.access] as const))),
+    background: [
+      maintenance,
+      heartbeats,
+      { stop: () => engines.markStopped(config.instanceId, clock.nowMs()) },
+      listener,
+    ],
+    maintenance: { runOnce: () => maintenance.runOnce(), flushHeartbeats: () => heartbeats.flush() },
+    onShutdown: () => health.shutdown(),
+  };
+}

@@ -1,0 +1,168 @@
+/**
+ * SQL for aiflow_agent, all of it. Agents are addressed by name (unique); the ULID id is generated on
+ * first registration and never changes. Times come from the caller's clock.
+ *
+ * Drain state lives in metadata.drain (a key only the daemon writes), so a drain survives the agent
+ * reconnecting, re-registering (which replaces the rest of metadata) and even going inactive.
+ */
+import { sql, type CommonQueryMethods } from "slonik";
+import { ulid } from "ulid";
+import { z } from "zod";
+import type { Tables } from "../db/tables.js";
+import { withDbErrors } from "../db/errors.js";
+
+export type AgentStatus = "active" | "draining" | "inactive";
+
+export const drainSchema = z.object({
+  reason: z.string(),
+  /** Epoch ms, or null for no deadline. */
+  deadline: z.number().nullable(),
+  startedAt: z.number(),
+  inFlightAtStart: z.number(),
+  by: z.string(),
+});
+export type DrainState = z.infer<typeof drainSchema>;
+
+const agentRow = z.object({
+  id: z.string(),
+  name: z.string(),
+  http_address: z.string().nullable(),
+  grpc_address: z.string().nullable(),
+  infra_address: z.string().nullable(),
+  agentversion: z.string().nullable(),
+  binarypath: z.string().nullable(),
+  agenttype: z.string().nullable(),
+  status: z.enum(["active", "draining", "inactive"]).nullable(),
+  metrics: z.record(z.unknown()).nullable(),
+  metadata: z.record(z.unknown()).nullable(),
+  createdby: z.string(),
+  createdon: z.number(),
+  updatedby: z.string().nullable(),
+  updatedon: z.number().nullable(),
+  deletedby: z.string().nullable(),
+  deletedon: z.number().nullable(),
+});
+export type AgentRow = z.infer<typeof agentRow>;
+
+export interface RegisterInput {
+  name: string;
+  httpAddress: string | null;
+  grpcAddress: string | null;
+  infraAddress: string | null;
+  agentVersion: string | null;
+  binaryPath: string | null;
+  agentType: string | null;
+  metadata: Record<string, unknown>;
+}
+
+/** The agent columns a registration writes, for the audit record. */
+export const REGISTER_FIELDS = ["http_address", "grpc_address", "infra_address", "agentversion", "binarypath", "agenttype", "metadata", "status", "updatedby", "updatedon"];
+
+const registered = z.object({ id: z.string(), status: z.enum(["active", "draining", "inactive"]), created: z.boolean() });
+const nameStatus = z.object({ id: z.string(), name: z.string(), status: z.enum(["active", "draining", "inactive"]), drain: drainSchema.nullable() });
+export type NameStatus = z.infer<typeof nameStatus>;
+
+export interface HeartbeatWrite {
+  name: string;
+  metrics: Record<string, unknown>;
+  /** Epoch ms the heartbeat arrived. */
+  at: number;
+}
+
+const ts = (ms: number) => sql.timestamp(new Date(ms));
+
+export class AgentStore {
+  constructor(
+    private readonly db: CommonQueryMethods,
+    private readonly t: Tables,
+  ) {}
+
+  /**
+   * Create-or-update by name in one statement; the unique index settles racing registrations.
+   * A soft-deleted agent that registers again is revived (a machine rebuilt under its old name).
+   */
+  register(input: RegisterInput, nowMs: number, by: string): Promise<z.infer<typeof registered>> {
+    const agent = this.t.id("agent");
+    return withDbErrors(() =>
+      this.db.one(sql.type(registered)`
+        INSERT INTO ${agent} AS a (id, name, http_address, grpc_address, infra_address, agentversion, binarypath, agenttype,
+                                   status, metadata, createdby, createdon, updatedby, updatedon)
+        VALUES (${ulid(nowMs)}, ${input.name}, ${input.httpAddress}, ${input.grpcAddress}, ${input.infraAddress}, ${input.agentVersion},
+                ${input.binaryPath}, ${input.agentType}, 'active', ${sql.jsonb(input.metadata as never)}, ${by}, ${ts(nowMs)}, ${by}, ${ts(nowMs)})
+        ON CONFLICT (name) DO UPDATE SET
+          http_address = EXCLUDED.http_address,
+          grpc_address = EXCLUDED.grpc_address,
+          infra_address = EXCLUDED.infra_address,
+          agentversion = EXCLUDED.agentversion,
+          binarypath = EXCLUDED.binarypath,
+          agenttype = EXCLUDED.agenttype,
+          metadata = EXCLUDED.metadata || CASE WHEN a.metadata ? 'drain' AND a.deletedon IS NULL
+                                               THEN jsonb_build_object('drain', a.metadata -> 'drain') ELSE '{}'::jsonb END,
+          status = CASE WHEN a.metadata ? 'drain' AND a.deletedon IS NULL THEN 'draining' ELSE 'active' END,
+          deletedby = NULL,
+          deletedon = NULL,
+          updatedby = EXCLUDED.updatedby,
+          updatedon = EXCLUDED.updatedon
+        RETURNING id, status, (xmax = 0) AS created`),
+    );
+  }
+
+  /**
+   * Writes a batch of coalesced heartbeats in one statement and returns each agent's current status,
+   * which is how drains issued on another daemon reach this one's cache. A heartbeat never revives
+   * an inactive agent: its leases are gone, and the reply tells it to register again.
+   */
+  writeHeartbeats(batch: readonly HeartbeatWrite[]): Promise<readonly NameStatus[]> {
+    if (batch.length === 0) return Promise.resolve([]);
+    const agent = this.t.id("agent");
+    return withDbErrors(() =>
+      this.db.any(sql.type(nameStatus)`
+        UPDATE ${agent} AS a
+           SET metrics = v.metrics, updatedon = v.at, updatedby = a.name
+          FROM unnest(${sql.array(batch.map((b) => b.name), "text")},
+                      ${sql.array(batch.map((b) => JSON.stringify(b.metrics)), "jsonb")},
+                      ${sql.array(batch.map((b) => new Date(b.at).toISOString()), "timestamptz")}) AS v(name, metrics, at)
+         WHERE a.name = v.name AND a.deletedon IS NULL
+        RETURNING a.id, a.name, a.status, a.metadata -> 'drain' AS drain`),
+    );
+  }
+
+  /** Marks an agent inactive at once (a clean exit). Returns false when it does not exist. */
+  async deregister(name: string, nowMs: number, by: string): Promise<{ id: string } | null> {
+    const agent = this.t.id("agent");
+    return withDbErrors(() =>
+      this.db.maybeOne(sql.type(z.object({ id: z.string() }))`
+        UPDATE ${agent} SET status = 'inactive', updatedby = ${by}, updatedon = ${ts(nowMs)}
+         WHERE name = ${name} AND deletedon IS NULL
+        RETURNING id`),
+    );
+  }
+
+  /**
+   * The liveness sweep: one statement, safe when every daemon runs it at once (row locks serialise
+   * the updates and the re-checked WHERE skips rows another sweep already flipped).
+   */
+  markStaleInactive(nowMs: number, staleBeforeMs: number): Promise<readonly { id: string; name: string }[]> {
+    const agent = this.t.id("agent");
+    return withDbErrors(() =>
+      this.db.any(sql.type(z.object({ id: z.string(), name: z.string() }))`
+        UPDATE ${agent} SET status = 'inactive', updatedby = 'liveness-sweep', updatedon = ${ts(nowMs)}
+         WHERE status IN ('active', 'draining') AND deletedon IS NULL AND updatedon < ${ts(staleBeforeMs)}
+        RETURNING id, name`),
+    );
+  }
+
+  /** Status of one agent (not soft-deleted), or null. */
+  status(name: string): Promise<NameStatus | null> {
+    const agent = this.t.id("agent");
+    return withDbErrors(() =>
+      this.db.maybeOne(sql.type(nameStatus)`
+        SELECT id, name, status, metadata -> 'drain' AS drain FROM ${agent} WHERE name = ${name} AND deletedon IS NULL`),
+    );
+  }
+
+  get(name: string): Promise<AgentRow | null> {
+    const agent = this.t.id("agent");
+    return withDbErrors(() => this.db.maybeOne(sql.type(agentRow)`SELECT * FROM ${agent} WHERE name = ${name} AND deletedon IS NULL`));
+  }
+}

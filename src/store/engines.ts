@@ -1,0 +1,59 @@
+/**
+ * SQL for aiflow_engine: each daemon instance records itself once per tenant it serves, keeps the
+ * rows alive, marks them stopped on a clean exit, and finds dead instances stale.
+ */
+import { sql, type CommonQueryMethods } from "slonik";
+import { ulid } from "ulid";
+import { z } from "zod";
+import { withDbErrors } from "../db/errors.js";
+import type { Tables } from "../db/tables.js";
+
+export type EngineStatus = "running" | "stopped" | "stale";
+
+const engineRow = z.object({ tenantkey: z.string(), engineid: z.string(), status: z.string().nullable(), updatedon: z.number().nullable() });
+export type EngineRow = z.infer<typeof engineRow>;
+
+const ts = (ms: number) => sql.timestamp(new Date(ms));
+
+export class EngineStore {
+  constructor(
+    private readonly db: CommonQueryMethods,
+    private readonly t: Tables,
+  ) {}
+
+  /** Records (or refreshes) this instance as running for each tenant, in one statement. */
+  async keepAlive(engineId: string, tenants: readonly string[], nowMs: number): Promise<void> {
+    if (tenants.length === 0) return;
+    const engine = this.t.id("engine");
+    await withDbErrors(() =>
+      this.db.query(sql.unsafe`
+        INSERT INTO ${engine} AS e (id, tenantkey, engineid, status, createdby, createdon, updatedby, updatedon)
+        SELECT v.id, v.tenant, ${engineId}, 'running', ${engineId}, ${ts(nowMs)}, ${engineId}, ${ts(nowMs)}
+          FROM unnest(${sql.array(tenants.map(() => ulid(nowMs)), "text")}, ${sql.array([...tenants], "text")}) AS v(id, tenant)
+        ON CONFLICT (tenantkey, engineid) DO UPDATE SET status = 'running', updatedby = EXCLUDED.updatedby, updatedon = EXCLUDED.updatedon`),
+    );
+  }
+
+  async markStopped(engineId: string, nowMs: number): Promise<void> {
+    const engine = this.t.id("engine");
+    await withDbErrors(() =>
+      this.db.query(sql.unsafe`UPDATE ${engine} SET status = 'stopped', updatedby = ${engineId}, updatedon = ${ts(nowMs)} WHERE engineid = ${engineId}`),
+    );
+  }
+
+  /** Instances that stopped keeping alive are stale; one statement, safe concurrently. */
+  markStale(nowMs: number, staleBeforeMs: number, by: string): Promise<readonly EngineRow[]> {
+    const engine = this.t.id("engine");
+    return withDbErrors(() =>
+      this.db.any(sql.type(engineRow)`
+        UPDATE ${engine} SET status = 'stale', updatedby = ${by}, updatedon = ${ts(nowMs)}
+         WHERE status = 'running' AND updatedon < ${ts(staleBeforeMs)}
+        RETURNING tenantkey, engineid, status, updatedon`),
+    );
+  }
+
+  list(): Promise<readonly EngineRow[]> {
+    const engine = this.t.id("engine");
+    return withDbErrors(() => this.db.any(sql.type(engineRow)`SELECT tenantkey, engineid, status, updatedon FROM ${engine} ORDER BY engineid, tenantkey`));
+  }
+}
