@@ -81,6 +81,13 @@ const level: Parser<string> = (raw, flag) => {
   return raw;
 };
 
+const oneOf =
+  <T extends string>(values: readonly T[]): Parser<T> =>
+  (raw, flag) => {
+    if (!(values as readonly string[]).includes(raw)) throw new ConfigError(flag, `'${raw}' is not one of ${values.join(", ")}`);
+    return raw as T;
+  };
+
 const list: Parser<string[]> = (raw) =>
   raw
     .split(",")
@@ -144,6 +151,8 @@ const SETTINGS = {
   claimMaxItems: { flag: "--claim-max-items", env: ["AIFLOW_CLAIM_MAX_ITEMS"], default: "256", help: "claims asking for more items are clamped to this", parse: int(1, 10_000) },
   claimMaxWait: { flag: "--claim-max-wait", env: ["AIFLOW_CLAIM_MAX_WAIT"], default: "30s", help: "longest a claim long-poll may wait", parse: duration(0) },
   backoffBase: { flag: "--backoff-base", env: ["AIFLOW_BACKOFF_BASE"], default: "1s", help: "retry backoff base (full jitter: rand(0, min(cap, base*2^retry)))", parse: duration(0) },
+  backoffJitter: { flag: "--backoff-jitter", env: ["AIFLOW_BACKOFF_JITTER"], default: "full", help: "full (random in [0, bound]) or none (exactly the bound)", parse: oneOf(["full", "none"]) },
+  notifyWindow: { flag: "--notify-window", env: ["AIFLOW_NOTIFY_WINDOW"], default: "2ms", help: "enqueues and completions within this window share one NOTIFY", parse: duration(0) },
   backoffCap: { flag: "--backoff-cap", env: ["AIFLOW_BACKOFF_CAP"], default: "5m", help: "retry backoff cap", parse: duration(0) },
   firingRetention: { flag: "--firing-retention-days", env: ["AIFLOW_FIRING_RETENTION_DAYS"], default: "30", help: "days trigger firings are kept (payloads may hold senders' secrets)", parse: int(1, 36500) },
 } satisfies Record<string, Setting<unknown>>;

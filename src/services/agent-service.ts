@@ -29,17 +29,21 @@ export interface AgentServiceDeps {
   onAgentGone?: (name: string) => Promise<void>;
 }
 
-export function agentServiceImpl(d: AgentServiceDeps): Pick<ServiceImpl<typeof AgentService>, "register" | "heartbeat" | "watchDirectives" | "deregister"> {
-  /** The agent's last known state: from the hub's cache, else the database (then cached). */
-  async function known(name: string): Promise<KnownAgent> {
-    const cached = d.hub.known(name);
+/** The agent's last known state: from the hub's cache, else the database (then cached). */
+export function knownAgentLoader(agents: AgentStore, hub: DirectiveHub): (name: string) => Promise<KnownAgent> {
+  return async (name) => {
+    const cached = hub.known(name);
     if (cached) return cached;
-    const row = await d.agents.status(name);
+    const row = await agents.status(name);
     if (!row) throw notFound(`agent '${name}' is not registered: call Register first`);
     const state = { status: row.status, drain: row.drain };
-    d.hub.remember(name, state);
+    hub.remember(name, state);
     return state;
-  }
+  };
+}
+
+export function agentServiceImpl(d: AgentServiceDeps): Pick<ServiceImpl<typeof AgentService>, "register" | "heartbeat" | "watchDirectives" | "deregister"> {
+  const known = knownAgentLoader(d.agents, d.hub);
 
   const statusDirective = (s: KnownAgent): DirectiveMessage => ({
     kind: "status",

@@ -20,8 +20,11 @@ export type DirectiveMessage =
 
 interface Envelope {
   agent: string;
-  directive: DirectiveMessage;
+  directives: DirectiveMessage[];
 }
+
+/** Directives per NOTIFY, keeping each payload well under Postgres's 8000-byte limit. */
+const PER_NOTIFY = 40;
 
 export interface KnownAgent {
   status: AgentStatus;
@@ -53,9 +56,16 @@ export class DirectiveHub {
   }
 
   /** Sends a directive to an agent, wherever it is connected. */
-  async publish(agent: string, directive: DirectiveMessage): Promise<void> {
-    const payload = JSON.stringify({ agent, directive } satisfies Envelope);
-    await this.pool.query(sql.unsafe`SELECT pg_notify(${this.#channel}, ${payload})`);
+  publish(agent: string, directive: DirectiveMessage): Promise<void> {
+    return this.publishMany(agent, [directive]);
+  }
+
+  /** Sends several directives to one agent in as few notifications as fit. */
+  async publishMany(agent: string, directives: readonly DirectiveMessage[]): Promise<void> {
+    for (let i = 0; i < directives.length; i += PER_NOTIFY) {
+      const payload = JSON.stringify({ agent, directives: directives.slice(i, i + PER_NOTIFY) } satisfies Envelope);
+      await this.pool.query(sql.unsafe`SELECT pg_notify(${this.#channel}, ${payload})`);
+    }
   }
 
   /** Subscribes a WatchDirectives stream; returns the unsubscribe function. */
@@ -108,16 +118,18 @@ export class DirectiveHub {
       this.log.warn({ payload: payload.slice(0, 200) }, "ignoring malformed directive notification");
       return;
     }
-    const { agent, directive } = env;
-    if (directive.kind === "status") {
-      const prev = this.#known.get(agent);
-      this.#known.set(agent, { status: directive.status, drain: directive.status === "draining" ? (prev?.drain ?? null) : null });
-    }
+    const { agent, directives } = env;
     const list = this.#pending.get(agent) ?? [];
-    list.push({ at: this.clock.nowMs(), directive });
+    for (const directive of directives) {
+      if (directive.kind === "status") {
+        const prev = this.#known.get(agent);
+        this.#known.set(agent, { status: directive.status, drain: directive.status === "draining" ? (prev?.drain ?? null) : null });
+      }
+      list.push({ at: this.clock.nowMs(), directive });
+      for (const fn of this.#subscribers.get(agent) ?? []) fn(directive);
+    }
     // Bounded: an agent that never heartbeats again must not grow this forever.
     if (list.length > 1000) list.splice(0, list.length - 1000);
     this.#pending.set(agent, list);
-    for (const fn of this.#subscribers.get(agent) ?? []) fn(directive);
   }
 }

@@ -32,8 +32,8 @@ export function inRange(v: number, field: string, min: number, max: number): num
   return v;
 }
 
-/** Refuses a JSON value larger than the cap with RESOURCE_EXHAUSTED. */
+/** Refuses a value (text, or anything as JSON) larger than the cap with RESOURCE_EXHAUSTED. */
 export function withinBytes(value: unknown, field: string, maxBytes: number): void {
-  const size = Buffer.byteLength(JSON.stringify(value) ?? "");
+  const size = Buffer.byteLength(typeof value === "string" ? value : (JSON.stringify(value) ?? ""));
   if (size > maxBytes) throw resourceExhausted(`${field} is ${size} bytes; the limit is ${maxBytes} bytes`);
 }

@@ -6,6 +6,8 @@ import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobu
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import type { AgentStatus } from "./common_pb.js";
 import { file_aiflow_cluster_v1_common } from "./common_pb.js";
+import type { ItemOutcome, WorkItem } from "./work_item_pb.js";
+import { file_aiflow_cluster_v1_work_item } from "./work_item_pb.js";
 import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_duration, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { Message } from "@bufbuild/protobuf";
@@ -14,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file aiflow/cluster/v1/agent.proto.
  */
 export const file_aiflow_cluster_v1_agent: GenFile = /*@__PURE__*/
-  fileDesc("Ch1haWZsb3cvY2x1c3Rlci92MS9hZ2VudC5wcm90bxIRYWlmbG93LmNsdXN0ZXIudjEivAEKDUFnZW50TWV0YWRhdGESOAoEdGFncxgBIAMoCzIqLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50TWV0YWRhdGEuVGFnc0VudHJ5Eg0KBXNsb3RzGAIgASgNEg8KB3RlbmFudHMYAyADKAkSFAoMZW5naW5lX2tpbmRzGAQgAygJEg4KBm1vZGVscxgFIAMoCRorCglUYWdzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASL0AQoPUmVnaXN0ZXJSZXF1ZXN0EgwKBG5hbWUYASABKAkSFAoMaHR0cF9hZGRyZXNzGAIgASgJEhQKDGdycGNfYWRkcmVzcxgDIAEoCRIVCg1pbmZyYV9hZGRyZXNzGAQgASgJEhUKDWFnZW50X3ZlcnNpb24YBSABKAkSEwoLYmluYXJ5X3BhdGgYBiABKAkSMAoKYWdlbnRfdHlwZRgHIAEoDjIcLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50VHlwZRIyCghtZXRhZGF0YRgIIAEoCzIgLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50TWV0YWRhdGEixAEKEFJlZ2lzdGVyUmVzcG9uc2USCgoCaWQYASABKAkSLgoGc3RhdHVzGAIgASgOMh4uYWlmbG93LmNsdXN0ZXIudjEuQWdlbnRTdGF0dXMSNQoSaGVhcnRiZWF0X2ludGVydmFsGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEiwKCWxlYXNlX3R0bBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIPCgdjcmVhdGVkGAUgASgIIkUKC0Rpc2tNZXRyaWNzEg0KBW1vdW50GAEgASgJEhIKCmZyZWVfYnl0ZXMYAiABKAQSEwoLdG90YWxfYnl0ZXMYAyABKAQidgoKR3B1TWV0cmljcxINCgVpbmRleBgBIAEoDRINCgVtb2RlbBgCIAEoCRITCgt1dGlsaXphdGlvbhgDIAEoARIZChFtZW1vcnlfdXNlZF9ieXRlcxgEIAEoBBIaChJtZW1vcnlfdG90YWxfYnl0ZXMYBSABKAQiugEKDEFnZW50TWV0cmljcxIXCg9jcHVfdXRpbGl6YXRpb24YASABKAESGQoRbWVtb3J5X3VzZWRfYnl0ZXMYAiABKAQSGgoSbWVtb3J5X3RvdGFsX2J5dGVzGAMgASgEEi0KBWRpc2tzGAQgAygLMh4uYWlmbG93LmNsdXN0ZXIudjEuRGlza01ldHJpY3MSKwoEZ3B1cxgFIAMoCzIdLmFpZmxvdy5jbHVzdGVyLnYxLkdwdU1ldHJpY3MiZQoQSGVhcnRiZWF0UmVxdWVzdBIMCgRuYW1lGAEgASgJEjAKB21ldHJpY3MYAiABKAsyHy5haWZsb3cuY2x1c3Rlci52MS5BZ2VudE1ldHJpY3MSEQoJaW5fZmxpZ2h0GAMgASgNInUKEUhlYXJ0YmVhdFJlc3BvbnNlEi4KBnN0YXR1cxgBIAEoDjIeLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50U3RhdHVzEjAKCmRpcmVjdGl2ZXMYAiADKAsyHC5haWZsb3cuY2x1c3Rlci52MS5EaXJlY3RpdmUifwoJRGlyZWN0aXZlEjQKBnN0YXR1cxgBIAEoCzIiLmFpZmxvdy5jbHVzdGVyLnYxLlN0YXR1c0RpcmVjdGl2ZUgAEjQKBmNhbmNlbBgCIAEoCzIiLmFpZmxvdy5jbHVzdGVyLnYxLkNhbmNlbERpcmVjdGl2ZUgAQgYKBGtpbmQihQEKD1N0YXR1c0RpcmVjdGl2ZRIuCgZzdGF0dXMYASABKA4yHi5haWZsb3cuY2x1c3Rlci52MS5BZ2VudFN0YXR1cxIOCgZyZWFzb24YAiABKAkSMgoOZHJhaW5fZGVhZGxpbmUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIkwKD0NhbmNlbERpcmVjdGl2ZRIUCgx3b3JrX2l0ZW1faWQYASABKAkSEwoLbGVhc2VfdG9rZW4YAiABKAkSDgoGcmVhc29uGAMgASgJIiYKFldhdGNoRGlyZWN0aXZlc1JlcXVlc3QSDAoEbmFtZRgBIAEoCSJKChdXYXRjaERpcmVjdGl2ZXNSZXNwb25zZRIvCglkaXJlY3RpdmUYASABKAsyHC5haWZsb3cuY2x1c3Rlci52MS5EaXJlY3RpdmUiIQoRRGVyZWdpc3RlclJlcXVlc3QSDAoEbmFtZRgBIAEoCSIUChJEZXJlZ2lzdGVyUmVzcG9uc2UqVAoJQWdlbnRUeXBlEhoKFkFHRU5UX1RZUEVfVU5TUEVDSUZJRUQQABIVChFBR0VOVF9UWVBFX1JFTU9URRABEhQKEEFHRU5UX1RZUEVfTE9DQUwQAjKCAwoMQWdlbnRTZXJ2aWNlElMKCFJlZ2lzdGVyEiIuYWlmbG93LmNsdXN0ZXIudjEuUmVnaXN0ZXJSZXF1ZXN0GiMuYWlmbG93LmNsdXN0ZXIudjEuUmVnaXN0ZXJSZXNwb25zZRJWCglIZWFydGJlYXQSIy5haWZsb3cuY2x1c3Rlci52MS5IZWFydGJlYXRSZXF1ZXN0GiQuYWlmbG93LmNsdXN0ZXIudjEuSGVhcnRiZWF0UmVzcG9uc2USagoPV2F0Y2hEaXJlY3RpdmVzEikuYWlmbG93LmNsdXN0ZXIudjEuV2F0Y2hEaXJlY3RpdmVzUmVxdWVzdBoqLmFpZmxvdy5jbHVzdGVyLnYxLldhdGNoRGlyZWN0aXZlc1Jlc3BvbnNlMAESWQoKRGVyZWdpc3RlchIkLmFpZmxvdy5jbHVzdGVyLnYxLkRlcmVnaXN0ZXJSZXF1ZXN0GiUuYWlmbG93LmNsdXN0ZXIudjEuRGVyZWdpc3RlclJlc3BvbnNlYgZwcm90bzM", [file_aiflow_cluster_v1_common, file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("Ch1haWZsb3cvY2x1c3Rlci92MS9hZ2VudC5wcm90bxIRYWlmbG93LmNsdXN0ZXIudjEivAEKDUFnZW50TWV0YWRhdGESOAoEdGFncxgBIAMoCzIqLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50TWV0YWRhdGEuVGFnc0VudHJ5Eg0KBXNsb3RzGAIgASgNEg8KB3RlbmFudHMYAyADKAkSFAoMZW5naW5lX2tpbmRzGAQgAygJEg4KBm1vZGVscxgFIAMoCRorCglUYWdzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASL0AQoPUmVnaXN0ZXJSZXF1ZXN0EgwKBG5hbWUYASABKAkSFAoMaHR0cF9hZGRyZXNzGAIgASgJEhQKDGdycGNfYWRkcmVzcxgDIAEoCRIVCg1pbmZyYV9hZGRyZXNzGAQgASgJEhUKDWFnZW50X3ZlcnNpb24YBSABKAkSEwoLYmluYXJ5X3BhdGgYBiABKAkSMAoKYWdlbnRfdHlwZRgHIAEoDjIcLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50VHlwZRIyCghtZXRhZGF0YRgIIAEoCzIgLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50TWV0YWRhdGEixAEKEFJlZ2lzdGVyUmVzcG9uc2USCgoCaWQYASABKAkSLgoGc3RhdHVzGAIgASgOMh4uYWlmbG93LmNsdXN0ZXIudjEuQWdlbnRTdGF0dXMSNQoSaGVhcnRiZWF0X2ludGVydmFsGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEiwKCWxlYXNlX3R0bBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIPCgdjcmVhdGVkGAUgASgIIkUKC0Rpc2tNZXRyaWNzEg0KBW1vdW50GAEgASgJEhIKCmZyZWVfYnl0ZXMYAiABKAQSEwoLdG90YWxfYnl0ZXMYAyABKAQidgoKR3B1TWV0cmljcxINCgVpbmRleBgBIAEoDRINCgVtb2RlbBgCIAEoCRITCgt1dGlsaXphdGlvbhgDIAEoARIZChFtZW1vcnlfdXNlZF9ieXRlcxgEIAEoBBIaChJtZW1vcnlfdG90YWxfYnl0ZXMYBSABKAQiugEKDEFnZW50TWV0cmljcxIXCg9jcHVfdXRpbGl6YXRpb24YASABKAESGQoRbWVtb3J5X3VzZWRfYnl0ZXMYAiABKAQSGgoSbWVtb3J5X3RvdGFsX2J5dGVzGAMgASgEEi0KBWRpc2tzGAQgAygLMh4uYWlmbG93LmNsdXN0ZXIudjEuRGlza01ldHJpY3MSKwoEZ3B1cxgFIAMoCzIdLmFpZmxvdy5jbHVzdGVyLnYxLkdwdU1ldHJpY3MiZQoQSGVhcnRiZWF0UmVxdWVzdBIMCgRuYW1lGAEgASgJEjAKB21ldHJpY3MYAiABKAsyHy5haWZsb3cuY2x1c3Rlci52MS5BZ2VudE1ldHJpY3MSEQoJaW5fZmxpZ2h0GAMgASgNInUKEUhlYXJ0YmVhdFJlc3BvbnNlEi4KBnN0YXR1cxgBIAEoDjIeLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50U3RhdHVzEjAKCmRpcmVjdGl2ZXMYAiADKAsyHC5haWZsb3cuY2x1c3Rlci52MS5EaXJlY3RpdmUifwoJRGlyZWN0aXZlEjQKBnN0YXR1cxgBIAEoCzIiLmFpZmxvdy5jbHVzdGVyLnYxLlN0YXR1c0RpcmVjdGl2ZUgAEjQKBmNhbmNlbBgCIAEoCzIiLmFpZmxvdy5jbHVzdGVyLnYxLkNhbmNlbERpcmVjdGl2ZUgAQgYKBGtpbmQihQEKD1N0YXR1c0RpcmVjdGl2ZRIuCgZzdGF0dXMYASABKA4yHi5haWZsb3cuY2x1c3Rlci52MS5BZ2VudFN0YXR1cxIOCgZyZWFzb24YAiABKAkSMgoOZHJhaW5fZGVhZGxpbmUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIkwKD0NhbmNlbERpcmVjdGl2ZRIUCgx3b3JrX2l0ZW1faWQYASABKAkSEwoLbGVhc2VfdG9rZW4YAiABKAkSDgoGcmVhc29uGAMgASgJIiYKFldhdGNoRGlyZWN0aXZlc1JlcXVlc3QSDAoEbmFtZRgBIAEoCSJKChdXYXRjaERpcmVjdGl2ZXNSZXNwb25zZRIvCglkaXJlY3RpdmUYASABKAsyHC5haWZsb3cuY2x1c3Rlci52MS5EaXJlY3RpdmUiIQoRRGVyZWdpc3RlclJlcXVlc3QSDAoEbmFtZRgBIAEoCSIUChJEZXJlZ2lzdGVyUmVzcG9uc2UiWAoMQ2xhaW1SZXF1ZXN0EgwKBG5hbWUYASABKAkSEQoJbWF4X2l0ZW1zGAIgASgNEicKBHdhaXQYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iawoNQ2xhaW1SZXNwb25zZRIqCgVpdGVtcxgBIAMoCzIbLmFpZmxvdy5jbHVzdGVyLnYxLldvcmtJdGVtEi4KBnN0YXR1cxgCIAEoDjIeLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50U3RhdHVzIjUKCExlYXNlUmVmEhQKDHdvcmtfaXRlbV9pZBgBIAEoCRITCgtsZWFzZV90b2tlbhgCIAEoCSJPChJFeHRlbmRMZWFzZVJlcXVlc3QSDAoEbmFtZRgBIAEoCRIrCgZsZWFzZXMYAiADKAsyGy5haWZsb3cuY2x1c3Rlci52MS5MZWFzZVJlZiJkChNFeHRlbmRMZWFzZVJlc3BvbnNlEjAKCG91dGNvbWVzGAEgAygLMh4uYWlmbG93LmNsdXN0ZXIudjEuSXRlbU91dGNvbWUSGwoTbGVhc2VfZXhwaXJlc19hdF9ucxgCIAEoAyJMCgpDb21wbGV0aW9uEhQKDHdvcmtfaXRlbV9pZBgBIAEoCRITCgtsZWFzZV90b2tlbhgCIAEoCRITCgtyZXN1bHRfanNvbhgDIAEoCSJNCg9Db21wbGV0ZVJlcXVlc3QSDAoEbmFtZRgBIAEoCRIsCgVpdGVtcxgCIAMoCzIdLmFpZmxvdy5jbHVzdGVyLnYxLkNvbXBsZXRpb24iRAoQQ29tcGxldGVSZXNwb25zZRIwCghvdXRjb21lcxgBIAMoCzIeLmFpZmxvdy5jbHVzdGVyLnYxLkl0ZW1PdXRjb21lIoYBCgdGYWlsdXJlEhQKDHdvcmtfaXRlbV9pZBgBIAEoCRITCgtsZWFzZV90b2tlbhgCIAEoCRINCgVlcnJvchgDIAEoCRIRCglyZXRyeWFibGUYBCABKAgSLgoLcmV0cnlfZGVsYXkYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iRgoLRmFpbFJlcXVlc3QSDAoEbmFtZRgBIAEoCRIpCgVpdGVtcxgCIAMoCzIaLmFpZmxvdy5jbHVzdGVyLnYxLkZhaWx1cmUiQAoMRmFpbFJlc3BvbnNlEjAKCG91dGNvbWVzGAEgAygLMh4uYWlmbG93LmNsdXN0ZXIudjEuSXRlbU91dGNvbWUiSwoOUmVsZWFzZVJlcXVlc3QSDAoEbmFtZRgBIAEoCRIrCgZsZWFzZXMYAiADKAsyGy5haWZsb3cuY2x1c3Rlci52MS5MZWFzZVJlZiJDCg9SZWxlYXNlUmVzcG9uc2USMAoIb3V0Y29tZXMYASADKAsyHi5haWZsb3cuY2x1c3Rlci52MS5JdGVtT3V0Y29tZSpUCglBZ2VudFR5cGUSGgoWQUdFTlRfVFlQRV9VTlNQRUNJRklFRBAAEhUKEUFHRU5UX1RZUEVfUkVNT1RFEAESFAoQQUdFTlRfVFlQRV9MT0NBTBACMpwGCgxBZ2VudFNlcnZpY2USUwoIUmVnaXN0ZXISIi5haWZsb3cuY2x1c3Rlci52MS5SZWdpc3RlclJlcXVlc3QaIy5haWZsb3cuY2x1c3Rlci52MS5SZWdpc3RlclJlc3BvbnNlElYKCUhlYXJ0YmVhdBIjLmFpZmxvdy5jbHVzdGVyLnYxLkhlYXJ0YmVhdFJlcXVlc3QaJC5haWZsb3cuY2x1c3Rlci52MS5IZWFydGJlYXRSZXNwb25zZRJqCg9XYXRjaERpcmVjdGl2ZXMSKS5haWZsb3cuY2x1c3Rlci52MS5XYXRjaERpcmVjdGl2ZXNSZXF1ZXN0GiouYWlmbG93LmNsdXN0ZXIudjEuV2F0Y2hEaXJlY3RpdmVzUmVzcG9uc2UwARJZCgpEZXJlZ2lzdGVyEiQuYWlmbG93LmNsdXN0ZXIudjEuRGVyZWdpc3RlclJlcXVlc3QaJS5haWZsb3cuY2x1c3Rlci52MS5EZXJlZ2lzdGVyUmVzcG9uc2USSgoFQ2xhaW0SHy5haWZsb3cuY2x1c3Rlci52MS5DbGFpbVJlcXVlc3QaIC5haWZsb3cuY2x1c3Rlci52MS5DbGFpbVJlc3BvbnNlElwKC0V4dGVuZExlYXNlEiUuYWlmbG93LmNsdXN0ZXIudjEuRXh0ZW5kTGVhc2VSZXF1ZXN0GiYuYWlmbG93LmNsdXN0ZXIudjEuRXh0ZW5kTGVhc2VSZXNwb25zZRJTCghDb21wbGV0ZRIiLmFpZmxvdy5jbHVzdGVyLnYxLkNvbXBsZXRlUmVxdWVzdBojLmFpZmxvdy5jbHVzdGVyLnYxLkNvbXBsZXRlUmVzcG9uc2USRwoERmFpbBIeLmFpZmxvdy5jbHVzdGVyLnYxLkZhaWxSZXF1ZXN0Gh8uYWlmbG93LmNsdXN0ZXIudjEuRmFpbFJlc3BvbnNlElAKB1JlbGVhc2USIS5haWZsb3cuY2x1c3Rlci52MS5SZWxlYXNlUmVxdWVzdBoiLmFpZmxvdy5jbHVzdGVyLnYxLlJlbGVhc2VSZXNwb25zZWIGcHJvdG8z", [file_aiflow_cluster_v1_common, file_aiflow_cluster_v1_work_item, file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * What an agent offers; stored in aiflow_agent.metadata.
@@ -478,6 +480,316 @@ export const DeregisterResponseSchema: GenMessage<DeregisterResponse> = /*@__PUR
   messageDesc(file_aiflow_cluster_v1_agent, 14);
 
 /**
+ * @generated from message aiflow.cluster.v1.ClaimRequest
+ */
+export type ClaimRequest = Message<"aiflow.cluster.v1.ClaimRequest"> & {
+  /**
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * How many items at most; clamped to the daemon's cap (see README).
+   *
+   * @generated from field: uint32 max_items = 2;
+   */
+  maxItems: number;
+
+  /**
+   * How long to wait for work when none is there; zero returns at once. Capped by the daemon.
+   *
+   * @generated from field: google.protobuf.Duration wait = 3;
+   */
+  wait?: Duration | undefined;
+};
+
+/**
+ * Describes the message aiflow.cluster.v1.ClaimRequest.
+ * Use `create(ClaimRequestSchema)` to create a new message.
+ */
+export const ClaimRequestSchema: GenMessage<ClaimRequest> = /*@__PURE__*/
+  messageDesc(file_aiflow_cluster_v1_agent, 15);
+
+/**
+ * @generated from message aiflow.cluster.v1.ClaimResponse
+ */
+export type ClaimResponse = Message<"aiflow.cluster.v1.ClaimResponse"> & {
+  /**
+   * @generated from field: repeated aiflow.cluster.v1.WorkItem items = 1;
+   */
+  items: WorkItem[];
+
+  /**
+   * The agent's status; only ACTIVE agents receive work.
+   *
+   * @generated from field: aiflow.cluster.v1.AgentStatus status = 2;
+   */
+  status: AgentStatus;
+};
+
+/**
+ * Describes the message aiflow.cluster.v1.ClaimResponse.
+ * Use `create(ClaimResponseSchema)` to create a new message.
+ */
+export const ClaimResponseSchema: GenMessage<ClaimResponse> = /*@__PURE__*/
+  messageDesc(file_aiflow_cluster_v1_agent, 16);
+
+/**
+ * An item held under a lease, named with its fencing token.
+ *
+ * @generated from message aiflow.cluster.v1.LeaseRef
+ */
+export type LeaseRef = Message<"aiflow.cluster.v1.LeaseRef"> & {
+  /**
+   * @generated from field: string work_item_id = 1;
+   */
+  workItemId: string;
+
+  /**
+   * @generated from field: string lease_token = 2;
+   */
+  leaseToken: string;
+};
+
+/**
+ * Describes the message aiflow.cluster.v1.LeaseRef.
+ * Use `create(LeaseRefSchema)` to create a new message.
+ */
+export const LeaseRefSchema: GenMessage<LeaseRef> = /*@__PURE__*/
+  messageDesc(file_aiflow_cluster_v1_agent, 17);
+
+/**
+ * @generated from message aiflow.cluster.v1.ExtendLeaseRequest
+ */
+export type ExtendLeaseRequest = Message<"aiflow.cluster.v1.ExtendLeaseRequest"> & {
+  /**
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * @generated from field: repeated aiflow.cluster.v1.LeaseRef leases = 2;
+   */
+  leases: LeaseRef[];
+};
+
+/**
+ * Describes the message aiflow.cluster.v1.ExtendLeaseRequest.
+ * Use `create(ExtendLeaseRequestSchema)` to create a new message.
+ */
+export const ExtendLeaseRequestSchema: GenMessage<ExtendLeaseRequest> = /*@__PURE__*/
+  messageDesc(file_aiflow_cluster_v1_agent, 18);
+
+/**
+ * @generated from message aiflow.cluster.v1.ExtendLeaseResponse
+ */
+export type ExtendLeaseResponse = Message<"aiflow.cluster.v1.ExtendLeaseResponse"> & {
+  /**
+   * @generated from field: repeated aiflow.cluster.v1.ItemOutcome outcomes = 1;
+   */
+  outcomes: ItemOutcome[];
+
+  /**
+   * New expiry of the leases still held (epoch ns).
+   *
+   * @generated from field: int64 lease_expires_at_ns = 2;
+   */
+  leaseExpiresAtNs: bigint;
+};
+
+/**
+ * Describes the message aiflow.cluster.v1.ExtendLeaseResponse.
+ * Use `create(ExtendLeaseResponseSchema)` to create a new message.
+ */
+export const ExtendLeaseResponseSchema: GenMessage<ExtendLeaseResponse> = /*@__PURE__*/
+  messageDesc(file_aiflow_cluster_v1_agent, 19);
+
+/**
+ * @generated from message aiflow.cluster.v1.Completion
+ */
+export type Completion = Message<"aiflow.cluster.v1.Completion"> & {
+  /**
+   * @generated from field: string work_item_id = 1;
+   */
+  workItemId: string;
+
+  /**
+   * @generated from field: string lease_token = 2;
+   */
+  leaseToken: string;
+
+  /**
+   * Optional result for the producer, as JSON text.
+   *
+   * @generated from field: string result_json = 3;
+   */
+  resultJson: string;
+};
+
+/**
+ * Describes the message aiflow.cluster.v1.Completion.
+ * Use `create(CompletionSchema)` to create a new message.
+ */
+export const CompletionSchema: GenMessage<Completion> = /*@__PURE__*/
+  messageDesc(file_aiflow_cluster_v1_agent, 20);
+
+/**
+ * @generated from message aiflow.cluster.v1.CompleteRequest
+ */
+export type CompleteRequest = Message<"aiflow.cluster.v1.CompleteRequest"> & {
+  /**
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * @generated from field: repeated aiflow.cluster.v1.Completion items = 2;
+   */
+  items: Completion[];
+};
+
+/**
+ * Describes the message aiflow.cluster.v1.CompleteRequest.
+ * Use `create(CompleteRequestSchema)` to create a new message.
+ */
+export const CompleteRequestSchema: GenMessage<CompleteRequest> = /*@__PURE__*/
+  messageDesc(file_aiflow_cluster_v1_agent, 21);
+
+/**
+ * @generated from message aiflow.cluster.v1.CompleteResponse
+ */
+export type CompleteResponse = Message<"aiflow.cluster.v1.CompleteResponse"> & {
+  /**
+   * @generated from field: repeated aiflow.cluster.v1.ItemOutcome outcomes = 1;
+   */
+  outcomes: ItemOutcome[];
+};
+
+/**
+ * Describes the message aiflow.cluster.v1.CompleteResponse.
+ * Use `create(CompleteResponseSchema)` to create a new message.
+ */
+export const CompleteResponseSchema: GenMessage<CompleteResponse> = /*@__PURE__*/
+  messageDesc(file_aiflow_cluster_v1_agent, 22);
+
+/**
+ * @generated from message aiflow.cluster.v1.Failure
+ */
+export type Failure = Message<"aiflow.cluster.v1.Failure"> & {
+  /**
+   * @generated from field: string work_item_id = 1;
+   */
+  workItemId: string;
+
+  /**
+   * @generated from field: string lease_token = 2;
+   */
+  leaseToken: string;
+
+  /**
+   * @generated from field: string error = 3;
+   */
+  error: string;
+
+  /**
+   * @generated from field: bool retryable = 4;
+   */
+  retryable: boolean;
+
+  /**
+   * Overrides the backoff for this retry when set.
+   *
+   * @generated from field: google.protobuf.Duration retry_delay = 5;
+   */
+  retryDelay?: Duration | undefined;
+};
+
+/**
+ * Describes the message aiflow.cluster.v1.Failure.
+ * Use `create(FailureSchema)` to create a new message.
+ */
+export const FailureSchema: GenMessage<Failure> = /*@__PURE__*/
+  messageDesc(file_aiflow_cluster_v1_agent, 23);
+
+/**
+ * @generated from message aiflow.cluster.v1.FailRequest
+ */
+export type FailRequest = Message<"aiflow.cluster.v1.FailRequest"> & {
+  /**
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * @generated from field: repeated aiflow.cluster.v1.Failure items = 2;
+   */
+  items: Failure[];
+};
+
+/**
+ * Describes the message aiflow.cluster.v1.FailRequest.
+ * Use `create(FailRequestSchema)` to create a new message.
+ */
+export const FailRequestSchema: GenMessage<FailRequest> = /*@__PURE__*/
+  messageDesc(file_aiflow_cluster_v1_agent, 24);
+
+/**
+ * @generated from message aiflow.cluster.v1.FailResponse
+ */
+export type FailResponse = Message<"aiflow.cluster.v1.FailResponse"> & {
+  /**
+   * @generated from field: repeated aiflow.cluster.v1.ItemOutcome outcomes = 1;
+   */
+  outcomes: ItemOutcome[];
+};
+
+/**
+ * Describes the message aiflow.cluster.v1.FailResponse.
+ * Use `create(FailResponseSchema)` to create a new message.
+ */
+export const FailResponseSchema: GenMessage<FailResponse> = /*@__PURE__*/
+  messageDesc(file_aiflow_cluster_v1_agent, 25);
+
+/**
+ * @generated from message aiflow.cluster.v1.ReleaseRequest
+ */
+export type ReleaseRequest = Message<"aiflow.cluster.v1.ReleaseRequest"> & {
+  /**
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * @generated from field: repeated aiflow.cluster.v1.LeaseRef leases = 2;
+   */
+  leases: LeaseRef[];
+};
+
+/**
+ * Describes the message aiflow.cluster.v1.ReleaseRequest.
+ * Use `create(ReleaseRequestSchema)` to create a new message.
+ */
+export const ReleaseRequestSchema: GenMessage<ReleaseRequest> = /*@__PURE__*/
+  messageDesc(file_aiflow_cluster_v1_agent, 26);
+
+/**
+ * @generated from message aiflow.cluster.v1.ReleaseResponse
+ */
+export type ReleaseResponse = Message<"aiflow.cluster.v1.ReleaseResponse"> & {
+  /**
+   * @generated from field: repeated aiflow.cluster.v1.ItemOutcome outcomes = 1;
+   */
+  outcomes: ItemOutcome[];
+};
+
+/**
+ * Describes the message aiflow.cluster.v1.ReleaseResponse.
+ * Use `create(ReleaseResponseSchema)` to create a new message.
+ */
+export const ReleaseResponseSchema: GenMessage<ReleaseResponse> = /*@__PURE__*/
+  messageDesc(file_aiflow_cluster_v1_agent, 27);
+
+/**
  * @generated from enum aiflow.cluster.v1.AgentType
  */
 export enum AgentType {
@@ -544,7 +856,7 @@ export const AgentService: GenService<{
     output: typeof WatchDirectivesResponseSchema;
   },
   /**
-   * A clean exit: the agent goes INACTIVE at once.
+   * A clean exit: the agent goes INACTIVE at once; work it still holds goes back to the queue.
    *
    * @generated from rpc aiflow.cluster.v1.AgentService.Deregister
    */
@@ -552,6 +864,60 @@ export const AgentService: GenService<{
     methodKind: "unary";
     input: typeof DeregisterRequestSchema;
     output: typeof DeregisterResponseSchema;
+  },
+  /**
+   * Claims up to max_items for the agent in one atomic statement. Returns at once when work is
+   * there; otherwise waits up to `wait` for an enqueue to wake it. Draining and inactive agents get
+   * nothing (the reply's status says why).
+   *
+   * @generated from rpc aiflow.cluster.v1.AgentService.Claim
+   */
+  claim: {
+    methodKind: "unary";
+    input: typeof ClaimRequestSchema;
+    output: typeof ClaimResponseSchema;
+  },
+  /**
+   * Extends leases; the reply says which are still held.
+   *
+   * @generated from rpc aiflow.cluster.v1.AgentService.ExtendLease
+   */
+  extendLease: {
+    methodKind: "unary";
+    input: typeof ExtendLeaseRequestSchema;
+    output: typeof ExtendLeaseResponseSchema;
+  },
+  /**
+   * Completes items. An item whose lease token is stale is refused (FAILED_PRECONDITION, "lease
+   * lost") and nothing about it changes.
+   *
+   * @generated from rpc aiflow.cluster.v1.AgentService.Complete
+   */
+  complete: {
+    methodKind: "unary";
+    input: typeof CompleteRequestSchema;
+    output: typeof CompleteResponseSchema;
+  },
+  /**
+   * Fails items: retryable ones go back to the queue with backoff until max_retries, others become
+   * FAILED (dead letters).
+   *
+   * @generated from rpc aiflow.cluster.v1.AgentService.Fail
+   */
+  fail: {
+    methodKind: "unary";
+    input: typeof FailRequestSchema;
+    output: typeof FailResponseSchema;
+  },
+  /**
+   * Gives items back without spending an attempt (used when draining).
+   *
+   * @generated from rpc aiflow.cluster.v1.AgentService.Release
+   */
+  release: {
+    methodKind: "unary";
+    input: typeof ReleaseRequestSchema;
+    output: typeof ReleaseResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_aiflow_cluster_v1_agent, 0);

@@ -1,0 +1,115 @@
+/**
+ * AgentService's work RPCs (role `agent`): long-poll claims, lease extension, fenced completion,
+ * failure and release. Every batch answers per item; a stale lease token refuses that item with
+ * FAILED_PRECONDITION and changes nothing about it.
+ */
+import { durationMs } from "@bufbuild/protobuf/wkt";
+import type { ServiceImpl } from "@connectrpc/connect";
+import { invalidArgument } from "../domain/errors.js";
+import type { AgentService } from "../gen/aiflow/cluster/v1/agent_pb.js";
+import type { KnownAgent } from "./directives.js";
+import { agentStatusToWire } from "./convert.js";
+import type { QueueCore } from "./queue-core.js";
+import { identifier, optionalText, withinBytes } from "./validate.js";
+import { fencedOutcomes, workItemToWire } from "./work-item-wire.js";
+
+export interface AgentWorkDeps {
+  core: QueueCore;
+  /** The agent's cached status (from the directive hub), loading it when unknown. */
+  known(name: string): Promise<KnownAgent>;
+  draining: AbortSignal;
+}
+
+/** A claim that finds nothing re-checks this often even without a wake-up (a lost NOTIFY). */
+const FALLBACK_POLL_MS = 5_000;
+const MAX_BATCH = 10_000;
+
+export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentService>, "claim" | "extendLease" | "complete" | "fail" | "release"> {
+  const { core } = d;
+  const { config, clock, store } = core;
+
+  const batch = <T>(items: readonly T[], field: string) => {
+    if (items.length === 0) throw invalidArgument(field, "needs at least one item");
+    if (items.length > MAX_BATCH) throw invalidArgument(field, `has ${items.length} items; the limit is ${MAX_BATCH}`);
+    return items;
+  };
+  const leaseRefs = (refs: readonly { workItemId: string; leaseToken: string }[], field: string) =>
+    batch(refs, field).map((r, i) => ({ id: identifier(r.workItemId, `${field}[${i}].work_item_id`), token: identifier(r.leaseToken, `${field}[${i}].lease_token`) }));
+
+  return {
+    async claim(req, ctx) {
+      const name = identifier(req.name, "name");
+      const max = Math.min(Math.max(req.maxItems, 1), config.claimMaxItems);
+      const waitMs = Math.min(req.wait ? durationMs(req.wait) : 0, config.claimMaxWait);
+      const deadline = Date.now() + waitMs;
+      for (;;) {
+        const state = await d.known(name);
+        if (state.status !== "active") return { items: [], status: agentStatusToWire(state.status) };
+        // Armed before the query, so an enqueue landing between the query and the wait still wakes us.
+        const armed = core.work.arm(null);
+        try {
+          const rows = await store.claim({ agent: name, instance: config.instanceId, max, nowMs: clock.nowMs(), leaseTtlMs: config.leaseTtl });
+          const remaining = deadline - Date.now();
+          if (rows.length > 0 || remaining <= 0 || ctx.signal.aborted || d.draining.aborted)
+            return { items: rows.map(workItemToWire), status: agentStatusToWire(state.status) };
+          await armed.wait(Math.min(remaining, FALLBACK_POLL_MS), [ctx.signal, d.draining]);
+        } finally {
+          armed.disarm();
+        }
+      }
+    },
+
+    async extendLease(req) {
+      const name = identifier(req.name, "name");
+      const leases = leaseRefs(req.leases, "leases");
+      const now = clock.nowMs();
+      const held = await store.extend(name, leases, now, config.leaseTtl);
+      return { outcomes: fencedOutcomes(leases.map((l) => l.id), held), leaseExpiresAtNs: BigInt(now + config.leaseTtl) * 1_000_000n };
+    },
+
+    async complete(req) {
+      const name = identifier(req.name, "name");
+      const items = batch(req.items, "items").map((c, i) => {
+        const resultJson = jsonOrNull(c.resultJson, `items[${i}].result_json`);
+        if (resultJson) withinBytes(resultJson, `items[${i}].result_json`, config.payloadMaxBytes);
+        return { id: identifier(c.workItemId, `items[${i}].work_item_id`), token: identifier(c.leaseToken, `items[${i}].lease_token`), resultJson };
+      });
+      const done = await store.complete(name, items, clock.nowMs());
+      if (done.length > 0) core.done.ring(["*"]);
+      return { outcomes: fencedOutcomes(items.map((i) => i.id), done) };
+    },
+
+    async fail(req) {
+      const name = identifier(req.name, "name");
+      const items = batch(req.items, "items").map((f, i) => ({
+        id: identifier(f.workItemId, `items[${i}].work_item_id`),
+        token: identifier(f.leaseToken, `items[${i}].lease_token`),
+        error: optionalText(f.error, `items[${i}].error`, 8192) ?? "failed without a message",
+        retryable: f.retryable,
+        delayMs: f.retryDelay ? Math.max(0, durationMs(f.retryDelay)) : null,
+      }));
+      const rows = await store.fail(name, items, clock.nowMs());
+      if (rows.some((r) => r.status === "failed")) core.done.ring(["*"]);
+      return { outcomes: fencedOutcomes(items.map((i) => i.id), rows.map((r) => r.id)) };
+    },
+
+    async release(req) {
+      const name = identifier(req.name, "name");
+      const leases = leaseRefs(req.leases, "leases");
+      const released = await store.release(name, leases, clock.nowMs());
+      if (released.length > 0) core.work.ring(["*"]);
+      return { outcomes: fencedOutcomes(leases.map((l) => l.id), released) };
+    },
+  };
+}
+
+/** Parses optional JSON text: empty is null; invalid JSON is INVALID_ARGUMENT. Returns the text. */
+export function jsonOrNull(raw: string, field: string): string | null {
+  if (raw.trim() === "") return null;
+  try {
+    JSON.parse(raw);
+  } catch (err) {
+    throw invalidArgument(field, `is not valid JSON (${(err as Error).message})`);
+  }
+  return raw;
+}

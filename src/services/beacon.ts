@@ -1,0 +1,133 @@
+/**
+ * Wake-ups without polling, across daemons. `ring(keys)` wakes this daemon's waiters at once and
+ * tells the other daemons with ONE NOTIFY per coalescing window, however many items or calls rang
+ * in it (a NOTIFY per item is what caps other Postgres queues at a few hundred jobs per second).
+ *
+ * A waiter is armed BEFORE it checks the database, so a ring that lands between its check and its
+ * wait is not lost.
+ */
+import { sql, type DatabasePool } from "slonik";
+import type { PgListener } from "../db/notify.js";
+import type { Logger } from "../log.js";
+
+/** The wildcard key: wakes every waiter. */
+export const ANY = "*";
+const MAX_PAYLOAD = 7000;
+
+export interface Armed {
+  /** Resolves true when rung (for one of its keys) since arming, false at the timeout or an abort. */
+  wait(timeoutMs: number, signals: readonly AbortSignal[]): Promise<boolean>;
+  disarm(): void;
+}
+
+interface Waiter {
+  keys: ReadonlySet<string> | null;
+  rung: boolean;
+  resolve?: (rung: boolean) => void;
+}
+
+export class Beacon {
+  readonly #waiters = new Set<Waiter>();
+  #outgoing = new Set<string>();
+  #timer: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly pool: DatabasePool,
+    private readonly channel: string,
+    private readonly instanceId: string,
+    private readonly windowMs: number,
+    private readonly log: Logger,
+  ) {}
+
+  async start(listener: PgListener): Promise<void> {
+    await listener.on(this.channel, (payload) => {
+      try {
+        const msg = JSON.parse(payload) as { from: string; keys: string[] };
+        if (msg.from !== this.instanceId) this.#wakeLocal(msg.keys);
+      } catch {
+        this.#wakeLocal([ANY]);
+      }
+    });
+    // Notifications sent while the listener was reconnecting are lost: wake everyone to re-check.
+    listener.onReconnect(() => this.#wakeLocal([ANY]));
+  }
+
+  /** Wakes local waiters now and other daemons within one window. */
+  ring(keys: readonly string[]): void {
+    if (keys.length === 0) return;
+    this.#wakeLocal(keys);
+    for (const k of keys) this.#outgoing.add(k);
+    this.#timer ??= setTimeout(() => void this.#flush(), this.windowMs);
+  }
+
+  /** Wakes only this daemon's waiters (for conditions every daemon detects itself, like due items). */
+  ringLocal(keys: readonly string[]): void {
+    this.#wakeLocal(keys);
+  }
+
+  /** Arms a waiter for these keys (null: any ring wakes it). */
+  arm(keys: ReadonlySet<string> | null): Armed {
+    const w: Waiter = { keys, rung: false };
+    this.#waiters.add(w);
+    return {
+      wait: (timeoutMs, signals) => {
+        if (w.rung) return Promise.resolve(true);
+        if (timeoutMs <= 0 || signals.some((s) => s.aborted)) return Promise.resolve(false);
+        return new Promise<boolean>((resolve) => {
+          const done = (rung: boolean) => {
+            clearTimeout(timer);
+            for (const s of signals) s.removeEventListener("abort", onAbort);
+            w.resolve = undefined;
+            resolve(rung);
+          };
+          const onAbort = () => done(false);
+          const timer = setTimeout(() => done(false), timeoutMs);
+          for (const s of signals) s.addEventListener("abort", onAbort);
+          w.resolve = done;
+        });
+      },
+      disarm: () => {
+        this.#waiters.delete(w);
+        w.resolve?.(false);
+      },
+    };
+  }
+
+  get waiting(): number {
+    return this.#waiters.size;
+  }
+
+  async stop(): Promise<void> {
+    clearTimeout(this.#timer);
+    this.#timer = undefined;
+    await this.#flush();
+  }
+
+  #wakeLocal(keys: readonly string[]): void {
+    const all = keys.includes(ANY);
+    for (const w of this.#waiters) {
+      if (w.rung) continue;
+      if (all || w.keys === null || keys.some((k) => w.keys!.has(k))) {
+        w.rung = true;
+        w.resolve?.(true);
+      }
+    }
+  }
+
+  async #flush(): Promise<void> {
+    this.#timer = undefined;
+    if (this.#outgoing.size === 0) return;
+    let keys = [...this.#outgoing];
+    this.#outgoing = new Set();
+    let payload = JSON.stringify({ from: this.instanceId, keys });
+    if (payload.length > MAX_PAYLOAD) {
+      keys = [ANY];
+      payload = JSON.stringify({ from: this.instanceId, keys });
+    }
+    try {
+      await this.pool.query(sql.unsafe`SELECT pg_notify(${this.channel}, ${payload})`);
+    } catch (err) {
+      this.log.warn({ err: (err as Error).message, channel: this.channel }, "could not notify other daemons; their fallback poll will find the work");
+    }
+  }
+}

@@ -1,0 +1,84 @@
+/**
+ * What the queue's services and sweeps share: the store, the two beacons (work became claimable;
+ * work finished) and the directives that tell agents to stop work they no longer hold.
+ */
+import type { Clock } from "../clock.js";
+import type { Config } from "../config.js";
+import type { Logger } from "../log.js";
+import type { Requeued, WorkItemStore } from "../store/work-items.js";
+import type { Beacon } from "./beacon.js";
+import type { DirectiveHub, DirectiveMessage } from "./directives.js";
+import type { MaintenanceTask } from "./maintenance.js";
+
+/** Beacon key for claimable work of one tenant and engine kind. */
+export const workKey = (tenant: string, kind: string) => `${tenant}\u0000${kind}`;
+
+export class QueueCore {
+  constructor(
+    readonly store: WorkItemStore,
+    readonly hub: DirectiveHub,
+    /** Rung when items become claimable. */
+    readonly work: Beacon,
+    /** Rung (per tenant) when items finish. */
+    readonly done: Beacon,
+    readonly clock: Clock,
+    readonly config: Config,
+    readonly log: Logger,
+  ) {}
+
+  /** Tells each former holder to stop the items taken from it. */
+  async revoke(rows: readonly Requeued[], reason: string): Promise<void> {
+    const byAgent = new Map<string, DirectiveMessage[]>();
+    for (const r of rows) {
+      if (!r.agent || !r.token) continue;
+      const list = byAgent.get(r.agent) ?? [];
+      list.push({ kind: "cancel", workItemId: r.id, leaseToken: r.token, reason });
+      byAgent.set(r.agent, list);
+    }
+    for (const [agent, list] of byAgent) await this.hub.publishMany(agent, list);
+  }
+
+  /** An agent left or was found dead: everything it held goes back now, not when its leases run out. */
+  async agentGone(name: string): Promise<void> {
+    const now = this.clock.nowMs();
+    const rows = await this.store.requeueAgent(name, now, "liveness", `agent '${name}' went inactive`);
+    if (rows.length === 0) return;
+    this.log.warn({ agent: name, items: rows.length }, "released the work of an inactive agent");
+    await this.revoke(rows, "agent inactive");
+    this.#afterRequeue(rows);
+  }
+
+  #afterRequeue(rows: readonly Requeued[]): void {
+    // Items that failed for good are finished; the rest become due after their backoff, which the
+    // due-wake task notices.
+    if (rows.some((r) => r.status === "failed")) this.done.ring(["*"]);
+  }
+
+  /** The expiry sweep: one statement, safe when every daemon runs it. */
+  expiryTask(): MaintenanceTask {
+    return {
+      name: "lease-expiry",
+      run: async (now) => {
+        const rows = await this.store.requeueExpired(now, "expiry-sweep");
+        if (rows.length === 0) return;
+        this.log.info({ items: rows.length }, "leases expired: items returned to the queue");
+        await this.revoke(rows, "lease expired");
+        this.#afterRequeue(rows);
+      },
+    };
+  }
+
+  /** Wakes local claims for items whose backoff or not-before passed since the last run. */
+  dueTask(): MaintenanceTask {
+    let last = this.clock.nowMs();
+    return {
+      name: "due-wake",
+      run: async (now) => {
+        if (now <= last) return;
+        const pairs = await this.store.dueSince(last, now);
+        last = now;
+        if (pairs.length > 0) this.work.ringLocal(pairs.map((p) => workKey(p.tenant_key, p.engine_kind)));
+      },
+    };
+  }
+}

@@ -1,0 +1,147 @@
+/**
+ * QueueService (role `engine`, tenant-scoped): enqueue, read back, wait for, and cancel work.
+ */
+import { durationMs, timestampMs } from "@bufbuild/protobuf/wkt";
+import type { ServiceImpl } from "@connectrpc/connect";
+import { invalidArgument, notFound, resourceExhausted } from "../domain/errors.js";
+import type { EnqueueItem, ListItemsRequest, QueueService } from "../gen/aiflow/cluster/v1/queue_pb.js";
+import { assertTenant, callerOf } from "../server/auth.js";
+import type { ItemStatus, NewItem } from "../store/work-items.js";
+import { jsonOrNull } from "./agent-work.js";
+import { workKey, type QueueCore } from "./queue-core.js";
+import { identifier, inRange, optionalText, withinBytes } from "./validate.js";
+import { itemStatusFromWire, TERMINAL, workItemToWire } from "./work-item-wire.js";
+import { z } from "zod";
+import { decodeCursor, encodeCursor } from "./cursor.js";
+
+const listCursor = z.object({ priority: z.number().int(), createdon: z.number(), id: z.string() });
+
+const MAX_ENQUEUE = 10_000;
+const MAX_WAIT_MS = 60_000;
+
+export function queueServiceImpl(core: QueueCore, draining: AbortSignal): ServiceImpl<typeof QueueService> {
+  const { store, clock, config } = core;
+
+  const tenantOf = (raw: string, ctx: Parameters<ServiceImpl<typeof QueueService>["getItem"]>[1]) => {
+    const tenant = identifier(raw, "tenant_key");
+    assertTenant(callerOf(ctx), tenant);
+    return tenant;
+  };
+
+  return {
+    async enqueue(req, ctx) {
+      const tenant = tenantOf(req.tenantKey, ctx);
+      const caller = callerOf(ctx);
+      if (req.items.length === 0) throw invalidArgument("items", "needs at least one item");
+      if (req.items.length > MAX_ENQUEUE) throw resourceExhausted(`items: ${req.items.length} in one call; the limit is ${MAX_ENQUEUE}`);
+      const now = clock.nowMs();
+      const items = req.items.map((it, i) => newItem(it, i, now, config.payloadMaxBytes));
+      const parents = [...new Set(items.map((i) => i.parentId).filter((p): p is string => p !== null))];
+      if (parents.length > 0) {
+        const found = await store.find(tenant, parents, null);
+        const missing = parents.filter((p) => !found.some((f) => f.id === p));
+        if (missing.length > 0) throw invalidArgument("parent_work_item_id", `no item '${missing[0]}' in tenant '${tenant}'`);
+      }
+      const engineId = optionalText(req.engineId, "engine_id", 256) ?? caller.principal;
+      const results = await store.enqueue(tenant, engineId, items, now, caller.principal);
+      core.work.ring([...new Set(items.map((i) => workKey(tenant, i.engineKind)))]);
+      return { results };
+    },
+
+    async getItem(req, ctx) {
+      const tenant = tenantOf(req.tenantKey, ctx);
+      const id = identifier(req.id, "id");
+      const row = await store.get(tenant, id);
+      if (!row) throw notFound(`no work item '${id}' in tenant '${tenant}'`);
+      const counts = await store.childCounts(tenant, id);
+      const hasChildren = Object.values(counts).some((n) => n > 0);
+      return { item: workItemToWire(row), children: hasChildren ? counts : undefined };
+    },
+
+    async listItems(req, ctx) {
+      const tenant = tenantOf(req.tenantKey, ctx);
+      const limit = Math.min(req.pageSize || 100, 1000);
+      const rows = await store.list({ ...listFilter(req), tenant, limit: limit + 1, after: req.pageToken ? decodeCursor(req.pageToken, listCursor) : undefined });
+      const page = rows.slice(0, limit);
+      const last = page.at(-1);
+      return {
+        items: page.map(workItemToWire),
+        nextPageToken: rows.length > limit && last ? encodeCursor({ priority: last.priority ?? 0, createdon: last.createdon, id: last.id }) : "",
+      };
+    },
+
+    async wait(req, ctx) {
+      const tenant = tenantOf(req.tenantKey, ctx);
+      const ids = req.ids.map((id, i) => identifier(id, `ids[${i}]`));
+      const runId = req.runId ? identifier(req.runId, "run_id") : null;
+      if (ids.length === 0 && !runId) throw invalidArgument("ids", "name items or a run_id to wait for");
+      const deadline = Date.now() + Math.min(req.timeout ? durationMs(req.timeout) : 0, MAX_WAIT_MS);
+      for (;;) {
+        const armed = core.done.arm(null);
+        try {
+          const rows = await store.find(tenant, ids, runId);
+          const done = rows.length > 0 && rows.every((r) => TERMINAL.has(r.status));
+          const remaining = deadline - Date.now();
+          if (done || remaining <= 0 || ctx.signal.aborted || draining.aborted) return { done, items: rows.map(workItemToWire) };
+          await armed.wait(Math.min(remaining, 5_000), [ctx.signal, draining]);
+        } finally {
+          armed.disarm();
+        }
+      }
+    },
+
+    async cancel(req, ctx) {
+      const tenant = tenantOf(req.tenantKey, ctx);
+      const caller = callerOf(ctx);
+      const target = {
+        ids: req.ids.map((id, i) => identifier(id, `ids[${i}]`)),
+        runId: req.runId ? identifier(req.runId, "run_id") : null,
+        parentIds: req.parentIds.map((id, i) => identifier(id, `parent_ids[${i}]`)),
+      };
+      if (target.ids.length === 0 && !target.runId && target.parentIds.length === 0) throw invalidArgument("ids", "name items, a run_id or parent_ids to cancel");
+      const reason = optionalText(req.reason, "reason", 1024) ?? `cancelled by ${caller.principal}`;
+      const rows = await store.cancel(tenant, target, reason, clock.nowMs(), caller.principal);
+      await core.revoke(rows, reason);
+      if (rows.length > 0) core.done.ring(["*"]);
+      return { cancelledIds: rows.map((r) => r.id) };
+    },
+  };
+}
+
+function newItem(it: EnqueueItem, i: number, nowMs: number, payloadMax: number): NewItem {
+  const f = (name: string) => `items[${i}].${name}`;
+  const payloadJson = jsonOrNull(it.payloadJson, f("payload_json"));
+  if (payloadJson) withinBytes(payloadJson, f("payload_json"), payloadMax);
+  const selector: Record<string, string> = {};
+  for (const [k, v] of Object.entries(it.workerParams?.selector ?? {})) selector[identifier(k, f("worker_params.selector key"))] = optionalText(v, f(`worker_params.selector[${k}]`), 256) ?? "";
+  const notBeforeMs = it.notBefore ? timestampMs(it.notBefore) : nowMs;
+  return {
+    engineKind: identifier(it.engineKind, f("engine_kind")),
+    runId: it.runId ? identifier(it.runId, f("run_id")) : null,
+    taskId: optionalText(it.taskId, f("task_id"), 256),
+    taskName: optionalText(it.taskName, f("task_name"), 256),
+    workerParams: Object.keys(selector).length > 0 ? { selector } : null,
+    payloadJson,
+    priority: inRange(it.priority, f("priority"), 0, 1_000_000),
+    maxRetries: inRange(it.maxRetries, f("max_retries"), 0, 1000),
+    notBeforeNs: BigInt(Math.max(notBeforeMs, 0)) * 1_000_000n,
+    parentId: it.parentWorkItemId ? identifier(it.parentWorkItemId, f("parent_work_item_id")) : null,
+    idempotencyKey: optionalText(it.idempotencyKey, f("idempotency_key"), 256),
+  };
+}
+
+function listFilter(req: ListItemsRequest) {
+  const statuses = req.statuses.map((s, i) => {
+    const v = itemStatusFromWire(s);
+    if (!v) throw invalidArgument(`statuses[${i}]`, `unknown status ${s}`);
+    return v;
+  }) as ItemStatus[];
+  return {
+    statuses,
+    engineKind: req.engineKind ? identifier(req.engineKind, "engine_kind") : undefined,
+    runId: req.runId ? identifier(req.runId, "run_id") : undefined,
+    parentId: req.parentWorkItemId ? identifier(req.parentWorkItemId, "parent_work_item_id") : undefined,
+    agent: req.agentId ? identifier(req.agentId, "agent_id") : undefined,
+  };
+}
+

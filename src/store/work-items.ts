@@ -1,0 +1,408 @@
+/**
+ * SQL for aiflow_work_item, all of it. The queue's guarantees live here:
+ *
+ * - A claim is ONE statement: a CTE picks pending items with FOR UPDATE SKIP LOCKED and an
+ *   UPDATE … RETURNING dispatches them with a fresh lease token. Several daemons share the queue.
+ * - Every write to a dispatched item is fenced by its lease token and status, so a zombie agent's
+ *   late completion matches no row and changes nothing.
+ * - Expiry, failure and release return items to `pending` in one statement each; an item is never
+ *   both re-queued and completed, because both require the same row in the same state.
+ *
+ * Times: createdon/updatedon are timestamptz from the caller's clock; the engine-written times are
+ * bigint epoch nanoseconds from the same clock. Nothing here calls now().
+ */
+import { sql, type CommonQueryMethods, type FragmentSqlToken } from "slonik";
+import { ulid } from "ulid";
+import { z } from "zod";
+import { withDbErrors } from "../db/errors.js";
+import type { Tables } from "../db/tables.js";
+
+export const ITEM_STATUSES = ["pending", "dispatched", "completed", "failed", "cancelled"] as const;
+export type ItemStatus = (typeof ITEM_STATUSES)[number];
+
+export const workItemRow = z.object({
+  id: z.string(),
+  tenant_key: z.string(),
+  engine_id: z.string(),
+  engine_kind: z.string(),
+  parent_work_item_id: z.string().nullable(),
+  run_id: z.string().nullable(),
+  task_id: z.string().nullable(),
+  task_name: z.string().nullable(),
+  worker_params: z.record(z.unknown()).nullable(),
+  payload: z.unknown().nullable(),
+  status: z.enum(ITEM_STATUSES),
+  priority: z.number().nullable(),
+  agent_id: z.string().nullable(),
+  dispatched_at: z.bigint().nullable(),
+  completed_at: z.bigint().nullable(),
+  lease_expires_at: z.bigint().nullable(),
+  leased_by: z.string().nullable(),
+  next_attempt_at: z.bigint().nullable(),
+  retry_count: z.number().nullable(),
+  max_retries: z.number().nullable(),
+  error: z.string().nullable(),
+  lease_token: z.string().nullable(),
+  result: z.unknown().nullable(),
+  idempotency_key: z.string().nullable(),
+  createdon: z.number(),
+  updatedon: z.number().nullable(),
+});
+export type WorkItemRow = z.infer<typeof workItemRow>;
+
+export interface NewItem {
+  engineKind: string;
+  runId: string | null;
+  taskId: string | null;
+  taskName: string | null;
+  workerParams: Record<string, unknown> | null;
+  /** JSON text, already validated. */
+  payloadJson: string | null;
+  priority: number;
+  maxRetries: number;
+  /** Epoch ns; the item is not claimable before it. */
+  notBeforeNs: bigint;
+  parentId: string | null;
+  idempotencyKey: string | null;
+}
+
+export interface Backoff {
+  baseMs: number;
+  capMs: number;
+  /** Full jitter (rand(0, bound)) when true; the bound itself when false (deterministic tests). */
+  jitter: boolean;
+}
+
+/** An item given back to the queue or finished by a sweep, with what its holder had. */
+export interface Requeued {
+  id: string;
+  status: ItemStatus;
+  agent: string | null;
+  token: string | null;
+}
+
+const requeuedRow = z.object({ id: z.string(), status: z.enum(ITEM_STATUSES), agent: z.string().nullable(), token: z.string().nullable() });
+const idRow = z.object({ id: z.string() });
+const ts = (ms: number) => sql.timestamp(new Date(ms));
+const ms2ns = (ms: number) => BigInt(Math.round(ms)) * 1_000_000n;
+
+export interface ClaimInput {
+  agent: string;
+  /** The daemon instance granting the lease (stored in leased_by). */
+  instance: string;
+  max: number;
+  nowMs: number;
+  leaseTtlMs: number;
+}
+
+export interface ListFilter {
+  tenant: string;
+  statuses: ItemStatus[];
+  engineKind?: string;
+  runId?: string;
+  parentId?: string;
+  agent?: string;
+  /** Keyset cursor: the last row of the previous page. */
+  after?: { priority: number; createdon: number; id: string };
+  limit: number;
+}
+
+export class WorkItemStore {
+  constructor(
+    private readonly db: CommonQueryMethods,
+    private readonly t: Tables,
+    private readonly backoff: Backoff,
+  ) {}
+
+  /**
+   * Inserts a batch in one statement. Items whose (tenant, idempotency key) already exists are
+   * skipped by the unique index; a second statement (a fresh snapshot, so it sees rows another
+   * daemon committed meanwhile) reads their ids. Returns one id per input, in order.
+   */
+  async enqueue(tenant: string, engineId: string, items: readonly NewItem[], nowMs: number, by: string): Promise<{ id: string; existing: boolean }[]> {
+    const w = this.t.id("work_item");
+    const ids = items.map(() => ulid(nowMs));
+    const col = <T>(f: (i: NewItem) => T) => items.map(f);
+    const inserted = await withDbErrors(() =>
+      this.db.anyFirst(sql.type(z.object({ id: z.string() }))`
+        INSERT INTO ${w} (id, tenant_key, engine_id, engine_kind, parent_work_item_id, run_id, task_id, task_name, worker_params, payload,
+                          status, priority, next_attempt_at, retry_count, max_retries, idempotency_key, createdby, createdon, updatedby, updatedon)
+        SELECT v.id, ${tenant}, ${engineId}, v.engine_kind, v.parent, v.run_id, v.task_id, v.task_name, v.worker_params, v.payload,
+               'pending', v.priority, v.next_attempt_at, 0, v.max_retries, v.idem, ${by}, ${ts(nowMs)}, ${by}, ${ts(nowMs)}
+          FROM unnest(${sql.array(ids, "text")}, ${sql.array(col((i) => i.engineKind), "text")}, ${sql.array(col((i) => i.parentId), "text")},
+                      ${sql.array(col((i) => i.runId), "text")}, ${sql.array(col((i) => i.taskId), "text")}, ${sql.array(col((i) => i.taskName), "text")},
+                      ${sql.array(col((i) => (i.workerParams ? JSON.stringify(i.workerParams) : null)), "jsonb")}, ${sql.array(col((i) => i.payloadJson), "jsonb")},
+                      ${sql.array(col((i) => i.priority), "int4")}, ${sql.array(col((i) => String(i.notBeforeNs)), "int8")},
+                      ${sql.array(col((i) => i.maxRetries), "int4")}, ${sql.array(col((i) => i.idempotencyKey), "text")})
+               WITH ORDINALITY AS v(id, engine_kind, parent, run_id, task_id, task_name, worker_params, payload, priority, next_attempt_at, max_retries, idem, ord)
+         ORDER BY v.ord
+        ON CONFLICT (tenant_key, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+        RETURNING id`),
+    );
+    const fresh = new Set(inserted);
+    const missingKeys = items.filter((it, i) => !fresh.has(ids[i]!) && it.idempotencyKey !== null).map((it) => it.idempotencyKey!);
+    const existing = new Map<string, string>();
+    if (missingKeys.length > 0) {
+      const rows = await withDbErrors(() =>
+        this.db.any(sql.type(z.object({ id: z.string(), idempotency_key: z.string() }))`
+          SELECT id, idempotency_key FROM ${w} WHERE tenant_key = ${tenant} AND idempotency_key = ANY(${sql.array(missingKeys, "text")})`),
+      );
+      for (const r of rows) existing.set(r.idempotency_key, r.id);
+    }
+    return items.map((it, i) => {
+      if (fresh.has(ids[i]!)) return { id: ids[i]!, existing: false };
+      const id = it.idempotencyKey !== null ? existing.get(it.idempotencyKey) : undefined;
+      if (!id) throw new Error(`enqueue: item ${i} was neither inserted nor found by its idempotency key`);
+      return { id, existing: true };
+    });
+  }
+
+  /**
+   * The claim: one atomic statement. Only an ACTIVE agent claims; it takes pending items of the
+   * tenants and engine kinds it registered with, whose next attempt is due, and whose selector its
+   * tags satisfy (jsonb containment: every selector pair must be among the agent's tags), in
+   * priority, creation order.
+   */
+  claim(c: ClaimInput): Promise<readonly WorkItemRow[]> {
+    const w = this.t.id("work_item");
+    const a = this.t.id("agent");
+    const nowNs = ms2ns(c.nowMs);
+    return withDbErrors(() =>
+      this.db.any(sql.type(workItemRow)`
+        WITH agent AS (
+          SELECT name, metadata FROM ${a} WHERE name = ${c.agent} AND status = 'active' AND deletedon IS NULL
+        ), picked AS (
+          SELECT w.id FROM ${w} w, agent
+           WHERE w.status = 'pending'
+             AND w.next_attempt_at <= ${nowNs}
+             AND w.tenant_key = ANY(ARRAY(SELECT jsonb_array_elements_text(agent.metadata -> 'tenants')))
+             AND w.engine_kind = ANY(ARRAY(SELECT jsonb_array_elements_text(agent.metadata -> 'engineKinds')))
+             AND (w.worker_params -> 'selector' IS NULL OR COALESCE(agent.metadata -> 'tags', '{}'::jsonb) @> (w.worker_params -> 'selector'))
+           ORDER BY w.priority, w.createdon, w.id
+           LIMIT ${c.max}
+           FOR UPDATE OF w SKIP LOCKED
+        )
+        UPDATE ${w} w
+           SET status = 'dispatched', agent_id = ${c.agent}, leased_by = ${c.instance}, dispatched_at = ${nowNs},
+               lease_expires_at = ${nowNs + ms2ns(c.leaseTtlMs)}, lease_token = gen_random_uuid()::text,
+               updatedby = ${c.agent}, updatedon = ${ts(c.nowMs)}
+          FROM picked
+         WHERE w.id = picked.id
+        RETURNING w.*`),
+    );
+  }
+
+  /** Extends the leases the agent still holds; returns their ids. */
+  extend(agent: string, leases: readonly { id: string; token: string }[], nowMs: number, ttlMs: number): Promise<readonly string[]> {
+    const w = this.t.id("work_item");
+    return withDbErrors(() =>
+      this.db.anyFirst(sql.type(idRow)`
+        UPDATE ${w} w SET lease_expires_at = ${ms2ns(nowMs + ttlMs)}, updatedby = ${agent}, updatedon = ${ts(nowMs)}
+          FROM unnest(${sql.array(leases.map((l) => l.id), "text")}, ${sql.array(leases.map((l) => l.token), "text")}) AS v(id, token)
+         WHERE w.id = v.id AND w.lease_token = v.token AND w.status = 'dispatched' AND w.agent_id = ${agent}
+        RETURNING w.id`),
+    );
+  }
+
+  /** Completes fenced items; returns the ids that matched (the rest had lost their lease). */
+  complete(agent: string, items: readonly { id: string; token: string; resultJson: string | null }[], nowMs: number): Promise<readonly string[]> {
+    const w = this.t.id("work_item");
+    return withDbErrors(() =>
+      this.db.anyFirst(sql.type(idRow)`
+        UPDATE ${w} w SET status = 'completed', completed_at = ${ms2ns(nowMs)}, result = v.result, lease_expires_at = NULL, lease_token = NULL,
+                          updatedby = ${agent}, updatedon = ${ts(nowMs)}
+          FROM unnest(${sql.array(items.map((i) => i.id), "text")}, ${sql.array(items.map((i) => i.token), "text")},
+                      ${sql.array(items.map((i) => i.resultJson), "jsonb")}) AS v(id, token, result)
+         WHERE w.id = v.id AND w.lease_token = v.token AND w.status = 'dispatched' AND w.agent_id = ${agent}
+        RETURNING w.id`),
+    );
+  }
+
+  /**
+   * Fails fenced items. A retryable failure with budget left goes back to pending with retry_count+1
+   * and next_attempt_at = now + delay (the asked delay, else the backoff); otherwise the item becomes
+   * failed (a dead letter) and keeps the error.
+   */
+  fail(
+    agent: string,
+    items: readonly { id: string; token: string; error: string; retryable: boolean; delayMs: number | null }[],
+    nowMs: number,
+  ): Promise<readonly Requeued[]> {
+    const w = this.t.id("work_item");
+    const retry = sql.fragment`(v.retryable AND w.retry_count < w.max_retries)`;
+    return withDbErrors(() =>
+      this.db.any(sql.type(requeuedRow)`
+        UPDATE ${w} w SET
+               status = CASE WHEN ${retry} THEN 'pending' ELSE 'failed' END,
+               retry_count = CASE WHEN ${retry} THEN w.retry_count + 1 ELSE w.retry_count END,
+               next_attempt_at = CASE WHEN ${retry} THEN ${ms2ns(nowMs)} + COALESCE(v.delay_ns, ${this.#backoffNs(sql.fragment`w.retry_count`)}) ELSE w.next_attempt_at END,
+               completed_at = CASE WHEN ${retry} THEN NULL ELSE ${ms2ns(nowMs)} END,
+               agent_id = CASE WHEN ${retry} THEN NULL ELSE w.agent_id END,
+               error = v.error, lease_expires_at = NULL, lease_token = NULL, updatedby = ${agent}, updatedon = ${ts(nowMs)}
+          FROM unnest(${sql.array(items.map((i) => i.id), "text")}, ${sql.array(items.map((i) => i.token), "text")}, ${sql.array(items.map((i) => i.error), "text")},
+                      ${sql.array(items.map((i) => i.retryable), "bool")}, ${sql.array(items.map((i) => (i.delayMs === null ? null : String(ms2ns(i.delayMs)))), "int8")})
+               AS v(id, token, error, retryable, delay_ns)
+         WHERE w.id = v.id AND w.lease_token = v.token AND w.status = 'dispatched' AND w.agent_id = ${agent}
+        RETURNING w.id, w.status, ${agent}::text AS agent, v.token`),
+    );
+  }
+
+  /** Gives fenced items back without spending an attempt. */
+  release(agent: string, leases: readonly { id: string; token: string }[], nowMs: number): Promise<readonly string[]> {
+    const w = this.t.id("work_item");
+    return withDbErrors(() =>
+      this.db.anyFirst(sql.type(idRow)`
+        UPDATE ${w} w SET status = 'pending', agent_id = NULL, lease_expires_at = NULL, lease_token = NULL, dispatched_at = NULL,
+                          next_attempt_at = ${ms2ns(nowMs)}, updatedby = ${agent}, updatedon = ${ts(nowMs)}
+          FROM unnest(${sql.array(leases.map((l) => l.id), "text")}, ${sql.array(leases.map((l) => l.token), "text")}) AS v(id, token)
+         WHERE w.id = v.id AND w.lease_token = v.token AND w.status = 'dispatched' AND w.agent_id = ${agent}
+        RETURNING w.id`),
+    );
+  }
+
+  /** The expiry sweep: dispatched items whose lease ran out go back (an attempt spent) or fail. */
+  requeueExpired(nowMs: number, by: string, limit = 1000): Promise<readonly Requeued[]> {
+    return this.#requeue(sql.fragment`status = 'dispatched' AND lease_expires_at < ${ms2ns(nowMs)}`, "lease expired", nowMs, by, true, limit);
+  }
+
+  /** Everything an agent holds goes back at once (it went inactive), an attempt spent. */
+  requeueAgent(agent: string, nowMs: number, by: string, reason: string): Promise<readonly Requeued[]> {
+    return this.#requeue(sql.fragment`status = 'dispatched' AND agent_id = ${agent}`, reason, nowMs, by, true, 100_000);
+  }
+
+  /** Everything an agent holds goes back without spending an attempt (a drain deadline passed). */
+  releaseAgent(agent: string, nowMs: number, by: string, reason: string): Promise<readonly Requeued[]> {
+    return this.#requeue(sql.fragment`status = 'dispatched' AND agent_id = ${agent}`, reason, nowMs, by, false, 100_000);
+  }
+
+  #requeue(where: FragmentSqlToken, reason: string, nowMs: number, by: string, spendAttempt: boolean, limit: number): Promise<readonly Requeued[]> {
+    const w = this.t.id("work_item");
+    const retry = spendAttempt ? sql.fragment`(w.retry_count < w.max_retries)` : sql.fragment`true`;
+    const nowNs = ms2ns(nowMs);
+    return withDbErrors(() =>
+      this.db.any(sql.type(requeuedRow)`
+        WITH gone AS (
+          SELECT id, agent_id, lease_token FROM ${w} WHERE ${where} ORDER BY id LIMIT ${limit} FOR UPDATE SKIP LOCKED
+        )
+        UPDATE ${w} w SET
+               status = CASE WHEN ${retry} THEN 'pending' ELSE 'failed' END,
+               retry_count = CASE WHEN ${retry} AND ${spendAttempt} THEN w.retry_count + 1 ELSE w.retry_count END,
+               next_attempt_at = CASE WHEN ${retry} THEN ${nowNs} + ${spendAttempt ? this.#backoffNs(sql.fragment`w.retry_count`) : sql.fragment`0`} ELSE w.next_attempt_at END,
+               completed_at = CASE WHEN ${retry} THEN NULL ELSE ${nowNs} END,
+               agent_id = CASE WHEN ${retry} THEN NULL ELSE w.agent_id END,
+               error = CASE WHEN ${spendAttempt} THEN ${reason} ELSE w.error END,
+               lease_expires_at = NULL, lease_token = NULL, dispatched_at = NULL, updatedby = ${by}, updatedon = ${ts(nowMs)}
+          FROM gone
+         WHERE w.id = gone.id
+        RETURNING w.id, w.status, gone.agent_id AS agent, gone.lease_token AS token`),
+    );
+  }
+
+  /**
+   * Backoff in ns for an item that has been retried `retries` times: exponential with full jitter,
+   * rand(0, min(cap, base × 2^retries)). Computed in SQL so a batch needs one statement.
+   */
+  #backoffNs(retries: FragmentSqlToken): FragmentSqlToken {
+    const { baseMs, capMs, jitter } = this.backoff;
+    const bound = sql.fragment`least(${capMs}::float8, ${baseMs}::float8 * power(2::float8, least(${retries}, 60)))`;
+    return sql.fragment`(floor(${jitter ? sql.fragment`random()` : sql.fragment`1`} * ${bound}) * 1000000)::bigint`;
+  }
+
+  /** Cancels unfinished items (by ids, a run, or parents with their children) of one tenant. */
+  cancel(
+    tenant: string,
+    target: { ids: string[]; runId: string | null; parentIds: string[] },
+    reason: string,
+    nowMs: number,
+    by: string,
+  ): Promise<readonly Requeued[]> {
+    const w = this.t.id("work_item");
+    const runClause = target.runId ? sql.fragment`OR run_id = ${target.runId}` : sql.fragment``;
+    return withDbErrors(() =>
+      this.db.any(sql.type(requeuedRow)`
+        WITH doomed AS (
+          SELECT id, agent_id, lease_token, status FROM ${w}
+           WHERE tenant_key = ${tenant} AND status IN ('pending', 'dispatched')
+             AND (id = ANY(${sql.array(target.ids, "text")})
+                  OR id = ANY(${sql.array(target.parentIds, "text")})
+                  OR parent_work_item_id = ANY(${sql.array(target.parentIds, "text")})
+                  ${runClause})
+           FOR UPDATE
+        )
+        UPDATE ${w} w SET status = 'cancelled', completed_at = ${ms2ns(nowMs)}, error = ${reason}, lease_expires_at = NULL, lease_token = NULL,
+                          updatedby = ${by}, updatedon = ${ts(nowMs)}
+          FROM doomed
+         WHERE w.id = doomed.id
+        RETURNING w.id, w.status, CASE WHEN doomed.status = 'dispatched' THEN doomed.agent_id END AS agent, doomed.lease_token AS token`),
+    );
+  }
+
+  /** Dead letters back to pending with a fresh retry budget. */
+  redrive(tenant: string | null, target: { ids: string[]; runId: string | null; all: boolean }, nowMs: number, by: string): Promise<readonly string[]> {
+    const w = this.t.id("work_item");
+    const tenantClause = tenant ? sql.fragment`AND tenant_key = ${tenant}` : sql.fragment``;
+    const which = target.all
+      ? sql.fragment`true`
+      : sql.fragment`(id = ANY(${sql.array(target.ids, "text")}) ${target.runId ? sql.fragment`OR run_id = ${target.runId}` : sql.fragment``})`;
+    return withDbErrors(() =>
+      this.db.anyFirst(sql.type(idRow)`
+        UPDATE ${w} SET status = 'pending', retry_count = 0, next_attempt_at = ${ms2ns(nowMs)}, completed_at = NULL, agent_id = NULL,
+                        updatedby = ${by}, updatedon = ${ts(nowMs)}
+         WHERE status = 'failed' ${tenantClause} AND ${which}
+        RETURNING id`),
+    );
+  }
+
+  get(tenant: string, id: string): Promise<WorkItemRow | null> {
+    const w = this.t.id("work_item");
+    return withDbErrors(() => this.db.maybeOne(sql.type(workItemRow)`SELECT * FROM ${w} WHERE tenant_key = ${tenant} AND id = ${id}`));
+  }
+
+  /** Items by ids or run, for Wait. */
+  find(tenant: string, ids: readonly string[], runId: string | null): Promise<readonly WorkItemRow[]> {
+    const w = this.t.id("work_item");
+    return withDbErrors(() =>
+      this.db.any(sql.type(workItemRow)`
+        SELECT * FROM ${w} WHERE tenant_key = ${tenant}
+           AND (id = ANY(${sql.array([...ids], "text")}) ${runId ? sql.fragment`OR run_id = ${runId}` : sql.fragment``})
+         ORDER BY priority, createdon, id`),
+    );
+  }
+
+  childCounts(tenant: string, parentId: string): Promise<Record<ItemStatus, number>> {
+    const w = this.t.id("work_item");
+    return withDbErrors(async () => {
+      const rows = await this.db.any(sql.type(z.object({ status: z.enum(ITEM_STATUSES), n: z.number() }))`
+        SELECT status, count(*)::int AS n FROM ${w} WHERE tenant_key = ${tenant} AND parent_work_item_id = ${parentId} GROUP BY status`);
+      const counts = { pending: 0, dispatched: 0, completed: 0, failed: 0, cancelled: 0 };
+      for (const r of rows) counts[r.status] = r.n;
+      return counts;
+    });
+  }
+
+  /** One page in dispatch order (priority, createdon, id), keyset-paged. */
+  list(f: ListFilter): Promise<readonly WorkItemRow[]> {
+    const w = this.t.id("work_item");
+    const conds = [sql.fragment`tenant_key = ${f.tenant}`];
+    if (f.statuses.length > 0) conds.push(sql.fragment`status = ANY(${sql.array(f.statuses, "text")})`);
+    if (f.engineKind) conds.push(sql.fragment`engine_kind = ${f.engineKind}`);
+    if (f.runId) conds.push(sql.fragment`run_id = ${f.runId}`);
+    if (f.parentId) conds.push(sql.fragment`parent_work_item_id = ${f.parentId}`);
+    if (f.agent) conds.push(sql.fragment`agent_id = ${f.agent}`);
+    if (f.after) conds.push(sql.fragment`(priority, createdon, id) > (${f.after.priority}, ${ts(f.after.createdon)}, ${f.after.id})`);
+    return withDbErrors(() =>
+      this.db.any(sql.type(workItemRow)`
+        SELECT * FROM ${w} WHERE ${sql.join(conds, sql.fragment` AND `)} ORDER BY priority, createdon, id LIMIT ${f.limit}`),
+    );
+  }
+
+  /** (tenant, engine kind) pairs with pending items that became due in (sinceMs, nowMs]: wake their claims. */
+  dueSince(sinceMs: number, nowMs: number): Promise<readonly { tenant_key: string; engine_kind: string }[]> {
+    const w = this.t.id("work_item");
+    return withDbErrors(() =>
+      this.db.any(sql.type(z.object({ tenant_key: z.string(), engine_kind: z.string() }))`
+        SELECT DISTINCT tenant_key, engine_kind FROM ${w}
+         WHERE status = 'pending' AND next_attempt_at > ${ms2ns(sinceMs)} AND next_attempt_at <= ${ms2ns(nowMs)}`),
+    );
+  }
+}
