@@ -1,0 +1,44 @@
+# aiflowd image. The daemon runs from its TypeScript source through tsx, which is a runtime
+# dependency, so there is no build step: one stage installs the production dependencies from the
+# lockfile, the final stage copies them beside the source and runs as the unprivileged `node` user.
+#
+#   docker build -t aiflowd .
+#   docker run --rm -p 7400:7400 -e DATABASE_URL=postgres://... -e 'AIFLOW_TOKENS=ops:...' aiflowd
+#
+# It listens on 0.0.0.0:7400, so it refuses to start without tokens (AIFLOW_TOKENS, --token or
+# AIFLOW_TOKENS_FILE). Without DATABASE_URL it starts an embedded Postgres under AIFLOW_DATA_DIR
+# (mount a volume there to keep it). Other commands: `docker run aiflowd migrate`, `... --help`.
+FROM node:20-bookworm-slim AS deps
+WORKDIR /app
+ENV NODE_ENV=production
+# Only the manifests, so this layer is rebuilt only when dependencies change. The workspace
+# manifest is needed for `npm ci` to accept the lockfile.
+COPY package.json package-lock.json ./
+COPY agent-sdk/package.json agent-sdk/
+RUN npm ci --omit=dev --no-audit --no-fund \
+ && npm cache clean --force \
+ && test -f node_modules/tsx/package.json
+
+FROM node:20-bookworm-slim
+ENV NODE_ENV=production \
+    AIFLOW_LISTEN=0.0.0.0:7400 \
+    AIFLOW_DATA_DIR=/var/lib/aiflowd/pg
+WORKDIR /app
+# Code and dependencies stay root-owned (read-only to the daemon); only the data directory of the
+# embedded Postgres is the node user's. tsx keeps its transform cache under /tmp.
+RUN mkdir -p /var/lib/aiflowd && chown node:node /var/lib/aiflowd
+COPY --from=deps /app/node_modules ./node_modules
+COPY package.json tsconfig.json ./
+COPY agent-sdk/package.json agent-sdk/
+COPY bin/ bin/
+COPY src/ src/
+COPY scripts/healthcheck.mjs scripts/
+USER node
+EXPOSE 7400
+# grpc.health.v1.Health/Check over node:http2 (no token needed); follows AIFLOW_LISTEN.
+HEALTHCHECK --interval=15s --timeout=5s --start-period=60s --retries=3 \
+  CMD ["node", "/app/scripts/healthcheck.mjs"]
+# SIGTERM drains gracefully within AIFLOW_SHUTDOWN_GRACE (10s by default): give `docker stop` more (-t 30).
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["node", "/app/bin/aiflowd.js"]
+CMD ["serve"]
