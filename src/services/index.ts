@@ -13,6 +13,7 @@ import type { Config } from "../config.js";
 import { PgListener } from "../db/notify.js";
 import type { Tables } from "../db/tables.js";
 import { AgentService, file_aiflow_cluster_v1_agent } from "../gen/aiflow/cluster/v1/agent_pb.js";
+import { file_aiflow_cluster_v1_runs, RunDirectoryService, TriggerFiringService } from "../gen/aiflow/cluster/v1/runs_pb.js";
 import { file_grpc_health_v1_health, Health, HealthCheckResponse_ServingStatus } from "../gen/grpc/health/v1/health_pb.js";
 import { ServerReflection } from "../gen/grpc/reflection/v1/reflection_pb.js";
 import { ServerReflection as ServerReflectionAlpha } from "../gen/grpc/reflection/v1alpha/reflection_pb.js";
@@ -22,11 +23,14 @@ import { HealthState, healthRoutes } from "../server/health.js";
 import { reflectionRoutes } from "../server/reflection.js";
 import { AgentStore } from "../store/agents.js";
 import { EngineStore } from "../store/engines.js";
+import { EngineRunStore } from "../store/engine-runs.js";
+import { TriggerFiringStore } from "../store/trigger-firings.js";
 import { agentServiceImpl } from "./agent-service.js";
 import { DirectiveHub } from "./directives.js";
 import { HeartbeatBuffer } from "./heartbeats.js";
 import { agentLivenessTask, engineLivenessTask } from "./liveness.js";
 import { Maintenance } from "./maintenance.js";
+import { firingRetentionTask, runDirectoryServiceImpl, triggerFiringServiceImpl } from "./runs-service.js";
 
 export interface ServiceDeps {
   config: Config;
@@ -78,11 +82,14 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
   maintenance.add(engineLivenessTask({ config, engines, log }));
   maintenance.add(agentLivenessTask({ config, agents, hub, audit, log }));
   maintenance.add({ name: "directive-prune", run: async () => hub.prune() });
+  const runs = new EngineRunStore(pool, tables);
+  const firings = new TriggerFiringStore(pool, tables);
+  maintenance.add(firingRetentionTask({ config, firings, log }));
   await maintenance.runOnce();
   maintenance.start(config.sweepInterval);
 
   const health = new HealthState();
-  const files: DescFile[] = [file_grpc_health_v1_health, file_aiflow_cluster_v1_agent];
+  const files: DescFile[] = [file_grpc_health_v1_health, file_aiflow_cluster_v1_agent, file_aiflow_cluster_v1_runs];
   const mounted: Mounted[] = [
     { services: [Health], access: "public", mount: healthRoutes(health) },
     // Reflection describes the API, so any valid token may read it, but not an anonymous caller.
@@ -91,6 +98,14 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
       services: [AgentService],
       access: "agent",
       mount: (r) => r.service(AgentService, agentServiceImpl({ config, clock, agents, hub, heartbeats, audit, draining: deps.draining })),
+    },
+    {
+      services: [RunDirectoryService, TriggerFiringService],
+      access: "engine",
+      mount: (r) => {
+        r.service(RunDirectoryService, runDirectoryServiceImpl({ config, clock, runs, firings }));
+        r.service(TriggerFiringService, triggerFiringServiceImpl({ config, clock, runs, firings }));
+      },
     },
   ];
   for (const s of mounted.flatMap((m) => m.services)) health.set(s.typeName, HealthCheckResponse_ServingStatus.SERVING);
