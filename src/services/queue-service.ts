@@ -6,7 +6,7 @@ import type { ServiceImpl } from "@connectrpc/connect";
 import { invalidArgument, notFound, resourceExhausted } from "../domain/errors.js";
 import type { EnqueueItem, ListItemsRequest, QueueService } from "../gen/aiflow/cluster/v1/queue_pb.js";
 import { assertTenant, callerOf } from "../server/auth.js";
-import type { ItemStatus, NewItem } from "../store/work-items.js";
+import type { ItemStatus, NewItem, WorkItemStore } from "../store/work-items.js";
 import { jsonOrNull } from "./agent-work.js";
 import { workKey, type QueueCore } from "./queue-core.js";
 import { identifier, inRange, optionalText, withinBytes } from "./validate.js";
@@ -59,15 +59,7 @@ export function queueServiceImpl(core: QueueCore, draining: AbortSignal): Servic
     },
 
     async listItems(req, ctx) {
-      const tenant = tenantOf(req.tenantKey, ctx);
-      const limit = Math.min(req.pageSize || 100, 1000);
-      const rows = await store.list({ ...listFilter(req), tenant, limit: limit + 1, after: req.pageToken ? decodeCursor(req.pageToken, listCursor) : undefined });
-      const page = rows.slice(0, limit);
-      const last = page.at(-1);
-      return {
-        items: page.map(workItemToWire),
-        nextPageToken: rows.length > limit && last ? encodeCursor({ priority: last.priority ?? 0, createdon: last.createdon, id: last.id }) : "",
-      };
+      return listItemsPage(store, tenantOf(req.tenantKey, ctx), req);
     },
 
     async wait(req, ctx) {
@@ -130,7 +122,21 @@ function newItem(it: EnqueueItem, i: number, nowMs: number, payloadMax: number):
   };
 }
 
-function listFilter(req: ListItemsRequest) {
+/** One page of items in dispatch order; shared by QueueService and OpsService. */
+export async function listItemsPage(store: WorkItemStore, tenant: string | undefined, req: ListItemsQuery) {
+  const limit = Math.min(req.pageSize || 100, 1000);
+  const rows = await store.list({ ...listFilter(req), tenant, limit: limit + 1, after: req.pageToken ? decodeCursor(req.pageToken, listCursor) : undefined });
+  const page = rows.slice(0, limit);
+  const last = page.at(-1);
+  return {
+    items: page.map(workItemToWire),
+    nextPageToken: rows.length > limit && last ? encodeCursor({ priority: last.priority ?? 0, createdon: last.createdon, id: last.id }) : "",
+  };
+}
+
+type ListItemsQuery = Pick<ListItemsRequest, "statuses" | "engineKind" | "runId" | "parentWorkItemId" | "agentId" | "pageSize" | "pageToken">;
+
+function listFilter(req: ListItemsQuery) {
   const statuses = req.statuses.map((s, i) => {
     const v = itemStatusFromWire(s);
     if (!v) throw invalidArgument(`statuses[${i}]`, `unknown status ${s}`);

@@ -166,3 +166,110 @@ export class AgentStore {
     return withDbErrors(() => this.db.maybeOne(sql.type(agentRow)`SELECT * FROM ${agent} WHERE name = ${name} AND deletedon IS NULL`));
   }
 }
+
+/** A registry row with the number of items dispatched to it now. */
+export const agentWithLoad = agentRow.extend({ in_flight: z.number() });
+export type AgentWithLoad = z.infer<typeof agentWithLoad>;
+
+export interface AgentFilter {
+  statuses: AgentStatus[];
+  /** Every pair must be among the agent's tags. */
+  tags: Record<string, string>;
+  version?: string;
+  names?: string[];
+  includeRemoved: boolean;
+}
+
+/** Ops queries on the registry: listing, drains, removal. Kept beside the agent SQL above. */
+export class AgentOpsStore {
+  constructor(
+    private readonly db: CommonQueryMethods,
+    private readonly t: Tables,
+  ) {}
+
+  /** Agents ordered by name (the spec's order), each with its in-flight count. */
+  list(f: AgentFilter): Promise<readonly AgentWithLoad[]> {
+    const a = this.t.id("agent");
+    const w = this.t.id("work_item");
+    const conds = [f.includeRemoved ? sql.fragment`true` : sql.fragment`a.deletedon IS NULL`];
+    if (f.statuses.length > 0) conds.push(sql.fragment`a.status = ANY(${sql.array(f.statuses, "text")})`);
+    if (Object.keys(f.tags).length > 0) conds.push(sql.fragment`COALESCE(a.metadata -> 'tags', '{}'::jsonb) @> ${sql.jsonb(f.tags)}`);
+    if (f.version) conds.push(sql.fragment`a.agentversion = ${f.version}`);
+    if (f.names) conds.push(sql.fragment`a.name = ANY(${sql.array(f.names, "text")})`);
+    return withDbErrors(() =>
+      this.db.any(sql.type(agentWithLoad)`
+        SELECT a.*, (SELECT count(*)::int FROM ${w} wi WHERE wi.agent_id = a.name AND wi.status = 'dispatched') AS in_flight
+          FROM ${a} a WHERE ${sql.join(conds, sql.fragment` AND `)} ORDER BY a.name`),
+    );
+  }
+
+  /**
+   * Starts (or updates) drains in one statement. A re-drain keeps the original start and in-flight
+   * count; an inactive agent stays inactive but will come back draining.
+   */
+  startDrain(names: readonly string[], drain: { reason: string; deadline: number | null; by: string }, nowMs: number): Promise<readonly { id: string; name: string }[]> {
+    const a = this.t.id("agent");
+    const w = this.t.id("work_item");
+    return withDbErrors(() =>
+      this.db.any(sql.type(z.object({ id: z.string(), name: z.string() }))`
+        UPDATE ${a} a SET
+               status = CASE WHEN a.status = 'inactive' THEN 'inactive' ELSE 'draining' END,
+               metadata = COALESCE(a.metadata, '{}'::jsonb) || jsonb_build_object('drain', jsonb_build_object(
+                 'reason', ${drain.reason}::text,
+                 'deadline', ${drain.deadline}::bigint,
+                 'by', ${drain.by}::text,
+                 'startedAt', COALESCE((a.metadata -> 'drain' -> 'startedAt')::bigint, ${nowMs}::bigint),
+                 'inFlightAtStart', COALESCE((a.metadata -> 'drain' -> 'inFlightAtStart')::int,
+                    (SELECT count(*)::int FROM ${w} wi WHERE wi.agent_id = a.name AND wi.status = 'dispatched')),
+                 'releasedAtDeadline', COALESCE((a.metadata -> 'drain' -> 'releasedAtDeadline')::int, 0))),
+               updatedby = ${drain.by}, updatedon = ${ts(nowMs)}
+         WHERE a.name = ANY(${sql.array([...names], "text")}) AND a.deletedon IS NULL
+        RETURNING a.id, a.name`),
+    );
+  }
+
+  /** Ends a drain: a draining agent becomes active again. */
+  undrain(name: string, nowMs: number, by: string): Promise<{ id: string; status: AgentStatus } | null> {
+    const a = this.t.id("agent");
+    return withDbErrors(() =>
+      this.db.maybeOne(sql.type(z.object({ id: z.string(), status: z.enum(["active", "draining", "inactive"]) }))`
+        UPDATE ${a} SET status = CASE WHEN status = 'draining' THEN 'active' ELSE status END, metadata = metadata - 'drain',
+                        updatedby = ${by}, updatedon = ${ts(nowMs)}
+         WHERE name = ${name} AND deletedon IS NULL
+        RETURNING id, status`),
+    );
+  }
+
+  /** Draining agents whose deadline has passed. */
+  drainsPastDeadline(nowMs: number): Promise<readonly { name: string }[]> {
+    const a = this.t.id("agent");
+    return withDbErrors(() =>
+      this.db.any(sql.type(z.object({ name: z.string() }))`
+        SELECT name FROM ${a}
+         WHERE status IN ('draining', 'inactive') AND deletedon IS NULL
+           AND jsonb_typeof(metadata -> 'drain' -> 'deadline') = 'number' AND (metadata -> 'drain' ->> 'deadline')::bigint <= ${nowMs}`),
+    );
+  }
+
+  /** Records how many items a drain deadline gave back. */
+  addReleasedAtDeadline(name: string, count: number): Promise<unknown> {
+    const a = this.t.id("agent");
+    return withDbErrors(() =>
+      this.db.query(sql.unsafe`
+        UPDATE ${a} SET metadata = jsonb_set(metadata, '{drain,releasedAtDeadline}',
+                                             to_jsonb(COALESCE((metadata -> 'drain' ->> 'releasedAtDeadline')::int, 0) + ${count}::int))
+         WHERE name = ${name} AND metadata ? 'drain'`),
+    );
+  }
+
+  /** Soft-deletes an agent (deletedby, deletedon); it also goes inactive. */
+  remove(name: string, nowMs: number, by: string): Promise<{ id: string } | null> {
+    const a = this.t.id("agent");
+    return withDbErrors(() =>
+      this.db.maybeOne(sql.type(z.object({ id: z.string() }))`
+        UPDATE ${a} SET status = 'inactive', deletedby = ${by}, deletedon = ${ts(nowMs)}, updatedby = ${by}, updatedon = ${ts(nowMs)}
+         WHERE name = ${name} AND deletedon IS NULL
+        RETURNING id`),
+    );
+  }
+}

@@ -1,0 +1,200 @@
+/**
+ * OpsService (role `ops`): the fleet, drains for rolling deploys, queue visibility and dead-letter
+ * redrive. A drain is state on the agent row (status + metadata.drain), so every daemon enforces
+ * it: claims need ACTIVE, and the drain-deadline task on any daemon gives back what is left.
+ */
+import { durationFromMs, durationMs } from "@bufbuild/protobuf/wkt";
+import type { ServiceImpl } from "@connectrpc/connect";
+import type { AuditLog } from "../audit.js";
+import { failedPrecondition, invalidArgument, notFound } from "../domain/errors.js";
+import { OpsService } from "../gen/aiflow/cluster/v1/ops_pb.js";
+import { callerOf } from "../server/auth.js";
+import type { AgentOpsStore, AgentStatus } from "../store/agents.js";
+import type { WorkItemStatsStore } from "../store/work-item-stats.js";
+import { compareVersions } from "../util/version.js";
+import { agentStatusFromWire } from "./convert.js";
+import { agentSummary } from "./agent-wire.js";
+import type { MaintenanceTask } from "./maintenance.js";
+import type { QueueCore } from "./queue-core.js";
+import { listItemsPage } from "./queue-service.js";
+import { identifier, optionalText } from "./validate.js";
+import { itemStatusToWire, workItemToWire } from "./work-item-wire.js";
+
+export interface OpsDeps {
+  core: QueueCore;
+  agentOps: AgentOpsStore;
+  stats: WorkItemStatsStore;
+  audit: AuditLog;
+  /** Affinity keys held by an agent (empty until bindings exist). */
+  affinityKeys?: (agent: string) => Promise<string[]>;
+}
+
+const tagsOf = (tags: Record<string, string>, field: string) => {
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(tags)) out[identifier(k, `${field} key`)] = v;
+  return out;
+};
+
+export function opsServiceImpl(d: OpsDeps): ServiceImpl<typeof OpsService> {
+  const { core, agentOps } = d;
+  const { clock, hub, store } = core;
+
+  const summaries = async (names: readonly string[]) => {
+    const rows = await agentOps.list({ statuses: [], tags: {}, names: [...names], includeRemoved: false });
+    const now = clock.nowMs();
+    return rows.map((r) => agentSummary(r, now));
+  };
+
+  const statusDirective = (status: AgentStatus, reason: string, deadline: number | null) => ({ kind: "status" as const, status, reason, drainDeadline: deadline });
+
+  return {
+    async listAgents(req) {
+      const statuses = req.statuses.map((s, i) => {
+        const v = agentStatusFromWire(s);
+        if (!v) throw invalidArgument(`statuses[${i}]`, `unknown status ${s}`);
+        return v;
+      });
+      const rows = await agentOps.list({
+        statuses,
+        tags: tagsOf(req.tags, "tags"),
+        version: optionalText(req.version, "version", 128) ?? undefined,
+        includeRemoved: req.includeRemoved,
+      });
+      const now = clock.nowMs();
+      return { agents: rows.map((r) => agentSummary(r, now)) };
+    },
+
+    async getAgent(req) {
+      const name = identifier(req.name, "name");
+      const [agent] = await summaries([name]);
+      if (!agent) throw notFound(`agent '${name}' not found`);
+      const dispatched = await d.stats.dispatchedTo(name);
+      return { agent, dispatched: dispatched.map(workItemToWire), affinityKeys: (await d.affinityKeys?.(name)) ?? [] };
+    },
+
+    async drainAgent(req, ctx) {
+      const caller = callerOf(ctx);
+      const reason = optionalText(req.reason, "reason", 1024) ?? "drained by an operator";
+      const now = clock.nowMs();
+      const deadline = req.deadline ? now + Math.max(0, durationMs(req.deadline)) : null;
+      let names: string[];
+      if (req.name) {
+        names = [identifier(req.name, "name")];
+      } else {
+        const tags = tagsOf(req.selector?.tags ?? {}, "selector.tags");
+        const below = optionalText(req.selector?.versionBelow ?? "", "selector.version_below", 128);
+        if (Object.keys(tags).length === 0 && !below) throw invalidArgument("name", "give an agent name or a selector (tags or version_below)");
+        const candidates = await agentOps.list({ statuses: ["active", "draining"], tags, includeRemoved: false });
+        names = candidates.filter((c) => !below || (c.agentversion !== null && compareVersions(c.agentversion, below) < 0)).map((c) => c.name);
+      }
+      const drained = names.length === 0 ? [] : await agentOps.startDrain(names, { reason, deadline, by: caller.principal }, now);
+      if (req.name && drained.length === 0) throw notFound(`agent '${names[0]}' not found`);
+      for (const a of drained) {
+        d.audit.record({ table: "agent", action: "update", ids: [a.id], fields: ["status", "metadata", "updatedby", "updatedon"], by: caller.principal, at: now });
+        await hub.publish(a.name, statusDirective("draining", reason, deadline));
+      }
+      return { agents: await summaries(drained.map((a) => a.name)) };
+    },
+
+    async undrainAgent(req, ctx) {
+      const caller = callerOf(ctx);
+      const name = identifier(req.name, "name");
+      const now = clock.nowMs();
+      const row = await agentOps.undrain(name, now, caller.principal);
+      if (!row) throw notFound(`agent '${name}' not found`);
+      d.audit.record({ table: "agent", action: "update", ids: [row.id], fields: ["status", "metadata", "updatedby", "updatedon"], by: caller.principal, at: now });
+      await hub.publish(name, statusDirective(row.status, "undrained", null));
+      const [agent] = await summaries([name]);
+      return { agent };
+    },
+
+    async removeAgent(req, ctx) {
+      const caller = callerOf(ctx);
+      const name = identifier(req.name, "name");
+      const [agent] = await summaries([name]);
+      if (!agent) throw notFound(`agent '${name}' not found`);
+      if (agent.inFlight && !req.force)
+        throw failedPrecondition(`agent '${name}' holds ${agent.inFlight} item(s); drain it first, or remove with force to give them back`);
+      const now = clock.nowMs();
+      const released = await store.releaseAgent(name, now, caller.principal, `agent '${name}' removed`);
+      await core.revoke(released, "agent removed");
+      if (released.length > 0) core.work.ring(["*"]);
+      const row = await agentOps.remove(name, now, caller.principal);
+      if (row) d.audit.record({ table: "agent", action: "delete", ids: [row.id], fields: ["status", "deletedby", "deletedon", "updatedby", "updatedon"], by: caller.principal, at: now });
+      hub.forget(name);
+      await hub.publish(name, statusDirective("inactive", "removed", null));
+      return { released: released.length };
+    },
+
+    async queueStats(req) {
+      const tenant = req.tenantKey ? identifier(req.tenantKey, "tenant_key") : null;
+      const now = clock.nowMs();
+      const s = await d.stats.stats(tenant, now);
+      const total = (status: string) => s.depth.filter((r) => r.status === status).reduce((n, r) => n + r.n, 0n);
+      return {
+        depth: s.depth.map((r) => ({ tenantKey: r.tenant_key, engineKind: r.engine_kind, status: itemStatusToWire(r.status), count: r.n })),
+        oldestPendingAge: durationFromMs(s.oldestPendingMs === null ? 0 : Math.max(0, now - s.oldestPendingMs)),
+        dispatchedPerSecond: s.dispatchedLastMinute / 60,
+        completedPerSecond: s.completedLastMinute / 60,
+        deadLetters: total("failed"),
+        pending: total("pending"),
+        dispatched: total("dispatched"),
+      };
+    },
+
+    async listItems(req) {
+      return listItemsPage(store, req.tenantKey ? identifier(req.tenantKey, "tenant_key") : undefined, req);
+    },
+
+    async getItem(req) {
+      const id = identifier(req.id, "id");
+      const row = await store.get(null, id);
+      if (!row) throw notFound(`no work item '${id}'`);
+      const counts = await store.childCounts(row.tenant_key, id);
+      return { item: workItemToWire(row), children: Object.values(counts).some((n) => n > 0) ? counts : undefined };
+    },
+
+    async cancelItems(req, ctx) {
+      const caller = callerOf(ctx);
+      const tenant = identifier(req.tenantKey, "tenant_key");
+      const target = {
+        ids: req.ids.map((id, i) => identifier(id, `ids[${i}]`)),
+        runId: req.runId ? identifier(req.runId, "run_id") : null,
+        parentIds: req.parentIds.map((id, i) => identifier(id, `parent_ids[${i}]`)),
+      };
+      if (target.ids.length === 0 && !target.runId && target.parentIds.length === 0) throw invalidArgument("ids", "name items, a run_id or parent_ids to cancel");
+      const reason = optionalText(req.reason, "reason", 1024) ?? `cancelled by ${caller.principal}`;
+      const rows = await store.cancel(tenant, target, reason, clock.nowMs(), caller.principal);
+      await core.revoke(rows, reason);
+      if (rows.length > 0) core.done.ring(["*"]);
+      return { cancelledIds: rows.map((r) => r.id) };
+    },
+
+    async redriveItems(req, ctx) {
+      const caller = callerOf(ctx);
+      const tenant = req.tenantKey ? identifier(req.tenantKey, "tenant_key") : null;
+      const target = { ids: req.ids.map((id, i) => identifier(id, `ids[${i}]`)), runId: req.runId ? identifier(req.runId, "run_id") : null, all: req.all };
+      if (!target.all && target.ids.length === 0 && !target.runId) throw invalidArgument("ids", "name dead letters, a run_id, or all");
+      const ids = await store.redrive(tenant, target, clock.nowMs(), caller.principal);
+      if (ids.length > 0) core.work.ring(["*"]);
+      return { redrivenIds: [...ids] };
+    },
+  };
+}
+
+/** At a drain's deadline, what the agent still holds goes back to the queue without spending retries. */
+export function drainDeadlineTask(core: QueueCore, agentOps: AgentOpsStore): MaintenanceTask {
+  return {
+    name: "drain-deadline",
+    async run(now) {
+      for (const { name } of await agentOps.drainsPastDeadline(now)) {
+        const rows = await core.store.releaseAgent(name, now, "drain-deadline", `drain deadline of agent '${name}' passed`);
+        if (rows.length === 0) continue;
+        core.log.warn({ agent: name, items: rows.length }, "drain deadline passed: work given back to the queue");
+        await agentOps.addReleasedAtDeadline(name, rows.length);
+        await core.revoke(rows, "drain deadline passed");
+        core.work.ring(["*"]);
+      }
+    },
+  };
+}

@@ -1,0 +1,49 @@
+/**
+ * Read-only aggregate queries over aiflow_work_item for operators: queue depth, age, rates, and
+ * what one agent holds. Kept apart from the queue's write path in work-items.ts.
+ */
+import { sql, type CommonQueryMethods } from "slonik";
+import { z } from "zod";
+import { withDbErrors } from "../db/errors.js";
+import type { Tables } from "../db/tables.js";
+import { ITEM_STATUSES, workItemRow, type WorkItemRow } from "./work-items.js";
+
+const depthRow = z.object({ tenant_key: z.string(), engine_kind: z.string(), status: z.enum(ITEM_STATUSES), n: z.bigint() });
+const ms2ns = (ms: number) => BigInt(Math.round(ms)) * 1_000_000n;
+
+export interface QueueStats {
+  depth: readonly z.infer<typeof depthRow>[];
+  oldestPendingMs: number | null;
+  dispatchedLastMinute: number;
+  completedLastMinute: number;
+}
+
+export class WorkItemStatsStore {
+  constructor(
+    private readonly db: CommonQueryMethods,
+    private readonly t: Tables,
+  ) {}
+
+  async stats(tenant: string | null, nowMs: number): Promise<QueueStats> {
+    const w = this.t.id("work_item");
+    const scope = tenant ? sql.fragment`tenant_key = ${tenant}` : sql.fragment`true`;
+    const since = ms2ns(nowMs - 60_000);
+    return withDbErrors(async () => {
+      const depth = await this.db.any(sql.type(depthRow)`
+        SELECT tenant_key, engine_kind, status, count(*) AS n FROM ${w} WHERE ${scope} GROUP BY 1, 2, 3 ORDER BY 1, 2, 3`);
+      const row = await this.db.one(sql.type(z.object({ oldest: z.number().nullable(), dispatched: z.number(), completed: z.number() }))`
+        SELECT (SELECT min(createdon) FROM ${w} WHERE ${scope} AND status = 'pending') AS oldest,
+               (SELECT count(*)::int FROM ${w} WHERE ${scope} AND dispatched_at >= ${since}) AS dispatched,
+               (SELECT count(*)::int FROM ${w} WHERE ${scope} AND status = 'completed' AND completed_at >= ${since}) AS completed`);
+      return { depth, oldestPendingMs: row.oldest, dispatchedLastMinute: row.dispatched, completedLastMinute: row.completed };
+    });
+  }
+
+  /** Items dispatched to an agent now, in dispatch order. */
+  dispatchedTo(agent: string): Promise<readonly WorkItemRow[]> {
+    const w = this.t.id("work_item");
+    return withDbErrors(() =>
+      this.db.any(sql.type(workItemRow)`SELECT * FROM ${w} WHERE agent_id = ${agent} AND status = 'dispatched' ORDER BY dispatched_at, id`),
+    );
+  }
+}
