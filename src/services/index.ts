@@ -13,6 +13,8 @@ import type { Config } from "../config.js";
 import { PgListener } from "../db/notify.js";
 import type { Tables } from "../db/tables.js";
 import { AgentService, file_aiflow_cluster_v1_agent } from "../gen/aiflow/cluster/v1/agent_pb.js";
+import { file_aiflow_cluster_v1_ops, OpsService } from "../gen/aiflow/cluster/v1/ops_pb.js";
+import { file_aiflow_cluster_v1_queue, QueueService } from "../gen/aiflow/cluster/v1/queue_pb.js";
 import { file_aiflow_cluster_v1_runs, RunDirectoryService, TriggerFiringService } from "../gen/aiflow/cluster/v1/runs_pb.js";
 import { file_grpc_health_v1_health, Health, HealthCheckResponse_ServingStatus } from "../gen/grpc/health/v1/health_pb.js";
 import { ServerReflection } from "../gen/grpc/reflection/v1/reflection_pb.js";
@@ -21,11 +23,18 @@ import type { Logger } from "../log.js";
 import type { Access } from "../server/auth.js";
 import { HealthState, healthRoutes } from "../server/health.js";
 import { reflectionRoutes } from "../server/reflection.js";
-import { AgentStore } from "../store/agents.js";
+import { AgentOpsStore, AgentStore } from "../store/agents.js";
+import { WorkItemStatsStore } from "../store/work-item-stats.js";
 import { EngineStore } from "../store/engines.js";
 import { EngineRunStore } from "../store/engine-runs.js";
 import { TriggerFiringStore } from "../store/trigger-firings.js";
-import { agentServiceImpl } from "./agent-service.js";
+import { WorkItemStore } from "../store/work-items.js";
+import { agentServiceImpl, knownAgentLoader } from "./agent-service.js";
+import { agentWorkImpl } from "./agent-work.js";
+import { Beacon } from "./beacon.js";
+import { QueueCore } from "./queue-core.js";
+import { queueServiceImpl } from "./queue-service.js";
+import { drainDeadlineTask, opsServiceImpl } from "./ops-service.js";
 import { DirectiveHub } from "./directives.js";
 import { HeartbeatBuffer } from "./heartbeats.js";
 import { agentLivenessTask, engineLivenessTask } from "./liveness.js";
@@ -78,9 +87,22 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
   const heartbeats = new HeartbeatBuffer(agents, hub, audit, clock, log);
   heartbeats.start(config.heartbeatFlush);
 
+  const workItems = new WorkItemStore(pool, tables, { baseMs: config.backoffBase, capMs: config.backoffCap, jitter: config.backoffJitter === "full" });
+  const work = new Beacon(pool, tables.channel("work"), config.instanceId, config.notifyWindow, log);
+  const done = new Beacon(pool, tables.channel("done"), config.instanceId, config.notifyWindow, log);
+  await work.start(listener);
+  await done.start(listener);
+  const core = new QueueCore(workItems, hub, work, done, clock, config, log.child({ component: "queue" }));
+  const onAgentGone = (name: string) => core.agentGone(name);
+  const known = knownAgentLoader(agents, hub);
+
   const maintenance = new Maintenance(clock, log.child({ component: "maintenance" }));
   maintenance.add(engineLivenessTask({ config, engines, log }));
-  maintenance.add(agentLivenessTask({ config, agents, hub, audit, log }));
+  maintenance.add(agentLivenessTask({ config, agents, hub, audit, log, onAgentGone }));
+  maintenance.add(core.expiryTask());
+  maintenance.add(core.dueTask());
+  const agentOps = new AgentOpsStore(pool, tables);
+  maintenance.add(drainDeadlineTask(core, agentOps));
   maintenance.add({ name: "directive-prune", run: async () => hub.prune() });
   const runs = new EngineRunStore(pool, tables);
   const firings = new TriggerFiringStore(pool, tables);
@@ -89,7 +111,7 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
   maintenance.start(config.sweepInterval);
 
   const health = new HealthState();
-  const files: DescFile[] = [file_grpc_health_v1_health, file_aiflow_cluster_v1_agent, file_aiflow_cluster_v1_runs];
+  const files: DescFile[] = [file_grpc_health_v1_health, file_aiflow_cluster_v1_agent, file_aiflow_cluster_v1_queue, file_aiflow_cluster_v1_ops, file_aiflow_cluster_v1_runs];
   const mounted: Mounted[] = [
     { services: [Health], access: "public", mount: healthRoutes(health) },
     // Reflection describes the API, so any valid token may read it, but not an anonymous caller.
@@ -97,7 +119,17 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
     {
       services: [AgentService],
       access: "agent",
-      mount: (r) => r.service(AgentService, agentServiceImpl({ config, clock, agents, hub, heartbeats, audit, draining: deps.draining })),
+      mount: (r) =>
+        r.service(AgentService, {
+          ...agentServiceImpl({ config, clock, agents, hub, heartbeats, audit, draining: deps.draining, onAgentGone }),
+          ...agentWorkImpl({ core, known, draining: deps.draining }),
+        }),
+    },
+    { services: [QueueService], access: "engine", mount: (r) => r.service(QueueService, queueServiceImpl(core, deps.draining)) },
+    {
+      services: [OpsService],
+      access: "ops",
+      mount: (r) => r.service(OpsService, opsServiceImpl({ core, agentOps, stats: new WorkItemStatsStore(pool, tables), audit })),
     },
     {
       services: [RunDirectoryService, TriggerFiringService],
@@ -118,6 +150,8 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
     background: [
       maintenance,
       heartbeats,
+      work,
+      done,
       { stop: () => engines.markStopped(config.instanceId, clock.nowMs()) },
       listener,
     ],

@@ -96,7 +96,8 @@ export interface ClaimInput {
 }
 
 export interface ListFilter {
-  tenant: string;
+  /** Undefined: every tenant (operators only). */
+  tenant?: string;
   statuses: ItemStatus[];
   engineKind?: string;
   runId?: string;
@@ -235,8 +236,8 @@ export class WorkItemStore {
         UPDATE ${w} w SET
                status = CASE WHEN ${retry} THEN 'pending' ELSE 'failed' END,
                retry_count = CASE WHEN ${retry} THEN w.retry_count + 1 ELSE w.retry_count END,
-               next_attempt_at = CASE WHEN ${retry} THEN ${ms2ns(nowMs)} + COALESCE(v.delay_ns, ${this.#backoffNs(sql.fragment`w.retry_count`)}) ELSE w.next_attempt_at END,
-               completed_at = CASE WHEN ${retry} THEN NULL ELSE ${ms2ns(nowMs)} END,
+               next_attempt_at = CASE WHEN ${retry} THEN ${ms2ns(nowMs)}::bigint + COALESCE(v.delay_ns, ${this.#backoffNs(sql.fragment`w.retry_count`)}) ELSE w.next_attempt_at END,
+               completed_at = CASE WHEN ${retry} THEN NULL ELSE ${ms2ns(nowMs)}::bigint END,
                agent_id = CASE WHEN ${retry} THEN NULL ELSE w.agent_id END,
                error = v.error, lease_expires_at = NULL, lease_token = NULL, updatedby = ${agent}, updatedon = ${ts(nowMs)}
           FROM unnest(${sql.array(items.map((i) => i.id), "text")}, ${sql.array(items.map((i) => i.token), "text")}, ${sql.array(items.map((i) => i.error), "text")},
@@ -287,8 +288,8 @@ export class WorkItemStore {
         UPDATE ${w} w SET
                status = CASE WHEN ${retry} THEN 'pending' ELSE 'failed' END,
                retry_count = CASE WHEN ${retry} AND ${spendAttempt} THEN w.retry_count + 1 ELSE w.retry_count END,
-               next_attempt_at = CASE WHEN ${retry} THEN ${nowNs} + ${spendAttempt ? this.#backoffNs(sql.fragment`w.retry_count`) : sql.fragment`0`} ELSE w.next_attempt_at END,
-               completed_at = CASE WHEN ${retry} THEN NULL ELSE ${nowNs} END,
+               next_attempt_at = CASE WHEN ${retry} THEN ${nowNs}::bigint + ${spendAttempt ? this.#backoffNs(sql.fragment`w.retry_count`) : sql.fragment`0`} ELSE w.next_attempt_at END,
+               completed_at = CASE WHEN ${retry} THEN NULL ELSE ${nowNs}::bigint END,
                agent_id = CASE WHEN ${retry} THEN NULL ELSE w.agent_id END,
                error = CASE WHEN ${spendAttempt} THEN ${reason} ELSE w.error END,
                lease_expires_at = NULL, lease_token = NULL, dispatched_at = NULL, updatedby = ${by}, updatedon = ${ts(nowMs)}
@@ -353,9 +354,11 @@ export class WorkItemStore {
     );
   }
 
-  get(tenant: string, id: string): Promise<WorkItemRow | null> {
+  /** One item; tenant-qualified unless the caller is an operator (tenant null). */
+  get(tenant: string | null, id: string): Promise<WorkItemRow | null> {
     const w = this.t.id("work_item");
-    return withDbErrors(() => this.db.maybeOne(sql.type(workItemRow)`SELECT * FROM ${w} WHERE tenant_key = ${tenant} AND id = ${id}`));
+    const scope = tenant === null ? sql.fragment`true` : sql.fragment`tenant_key = ${tenant}`;
+    return withDbErrors(() => this.db.maybeOne(sql.type(workItemRow)`SELECT * FROM ${w} WHERE ${scope} AND id = ${id}`));
   }
 
   /** Items by ids or run, for Wait. */
@@ -383,7 +386,7 @@ export class WorkItemStore {
   /** One page in dispatch order (priority, createdon, id), keyset-paged. */
   list(f: ListFilter): Promise<readonly WorkItemRow[]> {
     const w = this.t.id("work_item");
-    const conds = [sql.fragment`tenant_key = ${f.tenant}`];
+    const conds = [f.tenant ? sql.fragment`tenant_key = ${f.tenant}` : sql.fragment`true`];
     if (f.statuses.length > 0) conds.push(sql.fragment`status = ANY(${sql.array(f.statuses, "text")})`);
     if (f.engineKind) conds.push(sql.fragment`engine_kind = ${f.engineKind}`);
     if (f.runId) conds.push(sql.fragment`run_id = ${f.runId}`);
