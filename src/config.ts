@@ -154,6 +154,15 @@ const SETTINGS = {
   backoffJitter: { flag: "--backoff-jitter", env: ["AIFLOW_BACKOFF_JITTER"], default: "full", help: "full (random in [0, bound]) or none (exactly the bound)", parse: oneOf(["full", "none"]) },
   notifyWindow: { flag: "--notify-window", env: ["AIFLOW_NOTIFY_WINDOW"], default: "2ms", help: "enqueues and completions within this window share one NOTIFY", parse: duration(0) },
   backoffCap: { flag: "--backoff-cap", env: ["AIFLOW_BACKOFF_CAP"], default: "5m", help: "retry backoff cap", parse: duration(0) },
+  affinityPolicy: {
+    flag: "--affinity-policy",
+    env: ["AIFLOW_AFFINITY_POLICY"],
+    default: "rebind",
+    help: "when a key's agent cannot take work: hold (its items wait, then fail after the grace) or rebind (the key moves after the grace)",
+    parse: oneOf(["hold", "rebind"]),
+  },
+  affinityGrace: { flag: "--affinity-grace", env: ["AIFLOW_AFFINITY_GRACE"], default: "60s", help: "how long a key waits for its agent before the policy acts", parse: duration(0) },
+  affinityIdle: { flag: "--affinity-idle", env: ["AIFLOW_AFFINITY_IDLE"], default: "1h", help: "a binding whose key has had no unfinished item for this long is removed", parse: duration(0) },
   firingRetention: { flag: "--firing-retention-days", env: ["AIFLOW_FIRING_RETENTION_DAYS"], default: "30", help: "days trigger firings are kept (payloads may hold senders' secrets)", parse: int(1, 36500) },
 } satisfies Record<string, Setting<unknown>>;
 

@@ -5,6 +5,7 @@
  */
 import { durationMs } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
+import { ulid } from "ulid";
 import { invalidArgument } from "../domain/errors.js";
 import type { AgentService } from "../gen/aiflow/cluster/v1/agent_pb.js";
 import type { KnownAgent } from "./directives.js";
@@ -48,10 +49,23 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
         // Armed before the query, so an enqueue landing between the query and the wait still wakes us.
         const armed = core.work.arm(null);
         try {
-          const rows = await store.claim({ agent: name, instance: config.instanceId, max, nowMs: clock.nowMs(), leaseTtlMs: config.leaseTtl });
+          const now = clock.nowMs();
+          const rows = await store.claim({
+            agent: name,
+            instance: config.instanceId,
+            max,
+            nowMs: now,
+            leaseTtlMs: config.leaseTtl,
+            affinity: { policy: config.affinityPolicy === "hold" ? "hold" : "rebind", graceMs: config.affinityGrace },
+            bindingIds: Array.from({ length: max }, () => ulid(now)),
+          });
           const remaining = deadline - Date.now();
           if (rows.length > 0 || remaining <= 0 || ctx.signal.aborted || d.draining.aborted)
-            return { items: rows.map(workItemToWire), status: agentStatusToWire(state.status) };
+            return {
+              items: rows.map(workItemToWire),
+              status: agentStatusToWire(state.status),
+              affinityKeys: [...new Set(rows.flatMap((r) => (r.affinity_key ? [r.affinity_key] : [])))],
+            };
           await armed.wait(Math.min(remaining, FALLBACK_POLL_MS), [ctx.signal, d.draining]);
         } finally {
           armed.disarm();

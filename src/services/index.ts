@@ -23,6 +23,7 @@ import type { Logger } from "../log.js";
 import type { Access } from "../server/auth.js";
 import { HealthState, healthRoutes } from "../server/health.js";
 import { reflectionRoutes } from "../server/reflection.js";
+import { AffinityBindingStore } from "../store/affinity-bindings.js";
 import { AgentOpsStore, AgentStore } from "../store/agents.js";
 import { WorkItemStatsStore } from "../store/work-item-stats.js";
 import { EngineStore } from "../store/engines.js";
@@ -101,8 +102,11 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
   maintenance.add(agentLivenessTask({ config, agents, hub, audit, log, onAgentGone }));
   maintenance.add(core.expiryTask());
   maintenance.add(core.dueTask());
+  maintenance.add(core.strandedTask());
   const agentOps = new AgentOpsStore(pool, tables);
   maintenance.add(drainDeadlineTask(core, agentOps));
+  const bindings = new AffinityBindingStore(pool, tables);
+  maintenance.add({ name: "affinity-cleanup", run: (now) => bindings.cleanup(now, config.affinityIdle) });
   maintenance.add({ name: "directive-prune", run: async () => hub.prune() });
   const runs = new EngineRunStore(pool, tables);
   const firings = new TriggerFiringStore(pool, tables);
@@ -129,7 +133,7 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
     {
       services: [OpsService],
       access: "ops",
-      mount: (r) => r.service(OpsService, opsServiceImpl({ core, agentOps, stats: new WorkItemStatsStore(pool, tables), audit })),
+      mount: (r) => r.service(OpsService, opsServiceImpl({ core, agentOps, stats: new WorkItemStatsStore(pool, tables), audit, bindings })),
     },
     {
       services: [RunDirectoryService, TriggerFiringService],

@@ -3,12 +3,15 @@
  * redrive. A drain is state on the agent row (status + metadata.drain), so every daemon enforces
  * it: claims need ACTIVE, and the drain-deadline task on any daemon gives back what is left.
  */
-import { durationFromMs, durationMs } from "@bufbuild/protobuf/wkt";
+import { durationFromMs, durationMs, timestampFromMs } from "@bufbuild/protobuf/wkt";
+import { z } from "zod";
+import { decodeCursor, encodeCursor } from "./cursor.js";
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { AuditLog } from "../audit.js";
 import { failedPrecondition, invalidArgument, notFound } from "../domain/errors.js";
 import { OpsService } from "../gen/aiflow/cluster/v1/ops_pb.js";
 import { callerOf } from "../server/auth.js";
+import type { AffinityBindingStore, BindingRow } from "../store/affinity-bindings.js";
 import type { AgentOpsStore, AgentStatus } from "../store/agents.js";
 import type { WorkItemStatsStore } from "../store/work-item-stats.js";
 import { compareVersions } from "../util/version.js";
@@ -25,8 +28,7 @@ export interface OpsDeps {
   agentOps: AgentOpsStore;
   stats: WorkItemStatsStore;
   audit: AuditLog;
-  /** Affinity keys held by an agent (empty until bindings exist). */
-  affinityKeys?: (agent: string) => Promise<string[]>;
+  bindings: AffinityBindingStore;
 }
 
 const tagsOf = (tags: Record<string, string>, field: string) => {
@@ -69,7 +71,7 @@ export function opsServiceImpl(d: OpsDeps): ServiceImpl<typeof OpsService> {
       const [agent] = await summaries([name]);
       if (!agent) throw notFound(`agent '${name}' not found`);
       const dispatched = await d.stats.dispatchedTo(name);
-      return { agent, dispatched: dispatched.map(workItemToWire), affinityKeys: (await d.affinityKeys?.(name)) ?? [] };
+      return { agent, dispatched: dispatched.map(workItemToWire), affinityKeys: [...(await d.bindings.keysOf(name))] };
     },
 
     async drainAgent(req, ctx) {
@@ -91,7 +93,9 @@ export function opsServiceImpl(d: OpsDeps): ServiceImpl<typeof OpsService> {
       if (req.name && drained.length === 0) throw notFound(`agent '${names[0]}' not found`);
       for (const a of drained) {
         d.audit.record({ table: "agent", action: "update", ids: [a.id], fields: ["status", "metadata", "updatedby", "updatedon"], by: caller.principal, at: now });
-        await hub.publish(a.name, statusDirective("draining", reason, deadline));
+        // An inactive agent stays inactive (it comes back draining when it registers): telling it
+        // DRAINING would make this daemon's cache answer its heartbeats DRAINING, not "register again".
+        await hub.publish(a.name, a.status === "draining" ? statusDirective("draining", reason, deadline) : statusDirective(a.status, reason, null));
       }
       return { agents: await summaries(drained.map((a) => a.name)) };
     },
@@ -170,6 +174,30 @@ export function opsServiceImpl(d: OpsDeps): ServiceImpl<typeof OpsService> {
       return { cancelledIds: rows.map((r) => r.id) };
     },
 
+    async listBindings(req) {
+      const limit = Math.min(req.pageSize || 100, 1000);
+      const rows = await d.bindings.list({
+        keyPrefix: optionalText(req.keyPrefix, "key_prefix", 512) ?? undefined,
+        agent: req.agentId ? identifier(req.agentId, "agent_id") : undefined,
+        after: req.pageToken ? decodeCursor(req.pageToken, bindingCursor) : undefined,
+        limit: limit + 1,
+      });
+      const page = rows.slice(0, limit);
+      const last = page.at(-1);
+      return { bindings: page.map(bindingToWire), nextPageToken: rows.length > limit && last ? encodeCursor({ createdon: last.createdon, id: last.id }) : "" };
+    },
+
+    async unbind(req) {
+      await d.bindings.unbind(affinityKey(req.affinityKey));
+      return {};
+    },
+
+    async rebind(req, ctx) {
+      const row = await d.bindings.rebind(affinityKey(req.affinityKey), identifier(req.agentId, "agent_id"), clock.nowMs(), callerOf(ctx).principal);
+      core.work.ring(["*"]);
+      return { binding: bindingToWire(row) };
+    },
+
     async redriveItems(req, ctx) {
       const caller = callerOf(ctx);
       const tenant = req.tenantKey ? identifier(req.tenantKey, "tenant_key") : null;
@@ -179,6 +207,24 @@ export function opsServiceImpl(d: OpsDeps): ServiceImpl<typeof OpsService> {
       if (ids.length > 0) core.work.ring(["*"]);
       return { redrivenIds: [...ids] };
     },
+  };
+}
+
+const bindingCursor = z.object({ createdon: z.number(), id: z.string() });
+
+const affinityKey = (raw: string) => {
+  const key = optionalText(raw, "affinity_key", 512);
+  if (!key) throw invalidArgument("affinity_key", "is required");
+  return key;
+};
+
+function bindingToWire(b: BindingRow) {
+  return {
+    id: b.id,
+    affinityKey: b.affinity_key,
+    agentId: b.agent_id,
+    createdOn: timestampFromMs(b.createdon),
+    updatedOn: b.updatedon === null ? undefined : timestampFromMs(b.updatedon),
   };
 }
 

@@ -68,6 +68,20 @@ export class QueueCore {
     };
   }
 
+  /** Fails items stranded by their affinity key past the grace (see WorkItemStore.failStranded). */
+  strandedTask(): MaintenanceTask {
+    return {
+      name: "affinity-stranded",
+      run: async (now) => {
+        const policy = this.config.affinityPolicy === "hold" ? "hold" : "rebind";
+        const ids = await this.store.failStranded(now, { policy, graceMs: this.config.affinityGrace }, "affinity-sweep");
+        if (ids.length === 0) return;
+        this.log.warn({ items: ids.length, policy }, "items stranded by their affinity key became dead letters");
+        this.done.ring(["*"]);
+      },
+    };
+  }
+
   /** Wakes local claims for items whose backoff or not-before passed since the last run. */
   dueTask(): MaintenanceTask {
     let last = this.clock.nowMs();

@@ -107,18 +107,20 @@ function newItem(it: EnqueueItem, i: number, nowMs: number, payloadMax: number):
   const selector: Record<string, string> = {};
   for (const [k, v] of Object.entries(it.workerParams?.selector ?? {})) selector[identifier(k, f("worker_params.selector key"))] = optionalText(v, f(`worker_params.selector[${k}]`), 256) ?? "";
   const notBeforeMs = it.notBefore ? timestampMs(it.notBefore) : nowMs;
+  const affinityKey = optionalText(it.workerParams?.affinityKey ?? "", f("worker_params.affinity_key"), 512);
   return {
     engineKind: identifier(it.engineKind, f("engine_kind")),
     runId: it.runId ? identifier(it.runId, f("run_id")) : null,
     taskId: optionalText(it.taskId, f("task_id"), 256),
     taskName: optionalText(it.taskName, f("task_name"), 256),
-    workerParams: Object.keys(selector).length > 0 ? { selector } : null,
+    workerParams: Object.keys(selector).length > 0 || affinityKey ? { ...(Object.keys(selector).length > 0 ? { selector } : {}), ...(affinityKey ? { affinityKey } : {}) } : null,
     payloadJson,
     priority: inRange(it.priority, f("priority"), 0, 1_000_000),
     maxRetries: inRange(it.maxRetries, f("max_retries"), 0, 1000),
     notBeforeNs: BigInt(Math.max(notBeforeMs, 0)) * 1_000_000n,
     parentId: it.parentWorkItemId ? identifier(it.parentWorkItemId, f("parent_work_item_id")) : null,
     idempotencyKey: optionalText(it.idempotencyKey, f("idempotency_key"), 256),
+    affinityKey,
   };
 }
 

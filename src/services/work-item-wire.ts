@@ -32,7 +32,7 @@ export function workItemToWire(r: WorkItemRow): MessageInitShape<typeof WorkItem
     runId: r.run_id ?? "",
     taskId: r.task_id ?? "",
     taskName: r.task_name ?? "",
-    workerParams: { selector },
+    workerParams: { selector, affinityKey: r.affinity_key ?? "" },
     payloadJson: r.payload === null || r.payload === undefined ? "" : JSON.stringify(r.payload),
     status: STATUS[r.status],
     priority: r.priority ?? 0,

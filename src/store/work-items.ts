@@ -12,7 +12,7 @@
  * bigint epoch nanoseconds from the same clock. Nothing here calls now().
  */
 import { sql, type CommonQueryMethods, type FragmentSqlToken } from "slonik";
-import { ulid } from "ulid";
+import { monotonicFactory } from "ulid";
 import { z } from "zod";
 import { withDbErrors } from "../db/errors.js";
 import type { Tables } from "../db/tables.js";
@@ -45,6 +45,7 @@ export const workItemRow = z.object({
   lease_token: z.string().nullable(),
   result: z.unknown().nullable(),
   idempotency_key: z.string().nullable(),
+  affinity_key: z.string().nullable(),
   createdon: z.number(),
   updatedon: z.number().nullable(),
 });
@@ -64,6 +65,7 @@ export interface NewItem {
   notBeforeNs: bigint;
   parentId: string | null;
   idempotencyKey: string | null;
+  affinityKey: string | null;
 }
 
 export interface Backoff {
@@ -85,6 +87,12 @@ const requeuedRow = z.object({ id: z.string(), status: z.enum(ITEM_STATUSES), ag
 const idRow = z.object({ id: z.string() });
 const ts = (ms: number) => sql.timestamp(new Date(ms));
 const ms2ns = (ms: number) => BigInt(Math.round(ms)) * 1_000_000n;
+/**
+ * Item ids ascend in the order this process creates them, also within one millisecond (a plain ulid()
+ * is random there): items of equal priority and createdon are dispatched by id, so this is what makes
+ * a priority first-in-first-out.
+ */
+const itemId = monotonicFactory();
 
 export interface ClaimInput {
   agent: string;
@@ -93,6 +101,9 @@ export interface ClaimInput {
   max: number;
   nowMs: number;
   leaseTtlMs: number;
+  affinity: { policy: "hold" | "rebind"; graceMs: number };
+  /** Fresh ULIDs for bindings this claim may create (at least `max` of them). */
+  bindingIds: readonly string[];
 }
 
 export interface ListFilter {
@@ -122,21 +133,25 @@ export class WorkItemStore {
    */
   async enqueue(tenant: string, engineId: string, items: readonly NewItem[], nowMs: number, by: string): Promise<{ id: string; existing: boolean }[]> {
     const w = this.t.id("work_item");
-    const ids = items.map(() => ulid(nowMs));
+    const ids = items.map(() => itemId(nowMs));
     const col = <T>(f: (i: NewItem) => T) => items.map(f);
     const inserted = await withDbErrors(() =>
       this.db.anyFirst(sql.type(z.object({ id: z.string() }))`
         INSERT INTO ${w} (id, tenant_key, engine_id, engine_kind, parent_work_item_id, run_id, task_id, task_name, worker_params, payload,
-                          status, priority, next_attempt_at, retry_count, max_retries, idempotency_key, createdby, createdon, updatedby, updatedon)
+                          status, priority, next_attempt_at, retry_count, max_retries, idempotency_key, affinity_key, createdby, createdon, updatedby, updatedon)
         SELECT v.id, ${tenant}, ${engineId}, v.engine_kind, v.parent, v.run_id, v.task_id, v.task_name, v.worker_params, v.payload,
-               'pending', v.priority, v.next_attempt_at, 0, v.max_retries, v.idem, ${by}, ${ts(nowMs)}, ${by}, ${ts(nowMs)}
+               'pending', v.priority, v.next_attempt_at, 0, v.max_retries, v.idem, v.affinity, ${by}, ${ts(nowMs)}, ${by}, ${ts(nowMs)}
           FROM unnest(${sql.array(ids, "text")}, ${sql.array(col((i) => i.engineKind), "text")}, ${sql.array(col((i) => i.parentId), "text")},
                       ${sql.array(col((i) => i.runId), "text")}, ${sql.array(col((i) => i.taskId), "text")}, ${sql.array(col((i) => i.taskName), "text")},
                       ${sql.array(col((i) => (i.workerParams ? JSON.stringify(i.workerParams) : null)), "jsonb")}, ${sql.array(col((i) => i.payloadJson), "jsonb")},
                       ${sql.array(col((i) => i.priority), "int4")}, ${sql.array(col((i) => String(i.notBeforeNs)), "int8")},
-                      ${sql.array(col((i) => i.maxRetries), "int4")}, ${sql.array(col((i) => i.idempotencyKey), "text")})
-               WITH ORDINALITY AS v(id, engine_kind, parent, run_id, task_id, task_name, worker_params, payload, priority, next_attempt_at, max_retries, idem, ord)
-         ORDER BY v.ord
+                      ${sql.array(col((i) => i.maxRetries), "int4")}, ${sql.array(col((i) => i.idempotencyKey), "text")},
+                      ${sql.array(col((i) => i.affinityKey), "text")})
+               WITH ORDINALITY AS v(id, engine_kind, parent, run_id, task_id, task_name, worker_params, payload, priority, next_attempt_at, max_retries, idem, affinity, ord)
+         -- Rows go in in idempotency-key order: two batches sharing keys (on any daemons) then wait on
+         -- each other's keys in one order, never in a cycle (a deadlock). Dispatch order is by
+         -- (priority, createdon, id), and ids ascend in request order, so this order is free.
+         ORDER BY v.idem COLLATE "C" NULLS LAST, v.ord
         ON CONFLICT (tenant_key, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
         RETURNING id`),
     );
@@ -163,25 +178,60 @@ export class WorkItemStore {
    * tenants and engine kinds it registered with, whose next attempt is due, and whose selector its
    * tags satisfy (jsonb containment: every selector pair must be among the agent's tags), in
    * priority, creation order.
+   *
+   * Affinity, in the same statement: an item whose key is unbound binds it to this agent
+   * (INSERT … ON CONFLICT DO NOTHING — of two racing claims, one insert wins and the loser dispatches
+   * none of the key's items); an item whose key is bound to this agent is taken only after this
+   * statement has updated the binding row (bumping updatedon), and an item whose key is bound to
+   * another agent only when that agent cannot take work, the grace has passed since the key's last
+   * dispatch, none of the key's items is in flight, and the policy is rebind — by moving the binding
+   * row. Both paths write the binding row, so they serialise on its lock, and Postgres re-checks
+   * `agent_id` and `updatedon` against the committed row: a dispatch and a move of one key can never
+   * both succeed, and no two agents ever hold items of one key at once.
    */
   claim(c: ClaimInput): Promise<readonly WorkItemRow[]> {
     const w = this.t.id("work_item");
     const a = this.t.id("agent");
+    const b = this.t.id("affinity_binding");
     const nowNs = ms2ns(c.nowMs);
+    const rebind = c.affinity.policy === "rebind";
+    const graceEdge = ts(c.nowMs - c.affinity.graceMs);
+    const unavailable = sql.fragment`(ba.name IS NULL OR ba.status <> 'active' OR ba.deletedon IS NOT NULL)`;
     return withDbErrors(() =>
       this.db.any(sql.type(workItemRow)`
         WITH agent AS (
           SELECT name, metadata FROM ${a} WHERE name = ${c.agent} AND status = 'active' AND deletedon IS NULL
         ), picked AS (
-          SELECT w.id FROM ${w} w, agent
+          SELECT w.id, w.affinity_key FROM ${w} w CROSS JOIN agent
+            LEFT JOIN ${b} bb ON bb.affinity_key = w.affinity_key
+            LEFT JOIN ${a} ba ON ba.name = bb.agent_id
            WHERE w.status = 'pending'
              AND w.next_attempt_at <= ${nowNs}
              AND w.tenant_key = ANY(ARRAY(SELECT jsonb_array_elements_text(agent.metadata -> 'tenants')))
              AND w.engine_kind = ANY(ARRAY(SELECT jsonb_array_elements_text(agent.metadata -> 'engineKinds')))
              AND (w.worker_params -> 'selector' IS NULL OR COALESCE(agent.metadata -> 'tags', '{}'::jsonb) @> (w.worker_params -> 'selector'))
+             AND (w.affinity_key IS NULL OR bb.id IS NULL OR bb.agent_id = agent.name
+                  OR (${rebind} AND ${unavailable} AND bb.updatedon < ${graceEdge}
+                      AND NOT EXISTS (SELECT 1 FROM ${w} wd WHERE wd.affinity_key = w.affinity_key AND wd.status = 'dispatched')))
            ORDER BY w.priority, w.createdon, w.id
            LIMIT ${c.max}
            FOR UPDATE OF w SKIP LOCKED
+        ), keys AS (
+          SELECT k, row_number() OVER (ORDER BY k) AS n FROM (SELECT DISTINCT affinity_key AS k FROM picked WHERE affinity_key IS NOT NULL) d
+        ), pinned AS (
+          INSERT INTO ${b} (id, affinity_key, agent_id, createdby, createdon, updatedby, updatedon)
+          SELECT (${sql.array(c.bindingIds, "text")})[keys.n], keys.k, ${c.agent}, ${c.agent}, ${ts(c.nowMs)}, ${c.agent}, ${ts(c.nowMs)} FROM keys
+          ON CONFLICT (affinity_key) DO NOTHING
+          RETURNING affinity_key
+        ), held AS (
+          UPDATE ${b} bb SET agent_id = ${c.agent}, updatedby = ${c.agent}, updatedon = ${ts(c.nowMs)}
+            FROM keys
+           WHERE bb.affinity_key = keys.k
+             AND (bb.agent_id = ${c.agent}
+                  OR (${rebind} AND bb.updatedon < ${graceEdge}
+                      AND NOT EXISTS (SELECT 1 FROM ${a} ba WHERE ba.name = bb.agent_id AND ba.status = 'active' AND ba.deletedon IS NULL)
+                      AND NOT EXISTS (SELECT 1 FROM ${w} wd WHERE wd.affinity_key = bb.affinity_key AND wd.status = 'dispatched')))
+          RETURNING bb.affinity_key
         )
         UPDATE ${w} w
            SET status = 'dispatched', agent_id = ${c.agent}, leased_by = ${c.instance}, dispatched_at = ${nowNs},
@@ -189,7 +239,41 @@ export class WorkItemStore {
                updatedby = ${c.agent}, updatedon = ${ts(c.nowMs)}
           FROM picked
          WHERE w.id = picked.id
+           AND (picked.affinity_key IS NULL
+                OR picked.affinity_key IN (SELECT affinity_key FROM pinned)
+                OR picked.affinity_key IN (SELECT affinity_key FROM held))
         RETURNING w.*`),
+    );
+  }
+
+  /**
+   * Items stranded by their affinity key become dead letters once they have waited longer than the
+   * grace: always when the key's agent is active but may not run the item (another tenant, engine
+   * kind or selector — a binding never routes work to an agent that may not run it, and the key does
+   * not move while its agent is active); under the hold policy also when the agent cannot take work.
+   */
+  failStranded(nowMs: number, affinity: { policy: "hold" | "rebind"; graceMs: number }, by: string): Promise<readonly string[]> {
+    const w = this.t.id("work_item");
+    const a = this.t.id("agent");
+    const b = this.t.id("affinity_binding");
+    const hold = affinity.policy === "hold";
+    return withDbErrors(() =>
+      this.db.anyFirst(sql.type(idRow)`
+        UPDATE ${w} w
+           SET status = 'failed', completed_at = ${ms2ns(nowMs)}::bigint, updatedby = ${by}, updatedon = ${ts(nowMs)},
+               error = format('affinity key %s is bound to agent %s, which %s', w.affinity_key, bb.agent_id,
+                              CASE WHEN ba.name IS NULL OR ba.status <> 'active' OR ba.deletedon IS NOT NULL
+                                   THEN 'cannot take work (policy hold); unbind or rebind the key, then redrive'
+                                   ELSE 'may not run it (tenant, engine kind or selector); rebind the key, then redrive' END)
+          FROM ${b} bb LEFT JOIN ${a} ba ON ba.name = bb.agent_id
+         WHERE w.status = 'pending' AND w.affinity_key = bb.affinity_key
+           AND w.next_attempt_at < ${ms2ns(nowMs - affinity.graceMs)}::bigint
+           AND ((ba.name IS NOT NULL AND ba.status = 'active' AND ba.deletedon IS NULL
+                 AND NOT (w.tenant_key = ANY(ARRAY(SELECT jsonb_array_elements_text(ba.metadata -> 'tenants')))
+                          AND w.engine_kind = ANY(ARRAY(SELECT jsonb_array_elements_text(ba.metadata -> 'engineKinds')))
+                          AND (w.worker_params -> 'selector' IS NULL OR COALESCE(ba.metadata -> 'tags', '{}'::jsonb) @> (w.worker_params -> 'selector'))))
+                OR (${hold} AND (ba.name IS NULL OR ba.status <> 'active' OR ba.deletedon IS NOT NULL) AND bb.updatedon < ${ts(nowMs - affinity.graceMs)}))
+        RETURNING w.id`),
     );
   }
 

@@ -18,7 +18,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file aiflow/cluster/v1/ops.proto.
  */
 export const file_aiflow_cluster_v1_ops: GenFile = /*@__PURE__*/
-  fileDesc("ChthaWZsb3cvY2x1c3Rlci92MS9vcHMucHJvdG8SEWFpZmxvdy5jbHVzdGVyLnYxIuABCg1EcmFpblByb2dyZXNzEg4KBnJlYXNvbhgBIAEoCRIuCgpzdGFydGVkX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghkZWFkbGluZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGgoSaW5fZmxpZ2h0X2F0X3N0YXJ0GAQgASgNEhUKDWluX2ZsaWdodF9ub3cYBSABKA0SEAoIY29tcGxldGUYBiABKAgSHAoUcmVsZWFzZWRfYXRfZGVhZGxpbmUYByABKA0i6AMKDEFnZW50U3VtbWFyeRIKCgJpZBgBIAEoCRIMCgRuYW1lGAIgASgJEi4KBnN0YXR1cxgDIAEoDjIeLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50U3RhdHVzEhUKDWFnZW50X3ZlcnNpb24YBCABKAkSMAoKYWdlbnRfdHlwZRgFIAEoDjIcLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50VHlwZRIyCghtZXRhZGF0YRgGIAEoCzIgLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50TWV0YWRhdGESKAoHbWV0cmljcxgHIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSMAoNbGFzdF9zZWVuX2FnZRgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIRCglpbl9mbGlnaHQYCSABKA0SLwoFZHJhaW4YCiABKAsyIC5haWZsb3cuY2x1c3Rlci52MS5EcmFpblByb2dyZXNzEhQKDGh0dHBfYWRkcmVzcxgLIAEoCRIUCgxncnBjX2FkZHJlc3MYDCABKAkSFQoNaW5mcmFfYWRkcmVzcxgNIAEoCRIuCgpjcmVhdGVkX29uGA4gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCLaAQoRTGlzdEFnZW50c1JlcXVlc3QSMAoIc3RhdHVzZXMYASADKA4yHi5haWZsb3cuY2x1c3Rlci52MS5BZ2VudFN0YXR1cxI8CgR0YWdzGAIgAygLMi4uYWlmbG93LmNsdXN0ZXIudjEuTGlzdEFnZW50c1JlcXVlc3QuVGFnc0VudHJ5Eg8KB3ZlcnNpb24YAyABKAkSFwoPaW5jbHVkZV9yZW1vdmVkGAQgASgIGisKCVRhZ3NFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkUKEkxpc3RBZ2VudHNSZXNwb25zZRIvCgZhZ2VudHMYASADKAsyHy5haWZsb3cuY2x1c3Rlci52MS5BZ2VudFN1bW1hcnkiHwoPR2V0QWdlbnRSZXF1ZXN0EgwKBG5hbWUYASABKAkiigEKEEdldEFnZW50UmVzcG9uc2USLgoFYWdlbnQYASABKAsyHy5haWZsb3cuY2x1c3Rlci52MS5BZ2VudFN1bW1hcnkSLwoKZGlzcGF0Y2hlZBgCIAMoCzIbLmFpZmxvdy5jbHVzdGVyLnYxLldvcmtJdGVtEhUKDWFmZmluaXR5X2tleXMYAyADKAkijQEKDUFnZW50U2VsZWN0b3ISOAoEdGFncxgBIAMoCzIqLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50U2VsZWN0b3IuVGFnc0VudHJ5EhUKDXZlcnNpb25fYmVsb3cYAiABKAkaKwoJVGFnc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEikgEKEURyYWluQWdlbnRSZXF1ZXN0EgwKBG5hbWUYASABKAkSMgoIc2VsZWN0b3IYAiABKAsyIC5haWZsb3cuY2x1c3Rlci52MS5BZ2VudFNlbGVjdG9yEisKCGRlYWRsaW5lGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg4KBnJlYXNvbhgEIAEoCSJFChJEcmFpbkFnZW50UmVzcG9uc2USLwoGYWdlbnRzGAEgAygLMh8uYWlmbG93LmNsdXN0ZXIudjEuQWdlbnRTdW1tYXJ5IiMKE1VuZHJhaW5BZ2VudFJlcXVlc3QSDAoEbmFtZRgBIAEoCSJGChRVbmRyYWluQWdlbnRSZXNwb25zZRIuCgVhZ2VudBgBIAEoCzIfLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50U3VtbWFyeSIxChJSZW1vdmVBZ2VudFJlcXVlc3QSDAoEbmFtZRgBIAEoCRINCgVmb3JjZRgCIAEoCCInChNSZW1vdmVBZ2VudFJlc3BvbnNlEhAKCHJlbGVhc2VkGAEgASgNIicKEVF1ZXVlU3RhdHNSZXF1ZXN0EhIKCnRlbmFudF9rZXkYASABKAkidwoKUXVldWVEZXB0aBISCgp0ZW5hbnRfa2V5GAEgASgJEhMKC2VuZ2luZV9raW5kGAIgASgJEjEKBnN0YXR1cxgDIAEoDjIhLmFpZmxvdy5jbHVzdGVyLnYxLldvcmtJdGVtU3RhdHVzEg0KBWNvdW50GAQgASgEIvEBChJRdWV1ZVN0YXRzUmVzcG9uc2USLAoFZGVwdGgYASADKAsyHS5haWZsb3cuY2x1c3Rlci52MS5RdWV1ZURlcHRoEjUKEm9sZGVzdF9wZW5kaW5nX2FnZRgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIdChVkaXNwYXRjaGVkX3Blcl9zZWNvbmQYAyABKAESHAoUY29tcGxldGVkX3Blcl9zZWNvbmQYBCABKAESFAoMZGVhZF9sZXR0ZXJzGAUgASgEEg8KB3BlbmRpbmcYBiABKAQSEgoKZGlzcGF0Y2hlZBgHIAEoBCLgAQoaT3BzU2VydmljZUxpc3RJdGVtc1JlcXVlc3QSEgoKdGVuYW50X2tleRgBIAEoCRIzCghzdGF0dXNlcxgCIAMoDjIhLmFpZmxvdy5jbHVzdGVyLnYxLldvcmtJdGVtU3RhdHVzEhMKC2VuZ2luZV9raW5kGAMgASgJEg4KBnJ1bl9pZBgEIAEoCRIbChNwYXJlbnRfd29ya19pdGVtX2lkGAUgASgJEhAKCGFnZW50X2lkGAYgASgJEhEKCXBhZ2Vfc2l6ZRgHIAEoDRISCgpwYWdlX3Rva2VuGAggASgJImIKG09wc1NlcnZpY2VMaXN0SXRlbXNSZXNwb25zZRIqCgVpdGVtcxgBIAMoCzIbLmFpZmxvdy5jbHVzdGVyLnYxLldvcmtJdGVtEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSImChhPcHNTZXJ2aWNlR2V0SXRlbVJlcXVlc3QSCgoCaWQYASABKAkieAoZT3BzU2VydmljZUdldEl0ZW1SZXNwb25zZRIpCgRpdGVtGAEgASgLMhsuYWlmbG93LmNsdXN0ZXIudjEuV29ya0l0ZW0SMAoIY2hpbGRyZW4YAiABKAsyHi5haWZsb3cuY2x1c3Rlci52MS5DaGlsZENvdW50cyJpChJDYW5jZWxJdGVtc1JlcXVlc3QSEgoKdGVuYW50X2tleRgBIAEoCRILCgNpZHMYAiADKAkSDgoGcnVuX2lkGAMgASgJEhIKCnBhcmVudF9pZHMYBCADKAkSDgoGcmVhc29uGAUgASgJIiwKE0NhbmNlbEl0ZW1zUmVzcG9uc2USFQoNY2FuY2VsbGVkX2lkcxgBIAMoCSJTChNSZWRyaXZlSXRlbXNSZXF1ZXN0EhIKCnRlbmFudF9rZXkYASABKAkSCwoDaWRzGAIgAygJEg4KBnJ1bl9pZBgDIAEoCRILCgNhbGwYBCABKAgiLAoUUmVkcml2ZUl0ZW1zUmVzcG9uc2USFAoMcmVkcml2ZW5faWRzGAEgAygJMsIHCgpPcHNTZXJ2aWNlElkKCkxpc3RBZ2VudHMSJC5haWZsb3cuY2x1c3Rlci52MS5MaXN0QWdlbnRzUmVxdWVzdBolLmFpZmxvdy5jbHVzdGVyLnYxLkxpc3RBZ2VudHNSZXNwb25zZRJTCghHZXRBZ2VudBIiLmFpZmxvdy5jbHVzdGVyLnYxLkdldEFnZW50UmVxdWVzdBojLmFpZmxvdy5jbHVzdGVyLnYxLkdldEFnZW50UmVzcG9uc2USWQoKRHJhaW5BZ2VudBIkLmFpZmxvdy5jbHVzdGVyLnYxLkRyYWluQWdlbnRSZXF1ZXN0GiUuYWlmbG93LmNsdXN0ZXIudjEuRHJhaW5BZ2VudFJlc3BvbnNlEl8KDFVuZHJhaW5BZ2VudBImLmFpZmxvdy5jbHVzdGVyLnYxLlVuZHJhaW5BZ2VudFJlcXVlc3QaJy5haWZsb3cuY2x1c3Rlci52MS5VbmRyYWluQWdlbnRSZXNwb25zZRJcCgtSZW1vdmVBZ2VudBIlLmFpZmxvdy5jbHVzdGVyLnYxLlJlbW92ZUFnZW50UmVxdWVzdBomLmFpZmxvdy5jbHVzdGVyLnYxLlJlbW92ZUFnZW50UmVzcG9uc2USWQoKUXVldWVTdGF0cxIkLmFpZmxvdy5jbHVzdGVyLnYxLlF1ZXVlU3RhdHNSZXF1ZXN0GiUuYWlmbG93LmNsdXN0ZXIudjEuUXVldWVTdGF0c1Jlc3BvbnNlEmoKCUxpc3RJdGVtcxItLmFpZmxvdy5jbHVzdGVyLnYxLk9wc1NlcnZpY2VMaXN0SXRlbXNSZXF1ZXN0Gi4uYWlmbG93LmNsdXN0ZXIudjEuT3BzU2VydmljZUxpc3RJdGVtc1Jlc3BvbnNlEmQKB0dldEl0ZW0SKy5haWZsb3cuY2x1c3Rlci52MS5PcHNTZXJ2aWNlR2V0SXRlbVJlcXVlc3QaLC5haWZsb3cuY2x1c3Rlci52MS5PcHNTZXJ2aWNlR2V0SXRlbVJlc3BvbnNlElwKC0NhbmNlbEl0ZW1zEiUuYWlmbG93LmNsdXN0ZXIudjEuQ2FuY2VsSXRlbXNSZXF1ZXN0GiYuYWlmbG93LmNsdXN0ZXIudjEuQ2FuY2VsSXRlbXNSZXNwb25zZRJfCgxSZWRyaXZlSXRlbXMSJi5haWZsb3cuY2x1c3Rlci52MS5SZWRyaXZlSXRlbXNSZXF1ZXN0GicuYWlmbG93LmNsdXN0ZXIudjEuUmVkcml2ZUl0ZW1zUmVzcG9uc2ViBnByb3RvMw", [file_aiflow_cluster_v1_agent, file_aiflow_cluster_v1_common, file_aiflow_cluster_v1_work_item, file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("ChthaWZsb3cvY2x1c3Rlci92MS9vcHMucHJvdG8SEWFpZmxvdy5jbHVzdGVyLnYxIuABCg1EcmFpblByb2dyZXNzEg4KBnJlYXNvbhgBIAEoCRIuCgpzdGFydGVkX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghkZWFkbGluZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGgoSaW5fZmxpZ2h0X2F0X3N0YXJ0GAQgASgNEhUKDWluX2ZsaWdodF9ub3cYBSABKA0SEAoIY29tcGxldGUYBiABKAgSHAoUcmVsZWFzZWRfYXRfZGVhZGxpbmUYByABKA0i6AMKDEFnZW50U3VtbWFyeRIKCgJpZBgBIAEoCRIMCgRuYW1lGAIgASgJEi4KBnN0YXR1cxgDIAEoDjIeLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50U3RhdHVzEhUKDWFnZW50X3ZlcnNpb24YBCABKAkSMAoKYWdlbnRfdHlwZRgFIAEoDjIcLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50VHlwZRIyCghtZXRhZGF0YRgGIAEoCzIgLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50TWV0YWRhdGESKAoHbWV0cmljcxgHIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSMAoNbGFzdF9zZWVuX2FnZRgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIRCglpbl9mbGlnaHQYCSABKA0SLwoFZHJhaW4YCiABKAsyIC5haWZsb3cuY2x1c3Rlci52MS5EcmFpblByb2dyZXNzEhQKDGh0dHBfYWRkcmVzcxgLIAEoCRIUCgxncnBjX2FkZHJlc3MYDCABKAkSFQoNaW5mcmFfYWRkcmVzcxgNIAEoCRIuCgpjcmVhdGVkX29uGA4gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCLaAQoRTGlzdEFnZW50c1JlcXVlc3QSMAoIc3RhdHVzZXMYASADKA4yHi5haWZsb3cuY2x1c3Rlci52MS5BZ2VudFN0YXR1cxI8CgR0YWdzGAIgAygLMi4uYWlmbG93LmNsdXN0ZXIudjEuTGlzdEFnZW50c1JlcXVlc3QuVGFnc0VudHJ5Eg8KB3ZlcnNpb24YAyABKAkSFwoPaW5jbHVkZV9yZW1vdmVkGAQgASgIGisKCVRhZ3NFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkUKEkxpc3RBZ2VudHNSZXNwb25zZRIvCgZhZ2VudHMYASADKAsyHy5haWZsb3cuY2x1c3Rlci52MS5BZ2VudFN1bW1hcnkiHwoPR2V0QWdlbnRSZXF1ZXN0EgwKBG5hbWUYASABKAkiigEKEEdldEFnZW50UmVzcG9uc2USLgoFYWdlbnQYASABKAsyHy5haWZsb3cuY2x1c3Rlci52MS5BZ2VudFN1bW1hcnkSLwoKZGlzcGF0Y2hlZBgCIAMoCzIbLmFpZmxvdy5jbHVzdGVyLnYxLldvcmtJdGVtEhUKDWFmZmluaXR5X2tleXMYAyADKAkijQEKDUFnZW50U2VsZWN0b3ISOAoEdGFncxgBIAMoCzIqLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50U2VsZWN0b3IuVGFnc0VudHJ5EhUKDXZlcnNpb25fYmVsb3cYAiABKAkaKwoJVGFnc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEikgEKEURyYWluQWdlbnRSZXF1ZXN0EgwKBG5hbWUYASABKAkSMgoIc2VsZWN0b3IYAiABKAsyIC5haWZsb3cuY2x1c3Rlci52MS5BZ2VudFNlbGVjdG9yEisKCGRlYWRsaW5lGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg4KBnJlYXNvbhgEIAEoCSJFChJEcmFpbkFnZW50UmVzcG9uc2USLwoGYWdlbnRzGAEgAygLMh8uYWlmbG93LmNsdXN0ZXIudjEuQWdlbnRTdW1tYXJ5IiMKE1VuZHJhaW5BZ2VudFJlcXVlc3QSDAoEbmFtZRgBIAEoCSJGChRVbmRyYWluQWdlbnRSZXNwb25zZRIuCgVhZ2VudBgBIAEoCzIfLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50U3VtbWFyeSIxChJSZW1vdmVBZ2VudFJlcXVlc3QSDAoEbmFtZRgBIAEoCRINCgVmb3JjZRgCIAEoCCInChNSZW1vdmVBZ2VudFJlc3BvbnNlEhAKCHJlbGVhc2VkGAEgASgNIicKEVF1ZXVlU3RhdHNSZXF1ZXN0EhIKCnRlbmFudF9rZXkYASABKAkidwoKUXVldWVEZXB0aBISCgp0ZW5hbnRfa2V5GAEgASgJEhMKC2VuZ2luZV9raW5kGAIgASgJEjEKBnN0YXR1cxgDIAEoDjIhLmFpZmxvdy5jbHVzdGVyLnYxLldvcmtJdGVtU3RhdHVzEg0KBWNvdW50GAQgASgEIvEBChJRdWV1ZVN0YXRzUmVzcG9uc2USLAoFZGVwdGgYASADKAsyHS5haWZsb3cuY2x1c3Rlci52MS5RdWV1ZURlcHRoEjUKEm9sZGVzdF9wZW5kaW5nX2FnZRgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIdChVkaXNwYXRjaGVkX3Blcl9zZWNvbmQYAyABKAESHAoUY29tcGxldGVkX3Blcl9zZWNvbmQYBCABKAESFAoMZGVhZF9sZXR0ZXJzGAUgASgEEg8KB3BlbmRpbmcYBiABKAQSEgoKZGlzcGF0Y2hlZBgHIAEoBCLgAQoaT3BzU2VydmljZUxpc3RJdGVtc1JlcXVlc3QSEgoKdGVuYW50X2tleRgBIAEoCRIzCghzdGF0dXNlcxgCIAMoDjIhLmFpZmxvdy5jbHVzdGVyLnYxLldvcmtJdGVtU3RhdHVzEhMKC2VuZ2luZV9raW5kGAMgASgJEg4KBnJ1bl9pZBgEIAEoCRIbChNwYXJlbnRfd29ya19pdGVtX2lkGAUgASgJEhAKCGFnZW50X2lkGAYgASgJEhEKCXBhZ2Vfc2l6ZRgHIAEoDRISCgpwYWdlX3Rva2VuGAggASgJImIKG09wc1NlcnZpY2VMaXN0SXRlbXNSZXNwb25zZRIqCgVpdGVtcxgBIAMoCzIbLmFpZmxvdy5jbHVzdGVyLnYxLldvcmtJdGVtEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSImChhPcHNTZXJ2aWNlR2V0SXRlbVJlcXVlc3QSCgoCaWQYASABKAkieAoZT3BzU2VydmljZUdldEl0ZW1SZXNwb25zZRIpCgRpdGVtGAEgASgLMhsuYWlmbG93LmNsdXN0ZXIudjEuV29ya0l0ZW0SMAoIY2hpbGRyZW4YAiABKAsyHi5haWZsb3cuY2x1c3Rlci52MS5DaGlsZENvdW50cyJpChJDYW5jZWxJdGVtc1JlcXVlc3QSEgoKdGVuYW50X2tleRgBIAEoCRILCgNpZHMYAiADKAkSDgoGcnVuX2lkGAMgASgJEhIKCnBhcmVudF9pZHMYBCADKAkSDgoGcmVhc29uGAUgASgJIiwKE0NhbmNlbEl0ZW1zUmVzcG9uc2USFQoNY2FuY2VsbGVkX2lkcxgBIAMoCSJTChNSZWRyaXZlSXRlbXNSZXF1ZXN0EhIKCnRlbmFudF9rZXkYASABKAkSCwoDaWRzGAIgAygJEg4KBnJ1bl9pZBgDIAEoCRILCgNhbGwYBCABKAgiLAoUUmVkcml2ZUl0ZW1zUmVzcG9uc2USFAoMcmVkcml2ZW5faWRzGAEgAygJIp0BCgdCaW5kaW5nEgoKAmlkGAEgASgJEhQKDGFmZmluaXR5X2tleRgCIAEoCRIQCghhZ2VudF9pZBgDIAEoCRIuCgpjcmVhdGVkX29uGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX29uGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJiChNMaXN0QmluZGluZ3NSZXF1ZXN0EhIKCmtleV9wcmVmaXgYASABKAkSEAoIYWdlbnRfaWQYAiABKAkSEQoJcGFnZV9zaXplGAMgASgNEhIKCnBhZ2VfdG9rZW4YBCABKAkiXQoUTGlzdEJpbmRpbmdzUmVzcG9uc2USLAoIYmluZGluZ3MYASADKAsyGi5haWZsb3cuY2x1c3Rlci52MS5CaW5kaW5nEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSIlCg1VbmJpbmRSZXF1ZXN0EhQKDGFmZmluaXR5X2tleRgBIAEoCSIQCg5VbmJpbmRSZXNwb25zZSI3Cg1SZWJpbmRSZXF1ZXN0EhQKDGFmZmluaXR5X2tleRgBIAEoCRIQCghhZ2VudF9pZBgCIAEoCSI9Cg5SZWJpbmRSZXNwb25zZRIrCgdiaW5kaW5nGAEgASgLMhouYWlmbG93LmNsdXN0ZXIudjEuQmluZGluZzLBCQoKT3BzU2VydmljZRJZCgpMaXN0QWdlbnRzEiQuYWlmbG93LmNsdXN0ZXIudjEuTGlzdEFnZW50c1JlcXVlc3QaJS5haWZsb3cuY2x1c3Rlci52MS5MaXN0QWdlbnRzUmVzcG9uc2USUwoIR2V0QWdlbnQSIi5haWZsb3cuY2x1c3Rlci52MS5HZXRBZ2VudFJlcXVlc3QaIy5haWZsb3cuY2x1c3Rlci52MS5HZXRBZ2VudFJlc3BvbnNlElkKCkRyYWluQWdlbnQSJC5haWZsb3cuY2x1c3Rlci52MS5EcmFpbkFnZW50UmVxdWVzdBolLmFpZmxvdy5jbHVzdGVyLnYxLkRyYWluQWdlbnRSZXNwb25zZRJfCgxVbmRyYWluQWdlbnQSJi5haWZsb3cuY2x1c3Rlci52MS5VbmRyYWluQWdlbnRSZXF1ZXN0GicuYWlmbG93LmNsdXN0ZXIudjEuVW5kcmFpbkFnZW50UmVzcG9uc2USXAoLUmVtb3ZlQWdlbnQSJS5haWZsb3cuY2x1c3Rlci52MS5SZW1vdmVBZ2VudFJlcXVlc3QaJi5haWZsb3cuY2x1c3Rlci52MS5SZW1vdmVBZ2VudFJlc3BvbnNlElkKClF1ZXVlU3RhdHMSJC5haWZsb3cuY2x1c3Rlci52MS5RdWV1ZVN0YXRzUmVxdWVzdBolLmFpZmxvdy5jbHVzdGVyLnYxLlF1ZXVlU3RhdHNSZXNwb25zZRJqCglMaXN0SXRlbXMSLS5haWZsb3cuY2x1c3Rlci52MS5PcHNTZXJ2aWNlTGlzdEl0ZW1zUmVxdWVzdBouLmFpZmxvdy5jbHVzdGVyLnYxLk9wc1NlcnZpY2VMaXN0SXRlbXNSZXNwb25zZRJkCgdHZXRJdGVtEisuYWlmbG93LmNsdXN0ZXIudjEuT3BzU2VydmljZUdldEl0ZW1SZXF1ZXN0GiwuYWlmbG93LmNsdXN0ZXIudjEuT3BzU2VydmljZUdldEl0ZW1SZXNwb25zZRJcCgtDYW5jZWxJdGVtcxIlLmFpZmxvdy5jbHVzdGVyLnYxLkNhbmNlbEl0ZW1zUmVxdWVzdBomLmFpZmxvdy5jbHVzdGVyLnYxLkNhbmNlbEl0ZW1zUmVzcG9uc2USXwoMUmVkcml2ZUl0ZW1zEiYuYWlmbG93LmNsdXN0ZXIudjEuUmVkcml2ZUl0ZW1zUmVxdWVzdBonLmFpZmxvdy5jbHVzdGVyLnYxLlJlZHJpdmVJdGVtc1Jlc3BvbnNlEl8KDExpc3RCaW5kaW5ncxImLmFpZmxvdy5jbHVzdGVyLnYxLkxpc3RCaW5kaW5nc1JlcXVlc3QaJy5haWZsb3cuY2x1c3Rlci52MS5MaXN0QmluZGluZ3NSZXNwb25zZRJNCgZVbmJpbmQSIC5haWZsb3cuY2x1c3Rlci52MS5VbmJpbmRSZXF1ZXN0GiEuYWlmbG93LmNsdXN0ZXIudjEuVW5iaW5kUmVzcG9uc2USTQoGUmViaW5kEiAuYWlmbG93LmNsdXN0ZXIudjEuUmViaW5kUmVxdWVzdBohLmFpZmxvdy5jbHVzdGVyLnYxLlJlYmluZFJlc3BvbnNlYgZwcm90bzM", [file_aiflow_cluster_v1_agent, file_aiflow_cluster_v1_common, file_aiflow_cluster_v1_work_item, file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * @generated from message aiflow.cluster.v1.DrainProgress
@@ -743,6 +743,172 @@ export const RedriveItemsResponseSchema: GenMessage<RedriveItemsResponse> = /*@_
   messageDesc(file_aiflow_cluster_v1_ops, 23);
 
 /**
+ * @generated from message aiflow.cluster.v1.Binding
+ */
+export type Binding = Message<"aiflow.cluster.v1.Binding"> & {
+  /**
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * @generated from field: string affinity_key = 2;
+   */
+  affinityKey: string;
+
+  /**
+   * The agent name.
+   *
+   * @generated from field: string agent_id = 3;
+   */
+  agentId: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp created_on = 4;
+   */
+  createdOn?: Timestamp | undefined;
+
+  /**
+   * Last dispatch of the key (or the last rebind).
+   *
+   * @generated from field: google.protobuf.Timestamp updated_on = 5;
+   */
+  updatedOn?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message aiflow.cluster.v1.Binding.
+ * Use `create(BindingSchema)` to create a new message.
+ */
+export const BindingSchema: GenMessage<Binding> = /*@__PURE__*/
+  messageDesc(file_aiflow_cluster_v1_ops, 24);
+
+/**
+ * @generated from message aiflow.cluster.v1.ListBindingsRequest
+ */
+export type ListBindingsRequest = Message<"aiflow.cluster.v1.ListBindingsRequest"> & {
+  /**
+   * @generated from field: string key_prefix = 1;
+   */
+  keyPrefix: string;
+
+  /**
+   * @generated from field: string agent_id = 2;
+   */
+  agentId: string;
+
+  /**
+   * At most 1000; default 100.
+   *
+   * @generated from field: uint32 page_size = 3;
+   */
+  pageSize: number;
+
+  /**
+   * @generated from field: string page_token = 4;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message aiflow.cluster.v1.ListBindingsRequest.
+ * Use `create(ListBindingsRequestSchema)` to create a new message.
+ */
+export const ListBindingsRequestSchema: GenMessage<ListBindingsRequest> = /*@__PURE__*/
+  messageDesc(file_aiflow_cluster_v1_ops, 25);
+
+/**
+ * @generated from message aiflow.cluster.v1.ListBindingsResponse
+ */
+export type ListBindingsResponse = Message<"aiflow.cluster.v1.ListBindingsResponse"> & {
+  /**
+   * @generated from field: repeated aiflow.cluster.v1.Binding bindings = 1;
+   */
+  bindings: Binding[];
+
+  /**
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message aiflow.cluster.v1.ListBindingsResponse.
+ * Use `create(ListBindingsResponseSchema)` to create a new message.
+ */
+export const ListBindingsResponseSchema: GenMessage<ListBindingsResponse> = /*@__PURE__*/
+  messageDesc(file_aiflow_cluster_v1_ops, 26);
+
+/**
+ * @generated from message aiflow.cluster.v1.UnbindRequest
+ */
+export type UnbindRequest = Message<"aiflow.cluster.v1.UnbindRequest"> & {
+  /**
+   * @generated from field: string affinity_key = 1;
+   */
+  affinityKey: string;
+};
+
+/**
+ * Describes the message aiflow.cluster.v1.UnbindRequest.
+ * Use `create(UnbindRequestSchema)` to create a new message.
+ */
+export const UnbindRequestSchema: GenMessage<UnbindRequest> = /*@__PURE__*/
+  messageDesc(file_aiflow_cluster_v1_ops, 27);
+
+/**
+ * @generated from message aiflow.cluster.v1.UnbindResponse
+ */
+export type UnbindResponse = Message<"aiflow.cluster.v1.UnbindResponse"> & {
+};
+
+/**
+ * Describes the message aiflow.cluster.v1.UnbindResponse.
+ * Use `create(UnbindResponseSchema)` to create a new message.
+ */
+export const UnbindResponseSchema: GenMessage<UnbindResponse> = /*@__PURE__*/
+  messageDesc(file_aiflow_cluster_v1_ops, 28);
+
+/**
+ * @generated from message aiflow.cluster.v1.RebindRequest
+ */
+export type RebindRequest = Message<"aiflow.cluster.v1.RebindRequest"> & {
+  /**
+   * @generated from field: string affinity_key = 1;
+   */
+  affinityKey: string;
+
+  /**
+   * @generated from field: string agent_id = 2;
+   */
+  agentId: string;
+};
+
+/**
+ * Describes the message aiflow.cluster.v1.RebindRequest.
+ * Use `create(RebindRequestSchema)` to create a new message.
+ */
+export const RebindRequestSchema: GenMessage<RebindRequest> = /*@__PURE__*/
+  messageDesc(file_aiflow_cluster_v1_ops, 29);
+
+/**
+ * @generated from message aiflow.cluster.v1.RebindResponse
+ */
+export type RebindResponse = Message<"aiflow.cluster.v1.RebindResponse"> & {
+  /**
+   * @generated from field: aiflow.cluster.v1.Binding binding = 1;
+   */
+  binding?: Binding | undefined;
+};
+
+/**
+ * Describes the message aiflow.cluster.v1.RebindResponse.
+ * Use `create(RebindResponseSchema)` to create a new message.
+ */
+export const RebindResponseSchema: GenMessage<RebindResponse> = /*@__PURE__*/
+  messageDesc(file_aiflow_cluster_v1_ops, 30);
+
+/**
  * OpsService is for operators (role `ops`): the fleet, drains for rolling deploys, and the queue.
  *
  * @generated from service aiflow.cluster.v1.OpsService
@@ -846,6 +1012,37 @@ export const OpsService: GenService<{
     methodKind: "unary";
     input: typeof RedriveItemsRequestSchema;
     output: typeof RedriveItemsResponseSchema;
+  },
+  /**
+   * Affinity bindings, ordered by creation.
+   *
+   * @generated from rpc aiflow.cluster.v1.OpsService.ListBindings
+   */
+  listBindings: {
+    methodKind: "unary";
+    input: typeof ListBindingsRequestSchema;
+    output: typeof ListBindingsResponseSchema;
+  },
+  /**
+   * Removes a binding; the next claim of the key binds it anew. Refused while items of the key are
+   * dispatched.
+   *
+   * @generated from rpc aiflow.cluster.v1.OpsService.Unbind
+   */
+  unbind: {
+    methodKind: "unary";
+    input: typeof UnbindRequestSchema;
+    output: typeof UnbindResponseSchema;
+  },
+  /**
+   * Moves a key to a named ACTIVE agent. Refused while items of the key are dispatched elsewhere.
+   *
+   * @generated from rpc aiflow.cluster.v1.OpsService.Rebind
+   */
+  rebind: {
+    methodKind: "unary";
+    input: typeof RebindRequestSchema;
+    output: typeof RebindResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_aiflow_cluster_v1_ops, 0);

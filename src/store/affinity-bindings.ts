@@ -1,0 +1,104 @@
+/**
+ * SQL for aiflow_affinity_binding (keys pinned to agent names), apart from the binding a claim makes,
+ * which is part of the claim statement in work-items.ts. Every change of a key's holder first locks
+ * the binding row: claims that dispatch an item of the key update that same row in their statement,
+ * so a rebind or unbind can never interleave with a dispatch.
+ */
+import { sql, type CommonQueryMethods, type DatabasePool } from "slonik";
+import { z } from "zod";
+import { failedPrecondition, notFound } from "../domain/errors.js";
+import { withDbErrors } from "../db/errors.js";
+import type { Tables } from "../db/tables.js";
+
+export const bindingRow = z.object({ id: z.string(), affinity_key: z.string(), agent_id: z.string(), createdon: z.number(), updatedon: z.number().nullable() });
+export type BindingRow = z.infer<typeof bindingRow>;
+
+export type AffinityPolicy = "hold" | "rebind";
+
+const ts = (ms: number) => sql.timestamp(new Date(ms));
+
+export class AffinityBindingStore {
+  constructor(
+    private readonly db: DatabasePool,
+    private readonly t: Tables,
+  ) {}
+
+  /** Bindings ordered by createdon (the spec's order), by key prefix or agent, keyset-paged. */
+  list(f: { keyPrefix?: string; agent?: string; after?: { createdon: number; id: string }; limit: number }): Promise<readonly BindingRow[]> {
+    const b = this.t.id("affinity_binding");
+    const conds = [sql.fragment`true`];
+    if (f.keyPrefix) conds.push(sql.fragment`starts_with(affinity_key, ${f.keyPrefix})`);
+    if (f.agent) conds.push(sql.fragment`agent_id = ${f.agent}`);
+    if (f.after) conds.push(sql.fragment`(createdon, id) > (${ts(f.after.createdon)}, ${f.after.id})`);
+    return withDbErrors(() =>
+      this.db.any(sql.type(bindingRow)`
+        SELECT id, affinity_key, agent_id, createdon, updatedon FROM ${b} WHERE ${sql.join(conds, sql.fragment` AND `)}
+         ORDER BY createdon, id LIMIT ${f.limit}`),
+    );
+  }
+
+  keysOf(agent: string): Promise<readonly string[]> {
+    const b = this.t.id("affinity_binding");
+    return withDbErrors(() => this.db.anyFirst(sql.type(z.object({ affinity_key: z.string() }))`SELECT affinity_key FROM ${b} WHERE agent_id = ${agent} ORDER BY createdon, id`));
+  }
+
+  /** Removes a binding, refused while items of the key are dispatched (they would end up on two agents). */
+  unbind(key: string): Promise<void> {
+    return this.#withLockedKey(key, async (tx, row) => {
+      await this.#refuseInFlight(tx, key, null);
+      await tx.query(sql.unsafe`DELETE FROM ${this.t.id("affinity_binding")} WHERE id = ${row.id}`);
+    }).then(() => undefined);
+  }
+
+  /** Moves a key to an active agent, refused while items of the key are dispatched to another agent. */
+  rebind(key: string, agent: string, nowMs: number, by: string): Promise<BindingRow> {
+    return this.#withLockedKey(key, async (tx) => {
+      const a = this.t.id("agent");
+      const active = await tx.maybeOneFirst(sql.type(z.object({ name: z.string() }))`
+        SELECT name FROM ${a} WHERE name = ${agent} AND status = 'active' AND deletedon IS NULL`);
+      if (!active) throw failedPrecondition(`agent '${agent}' is not an active agent; a key can only be bound to one`);
+      await this.#refuseInFlight(tx, key, agent);
+      return tx.one(sql.type(bindingRow)`
+        UPDATE ${this.t.id("affinity_binding")} SET agent_id = ${agent}, updatedby = ${by}, updatedon = ${ts(nowMs)}
+         WHERE affinity_key = ${key} RETURNING id, affinity_key, agent_id, createdon, updatedon`);
+    });
+  }
+
+  /**
+   * Removes bindings whose key has had no unfinished item, and no item finishing, for `idleMs`,
+   * so keys such as run ids do not accumulate. One statement; safe concurrently.
+   */
+  cleanup(nowMs: number, idleMs: number): Promise<number> {
+    const b = this.t.id("affinity_binding");
+    const w = this.t.id("work_item");
+    return withDbErrors(async () => {
+      const res = await this.db.query(sql.unsafe`
+        DELETE FROM ${b} b
+         WHERE b.updatedon < ${ts(nowMs - idleMs)}
+           AND NOT EXISTS (SELECT 1 FROM ${w} w WHERE w.affinity_key = b.affinity_key
+                             AND (w.status IN ('pending', 'dispatched') OR w.updatedon >= ${ts(nowMs - idleMs)}))`);
+      return res.rowCount;
+    });
+  }
+
+  async #withLockedKey<T>(key: string, fn: (tx: CommonQueryMethods, row: BindingRow) => Promise<T>): Promise<T> {
+    return withDbErrors(() =>
+      this.db.transaction(async (tx) => {
+        // The row lock: a claim dispatching this key must update the same row, so it waits for us.
+        const row = await tx.maybeOne(sql.type(bindingRow)`
+          SELECT id, affinity_key, agent_id, createdon, updatedon FROM ${this.t.id("affinity_binding")} WHERE affinity_key = ${key} FOR UPDATE`);
+        if (!row) throw notFound(`no binding for affinity key '${key}'`);
+        return fn(tx, row);
+      }),
+    );
+  }
+
+  async #refuseInFlight(tx: CommonQueryMethods, key: string, except: string | null): Promise<void> {
+    const w = this.t.id("work_item");
+    const holders = await tx.anyFirst(sql.type(z.object({ agent_id: z.string() }))`
+      SELECT DISTINCT agent_id FROM ${w} WHERE affinity_key = ${key} AND status = 'dispatched' AND agent_id IS NOT NULL
+         AND (${except}::text IS NULL OR agent_id <> ${except}::text)`);
+    if (holders.length > 0)
+      throw failedPrecondition(`affinity key '${key}' has items in flight on ${holders.map((h) => `'${h}'`).join(", ")}; wait for them or drain that agent first`);
+  }
+}
