@@ -20,11 +20,13 @@ export interface PoolOptions {
   url: string;
   maxConnections: number;
   applicationName?: string;
+  /** Extra interceptors, run after the result parser (tests count statements with one). */
+  interceptors?: readonly Interceptor[];
 }
 
 export async function openPool(opts: PoolOptions): Promise<DatabasePool> {
   return createPool(withApplicationName(opts.url, opts.applicationName ?? "aiflowd"), {
-    interceptors: [resultParser],
+    interceptors: [resultParser, ...(opts.interceptors ?? [])],
     maximumPoolSize: opts.maxConnections,
     // Stack capture costs more than most of our queries; errors carry the SQL already.
     captureStackTrace: false,

@@ -29,11 +29,15 @@ export interface AgentServiceDeps {
   onAgentGone?: (name: string) => Promise<void>;
 }
 
-/** The agent's last known state: from the hub's cache, else the database (then cached). */
+/**
+ * The agent's last known state: from the hub's cache, else the database (then cached). A cached
+ * `inactive` is re-read: the agent may have registered again through another daemon, which tells
+ * no other daemon, and an inactive agent is expected to do little more than register.
+ */
 export function knownAgentLoader(agents: AgentStore, hub: DirectiveHub): (name: string) => Promise<KnownAgent> {
   return async (name) => {
     const cached = hub.known(name);
-    if (cached) return cached;
+    if (cached && cached.status !== "inactive") return cached;
     const row = await agents.status(name);
     if (!row) throw notFound(`agent '${name}' is not registered: call Register first`);
     const state = { status: row.status, drain: row.drain };
@@ -80,10 +84,23 @@ export function agentServiceImpl(d: AgentServiceDeps): Pick<ServiceImpl<typeof A
 
     async *watchDirectives(req, ctx) {
       const name = identifier(req.name, "name");
-      const state = await known(name);
-      yield { directive: directiveToWire(statusDirective(state)) };
-      for await (const directive of pushStream<DirectiveMessage>((push) => d.hub.subscribe(name, push), [ctx.signal, d.draining]))
-        yield { directive: directiveToWire(directive) };
+      // Subscribe before reading the status: a directive that arrives while it is read is queued
+      // here and follows the status message, instead of being lost.
+      const early: DirectiveMessage[] = [];
+      let deliver: (m: DirectiveMessage) => void = (m) => void early.push(m);
+      const unsubscribe = d.hub.subscribe(name, (m) => deliver(m));
+      try {
+        const state = await known(name);
+        yield { directive: directiveToWire(statusDirective(state)) };
+        const handOver = (push: (m: DirectiveMessage) => void) => {
+          for (const m of early.splice(0)) push(m);
+          deliver = push;
+          return () => {};
+        };
+        for await (const directive of pushStream<DirectiveMessage>(handOver, [ctx.signal, d.draining])) yield { directive: directiveToWire(directive) };
+      } finally {
+        unsubscribe();
+      }
     },
 
     async deregister(req, ctx) {
@@ -96,6 +113,8 @@ export function agentServiceImpl(d: AgentServiceDeps): Pick<ServiceImpl<typeof A
       const prev = d.hub.known(name);
       d.hub.remember(name, { status: "inactive", drain: prev?.drain ?? null });
       d.audit.record({ table: "agent", action: "update", ids: [row.id], fields: ["status", "updatedby", "updatedon"], by: caller.principal, at: now });
+      // Every daemon caches the agent's status and may hold its stream: tell them all.
+      await d.hub.publish(name, { kind: "status", status: "inactive", reason: "deregistered", drainDeadline: null });
       await d.onAgentGone?.(name);
       return {};
     },
@@ -140,6 +159,7 @@ const PCT = (v: number, field: string) => inRange(v, field, 0, 100);
 /** Validates heartbeat metrics and shapes them for aiflow_agent.metrics. */
 function metricsJson(m: AgentMetrics | undefined, inFlight: number): Record<string, unknown> {
   const bytes = (used: bigint, total: bigint, field: string) => {
+    plausibleBytes(field, used, total);
     if (used > total && total > 0n) throw invalidArgument(field, `used ${used} exceeds total ${total}`);
     return { used: Number(used), total: Number(total) };
   };
@@ -159,7 +179,17 @@ function metricsJson(m: AgentMetrics | undefined, inFlight: number): Record<stri
   };
 }
 
+/**
+ * uint64 cannot be negative on the wire: a client that sends -1 puts 2^64-1 there. Byte counts
+ * beyond 2^53 (8 PiB) are such wrapped negatives or garbage, and would lose precision as JSON numbers.
+ */
+const MAX_BYTES = BigInt(Number.MAX_SAFE_INTEGER);
+function plausibleBytes(field: string, ...values: bigint[]): void {
+  for (const v of values) if (v > MAX_BYTES) throw invalidArgument(field, `${v} bytes is out of range (a negative number sent as uint64?)`);
+}
+
 function freeTotal(free: bigint, total: bigint, field: string) {
+  plausibleBytes(field, free, total);
   if (free > total && total > 0n) throw invalidArgument(field, `free ${free} exceeds total ${total}`);
   return { free: Number(free), total: Number(total) };
 }

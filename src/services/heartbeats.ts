@@ -14,6 +14,8 @@ export class HeartbeatBuffer {
   #pending = new Map<string, HeartbeatWrite>();
   #timer: NodeJS.Timeout | undefined;
   #flushing: Promise<void> | undefined;
+  /** A flush requested while another was writing (shared by every such request). */
+  #queued: Promise<void> | undefined;
 
   constructor(
     private readonly agents: AgentStore,
@@ -43,9 +45,20 @@ export class HeartbeatBuffer {
     this.#timer.unref();
   }
 
-  /** Writes what is buffered; concurrent calls share one flush. */
+  /**
+   * Writes what is buffered when it is called. A flush already writing took its batch before this
+   * call, so the call waits for it and then flushes again (calls made meanwhile share that flush).
+   */
   flush(): Promise<void> {
-    return (this.#flushing ??= this.#write().finally(() => (this.#flushing = undefined)));
+    const start = () => (this.#flushing = this.#write().finally(() => (this.#flushing = undefined)));
+    if (!this.#flushing) return start();
+    return (this.#queued ??= this.#flushing
+      .catch(() => {})
+      .then(() => {
+        this.#queued = undefined;
+        // A flush started since the previous one ended took its batch after this call too.
+        return this.#flushing ?? start();
+      }));
   }
 
   async stop(): Promise<void> {

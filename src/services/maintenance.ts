@@ -16,6 +16,8 @@ export class Maintenance {
   readonly #tasks: MaintenanceTask[] = [];
   #timer: NodeJS.Timeout | undefined;
   #running: Promise<void> | undefined;
+  /** A run requested while another was in progress (shared by every such request). */
+  #queued: Promise<void> | undefined;
 
   constructor(
     private readonly clock: Clock,
@@ -31,22 +33,35 @@ export class Maintenance {
     this.#timer.unref();
   }
 
-  /** Runs every task once, in order; one task failing does not stop the others. */
+  /**
+   * Runs every task once, in order; one task failing does not stop the others. The run reads the
+   * clock after this call: a run already in progress read it before, so the call waits for that one
+   * and then runs again (calls made meanwhile share that next run).
+   */
   runOnce(): Promise<void> {
-    return (this.#running ??= (async () => {
-      const now = this.clock.nowMs();
-      for (const t of this.#tasks) {
-        try {
-          await t.run(now);
-        } catch (err) {
-          this.log.error({ err, task: t.name }, "maintenance task failed");
-        }
+    const start = () => (this.#running = this.#runAll().finally(() => (this.#running = undefined)));
+    if (!this.#running) return start();
+    return (this.#queued ??= this.#running.then(() => {
+      this.#queued = undefined;
+      // A run started since the previous one ended read the clock after this call too.
+      return this.#running ?? start();
+    }));
+  }
+
+  async #runAll(): Promise<void> {
+    const now = this.clock.nowMs();
+    for (const t of this.#tasks) {
+      try {
+        await t.run(now);
+      } catch (err) {
+        this.log.error({ err, task: t.name }, "maintenance task failed");
       }
-    })().finally(() => (this.#running = undefined)));
+    }
   }
 
   async stop(): Promise<void> {
     clearInterval(this.#timer);
+    await this.#queued;
     await this.#running;
   }
 }
