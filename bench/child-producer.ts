@@ -1,0 +1,36 @@
+/**
+ * Child process: the open-loop producer of the latency test, in its own process so that producing
+ * does not share an event loop with what is measured. Items sent during the warm-up carry
+ * measure:false. Prints {"ready":true}, then {"sent":N} when done.
+ */
+import { createClient } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import pg from "pg";
+import { QueueService } from "../src/gen/aiflow/cluster/v1/queue_pb.js";
+import { openLoop } from "./baseline.js";
+import { nowMs } from "./clock.js";
+
+const [mode, target, rateRaw, durationRaw, warmupRaw, token, tenant, kind] = process.argv.slice(2);
+const rate = Number(rateRaw);
+const warmupMs = Number(warmupRaw);
+const durationMs = Number(durationRaw);
+const start = nowMs();
+const payload = () => JSON.stringify({ sentAt: nowMs(), measure: nowMs() - start >= warmupMs });
+
+let send: () => Promise<unknown>;
+let close = async () => {};
+if (mode === "baseline") {
+  const c = new pg.Client({ connectionString: target });
+  await c.connect();
+  send = () => c.query(`WITH i AS (INSERT INTO public.aiflow_bench_baseline (payload) VALUES ($1) RETURNING id) SELECT pg_notify('aiflow_bench_baseline', '')`, [payload()]);
+  close = () => c.end();
+} else {
+  const client = createClient(QueueService, createGrpcTransport({ baseUrl: `http://${target}` }));
+  const headers = { authorization: `Bearer ${token}` };
+  send = () => client.enqueue({ tenantKey: tenant!, items: [{ engineKind: kind!, payloadJson: payload() }] }, { headers });
+}
+console.log(JSON.stringify({ ready: true }));
+const sent = await openLoop(rate, warmupMs + durationMs, send);
+await close();
+console.log(JSON.stringify({ sent }));
+process.exit(0);

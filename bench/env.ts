@@ -1,0 +1,97 @@
+/** What the benchmark stands on: a database (given or embedded), daemon processes, and helpers. */
+import { randomBytes } from "node:crypto";
+import { mkdtempSync, rmSync, chmodSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import pg from "pg";
+import { pino } from "pino";
+import { startEmbeddedPostgres } from "../src/db/embedded.js";
+import { startChild, type Child } from "./proc.js";
+
+export const TOKENS = { agent: "bench-agent-token", engine: "bench-engine-token", ops: "bench-ops-token" };
+export const TENANT = "bench";
+export const KIND = "bench";
+
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once("error", reject);
+    s.listen(0, "127.0.0.1", () => {
+      const port = (s.address() as { port: number }).port;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+export interface Database {
+  url: string;
+  schema: string;
+  close(): Promise<void>;
+}
+
+/** DATABASE_URL when set, otherwise an embedded Postgres in a temp dir; a fresh schema either way. */
+export async function openDatabase(log: (msg: string) => void): Promise<Database> {
+  const schema = `bench_${randomBytes(4).toString("hex")}`;
+  if (process.env.DATABASE_URL) return { url: process.env.DATABASE_URL, schema, close: () => dropSchema(process.env.DATABASE_URL!, schema) };
+  const dir = mkdtempSync(join(tmpdir(), "aiflowd-bench-"));
+  chmodSync(dir, 0o755);
+  log(`no DATABASE_URL: starting an embedded Postgres in ${dir}`);
+  const pgServer = await startEmbeddedPostgres({ dataDir: join(dir, "pg"), port: await freePort(), log: pino({ level: "warn" }) });
+  return {
+    url: pgServer.url,
+    schema,
+    close: async () => {
+      await pgServer.stop();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+async function dropSchema(url: string, schema: string): Promise<void> {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  await c.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+  await c.end();
+}
+
+export async function sql<T extends pg.QueryResultRow>(url: string, text: string, values: unknown[] = []): Promise<T[]> {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  try {
+    return (await c.query<T>(text, values)).rows;
+  } finally {
+    await c.end();
+  }
+}
+
+/** Transactions committed in the database so far (every autocommit statement is one). */
+export async function committedTransactions(url: string): Promise<number> {
+  const [row] = await sql<{ n: string }>(url, `SELECT xact_commit + xact_rollback AS n FROM pg_stat_database WHERE datname = current_database()`);
+  return Number(row!.n);
+}
+
+export interface DaemonProc {
+  address: string;
+  child: Child;
+}
+
+export async function startDaemonProc(db: Database, index: number, extraEnv: Record<string, string> = {}): Promise<DaemonProc> {
+  const port = await freePort();
+  const child = startChild("bin/aiflowd.js", ["serve"], {
+    env: {
+      DATABASE_URL: db.url,
+      AIFLOW_SCHEMA: db.schema,
+      AIFLOW_LISTEN: `127.0.0.1:${port}`,
+      AIFLOW_INSTANCE_ID: `bench-daemon-${index}`,
+      AIFLOW_TENANTS: TENANT,
+      AIFLOW_TOKENS: `agent:${TOKENS.agent};engine:${TOKENS.engine};ops:${TOKENS.ops}`,
+      AIFLOW_LOG_LEVEL: "info",
+      NO_COLOR: "1",
+      ...extraEnv,
+    },
+    ready: (line) => line.includes("aiflowd serving gRPC"),
+  });
+  await child.ready;
+  return { address: `127.0.0.1:${port}`, child };
+}

@@ -1,0 +1,122 @@
+/**
+ * Process lifecycle for the benchmark: spawn children that say when they are ready, sample their
+ * CPU and memory from /proc, and make sure nothing outlives the run.
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import { readFileSync } from "node:fs";
+import { createInterface } from "node:readline";
+
+const children = new Set<ChildProcess>();
+let hooked = false;
+
+function hookExit(): void {
+  if (hooked) return;
+  hooked = true;
+  const killAll = () => {
+    for (const c of children) c.kill("SIGKILL");
+  };
+  process.on("exit", killAll);
+  for (const sig of ["SIGINT", "SIGTERM"] as const)
+    process.on(sig, () => {
+      killAll();
+      process.exit(130);
+    });
+}
+
+export interface Child {
+  readonly proc: ChildProcess;
+  readonly pid: number;
+  /** Resolves with the first stdout line matching `ready` (a JSON line by convention). */
+  ready: Promise<string>;
+  /** Every later stdout line. */
+  onLine(fn: (line: string) => void): void;
+  /** SIGTERM, then SIGKILL after `graceMs`; resolves when the process has exited. */
+  stop(graceMs?: number): Promise<number | null>;
+  exited: Promise<number | null>;
+}
+
+export function startChild(script: string, args: readonly string[], opts: { env?: NodeJS.ProcessEnv; ready: (line: string) => boolean; stderr?: "inherit" | "ignore" }): Child {
+  hookExit();
+  const proc = spawn(process.execPath, ["--import", "tsx", script, ...args], {
+    env: { ...process.env, ...opts.env },
+    stdio: ["ignore", "pipe", opts.stderr ?? "inherit", "ipc"],
+  });
+  children.add(proc);
+  const exited = new Promise<number | null>((resolve) => proc.once("exit", (code) => (children.delete(proc), resolve(code))));
+  const listeners: ((line: string) => void)[] = [];
+  const ready = new Promise<string>((resolve, reject) => {
+    let done = false;
+    createInterface({ input: proc.stdout! }).on("line", (line) => {
+      if (!done && opts.ready(line)) {
+        done = true;
+        resolve(line);
+        return;
+      }
+      for (const l of listeners) l(line);
+    });
+    void exited.then((code) => {
+      if (!done) reject(new Error(`${script} exited (${code}) before it was ready`));
+    });
+  });
+  return {
+    proc,
+    pid: proc.pid!,
+    ready,
+    exited,
+    onLine: (fn) => listeners.push(fn),
+    stop: async (graceMs = 10_000) => {
+      if (proc.exitCode !== null || proc.signalCode !== null) return proc.exitCode;
+      proc.kill("SIGTERM");
+      const timer = setTimeout(() => proc.kill("SIGKILL"), graceMs);
+      const code = await exited;
+      clearTimeout(timer);
+      return code;
+    },
+  };
+}
+
+export interface ProcSample {
+  /** user + system CPU time so far, in ms. */
+  cpuMs: number;
+  rssBytes: number;
+}
+
+const TICK_MS = 10; // USER_HZ is 100 on Linux.
+
+/** CPU and RSS of a process from /proc (Linux). */
+export function sampleProc(pid: number): ProcSample {
+  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  const cpuTicks = Number(fields[11]) + Number(fields[12]);
+  const rss = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
+  return { cpuMs: cpuTicks * TICK_MS, rssBytes: rss ? Number(rss[1]) * 1024 : 0 };
+}
+
+/** Samples a process every `everyMs` until stopped: peak RSS and CPU used in the window. */
+export function watchProc(pid: number, everyMs = 200) {
+  const first = sampleProc(pid);
+  const startedAt = Date.now();
+  let peakRss = first.rssBytes;
+  let last = first;
+  const timer = setInterval(() => {
+    try {
+      last = sampleProc(pid);
+      peakRss = Math.max(peakRss, last.rssBytes);
+    } catch {
+      clearInterval(timer);
+    }
+  }, everyMs);
+  return {
+    stop(): { cpuPercent: number; peakRssMb: number; wallMs: number } {
+      clearInterval(timer);
+      try {
+        last = sampleProc(pid);
+        peakRss = Math.max(peakRss, last.rssBytes);
+      } catch {
+        // exited: keep the last sample
+      }
+      const wallMs = Date.now() - startedAt;
+      return { cpuPercent: wallMs > 0 ? ((last.cpuMs - first.cpuMs) / wallMs) * 100 : 0, peakRssMb: peakRss / 1024 / 1024, wallMs };
+    },
+  };
+}

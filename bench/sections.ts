@@ -1,0 +1,207 @@
+/** The benchmark's measurements. Each returns a flat figure set; run.ts prints them. */
+import { createClient } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import { QueueService } from "../src/gen/aiflow/cluster/v1/queue_pb.js";
+import { baselineDrainSpan, fillBaseline, resetBaseline, waitBaselineDone } from "./baseline.js";
+import { nowMs } from "./clock.js";
+import { committedTransactions, KIND, sql, TENANT, TOKENS, type Database, type DaemonProc } from "./env.js";
+import { sampleProc, startChild, watchProc, type Child } from "./proc.js";
+import { perSecond, round, summarize } from "./stats.js";
+
+export interface Options {
+  items: number;
+  agents: number;
+  slots: number;
+  daemons: number;
+  rate: number;
+  durationMs: number;
+  warmupMs: number;
+  hbAgents: number;
+  hbDurationMs: number;
+  baselineWorkers: number;
+}
+
+type Figures = Record<string, number | string>;
+
+const headers = { authorization: `Bearer ${TOKENS.engine}` };
+const workTable = (db: Database) => `"${db.schema}".aiflow_work_item`;
+
+/** Batch Enqueue of the drain backlog: items per second through the daemon. */
+export async function enqueueRate(db: Database, daemons: DaemonProc[], items: number): Promise<Figures> {
+  const clients = daemons.map((d) => createClient(QueueService, createGrpcTransport({ baseUrl: `http://${d.address}` })));
+  const batch = 1000;
+  const start = nowMs();
+  const batches = Array.from({ length: Math.ceil(items / batch) }, (_, i) => Math.min(batch, items - i * batch));
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: 4 }, async (_, w) => {
+      while (next < batches.length) {
+        const n = batches[next++]!;
+        await clients[w % clients.length]!.enqueue({ tenantKey: TENANT, items: Array.from({ length: n }, () => ({ engineKind: KIND, payloadJson: "{}" })) }, { headers });
+      }
+    }),
+  );
+  const ms = nowMs() - start;
+  return { items, batch, seconds: round(ms / 1000, 3), items_per_s: round(items / (ms / 1000), 0) };
+}
+
+export async function startAgents(daemons: DaemonProc[], count: number, slots: number, tag: string): Promise<Child[]> {
+  const agents = Array.from({ length: count }, (_, i) =>
+    startChild("bench/child-agent.ts", [daemons[i % daemons.length]!.address, TOKENS.agent, `bench-${tag}-${i}`, String(slots), TENANT, KIND], {
+      ready: (l) => l.includes('"ready"'),
+    }),
+  );
+  await Promise.all(agents.map((a) => a.ready));
+  return agents;
+}
+
+/** Stops agent children and gathers what they measured. */
+export async function stopAgents(agents: Child[]): Promise<{ handled: number; latencies: number[] }> {
+  const results = await Promise.all(
+    agents.map(
+      (a) =>
+        new Promise<{ handled: number; latencies: number[] }>((resolve) => {
+          a.onLine((line) => {
+            try {
+              const r = JSON.parse(line) as { handled?: number; latencies?: number[] };
+              if (r.latencies) resolve({ handled: r.handled ?? 0, latencies: r.latencies });
+            } catch {
+              // a log line
+            }
+          });
+          void a.exited.then(() => resolve({ handled: 0, latencies: [] }));
+          void a.stop(20_000);
+        }),
+    ),
+  );
+  return { handled: results.reduce((n, r) => n + r.handled, 0), latencies: results.flatMap((r) => r.latencies) };
+}
+
+async function waitForCompleted(db: Database, n: number, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const [row] = await sql<{ n: string }>(db.url, `SELECT count(*) AS n FROM ${workTable(db)} WHERE status = 'completed'`);
+    if (Number(row!.n) >= n) return;
+    if (Date.now() > deadline) throw new Error(`drain did not finish: ${row!.n}/${n} completed after ${timeoutMs}ms`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+/** Agents (separate SDK processes) drain the backlog; first claim to last completion in the database. */
+export async function drainOurs(db: Database, daemons: DaemonProc[], o: Options): Promise<{ figures: Figures; agents: Child[] }> {
+  const watches = daemons.map((d) => watchProc(d.child.pid));
+  const agents = await startAgents(daemons, o.agents, o.slots, "drain");
+  await waitForCompleted(db, o.items, 600_000);
+  const usage = watches.map((w) => w.stop());
+  const [row] = await sql<{ n: string; span: string }>(
+    db.url,
+    `SELECT count(*) AS n, max(completed_at) - min(dispatched_at) AS span FROM ${workTable(db)} WHERE status = 'completed'`,
+  );
+  const [retries] = await sql<{ n: string }>(db.url, `SELECT coalesce(sum(retry_count), 0) AS n FROM ${workTable(db)}`);
+  const items_per_s = perSecond(Number(row!.n), BigInt(row!.span));
+  return {
+    agents,
+    figures: {
+      items: Number(row!.n),
+      agents: o.agents,
+      slots: o.slots,
+      daemons: o.daemons,
+      seconds: round(Number(BigInt(row!.span)) / 1e9, 3),
+      items_per_s: round(items_per_s, 0),
+      retries: Number(retries!.n),
+      daemon_cpu_pct: round(usage.reduce((s, u) => s + u.cpuPercent, 0), 1),
+      daemon_peak_rss_mb: round(Math.max(...usage.map((u) => u.peakRssMb)), 1),
+    },
+  };
+}
+
+export async function drainBaseline(db: Database, o: Options): Promise<Figures> {
+  await resetBaseline(db.url);
+  await fillBaseline(db.url, o.items);
+  const workers = startChild("bench/child-baseline-workers.ts", [db.url, String(o.baselineWorkers)], { ready: (l) => l.includes('"ready"') });
+  await workers.ready;
+  await waitBaselineDone(db.url, o.items);
+  await workers.stop();
+  const { count, spanNs } = await baselineDrainSpan(db.url);
+  return { items: count, workers: o.baselineWorkers, seconds: round(Number(spanNs) / 1e9, 3), items_per_s: round(perSecond(count, spanNs), 0) };
+}
+
+function producer(args: string[]): Child {
+  return startChild("bench/child-producer.ts", args, { ready: (l) => l.includes('"ready"') });
+}
+
+async function produced(p: Child): Promise<number> {
+  return new Promise((resolve) => {
+    p.onLine((line) => {
+      try {
+        const r = JSON.parse(line) as { sent?: number };
+        if (r.sent !== undefined) resolve(r.sent);
+      } catch {
+        // ignore
+      }
+    });
+    void p.exited.then(() => resolve(0));
+  });
+}
+
+const latencyFigures = (latencies: number[], sent: number, o: Options): Figures => {
+  const s = summarize(latencies);
+  return { rate: o.rate, seconds: o.durationMs / 1000, sent, measured: s.count, p50_ms: round(s.p50, 2), p90_ms: round(s.p90, 2), p99_ms: round(s.p99, 2), max_ms: round(s.max, 2), mean_ms: round(s.mean, 2) };
+};
+
+/** Steady open-loop single-item Enqueue at `rate`; from issuing Enqueue to the handler starting. */
+export async function latencyOurs(daemons: DaemonProc[], agents: Child[], o: Options): Promise<Figures> {
+  const p = producer(["ours", daemons[0]!.address, String(o.rate), String(o.durationMs), String(o.warmupMs), TOKENS.engine, TENANT, KIND]);
+  await p.ready;
+  const sent = await produced(p);
+  // Let the last items reach their handlers before the agents stop and report.
+  await new Promise((r) => setTimeout(r, 500));
+  const { latencies } = await stopAgents(agents);
+  return latencyFigures(latencies, sent, o);
+}
+
+export async function latencyBaseline(db: Database, o: Options): Promise<Figures> {
+  await resetBaseline(db.url);
+  const workers = startChild("bench/child-baseline-workers.ts", [db.url, String(o.baselineWorkers)], { ready: (l) => l.includes('"ready"') });
+  await workers.ready;
+  const p = producer(["baseline", db.url, String(o.rate), String(o.durationMs), String(o.warmupMs)]);
+  await p.ready;
+  const sent = await produced(p);
+  await new Promise((r) => setTimeout(r, 500));
+  const { latencies } = await stopAgents([workers]);
+  return latencyFigures(latencies, sent, o);
+}
+
+/** 1,000 simulated agents beating once a second: database statements per second, and daemon CPU. */
+export async function heartbeatCost(db: Database, daemon: DaemonProc, o: Options): Promise<Figures> {
+  const idleMs = 5_000;
+  const idleStart = await committedTransactions(db.url);
+  await new Promise((r) => setTimeout(r, idleMs));
+  const idleRate = ((await committedTransactions(db.url)) - idleStart - 2) / (idleMs / 1000);
+
+  const hb = startChild("bench/child-heartbeats.ts", [daemon.address, TOKENS.agent, String(o.hbAgents), String(o.hbDurationMs)], { ready: (l) => l.includes('"ready"') });
+  await hb.ready;
+  const cpu0 = sampleProc(daemon.child.pid);
+  const t0 = Date.now();
+  const x0 = await committedTransactions(db.url);
+  const beats = await new Promise<number>((resolve) => {
+    hb.onLine((line) => {
+      const r = JSON.parse(line) as { beats?: number };
+      if (r.beats !== undefined) resolve(r.beats);
+    });
+  });
+  const x1 = await committedTransactions(db.url);
+  const cpu1 = sampleProc(daemon.child.pid);
+  const seconds = (Date.now() - t0) / 1000;
+  await hb.exited;
+  const rate = (x1 - x0 - 2) / seconds;
+  return {
+    agents: o.hbAgents,
+    seconds: round(seconds, 1),
+    heartbeats: beats,
+    statements_per_s: round(rate, 1),
+    idle_statements_per_s: round(idleRate, 1),
+    heartbeat_statements_per_s: round(Math.max(0, rate - idleRate), 1),
+    daemon_cpu_pct: round(((cpu1.cpuMs - cpu0.cpuMs) / (seconds * 1000)) * 100, 1),
+  };
+}

@@ -1,0 +1,38 @@
+/** The benchmark's arithmetic: percentiles, summaries and ratios. Pure, unit-tested. */
+
+/** Nearest-rank percentile of an ascending array (p in 0..100). */
+export function percentile(sorted: readonly number[], p: number): number {
+  if (sorted.length === 0) return Number.NaN;
+  if (p <= 0) return sorted[0]!;
+  const rank = Math.ceil((p / 100) * sorted.length);
+  return sorted[Math.min(sorted.length, rank) - 1]!;
+}
+
+export interface Summary {
+  count: number;
+  mean: number;
+  p50: number;
+  p90: number;
+  p99: number;
+  max: number;
+}
+
+export function summarize(values: readonly number[]): Summary {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mean = sorted.length ? sorted.reduce((s, v) => s + v, 0) / sorted.length : Number.NaN;
+  return { count: sorted.length, mean, p50: percentile(sorted, 50), p90: percentile(sorted, 90), p99: percentile(sorted, 99), max: sorted.at(-1) ?? Number.NaN };
+}
+
+/** ours ÷ baseline, rounded; NaN when either side is missing or the baseline is zero. */
+export function ratio(ours: number, baseline: number): number {
+  if (!Number.isFinite(ours) || !Number.isFinite(baseline) || baseline === 0) return Number.NaN;
+  return Math.round((ours / baseline) * 1000) / 1000;
+}
+
+/** Items per second over a span in nanoseconds. */
+export function perSecond(count: number, spanNs: bigint): number {
+  if (spanNs <= 0n) return Number.NaN;
+  return count / (Number(spanNs) / 1e9);
+}
+
+export const round = (v: number, digits = 2) => (Number.isFinite(v) ? Math.round(v * 10 ** digits) / 10 ** digits : v);

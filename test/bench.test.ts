@@ -1,0 +1,84 @@
+import { execFile } from "node:child_process";
+import { promisify } from "node:util";
+import { describe, expect, it } from "vitest";
+import { startChild, sampleProc } from "../bench/proc.js";
+import { percentile, perSecond, ratio, summarize } from "../bench/stats.js";
+import { openLoop } from "../bench/baseline.js";
+import { databaseUrl } from "./support/database-url.js";
+
+const run = promisify(execFile);
+
+describe("benchmark arithmetic", () => {
+  it("takes nearest-rank percentiles", () => {
+    const xs = Array.from({ length: 100 }, (_, i) => i + 1);
+    expect(percentile(xs, 50)).toBe(50);
+    expect(percentile(xs, 90)).toBe(90);
+    expect(percentile(xs, 99)).toBe(99);
+    expect(percentile(xs, 100)).toBe(100);
+    expect(percentile([7], 99)).toBe(7);
+    expect(percentile([], 50)).toBeNaN();
+  });
+
+  it("summarises unsorted values", () => {
+    const s = summarize([5, 1, 4, 2, 3]);
+    expect(s).toMatchObject({ count: 5, mean: 3, p50: 3, max: 5 });
+  });
+
+  it("computes ours ÷ baseline and guards against missing figures", () => {
+    expect(ratio(10_000, 28_000)).toBe(0.357);
+    expect(ratio(5, 0)).toBeNaN();
+    expect(ratio(Number.NaN, 3)).toBeNaN();
+  });
+
+  it("turns a nanosecond span into a rate", () => {
+    expect(perSecond(20_000, 2_000_000_000n)).toBe(10_000);
+    expect(perSecond(1, 0n)).toBeNaN();
+  });
+
+  it("sends at the asked rate without waiting for slow calls (open loop)", async () => {
+    let started = 0;
+    const sent = await openLoop(200, 250, () => {
+      started++;
+      return new Promise((r) => setTimeout(r, 100));
+    });
+    expect(sent).toBe(50);
+    expect(started).toBe(50);
+  });
+});
+
+describe("benchmark process lifecycle", () => {
+  it("waits for the ready line, forwards later lines, samples /proc and stops the child", async () => {
+    const child = startChild("test/support/ready-child.ts", [], { ready: (l) => l.includes('"ready"'), stderr: "ignore" });
+    await child.ready;
+    const sample = sampleProc(child.pid);
+    expect(sample.rssBytes).toBeGreaterThan(0);
+    const bye = new Promise<string>((resolve) => child.onLine((l) => l.includes("bye") && resolve(l)));
+    expect(await child.stop()).toBe(0);
+    expect(await bye).toContain("bye");
+  });
+
+  it("rejects `ready` when the child dies first", async () => {
+    const child = startChild("test/support/ready-child.ts", [], { ready: () => false, stderr: "ignore" });
+    void child.stop();
+    await expect(child.ready).rejects.toThrow(/before it was ready/);
+  });
+});
+
+describe("benchmark smoke run", () => {
+  it("runs every section end to end on a tiny workload and prints each figure set", { timeout: 180_000 }, async () => {
+    const { stdout } = await run(process.execPath, ["--import", "tsx", "bench/run.ts", "--smoke"], {
+      env: { ...process.env, DATABASE_URL: databaseUrl(), NO_COLOR: "1" },
+      maxBuffer: 16 * 1024 * 1024,
+    });
+    const sets = stdout
+      .split("\n")
+      .filter((l) => l.startsWith("{"))
+      .map((l) => JSON.parse(l) as Record<string, unknown>);
+    const names = sets.map((s) => s.bench);
+    expect(names).toEqual(["enqueue", "drain", "drain_baseline", "drain_ratio", "latency", "latency_baseline", "latency_ratio", "heartbeat"]);
+    const drain = sets.find((s) => s.bench === "drain")!;
+    expect(drain.items).toBe(300);
+    expect(typeof drain.items_per_s).toBe("number");
+    expect(typeof sets.find((s) => s.bench === "latency")!.p99_ms).toBe("number");
+  });
+});
