@@ -235,9 +235,13 @@ export function parseArgs(argv: readonly string[], env: NodeJS.ProcessEnv = proc
   const config: Config = {
     ...parsed,
     tokens,
-    instanceId: parsed.instanceId ?? `${hostname()}:${parsed.listen.port}`,
+    // Port 0 binds a random port, so HOST:0 would not tell instances on one host apart.
+    instanceId: parsed.instanceId ?? `${hostname()}:${parsed.listen.port === 0 ? `pid${process.pid}` : parsed.listen.port}`,
   };
   if (config.backoffCap < config.backoffBase) throw new ConfigError("--backoff-cap", "is smaller than --backoff-base");
+  // A heartbeat buffered for longer than the liveness window would let a live agent be marked inactive.
+  if (config.heartbeatFlush >= config.livenessIntervals * config.heartbeatInterval)
+    throw new ConfigError("--heartbeat-flush", "must be shorter than --liveness-intervals × --heartbeat-interval");
   return { command, help, config, rest };
 }
 

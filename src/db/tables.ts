@@ -2,6 +2,7 @@
  * Table naming. The prefix (default aiflow_) and the schema are configuration applied here, never
  * baked into SQL text, so the same tables can be created side by side under another prefix.
  */
+import { createHash } from "node:crypto";
 import { sql, type IdentifierSqlToken } from "slonik";
 
 export const TABLES = ["agent", "work_item", "affinity_binding", "engine", "engine_run", "trigger_firing", "schema_migrations"] as const;
@@ -36,8 +37,12 @@ export class Tables implements Naming {
     return quoteIdent(this.prefix + suffix);
   }
 
-  /** The LISTEN/NOTIFY channel for a topic, scoped like the tables so two prefixes never cross-talk. */
+  /**
+   * The LISTEN/NOTIFY channel for a topic, scoped like the tables so two prefixes never cross-talk.
+   * Postgres refuses channel names of 64 bytes or more, so the scope is a short hash, not the names.
+   */
   channel(topic: string): string {
-    return `${this.schema}.${this.prefix}${topic}`;
+    const scope = createHash("sha256").update(`${this.schema}.${this.prefix}`).digest("hex").slice(0, 16);
+    return `aiflow_${scope}_${topic}`;
   }
 }

@@ -64,6 +64,8 @@ export function agentServiceImpl(d: AgentServiceDeps): Pick<ServiceImpl<typeof A
       const res = await d.agents.register(input, now, caller.principal);
       const row = await d.agents.status(input.name);
       d.hub.remember(input.name, { status: res.status, drain: row?.drain ?? null });
+      // Other daemons' caches and directive streams learn the new status at once.
+      if (!res.created) await d.hub.publish(input.name, { kind: "status", status: res.status, reason: "registered", drainDeadline: row?.drain?.deadline ?? null });
       d.audit.record({ table: "agent", action: res.created ? "create" : "update", ids: [res.id], fields: res.created ? ["id", "name", "createdby", "createdon", ...REGISTER_FIELDS] : REGISTER_FIELDS, by: caller.principal, at: now });
       return {
         id: res.id,

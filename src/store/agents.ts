@@ -118,7 +118,7 @@ export class AgentStore {
     return withDbErrors(() =>
       this.db.any(sql.type(nameStatus)`
         UPDATE ${agent} AS a
-           SET metrics = v.metrics, updatedon = v.at, updatedby = a.name
+           SET metrics = v.metrics, updatedon = GREATEST(a.updatedon, v.at), updatedby = a.name
           FROM unnest(${sql.array(batch.map((b) => b.name), "text")},
                       ${sql.array(batch.map((b) => JSON.stringify(b.metrics)), "jsonb")},
                       ${sql.array(batch.map((b) => new Date(b.at).toISOString()), "timestamptz")}) AS v(name, metrics, at)
@@ -207,11 +207,15 @@ export class AgentOpsStore {
    * Starts (or updates) drains in one statement. A re-drain keeps the original start and in-flight
    * count; an inactive agent stays inactive but will come back draining.
    */
-  startDrain(names: readonly string[], drain: { reason: string; deadline: number | null; by: string }, nowMs: number): Promise<readonly { id: string; name: string }[]> {
+  startDrain(
+    names: readonly string[],
+    drain: { reason: string; deadline: number | null; by: string },
+    nowMs: number,
+  ): Promise<readonly { id: string; name: string; status: AgentStatus }[]> {
     const a = this.t.id("agent");
     const w = this.t.id("work_item");
     return withDbErrors(() =>
-      this.db.any(sql.type(z.object({ id: z.string(), name: z.string() }))`
+      this.db.any(sql.type(z.object({ id: z.string(), name: z.string(), status: z.enum(["active", "draining", "inactive"]) }))`
         UPDATE ${a} a SET
                status = CASE WHEN a.status = 'inactive' THEN 'inactive' ELSE 'draining' END,
                metadata = COALESCE(a.metadata, '{}'::jsonb) || jsonb_build_object('drain', jsonb_build_object(
@@ -224,7 +228,7 @@ export class AgentOpsStore {
                  'releasedAtDeadline', COALESCE((a.metadata -> 'drain' -> 'releasedAtDeadline')::int, 0))),
                updatedby = ${drain.by}, updatedon = ${ts(nowMs)}
          WHERE a.name = ANY(${sql.array([...names], "text")}) AND a.deletedon IS NULL
-        RETURNING a.id, a.name`),
+        RETURNING a.id, a.name, a.status`),
     );
   }
 
