@@ -6,6 +6,7 @@
  * A waiter is armed BEFORE it checks the database, so a ring that lands between its check and its
  * wait is not lost.
  */
+import { randomUUID } from "node:crypto";
 import { sql, type DatabasePool } from "slonik";
 import type { PgListener } from "../db/notify.js";
 import type { Logger } from "../log.js";
@@ -30,20 +31,28 @@ export class Beacon {
   readonly #waiters = new Set<Waiter>();
   #outgoing = new Set<string>();
   #timer: NodeJS.Timeout | undefined;
+  /**
+   * Who sent a notification, to skip our own (we woke our waiters when we rang). Unique per beacon,
+   * not the configured instance id: two daemons given the same id (or the default HOST:PORT with
+   * port 0) must still wake each other.
+   */
+  readonly #self: string;
 
   constructor(
     private readonly pool: DatabasePool,
     private readonly channel: string,
-    private readonly instanceId: string,
+    instanceId: string,
     private readonly windowMs: number,
     private readonly log: Logger,
-  ) {}
+  ) {
+    this.#self = `${instanceId}/${randomUUID()}`;
+  }
 
   async start(listener: PgListener): Promise<void> {
     await listener.on(this.channel, (payload) => {
       try {
         const msg = JSON.parse(payload) as { from: string; keys: string[] };
-        if (msg.from !== this.instanceId) this.#wakeLocal(msg.keys);
+        if (msg.from !== this.#self) this.#wakeLocal(msg.keys);
       } catch {
         this.#wakeLocal([ANY]);
       }
@@ -119,10 +128,10 @@ export class Beacon {
     if (this.#outgoing.size === 0) return;
     let keys = [...this.#outgoing];
     this.#outgoing = new Set();
-    let payload = JSON.stringify({ from: this.instanceId, keys });
+    let payload = JSON.stringify({ from: this.#self, keys });
     if (payload.length > MAX_PAYLOAD) {
       keys = [ANY];
-      payload = JSON.stringify({ from: this.instanceId, keys });
+      payload = JSON.stringify({ from: this.#self, keys });
     }
     try {
       await this.pool.query(sql.unsafe`SELECT pg_notify(${this.channel}, ${payload})`);

@@ -1,0 +1,261 @@
+/**
+ * The work queue across two daemon instances sharing one schema, over real HTTP/2 connections and a
+ * real Postgres: no double dispatch under concurrent claims, idempotent enqueue across daemons, and
+ * wake-ups (claims and Wait) that cross daemons through LISTEN/NOTIFY instead of the fallback poll.
+ *
+ * The fake clock never moves here, so no lease can expire while the agents work.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { durationFromMs } from "@bufbuild/protobuf/wkt";
+import { FakeClock } from "../src/clock.js";
+import type { Daemon } from "../src/daemon.js";
+import { WorkItemStatus } from "../src/gen/aiflow/cluster/v1/work_item_pb.js";
+import { startTestDaemon } from "./support/daemon.js";
+import { createTestDb, type TestDb } from "./support/db.js";
+import { itemRows, Producer, serverNow, STATEMENT, statusCounts, TestAgent, track, untilStatementRan, type WorkItem } from "./support/queue.js";
+
+const clock = new FakeClock(Date.UTC(2026, 2, 1));
+let db: TestDb;
+let A: Daemon;
+let B: Daemon;
+const closers: (() => unknown)[] = [];
+
+const config = (instanceId: string) => ({
+  instanceId,
+  // Timers never fire during the test; nothing here depends on them.
+  sweepInterval: 3_600_000,
+  heartbeatFlush: 3_600_000,
+  claimMaxItems: 256,
+});
+
+beforeAll(async () => {
+  db = await createTestDb({ label: "qclu" });
+  A = await startTestDaemon({ schema: db.schema, clock, config: config("queue-a") });
+  B = await startTestDaemon({ schema: db.schema, clock, config: config("queue-b") });
+});
+afterAll(async () => {
+  for (const c of closers.reverse()) await c();
+  await A?.stop();
+  await B?.stop();
+  await db?.drop();
+});
+
+const agent = async (d: Daemon, name: string, tenant: string, extra: { engineKinds?: string[] } = {}) => {
+  const a = await TestAgent.register(d.address, name, { tenants: [tenant], engineKinds: extra.engineKinds ?? ["dag"] });
+  closers.push(() => a.close());
+  return a;
+};
+const producer = (d: Daemon) => {
+  const p = new Producer(d.address);
+  closers.push(() => p.close());
+  return p;
+};
+const range = (n: number) => Array.from({ length: n }, (_, i) => i);
+/** How long a woken long-poll may take; the fallback poll is 5 s and the waits are 10 s. */
+const PROMPT_MS = 2_000;
+
+describe("no double dispatch", () => {
+  it("8 agents on two daemons claim 5,000 items concurrently: each is dispatched and completed exactly once", async () => {
+    const tenant = "bulk";
+    const N = 5_000;
+    const agents = await Promise.all(range(8).map((i) => agent(i % 2 === 0 ? A : B, `bulk-${i}`, tenant)));
+    const [pa, pb] = [producer(A), producer(B)];
+    const batch = (from: number, to: number) => range(to - from).map((i) => ({ engineKind: "dag", taskId: `task-${from + i}`, payloadJson: JSON.stringify({ n: from + i }) }));
+    const [ra, rb] = await Promise.all([pa.enqueue(tenant, batch(0, N / 2)), pb.enqueue(tenant, batch(N / 2, N))]);
+    const ids = [...ra, ...rb].map((r) => r.id);
+    expect(new Set(ids).size).toBe(N);
+    expect([...ra, ...rb].every((r) => !r.existing)).toBe(true);
+
+    const deliveredTo = new Map<string, string[]>();
+    const completedBy = new Map<string, string[]>();
+    const refused: string[] = [];
+    const oversized: number[] = [];
+    const perAgent = new Map<string, number>();
+
+    await Promise.all(
+      agents.map(async (a, i) => {
+        const max = 10 + i * 7;
+        for (;;) {
+          const items: WorkItem[] = await a.claim(max);
+          if (items.length === 0) return;
+          if (items.length > max) oversized.push(items.length);
+          perAgent.set(a.name, (perAgent.get(a.name) ?? 0) + items.length);
+          for (const it of items) {
+            expect(it.status).toBe(WorkItemStatus.DISPATCHED);
+            expect(it.agentId).toBe(a.name);
+            deliveredTo.set(it.id, [...(deliveredTo.get(it.id) ?? []), a.name]);
+          }
+          const outcomes = await a.complete(items, { by: a.name });
+          for (const o of outcomes) {
+            if (o.ok) completedBy.set(o.workItemId, [...(completedBy.get(o.workItemId) ?? []), a.name]);
+            else refused.push(`${o.workItemId}: ${o.code} ${o.message}`);
+          }
+        }
+      }),
+    );
+
+    expect(oversized).toEqual([]);
+    expect(refused).toEqual([]);
+    const twice = [...deliveredTo].filter(([, who]) => who.length !== 1);
+    expect(twice).toEqual([]);
+    expect(deliveredTo.size).toBe(N);
+    expect(new Set(deliveredTo.keys())).toEqual(new Set(ids));
+    expect([...completedBy.values()].every((who) => who.length === 1)).toBe(true);
+    expect(completedBy.size).toBe(N);
+    // Every agent's first claim ran while thousands of items were pending, so every one got work,
+    // through both daemons.
+    expect(perAgent.size).toBe(8);
+
+    expect(await statusCounts(db, tenant)).toEqual({ completed: N });
+    const rows = await itemRows(db, "tenant_key = $1", [tenant]);
+    expect(rows).toHaveLength(N);
+    for (const r of rows) {
+      expect(r.agent_id).toBe(deliveredTo.get(r.id)![0]);
+      expect(r.result).toEqual({ by: r.agent_id });
+      expect(r.lease_token).toBeNull();
+      expect(r.retry_count).toBe(0);
+    }
+    expect(new Set(rows.map((r) => r.leased_by))).toEqual(new Set(["queue-a", "queue-b"]));
+  });
+});
+
+describe("expiry sweeps on every daemon", () => {
+  it("two daemons sweeping at once while the holder completes late: each item ends completed or re-queued once, never both", async () => {
+    const tenant = "sweep-race";
+    const N = 300;
+    const holder = await agent(A, "sweep-holder", tenant);
+    await producer(A).enqueue(tenant, range(N).map(() => ({ engineKind: "dag", maxRetries: 3 })));
+    const held: WorkItem[] = [];
+    while (held.length < N) held.push(...(await holder.claim(256)));
+    expect(held).toHaveLength(N);
+
+    // Every lease has run out (the holder is alive: its heartbeat is written, so only expiry acts).
+    clock.advance(30_001);
+    await holder.heartbeat();
+    await A.maintenance.flushHeartbeats();
+    const [, , outcomes] = await Promise.all([A.maintenance.runOnce(), B.maintenance.runOnce(), holder.complete(held, { late: true })]);
+
+    const completed = new Set(outcomes.filter((o) => o.ok).map((o) => o.workItemId));
+    const rows = await itemRows(db, "tenant_key = $1", [tenant]);
+    expect(rows).toHaveLength(N);
+    for (const r of rows) {
+      if (completed.has(r.id)) expect(r).toMatchObject({ status: "completed", retry_count: 0, result: { late: true }, agent_id: "sweep-holder" });
+      else expect(r).toMatchObject({ status: "pending", retry_count: 1, result: null, error: "lease expired", agent_id: null });
+    }
+    const counts = await statusCounts(db, tenant);
+    expect((counts.completed ?? 0) + (counts.pending ?? 0)).toBe(N);
+    // Sweeping again changes nothing.
+    await Promise.all([A.maintenance.runOnce(), B.maintenance.runOnce()]);
+    expect(await statusCounts(db, tenant)).toEqual(counts);
+  });
+});
+
+describe("idempotent enqueue across daemons", () => {
+  it("the same (tenant, key) through daemon A and daemon B at once yields one item and one id", async () => {
+    const tenant = "idem";
+    const [pa, pb] = [producer(A), producer(B)];
+    for (const round of range(5)) {
+      const item = { engineKind: "dag", idempotencyKey: `order-${round}`, payloadJson: `{"round":${round}}` };
+      const [[ra], [rb]] = await Promise.all([pa.enqueue(tenant, [item]), pb.enqueue(tenant, [item])]);
+      expect(ra!.id).toBe(rb!.id);
+      expect([ra!.existing, rb!.existing].sort()).toEqual([false, true]);
+    }
+    const rows = await itemRows(db, "tenant_key = $1", [tenant]);
+    expect(rows.map((r) => r.idempotency_key).sort()).toEqual(range(5).map((r) => `order-${r}`));
+    // The key is per tenant: another tenant's item with the same key is a different item.
+    const [other] = await pa.enqueue("idem-other", [{ engineKind: "dag", idempotencyKey: "order-0" }]);
+    expect(other!.existing).toBe(false);
+    expect(rows.map((r) => r.id)).not.toContain(other!.id);
+  });
+
+  it("four producers on two daemons enqueue overlapping batches, their keys in different orders: one item per key, every reply agrees", async () => {
+    const tenant = "idem-batch";
+    const producers = [producer(A), producer(B), producer(A), producer(B)];
+    const keys = range(400).map((i) => `k-${String(i).padStart(3, "0")}`);
+    // A fixed shuffle, so a failure replays the same orders.
+    const shuffled = [...keys].sort((x, y) => ((x.charCodeAt(4) * 7 + x.charCodeAt(5) * 3) % 11) - ((y.charCodeAt(4) * 7 + y.charCodeAt(5) * 3) % 11));
+    const orders = [keys, [...keys].reverse(), shuffled, [...shuffled].reverse()];
+    const rounds = 3;
+    for (const round of range(rounds)) {
+      const replies = await Promise.all(
+        producers.map((p, i) => p.enqueue(tenant, orders[i]!.map((k) => ({ engineKind: "dag", idempotencyKey: `${round}-${k}` })))),
+      );
+      const byKey = new Map<string, { id: string; existing: boolean }[]>();
+      replies.forEach((reply, i) => reply.forEach((r, j) => byKey.set(orders[i]![j]!, [...(byKey.get(orders[i]![j]!) ?? []), r])));
+      for (const [key, rs] of byKey) {
+        expect(new Set(rs.map((r) => r.id)).size, key).toBe(1);
+        expect(rs.filter((r) => !r.existing), key).toHaveLength(1);
+      }
+    }
+    expect(await statusCounts(db, tenant)).toEqual({ pending: rounds * keys.length });
+  });
+});
+
+describe("wake-ups cross daemons", () => {
+  it("a claim long-polling on daemon B returns promptly after an enqueue on daemon A", async () => {
+    const tenant = "wake";
+    const waiter = await agent(B, "wake-b", tenant);
+    const t0 = await serverNow(db);
+    const claim = track(waiter.claim(1, 10_000));
+    // The claim looked at the table, found nothing and is waiting now.
+    await untilStatementRan(db, STATEMENT.claim, t0);
+    expect(claim.settled()).toBe(false);
+
+    const start = performance.now();
+    const id = await producer(A).one(tenant, { engineKind: "dag", payloadJson: '{"hello":1}' });
+    const items = await claim.promise;
+    const elapsed = claim.settledAt()! - start;
+    expect(items.map((i) => i.id)).toEqual([id]);
+    expect(elapsed).toBeLessThan(PROMPT_MS);
+  });
+
+  it("wakes a claim on another daemon even when both were configured with the same instance id", async () => {
+    const tenant = "wake-twin";
+    const twin = await startTestDaemon({ schema: db.schema, clock, config: config("queue-a") });
+    closers.push(() => twin.stop());
+    const waiter = await agent(twin, "wake-twin", tenant);
+    const t0 = await serverNow(db);
+    const claim = track(waiter.claim(1, 10_000));
+    await untilStatementRan(db, STATEMENT.claim, t0);
+    expect(claim.settled()).toBe(false);
+
+    const start = performance.now();
+    const id = await producer(A).one(tenant, { engineKind: "dag" });
+    const items = await claim.promise;
+    expect(items.map((i) => i.id)).toEqual([id]);
+    expect(claim.settledAt()! - start).toBeLessThan(PROMPT_MS);
+  });
+
+  it("Wait on daemon A returns done as soon as an agent completes the item through daemon B", async () => {
+    const tenant = "waitd";
+    const worker = await agent(B, "wait-b", tenant);
+    const p = producer(A);
+    const id = await p.one(tenant, { engineKind: "dag", runId: "run-1" });
+    const [item] = await worker.claim(1);
+    expect(item!.id).toBe(id);
+
+    const t0 = await serverNow(db);
+    const wait = track(p.q.wait({ tenantKey: tenant, ids: [id], timeout: durationFromMs(10_000) }, p.call));
+    await untilStatementRan(db, STATEMENT.select, t0);
+    expect(wait.settled()).toBe(false);
+
+    const start = performance.now();
+    expect((await worker.complete([item!], { answer: 42 })).map((o) => o.ok)).toEqual([true]);
+    const res = await wait.promise;
+    expect(wait.settledAt()! - start).toBeLessThan(PROMPT_MS);
+    expect(res.done).toBe(true);
+    expect(res.items.map((i) => [i.id, i.status, i.resultJson])).toEqual([[id, WorkItemStatus.COMPLETED, '{"answer":42}']]);
+
+    // Waiting for a run that is already finished answers at once.
+    const run = await p.q.wait({ tenantKey: tenant, runId: "run-1", timeout: durationFromMs(10_000) }, p.call);
+    expect(run.done).toBe(true);
+  });
+
+  it("Wait that runs out reports done=false with the items as they are", async () => {
+    const p = producer(A);
+    const id = await p.one("waitd-timeout", { engineKind: "dag" });
+    const res = await p.q.wait({ tenantKey: "waitd-timeout", ids: [id], timeout: durationFromMs(50) }, p.call);
+    expect(res.done).toBe(false);
+    expect(res.items.map((i) => i.status)).toEqual([WorkItemStatus.PENDING]);
+  });
+});
