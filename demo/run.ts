@@ -1,0 +1,136 @@
+/**
+ * npm run demo — the whole system on the embedded database: a daemon, three example agents (the
+ * copyable worker in agent-sdk/examples), 10,000 items across two tenants, a live progress bar, one
+ * agent drained half-way (its work finishes or moves; nothing is lost), and a summary. It stops
+ * everything it started.
+ */
+import { mkdtempSync, rmSync, chmodSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createClient } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import { durationFromMs } from "@bufbuild/protobuf/wkt";
+import { pino } from "pino";
+import { OpsService } from "../src/gen/aiflow/cluster/v1/ops_pb.js";
+import { QueueService } from "../src/gen/aiflow/cluster/v1/queue_pb.js";
+import { startEmbeddedPostgres } from "../src/db/embedded.js";
+import { freePort, sql } from "../bench/env.js";
+import { startChild, type Child } from "../bench/proc.js";
+import { table } from "../src/cli/ctl/format.js";
+import { Bar } from "./bar.js";
+
+const ITEMS = Number(process.env.DEMO_ITEMS ?? 10_000);
+const TENANTS = ["acme", "globex"];
+const TOKENS = { agent: "demo-agent-token", engine: "demo-engine-token", ops: "demo-ops-token" };
+const say = (msg: string) => process.stderr.write(`demo: ${msg}\n`);
+
+const dir = mkdtempSync(join(tmpdir(), "aiflowd-demo-"));
+chmodSync(dir, 0o755);
+const children: Child[] = [];
+let pgServer: Awaited<ReturnType<typeof startEmbeddedPostgres>> | undefined;
+try {
+  say("starting an embedded Postgres");
+  pgServer = await startEmbeddedPostgres({ dataDir: join(dir, "pg"), port: await freePort(), log: pino({ level: "warn" }) });
+  const port = await freePort();
+  const address = `127.0.0.1:${port}`;
+  say(`starting aiflowd on ${address}`);
+  const daemon = startChild("bin/aiflowd.js", ["serve"], {
+    env: {
+      DATABASE_URL: pgServer.url,
+      AIFLOW_LISTEN: address,
+      AIFLOW_TOKENS: `agent:${TOKENS.agent};engine:${TOKENS.engine};ops:${TOKENS.ops}`,
+      AIFLOW_TENANTS: TENANTS.join(","),
+      AIFLOW_LOG_LEVEL: "info",
+      AIFLOW_HEARTBEAT_INTERVAL: "1s",
+      NO_COLOR: "1",
+    },
+    ready: (l) => l.includes("aiflowd serving gRPC"),
+  });
+  children.push(daemon);
+  await daemon.ready;
+
+  const agentNames = ["demo-agent-1", "demo-agent-2", "demo-agent-3"];
+  say(`starting ${agentNames.length} example agents (agent-sdk/examples/worker.ts)`);
+  for (const name of agentNames) {
+    const agent = startChild("agent-sdk/examples/worker.ts", ["--address", address, "--token", TOKENS.agent, "--name", name, "--tenants", TENANTS.join(","), "--slots", "16", "--grace", "10000"], {
+      env: { AIFLOW_LOG_LEVEL: "warn" },
+      ready: () => true,
+      stderr: "ignore",
+    });
+    // Workers log to stderr only; nothing waits on a ready line from them.
+    agent.ready.catch(() => {});
+    children.push(agent);
+  }
+
+  const transport = createGrpcTransport({ baseUrl: `http://${address}` });
+  const queue = createClient(QueueService, transport);
+  const ops = createClient(OpsService, transport);
+  const engine = { headers: { authorization: `Bearer ${TOKENS.engine}` } };
+  const op = { headers: { authorization: `Bearer ${TOKENS.ops}` } };
+
+  // Wait until the three agents have registered.
+  for (;;) {
+    const { agents } = await ops.listAgents({}, op);
+    if (agents.filter((a) => agentNames.includes(a.name)).length === agentNames.length) break;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+
+  say(`enqueueing ${ITEMS} items across tenants ${TENANTS.join(", ")}`);
+  const started = Date.now();
+  for (let i = 0; i < ITEMS; i += 1000) {
+    const n = Math.min(1000, ITEMS - i);
+    const tenant = TENANTS[(i / 1000) % TENANTS.length]!;
+    await queue.enqueue(
+      { tenantKey: tenant, items: Array.from({ length: n }, (_, j) => ({ engineKind: "test", taskName: "wait", runId: `demo-run-${tenant}`, maxRetries: 3, payloadJson: JSON.stringify({ ms: 2 + ((i + j) % 9) }) })) },
+      engine,
+    );
+  }
+
+  const bar = new Bar(ITEMS);
+  let drained: string | undefined;
+  for (;;) {
+    const stats = await ops.queueStats({}, op);
+    const finished = stats.depth.filter((d) => d.status >= 3).reduce((n, d) => n + Number(d.count), 0);
+    const { agents } = await ops.listAgents({}, op);
+    const note = agents.map((a) => `${a.name.replace("demo-agent-", "#")}:${a.inFlight}${a.status === 2 ? "(draining)" : ""}`).join(" ");
+    bar.update(finished, `in flight ${note}`);
+    if (!drained && finished >= ITEMS / 2) {
+      drained = agentNames[1]!;
+      await ops.drainAgent({ name: drained, deadline: durationFromMs(5_000), reason: "demo: rolling deploy" }, op);
+      bar.log(`half-way: draining ${drained} (deadline 5s) — its work finishes or moves to the others`);
+    }
+    if (finished >= ITEMS) break;
+    await new Promise((r) => setTimeout(r, 250));
+  }
+  bar.done();
+  const seconds = (Date.now() - started) / 1000;
+
+  const rows = await sql<{ agent_id: string | null; status: string; n: string; retries: string }>(
+    pgServer.url,
+    `SELECT agent_id, status, count(*) AS n, sum(retry_count) AS retries FROM public.aiflow_work_item GROUP BY 1, 2 ORDER BY 1, 2`,
+  );
+  const completed = rows.filter((r) => r.status === "completed").reduce((n, r) => n + Number(r.n), 0);
+  const dead = rows.filter((r) => r.status === "failed").reduce((n, r) => n + Number(r.n), 0);
+  const retries = rows.reduce((n, r) => n + Number(r.retries), 0);
+  console.log("");
+  console.log(
+    table(
+      ["AGENT", "COMPLETED", "NOTE"],
+      agentNames.map((name) => [name, String(rows.filter((r) => r.agent_id === name && r.status === "completed").reduce((n, r) => n + Number(r.n), 0)), name === drained ? "drained half-way" : ""]),
+    ),
+  );
+  console.log("");
+  console.log(
+    table(
+      ["ITEMS", "COMPLETED", "SECONDS", "ITEMS/S", "RETRIES", "DEAD LETTERS", "LOST"],
+      [[String(ITEMS), String(completed), seconds.toFixed(1), (completed / seconds).toFixed(0), String(retries), String(dead), String(ITEMS - completed - dead)]],
+    ),
+  );
+  process.exitCode = completed + dead === ITEMS ? 0 : 1;
+} finally {
+  say("stopping agents, daemon and Postgres");
+  for (const c of children.slice(1).reverse()) await c.stop(15_000);
+  if (children[0]) await children[0].stop(15_000);
+  await pgServer?.stop();
+  rmSync(dir, { recursive: true, force: true });
+}
