@@ -185,9 +185,17 @@ export class WorkItemStore {
    * statement has updated the binding row (bumping updatedon), and an item whose key is bound to
    * another agent only when that agent cannot take work, the grace has passed since the key's last
    * dispatch, none of the key's items is in flight, and the policy is rebind — by moving the binding
-   * row. Both paths write the binding row, so they serialise on its lock, and Postgres re-checks
-   * `agent_id` and `updatedon` against the committed row: a dispatch and a move of one key can never
-   * both succeed, and no two agents ever hold items of one key at once.
+   * row. Both paths write the binding row, so they serialise on its lock, and Postgres re-checks the
+   * UPDATE's conditions against the committed row: a dispatch and a move of one key can never both
+   * succeed, and no two agents ever hold items of one key at once.
+   *
+   * A move is a compare-and-swap on the binding row's version (xmin) as this statement's snapshot
+   * read it. After a lock wait the re-check sees the new row but answers the agent and in-flight
+   * subqueries from the old snapshot, and `updatedon` cannot stand in for a version: it is the
+   * writer's clock reading, taken before its statement ran, so a dispatch that waited on this lock
+   * past the grace stamps a time already older than the grace (as does one from a daemon whose clock
+   * lags). Any write to the row since the snapshot changes xmin, so such a move matches nothing and a
+   * later claim decides afresh.
    */
   claim(c: ClaimInput): Promise<readonly WorkItemRow[]> {
     const w = this.t.id("work_item");
@@ -217,7 +225,10 @@ export class WorkItemStore {
            LIMIT ${c.max}
            FOR UPDATE OF w SKIP LOCKED
         ), keys AS (
-          SELECT k, row_number() OVER (ORDER BY k) AS n FROM (SELECT DISTINCT affinity_key AS k FROM picked WHERE affinity_key IS NOT NULL) d
+          -- v: the binding row's version in this statement's snapshot (NULL when the key is unbound).
+          SELECT d.k, bk.xmin::text AS v, row_number() OVER (ORDER BY d.k) AS n
+            FROM (SELECT DISTINCT affinity_key AS k FROM picked WHERE affinity_key IS NOT NULL) d
+            LEFT JOIN ${b} bk ON bk.affinity_key = d.k
         ), pinned AS (
           INSERT INTO ${b} (id, affinity_key, agent_id, createdby, createdon, updatedby, updatedon)
           SELECT (${sql.array(c.bindingIds, "text")})[keys.n], keys.k, ${c.agent}, ${c.agent}, ${ts(c.nowMs)}, ${c.agent}, ${ts(c.nowMs)} FROM keys
@@ -228,7 +239,7 @@ export class WorkItemStore {
             FROM keys
            WHERE bb.affinity_key = keys.k
              AND (bb.agent_id = ${c.agent}
-                  OR (${rebind} AND bb.updatedon < ${graceEdge}
+                  OR (${rebind} AND bb.xmin::text = keys.v AND bb.updatedon < ${graceEdge}
                       AND NOT EXISTS (SELECT 1 FROM ${a} ba WHERE ba.name = bb.agent_id AND ba.status = 'active' AND ba.deletedon IS NULL)
                       AND NOT EXISTS (SELECT 1 FROM ${w} wd WHERE wd.affinity_key = bb.affinity_key AND wd.status = 'dispatched')))
           RETURNING bb.affinity_key
