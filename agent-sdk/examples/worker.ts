@@ -1,0 +1,108 @@
+/**
+ * An example worker binary: copy it and put your work in the handlers.
+ *
+ *   npx tsx agent-sdk/examples/worker.ts --address 127.0.0.1:7400 --token "$AIFLOW_AGENT_TOKEN" \
+ *     --name worker-1 --tenants acme,globex --slots 4
+ *
+ * Every flag has an environment variable; flags win:
+ *   --address ADDR       AIFLOW_ADDRESS        daemon host:port; repeat the flag or separate by commas to fail over
+ *   --token TOKEN        AIFLOW_AGENT_TOKEN    bearer token with the agent role
+ *   --name NAME          AIFLOW_AGENT_NAME     the agent's stable name (default: this host's name)
+ *   --tenants A,B        AIFLOW_TENANTS        tenant keys to take work from (default: default)
+ *   --engine-kind KIND   AIFLOW_ENGINE_KIND    engine kind these handlers run (default: test)
+ *   --slots N            AIFLOW_SLOTS          items run at once (default: 4)
+ *   --grace MS           AIFLOW_GRACE_MS       drain time on SIGTERM/SIGINT before in-flight work is given back (default: 30000)
+ *   --log-level LEVEL    AIFLOW_LOG_LEVEL      pino level (default: info)
+ *
+ * SIGTERM or SIGINT drains: nothing new is claimed, running items finish within the grace time,
+ * then the agent deregisters and the process exits 0. A second signal stops at once. Exit code 1
+ * means the daemon refused the agent (a wrong token, say), 2 a bad flag.
+ */
+import { hostname } from "node:os";
+import { setTimeout as sleep } from "node:timers/promises";
+import { parseArgs } from "node:util";
+import { pino } from "pino";
+import { createAgent, NonRetryableError, type Handler } from "@aiflow/agent-sdk";
+
+/** `{ "text": "..." }` → the text, upper-cased. */
+const shout: Handler<{ text?: unknown }> = async (item) => {
+  if (typeof item.payload?.text !== "string") throw new NonRetryableError("payload.text must be a string");
+  return { text: item.payload.text.toUpperCase() };
+};
+
+/** `{ "ms": 500 }` → waits that long; gives up as soon as the signal says so (lease lost, cancelled, drain deadline). */
+const wait: Handler<{ ms?: number }> = async (item, ctx) => {
+  const ms = item.payload?.ms ?? 1_000;
+  ctx.log.info({ ms }, "waiting");
+  await sleep(ms, undefined, { signal: ctx.signal });
+  return { waitedMs: ms };
+};
+
+/** Anything else: echoes the payload back. */
+const echo: Handler = async (item, ctx) => ({ echoed: item.payload, by: ctx.agent, attempt: item.attempt });
+
+function config() {
+  const { values } = parseArgs({
+    options: {
+      address: { type: "string", multiple: true },
+      token: { type: "string" },
+      name: { type: "string" },
+      tenants: { type: "string" },
+      "engine-kind": { type: "string" },
+      slots: { type: "string" },
+      grace: { type: "string" },
+      "log-level": { type: "string" },
+    },
+  });
+  const env = process.env;
+  const list = (s: string | undefined) => (s ?? "").split(",").map((x) => x.trim()).filter(Boolean);
+  const addresses = list((values.address ?? []).join(",") || env.AIFLOW_ADDRESS || "127.0.0.1:7400");
+  const number = (flag: string, raw: string | undefined, dflt: number) => {
+    const n = raw === undefined ? dflt : Number(raw);
+    if (!Number.isInteger(n) || n < 0) throw new Error(`--${flag} must be a whole number, got '${raw}'`);
+    return n;
+  };
+  return {
+    addresses,
+    token: values.token ?? env.AIFLOW_AGENT_TOKEN,
+    name: values.name ?? env.AIFLOW_AGENT_NAME ?? hostname(),
+    tenants: list(values.tenants ?? env.AIFLOW_TENANTS ?? "default"),
+    engineKind: values["engine-kind"] ?? env.AIFLOW_ENGINE_KIND ?? "test",
+    slots: number("slots", values.slots ?? env.AIFLOW_SLOTS, 4),
+    graceMs: number("grace", values.grace ?? env.AIFLOW_GRACE_MS, 30_000),
+    logLevel: values["log-level"] ?? env.AIFLOW_LOG_LEVEL ?? "info",
+  };
+}
+
+async function main(): Promise<number> {
+  let c: ReturnType<typeof config>;
+  let agent: ReturnType<typeof createAgent>;
+  try {
+    c = config();
+    agent = createAgent({
+      addresses: c.addresses,
+      token: c.token,
+      name: c.name,
+      tenants: c.tenants,
+      slots: c.slots,
+      handlers: { [c.engineKind]: { shout, wait, "*": echo } },
+      gracefulShutdownMs: c.graceMs,
+      handleSignals: true,
+      agentVersion: "example-1.0.0",
+      logger: pino({ name: "example-worker", level: c.logLevel }),
+    });
+  } catch (err) {
+    process.stderr.write(`worker: ${(err as Error).message}\n`);
+    return 2;
+  }
+  try {
+    // Resolves once the agent has drained and deregistered (after SIGTERM/SIGINT).
+    await agent.run();
+    return 0;
+  } catch {
+    // The agent logged why (agent.error); the daemon refused it for good.
+    return 1;
+  }
+}
+
+process.exitCode = await main();

@@ -1,0 +1,367 @@
+/**
+ * The agent: registers, heartbeats from its own thread, claims work for its free slots, runs the
+ * handlers, renews their leases, reports outcomes in batches, follows the daemon's directives, and
+ * survives the daemon going away (see link.ts).
+ *
+ * Shutdown always runs in this order, whatever started it (drain(), stop(), a signal, the daemon):
+ *   1. stop claiming: the pending long-poll is cancelled, items it still brings are given back;
+ *   2. wait for in-flight items until the deadline; then abort what still runs (its signal fires
+ *      with a `drain-deadline` reason) and give those items back without spending an attempt;
+ *   3. report every outcome (bounded by rpcTimeoutMs when the daemon does not answer);
+ *   4. stop heartbeats and the directive stream, deregister (the daemon marks the agent inactive
+ *      at once), close the connections.
+ * Heartbeats and lease renewals go on until step 4, so a long drain never looks like a dead agent.
+ */
+import { EventEmitter } from "node:events";
+import { durationMs, timestampMs } from "@bufbuild/protobuf/wkt";
+import type { Logger } from "pino";
+import { backoffDelay, sleep } from "./backoff.js";
+import { Claimer } from "./claimer.js";
+import { DirectiveFollower } from "./directives.js";
+import { AgentFailedError } from "./errors.js";
+import { AgentType, type Directive, type HeartbeatResponse } from "./gen/aiflow/cluster/v1/agent_pb.js";
+import { HeartbeatThread } from "./liveness/heartbeat.js";
+import { LeaseKeeper } from "./leases.js";
+import { isTerminal, Lifecycle, type AgentState } from "./lifecycle.js";
+import { errorText, isTransient, Link, type AgentClient } from "./link.js";
+import { resolveOptions, type AgentOptions, type ResolvedOptions } from "./options.js";
+import { Reporter } from "./reporter.js";
+import { onShutdownSignals } from "./signals.js";
+import type { ItemOutcome, WorkItem } from "./types.js";
+import { statusFromWire, type DaemonStatus } from "./wire.js";
+import { Work } from "./work.js";
+
+/** What a registration told the agent. */
+export interface Registration {
+  /** The agent's id (a ULID), stable across registrations of its name. */
+  id: string;
+  /** The daemon it registered with. */
+  address: string;
+  /** True when this registration created the agent. */
+  created: boolean;
+  heartbeatIntervalMs: number;
+  leaseTtlMs: number;
+  /** The daemon's view of the agent: `draining` when a drain survived a reconnect. */
+  status: DaemonStatus;
+}
+
+/** The agent's events (it is an EventEmitter of these). */
+export type AgentEvents = {
+  state: [state: AgentState, previous: AgentState];
+  /** After every registration: the first, and each one after reconnecting. */
+  registered: [registration: Registration];
+  /** The connection to the daemon was lost; the agent is reconnecting. */
+  disconnected: [error: unknown];
+  itemStarted: [item: WorkItem];
+  itemFinished: [item: WorkItem, outcome: ItemOutcome];
+};
+
+export interface DrainOptions {
+  /**
+   * When items still running are aborted and given back: a Date, or milliseconds from now.
+   * @default gracefulShutdownMs from now
+   */
+  deadline?: Date | number;
+}
+
+const DEFAULT_HEARTBEAT_MS = 5_000;
+const DEFAULT_LEASE_TTL_MS = 30_000;
+
+export class Agent extends EventEmitter<AgentEvents> {
+  readonly name: string;
+  readonly #o: ResolvedOptions;
+  readonly #log: Logger;
+  readonly #life = new Lifecycle();
+  readonly #link: Link;
+  readonly #reporter: Reporter;
+  readonly #leases: LeaseKeeper;
+  readonly #claimer: Claimer;
+  readonly #directives: DirectiveFollower;
+  readonly #heartbeat: HeartbeatThread;
+  readonly #work: Work;
+  #registration: Registration | undefined;
+  #error: Error | undefined;
+  #starting: Promise<void> | undefined;
+  #shutdown: Promise<void> | undefined;
+  #deadlineAt = Number.POSITIVE_INFINITY;
+  #deadlineTimer: NodeJS.Timeout | undefined;
+  #removeSignalHandlers: (() => void) | undefined;
+
+  constructor(options: AgentOptions) {
+    super();
+    this.#o = resolveOptions(options);
+    this.name = this.#o.name;
+    this.#log = this.#o.logger.child({ agent: this.name });
+    this.#life.onChange((state, previous) => {
+      this.#log.info({ state, previous }, `agent ${state}`);
+      this.#emit("state", state, previous);
+    });
+    this.#link = new Link(this.#o, this.#log, {
+      register: (client, address) => this.#register(client, address),
+      onDisconnected: (err) => this.#emit("disconnected", err),
+      onFatal: (err) => this.#fail(err),
+    });
+    this.#reporter = new Reporter(this.#link, this.#o, this.#log);
+    this.#work = new Work(this.#o, this.#reporter, this.#log, {
+      itemStarted: (item) => this.#emit("itemStarted", item),
+      itemFinished: (item, outcome) => this.#emit("itemFinished", item, outcome),
+      slotTaken: (busy) => this.#heartbeat.setInFlight(busy),
+      slotFreed: (busy) => {
+        this.#heartbeat.setInFlight(busy);
+        this.#claimer.nudge();
+      },
+    });
+    this.#leases = new LeaseKeeper(this.#link, this.#o, () => this.#work.held(), (run, message) => this.#work.leaseLost(run, message), this.#log);
+    this.#claimer = new Claimer(this.#link, this.#o, {
+      freeSlots: () => this.#work.freeSlots,
+      onItems: (items) => this.#work.accept(items, this.#life.state === "running"),
+      onStatus: (status) => this.#onDaemonStatus(status, undefined, "claim reply"),
+    });
+    this.#directives = new DirectiveFollower(this.#link, this.#o, (d) => this.#onDirective(d), this.#log);
+    this.#heartbeat = new HeartbeatThread(this.#o, this.#log, {
+      onReply: (reply) => this.#onHeartbeatReply(reply),
+      onNotFound: () => this.#reregister("the daemon does not know this agent"),
+    });
+  }
+
+  get state(): AgentState {
+    return this.#life.state;
+  }
+
+  /** Why the agent failed (state `failed`). */
+  get error(): Error | undefined {
+    return this.#error;
+  }
+
+  /** The latest registration; undefined before the first. */
+  get registration(): Registration | undefined {
+    return this.#registration;
+  }
+
+  /** Handlers running now. */
+  get inFlight(): number {
+    return this.#work.busy;
+  }
+
+  /** The current state, then every transition; ends after `stopped` or `failed`. */
+  states(): AsyncGenerator<AgentState, void, undefined> {
+    return this.#life.states();
+  }
+
+  /**
+   * Registers and starts working. Resolves once running (or once stopped, when drain() or stop()
+   * came first): a daemon that cannot be reached is retried with backoff meanwhile. Rejects with an
+   * AgentFailedError when the daemon refuses the agent.
+   */
+  start(): Promise<void> {
+    return (this.#starting ??= this.#start());
+  }
+
+  /** Starts, and resolves when the agent has stopped (rejects when it failed): a worker binary's main. */
+  async run(): Promise<void> {
+    await this.start();
+    if ((await this.#life.settled()) === "failed") throw this.#error;
+  }
+
+  /** Shuts down gracefully (see the order above). Resolves when stopped (or failed). */
+  drain(options: DrainOptions = {}): Promise<void> {
+    const d = options.deadline;
+    const at = d === undefined ? Date.now() + this.#o.gracefulShutdownMs : d instanceof Date ? d.getTime() : Date.now() + d;
+    return this.#beginShutdown(at, "drain requested");
+  }
+
+  /** Shuts down now: in-flight items are aborted and given back, then the agent deregisters. */
+  stop(): Promise<void> {
+    return this.#beginShutdown(Date.now(), "stop requested");
+  }
+
+  async #start(): Promise<void> {
+    if (!this.#life.to("starting")) throw new Error(`agent '${this.name}' cannot start: it is ${this.#life.state}`);
+    if (this.#o.handleSignals)
+      this.#removeSignalHandlers = onShutdownSignals(
+        (signal) => {
+          this.#log.info({ signal }, "signal received: draining (a second one stops at once)");
+          void this.drain();
+        },
+        (signal) => {
+          this.#log.warn({ signal }, "second signal: stopping now");
+          void this.stop();
+        },
+      );
+    try {
+      await this.#heartbeat.prepare();
+    } catch (err) {
+      const failed = new AgentFailedError(`agent '${this.name}' cannot heartbeat: ${errorText(err)}`, { cause: err });
+      this.#fail(failed);
+      throw failed;
+    }
+    await this.#link.connect();
+    // Stopped (or failed) while still connecting: nothing to start.
+    if (this.#life.state !== "starting") return;
+    const reg = this.#registration!;
+    this.#heartbeat.start(reg.heartbeatIntervalMs, this.#link.index);
+    this.#directives.start();
+    this.#leases.start(reg.leaseTtlMs);
+    this.#life.to("running");
+    this.#claimer.start();
+    if (reg.status === "draining") this.#onDaemonStatus("draining", undefined, "registration");
+  }
+
+  async #register(client: AgentClient, address: string): Promise<void> {
+    const o = this.#o;
+    const res = await client.register(
+      {
+        name: o.name,
+        httpAddress: o.advertise.http,
+        grpcAddress: o.advertise.grpc,
+        infraAddress: o.advertise.infra,
+        agentVersion: o.agentVersion,
+        binaryPath: o.binaryPath,
+        agentType: o.agentType === "local" ? AgentType.LOCAL : AgentType.REMOTE,
+        metadata: { tags: o.tags, slots: o.slots, tenants: o.tenants, engineKinds: o.engineKinds, models: o.models },
+      },
+      { timeoutMs: o.rpcTimeoutMs },
+    );
+    const reg: Registration = {
+      id: res.id,
+      address,
+      created: res.created,
+      heartbeatIntervalMs: res.heartbeatInterval ? durationMs(res.heartbeatInterval) : DEFAULT_HEARTBEAT_MS,
+      leaseTtlMs: res.leaseTtl ? durationMs(res.leaseTtl) : DEFAULT_LEASE_TTL_MS,
+      status: statusFromWire(res.status),
+    };
+    const again = this.#registration !== undefined;
+    this.#registration = reg;
+    this.#log.info({ id: reg.id, address, status: reg.status, heartbeatIntervalMs: reg.heartbeatIntervalMs, leaseTtlMs: reg.leaseTtlMs }, again ? "registered again" : "registered");
+    if (again) {
+      this.#heartbeat.setInterval(reg.heartbeatIntervalMs);
+      this.#leases.retime(reg.leaseTtlMs);
+    }
+    this.#emit("registered", reg);
+    if (again && reg.status === "draining") this.#onDaemonStatus("draining", undefined, "registration");
+  }
+
+  // ── The daemon's word ───────────────────────────────────────────────────────────────────────────
+
+  #onDirective(d: Directive): void {
+    const k = d.kind;
+    if (k.case === "cancel") this.#work.cancel(k.value.workItemId, k.value.leaseToken, k.value.reason || "cancelled");
+    else if (k.case === "status")
+      this.#onDaemonStatus(statusFromWire(k.value.status), k.value.drainDeadline ? timestampMs(k.value.drainDeadline) : undefined, k.value.reason || "directive");
+  }
+
+  /**
+   * A heartbeat reply's status is current; the status directives it carries are history (kept for
+   * agents without a stream), so only their drain deadline is used. Cancels apply as they come.
+   */
+  #onHeartbeatReply(reply: HeartbeatResponse): void {
+    let deadline: number | undefined;
+    for (const d of reply.directives) {
+      if (d.kind.case === "cancel") this.#onDirective(d);
+      else if (d.kind.case === "status" && d.kind.value.drainDeadline) deadline = timestampMs(d.kind.value.drainDeadline);
+    }
+    this.#onDaemonStatus(statusFromWire(reply.status), deadline, "heartbeat reply");
+  }
+
+  #onDaemonStatus(status: DaemonStatus, deadlineAt: number | undefined, source: string): void {
+    const state = this.#life.state;
+    if (status === "draining" && (state === "running" || (state === "draining" && deadlineAt !== undefined)))
+      void this.#beginShutdown(deadlineAt ?? Number.POSITIVE_INFINITY, `the daemon is draining this agent (${source})`);
+    else if (status === "inactive" && state === "running") this.#reregister(`the daemon marked this agent inactive (${source})`);
+  }
+
+  #reregister(why: string): void {
+    if (this.#life.state !== "running") return;
+    this.#link.recover(this.#link.generation, new Error(why)).catch(() => undefined);
+  }
+
+  // ── Shutdown ────────────────────────────────────────────────────────────────────────────────────
+
+  #beginShutdown(deadlineAt: number, why: string): Promise<void> {
+    if (deadlineAt < this.#deadlineAt) {
+      this.#deadlineAt = deadlineAt;
+      if (this.#shutdown) this.#armDeadline();
+    }
+    return (this.#shutdown ??= this.#shutdownInOrder(why));
+  }
+
+  #armDeadline(): void {
+    clearTimeout(this.#deadlineTimer);
+    if (!Number.isFinite(this.#deadlineAt)) return;
+    this.#deadlineTimer = setTimeout(() => this.#work.releaseRunning(), Math.max(0, this.#deadlineAt - Date.now()));
+  }
+
+  async #shutdownInOrder(why: string): Promise<void> {
+    const from = this.#life.state;
+    if (isTerminal(from)) return;
+    if (from === "initialized") {
+      this.#life.to("stopped");
+      return;
+    }
+    this.#life.to("draining");
+    const deadlineInMs = Number.isFinite(this.#deadlineAt) ? Math.max(0, this.#deadlineAt - Date.now()) : null;
+    this.#log.info({ why, inFlight: this.#work.busy, deadlineInMs }, "draining: claiming nothing more");
+    this.#armDeadline();
+    // 1. Stop claiming.
+    await this.#claimer.stop();
+    // 2. Wait for in-flight items; the deadline aborts and gives back what still runs.
+    await this.#work.nothingRunning();
+    clearTimeout(this.#deadlineTimer);
+    // 3. Report.
+    await this.#reporter.flush(this.#o.rpcTimeoutMs);
+    if (!this.#life.to("drained")) return;
+    // 4. Deregister, close.
+    this.#leases.stop();
+    await Promise.all([this.#directives.stop(), this.#heartbeat.stop()]);
+    if (this.#link.generation > 0) await this.#deregister();
+    this.#close();
+    this.#life.to("stopped");
+  }
+
+  async #deregister(): Promise<void> {
+    const deadline = Date.now() + this.#o.rpcTimeoutMs;
+    for (let attempt = 0; ; attempt++) {
+      try {
+        await this.#link.clientAt(attempt).deregister({ name: this.name }, { timeoutMs: Math.max(1, deadline - Date.now()) });
+        this.#log.info("deregistered");
+        return;
+      } catch (err) {
+        if (!isTransient(err) || Date.now() >= deadline) {
+          this.#log.warn({ err: errorText(err) }, "could not deregister: the daemon marks this agent inactive once its heartbeats stop");
+          return;
+        }
+        await sleep(Math.min(backoffDelay(attempt, this.#o.reconnect), Math.max(0, deadline - Date.now())));
+      }
+    }
+  }
+
+  #fail(err: AgentFailedError): void {
+    if (isTerminal(this.#life.state)) return;
+    this.#error = err;
+    this.#log.error({ err }, "agent failed");
+    this.#life.to("failed");
+    this.#work.abandonAll(err.message);
+    this.#reporter.close();
+    this.#leases.stop();
+    void this.#claimer.stop();
+    void this.#directives.stop();
+    void this.#heartbeat.stop();
+    this.#close();
+  }
+
+  #close(): void {
+    clearTimeout(this.#deadlineTimer);
+    this.#link.close();
+    this.#removeSignalHandlers?.();
+    this.#removeSignalHandlers = undefined;
+  }
+
+  /** Emits without letting a throwing listener break the agent. */
+  #emit<K extends keyof AgentEvents>(event: K, ...args: AgentEvents[K]): void {
+    try {
+      (this.emit as (e: K, ...a: AgentEvents[K]) => boolean)(event, ...args);
+    } catch (err) {
+      this.#log.error({ err, event }, "an event listener threw");
+    }
+  }
+}

@@ -1,0 +1,95 @@
+/**
+ * The claim loop: long-polls for as many items as there are free slots, hands them over, and waits
+ * for a slot when all are busy. A claim that fails hands the failure to the link and tries again once
+ * it recovered. The reply's status is the daemon's view of this agent: INACTIVE means register again
+ * (the link's recovery does), DRAINING means the daemon is draining it (the agent decides what then).
+ */
+import { durationFromMs } from "@bufbuild/protobuf/wkt";
+import type { WorkItem as WireItem } from "./gen/aiflow/cluster/v1/work_item_pb.js";
+import type { Link } from "./link.js";
+import type { ResolvedOptions } from "./options.js";
+import { backoffDelay, sleep } from "./backoff.js";
+import { statusFromWire, type DaemonStatus } from "./wire.js";
+
+export interface ClaimerHooks {
+  freeSlots(): number;
+  onItems(items: WireItem[]): void;
+  onStatus(status: DaemonStatus): void;
+}
+
+export class Claimer {
+  readonly #stop = new AbortController();
+  #loop: Promise<void> | undefined;
+  #wake: (() => void) | undefined;
+
+  constructor(
+    private readonly link: Link,
+    private readonly opts: ResolvedOptions,
+    private readonly hooks: ClaimerHooks,
+  ) {}
+
+  start(): void {
+    this.#loop ??= this.#run();
+  }
+
+  /** A slot came free. */
+  nudge(): void {
+    this.#wake?.();
+  }
+
+  /** Stops claiming: the pending long-poll is cancelled. Resolves when the loop has exited. */
+  async stop(): Promise<void> {
+    this.#stop.abort();
+    this.#wake?.();
+    await this.#loop;
+  }
+
+  async #run(): Promise<void> {
+    const signal = this.#stop.signal;
+    let failures = 0;
+    while (!signal.aborted) {
+      const free = this.hooks.freeSlots();
+      if (free <= 0) {
+        await new Promise<void>((resolve) => (this.#wake = resolve));
+        this.#wake = undefined;
+        continue;
+      }
+      const generation = this.link.generation;
+      let reply;
+      try {
+        reply = await this.link.client.claim(
+          { name: this.opts.name, maxItems: free, wait: durationFromMs(this.opts.claimWaitMs) },
+          { signal, timeoutMs: this.opts.claimWaitMs + this.opts.rpcTimeoutMs },
+        );
+      } catch (err) {
+        if (signal.aborted) return;
+        if (!(await this.#recover(generation, err))) return;
+        // Recovery registers again; a claim that keeps failing after that must not spin.
+        if (failures++ > 0) await sleep(backoffDelay(failures - 2, this.opts.reconnect), signal);
+        continue;
+      }
+      failures = 0;
+      // Handed over even when stopping meanwhile: the agent gives back what it will not run.
+      if (reply.items.length > 0) this.hooks.onItems(reply.items);
+      const status = statusFromWire(reply.status);
+      if (status === "active") continue;
+      this.hooks.onStatus(status);
+      if (status === "inactive") {
+        if (!(await this.#recover(generation, new Error("the daemon says this agent is inactive")))) return;
+      } else {
+        // Draining (or a status this SDK does not know): the agent stops the loop; do not spin meanwhile.
+        await sleep(1_000, signal);
+      }
+    }
+  }
+
+  /** False when the agent failed for good. */
+  async #recover(generation: number, err: unknown): Promise<boolean> {
+    try {
+      await this.link.recover(generation, err, this.#stop.signal);
+      return true;
+    } catch {
+      return false;
+    }
+  }
+}

@@ -1,0 +1,152 @@
+/**
+ * The agent's connection to the daemons: one HTTP/2 session per address, failover between them, and
+ * recovery. Any component whose call fails hands the failure to `recover()`; the first caller starts
+ * one shared recovery (try each address in turn, register again, back off with jitter between
+ * rounds), the others wait for it. A caller that saw an older generation than the current one
+ * returns at once: somebody already recovered after its failure.
+ *
+ * Registering again is part of every recovery because it is idempotent and the daemon on the other
+ * side may be new, restarted, or may have marked this agent inactive meanwhile.
+ */
+import { Code, ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
+import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import type { Logger } from "pino";
+import { backoffDelay, sleep } from "./backoff.js";
+import { AgentFailedError } from "./errors.js";
+import { AgentService } from "./gen/aiflow/cluster/v1/agent_pb.js";
+import { baseUrl, type ResolvedOptions } from "./options.js";
+
+export type AgentClient = Client<typeof AgentService>;
+
+/** Codes after which the same call can succeed later, or elsewhere. */
+const TRANSIENT: ReadonlySet<Code> = new Set([Code.Unavailable, Code.Unknown, Code.Internal, Code.DeadlineExceeded, Code.Aborted, Code.ResourceExhausted, Code.Canceled]);
+
+export const isTransient = (err: unknown) => TRANSIENT.has(ConnectError.from(err).code);
+
+export const errorText = (err: unknown) => (err instanceof Error ? err.message : String(err));
+
+interface Target {
+  address: string;
+  session: Http2SessionManager;
+  client: AgentClient;
+}
+
+export interface LinkHooks {
+  /** Registers through `client`; throwing a non-transient error makes the agent fail. */
+  register(client: AgentClient, address: string): Promise<void>;
+  onDisconnected(err: unknown): void;
+  /** Registration was refused for good; every pending and later recovery rejects with `err`. */
+  onFatal(err: AgentFailedError): void;
+}
+
+export class Link {
+  readonly #targets: Target[];
+  readonly #opts: ResolvedOptions;
+  readonly #log: Logger;
+  readonly #hooks: LinkHooks;
+  readonly #closed = new AbortController();
+  #current = 0;
+  #generation = 0;
+  #recovering: Promise<void> | undefined;
+  #fatal: AgentFailedError | undefined;
+
+  constructor(opts: ResolvedOptions, log: Logger, hooks: LinkHooks) {
+    this.#opts = opts;
+    this.#log = log;
+    this.#hooks = hooks;
+    const auth: Interceptor[] = opts.token ? [(next) => (req) => (req.header.set("authorization", `Bearer ${opts.token}`), next(req))] : [];
+    this.#targets = opts.addresses.map((address) => {
+      const url = baseUrl(address);
+      // Pings find a dead connection while a long-poll or the directive stream waits on it.
+      const session = new Http2SessionManager(url, { pingIntervalMs: 10_000, pingTimeoutMs: 5_000 });
+      const transport = createGrpcTransport({ baseUrl: url, sessionManager: session, interceptors: [...auth, ...opts.interceptors] });
+      return { address, session, client: createClient(AgentService, transport) };
+    });
+  }
+
+  /** The client of the daemon the agent is registered with. */
+  get client(): AgentClient {
+    return this.#targets[this.#current]!.client;
+  }
+
+  get address(): string {
+    return this.#targets[this.#current]!.address;
+  }
+
+  /** Index of the current daemon in the addresses. */
+  get index(): number {
+    return this.#current;
+  }
+
+  /** The client `offset` places after the current one, for calls that go round the daemons themselves. */
+  clientAt(offset: number): AgentClient {
+    return this.#targets[(this.#current + offset) % this.#targets.length]!.client;
+  }
+
+  /** Bumped by every successful registration; 0 until the first. */
+  get generation(): number {
+    return this.#generation;
+  }
+
+  /** The first registration (retried until it works, the agent fails, or the link closes). */
+  connect(): Promise<void> {
+    return this.recover(0, undefined);
+  }
+
+  /**
+   * Re-establishes the link after a call failed with `cause` while the generation was `seen`.
+   * Resolves once registered again, at once when the link closed, or when `signal` (the caller's
+   * own stop) aborts; rejects with an AgentFailedError when registration was refused for good.
+   */
+  recover(seen: number, cause: unknown, signal?: AbortSignal): Promise<void> {
+    if (this.#fatal) return Promise.reject(this.#fatal);
+    if (this.#closed.signal.aborted || this.#generation !== seen || signal?.aborted) return Promise.resolve();
+    const recovering = (this.#recovering ??= this.#reconnect(cause).finally(() => (this.#recovering = undefined)));
+    if (!signal) return recovering;
+    return new Promise((resolve, reject) => {
+      const stop = () => resolve();
+      signal.addEventListener("abort", stop, { once: true });
+      recovering.then(resolve, reject).finally(() => signal.removeEventListener("abort", stop));
+    });
+  }
+
+  /** Stops recoveries and closes the connections (calls in flight fail). */
+  close(): void {
+    this.#closed.abort();
+    for (const t of this.#targets) t.session.abort();
+  }
+
+  async #reconnect(cause: unknown): Promise<void> {
+    if (this.#generation > 0) {
+      this.#log.warn({ address: this.address, reason: errorText(cause) }, "connection or registration lost: registering again");
+      this.#hooks.onDisconnected(cause);
+    }
+    const n = this.#targets.length;
+    for (let round = 0; ; round++) {
+      let last: unknown;
+      for (let i = 0; i < n; i++) {
+        if (this.#closed.signal.aborted) return;
+        const index = (this.#current + i) % n;
+        const target = this.#targets[index]!;
+        try {
+          await this.#hooks.register(target.client, target.address);
+          this.#current = index;
+          this.#generation++;
+          return;
+        } catch (err) {
+          if (this.#closed.signal.aborted) return;
+          if (!isTransient(err)) {
+            this.#fatal = new AgentFailedError(`the daemon at ${target.address} refused to register agent '${this.#opts.name}': ${errorText(err)}`, { cause: err });
+            this.#hooks.onFatal(this.#fatal);
+            throw this.#fatal;
+          }
+          last = err;
+          this.#log.debug({ address: target.address, err: errorText(err) }, "daemon unreachable");
+        }
+      }
+      const delay = backoffDelay(round, this.#opts.reconnect);
+      this.#log.warn({ addresses: this.#opts.addresses, err: errorText(last), retryInMs: delay }, "no daemon reachable: retrying");
+      await sleep(delay, this.#closed.signal);
+    }
+  }
+}

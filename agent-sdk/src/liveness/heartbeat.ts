@@ -1,0 +1,138 @@
+/**
+ * The main thread's side of the heartbeat thread (thread.js): spawns it before the agent registers
+ * and waits until it is ready (loading its modules can take seconds on a loaded host, longer than a
+ * short liveness window), tells it to start beating once registered, keeps it told of the interval
+ * and the number of items in flight, and hands its replies to the agent. A thread that dies later
+ * is started again: liveness must not end because of one bad beat.
+ */
+import { create, fromBinary, toBinary, type DescFile } from "@bufbuild/protobuf";
+import { FileDescriptorSetSchema } from "@bufbuild/protobuf/wkt";
+import { Code } from "@connectrpc/connect";
+import { Worker } from "node:worker_threads";
+import type { Logger } from "pino";
+import { file_aiflow_cluster_v1_agent, HeartbeatResponseSchema, type HeartbeatResponse } from "../gen/aiflow/cluster/v1/agent_pb.js";
+import { baseUrl, type ResolvedOptions } from "../options.js";
+import type { FromThread, ThreadInit, ToThread } from "./protocol.js";
+
+export interface HeartbeatHooks {
+  onReply(reply: HeartbeatResponse): void;
+  /** The daemon does not know this agent (its row is gone): register again. */
+  onNotFound(): void;
+}
+
+const THREAD = new URL("./thread.js", import.meta.url);
+const RESTART_DELAY_MS = 1_000;
+
+export class HeartbeatThread {
+  #worker: Worker | undefined;
+  #init: ThreadInit | undefined;
+  #started: { intervalMs: number; addressIndex: number } | undefined;
+  #inFlight = 0;
+  #stopped = false;
+  /** Consecutive failed beats, to warn once per outage rather than on every beat. */
+  #failures = 0;
+
+  constructor(
+    private readonly opts: ResolvedOptions,
+    private readonly log: Logger,
+    private readonly hooks: HeartbeatHooks,
+  ) {}
+
+  /**
+   * Spawns the thread; resolves once it is ready to beat (it does not beat yet). Rejects when it
+   * cannot start at all (thread.js missing from a bundle, say).
+   */
+  prepare(): Promise<void> {
+    this.#init ??= {
+      name: this.opts.name,
+      baseUrls: this.opts.addresses.map(baseUrl),
+      token: this.opts.token,
+      rpcTimeoutMs: this.opts.rpcTimeoutMs,
+      mounts: this.opts.mounts,
+      descriptorSet: descriptorSet(file_aiflow_cluster_v1_agent),
+    };
+    if (this.#stopped) return Promise.resolve();
+    const worker = this.#worker ?? this.#spawn();
+    return new Promise((resolve, reject) => {
+      const onMessage = (m: FromThread) => m.type === "ready" && done();
+      const onExit = (code: number) => done(new Error(`the heartbeat thread exited with code ${code} before it was ready (${THREAD.href})`));
+      const done = (err?: Error) => {
+        worker.off("message", onMessage).off("exit", onExit);
+        if (err && !this.#stopped) reject(err);
+        else resolve();
+      };
+      worker.on("message", onMessage).on("exit", onExit);
+    });
+  }
+
+  /** Beats now, then every `intervalMs`, first to the daemon at `addressIndex`. */
+  start(intervalMs: number, addressIndex: number): void {
+    this.#started = { intervalMs, addressIndex };
+    this.#post({ type: "start", intervalMs, addressIndex });
+  }
+
+  setInterval(ms: number): void {
+    if (this.#started) this.#started.intervalMs = ms;
+    this.#post({ type: "interval", ms });
+  }
+
+  setInFlight(count: number): void {
+    if (count === this.#inFlight) return;
+    this.#inFlight = count;
+    this.#post({ type: "inFlight", count });
+  }
+
+  async stop(): Promise<void> {
+    this.#stopped = true;
+    const w = this.#worker;
+    this.#worker = undefined;
+    await w?.terminate();
+  }
+
+  #post(m: ToThread): void {
+    this.#worker?.postMessage(m);
+  }
+
+  #spawn(): Worker {
+    const worker = new Worker(THREAD, { workerData: this.#init, name: `aiflow-heartbeat-${this.opts.name}` });
+    this.#worker = worker;
+    this.#post({ type: "inFlight", count: this.#inFlight });
+    if (this.#started) this.#post({ type: "start", ...this.#started });
+    worker.on("message", (m: FromThread) => this.#receive(m));
+    worker.on("error", (err) => this.log.error({ err }, "heartbeat thread crashed"));
+    worker.on("exit", (code) => {
+      if (this.#worker !== worker || this.#stopped) return;
+      this.#worker = undefined;
+      this.log.error({ code }, "heartbeat thread exited: starting it again");
+      setTimeout(() => this.#stopped || this.#spawn(), RESTART_DELAY_MS).unref();
+    });
+    return worker;
+  }
+
+  #receive(m: FromThread): void {
+    if (this.#stopped || m.type === "ready") return;
+    if (m.type === "reply") {
+      if (this.#failures > 0) this.log.info({ failedBeats: this.#failures }, "heartbeats reach the daemon again");
+      this.#failures = 0;
+      this.hooks.onReply(fromBinary(HeartbeatResponseSchema, m.bytes));
+      return;
+    }
+    if (m.code === Code.NotFound) {
+      this.hooks.onNotFound();
+      return;
+    }
+    if (this.#failures++ === 0) this.log.warn({ address: m.address, err: m.message }, "heartbeat failed: trying the next daemon");
+  }
+}
+
+/** A FileDescriptorSet of `file` and everything it imports, dependencies first. */
+function descriptorSet(file: DescFile): Uint8Array {
+  const files = new Map<string, DescFile>();
+  const visit = (f: DescFile) => {
+    if (files.has(f.proto.name)) return;
+    f.dependencies.forEach(visit);
+    files.set(f.proto.name, f);
+  };
+  visit(file);
+  return toBinary(FileDescriptorSetSchema, create(FileDescriptorSetSchema, { file: [...files.values()].map((f) => f.proto) }));
+}

@@ -1,0 +1,160 @@
+/** createAgent's options, their defaults, and the checks that run before anything is sent. */
+import type { Interceptor } from "@connectrpc/connect";
+import { pino, type Logger } from "pino";
+import type { BackoffOptions } from "./backoff.js";
+import type { Handlers } from "./types.js";
+
+export interface AgentOptions {
+  /** The daemon, as `host:port` or a URL (`http://host:port`; `https://` for TLS). Give this or `addresses`. */
+  address?: string;
+  /**
+   * Several daemons sharing one database, tried in order: when the current one is unreachable the
+   * agent fails over to the next. Give this or `address`.
+   */
+  addresses?: readonly string[];
+  /** Bearer token with the `agent` role. @default none (only a daemon without tokens accepts that) */
+  token?: string;
+  /**
+   * The agent's name, its identity across restarts: 1-128 characters of `[A-Za-z0-9._:-]`. Two live
+   * processes must not share one.
+   */
+  name: string;
+  /** Tenant keys whose work this agent takes. */
+  tenants: readonly string[];
+  /** Engine kinds this agent runs. @default the keys of `handlers` (except `"*"`) */
+  engineKinds?: readonly string[];
+  /** Labels work items select agents by (an item's selector must be a subset). @default {} */
+  tags?: Readonly<Record<string, string>>;
+  /** Models loaded on this agent; informational. @default [] */
+  models?: readonly string[];
+  /** How many items run at once; claims ask for the free ones. @default 1 */
+  slots?: number;
+  /** Handlers by engine kind and task name (see `Handlers`). */
+  handlers: Handlers;
+  /** Mount points whose free and total space heartbeats report. @default ["/"] */
+  mounts?: readonly string[];
+  /** Where the agent logs; handlers get children of it. @default pino at level "info" on stdout */
+  logger?: Logger;
+  /**
+   * How long `drain()` (and SIGTERM/SIGINT with `handleSignals`) lets in-flight items finish before
+   * aborting them and giving them back to the queue.
+   * @default 30000
+   */
+  gracefulShutdownMs?: number;
+  /**
+   * Installs SIGTERM and SIGINT handlers: the first signal drains within `gracefulShutdownMs`, a
+   * second one stops at once. They are removed when the agent stops.
+   * @default false
+   */
+  handleSignals?: boolean;
+  /** Reported to the daemon (shown in the fleet, used by drain selectors). @default "" */
+  agentVersion?: string;
+  /** Reported to the daemon. @default process.argv[1] (the script being run), else "" */
+  binaryPath?: string;
+  /** Where this agent itself can be reached, for operators. @default {} */
+  advertise?: { http?: string; grpc?: string; infra?: string };
+  /** @default "remote" */
+  agentType?: "remote" | "local";
+  /** How long one claim long-poll waits for work; the daemon caps it. @default 20000 */
+  claimWaitMs?: number;
+  /** Completions and failures arriving within this window share one RPC. @default 5 */
+  reportCoalesceMs?: number;
+  /** At most this many reports per RPC. @default 500 */
+  reportMaxBatch?: number;
+  /** Deadline of every unary call (claims get their wait on top). @default 10000 */
+  rpcTimeoutMs?: number;
+  /** Reconnect delays: capped exponential backoff with jitter. @default { initialDelayMs: 200, maxDelayMs: 10000 } */
+  reconnect?: BackoffOptions;
+  /**
+   * Connect interceptors for every call of the main connection (tracing, metrics). The heartbeat
+   * thread has a connection of its own and does not run them.
+   * @default []
+   */
+  interceptors?: readonly Interceptor[];
+}
+
+export interface ResolvedOptions {
+  addresses: string[];
+  token: string | undefined;
+  name: string;
+  tenants: string[];
+  engineKinds: string[];
+  tags: Record<string, string>;
+  models: string[];
+  slots: number;
+  handlers: Handlers;
+  mounts: string[];
+  logger: Logger;
+  gracefulShutdownMs: number;
+  handleSignals: boolean;
+  agentVersion: string;
+  binaryPath: string;
+  advertise: { http: string; grpc: string; infra: string };
+  agentType: "remote" | "local";
+  claimWaitMs: number;
+  reportCoalesceMs: number;
+  reportMaxBatch: number;
+  rpcTimeoutMs: number;
+  reconnect: Required<BackoffOptions>;
+  interceptors: Interceptor[];
+}
+
+const IDENT = /^[A-Za-z0-9._:-]{1,128}$/;
+
+/** Fills the defaults and rejects what the daemon would refuse anyway, with a message naming the option. */
+export function resolveOptions(o: AgentOptions): ResolvedOptions {
+  const addresses = [...(o.addresses ?? []), ...(o.address ? [o.address] : [])];
+  if (o.address && o.addresses?.length) bad("address", "and addresses are exclusive: give one");
+  if (addresses.length === 0) bad("address", "is required (or addresses)");
+  if (!IDENT.test(o.name ?? "")) bad("name", `must be 1-128 characters of [A-Za-z0-9._:-], got '${o.name}'`);
+  if (!o.tenants?.length) bad("tenants", "needs at least one tenant key");
+  for (const t of o.tenants) if (!IDENT.test(t)) bad("tenants", `has an invalid key '${t}'`);
+  if (!o.handlers || Object.keys(o.handlers).length === 0) bad("handlers", "needs at least one handler");
+  const kinds = o.engineKinds ? [...o.engineKinds] : Object.keys(o.handlers).filter((k) => k !== "*");
+  if (kinds.length === 0) bad("engineKinds", "is required when the only handler is '*'");
+  for (const k of kinds) if (!IDENT.test(k)) bad("engineKinds", `has an invalid kind '${k}'`);
+  const slots = o.slots ?? 1;
+  if (!Number.isInteger(slots) || slots < 1 || slots > 100_000) bad("slots", `must be a whole number in 1..100000, got ${slots}`);
+  const positive = (name: string, v: number | undefined, dflt: number, min = 0) => {
+    const n = v ?? dflt;
+    if (!Number.isFinite(n) || n < min) bad(name, `must be a number >= ${min}, got ${n}`);
+    return n;
+  };
+  return {
+    addresses,
+    token: o.token || undefined,
+    name: o.name,
+    tenants: [...o.tenants],
+    engineKinds: kinds,
+    tags: { ...(o.tags ?? {}) },
+    models: [...(o.models ?? [])],
+    slots,
+    handlers: o.handlers,
+    mounts: [...(o.mounts ?? ["/"])],
+    logger: o.logger ?? pino({ name: "aiflow-agent", level: "info" }),
+    gracefulShutdownMs: positive("gracefulShutdownMs", o.gracefulShutdownMs, 30_000),
+    handleSignals: o.handleSignals ?? false,
+    agentVersion: o.agentVersion ?? "",
+    binaryPath: o.binaryPath ?? process.argv[1] ?? "",
+    advertise: { http: o.advertise?.http ?? "", grpc: o.advertise?.grpc ?? "", infra: o.advertise?.infra ?? "" },
+    agentType: o.agentType ?? "remote",
+    claimWaitMs: positive("claimWaitMs", o.claimWaitMs, 20_000),
+    reportCoalesceMs: positive("reportCoalesceMs", o.reportCoalesceMs, 5),
+    reportMaxBatch: positive("reportMaxBatch", o.reportMaxBatch, 500, 1),
+    rpcTimeoutMs: positive("rpcTimeoutMs", o.rpcTimeoutMs, 10_000, 1),
+    reconnect: {
+      initialDelayMs: positive("reconnect.initialDelayMs", o.reconnect?.initialDelayMs, 200, 1),
+      maxDelayMs: positive("reconnect.maxDelayMs", o.reconnect?.maxDelayMs, 10_000, 1),
+    },
+    interceptors: [...(o.interceptors ?? [])],
+  };
+}
+
+function bad(option: string, why: string): never {
+  throw new TypeError(`createAgent: ${option} ${why}`);
+}
+
+/** `host:port` or a URL, as a base URL for the transport. */
+export function baseUrl(address: string): string {
+  return /^https?:\/\//.test(address) ? address.replace(/\/+$/, "") : `http://${address}`;
+}

@@ -1,0 +1,82 @@
+/**
+ * One claimed item on this agent, from claim to its final outcome, and what its handler's
+ * settlement turns into.
+ *
+ * Phases: `running` (the handler runs and holds a slot) → `reporting` (the result is on its way) →
+ * `finished`. A drain deadline moves a running item to `releasing` (given back while its handler may
+ * still run). A lost lease or a cancel directive finishes it at once without a report; its handler
+ * keeps its slot until it settles, but whatever it returns is dropped.
+ */
+import type { Logger } from "pino";
+import { NonRetryableError, RetryableError, WorkAbortedError, type AbortKind } from "./errors.js";
+import type { AnyHandler, HandlerContext, WorkItem } from "./types.js";
+
+export type RunPhase = "running" | "reporting" | "releasing" | "finished";
+
+export class Run {
+  phase: RunPhase = "running";
+  readonly #controller = new AbortController();
+
+  constructor(
+    readonly item: WorkItem,
+    /** The fencing token of this dispatch. */
+    readonly token: string,
+  ) {}
+
+  get signal(): AbortSignal {
+    return this.#controller.signal;
+  }
+
+  /** Whether renewals should keep its lease. */
+  get holdsLease(): boolean {
+    return this.phase === "running" || this.phase === "reporting";
+  }
+
+  abort(kind: AbortKind, message: string): void {
+    if (!this.#controller.signal.aborted) this.#controller.abort(new WorkAbortedError(kind, message));
+  }
+}
+
+/** What to tell the daemon about an item. */
+export type Report =
+  | { kind: "complete"; id: string; token: string; resultJson: string }
+  | { kind: "fail"; id: string; token: string; error: string; retryable: boolean; retryDelayMs: number | undefined }
+  | { kind: "release"; id: string; token: string };
+
+/** The daemon keeps at most 8192 characters of an error. */
+const ERROR_MAX = 8000;
+
+export function errorMessage(err: unknown): string {
+  const text = err instanceof Error ? `${err.name}: ${err.message}` : `thrown value: ${String(err)}`;
+  return text.length > ERROR_MAX ? `${text.slice(0, ERROR_MAX)}… (truncated)` : text;
+}
+
+export const failure = (run: Run, error: string, retryable: boolean, retryDelayMs?: number): Report => ({
+  kind: "fail",
+  id: run.item.id,
+  token: run.token,
+  error,
+  retryable,
+  retryDelayMs,
+});
+
+/** Runs the handler and turns how it settled into a report; never throws. */
+export async function settle(run: Run, handler: AnyHandler, ctx: HandlerContext, log: Logger): Promise<Report> {
+  let result: unknown;
+  try {
+    result = await handler(run.item, ctx);
+  } catch (err) {
+    if (!run.signal.aborted) log.warn({ err }, "handler failed");
+    if (err instanceof NonRetryableError) return failure(run, errorMessage(err), false);
+    if (err instanceof RetryableError) return failure(run, errorMessage(err), true, err.retryDelayMs);
+    return failure(run, errorMessage(err), true);
+  }
+  if (result === undefined) return { kind: "complete", id: run.item.id, token: run.token, resultJson: "" };
+  try {
+    // undefined for a function or a symbol: no result, as for undefined itself.
+    const json = JSON.stringify(result) as string | undefined;
+    return { kind: "complete", id: run.item.id, token: run.token, resultJson: json ?? "" };
+  } catch (err) {
+    return failure(run, `the handler's result is not JSON-serialisable: ${errorMessage(err)}`, false);
+  }
+}

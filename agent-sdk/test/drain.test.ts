@@ -1,0 +1,159 @@
+/**
+ * Shutdown: whatever starts it (agent.drain(), the daemon's drain directive), the order is the
+ * same — stop claiming, let in-flight items finish within the deadline (then abort and give back
+ * what still runs), report, deregister. The call log shows the order on the wire.
+ */
+import { createClient } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { Daemon } from "../../src/daemon.js";
+import { OpsService } from "../../src/gen/aiflow/cluster/v1/ops_pb.js";
+import { agentRow } from "../../test/support/agents.js";
+import { bearer, startTestDaemon, TOKENS } from "../../test/support/daemon.js";
+import { createTestDb, type TestDb } from "../../test/support/db.js";
+import type { Agent, AgentState } from "../src/index.js";
+import { callLog, deferred, finished, Producer, testAgent, until, WorkItemStatus } from "./support.js";
+
+let db: TestDb;
+let daemon: Daemon;
+let producer: Producer;
+
+beforeAll(async () => {
+  db = await createTestDb({ label: "sdkdrain" });
+  daemon = await startTestDaemon({ schema: db.schema, config: { heartbeatInterval: 300, heartbeatFlush: 50, sweepInterval: 50 } });
+  producer = new Producer(daemon.address, "t1");
+});
+afterAll(async () => {
+  producer?.close();
+  await daemon?.stop();
+  await db?.drop();
+});
+
+function recordStates(agent: Agent): AgentState[] {
+  const states: AgentState[] = [agent.state];
+  agent.on("state", (s) => states.push(s));
+  return states;
+}
+
+/** Index of the first call of `method` at or after `from`; -1 when none. */
+const indexOf = (calls: { method: string }[], method: string, from = 0) => calls.findIndex((c, i) => i >= from && c.method === method);
+const lastIndexOf = (calls: { method: string }[], method: string) => calls.map((c) => c.method).lastIndexOf(method);
+
+describe("agent.drain()", () => {
+  it("stops claiming, lets in-flight items finish and reports them, then deregisters", async () => {
+    const calls = callLog();
+    const gate = deferred();
+    let started = 0;
+    const agent = testAgent(daemon.address, {
+      engineKinds: ["gated"],
+      slots: 2,
+      interceptors: [calls.interceptor],
+      handlers: {
+        gated: async (item) => {
+          started++;
+          await gate.promise;
+          return `finished ${item.id}`;
+        },
+      },
+    });
+    await agent.start();
+    const states = recordStates(agent);
+    const ids = await producer.enqueue([{ engineKind: "gated" }, { engineKind: "gated" }]);
+    await until("both items run", () => started === 2);
+
+    const drained = agent.drain({ deadline: 10_000 });
+    await until("the agent is draining", () => agent.state === "draining");
+    const claimsAtDrain = calls.count("Claim");
+    const [late] = await producer.enqueue([{ engineKind: "gated" }]);
+    gate.resolve();
+    await drained;
+
+    expect(states).toEqual(["running", "draining", "drained", "stopped"]);
+    const items = await producer.waitDone(ids);
+    expect(items.map((i) => [i.status, i.resultJson])).toEqual(ids.map((id) => [WorkItemStatus.COMPLETED, JSON.stringify(`finished ${id}`)]));
+    expect(calls.count("Claim")).toBe(claimsAtDrain);
+    expect(await producer.get(late!)).toMatchObject({ status: WorkItemStatus.PENDING, agentId: "" });
+    // On the wire: the completions, then the deregistration, and nothing after it.
+    expect(lastIndexOf(calls.calls, "Complete")).toBeLessThan(indexOf(calls.calls, "Deregister"));
+    expect(calls.calls.at(-1)?.method).toBe("Deregister");
+    expect((await agentRow(db, agent.name))?.status).toBe("inactive");
+    await producer.queue.cancel({ tenantKey: "t1", ids: [late!] });
+  });
+
+  it("at the deadline, what still runs is aborted and given back to the queue without spending an attempt", async () => {
+    const calls = callLog();
+    const started = deferred();
+    const reason = deferred<unknown>();
+    const agent = testAgent(daemon.address, {
+      engineKinds: ["stubborn"],
+      interceptors: [calls.interceptor],
+      handlers: {
+        stubborn: async (_item, ctx) => {
+          started.resolve();
+          await new Promise((resolve) => ctx.signal.addEventListener("abort", resolve));
+          reason.resolve(ctx.signal.reason);
+          return "ignored";
+        },
+      },
+    });
+    await agent.start();
+    const [id] = await producer.enqueue([{ engineKind: "stubborn", maxRetries: 2 }]);
+    await started.promise;
+    const outcome = finished(agent, id!);
+    const t0 = Date.now();
+    await agent.drain({ deadline: 200 });
+
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(190);
+    expect(await reason.promise).toMatchObject({ name: "WorkAbortedError", kind: "drain-deadline" });
+    expect((await outcome).outcome).toEqual({ kind: "released" });
+    expect(agent.state).toBe("stopped");
+    expect(await producer.get(id!)).toMatchObject({ status: WorkItemStatus.PENDING, retryCount: 0, agentId: "" });
+    expect(indexOf(calls.calls, "Release")).toBeLessThan(indexOf(calls.calls, "Deregister"));
+    expect(calls.count("Complete") + calls.count("Fail")).toBe(0);
+    await producer.queue.cancel({ tenantKey: "t1", ids: [id!] });
+  });
+
+  it("stop() on an agent that never started just stops", async () => {
+    const agent = testAgent(daemon.address, { engineKinds: ["idle"], handlers: { idle: () => undefined } });
+    await agent.stop();
+    expect(agent.state).toBe("stopped");
+    await expect(agent.start()).rejects.toThrow(/cannot start: it is stopped/);
+  });
+});
+
+describe("the daemon's drain directive", () => {
+  it("OpsService.DrainAgent: the agent stops claiming, finishes its item, reports it and deregisters", async () => {
+    const ops = createClient(OpsService, createGrpcTransport({ baseUrl: `http://${daemon.address}` }));
+    const calls = callLog();
+    const gate = deferred();
+    const running = deferred();
+    const agent = testAgent(daemon.address, {
+      engineKinds: ["ops-drained"],
+      interceptors: [calls.interceptor],
+      handlers: {
+        "ops-drained": async () => {
+          running.resolve();
+          await gate.promise;
+          return "finished while draining";
+        },
+      },
+    });
+    const ended = agent.run();
+    await until("registered", () => agent.state === "running");
+    const states = recordStates(agent);
+    const [id] = await producer.enqueue([{ engineKind: "ops-drained" }]);
+    await running.promise;
+
+    await ops.drainAgent({ name: agent.name, reason: "rolling deploy" }, { headers: bearer(TOKENS.ops) });
+    await until("the agent follows the directive", () => agent.state === "draining");
+    const claimsAtDrain = calls.count("Claim");
+    gate.resolve();
+    await ended;
+
+    expect(states).toEqual(["running", "draining", "drained", "stopped"]);
+    expect(await producer.get(id!)).toMatchObject({ status: WorkItemStatus.COMPLETED, resultJson: JSON.stringify("finished while draining") });
+    expect(calls.count("Claim")).toBe(claimsAtDrain);
+    expect(calls.calls.at(-1)?.method).toBe("Deregister");
+    expect((await agentRow(db, agent.name))?.status).toBe("inactive");
+  });
+});

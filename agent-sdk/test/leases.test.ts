@@ -1,0 +1,126 @@
+/**
+ * Leases: a handler whose lease is lost is aborted and nothing is reported for it; a handler that
+ * runs for several lease TTLs keeps its lease through renewals.
+ *
+ * The lost-lease tests run on daemons with a fake clock whose sweeps never fire on their own: the
+ * test moves the clock past the TTL and runs the sweep, or takes the lease away in the database,
+ * so what happens and when is decided by the test, not by timing.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { FakeClock } from "../../src/clock.js";
+import type { Daemon } from "../../src/daemon.js";
+import { startTestDaemon } from "../../test/support/daemon.js";
+import { createTestDb, type TestDb } from "../../test/support/db.js";
+import { WorkAbortedError } from "../src/index.js";
+import { callLog, deferred, finished, Producer, testAgent, until, WorkItemStatus } from "./support.js";
+
+const clock = new FakeClock(Date.UTC(2026, 2, 1));
+let db: TestDb;
+let realDb: TestDb;
+/** Lease TTL 30s: no renewal happens while a test runs (they come every 10s of real time). */
+let sweeping: Daemon;
+/** Lease TTL 300ms: renewals every 100ms. */
+let renewing: Daemon;
+/** A real clock and sweeps every 50ms. */
+let realtime: Daemon;
+
+beforeAll(async () => {
+  [db, realDb] = await Promise.all([createTestDb({ label: "sdklease" }), createTestDb({ label: "sdklease_rt" })]);
+  // Heartbeats every minute: moving the fake clock past a lease TTL must not also make the agent look dead.
+  const fake = { heartbeatInterval: 60_000, sweepInterval: 3_600_000, heartbeatFlush: 3_600_000 };
+  sweeping = await startTestDaemon({ schema: db.schema, clock, config: { ...fake, instanceId: "sweeping", leaseTtl: 30_000 } });
+  renewing = await startTestDaemon({ schema: db.schema, clock, config: { ...fake, instanceId: "renewing", leaseTtl: 300 } });
+  realtime = await startTestDaemon({ schema: realDb.schema, config: { instanceId: "realtime", leaseTtl: 300, sweepInterval: 50, heartbeatInterval: 1_000 } });
+});
+afterAll(async () => {
+  await Promise.all([sweeping?.stop(), renewing?.stop(), realtime?.stop()]);
+  await Promise.all([db?.drop(), realDb?.drop()]);
+});
+
+/** A handler that waits for its signal, then returns anyway (as careless code would). */
+function waitsForAbort() {
+  const started = deferred();
+  const aborted = deferred<unknown>();
+  const handler = async (_item: unknown, ctx: { signal: AbortSignal }) => {
+    started.resolve();
+    await new Promise((resolve) => ctx.signal.addEventListener("abort", resolve));
+    aborted.resolve(ctx.signal.reason);
+    return "a result nobody may see";
+  };
+  return { started: started.promise, aborted: aborted.promise, handler };
+}
+
+const reportedIds = (calls: ReturnType<typeof callLog>) =>
+  calls.calls.filter((c) => c.method === "Complete" || c.method === "Fail").flatMap((c) => (c.message as { items: { workItemId: string }[] }).items.map((i) => i.workItemId));
+
+describe("lease lost mid-handler", () => {
+  it("the lease expires and is swept: the handler's signal aborts and its result is not reported", async () => {
+    const producer = new Producer(sweeping.address, "t1");
+    const calls = callLog();
+    const h = waitsForAbort();
+    const agent = testAgent(sweeping.address, { engineKinds: ["swept"], interceptors: [calls.interceptor], handlers: { swept: h.handler } });
+    await agent.start();
+    const [id] = await producer.enqueue([{ engineKind: "swept", maxRetries: 3 }]);
+    await h.started;
+    const outcome = finished(agent, id!);
+
+    clock.advance(30_001);
+    await sweeping.maintenance.runOnce();
+
+    // The sweep revokes the lease and tells the agent at once (a cancel directive saying why).
+    const reason = await h.aborted;
+    expect(reason).toBeInstanceOf(WorkAbortedError);
+    expect(reason).toMatchObject({ kind: "cancelled", message: "lease expired" });
+    expect((await outcome).outcome).toEqual({ kind: "cancelled", reason: "lease expired" });
+    await until("the handler returned", () => agent.inFlight === 0);
+    expect(reportedIds(calls)).not.toContain(id);
+    // Back in the queue with an attempt spent; the late result went nowhere.
+    expect(await producer.get(id!)).toMatchObject({ status: WorkItemStatus.PENDING, retryCount: 1, resultJson: "", agentId: "" });
+    producer.close();
+  });
+
+  it("a renewal the daemon refuses (the lease changed hands) aborts the handler with lease-lost and reports nothing", async () => {
+    const producer = new Producer(renewing.address, "t1");
+    const calls = callLog();
+    const h = waitsForAbort();
+    const agent = testAgent(renewing.address, { engineKinds: ["stolen"], interceptors: [calls.interceptor], handlers: { stolen: h.handler } });
+    await agent.start();
+    expect(agent.registration?.leaseTtlMs).toBe(300);
+    const [id] = await producer.enqueue([{ engineKind: "stolen" }]);
+    await h.started;
+    const outcome = finished(agent, id!);
+
+    // What another daemon re-dispatching the item would leave behind: a different fencing token, and no directive.
+    await db.raw(`UPDATE ${db.tables.qualified("work_item")} SET lease_token = 'somebody-else' WHERE id = $1`, [id]);
+
+    const reason = await h.aborted;
+    expect(reason).toMatchObject({ name: "WorkAbortedError", kind: "lease-lost" });
+    expect((reason as Error).message).toMatch(/^lease lost/);
+    expect((await outcome).outcome.kind).toBe("lease-lost");
+    const lostRenewal = calls.calls.find((c) => c.method === "ExtendLease" && (c.message as { leases: { workItemId: string }[] }).leases.some((l) => l.workItemId === id));
+    expect(lostRenewal).toBeDefined();
+    await until("the handler returned", () => agent.inFlight === 0);
+    expect(reportedIds(calls)).not.toContain(id);
+    expect(await producer.get(id!)).toMatchObject({ status: WorkItemStatus.DISPATCHED, leaseToken: "somebody-else", resultJson: "" });
+    producer.close();
+  });
+});
+
+describe("lease renewal", () => {
+  it("a handler running for several lease TTLs keeps its lease and completes", async () => {
+    const producer = new Producer(realtime.address, "t1");
+    const calls = callLog();
+    const agent = testAgent(realtime.address, {
+      engineKinds: ["slow"],
+      interceptors: [calls.interceptor],
+      handlers: { slow: (_item, ctx) => new Promise((resolve) => setTimeout(() => resolve(ctx.signal.aborted ? "aborted" : "done"), 1_200)) },
+    });
+    await agent.start();
+    const [id] = await producer.enqueue([{ engineKind: "slow" }]);
+    const [done] = await producer.waitDone([id!]);
+    // Four TTLs with sweeps every 50ms: only renewals kept it.
+    expect(done).toMatchObject({ status: WorkItemStatus.COMPLETED, retryCount: 0, resultJson: JSON.stringify("done") });
+    expect(calls.count("ExtendLease")).toBeGreaterThanOrEqual(8);
+    producer.close();
+  });
+});

@@ -1,0 +1,164 @@
+/** The SDK's pure parts: handler choice, options, backoff, the lifecycle, results, metrics parsing. */
+import { chmod, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { pino } from "pino";
+import { describe, expect, it } from "vitest";
+import { backoffDelay } from "../src/backoff.js";
+import { describeHandlers, resolveHandler } from "../src/handlers.js";
+import { NonRetryableError, RetryableError, type Handlers, type WorkItem } from "../src/index.js";
+import { Lifecycle, type AgentState } from "../src/lifecycle.js";
+import { MetricsSampler, parseNvidiaSmi } from "../src/liveness/metrics.js";
+import { resolveOptions } from "../src/options.js";
+import { Run, settle } from "../src/run.js";
+
+describe("handler choice", () => {
+  const named = (name: string) => Object.assign(async () => name, { label: name });
+  const handlers: Handlers = {
+    dag: { resize: named("dag/resize"), "*": named("dag/*") },
+    graph: { only: named("graph/only") },
+    test: named("test"),
+    "*": { special: named("*/special"), "*": named("*/*") },
+  };
+  const pick = (kind: string, task?: string) => (resolveHandler(handlers, kind, task) as { label?: string } | undefined)?.label;
+
+  it("takes the most specific handler, then the kind's wildcard, then the top-level wildcard", () => {
+    expect(pick("dag", "resize")).toBe("dag/resize");
+    expect(pick("dag", "other")).toBe("dag/*");
+    expect(pick("dag")).toBe("dag/*");
+    expect(pick("test", "anything")).toBe("test");
+    expect(pick("graph", "only")).toBe("graph/only");
+    expect(pick("graph", "special")).toBe("*/special");
+    expect(pick("graph", "else")).toBe("*/*");
+    expect(pick("unknown")).toBe("*/*");
+  });
+
+  it("finds nothing when nothing matches, and says what the agent does handle", () => {
+    const strict: Handlers = { dag: { resize: async () => 1 }, test: async () => 2 };
+    expect(resolveHandler(strict, "dag", "crop")).toBeUndefined();
+    expect(resolveHandler(strict, "graph", "resize")).toBeUndefined();
+    expect(describeHandlers(strict)).toBe("dag{resize}, test");
+  });
+});
+
+describe("options", () => {
+  const base = { address: "127.0.0.1:7400", name: "worker-1", tenants: ["acme"], handlers: { dag: async () => 1, test: async () => 2 } };
+
+  it("fills the defaults; engine kinds default to the handlers' kinds", () => {
+    const o = resolveOptions({ ...base, handlers: { ...base.handlers, "*": async () => 3 } });
+    expect(o).toMatchObject({
+      addresses: ["127.0.0.1:7400"],
+      token: undefined,
+      engineKinds: ["dag", "test"],
+      slots: 1,
+      mounts: ["/"],
+      gracefulShutdownMs: 30_000,
+      handleSignals: false,
+      claimWaitMs: 20_000,
+      reportCoalesceMs: 5,
+      reportMaxBatch: 500,
+      rpcTimeoutMs: 10_000,
+      reconnect: { initialDelayMs: 200, maxDelayMs: 10_000 },
+      agentType: "remote",
+    });
+  });
+
+  it("refuses what cannot work, naming the option", () => {
+    expect(() => resolveOptions({ ...base, address: undefined })).toThrow("createAgent: address is required (or addresses)");
+    expect(() => resolveOptions({ ...base, addresses: ["a:1"] })).toThrow("address and addresses are exclusive");
+    expect(() => resolveOptions({ ...base, name: "has space" })).toThrow("createAgent: name must be 1-128 characters");
+    expect(() => resolveOptions({ ...base, tenants: [] })).toThrow("createAgent: tenants needs at least one tenant key");
+    expect(() => resolveOptions({ ...base, handlers: {} })).toThrow("createAgent: handlers needs at least one handler");
+    expect(() => resolveOptions({ ...base, handlers: { "*": async () => 1 } })).toThrow("engineKinds is required when the only handler is '*'");
+    expect(() => resolveOptions({ ...base, slots: 0 })).toThrow("createAgent: slots must be a whole number in 1..100000, got 0");
+    expect(() => resolveOptions({ ...base, rpcTimeoutMs: -1 })).toThrow("createAgent: rpcTimeoutMs must be a number >= 1");
+  });
+});
+
+describe("backoff", () => {
+  it("doubles up to the cap, with jitter in the upper half", () => {
+    const opts = { initialDelayMs: 100, maxDelayMs: 1_000 };
+    expect([0, 1, 2, 3, 4, 10, 100].map((a) => backoffDelay(a, opts, () => 1))).toEqual([100, 200, 400, 800, 1_000, 1_000, 1_000]);
+    expect([0, 1, 2, 3, 4].map((a) => backoffDelay(a, opts, () => 0))).toEqual([50, 100, 200, 400, 500]);
+  });
+});
+
+describe("lifecycle", () => {
+  it("allows only the documented transitions, and its iterator ends after a terminal state", async () => {
+    const life = new Lifecycle();
+    const seen: AgentState[] = [];
+    const iterating = (async () => {
+      for await (const s of life.states()) seen.push(s);
+    })();
+    expect(life.to("running")).toBe(false);
+    expect(life.to("starting")).toBe(true);
+    expect(life.to("drained")).toBe(false);
+    expect(life.to("running")).toBe(true);
+    expect(life.to("starting")).toBe(false);
+    expect(life.to("draining")).toBe(true);
+    expect(life.to("drained")).toBe(true);
+    expect(life.to("stopped")).toBe(true);
+    expect(life.to("failed")).toBe(false);
+    await iterating;
+    expect(seen).toEqual(["initialized", "starting", "running", "draining", "drained", "stopped"]);
+    expect(await life.settled()).toBe("stopped");
+  });
+});
+
+describe("handler results", () => {
+  const item = { id: "01ITEM", tenant: "t1", engineKind: "k", attempt: 1 } as WorkItem;
+  const log = pino({ level: "silent" });
+  const run = () => new Run(item, "token-1");
+  const ctx = (r: Run) => ({ signal: r.signal, log, agent: "a" });
+  const settleWith = (fn: () => unknown) => {
+    const r = run();
+    return settle(r, async () => fn(), ctx(r), log);
+  };
+
+  it("turns values into completions and errors into failures", async () => {
+    expect(await settleWith(() => ({ a: 1 }))).toEqual({ kind: "complete", id: "01ITEM", token: "token-1", resultJson: '{"a":1}' });
+    expect(await settleWith(() => undefined)).toMatchObject({ kind: "complete", resultJson: "" });
+    expect(await settleWith(() => null)).toMatchObject({ kind: "complete", resultJson: "null" });
+    expect(await settleWith(() => () => 1)).toMatchObject({ kind: "complete", resultJson: "" });
+    expect(await settleWith(() => 10n)).toMatchObject({ kind: "fail", retryable: false, error: expect.stringMatching(/^the handler's result is not JSON-serialisable: TypeError/) });
+    const circular: Record<string, unknown> = {};
+    circular.self = circular;
+    expect(await settleWith(() => circular)).toMatchObject({ kind: "fail", retryable: false });
+    const fail = (err: unknown) =>
+      settleWith(() => {
+        throw err;
+      });
+    expect(await fail(new Error("boom"))).toMatchObject({ kind: "fail", retryable: true, error: "Error: boom", retryDelayMs: undefined });
+    expect(await fail(new NonRetryableError("bad input"))).toMatchObject({ retryable: false, error: "NonRetryableError: bad input" });
+    expect(await fail(new RetryableError("later", { retryDelayMs: 1_500 }))).toMatchObject({ retryable: true, retryDelayMs: 1_500 });
+    expect(await fail("a string")).toMatchObject({ retryable: true, error: "thrown value: a string" });
+    expect(((await fail(new Error("x".repeat(20_000)))) as { error: string }).error.length).toBeLessThan(8_200);
+  });
+});
+
+describe("metrics", () => {
+  it("parses nvidia-smi's CSV, in bytes, skipping GPUs whose numbers it does not have", () => {
+    const csv = ["0, NVIDIA H100 80GB HBM3, 97, 40960, 81559", "1, NVIDIA A10G, [N/A], 10, 23028", "2, Tesla T4, 0, 0, 15360", ""].join("\n");
+    expect(parseNvidiaSmi(csv)).toEqual([
+      { index: 0, model: "NVIDIA H100 80GB HBM3", utilization: 97, memoryUsedBytes: 40960n * 1048576n, memoryTotalBytes: 81559n * 1048576n },
+      { index: 2, model: "Tesla T4", utilization: 0, memoryUsedBytes: 0n, memoryTotalBytes: 15360n * 1048576n },
+    ]);
+  });
+
+  it("reports the GPUs nvidia-smi lists, and none at all without nvidia-smi", async () => {
+    const dir = await mkdtemp(join(tmpdir(), "fake-nvidia-smi-"));
+    try {
+      const fake = join(dir, "nvidia-smi");
+      await writeFile(fake, `#!/bin/sh\n[ "$1" = "--query-gpu=index,name,utilization.gpu,memory.used,memory.total" ] || exit 9\necho "0, Fake GPU, 42, 1024, 2048"\n`);
+      await chmod(fake, 0o755);
+      const withGpu = await new MetricsSampler(["/"], { nvidiaSmi: fake }).sample();
+      expect(withGpu.gpus).toEqual([{ index: 0, model: "Fake GPU", utilization: 42, memoryUsedBytes: 1024n * 1048576n, memoryTotalBytes: 2048n * 1048576n }]);
+      expect(withGpu.disks).toEqual([{ mount: "/", freeBytes: expect.any(BigInt), totalBytes: expect.any(BigInt) }]);
+      const without = await new MetricsSampler([], { nvidiaSmi: join(dir, "absent") }).sample();
+      expect(without.gpus).toEqual([]);
+      expect(without.disks).toEqual([]);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});

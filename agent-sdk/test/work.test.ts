@@ -1,0 +1,198 @@
+/**
+ * The SDK's work loop against a real daemon over HTTP/2: claim, run, report. A producer enqueues
+ * through QueueService and sees what the agent reported; the agent's own calls are counted by an
+ * interceptor to show what it did and did not send.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { Daemon } from "../../src/daemon.js";
+import { agentRow } from "../../test/support/agents.js";
+import { startTestDaemon } from "../../test/support/daemon.js";
+import { createTestDb, type TestDb } from "../../test/support/db.js";
+import { AgentFailedError, NonRetryableError, RetryableError, type AgentState, type WorkItem } from "../src/index.js";
+import { callLog, deferred, finished, Producer, testAgent, until, WorkItemStatus } from "./support.js";
+
+let db: TestDb;
+let daemon: Daemon;
+let producer: Producer;
+
+beforeAll(async () => {
+  db = await createTestDb({ label: "sdkwork" });
+  daemon = await startTestDaemon({ schema: db.schema, config: { backoffBase: 10, backoffCap: 20, backoffJitter: "none", heartbeatInterval: 500, heartbeatFlush: 50, sweepInterval: 50 } });
+  producer = new Producer(daemon.address, "t1");
+});
+afterAll(async () => {
+  producer?.close();
+  await daemon?.stop();
+  await db?.drop();
+});
+
+describe("happy path", () => {
+  it("registers, runs the item's handler with the typed item, completes it with the result, and deregisters on stop", async () => {
+    const seen: WorkItem[] = [];
+    const calls = callLog();
+    const agent = testAgent(daemon.address, {
+      engineKinds: ["happy"],
+      slots: 2,
+      tags: { zone: "eu-1" },
+      interceptors: [calls.interceptor],
+      handlers: {
+        happy: async (item: WorkItem<{ n: number }>, ctx) => {
+          seen.push(item);
+          expect(ctx.signal.aborted).toBe(false);
+          expect(ctx.agent).toBe(agent.name);
+          return { doubled: item.payload.n * 2 };
+        },
+      },
+    });
+    const states: AgentState[] = [];
+    const watching = (async () => {
+      for await (const s of agent.states()) states.push(s);
+    })();
+    await agent.start();
+    expect(agent.state).toBe("running");
+    expect(agent.registration).toMatchObject({ address: daemon.address, created: true, heartbeatIntervalMs: 500, status: "active" });
+    expect((await agentRow(db, agent.name))?.status).toBe("active");
+
+    const [id] = await producer.enqueue([{ engineKind: "happy", runId: "run-1", taskName: "double", payloadJson: JSON.stringify({ n: 21 }), workerParams: { selector: { zone: "eu-1" }, affinityKey: "run-1" } }]);
+    const [done] = await producer.waitDone([id!]);
+    expect(done).toMatchObject({ status: WorkItemStatus.COMPLETED, agentId: agent.name, resultJson: JSON.stringify({ doubled: 42 }) });
+    expect(seen).toHaveLength(1);
+    expect(seen[0]).toMatchObject({ id, tenant: "t1", engineKind: "happy", runId: "run-1", taskName: "double", payload: { n: 21 }, attempt: 1, maxRetries: 0, selector: { zone: "eu-1" }, affinityKey: "run-1" });
+
+    await agent.stop();
+    await watching;
+    expect(states).toEqual(["initialized", "starting", "running", "draining", "drained", "stopped"]);
+    expect((await agentRow(db, agent.name))?.status).toBe("inactive");
+    expect(calls.count("Register")).toBe(1);
+    expect(calls.count("Deregister")).toBe(1);
+  });
+
+  it("keeps every slot busy and coalesces completions into few Complete calls", async () => {
+    const calls = callLog();
+    let running = 0;
+    let peak = 0;
+    const agent = testAgent(daemon.address, {
+      engineKinds: ["bulk"],
+      slots: 16,
+      interceptors: [calls.interceptor],
+      handlers: {
+        bulk: async (item) => {
+          peak = Math.max(peak, ++running);
+          await new Promise((r) => setTimeout(r, 2));
+          running--;
+          return item.payload;
+        },
+      },
+    });
+    await agent.start();
+    const ids = await producer.enqueue(Array.from({ length: 200 }, (_, i) => ({ engineKind: "bulk", payloadJson: String(i) })));
+    const items = await producer.waitDone(ids);
+    expect(items.filter((i) => i.status !== WorkItemStatus.COMPLETED).map((i) => [WorkItemStatus[i.status], i.error])).toEqual([]);
+    expect(peak).toBe(16);
+    // 200 completions in far fewer calls: reports that land within a few ms share one.
+    expect(calls.count("Complete")).toBeLessThan(100);
+    const completed = calls.calls.filter((c) => c.method === "Complete").reduce((n, c) => n + (c.message as { items: unknown[] }).items.length, 0);
+    expect(completed).toBe(200);
+  });
+});
+
+describe("failures", () => {
+  it("a throwing handler fails the item retryably until its retries are spent, then it is a dead letter", async () => {
+    let attempts = 0;
+    const agent = testAgent(daemon.address, {
+      engineKinds: ["flaky"],
+      handlers: {
+        flaky: async (item) => {
+          attempts++;
+          throw new Error(`boom on attempt ${item.attempt}`);
+        },
+      },
+    });
+    await agent.start();
+    const [id] = await producer.enqueue([{ engineKind: "flaky", maxRetries: 1 }]);
+    const [done] = await producer.waitDone([id!]);
+    expect(done).toMatchObject({ status: WorkItemStatus.FAILED, retryCount: 1, error: "Error: boom on attempt 2" });
+    expect(attempts).toBe(2);
+  });
+
+  it("NonRetryableError dead-letters at once; RetryableError chooses the delay", async () => {
+    const calls = callLog();
+    const agent = testAgent(daemon.address, {
+      engineKinds: ["strict"],
+      interceptors: [calls.interceptor],
+      handlers: {
+        strict: {
+          permanent: async () => {
+            throw new NonRetryableError("bad input");
+          },
+          later: async (item) => {
+            if (item.attempt === 1) throw new RetryableError("not yet", { retryDelayMs: 30 });
+            return "second time lucky";
+          },
+        },
+      },
+    });
+    await agent.start();
+    const [permanent, later] = await producer.enqueue([
+      { engineKind: "strict", taskName: "permanent", maxRetries: 5 },
+      { engineKind: "strict", taskName: "later", maxRetries: 5 },
+    ]);
+    const done = await producer.waitDone([permanent!, later!]);
+    expect(done.find((i) => i.id === permanent)).toMatchObject({ status: WorkItemStatus.FAILED, retryCount: 0, error: "NonRetryableError: bad input" });
+    expect(done.find((i) => i.id === later)).toMatchObject({ status: WorkItemStatus.COMPLETED, retryCount: 1, resultJson: JSON.stringify("second time lucky") });
+    const fails = calls.calls.filter((c) => c.method === "Fail").flatMap((c) => (c.message as { items: { workItemId: string; retryable: boolean; retryDelay?: { nanos: number } }[] }).items);
+    expect(fails.find((f) => f.workItemId === permanent)).toMatchObject({ retryable: false });
+    expect(fails.find((f) => f.workItemId === later)).toMatchObject({ retryable: true, retryDelay: { nanos: 30_000_000 } });
+  });
+
+  it("an item no handler takes is failed for good with an error that says so, not dropped", async () => {
+    const agent = testAgent(daemon.address, { engineKinds: ["picky"], handlers: { picky: { known: async () => "ok" } } });
+    await agent.start();
+    const [id] = await producer.enqueue([{ engineKind: "picky", taskName: "unknown-task", maxRetries: 3 }]);
+    const [done] = await producer.waitDone([id!]);
+    expect(done).toMatchObject({ status: WorkItemStatus.FAILED, retryCount: 0 });
+    expect(done!.error).toBe(`no handler for engine kind 'picky' and task 'unknown-task' on agent '${agent.name}' (it handles: picky{known})`);
+  });
+});
+
+describe("cancel directive", () => {
+  it("cancelling a dispatched item aborts its handler's signal and reports nothing for it", async () => {
+    const calls = callLog();
+    const started = deferred();
+    let reason: unknown;
+    const agent = testAgent(daemon.address, {
+      engineKinds: ["cancellable"],
+      interceptors: [calls.interceptor],
+      handlers: {
+        cancellable: async (_item, ctx) => {
+          started.resolve();
+          await new Promise((resolve) => ctx.signal.addEventListener("abort", resolve));
+          reason = ctx.signal.reason;
+          return "too late";
+        },
+      },
+    });
+    await agent.start();
+    const [id] = await producer.enqueue([{ engineKind: "cancellable" }]);
+    await started.promise;
+    const outcome = finished(agent, id!);
+    await producer.queue.cancel({ tenantKey: "t1", ids: [id!], reason: "user changed their mind" });
+    expect((await outcome).outcome).toEqual({ kind: "cancelled", reason: "user changed their mind" });
+    expect(reason).toMatchObject({ name: "WorkAbortedError", kind: "cancelled", message: "user changed their mind" });
+    expect(await producer.get(id!)).toMatchObject({ status: WorkItemStatus.CANCELLED, resultJson: "" });
+    // The handler returned after the abort: nothing about the item went out.
+    await until("the handler returned", () => agent.inFlight === 0);
+    const reported = calls.calls.filter((c) => ["Complete", "Fail"].includes(c.method)).flatMap((c) => (c.message as { items: { workItemId: string }[] }).items);
+    expect(reported.map((r) => r.workItemId)).not.toContain(id);
+  });
+});
+
+describe("refusal", () => {
+  it("a token the daemon refuses fails the agent: start() and run() reject with an AgentFailedError", async () => {
+    const agent = testAgent(daemon.address, { token: "not-a-token", engineKinds: ["refused"], handlers: { refused: () => "never" } });
+    await expect(agent.start()).rejects.toBeInstanceOf(AgentFailedError);
+    expect(agent.state).toBe("failed");
+    expect(agent.error?.message).toMatch(new RegExp(`the daemon at ${daemon.address} refused to register agent '${agent.name}': \\[unauthenticated\\]`));
+    await expect(agent.run()).rejects.toBe(agent.error);
+  });
+});
