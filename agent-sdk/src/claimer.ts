@@ -11,6 +11,9 @@ import type { ResolvedOptions } from "./options.js";
 import { backoffDelay, sleep } from "./backoff.js";
 import { statusFromWire, type DaemonStatus } from "./wire.js";
 
+/** How long a claim waits for more slots to free before claiming for the few that are. */
+const CLAIM_GATHER_MS = 3;
+
 export interface ClaimerHooks {
   freeSlots(): number;
   onItems(items: WireItem[]): void;
@@ -54,6 +57,9 @@ export class Claimer {
         this.#wake = undefined;
         continue;
       }
+      // One freed slot at a time would mean one claim per item. While others are still busy, wait a
+      // moment for a quarter of the slots to come free, so claims (and their leases) go in batches.
+      if (free < Math.ceil(this.opts.slots / 4) && free < this.opts.slots) await this.#gather(signal);
       const generation = this.link.generation;
       let reply;
       try {
@@ -80,6 +86,23 @@ export class Claimer {
         // Draining (or a status this SDK does not know): the agent stops the loop; do not spin meanwhile.
         await sleep(1_000, signal);
       }
+    }
+  }
+
+  /** Waits until a quarter of the slots are free, or CLAIM_GATHER_MS passed, or the loop stops. */
+  async #gather(signal: AbortSignal): Promise<void> {
+    const until = Date.now() + CLAIM_GATHER_MS;
+    while (!signal.aborted && this.hooks.freeSlots() < Math.ceil(this.opts.slots / 4)) {
+      const left = until - Date.now();
+      if (left <= 0) return;
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, left);
+        this.#wake = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+      this.#wake = undefined;
     }
   }
 

@@ -204,23 +204,29 @@ export class WorkItemStore {
     const nowNs = ms2ns(c.nowMs);
     const rebind = c.affinity.policy === "rebind";
     const graceEdge = ts(c.nowMs - c.affinity.graceMs);
-    const unavailable = sql.fragment`(ba.name IS NULL OR ba.status <> 'active' OR ba.deletedon IS NOT NULL)`;
     return withDbErrors(() =>
       this.db.any(sql.type(workItemRow)`
-        WITH agent AS (
-          SELECT name, metadata FROM ${a} WHERE name = ${c.agent} AND status = 'active' AND deletedon IS NULL
+        WITH agent AS MATERIALIZED (
+          SELECT ARRAY(SELECT jsonb_array_elements_text(metadata -> 'tenants')) AS tenants,
+                 ARRAY(SELECT jsonb_array_elements_text(metadata -> 'engineKinds')) AS kinds,
+                 COALESCE(metadata -> 'tags', '{}'::jsonb) AS tags
+            FROM ${a} WHERE name = ${c.agent} AND status = 'active' AND deletedon IS NULL
         ), picked AS (
-          SELECT w.id, w.affinity_key FROM ${w} w CROSS JOIN agent
-            LEFT JOIN ${b} bb ON bb.affinity_key = w.affinity_key
-            LEFT JOIN ${a} ba ON ba.name = bb.agent_id
-           WHERE w.status = 'pending'
+          -- A single-table scan in the pending index's order, so LIMIT stops it early; the agent's
+          -- lists are computed once (InitPlans) and an agent that may not claim scans nothing.
+          SELECT w.id, w.affinity_key FROM ${w} w
+           WHERE EXISTS (SELECT 1 FROM agent)
+             AND w.status = 'pending'
              AND w.next_attempt_at <= ${nowNs}
-             AND w.tenant_key = ANY(ARRAY(SELECT jsonb_array_elements_text(agent.metadata -> 'tenants')))
-             AND w.engine_kind = ANY(ARRAY(SELECT jsonb_array_elements_text(agent.metadata -> 'engineKinds')))
-             AND (w.worker_params -> 'selector' IS NULL OR COALESCE(agent.metadata -> 'tags', '{}'::jsonb) @> (w.worker_params -> 'selector'))
-             AND (w.affinity_key IS NULL OR bb.id IS NULL OR bb.agent_id = agent.name
-                  OR (${rebind} AND ${unavailable} AND bb.updatedon < ${graceEdge}
-                      AND NOT EXISTS (SELECT 1 FROM ${w} wd WHERE wd.affinity_key = w.affinity_key AND wd.status = 'dispatched')))
+             AND w.tenant_key = ANY((SELECT tenants FROM agent)::text[])
+             AND w.engine_kind = ANY((SELECT kinds FROM agent)::text[])
+             AND (w.worker_params -> 'selector' IS NULL OR (SELECT tags FROM agent) @> (w.worker_params -> 'selector'))
+             AND (w.affinity_key IS NULL OR NOT EXISTS (
+                   SELECT 1 FROM ${b} bb
+                    WHERE bb.affinity_key = w.affinity_key AND bb.agent_id <> ${c.agent}
+                      AND NOT (${rebind} AND bb.updatedon < ${graceEdge}
+                               AND NOT EXISTS (SELECT 1 FROM ${a} ba WHERE ba.name = bb.agent_id AND ba.status = 'active' AND ba.deletedon IS NULL)
+                               AND NOT EXISTS (SELECT 1 FROM ${w} wd WHERE wd.affinity_key = w.affinity_key AND wd.status = 'dispatched'))))
            ORDER BY w.priority, w.createdon, w.id
            LIMIT ${c.max}
            FOR UPDATE OF w SKIP LOCKED
