@@ -38,7 +38,7 @@ export function loadMigrations(dir = MIGRATIONS_DIR): Migration[] {
 /** Expands the naming placeholders of a migration's text. */
 export function expand(sqlText: string, naming: Naming): string {
   const t = new Tables(naming.schema, naming.prefix);
-  return sqlText.replace(/\{\{(table|name):([a-z0-9_]+)\}\}/g, (_, kind: string, what: string) => {
+  return sqlText.replace(/\{\{schema\}\}/g, quoteIdent(naming.schema)).replace(/\{\{(table|name):([a-z0-9_]+)\}\}/g, (_, kind: string, what: string) => {
     if (kind === "name") return t.objectName(what);
     if (!(TABLES as readonly string[]).includes(what)) throw new Error(`migration names unknown table '${what}'`);
     return t.qualified(what as TableName);
