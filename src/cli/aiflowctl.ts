@@ -104,6 +104,28 @@ const statusesOf = (names: readonly string[]) =>
     return v as WorkItemStatus;
   });
 
+/** A duration flag; a malformed one is a usage error (exit 2), found before anything is sent. */
+function durationFlag(args: Parsed, flag: string, fallback: string): number;
+function durationFlag(args: Parsed, flag: string): number | undefined;
+function durationFlag(args: Parsed, flag: string, fallback?: string): number | undefined {
+  const raw = args.get(flag) ?? fallback;
+  if (raw === undefined) return undefined;
+  try {
+    return parseDuration(raw, `--${flag}`);
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
+}
+
+/** A whole-number flag; anything else is a usage error, not a NaN sent as zero. */
+function wholeFlag(args: Parsed, flag: string, fallback: number): number {
+  const raw = args.get(flag);
+  if (raw === undefined) return fallback;
+  const n = Number(raw);
+  if (raw.trim() === "" || !Number.isSafeInteger(n) || n < 0) throw new UsageError(`--${flag} must be a whole number, got '${raw}'`);
+  return n;
+}
+
 const one = (args: Parsed, what: string) => {
   const v = args.positionals[0];
   if (!v) throw new UsageError(`give the ${what}`);
@@ -148,11 +170,12 @@ const COMMANDS: Record<string, { flags: { bool?: string[]; value?: string[]; rep
       const tags = keyValues(ctx.args.all("tag"), "tag");
       const below = ctx.args.get("version-below") ?? "";
       if (!name && !below && Object.keys(tags).length === 0) throw new UsageError("give an agent NAME or a selector (--tag K=V, --version-below X)");
-      const deadline = ctx.args.get("deadline");
+      const deadline = durationFlag(ctx.args, "deadline");
+      const interval = durationFlag(ctx.args, "interval", "500ms");
       const res = await ctx.ops.drainAgent({
         name,
         selector: { tags, versionBelow: below },
-        deadline: deadline ? durationFromMs(parseDuration(deadline, "--deadline")) : undefined,
+        deadline: deadline === undefined ? undefined : durationFromMs(deadline),
         reason: ctx.args.get("reason") ?? "",
       });
       if (!ctx.args.has("wait")) {
@@ -160,7 +183,7 @@ const COMMANDS: Record<string, { flags: { bool?: string[]; value?: string[]; rep
         else ctx.out(res.agents.length ? res.agents.map((a) => `draining ${a.name}: ${drainLine(a)}`).join("\n") : "no agent matched");
         return 0;
       }
-      return waitForDrains(ctx, res.agents.map((a) => a.name), parseDuration(ctx.args.get("interval") ?? "500ms", "--interval"));
+      return waitForDrains(ctx, res.agents.map((a) => a.name), interval);
     },
   },
   undrain: {
@@ -186,7 +209,7 @@ const COMMANDS: Record<string, { flags: { bool?: string[]; value?: string[]; rep
     flags: { bool: ["watch"], value: ["tenant", "interval"] },
     async run(ctx) {
       if (ctx.args.positionals[0] !== "stats") throw new UsageError("usage: aiflowctl queue stats [--tenant T] [--watch]");
-      const interval = parseDuration(ctx.args.get("interval") ?? "2s", "--interval");
+      const interval = durationFlag(ctx.args, "interval", "2s");
       for (;;) {
         const res = await ctx.ops.queueStats({ tenantKey: ctx.args.get("tenant") ?? "" });
         if (ctx.json) printJson(ctx, QueueStatsResponseSchema, res);
@@ -217,7 +240,7 @@ const COMMANDS: Record<string, { flags: { bool?: string[]; value?: string[]; rep
             runId: ctx.args.get("run") ?? "",
             parentWorkItemId: ctx.args.all("parent")[0] ?? "",
             agentId: ctx.args.get("agent") ?? "",
-            pageSize: Number(ctx.args.get("limit") ?? 100),
+            pageSize: wholeFlag(ctx.args, "limit", 100),
             pageToken: ctx.args.get("page-token") ?? "",
           });
           if (ctx.json) printJson(ctx, OpsServiceListItemsResponseSchema, res);
@@ -225,7 +248,8 @@ const COMMANDS: Record<string, { flags: { bool?: string[]; value?: string[]; rep
           return 0;
         }
         case "get": {
-          const res = await ctx.ops.getItem({ id: ids[0] ?? "" });
+          if (!ids[0]) throw new UsageError("give the item ID: aiflowctl items get ID");
+          const res = await ctx.ops.getItem({ id: ids[0] });
           if (ctx.json) printJson(ctx, OpsServiceGetItemResponseSchema, res);
           else {
             ctx.out(itemRows([res.item!]));
@@ -258,14 +282,14 @@ const COMMANDS: Record<string, { flags: { bool?: string[]; value?: string[]; rep
       const tenantKey = ctx.args.get("tenant");
       const engineKind = ctx.args.get("engine-kind");
       if (!tenantKey || !engineKind) throw new UsageError("enqueue needs --tenant and --engine-kind");
-      const count = Number(ctx.args.get("count") ?? 1);
-      if (!Number.isInteger(count) || count < 1) throw new UsageError("--count must be a positive whole number");
+      const count = wholeFlag(ctx.args, "count", 1);
+      if (count < 1) throw new UsageError("--count must be a positive whole number");
       const item = {
         engineKind,
         payloadJson: ctx.args.get("payload") ?? "",
-        priority: Number(ctx.args.get("priority") ?? 0),
+        priority: wholeFlag(ctx.args, "priority", 0),
         runId: ctx.args.get("run") ?? "",
-        maxRetries: Number(ctx.args.get("max-retries") ?? 3),
+        maxRetries: wholeFlag(ctx.args, "max-retries", 3),
         taskName: ctx.args.get("task-name") ?? "",
       };
       const res = await ctx.queue.enqueue({ tenantKey, items: Array.from({ length: count }, () => item) });

@@ -92,7 +92,7 @@ export function opsServiceImpl(d: OpsDeps): ServiceImpl<typeof OpsService> {
       const drained = names.length === 0 ? [] : await agentOps.startDrain(names, { reason, deadline, by: caller.principal }, now);
       if (req.name && drained.length === 0) throw notFound(`agent '${names[0]}' not found`);
       for (const a of drained) {
-        d.audit.record({ table: "agent", action: "update", ids: [a.id], fields: ["status", "metadata", "updatedby", "updatedon"], by: caller.principal, at: now });
+        d.audit.record({ table: "agent", action: "update", ids: [a.id], fields: ["status", "metadata"], by: caller.principal, at: now });
         // An inactive agent stays inactive (it comes back draining when it registers): telling it
         // DRAINING would make this daemon's cache answer its heartbeats DRAINING, not "register again".
         await hub.publish(a.name, a.status === "draining" ? statusDirective("draining", reason, deadline) : statusDirective(a.status, reason, null));
@@ -104,9 +104,9 @@ export function opsServiceImpl(d: OpsDeps): ServiceImpl<typeof OpsService> {
       const caller = callerOf(ctx);
       const name = identifier(req.name, "name");
       const now = clock.nowMs();
-      const row = await agentOps.undrain(name, now, caller.principal);
+      const row = await agentOps.undrain(name);
       if (!row) throw notFound(`agent '${name}' not found`);
-      d.audit.record({ table: "agent", action: "update", ids: [row.id], fields: ["status", "metadata", "updatedby", "updatedon"], by: caller.principal, at: now });
+      d.audit.record({ table: "agent", action: "update", ids: [row.id], fields: ["status", "metadata"], by: caller.principal, at: now });
       await hub.publish(name, statusDirective(row.status, "undrained", null));
       const [agent] = await summaries([name]);
       return { agent };

@@ -206,6 +206,10 @@ export class AgentOpsStore {
   /**
    * Starts (or updates) drains in one statement. A re-drain keeps the original start and in-flight
    * count; an inactive agent stays inactive but will come back draining.
+   *
+   * Drains and undrains leave updatedon alone: it is the agent's last sign of life (heartbeats and
+   * registrations write it; the liveness sweep and last_seen_age read it), and an operator's action
+   * is not one. Who drained is in metadata.drain and the audit log.
    */
   startDrain(
     names: readonly string[],
@@ -225,20 +229,18 @@ export class AgentOpsStore {
                  'startedAt', COALESCE((a.metadata -> 'drain' -> 'startedAt')::bigint, ${nowMs}::bigint),
                  'inFlightAtStart', COALESCE((a.metadata -> 'drain' -> 'inFlightAtStart')::int,
                     (SELECT count(*)::int FROM ${w} wi WHERE wi.agent_id = a.name AND wi.status = 'dispatched')),
-                 'releasedAtDeadline', COALESCE((a.metadata -> 'drain' -> 'releasedAtDeadline')::int, 0))),
-               updatedby = ${drain.by}, updatedon = ${ts(nowMs)}
+                 'releasedAtDeadline', COALESCE((a.metadata -> 'drain' -> 'releasedAtDeadline')::int, 0)))
          WHERE a.name = ANY(${sql.array([...names], "text")}) AND a.deletedon IS NULL
         RETURNING a.id, a.name, a.status`),
     );
   }
 
   /** Ends a drain: a draining agent becomes active again. */
-  undrain(name: string, nowMs: number, by: string): Promise<{ id: string; status: AgentStatus } | null> {
+  undrain(name: string): Promise<{ id: string; status: AgentStatus } | null> {
     const a = this.t.id("agent");
     return withDbErrors(() =>
       this.db.maybeOne(sql.type(z.object({ id: z.string(), status: z.enum(["active", "draining", "inactive"]) }))`
-        UPDATE ${a} SET status = CASE WHEN status = 'draining' THEN 'active' ELSE status END, metadata = metadata - 'drain',
-                        updatedby = ${by}, updatedon = ${ts(nowMs)}
+        UPDATE ${a} SET status = CASE WHEN status = 'draining' THEN 'active' ELSE status END, metadata = metadata - 'drain'
          WHERE name = ${name} AND deletedon IS NULL
         RETURNING id, status`),
     );

@@ -1,0 +1,261 @@
+/**
+ * aiflowctl as operators run it: `node bin/aiflowctl.js …` in a child process against a real daemon
+ * (real clock, sweeps every 50 ms so drain deadlines act on their own), with `--json` output parsed
+ * and checked, exit codes, and one-line error messages. Agents and producers are connect clients.
+ */
+import { execFile, spawn } from "node:child_process";
+import { fileURLToPath } from "node:url";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { Code } from "@connectrpc/connect";
+import type { Daemon } from "../src/daemon.js";
+import { AgentStatus } from "../src/gen/aiflow/cluster/v1/common_pb.js";
+import { WorkItemStatus } from "../src/gen/aiflow/cluster/v1/work_item_pb.js";
+import { startTestDaemon, TOKENS } from "./support/daemon.js";
+import { createTestDb, type TestDb } from "./support/db.js";
+import { Closers, opsSession, OpsProducer, OpsTestAgent, sorted, type Session } from "./support/ops.js";
+import type { OpsService } from "../src/gen/aiflow/cluster/v1/ops_pb.js";
+
+const CLI = fileURLToPath(new URL("../bin/aiflowctl.js", import.meta.url));
+/**
+ * Each run starts node and tsx (about a second of CPU), so on a busy machine a run can take many
+ * seconds; these limits only matter when something hangs.
+ */
+const CLI_TIMEOUT_MS = 60_000;
+vi.setConfig({ testTimeout: 120_000 });
+const closers = new Closers();
+let db: TestDb;
+let daemon: Daemon;
+let ops: Session<typeof OpsService>;
+let producer: OpsProducer;
+
+beforeAll(async () => {
+  db = await createTestDb({ label: "ctl" });
+  daemon = await startTestDaemon({
+    schema: db.schema,
+    config: {
+      instanceId: "ctl",
+      sweepInterval: 50,
+      // The test agents never heartbeat; they must not be found dead during the test.
+      heartbeatInterval: 3_600_000,
+    },
+  });
+  ops = closers.add(opsSession(daemon.address));
+  producer = closers.add(new OpsProducer(daemon.address));
+});
+afterAll(async () => {
+  await closers.closeAll();
+  await daemon?.stop();
+  await db?.drop();
+});
+
+interface Run {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+const env = () => {
+  const e: NodeJS.ProcessEnv = { ...process.env, NO_COLOR: "1" };
+  delete e.AIFLOW_ADDRESS;
+  delete e.AIFLOW_TOKEN;
+  return e;
+};
+const argv = (args: readonly string[], token: string) => [CLI, "--address", daemon.address, "--token", token, ...args];
+
+/** Runs aiflowctl to completion. */
+function ctl(args: readonly string[], token: string = TOKENS.ops): Promise<Run> {
+  return new Promise((resolve, reject) => {
+    execFile(process.execPath, argv(args, token), { env: env(), timeout: CLI_TIMEOUT_MS }, (err, stdout, stderr) => {
+      if (err && typeof err.code !== "number") return reject(Object.assign(err, { stdout, stderr }));
+      resolve({ code: err ? (err.code as number) : 0, stdout, stderr });
+    });
+  });
+}
+
+/** Runs aiflowctl and parses its stdout as JSON, failing with its stderr when it did not succeed. */
+async function ctlJson<T = Record<string, unknown>>(args: readonly string[], token?: string): Promise<T> {
+  const r = await ctl([...args, "--json"], token);
+  if (r.code !== 0) throw new Error(`aiflowctl ${args.join(" ")} exited ${r.code}: ${r.stderr}`);
+  return JSON.parse(r.stdout) as T;
+}
+
+/** A long-running aiflowctl whose stderr lines can be awaited as they arrive. */
+function ctlLive(args: readonly string[]) {
+  const child = spawn(process.execPath, argv(args, TOKENS.ops), { env: env(), stdio: ["ignore", "pipe", "pipe"] });
+  let stdout = "";
+  let stderr = "";
+  const waiters: (() => void)[] = [];
+  child.stdout.on("data", (b: Buffer) => (stdout += b.toString()));
+  child.stderr.on("data", (b: Buffer) => {
+    stderr += b.toString();
+    for (const w of waiters.splice(0)) w();
+  });
+  const exited = new Promise<Run>((resolve) => child.on("close", (code) => resolve({ code: code ?? -1, stdout, stderr })));
+  const timer = setTimeout(() => child.kill(), CLI_TIMEOUT_MS);
+  // A test that fails while the command waits must not leave it running.
+  closers.add({ close: () => child.exitCode === null && child.signalCode === null && child.kill() });
+  void exited.then(() => clearTimeout(timer));
+  return {
+    exited,
+    stderrLines: () => stderr.split("\n").filter(Boolean),
+    /** Resolves with the first stderr line matching `re` (rejects if the process exits first). */
+    async line(re: RegExp): Promise<string> {
+      let done = false;
+      void exited.then(() => (done = true));
+      for (;;) {
+        const hit = stderr.split("\n").find((l) => re.test(l));
+        if (hit) return hit;
+        if (done) throw new Error(`aiflowctl exited without a line like ${re}; stderr: ${stderr}`);
+        await Promise.race([new Promise<void>((r) => waiters.push(r)), exited]);
+      }
+    },
+  };
+}
+
+const agent = async (name: string, tenants: string[]) => closers.add(await OpsTestAgent.register(daemon.address, name, { tenants, engineKinds: ["k"], version: "1.0.0" }));
+const item = async (id: string) => (await ops.client.getItem({ id }, ops.call)).item!;
+
+interface AgentJson {
+  name: string;
+  status: string;
+  inFlight: number;
+  agentVersion: string;
+  drain?: { inFlightAtStart: number; inFlightNow: number; complete: boolean; releasedAtDeadline: number; reason: string; deadline?: string };
+}
+
+describe("usage", () => {
+  it("--help lists every command and exits 0; bad flags and values exit 2 with one line, sending nothing", async () => {
+    await agent("usage-agent", ["c0"]);
+    const [help, agentsHelp, bogus, badDuration, badNumber, noId] = await Promise.all([
+      ctl(["--help"]),
+      ctl(["agents", "--help"]),
+      ctl(["agents", "--bogus"]),
+      ctl(["drain", "usage-agent", "--wait", "--interval", "soon"]),
+      ctl(["items", "list", "--limit", "ten"]),
+      ctl(["items", "get"]),
+    ]);
+    expect(help.code).toBe(0);
+    for (const cmd of ["agents", "agent NAME", "drain NAME", "undrain NAME", "remove NAME", "queue stats", "items list", "items get", "items cancel", "items redrive", "enqueue"])
+      expect(help.stdout).toContain(`  ${cmd}`);
+    for (const flag of ["--address", "--token", "--json", "--help", "--wait", "--deadline", "--force", "--watch"]) expect(help.stdout).toContain(flag);
+    expect(agentsHelp.code).toBe(0);
+    expect(agentsHelp.stdout).toContain("agents");
+
+    expect(bogus).toEqual({ code: 2, stdout: "", stderr: "aiflowctl: unknown flag --bogus\n" });
+    expect(badDuration.code).toBe(2);
+    expect(badDuration.stderr).toMatch(/^aiflowctl: [^\n]*--interval[^\n]*'soon' is not a duration[^\n]*\n$/);
+    // Refused before anything was sent: the agent was not drained.
+    expect((await ops.client.getAgent({ name: "usage-agent" }, ops.call)).agent?.status).toBe(AgentStatus.ACTIVE);
+    expect(badNumber).toEqual({ code: 2, stdout: "", stderr: "aiflowctl: --limit must be a whole number, got 'ten'\n" });
+    expect(noId).toEqual({ code: 2, stdout: "", stderr: "aiflowctl: give the item ID: aiflowctl items get ID\n" });
+  });
+});
+
+describe("fleet and queue commands", () => {
+  it("enqueue, agents, agent, queue stats, items list, not-found and refused removal", async () => {
+    const enq = await ctlJson<{ results: { id: string; existing: boolean }[] }>(["enqueue", "--tenant", "c1", "--engine-kind", "k", "--count", "3"], TOKENS.engine);
+    expect(enq.results).toHaveLength(3);
+    const ids = enq.results.map((r) => r.id);
+    expect(new Set(ids).size).toBe(3);
+
+    await agent("cli-b", ["c1"]);
+    const a = await agent("cli-a", ["c1"]);
+    const held = await a.claim(2);
+    expect(held).toHaveLength(2);
+
+    const [agents, one, qstats, items, missing, refused] = await Promise.all([
+      ctlJson<{ agents: AgentJson[] }>(["agents"]),
+      ctlJson<{ agent: AgentJson; dispatched: { id: string; status: string }[] }>(["agent", "cli-a"]),
+      ctlJson<{ pending: string; dispatched: string; deadLetters: string; depth: { tenantKey: string; engineKind: string; status: string; count: string }[] }>(["queue", "stats", "--tenant", "c1"]),
+      ctlJson<{ items: { id: string; tenantKey: string; status: string }[] }>(["items", "list", "--tenant", "c1"]),
+      ctl(["agent", "no-such-agent"]),
+      ctl(["remove", "cli-a"]),
+    ]);
+
+    // Registered cli-b before cli-a (after usage-agent, when the first test ran): listed by name.
+    const listed = agents.agents.map((x) => x.name);
+    expect(listed).toEqual([...listed].sort());
+    const ours = agents.agents.filter((x) => x.name.startsWith("cli-"));
+    expect(ours.map((x) => [x.name, x.status, x.inFlight, x.agentVersion])).toEqual([
+      ["cli-a", "AGENT_STATUS_ACTIVE", 2, "1.0.0"],
+      ["cli-b", "AGENT_STATUS_ACTIVE", 0, "1.0.0"],
+    ]);
+
+    expect(one.agent.name).toBe("cli-a");
+    expect(one.agent.inFlight).toBe(2);
+    expect(sorted(one.dispatched.map((i) => i.id))).toEqual(sorted(held.map((h) => h.id)));
+    expect(one.dispatched.every((i) => i.status === "WORK_ITEM_STATUS_DISPATCHED")).toBe(true);
+
+    expect([qstats.pending, qstats.dispatched, qstats.deadLetters]).toEqual(["1", "2", "0"]);
+    expect(sorted(qstats.depth.map((d) => `${d.tenantKey}/${d.engineKind}/${d.status}=${d.count}`))).toEqual([
+      "c1/k/WORK_ITEM_STATUS_DISPATCHED=2",
+      "c1/k/WORK_ITEM_STATUS_PENDING=1",
+    ]);
+
+    expect(sorted(items.items.map((i) => i.id))).toEqual(sorted(ids));
+    expect(items.items.every((i) => i.tenantKey === "c1")).toBe(true);
+
+    expect(missing).toEqual({ code: 1, stdout: "", stderr: "aiflowctl: agent 'no-such-agent' not found\n" });
+
+    expect(refused.code).toBe(1);
+    expect(refused.stdout).toBe("");
+    expect(refused.stderr).toMatch(/^aiflowctl: [^\n]*'cli-a'[^\n]*\n$/);
+    expect((await ops.client.listAgents({}, ops.call)).agents.map((x) => x.name)).toContain("cli-a");
+    for (const h of held) expect((await item(h.id)).status).toBe(WorkItemStatus.DISPATCHED);
+  });
+
+  it("drain --json, undrain, and items redrive --all --json", async () => {
+    const a = await agent("cli-r", ["c4"]);
+    const [id] = await producer.many("c4", "k", 1);
+    const drained = await ctlJson<{ agents: AgentJson[] }>(["drain", "cli-r", "--reason", "deploy", "--deadline", "10m"]);
+    expect(drained.agents.map((x) => [x.name, x.status])).toEqual([["cli-r", "AGENT_STATUS_DRAINING"]]);
+    expect(drained.agents[0]?.drain).toMatchObject({ reason: "deploy", inFlightAtStart: 0, inFlightNow: 0, complete: true });
+    expect(Date.parse(drained.agents[0]!.drain!.deadline!) - Date.now()).toBeGreaterThan(9 * 60_000);
+    expect(await a.claim(1)).toEqual([]);
+
+    const undrained = await ctl(["undrain", "cli-r"]);
+    expect(undrained).toEqual({ code: 0, stdout: "cli-r is active\n", stderr: "" });
+    const claimed = await a.claim(1);
+    expect(claimed.map((x) => x.id)).toEqual([id]);
+    expect((await a.fail(claimed, false, "poison")).every((o) => o.ok)).toBe(true);
+
+    expect(await item(id!)).toMatchObject({ status: WorkItemStatus.FAILED, error: "poison" });
+    const redriven = await ctlJson<{ redrivenIds: string[] }>(["items", "redrive", "--all"]);
+    expect(redriven.redrivenIds).toEqual([id]);
+    expect(await item(id!)).toMatchObject({ status: WorkItemStatus.PENDING, retryCount: 0 });
+  });
+});
+
+describe("drain --wait", () => {
+  it("shows progress and exits 0 once the agent's work completed", async () => {
+    const a = await agent("cli-w", ["c2"]);
+    await producer.many("c2", "k", 2);
+    const held = await a.claim(2);
+    expect(held).toHaveLength(2);
+
+    const run = ctlLive(["drain", "cli-w", "--wait", "--interval", "50ms"]);
+    await run.line(/^cli-w: in flight 2\/2, no deadline$/);
+    expect((await a.complete(held)).every((o) => o.ok)).toBe(true);
+    const res = await run.exited;
+    expect(res.code).toBe(0);
+    expect(res.stdout).toBe("drained\n");
+    expect(run.stderrLines().at(-1)).toMatch(/^cli-w: in flight 0\/2, no deadline, complete$/);
+  });
+
+  it("exits 3 when the deadline gave work back; the work is pending again with its retries unspent", async () => {
+    const a = await agent("cli-d", ["c3"]);
+    await producer.many("c3", "k", 2, { maxRetries: 2 });
+    const held = await a.claim(2);
+    expect(held).toHaveLength(2);
+
+    const run = ctlLive(["drain", "cli-d", "--wait", "--deadline", "300ms", "--interval", "50ms"]);
+    const res = await run.exited;
+    expect(res.code).toBe(3);
+    expect(res.stdout).toBe("drained; 2 item(s) were given back at the deadline\n");
+    // Progress lines while it waited (how many depends on how fast this machine is), then the outcome.
+    expect(run.stderrLines().every((l) => /^cli-d: in flight [0-2]\/2, deadline in \S+/.test(l))).toBe(true);
+    expect(run.stderrLines().at(-1)).toMatch(/^cli-d: in flight 0\/2, deadline in 0ms, complete, 2 released at deadline$/);
+    for (const h of held) expect(await item(h.id)).toMatchObject({ status: WorkItemStatus.PENDING, retryCount: 0 });
+    expect((await a.complete(held)).map((o) => o.code)).toEqual([Code.FailedPrecondition, Code.FailedPrecondition]);
+  });
+});

@@ -1,0 +1,256 @@
+/**
+ * Fixture for the ops tests: connect-es clients (one HTTP/2 session each, closed by `close()`) for
+ * OpsService, an agent that registers with a version and tags and then claims, completes, fails and
+ * extends, a producer, and a WatchDirectives stream read by awaiting the directive a test expects.
+ */
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import { durationFromMs } from "@bufbuild/protobuf/wkt";
+import { ConnectError, createClient, type Client } from "@connectrpc/connect";
+import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import { AgentService, type Directive } from "../../src/gen/aiflow/cluster/v1/agent_pb.js";
+import { OpsService } from "../../src/gen/aiflow/cluster/v1/ops_pb.js";
+import { QueueService, type EnqueueItemSchema } from "../../src/gen/aiflow/cluster/v1/queue_pb.js";
+import type { ItemOutcome, WorkItem } from "../../src/gen/aiflow/cluster/v1/work_item_pb.js";
+import { bearer, TOKENS } from "./daemon.js";
+
+export type { WorkItem };
+
+/** Everything a test opened, closed in reverse order by `closeAll()`. */
+export class Closers {
+  readonly #fns: (() => unknown)[] = [];
+
+  add<T extends { close(): unknown }>(x: T): T {
+    this.#fns.push(() => x.close());
+    return x;
+  }
+
+  async closeAll(): Promise<void> {
+    for (const f of this.#fns.splice(0).reverse()) await f();
+  }
+}
+
+/** A client of one service on an HTTP/2 session of its own, sending one bearer token. */
+export class Session<S extends typeof OpsService | typeof AgentService | typeof QueueService> {
+  readonly #session: Http2SessionManager;
+  readonly client: Client<S>;
+  readonly call: { headers: Record<string, string> };
+
+  constructor(address: string, service: S, token: string) {
+    const baseUrl = `http://${address}`;
+    this.#session = new Http2SessionManager(baseUrl);
+    this.client = createClient(service, createGrpcTransport({ baseUrl, sessionManager: this.#session }));
+    this.call = { headers: bearer(token) };
+  }
+
+  close(): void {
+    this.#session.abort();
+  }
+}
+
+export const opsSession = (address: string) => new Session(address, OpsService, TOKENS.ops);
+
+export interface AgentOptions {
+  tenants: string[];
+  engineKinds: string[];
+  version?: string;
+  tags?: Record<string, string>;
+  slots?: number;
+}
+
+/** An agent on a connection of its own. */
+export class OpsTestAgent {
+  readonly s: Session<typeof AgentService>;
+
+  constructor(
+    address: string,
+    readonly name: string,
+    readonly opts: AgentOptions,
+  ) {
+    this.s = new Session(address, AgentService, TOKENS.agent);
+  }
+
+  static async register(address: string, name: string, opts: AgentOptions): Promise<OpsTestAgent> {
+    const a = new OpsTestAgent(address, name, opts);
+    try {
+      await a.register();
+    } catch (err) {
+      a.close();
+      throw err;
+    }
+    return a;
+  }
+
+  register() {
+    const o = this.opts;
+    return this.s.client.register(
+      {
+        name: this.name,
+        agentVersion: o.version ?? "",
+        metadata: { tenants: o.tenants, engineKinds: o.engineKinds, tags: o.tags ?? {}, slots: o.slots ?? 4 },
+      },
+      this.s.call,
+    );
+  }
+
+  claimResponse(max = 10) {
+    return this.s.client.claim({ name: this.name, maxItems: max }, this.s.call);
+  }
+
+  async claim(max = 10): Promise<WorkItem[]> {
+    return (await this.claimResponse(max)).items;
+  }
+
+  async complete(items: readonly { id: string; leaseToken: string }[], result?: unknown): Promise<ItemOutcome[]> {
+    const res = await this.s.client.complete(
+      { name: this.name, items: items.map((i) => ({ workItemId: i.id, leaseToken: i.leaseToken, resultJson: result === undefined ? "" : JSON.stringify(result) })) },
+      this.s.call,
+    );
+    return res.outcomes;
+  }
+
+  /** Fails items; a retryable failure comes back due at once (retry delay zero). */
+  async fail(items: readonly { id: string; leaseToken: string }[], retryable: boolean, error = "boom"): Promise<ItemOutcome[]> {
+    const res = await this.s.client.fail(
+      { name: this.name, items: items.map((i) => ({ workItemId: i.id, leaseToken: i.leaseToken, error, retryable, retryDelay: durationFromMs(0) })) },
+      this.s.call,
+    );
+    return res.outcomes;
+  }
+
+  async extend(items: readonly { id: string; leaseToken: string }[]): Promise<ItemOutcome[]> {
+    const res = await this.s.client.extendLease({ name: this.name, leases: items.map((i) => ({ workItemId: i.id, leaseToken: i.leaseToken })) }, this.s.call);
+    return res.outcomes;
+  }
+
+  heartbeat() {
+    return this.s.client.heartbeat({ name: this.name }, this.s.call);
+  }
+
+  /** Opens a WatchDirectives stream and waits for its first message (the current status). */
+  async watch(): Promise<DirectiveWatch> {
+    const w = new DirectiveWatch(this.s, this.name);
+    await w.next();
+    return w;
+  }
+
+  close(): void {
+    this.s.close();
+  }
+}
+
+/**
+ * A WatchDirectives stream, read in the background. `next()` resolves with the next directive not yet
+ * taken; `until()` takes directives until one matches, failing with what arrived when the stream ends
+ * or a generous timeout (only a broken daemon hits it) passes.
+ */
+export class DirectiveWatch {
+  readonly received: Directive[] = [];
+  #taken = 0;
+  #ended: Error | undefined;
+  #wake: (() => void) | undefined;
+  readonly #abort = new AbortController();
+
+  constructor(s: Session<typeof AgentService>, name: string) {
+    void (async () => {
+      try {
+        for await (const m of s.client.watchDirectives({ name }, { ...s.call, signal: this.#abort.signal })) {
+          if (m.directive) this.received.push(m.directive);
+          this.#wake?.();
+        }
+        this.#ended = new Error("stream ended");
+      } catch (err) {
+        this.#ended = ConnectError.from(err);
+      }
+      this.#wake?.();
+    })();
+  }
+
+  async next(timeoutMs = 10_000): Promise<Directive> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const d = this.received[this.#taken];
+      if (d) {
+        this.#taken++;
+        return d;
+      }
+      if (this.#ended) throw this.#ended;
+      const left = deadline - Date.now();
+      if (left <= 0) throw new Error(`no directive within ${timeoutMs}ms; received: ${show(this.received)}`);
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, left);
+        this.#wake = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+      this.#wake = undefined;
+    }
+  }
+
+  /** Takes directives until one satisfies `match`; returns it. */
+  async until(match: (d: Directive) => boolean, timeoutMs = 10_000): Promise<Directive> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const d = await this.next(Math.max(1, deadline - Date.now()));
+      if (match(d)) return d;
+    }
+  }
+
+  close(): void {
+    this.#abort.abort();
+  }
+}
+
+export type ItemInit = MessageInitShape<typeof EnqueueItemSchema>;
+
+/** A producer (role engine) on a connection of its own. */
+export class OpsProducer {
+  readonly s: Session<typeof QueueService>;
+
+  constructor(address: string, token: string = TOKENS.engine) {
+    this.s = new Session(address, QueueService, token);
+  }
+
+  async enqueue(tenant: string, items: readonly ItemInit[]): Promise<string[]> {
+    const res = await this.s.client.enqueue({ tenantKey: tenant, items: [...items] }, this.s.call);
+    return res.results.map((r) => r.id);
+  }
+
+  /** `n` items of one kind. */
+  many(tenant: string, kind: string, n: number, extra: { maxRetries?: number; priority?: number; runId?: string } = {}): Promise<string[]> {
+    return this.enqueue(
+      tenant,
+      Array.from({ length: n }, (_, i) => ({ engineKind: kind, payloadJson: JSON.stringify({ n: i }), ...extra })),
+    );
+  }
+
+  close(): void {
+    this.s.close();
+  }
+}
+
+/** JSON for messages in failure text (int64 fields are bigint). */
+export const show = (x: unknown) => JSON.stringify(x, (_, v: unknown) => (typeof v === "bigint" ? String(v) : v));
+
+/** The gRPC code a call failed with (or "ok"), for asserting refusals. */
+export async function codeOf(p: Promise<unknown>): Promise<number | "ok"> {
+  try {
+    await p;
+    return "ok";
+  } catch (err) {
+    return ConnectError.from(err).code;
+  }
+}
+
+/** The refusal a call failed with; fails the test when it succeeded. */
+export async function refusal(p: Promise<unknown>): Promise<ConnectError> {
+  try {
+    await p;
+  } catch (err) {
+    return ConnectError.from(err);
+  }
+  throw new Error("expected the call to be refused, but it succeeded");
+}
+
+/** Ids sorted, for order-free comparison. */
+export const sorted = (ids: Iterable<string>) => [...ids].sort();
