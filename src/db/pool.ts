@@ -39,10 +39,15 @@ export async function openPool(opts: PoolOptions): Promise<DatabasePool> {
   });
 }
 
+/**
+ * Names the connections (pg_stat_activity shows which daemon part a query is from) and turns JIT off:
+ * its compile time dwarfs the short statements a queue runs.
+ */
 function withApplicationName(url: string, name: string): string {
   try {
     const u = new URL(url);
     if (!u.searchParams.has("application_name")) u.searchParams.set("application_name", name);
+    if (!u.searchParams.has("options")) u.searchParams.set("options", "-c jit=off");
     return u.toString();
   } catch {
     return url;

@@ -40,6 +40,8 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     connect: true,
     shutdownSignal: hardStop.signal,
     readMaxBytes: opts.readMaxBytes ?? 8 * 1024 * 1024,
+    // Agents and daemons sit on fast networks: gzip costs more CPU than it saves below this size.
+    compressMinBytes: 64 * 1024,
   });
   const server = http2.createServer({}, handler);
   const sessions = new Set<http2.ServerHttp2Session>();

@@ -5,7 +5,7 @@
  */
 import { durationMs } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
-import { ulid } from "ulid";
+import { newId } from "../util/ids.js";
 import { invalidArgument } from "../domain/errors.js";
 import type { AgentService } from "../gen/aiflow/cluster/v1/agent_pb.js";
 import type { KnownAgent } from "./directives.js";
@@ -57,7 +57,7 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
             nowMs: now,
             leaseTtlMs: config.leaseTtl,
             affinity: { policy: config.affinityPolicy === "hold" ? "hold" : "rebind", graceMs: config.affinityGrace },
-            bindingIds: Array.from({ length: max }, () => ulid(now)),
+            bindingIds: Array.from({ length: max }, () => newId(now)),
           });
           const remaining = deadline - Date.now();
           if (rows.length > 0 || remaining <= 0 || ctx.signal.aborted || d.draining.aborted)

@@ -121,9 +121,15 @@ export class DirectiveHub {
     const { agent, directives } = env;
     const list = this.#pending.get(agent) ?? [];
     for (const directive of directives) {
-      if (directive.kind === "status") {
-        const prev = this.#known.get(agent);
-        this.#known.set(agent, { status: directive.status, drain: directive.status === "draining" ? (prev?.drain ?? null) : null });
+      // Only agents this daemon already knows are updated: a removed agent must not be re-added
+      // by its own farewell directive (its next heartbeat reads the database and finds it gone).
+      const prev = this.#known.get(agent);
+      if (directive.kind === "status" && prev) {
+        const drain: DrainState | null =
+          directive.status !== "draining"
+            ? null
+            : { ...(prev.drain ?? { startedAt: this.clock.nowMs(), inFlightAtStart: 0, by: "" }), reason: directive.reason, deadline: directive.drainDeadline };
+        this.#known.set(agent, { status: directive.status, drain });
       }
       list.push({ at: this.clock.nowMs(), directive });
       for (const fn of this.#subscribers.get(agent) ?? []) fn(directive);

@@ -11,6 +11,7 @@ import { AuditLog } from "../audit.js";
 import type { Clock } from "../clock.js";
 import type { Config } from "../config.js";
 import { PgListener } from "../db/notify.js";
+import { PreparedQueries } from "../db/prepared.js";
 import type { Tables } from "../db/tables.js";
 import { AgentService, file_aiflow_cluster_v1_agent } from "../gen/aiflow/cluster/v1/agent_pb.js";
 import { file_aiflow_cluster_v1_ops, OpsService } from "../gen/aiflow/cluster/v1/ops_pb.js";
@@ -88,7 +89,8 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
   const heartbeats = new HeartbeatBuffer(agents, hub, audit, clock, log);
   heartbeats.start(config.heartbeatFlush);
 
-  const workItems = new WorkItemStore(pool, tables, { baseMs: config.backoffBase, capMs: config.backoffCap, jitter: config.backoffJitter === "full" });
+  const hot = new PreparedQueries(deps.databaseUrl, config.dbPoolSize);
+  const workItems = new WorkItemStore(pool, tables, { baseMs: config.backoffBase, capMs: config.backoffCap, jitter: config.backoffJitter === "full" }, hot);
   const work = new Beacon(pool, tables.channel("work"), config.instanceId, config.notifyWindow, log);
   const done = new Beacon(pool, tables.channel("done"), config.instanceId, config.notifyWindow, log);
   await work.start(listener);
@@ -158,6 +160,7 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
       done,
       { stop: () => engines.markStopped(config.instanceId, clock.nowMs()) },
       listener,
+      { stop: () => hot.end() },
     ],
     maintenance: { runOnce: () => maintenance.runOnce(), flushHeartbeats: () => heartbeats.flush() },
     onShutdown: () => health.shutdown(),

@@ -7,6 +7,7 @@ import type { Config } from "../config.js";
 import type { Logger } from "../log.js";
 import type { Requeued, WorkItemStore } from "../store/work-items.js";
 import type { Beacon } from "./beacon.js";
+import { EnqueueBatcher } from "./enqueue-batcher.js";
 import type { DirectiveHub, DirectiveMessage } from "./directives.js";
 import type { MaintenanceTask } from "./maintenance.js";
 
@@ -14,6 +15,9 @@ import type { MaintenanceTask } from "./maintenance.js";
 export const workKey = (tenant: string, kind: string) => `${tenant}\u0000${kind}`;
 
 export class QueueCore {
+  /** Enqueue calls share insert statements (group commit). */
+  readonly enqueuer: EnqueueBatcher;
+
   constructor(
     readonly store: WorkItemStore,
     readonly hub: DirectiveHub,
@@ -24,7 +28,9 @@ export class QueueCore {
     readonly clock: Clock,
     readonly config: Config,
     readonly log: Logger,
-  ) {}
+  ) {
+    this.enqueuer = new EnqueueBatcher(store);
+  }
 
   /** Tells each former holder to stop the items taken from it. */
   async revoke(rows: readonly Requeued[], reason: string): Promise<void> {

@@ -6,7 +6,7 @@ import type { ServiceImpl } from "@connectrpc/connect";
 import { invalidArgument, notFound, resourceExhausted } from "../domain/errors.js";
 import type { EnqueueItem, ListItemsRequest, QueueService } from "../gen/aiflow/cluster/v1/queue_pb.js";
 import { assertTenant, callerOf } from "../server/auth.js";
-import type { ItemStatus, NewItem, WorkItemStore } from "../store/work-items.js";
+import { WorkItemStore, type ItemStatus, type NewItem } from "../store/work-items.js";
 import { jsonOrNull } from "./agent-work.js";
 import { workKey, type QueueCore } from "./queue-core.js";
 import { identifier, inRange, optionalText, withinBytes } from "./validate.js";
@@ -43,7 +43,7 @@ export function queueServiceImpl(core: QueueCore, draining: AbortSignal): Servic
         if (missing.length > 0) throw invalidArgument("parent_work_item_id", `no item '${missing[0]}' in tenant '${tenant}'`);
       }
       const engineId = optionalText(req.engineId, "engine_id", 256) ?? caller.principal;
-      const results = await store.enqueue(tenant, engineId, items, now, caller.principal);
+      const results = await core.enqueuer.submit(WorkItemStore.rows(tenant, engineId, items, now, caller.principal));
       core.work.ring([...new Set(items.map((i) => workKey(tenant, i.engineKind)))]);
       return { results };
     },

@@ -11,8 +11,9 @@
  * Times: createdon/updatedon are timestamptz from the caller's clock; the engine-written times are
  * bigint epoch nanoseconds from the same clock. Nothing here calls now().
  */
-import { sql, type CommonQueryMethods, type FragmentSqlToken } from "slonik";
-import { monotonicFactory } from "ulid";
+import { sql, type CommonQueryMethods, type FragmentSqlToken, type QuerySqlToken } from "slonik";
+import type { PreparedQueries } from "../db/prepared.js";
+import { newId as itemId } from "../util/ids.js";
 import { z } from "zod";
 import { withDbErrors } from "../db/errors.js";
 import type { Tables } from "../db/tables.js";
@@ -68,6 +69,16 @@ export interface NewItem {
   affinityKey: string | null;
 }
 
+/** One item to insert, with the call it came from. */
+export interface EnqueueRow {
+  id: string;
+  tenant: string;
+  engineId: string;
+  by: string;
+  nowMs: number;
+  item: NewItem;
+}
+
 export interface Backoff {
   baseMs: number;
   capMs: number;
@@ -87,12 +98,6 @@ const requeuedRow = z.object({ id: z.string(), status: z.enum(ITEM_STATUSES), ag
 const idRow = z.object({ id: z.string() });
 const ts = (ms: number) => sql.timestamp(new Date(ms));
 const ms2ns = (ms: number) => BigInt(Math.round(ms)) * 1_000_000n;
-/**
- * Item ids ascend in the order this process creates them, also within one millisecond (a plain ulid()
- * is random there): items of equal priority and createdon are dispatched by id, so this is what makes
- * a priority first-in-first-out.
- */
-const itemId = monotonicFactory();
 
 export interface ClaimInput {
   agent: string;
@@ -124,54 +129,73 @@ export class WorkItemStore {
     private readonly db: CommonQueryMethods,
     private readonly t: Tables,
     private readonly backoff: Backoff,
+    /** Named prepared statements for the hot path; without it, everything runs through slonik. */
+    private readonly hot?: PreparedQueries,
   ) {}
 
+  /** Runs a hot-path statement as a prepared statement when a PreparedQueries is given. */
+  #hot<T extends z.ZodTypeAny>(token: QuerySqlToken<T>): Promise<readonly z.infer<T>[]> {
+    return this.hot ? this.hot.any(token) : withDbErrors(() => this.db.any(token));
+  }
+
+  #hotIds(token: QuerySqlToken<typeof idRow>): Promise<readonly string[]> {
+    return this.#hot(token).then((rows) => rows.map((r) => r.id));
+  }
+
   /**
-   * Inserts a batch in one statement. Items whose (tenant, idempotency key) already exists are
-   * skipped by the unique index; a second statement (a fresh snapshot, so it sees rows another
-   * daemon committed meanwhile) reads their ids. Returns one id per input, in order.
+   * Inserts rows (of one or many Enqueue calls) in one statement. Rows whose (tenant, idempotency
+   * key) already exists are skipped by the unique index; a second statement (a fresh snapshot, so it
+   * sees rows another daemon committed meanwhile) reads their ids. Returns one id per row, in order.
    */
-  async enqueue(tenant: string, engineId: string, items: readonly NewItem[], nowMs: number, by: string): Promise<{ id: string; existing: boolean }[]> {
+  async enqueueRows(rows: readonly EnqueueRow[]): Promise<{ id: string; existing: boolean }[]> {
     const w = this.t.id("work_item");
-    const ids = items.map(() => itemId(nowMs));
-    const col = <T>(f: (i: NewItem) => T) => items.map(f);
-    const inserted = await withDbErrors(() =>
-      this.db.anyFirst(sql.type(z.object({ id: z.string() }))`
+    const col = <T>(f: (r: EnqueueRow) => T) => rows.map(f);
+    const inserted = await this.#hotIds(sql.type(idRow)`
         INSERT INTO ${w} (id, tenant_key, engine_id, engine_kind, parent_work_item_id, run_id, task_id, task_name, worker_params, payload,
                           status, priority, next_attempt_at, retry_count, max_retries, idempotency_key, affinity_key, createdby, createdon, updatedby, updatedon)
-        SELECT v.id, ${tenant}, ${engineId}, v.engine_kind, v.parent, v.run_id, v.task_id, v.task_name, v.worker_params, v.payload,
-               'pending', v.priority, v.next_attempt_at, 0, v.max_retries, v.idem, v.affinity, ${by}, ${ts(nowMs)}, ${by}, ${ts(nowMs)}
-          FROM unnest(${sql.array(ids, "text")}, ${sql.array(col((i) => i.engineKind), "text")}, ${sql.array(col((i) => i.parentId), "text")},
-                      ${sql.array(col((i) => i.runId), "text")}, ${sql.array(col((i) => i.taskId), "text")}, ${sql.array(col((i) => i.taskName), "text")},
-                      ${sql.array(col((i) => (i.workerParams ? JSON.stringify(i.workerParams) : null)), "jsonb")}, ${sql.array(col((i) => i.payloadJson), "jsonb")},
-                      ${sql.array(col((i) => i.priority), "int4")}, ${sql.array(col((i) => String(i.notBeforeNs)), "int8")},
-                      ${sql.array(col((i) => i.maxRetries), "int4")}, ${sql.array(col((i) => i.idempotencyKey), "text")},
-                      ${sql.array(col((i) => i.affinityKey), "text")})
-               WITH ORDINALITY AS v(id, engine_kind, parent, run_id, task_id, task_name, worker_params, payload, priority, next_attempt_at, max_retries, idem, affinity, ord)
-         -- Rows go in in idempotency-key order: two batches sharing keys (on any daemons) then wait on
-         -- each other's keys in one order, never in a cycle (a deadlock). Dispatch order is by
-         -- (priority, createdon, id), and ids ascend in request order, so this order is free.
-         ORDER BY v.idem COLLATE "C" NULLS LAST, v.ord
+        SELECT v.id, v.tenant, v.engine_id, v.engine_kind, v.parent, v.run_id, v.task_id, v.task_name, v.worker_params, v.payload,
+               'pending', v.priority, v.next_attempt_at, 0, v.max_retries, v.idem, v.affinity, v.by, v.at, v.by, v.at
+          FROM unnest(${sql.array(col((r) => r.id), "text")}, ${sql.array(col((r) => r.tenant), "text")}, ${sql.array(col((r) => r.engineId), "text")},
+                      ${sql.array(col((r) => r.by), "text")}, ${sql.array(col((r) => new Date(r.nowMs).toISOString()), "timestamptz")},
+                      ${sql.array(col((r) => r.item.engineKind), "text")}, ${sql.array(col((r) => r.item.parentId), "text")},
+                      ${sql.array(col((r) => r.item.runId), "text")}, ${sql.array(col((r) => r.item.taskId), "text")}, ${sql.array(col((r) => r.item.taskName), "text")},
+                      ${sql.array(col((r) => (r.item.workerParams ? JSON.stringify(r.item.workerParams) : null)), "jsonb")}, ${sql.array(col((r) => r.item.payloadJson), "jsonb")},
+                      ${sql.array(col((r) => r.item.priority), "int4")}, ${sql.array(col((r) => String(r.item.notBeforeNs)), "int8")},
+                      ${sql.array(col((r) => r.item.maxRetries), "int4")}, ${sql.array(col((r) => r.item.idempotencyKey), "text")},
+                      ${sql.array(col((r) => r.item.affinityKey), "text")})
+               WITH ORDINALITY AS v(id, tenant, engine_id, by, at, engine_kind, parent, run_id, task_id, task_name, worker_params, payload,
+                                    priority, next_attempt_at, max_retries, idem, affinity, ord)
+         -- Rows go in in (tenant, idempotency key) order: two batches sharing keys (on any daemons)
+         -- then wait on each other's keys in one order, never in a cycle (a deadlock). Dispatch order
+         -- is by (priority, createdon, id), and ids ascend in arrival order, so this order is free.
+         ORDER BY v.tenant COLLATE "C", v.idem COLLATE "C" NULLS LAST, v.ord
         ON CONFLICT (tenant_key, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-        RETURNING id`),
-    );
+        RETURNING id`);
     const fresh = new Set(inserted);
-    const missingKeys = items.filter((it, i) => !fresh.has(ids[i]!) && it.idempotencyKey !== null).map((it) => it.idempotencyKey!);
+    const missing = rows.filter((r) => !fresh.has(r.id) && r.item.idempotencyKey !== null);
     const existing = new Map<string, string>();
-    if (missingKeys.length > 0) {
-      const rows = await withDbErrors(() =>
-        this.db.any(sql.type(z.object({ id: z.string(), idempotency_key: z.string() }))`
-          SELECT id, idempotency_key FROM ${w} WHERE tenant_key = ${tenant} AND idempotency_key = ANY(${sql.array(missingKeys, "text")})`),
+    if (missing.length > 0) {
+      const found = await withDbErrors(() =>
+        this.db.any(sql.type(z.object({ id: z.string(), tenant_key: z.string(), idempotency_key: z.string() }))`
+          SELECT w.id, w.tenant_key, w.idempotency_key FROM ${w} w
+            JOIN unnest(${sql.array(missing.map((r) => r.tenant), "text")}, ${sql.array(missing.map((r) => r.item.idempotencyKey!), "text")}) AS k(tenant, idem)
+              ON w.tenant_key = k.tenant AND w.idempotency_key = k.idem`),
       );
-      for (const r of rows) existing.set(r.idempotency_key, r.id);
+      for (const f of found) existing.set(`${f.tenant_key}\u0000${f.idempotency_key}`, f.id);
     }
-    return items.map((it, i) => {
-      if (fresh.has(ids[i]!)) return { id: ids[i]!, existing: false };
-      const id = it.idempotencyKey !== null ? existing.get(it.idempotencyKey) : undefined;
-      if (!id) throw new Error(`enqueue: item ${i} was neither inserted nor found by its idempotency key`);
+    return rows.map((r, i) => {
+      if (fresh.has(r.id)) return { id: r.id, existing: false };
+      const id = r.item.idempotencyKey !== null ? existing.get(`${r.tenant}\u0000${r.item.idempotencyKey}`) : undefined;
+      if (!id) throw new Error(`enqueue: row ${i} was neither inserted nor found by its idempotency key`);
       return { id, existing: true };
     });
   }
+
+  /** Rows for enqueueRows from one call's items; ids are made now, so they ascend in arrival order. */
+  static rows(tenant: string, engineId: string, items: readonly NewItem[], nowMs: number, by: string): EnqueueRow[] {
+    return items.map((item) => ({ id: itemId(nowMs), tenant, engineId, by, nowMs, item }));
+  }
+
 
   /**
    * The claim: one atomic statement. Only an ACTIVE agent claims; it takes pending items of the
@@ -204,20 +228,21 @@ export class WorkItemStore {
     const nowNs = ms2ns(c.nowMs);
     const rebind = c.affinity.policy === "rebind";
     const graceEdge = ts(c.nowMs - c.affinity.graceMs);
-    return withDbErrors(() =>
-      this.db.any(sql.type(workItemRow)`
+    return this.#hot(sql.type(workItemRow)`
         WITH agent AS MATERIALIZED (
           SELECT ARRAY(SELECT jsonb_array_elements_text(metadata -> 'tenants')) AS tenants,
                  ARRAY(SELECT jsonb_array_elements_text(metadata -> 'engineKinds')) AS kinds,
                  COALESCE(metadata -> 'tags', '{}'::jsonb) AS tags
             FROM ${a} WHERE name = ${c.agent} AND status = 'active' AND deletedon IS NULL
         ), picked AS (
-          -- A single-table scan in the pending index's order, so LIMIT stops it early; the agent's
+          -- A single-table scan in the claim index's order, so LIMIT stops it early; the agent's
           -- lists are computed once (InitPlans) and an agent that may not claim scans nothing.
+          -- "+ 0" keeps the planner off the due index: when most pending items wait on a backoff,
+          -- it would otherwise fetch every due row and sort them all.
           SELECT w.id, w.affinity_key FROM ${w} w
            WHERE EXISTS (SELECT 1 FROM agent)
              AND w.status = 'pending'
-             AND w.next_attempt_at <= ${nowNs}
+             AND w.next_attempt_at + 0 <= ${nowNs}
              AND w.tenant_key = ANY((SELECT tenants FROM agent)::text[])
              AND w.engine_kind = ANY((SELECT kinds FROM agent)::text[])
              AND (w.worker_params -> 'selector' IS NULL OR (SELECT tags FROM agent) @> (w.worker_params -> 'selector'))
@@ -228,7 +253,7 @@ export class WorkItemStore {
                                AND NOT EXISTS (SELECT 1 FROM ${a} ba WHERE ba.name = bb.agent_id AND ba.status = 'active' AND ba.deletedon IS NULL)
                                AND NOT EXISTS (SELECT 1 FROM ${w} wd WHERE wd.affinity_key = w.affinity_key AND wd.status = 'dispatched'))))
            ORDER BY w.priority, w.createdon, w.id
-           LIMIT ${c.max}
+           LIMIT ${sql.literalValue(String(Math.trunc(c.max)))}
            FOR UPDATE OF w SKIP LOCKED
         ), keys AS (
           -- v: the binding row's version in this statement's snapshot (NULL when the key is unbound).
@@ -259,8 +284,7 @@ export class WorkItemStore {
            AND (picked.affinity_key IS NULL
                 OR picked.affinity_key IN (SELECT affinity_key FROM pinned)
                 OR picked.affinity_key IN (SELECT affinity_key FROM held))
-        RETURNING w.*`),
-    );
+        RETURNING w.*`);
   }
 
   /**
@@ -297,27 +321,23 @@ export class WorkItemStore {
   /** Extends the leases the agent still holds; returns their ids. */
   extend(agent: string, leases: readonly { id: string; token: string }[], nowMs: number, ttlMs: number): Promise<readonly string[]> {
     const w = this.t.id("work_item");
-    return withDbErrors(() =>
-      this.db.anyFirst(sql.type(idRow)`
+    return this.#hotIds(sql.type(idRow)`
         UPDATE ${w} w SET lease_expires_at = ${ms2ns(nowMs + ttlMs)}, updatedby = ${agent}, updatedon = ${ts(nowMs)}
           FROM unnest(${sql.array(leases.map((l) => l.id), "text")}, ${sql.array(leases.map((l) => l.token), "text")}) AS v(id, token)
          WHERE w.id = v.id AND w.lease_token = v.token AND w.status = 'dispatched' AND w.agent_id = ${agent}
-        RETURNING w.id`),
-    );
+        RETURNING w.id`);
   }
 
   /** Completes fenced items; returns the ids that matched (the rest had lost their lease). */
   complete(agent: string, items: readonly { id: string; token: string; resultJson: string | null }[], nowMs: number): Promise<readonly string[]> {
     const w = this.t.id("work_item");
-    return withDbErrors(() =>
-      this.db.anyFirst(sql.type(idRow)`
+    return this.#hotIds(sql.type(idRow)`
         UPDATE ${w} w SET status = 'completed', completed_at = ${ms2ns(nowMs)}, result = v.result, lease_expires_at = NULL, lease_token = NULL,
                           updatedby = ${agent}, updatedon = ${ts(nowMs)}
           FROM unnest(${sql.array(items.map((i) => i.id), "text")}, ${sql.array(items.map((i) => i.token), "text")},
                       ${sql.array(items.map((i) => i.resultJson), "jsonb")}) AS v(id, token, result)
          WHERE w.id = v.id AND w.lease_token = v.token AND w.status = 'dispatched' AND w.agent_id = ${agent}
-        RETURNING w.id`),
-    );
+        RETURNING w.id`);
   }
 
   /**
@@ -332,8 +352,7 @@ export class WorkItemStore {
   ): Promise<readonly Requeued[]> {
     const w = this.t.id("work_item");
     const retry = sql.fragment`(v.retryable AND w.retry_count < w.max_retries)`;
-    return withDbErrors(() =>
-      this.db.any(sql.type(requeuedRow)`
+    return this.#hot(sql.type(requeuedRow)`
         UPDATE ${w} w SET
                status = CASE WHEN ${retry} THEN 'pending' ELSE 'failed' END,
                retry_count = CASE WHEN ${retry} THEN w.retry_count + 1 ELSE w.retry_count END,
@@ -345,21 +364,18 @@ export class WorkItemStore {
                       ${sql.array(items.map((i) => i.retryable), "bool")}, ${sql.array(items.map((i) => (i.delayMs === null ? null : String(ms2ns(i.delayMs)))), "int8")})
                AS v(id, token, error, retryable, delay_ns)
          WHERE w.id = v.id AND w.lease_token = v.token AND w.status = 'dispatched' AND w.agent_id = ${agent}
-        RETURNING w.id, w.status, ${agent}::text AS agent, v.token`),
-    );
+        RETURNING w.id, w.status, ${agent}::text AS agent, v.token`);
   }
 
   /** Gives fenced items back without spending an attempt. */
   release(agent: string, leases: readonly { id: string; token: string }[], nowMs: number): Promise<readonly string[]> {
     const w = this.t.id("work_item");
-    return withDbErrors(() =>
-      this.db.anyFirst(sql.type(idRow)`
+    return this.#hotIds(sql.type(idRow)`
         UPDATE ${w} w SET status = 'pending', agent_id = NULL, lease_expires_at = NULL, lease_token = NULL, dispatched_at = NULL,
                           next_attempt_at = ${ms2ns(nowMs)}, updatedby = ${agent}, updatedon = ${ts(nowMs)}
           FROM unnest(${sql.array(leases.map((l) => l.id), "text")}, ${sql.array(leases.map((l) => l.token), "text")}) AS v(id, token)
          WHERE w.id = v.id AND w.lease_token = v.token AND w.status = 'dispatched' AND w.agent_id = ${agent}
-        RETURNING w.id`),
-    );
+        RETURNING w.id`);
   }
 
   /** The expiry sweep: dispatched items whose lease ran out go back (an attempt spent) or fail. */
