@@ -82,14 +82,24 @@ export async function startBaselineWorkers(url: string, workers: number, onItem:
   };
 }
 
-/** Inserts n items in batches (the drain test's backlog). */
+/** Inserts n items in batches (the drain test's backlog), held until releaseBaseline. */
 export async function fillBaseline(url: string, n: number): Promise<void> {
   const c = new pg.Client({ connectionString: url });
   await c.connect();
   for (let i = 0; i < n; i += 5000) {
     const k = Math.min(5000, n - i);
-    await c.query(`INSERT INTO ${TABLE} (payload) SELECT '{}'::jsonb FROM generate_series(1, $1)`, [k]);
+    await c.query(`INSERT INTO ${TABLE} (status, payload) SELECT 'held', '{}'::jsonb FROM generate_series(1, $1)`, [k]);
   }
+  await c.query(`ANALYZE ${TABLE}`);
+  await c.end();
+}
+
+/** Makes the held backlog claimable at once and wakes the workers. */
+export async function releaseBaseline(url: string): Promise<void> {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  await c.query(`UPDATE ${TABLE} SET status = 'pending' WHERE status = 'held'`);
+  await c.query(`SELECT pg_notify('${CHANNEL}', '')`);
   await c.end();
 }
 

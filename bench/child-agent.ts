@@ -3,6 +3,7 @@
  * sentAt (and measure:true) record the dispatch latency: from the producer issuing Enqueue to this
  * handler starting. Prints {"ready":true}; on SIGTERM stops the agent and prints its figures.
  */
+import type { Interceptor } from "@connectrpc/connect";
 import { pino } from "pino";
 import { createAgent } from "../agent-sdk/src/index.js";
 import { nowMs } from "./clock.js";
@@ -10,6 +11,17 @@ import { nowMs } from "./clock.js";
 const [address, token, name, slotsRaw, tenant, kind] = process.argv.slice(2);
 const latencies: number[] = [];
 let handled = 0;
+/** Per-RPC call counts, total milliseconds and items, so a slow drain shows where its time went. */
+const rpcs: Record<string, { calls: number; ms: number; items: number }> = {};
+const timing: Interceptor = (next) => async (req) => {
+  const started = nowMs();
+  const res = await next(req);
+  const r = (rpcs[req.method.localName] ??= { calls: 0, ms: 0, items: 0 });
+  r.calls++;
+  r.ms += nowMs() - started;
+  if (!res.stream) r.items += ((res.message as { items?: unknown[]; outcomes?: unknown[] }).items ?? (res.message as { outcomes?: unknown[] }).outcomes ?? []).length;
+  return res;
+};
 const agent = createAgent({
   address: address!,
   token,
@@ -18,6 +30,7 @@ const agent = createAgent({
   engineKinds: [kind!],
   slots: Number(slotsRaw),
   logger: pino({ level: "warn" }),
+  interceptors: [timing],
   handlers: {
     [kind!]: async (item) => {
       const started = nowMs();
@@ -29,9 +42,9 @@ const agent = createAgent({
   },
 });
 await agent.start();
-console.log(JSON.stringify({ ready: true }));
 process.once("SIGTERM", async () => {
   await agent.stop();
-  console.log(JSON.stringify({ handled, latencies }));
+  console.log(JSON.stringify({ handled, latencies, rpcs }));
   process.exit(0);
 });
+console.log(JSON.stringify({ ready: true }));

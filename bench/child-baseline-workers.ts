@@ -9,9 +9,9 @@ const pool = await startBaselineWorkers(url, workers, (payload) => {
   handled++;
   if (payload?.sentAt !== undefined && (payload as { measure?: boolean }).measure !== false) latencies.push(nowMs() - payload.sentAt);
 });
-console.log(JSON.stringify({ ready: true }));
 process.once("SIGTERM", async () => {
   await pool.stop();
   console.log(JSON.stringify({ handled, latencies }));
   process.exit(0);
 });
+console.log(JSON.stringify({ ready: true }));

@@ -20,10 +20,11 @@ const payload = () => JSON.stringify({ sentAt: nowMs(), measure: nowMs() - start
 let send: () => Promise<unknown>;
 let close = async () => {};
 if (mode === "baseline") {
-  const c = new pg.Client({ connectionString: target });
-  await c.connect();
-  send = () => c.query(`WITH i AS (INSERT INTO public.aiflow_bench_baseline (payload) VALUES ($1) RETURNING id) SELECT pg_notify('aiflow_bench_baseline', '')`, [payload()]);
-  close = () => c.end();
+  // A pool, so that inserts are not queued behind each other on one connection (which would count
+  // client-side queueing as dispatch latency); the daemon side gets the same from HTTP/2 streams.
+  const pool = new pg.Pool({ connectionString: target, max: 16 });
+  send = () => pool.query(`WITH i AS (INSERT INTO public.aiflow_bench_baseline (payload) VALUES ($1) RETURNING id) SELECT pg_notify('aiflow_bench_baseline', '')`, [payload()]);
+  close = () => pool.end();
 } else {
   const client = createClient(QueueService, createGrpcTransport({ baseUrl: `http://${target}` }));
   const headers = { authorization: `Bearer ${token}` };

@@ -37,7 +37,9 @@ export interface Child {
 
 export function startChild(script: string, args: readonly string[], opts: { env?: NodeJS.ProcessEnv; ready: (line: string) => boolean; stderr?: "inherit" | "ignore" }): Child {
   hookExit();
-  const proc = spawn(process.execPath, ["--import", "tsx", script, ...args], {
+  // BENCH_CPU_PROF=DIR writes a V8 CPU profile of every child (daemon, agents, producer) into DIR.
+  const prof = process.env.BENCH_CPU_PROF ? ["--cpu-prof", `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] : [];
+  const proc = spawn(process.execPath, [...prof, "--import", "tsx", script, ...args], {
     env: { ...process.env, ...opts.env },
     stdio: ["ignore", "pipe", opts.stderr ?? "inherit", "ipc"],
   });

@@ -6,7 +6,7 @@
 import { parseDuration } from "../src/config.js";
 import { dropBaseline } from "./baseline.js";
 import { openDatabase, startDaemonProc, type DaemonProc } from "./env.js";
-import { drainBaseline, drainOurs, enqueueRate, heartbeatCost, latencyBaseline, latencyOurs, startAgents, type Options } from "./sections.js";
+import { drainBaseline, drainOurs, enqueueRate, heartbeatCost, latencyBaseline, latencyOurs, rpcFigures, startAgents, stopAgents, type Options } from "./sections.js";
 import { ratio } from "./stats.js";
 
 const HELP = `npm run bench -- [options]
@@ -75,8 +75,9 @@ try {
   if (only.has("drain")) {
     progress(`draining with ${o.agents} agents × ${o.slots} slots`);
     const ours = await drainOurs(db, daemons, o);
-    agents = ours.agents;
-    emit("drain", ours.figures);
+    // The drain's agents report their RPC figures when stopped; the latency run starts its own.
+    const { rpcs } = await stopAgents(ours.agents);
+    emit("drain", { ...ours.figures, ...rpcFigures(rpcs) });
     progress(`baseline drain with ${o.baselineWorkers} raw SQL workers`);
     const base = await drainBaseline(db, o);
     emit("drain_baseline", base);

@@ -2,7 +2,7 @@
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { QueueService } from "../src/gen/aiflow/cluster/v1/queue_pb.js";
-import { baselineDrainSpan, fillBaseline, resetBaseline, waitBaselineDone } from "./baseline.js";
+import { baselineDrainSpan, fillBaseline, releaseBaseline, resetBaseline, waitBaselineDone } from "./baseline.js";
 import { nowMs } from "./clock.js";
 import { committedTransactions, KIND, sql, TENANT, TOKENS, type Database, type DaemonProc } from "./env.js";
 import { sampleProc, startChild, watchProc, type Child } from "./proc.js";
@@ -56,15 +56,17 @@ export async function startAgents(daemons: DaemonProc[], count: number, slots: n
 }
 
 /** Stops agent children and gathers what they measured. */
-export async function stopAgents(agents: Child[]): Promise<{ handled: number; latencies: number[] }> {
+type Rpcs = Record<string, { calls: number; ms: number; items: number }>;
+
+export async function stopAgents(agents: Child[]): Promise<{ handled: number; latencies: number[]; rpcs: Rpcs }> {
   const results = await Promise.all(
     agents.map(
       (a) =>
-        new Promise<{ handled: number; latencies: number[] }>((resolve) => {
+        new Promise<{ handled: number; latencies: number[]; rpcs?: Rpcs }>((resolve) => {
           a.onLine((line) => {
             try {
-              const r = JSON.parse(line) as { handled?: number; latencies?: number[] };
-              if (r.latencies) resolve({ handled: r.handled ?? 0, latencies: r.latencies });
+              const r = JSON.parse(line) as { handled?: number; latencies?: number[]; rpcs?: Rpcs };
+              if (r.latencies) resolve({ handled: r.handled ?? 0, latencies: r.latencies, rpcs: r.rpcs });
             } catch {
               // a log line
             }
@@ -74,7 +76,15 @@ export async function stopAgents(agents: Child[]): Promise<{ handled: number; la
         }),
     ),
   );
-  return { handled: results.reduce((n, r) => n + r.handled, 0), latencies: results.flatMap((r) => r.latencies) };
+  const rpcs: Rpcs = {};
+  for (const r of results)
+    for (const [m, v] of Object.entries(r.rpcs ?? {})) {
+      const t = (rpcs[m] ??= { calls: 0, ms: 0, items: 0 });
+      t.calls += v.calls;
+      t.ms += v.ms;
+      t.items += v.items;
+    }
+  return { handled: results.reduce((n, r) => n + r.handled, 0), latencies: results.flatMap((r) => r.latencies), rpcs };
 }
 
 async function waitForCompleted(db: Database, n: number, timeoutMs: number): Promise<void> {
@@ -87,10 +97,17 @@ async function waitForCompleted(db: Database, n: number, timeoutMs: number): Pro
   }
 }
 
-/** Agents (separate SDK processes) drain the backlog; first claim to last completion in the database. */
+/**
+ * Agents (separate SDK processes) drain the backlog; first claim to last completion in the database.
+ * The backlog is held (not yet due) while the agent processes boot and register, then made due in one
+ * statement: otherwise the first agent up would drain while the others are still loading.
+ */
 export async function drainOurs(db: Database, daemons: DaemonProc[], o: Options): Promise<{ figures: Figures; agents: Child[] }> {
-  const watches = daemons.map((d) => watchProc(d.child.pid));
+  await sql(db.url, `UPDATE ${workTable(db)} SET next_attempt_at = 9223372036854775807 WHERE status = 'pending'`);
+  await sql(db.url, `ANALYZE ${workTable(db)}`);
   const agents = await startAgents(daemons, o.agents, o.slots, "drain");
+  const watches = daemons.map((d) => watchProc(d.child.pid));
+  await sql(db.url, `UPDATE ${workTable(db)} SET next_attempt_at = (extract(epoch from clock_timestamp()) * 1e9)::bigint WHERE status = 'pending'`);
   await waitForCompleted(db, o.items, 600_000);
   const usage = watches.map((w) => w.stop());
   const [row] = await sql<{ n: string; span: string }>(
@@ -120,6 +137,7 @@ export async function drainBaseline(db: Database, o: Options): Promise<Figures> 
   await fillBaseline(db.url, o.items);
   const workers = startChild("bench/child-baseline-workers.ts", [db.url, String(o.baselineWorkers)], { ready: (l) => l.includes('"ready"') });
   await workers.ready;
+  await releaseBaseline(db.url);
   await waitBaselineDone(db.url, o.items);
   await workers.stop();
   const { count, spanNs } = await baselineDrainSpan(db.url);
@@ -148,6 +166,18 @@ const latencyFigures = (latencies: number[], sent: number, o: Options): Figures 
   const s = summarize(latencies);
   return { rate: o.rate, seconds: o.durationMs / 1000, sent, measured: s.count, p50_ms: round(s.p50, 2), p90_ms: round(s.p90, 2), p99_ms: round(s.p99, 2), max_ms: round(s.max, 2), mean_ms: round(s.mean, 2) };
 };
+
+/** Mean latency and batch size per agent RPC, e.g. claim_ms / claim_items. */
+export function rpcFigures(rpcs: Rpcs): Figures {
+  const out: Figures = {};
+  for (const [m, v] of Object.entries(rpcs)) {
+    if (!["claim", "complete", "extendLease"].includes(m)) continue;
+    out[`${m}_calls`] = v.calls;
+    out[`${m}_mean_ms`] = round(v.ms / Math.max(1, v.calls), 2);
+    out[`${m}_mean_items`] = round(v.items / Math.max(1, v.calls), 1);
+  }
+  return out;
+}
 
 /** Steady open-loop single-item Enqueue at `rate`; from issuing Enqueue to the handler starting. */
 export async function latencyOurs(daemons: DaemonProc[], agents: Child[], o: Options): Promise<Figures> {
