@@ -42,8 +42,11 @@ export async function startBaselineWorkers(url: string, workers: number, onItem:
   const listener = new pg.Client({ connectionString: url });
   await listener.connect();
   await listener.query(`LISTEN ${CHANNEL}`);
+  // One notification wakes one idle loop (waking all 32 for every insert is a thundering herd);
+  // a loop that finds a full batch keeps claiming without waiting.
   listener.on("notification", () => {
-    for (const w of wakers) w();
+    const first = wakers.values().next();
+    if (!first.done) first.value();
   });
   const clients = await Promise.all(
     Array.from({ length: workers }, async () => {

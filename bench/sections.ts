@@ -211,6 +211,8 @@ export async function heartbeatCost(db: Database, daemon: DaemonProc, o: Options
 
   const hb = startChild("bench/child-heartbeats.ts", [daemon.address, TOKENS.agent, String(o.hbAgents), String(o.hbDurationMs)], { ready: (l) => l.includes('"ready"') });
   await hb.ready;
+  // Backends publish their statistics up to a second late: let the registrations' count land first.
+  await new Promise((r) => setTimeout(r, 1500));
   const cpu0 = sampleProc(daemon.child.pid);
   const t0 = Date.now();
   const x0 = await committedTransactions(db.url);

@@ -6,7 +6,9 @@ import type { Clock } from "../clock.js";
 import type { Config } from "../config.js";
 import type { Logger } from "../log.js";
 import type { Requeued, WorkItemStore } from "../store/work-items.js";
+import { invalidArgument } from "../domain/errors.js";
 import type { Beacon } from "./beacon.js";
+import { identifier, optionalText } from "./validate.js";
 import { EnqueueBatcher } from "./enqueue-batcher.js";
 import type { DirectiveHub, DirectiveMessage } from "./directives.js";
 import type { MaintenanceTask } from "./maintenance.js";
@@ -42,6 +44,24 @@ export class QueueCore {
       byAgent.set(r.agent, list);
     }
     for (const [agent, list] of byAgent) await this.hub.publishMany(agent, list);
+  }
+
+  /**
+   * Cancels unfinished items of a tenant (by ids, a run, or parents with their children): pending and
+   * dispatched ones become cancelled at once, holders are told to stop, waiters are woken.
+   */
+  async cancel(tenant: string, req: { ids: readonly string[]; runId: string; parentIds: readonly string[]; reason: string }, principal: string): Promise<string[]> {
+    const target = {
+      ids: req.ids.map((id, i) => identifier(id, `ids[${i}]`)),
+      runId: req.runId ? identifier(req.runId, "run_id") : null,
+      parentIds: req.parentIds.map((id, i) => identifier(id, `parent_ids[${i}]`)),
+    };
+    if (target.ids.length === 0 && !target.runId && target.parentIds.length === 0) throw invalidArgument("ids", "name items, a run_id or parent_ids to cancel");
+    const reason = optionalText(req.reason, "reason", 1024) ?? `cancelled by ${principal}`;
+    const rows = await this.store.cancel(tenant, target, reason, this.clock.nowMs(), principal);
+    await this.revoke(rows, reason);
+    if (rows.length > 0) this.done.ring(["*"]);
+    return rows.map((r) => r.id);
   }
 
   /** An agent left or was found dead: everything it held goes back now, not when its leases run out. */

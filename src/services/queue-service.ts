@@ -85,17 +85,7 @@ export function queueServiceImpl(core: QueueCore, draining: AbortSignal): Servic
     async cancel(req, ctx) {
       const tenant = tenantOf(req.tenantKey, ctx);
       const caller = callerOf(ctx);
-      const target = {
-        ids: req.ids.map((id, i) => identifier(id, `ids[${i}]`)),
-        runId: req.runId ? identifier(req.runId, "run_id") : null,
-        parentIds: req.parentIds.map((id, i) => identifier(id, `parent_ids[${i}]`)),
-      };
-      if (target.ids.length === 0 && !target.runId && target.parentIds.length === 0) throw invalidArgument("ids", "name items, a run_id or parent_ids to cancel");
-      const reason = optionalText(req.reason, "reason", 1024) ?? `cancelled by ${caller.principal}`;
-      const rows = await store.cancel(tenant, target, reason, clock.nowMs(), caller.principal);
-      await core.revoke(rows, reason);
-      if (rows.length > 0) core.done.ring(["*"]);
-      return { cancelledIds: rows.map((r) => r.id) };
+      return { cancelledIds: await core.cancel(tenant, req, caller.principal) };
     },
   };
 }
