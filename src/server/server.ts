@@ -4,7 +4,7 @@
  * whatever remains. Long-polls watch `draining` so they return early instead of holding shutdown.
  */
 import http2 from "node:http2";
-import type { AddressInfo } from "node:net";
+import type { AddressInfo, Socket } from "node:net";
 import type { ConnectRouter, Interceptor } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import type { Logger } from "../log.js";
@@ -44,6 +44,9 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     compressMinBytes: 64 * 1024,
   });
   const server = http2.createServer({}, handler);
+  // RPCs are small request/response exchanges: without TCP_NODELAY, Nagle's algorithm holds a reply
+  // back until the peer's delayed ACK (tens of milliseconds per call).
+  server.on("connection", (socket: Socket) => socket.setNoDelay(true));
   const sessions = new Set<http2.ServerHttp2Session>();
   server.on("session", (s) => {
     sessions.add(s);

@@ -27,7 +27,7 @@ export class HeartbeatThread {
   #worker: Worker | undefined;
   #init: ThreadInit | undefined;
   #started: { intervalMs: number; addressIndex: number } | undefined;
-  #inFlight = 0;
+  readonly #inFlight = new Int32Array(new SharedArrayBuffer(4));
   #stopped = false;
   /** Consecutive failed beats, to warn once per outage rather than on every beat. */
   #failures = 0;
@@ -50,6 +50,7 @@ export class HeartbeatThread {
       rpcTimeoutMs: this.opts.rpcTimeoutMs,
       mounts: this.opts.mounts,
       descriptorSet: descriptorSet(file_aiflow_cluster_v1_agent),
+      inFlight: this.#inFlight.buffer as SharedArrayBuffer,
     };
     if (this.#stopped) return Promise.resolve();
     const worker = this.#worker ?? this.#spawn();
@@ -77,9 +78,7 @@ export class HeartbeatThread {
   }
 
   setInFlight(count: number): void {
-    if (count === this.#inFlight) return;
-    this.#inFlight = count;
-    this.#post({ type: "inFlight", count });
+    Atomics.store(this.#inFlight, 0, count);
   }
 
   async stop(): Promise<void> {
@@ -96,7 +95,6 @@ export class HeartbeatThread {
   #spawn(): Worker {
     const worker = new Worker(THREAD, { workerData: this.#init, name: `aiflow-heartbeat-${this.opts.name}` });
     this.#worker = worker;
-    this.#post({ type: "inFlight", count: this.#inFlight });
     if (this.#started) this.#post({ type: "start", ...this.#started });
     worker.on("message", (m: FromThread) => this.#receive(m));
     worker.on("error", (err) => this.log.error({ err }, "heartbeat thread crashed"));

@@ -10,14 +10,18 @@ export interface ThreadInit {
   mounts: string[];
   /** A google.protobuf.FileDescriptorSet holding agent.proto and its imports, so the thread needs no generated code. */
   descriptorSet: Uint8Array;
+  /**
+   * One Int32 the agent keeps its in-flight count in. Shared memory, not messages: the count changes
+   * twice per item, and a message each time woke the thread thousands of times a second.
+   */
+  inFlight: SharedArrayBuffer;
 }
 
 export type ToThread =
   /** Registered: beat now, then every `intervalMs`, first to the daemon at `addressIndex`. */
   | { type: "start"; intervalMs: number; addressIndex: number }
   /** A registration brought a new interval. */
-  | { type: "interval"; ms: number }
-  | { type: "inFlight"; count: number };
+  | { type: "interval"; ms: number };
 
 export type FromThread =
   /** Loaded and measured once: it can beat the moment it is told to start. */

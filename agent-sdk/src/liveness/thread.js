@@ -43,7 +43,7 @@ const headers = init.token ? { authorization: `Bearer ${init.token}` } : undefin
 const sampler = new MetricsSampler(init.mounts);
 let current = 0;
 let intervalMs = 0;
-let inFlight = 0;
+const inFlight = new Int32Array(init.inFlight);
 /** @type {NodeJS.Timeout | undefined} */
 let timer;
 /** A beat is in flight; it schedules the next one itself when done. */
@@ -53,8 +53,7 @@ let beating = false;
 const post = (message) => port.postMessage(message);
 
 port.on("message", (/** @type {ToThread} */ m) => {
-  if (m.type === "inFlight") inFlight = m.count;
-  else if (m.type === "start" && intervalMs === 0) {
+  if (m.type === "start" && intervalMs === 0) {
     intervalMs = m.intervalMs;
     current = m.addressIndex;
     void beat();
@@ -78,7 +77,7 @@ async function beat() {
     const metrics = await sampler.sample();
     // A beat may take as long as an interval, so a slow daemon is not abandoned while it answers.
     const timeoutMs = Math.min(init.rpcTimeoutMs, Math.max(intervalMs, 1_000));
-    const res = await transport.unary(heartbeat, undefined, timeoutMs, headers, { name: init.name, metrics, inFlight });
+    const res = await transport.unary(heartbeat, undefined, timeoutMs, headers, { name: init.name, metrics, inFlight: Atomics.load(inFlight, 0) });
     post({ type: "reply", bytes: toBinary(heartbeat.output, res.message) });
   } catch (err) {
     const e = ConnectError.from(err);
