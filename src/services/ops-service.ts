@@ -120,10 +120,11 @@ export function opsServiceImpl(d: OpsDeps): ServiceImpl<typeof OpsService> {
       if (agent.inFlight && !req.force)
         throw failedPrecondition(`agent '${name}' holds ${agent.inFlight} item(s); drain it first, or remove with force to give them back`);
       const now = clock.nowMs();
+      // Removed first, so the agent cannot claim between the release and the removal.
+      const row = await agentOps.remove(name, now, caller.principal);
       const released = await store.releaseAgent(name, now, caller.principal, `agent '${name}' removed`);
       await core.revoke(released, "agent removed");
       if (released.length > 0) core.work.ring(["*"]);
-      const row = await agentOps.remove(name, now, caller.principal);
       if (row) d.audit.record({ table: "agent", action: "delete", ids: [row.id], fields: ["status", "deletedby", "deletedon", "updatedby", "updatedon"], by: caller.principal, at: now });
       hub.forget(name);
       await hub.publish(name, statusDirective("inactive", "removed", null));

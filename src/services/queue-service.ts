@@ -72,6 +72,8 @@ export function queueServiceImpl(core: QueueCore, draining: AbortSignal): Servic
         const armed = core.done.arm(null);
         try {
           const rows = await store.find(tenant, ids, runId);
+          const unknown = ids.filter((id) => !rows.some((r) => r.id === id));
+          if (unknown.length > 0) throw notFound(`no work item '${unknown[0]}' in tenant '${tenant}'`);
           const done = rows.length > 0 && rows.every((r) => TERMINAL.has(r.status));
           const remaining = deadline - Date.now();
           if (done || remaining <= 0 || ctx.signal.aborted || draining.aborted) return { done, items: rows.map(workItemToWire) };

@@ -224,7 +224,8 @@ export class AgentOpsStore {
                status = CASE WHEN a.status = 'inactive' THEN 'inactive' ELSE 'draining' END,
                metadata = COALESCE(a.metadata, '{}'::jsonb) || jsonb_build_object('drain', jsonb_build_object(
                  'reason', ${drain.reason}::text,
-                 'deadline', ${drain.deadline}::bigint,
+                 -- A re-drain without a deadline keeps the one already set.
+                 'deadline', COALESCE(${drain.deadline}::bigint, (a.metadata -> 'drain' ->> 'deadline')::bigint),
                  'by', ${drain.by}::text,
                  'startedAt', COALESCE((a.metadata -> 'drain' -> 'startedAt')::bigint, ${nowMs}::bigint),
                  'inFlightAtStart', COALESCE((a.metadata -> 'drain' -> 'inFlightAtStart')::int,
