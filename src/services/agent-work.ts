@@ -10,12 +10,14 @@ import { invalidArgument } from "../domain/errors.js";
 import type { AgentService } from "../gen/aiflow/cluster/v1/agent_pb.js";
 import type { KnownAgent } from "./directives.js";
 import { agentStatusToWire } from "./convert.js";
-import type { QueueCore } from "./queue-core.js";
+import { workKey, type QueueCore } from "./queue-core.js";
 import { identifier, optionalText, withinBytes } from "./validate.js";
 import { fencedOutcomes, workItemToWire } from "./work-item-wire.js";
 
 export interface AgentWorkDeps {
   core: QueueCore;
+  /** The tenants and engine kinds an agent serves, so its claims wait only for work it can take. */
+  scope(name: string): Promise<{ tenants: string[]; kinds: string[] } | null>;
   /** The agent's cached status (from the directive hub), loading it when unknown. */
   known(name: string): Promise<KnownAgent>;
   draining: AbortSignal;
@@ -24,10 +26,23 @@ export interface AgentWorkDeps {
 /** A claim that finds nothing re-checks this often even without a wake-up (a lost NOTIFY). */
 const FALLBACK_POLL_MS = 5_000;
 const MAX_BATCH = 10_000;
+const SCOPE_TTL_MS = 5_000;
 
 export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentService>, "claim" | "extendLease" | "complete" | "fail" | "release"> {
   const { core } = d;
   const { config, clock, store } = core;
+
+  /** Beacon keys of an agent's claims, cached briefly (a re-registration may change its scope). */
+  const scopes = new Map<string, { keys: ReadonlySet<string> | null; at: number }>();
+  const claimKeys = async (name: string): Promise<ReadonlySet<string> | null> => {
+    const hit = scopes.get(name);
+    if (hit && Date.now() - hit.at < SCOPE_TTL_MS) return hit.keys;
+    const scope = await d.scope(name);
+    const keys = scope ? new Set(scope.tenants.flatMap((t) => scope.kinds.map((k) => workKey(t, k)))) : null;
+    if (scopes.size > 10_000) scopes.clear();
+    scopes.set(name, { keys, at: Date.now() });
+    return keys;
+  };
 
   const batch = <T>(items: readonly T[], field: string) => {
     if (items.length === 0) throw invalidArgument(field, "needs at least one item");
@@ -47,7 +62,7 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
         const state = await d.known(name);
         if (state.status !== "active") return { items: [], status: agentStatusToWire(state.status) };
         // Armed before the query, so an enqueue landing between the query and the wait still wakes us.
-        const armed = core.work.arm(null);
+        const armed = core.work.arm(await claimKeys(name));
         try {
           const now = clock.nowMs();
           const rows = await store.claim({

@@ -4,7 +4,8 @@
  * in it (a NOTIFY per item is what caps other Postgres queues at a few hundred jobs per second).
  *
  * A waiter is armed BEFORE it checks the database, so a ring that lands between its check and its
- * wait is not lost.
+ * wait is not lost. A ring may wake only as many local waiters as it has work for; other daemons are
+ * told the keys and wake every matching waiter.
  */
 import { randomUUID } from "node:crypto";
 import { sql, type DatabasePool } from "slonik";
@@ -62,9 +63,9 @@ export class Beacon {
   }
 
   /** Wakes local waiters now and other daemons within one window. */
-  ring(keys: readonly string[]): void {
+  ring(keys: readonly string[], limit = Number.POSITIVE_INFINITY): void {
     if (keys.length === 0) return;
-    this.#wakeLocal(keys);
+    this.#wakeLocal(keys, limit);
     for (const k of keys) this.#outgoing.add(k);
     this.#timer ??= setTimeout(() => void this.#flush(), this.windowMs);
   }
@@ -112,13 +113,20 @@ export class Beacon {
     await this.#flush();
   }
 
-  #wakeLocal(keys: readonly string[]): void {
+  /**
+   * Wakes matching waiters, at most `limit` of them (the longest-waiting first: a Set iterates in
+   * insertion order). A limit keeps one item from waking every idle claim on the daemon.
+   */
+  #wakeLocal(keys: readonly string[], limit = Number.POSITIVE_INFINITY): void {
     const all = keys.includes(ANY);
+    let woken = 0;
     for (const w of this.#waiters) {
+      if (woken >= limit) return;
       if (w.rung) continue;
       if (all || w.keys === null || keys.some((k) => w.keys!.has(k))) {
         w.rung = true;
         w.resolve?.(true);
+        woken++;
       }
     }
   }

@@ -128,7 +128,7 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
       mount: (r) =>
         r.service(AgentService, {
           ...agentServiceImpl({ config, clock, agents, hub, heartbeats, audit, draining: deps.draining, onAgentGone }),
-          ...agentWorkImpl({ core, known, draining: deps.draining }),
+          ...agentWorkImpl({ core, known, scope: (name) => agents.workScope(name), draining: deps.draining }),
         }),
     },
     { services: [QueueService], access: "engine", mount: (r) => r.service(QueueService, queueServiceImpl(core, deps.draining)) },

@@ -44,7 +44,7 @@ export function queueServiceImpl(core: QueueCore, draining: AbortSignal): Servic
       }
       const engineId = optionalText(req.engineId, "engine_id", 256) ?? caller.principal;
       const results = await core.enqueuer.submit(WorkItemStore.rows(tenant, engineId, items, now, caller.principal));
-      core.work.ring([...new Set(items.map((i) => workKey(tenant, i.engineKind)))]);
+      wakeClaims(core, tenant, items);
       return { results };
     },
 
@@ -90,6 +90,24 @@ export function queueServiceImpl(core: QueueCore, draining: AbortSignal): Servic
       return { cancelledIds: await core.cancel(tenant, req, caller.principal) };
     },
   };
+}
+
+/**
+ * Wakes waiting claims for new items. Any agent of the tenant and engine kind can take a plain item,
+ * so as many claims are woken as there are plain items (not every idle claim, which would cost one
+ * claim statement per idle agent per item); items with a selector or an affinity key only some
+ * agents may take, so those wake every matching claim.
+ */
+function wakeClaims(core: QueueCore, tenant: string, items: readonly NewItem[]): void {
+  const plain = new Map<string, number>();
+  const picky = new Set<string>();
+  for (const i of items) {
+    const key = workKey(tenant, i.engineKind);
+    if (i.workerParams) picky.add(key);
+    else plain.set(key, (plain.get(key) ?? 0) + 1);
+  }
+  for (const [key, n] of plain) core.work.ring([key], n);
+  if (picky.size > 0) core.work.ring([...picky]);
 }
 
 function newItem(it: EnqueueItem, i: number, nowMs: number, payloadMax: number): NewItem {

@@ -161,6 +161,17 @@ export class AgentStore {
     );
   }
 
+  /** The tenants and engine kinds an agent registered with (what its claims can take). */
+  workScope(name: string): Promise<{ tenants: string[]; kinds: string[] } | null> {
+    const agent = this.t.id("agent");
+    return withDbErrors(() =>
+      this.db.maybeOne(sql.type(z.object({ tenants: z.array(z.string()), kinds: z.array(z.string()) }))`
+        SELECT ARRAY(SELECT jsonb_array_elements_text(metadata -> 'tenants')) AS tenants,
+               ARRAY(SELECT jsonb_array_elements_text(metadata -> 'engineKinds')) AS kinds
+          FROM ${agent} WHERE name = ${name} AND deletedon IS NULL`),
+    );
+  }
+
   get(name: string): Promise<AgentRow | null> {
     const agent = this.t.id("agent");
     return withDbErrors(() => this.db.maybeOne(sql.type(agentRow)`SELECT * FROM ${agent} WHERE name = ${name} AND deletedon IS NULL`));
