@@ -90,7 +90,8 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
   heartbeats.start(config.heartbeatFlush);
 
   const hot = new PreparedQueries(deps.databaseUrl, config.dbPoolSize);
-  const workItems = new WorkItemStore(pool, tables, { baseMs: config.backoffBase, capMs: config.backoffCap, jitter: config.backoffJitter === "full" }, hot);
+  const backoff = { baseMs: config.backoffBase, capMs: config.backoffCap, jitter: config.backoffJitter === "full" };
+  const workItems = new WorkItemStore(pool, tables, backoff, hot);
   const work = new Beacon(pool, tables.channel("work"), config.instanceId, config.notifyWindow, log);
   const done = new Beacon(pool, tables.channel("done"), config.instanceId, config.notifyWindow, log);
   await work.start(listener);
@@ -106,7 +107,9 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
   maintenance.add(core.dueTask());
   maintenance.add(core.strandedTask());
   const agentOps = new AgentOpsStore(pool, tables);
-  maintenance.add(drainDeadlineTask(core, agentOps));
+  maintenance.add(
+    drainDeadlineTask(core, agentOps, (fn) => pool.transaction((tx) => fn(new WorkItemStore(tx, tables, backoff), new AgentOpsStore(tx, tables)))),
+  );
   const bindings = new AffinityBindingStore(pool, tables);
   maintenance.add({ name: "affinity-cleanup", run: (now) => bindings.cleanup(now, config.affinityIdle) });
   maintenance.add({ name: "directive-prune", run: async () => hub.prune() });

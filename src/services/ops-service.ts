@@ -14,6 +14,7 @@ import { callerOf } from "../server/auth.js";
 import type { AffinityBindingStore, BindingRow } from "../store/affinity-bindings.js";
 import type { AgentOpsStore, AgentStatus } from "../store/agents.js";
 import type { WorkItemStatsStore } from "../store/work-item-stats.js";
+import type { WorkItemStore } from "../store/work-items.js";
 import { compareVersions } from "../util/version.js";
 import { agentStatusFromWire } from "./convert.js";
 import { agentSummary } from "./agent-wire.js";
@@ -201,6 +202,9 @@ export function opsServiceImpl(d: OpsDeps): ServiceImpl<typeof OpsService> {
   };
 }
 
+/** Runs work on one transaction with queue and registry stores bound to it. */
+export type ReleaseTransaction = <T>(fn: (store: WorkItemStore, ops: AgentOpsStore) => Promise<T>) => Promise<T>;
+
 const bindingCursor = z.object({ createdon: z.number(), id: z.string() });
 
 const affinityKey = (raw: string) => {
@@ -219,16 +223,23 @@ function bindingToWire(b: BindingRow) {
   };
 }
 
-/** At a drain's deadline, what the agent still holds goes back to the queue without spending retries. */
-export function drainDeadlineTask(core: QueueCore, agentOps: AgentOpsStore): MaintenanceTask {
+/**
+ * At a drain's deadline, what the agent still holds goes back to the queue without spending retries.
+ * The release and its count in the drain's progress commit together: nobody ever sees the work gone
+ * but not yet counted as released (a `drain --wait` would call that a clean drain).
+ */
+export function drainDeadlineTask(core: QueueCore, agentOps: AgentOpsStore, inTransaction: ReleaseTransaction): MaintenanceTask {
   return {
     name: "drain-deadline",
     async run(now) {
       for (const { name } of await agentOps.drainsPastDeadline(now)) {
-        const rows = await core.store.releaseAgent(name, now, "drain-deadline", `drain deadline of agent '${name}' passed`);
+        const rows = await inTransaction(async (store, ops) => {
+          const released = await store.releaseAgent(name, now, "drain-deadline", `drain deadline of agent '${name}' passed`);
+          if (released.length > 0) await ops.addReleasedAtDeadline(name, released.length);
+          return released;
+        });
         if (rows.length === 0) continue;
         core.log.warn({ agent: name, items: rows.length }, "drain deadline passed: work given back to the queue");
-        await agentOps.addReleasedAtDeadline(name, rows.length);
         await core.revoke(rows, "drain deadline passed");
         core.work.ring(["*"]);
       }
