@@ -40,4 +40,3 @@ export class FakeClock implements Clock {
 }
 
 export const msToNs = (ms: number): bigint => BigInt(Math.round(ms)) * 1_000_000n;
-export const nsToMs = (ns: bigint): number => Number(ns / 1_000_000n);

@@ -77,12 +77,3 @@ export function assertTenant(identity: Identity, tenant: string): void {
   if (identity.tenants && !identity.tenants.has(tenant))
     throw new ConnectError(`token may not act for tenant '${tenant}'`, Code.PermissionDenied);
 }
-
-/** The tenants a caller may see, intersected with those it asked for (empty ask: all it may see). */
-export function visibleTenants(identity: Identity, asked: readonly string[]): string[] | undefined {
-  if (asked.length > 0) {
-    for (const t of asked) assertTenant(identity, t);
-    return [...asked];
-  }
-  return identity.tenants ? [...identity.tenants] : undefined;
-}

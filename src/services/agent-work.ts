@@ -11,7 +11,7 @@ import type { AgentService } from "../gen/aiflow/cluster/v1/agent_pb.js";
 import type { KnownAgent } from "./directives.js";
 import { agentStatusToWire } from "./convert.js";
 import { workKey, type QueueCore } from "./queue-core.js";
-import { identifier, optionalText, withinBytes } from "./validate.js";
+import { identifier, jsonOrNull, optionalText, withinBytes } from "./validate.js";
 import { fencedOutcomes, workItemToWire } from "./work-item-wire.js";
 
 export interface AgentWorkDeps {
@@ -130,15 +130,4 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
       return { outcomes: fencedOutcomes(leases.map((l) => l.id), released) };
     },
   };
-}
-
-/** Parses optional JSON text: empty is null; invalid JSON is INVALID_ARGUMENT. Returns the text. */
-export function jsonOrNull(raw: string, field: string): string | null {
-  if (raw.trim() === "") return null;
-  try {
-    JSON.parse(raw);
-  } catch (err) {
-    throw invalidArgument(field, `is not valid JSON (${(err as Error).message})`);
-  }
-  return raw;
 }

@@ -8,8 +8,8 @@
  * told the keys and wake every matching waiter.
  */
 import { randomUUID } from "node:crypto";
-import { sql, type DatabasePool } from "slonik";
-import type { PgListener } from "../db/notify.js";
+import type { DatabasePool } from "slonik";
+import { notify, type PgListener } from "../db/notify.js";
 import type { Logger } from "../log.js";
 
 /** The wildcard key: wakes every waiter. */
@@ -142,7 +142,7 @@ export class Beacon {
       payload = JSON.stringify({ from: this.#self, keys });
     }
     try {
-      await this.pool.query(sql.unsafe`SELECT pg_notify(${this.channel}, ${payload})`);
+      await notify(this.pool, this.channel, payload);
     } catch (err) {
       this.log.warn({ err: (err as Error).message, channel: this.channel }, "could not notify other daemons; their fallback poll will find the work");
     }

@@ -7,9 +7,9 @@
  * The hub also keeps each agent's last known status (the cache heartbeats answer from), fed by
  * registrations, heartbeat flushes and status directives, so a heartbeat never reads the database.
  */
-import { sql, type DatabasePool } from "slonik";
+import type { DatabasePool } from "slonik";
 import type { Clock } from "../clock.js";
-import type { PgListener } from "../db/notify.js";
+import { notify, type PgListener } from "../db/notify.js";
 import type { Logger } from "../log.js";
 import type { AgentStatus, DrainState } from "../store/agents.js";
 
@@ -64,7 +64,7 @@ export class DirectiveHub {
   async publishMany(agent: string, directives: readonly DirectiveMessage[]): Promise<void> {
     for (let i = 0; i < directives.length; i += PER_NOTIFY) {
       const payload = JSON.stringify({ agent, directives: directives.slice(i, i + PER_NOTIFY) } satisfies Envelope);
-      await this.pool.query(sql.unsafe`SELECT pg_notify(${this.#channel}, ${payload})`);
+      await notify(this.pool, this.#channel, payload);
     }
   }
 

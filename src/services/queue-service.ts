@@ -7,9 +7,8 @@ import { invalidArgument, notFound, resourceExhausted } from "../domain/errors.j
 import type { EnqueueItem, ListItemsRequest, QueueService } from "../gen/aiflow/cluster/v1/queue_pb.js";
 import { assertTenant, callerOf } from "../server/auth.js";
 import { WorkItemStore, type ItemStatus, type NewItem } from "../store/work-items.js";
-import { jsonOrNull } from "./agent-work.js";
 import { workKey, type QueueCore } from "./queue-core.js";
-import { identifier, inRange, optionalText, withinBytes } from "./validate.js";
+import { identifier, inRange, jsonOrNull, optionalText, withinBytes } from "./validate.js";
 import { itemStatusFromWire, TERMINAL, workItemToWire } from "./work-item-wire.js";
 import { z } from "zod";
 import { decodeCursor, encodeCursor } from "./cursor.js";

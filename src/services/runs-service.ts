@@ -30,10 +30,9 @@ import {
 } from "../gen/aiflow/cluster/v1/runs_pb.js";
 import type { Logger } from "../log.js";
 import { assertTenant, callerOf } from "../server/auth.js";
-import type { EngineRunRow, EngineRunStore, RunCursor, RunFacts, RunFilter } from "../store/engine-runs.js";
+import type { EngineRunRow, EngineRunStore, RunFacts, RunFilter } from "../store/engine-runs.js";
 import type {
   FiringAction as StoredAction,
-  FiringCursor,
   FiringFilter,
   FiringInput,
   FiringOutcome as StoredOutcome,

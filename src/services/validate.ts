@@ -37,3 +37,14 @@ export function withinBytes(value: unknown, field: string, maxBytes: number): vo
   const size = Buffer.byteLength(typeof value === "string" ? value : (JSON.stringify(value) ?? ""));
   if (size > maxBytes) throw resourceExhausted(`${field} is ${size} bytes; the limit is ${maxBytes} bytes`);
 }
+
+/** Parses optional JSON text: empty is null; invalid JSON is INVALID_ARGUMENT. Returns the text. */
+export function jsonOrNull(raw: string, field: string): string | null {
+  if (raw.trim() === "") return null;
+  try {
+    JSON.parse(raw);
+  } catch (err) {
+    throw invalidArgument(field, `is not valid JSON (${(err as Error).message})`);
+  }
+  return raw;
+}

@@ -5,6 +5,7 @@
  * so a rebind or unbind can never interleave with a dispatch.
  */
 import { sql, type CommonQueryMethods, type DatabasePool } from "slonik";
+import { ts } from "../db/values.js";
 import { z } from "zod";
 import { failedPrecondition, notFound } from "../domain/errors.js";
 import { withDbErrors } from "../db/errors.js";
@@ -15,7 +16,6 @@ export type BindingRow = z.infer<typeof bindingRow>;
 
 export type AffinityPolicy = "hold" | "rebind";
 
-const ts = (ms: number) => sql.timestamp(new Date(ms));
 
 export class AffinityBindingStore {
   constructor(

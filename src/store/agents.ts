@@ -6,6 +6,7 @@
  * reconnecting, re-registering (which replaces the rest of metadata) and even going inactive.
  */
 import { sql, type CommonQueryMethods } from "slonik";
+import { ts } from "../db/values.js";
 import { ulid } from "ulid";
 import { z } from "zod";
 import type { Tables } from "../db/tables.js";
@@ -69,7 +70,6 @@ export interface HeartbeatWrite {
   at: number;
 }
 
-const ts = (ms: number) => sql.timestamp(new Date(ms));
 
 export class AgentStore {
   constructor(
@@ -161,6 +161,11 @@ export class AgentStore {
     );
   }
 
+  get(name: string): Promise<AgentRow | null> {
+    const agent = this.t.id("agent");
+    return withDbErrors(() => this.db.maybeOne(sql.type(agentRow)`SELECT * FROM ${agent} WHERE name = ${name} AND deletedon IS NULL`));
+  }
+
   /** The tenants and engine kinds an agent registered with (what its claims can take). */
   workScope(name: string): Promise<{ tenants: string[]; kinds: string[] } | null> {
     const agent = this.t.id("agent");
@@ -172,10 +177,6 @@ export class AgentStore {
     );
   }
 
-  get(name: string): Promise<AgentRow | null> {
-    const agent = this.t.id("agent");
-    return withDbErrors(() => this.db.maybeOne(sql.type(agentRow)`SELECT * FROM ${agent} WHERE name = ${name} AND deletedon IS NULL`));
-  }
 }
 
 /** A registry row with the number of items dispatched to it now. */

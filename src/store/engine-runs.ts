@@ -14,6 +14,7 @@
  * There is no delete. Times come from the caller's clock.
  */
 import { sql, type CommonQueryMethods } from "slonik";
+import { ts } from "../db/values.js";
 import { ulid } from "ulid";
 import { z } from "zod";
 import { withDbErrors } from "../db/errors.js";
@@ -75,7 +76,6 @@ export interface RunCursor {
   id: string;
 }
 
-const ts = (ms: number) => sql.timestamp(new Date(ms));
 
 const COLUMNS = sql.fragment`id, tenant_key, run_id, engine_kind, definition_id, parent_run_id, triggered_by, trigger_firing_id, ended_on,
   createdby, createdon, updatedby, updatedon, (extract(epoch FROM createdon) * 1000000)::int8 AS created_us`;

@@ -3,6 +3,7 @@
  * rows alive, marks them stopped on a clean exit, and finds dead instances stale.
  */
 import { sql, type CommonQueryMethods } from "slonik";
+import { ts } from "../db/values.js";
 import { ulid } from "ulid";
 import { z } from "zod";
 import { withDbErrors } from "../db/errors.js";
@@ -13,7 +14,6 @@ export type EngineStatus = "running" | "stopped" | "stale";
 const engineRow = z.object({ tenantkey: z.string(), engineid: z.string(), status: z.string().nullable(), updatedon: z.number().nullable() });
 export type EngineRow = z.infer<typeof engineRow>;
 
-const ts = (ms: number) => sql.timestamp(new Date(ms));
 
 export class EngineStore {
   constructor(
@@ -50,10 +50,5 @@ export class EngineStore {
          WHERE status = 'running' AND updatedon < ${ts(staleBeforeMs)}
         RETURNING tenantkey, engineid, status, updatedon`),
     );
-  }
-
-  list(): Promise<readonly EngineRow[]> {
-    const engine = this.t.id("engine");
-    return withDbErrors(() => this.db.any(sql.type(engineRow)`SELECT tenantkey, engineid, status, updatedon FROM ${engine} ORDER BY engineid, tenantkey`));
   }
 }

@@ -4,6 +4,7 @@
  * the sweep is the only delete (payloads carry whatever their senders put in them, secrets included).
  */
 import { sql, type CommonQueryMethods } from "slonik";
+import { ts } from "../db/values.js";
 import { ulid } from "ulid";
 import { z } from "zod";
 import { withDbErrors } from "../db/errors.js";
@@ -63,7 +64,6 @@ export interface FiringCursor {
   id: string;
 }
 
-const ts = (ms: number) => sql.timestamp(new Date(ms));
 
 const COLUMNS = sql.fragment`id, tenant_key, trigger_name, trigger_type, payload, action, definition_id, event, run_id, outcome, error, fired_on, createdby, createdon`;
 

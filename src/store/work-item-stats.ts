@@ -3,13 +3,13 @@
  * what one agent holds. Kept apart from the queue's write path in work-items.ts.
  */
 import { sql, type CommonQueryMethods } from "slonik";
+import { msToNs } from "../clock.js";
 import { z } from "zod";
 import { withDbErrors } from "../db/errors.js";
 import type { Tables } from "../db/tables.js";
 import { ITEM_STATUSES, workItemRow, type WorkItemRow } from "./work-items.js";
 
 const depthRow = z.object({ tenant_key: z.string(), engine_kind: z.string(), status: z.enum(ITEM_STATUSES), n: z.bigint() });
-const ms2ns = (ms: number) => BigInt(Math.round(ms)) * 1_000_000n;
 
 export interface QueueStats {
   depth: readonly z.infer<typeof depthRow>[];
@@ -27,7 +27,7 @@ export class WorkItemStatsStore {
   async stats(tenant: string | null, nowMs: number): Promise<QueueStats> {
     const w = this.t.id("work_item");
     const scope = tenant ? sql.fragment`tenant_key = ${tenant}` : sql.fragment`true`;
-    const since = ms2ns(nowMs - 60_000);
+    const since = msToNs(nowMs - 60_000);
     return withDbErrors(async () => {
       const depth = await this.db.any(sql.type(depthRow)`
         SELECT tenant_key, engine_kind, status, count(*) AS n FROM ${w} WHERE ${scope} GROUP BY 1, 2, 3 ORDER BY 1, 2, 3`);

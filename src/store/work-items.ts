@@ -12,6 +12,8 @@
  * bigint epoch nanoseconds from the same clock. Nothing here calls now().
  */
 import { sql, type CommonQueryMethods, type FragmentSqlToken, type QuerySqlToken } from "slonik";
+import { msToNs } from "../clock.js";
+import { ts } from "../db/values.js";
 import type { PreparedQueries } from "../db/prepared.js";
 import { newId as itemId } from "../util/ids.js";
 import { z } from "zod";
@@ -96,8 +98,6 @@ export interface Requeued {
 
 const requeuedRow = z.object({ id: z.string(), status: z.enum(ITEM_STATUSES), agent: z.string().nullable(), token: z.string().nullable() });
 const idRow = z.object({ id: z.string() });
-const ts = (ms: number) => sql.timestamp(new Date(ms));
-const ms2ns = (ms: number) => BigInt(Math.round(ms)) * 1_000_000n;
 
 export interface ClaimInput {
   agent: string;
@@ -225,7 +225,7 @@ export class WorkItemStore {
     const w = this.t.id("work_item");
     const a = this.t.id("agent");
     const b = this.t.id("affinity_binding");
-    const nowNs = ms2ns(c.nowMs);
+    const nowNs = msToNs(c.nowMs);
     const rebind = c.affinity.policy === "rebind";
     const graceEdge = ts(c.nowMs - c.affinity.graceMs);
     return this.#hot(sql.type(workItemRow)`
@@ -277,7 +277,7 @@ export class WorkItemStore {
         )
         UPDATE ${w} w
            SET status = 'dispatched', agent_id = ${c.agent}, leased_by = ${c.instance}, dispatched_at = ${nowNs},
-               lease_expires_at = ${nowNs + ms2ns(c.leaseTtlMs)}, lease_token = gen_random_uuid()::text,
+               lease_expires_at = ${nowNs + msToNs(c.leaseTtlMs)}, lease_token = gen_random_uuid()::text,
                updatedby = ${c.agent}, updatedon = ${ts(c.nowMs)}
           FROM picked
          WHERE w.id = picked.id
@@ -301,14 +301,14 @@ export class WorkItemStore {
     return withDbErrors(() =>
       this.db.anyFirst(sql.type(idRow)`
         UPDATE ${w} w
-           SET status = 'failed', completed_at = ${ms2ns(nowMs)}::bigint, updatedby = ${by}, updatedon = ${ts(nowMs)},
+           SET status = 'failed', completed_at = ${msToNs(nowMs)}::bigint, updatedby = ${by}, updatedon = ${ts(nowMs)},
                error = format('affinity key %s is bound to agent %s, which %s', w.affinity_key, bb.agent_id,
                               CASE WHEN ba.name IS NULL OR ba.status <> 'active' OR ba.deletedon IS NOT NULL
                                    THEN 'cannot take work (policy hold); unbind or rebind the key, then redrive'
                                    ELSE 'may not run it (tenant, engine kind or selector); rebind the key, then redrive' END)
           FROM ${b} bb LEFT JOIN ${a} ba ON ba.name = bb.agent_id
          WHERE w.status = 'pending' AND w.affinity_key = bb.affinity_key
-           AND w.next_attempt_at < ${ms2ns(nowMs - affinity.graceMs)}::bigint
+           AND w.next_attempt_at < ${msToNs(nowMs - affinity.graceMs)}::bigint
            AND ((ba.name IS NOT NULL AND ba.status = 'active' AND ba.deletedon IS NULL
                  AND NOT (w.tenant_key = ANY(ARRAY(SELECT jsonb_array_elements_text(ba.metadata -> 'tenants')))
                           AND w.engine_kind = ANY(ARRAY(SELECT jsonb_array_elements_text(ba.metadata -> 'engineKinds')))
@@ -322,7 +322,7 @@ export class WorkItemStore {
   extend(agent: string, leases: readonly { id: string; token: string }[], nowMs: number, ttlMs: number): Promise<readonly string[]> {
     const w = this.t.id("work_item");
     return this.#hotIds(sql.type(idRow)`
-        UPDATE ${w} w SET lease_expires_at = ${ms2ns(nowMs + ttlMs)}, updatedby = ${agent}, updatedon = ${ts(nowMs)}
+        UPDATE ${w} w SET lease_expires_at = ${msToNs(nowMs + ttlMs)}, updatedby = ${agent}, updatedon = ${ts(nowMs)}
           FROM unnest(${sql.array(leases.map((l) => l.id), "text")}, ${sql.array(leases.map((l) => l.token), "text")}) AS v(id, token)
          WHERE w.id = v.id AND w.lease_token = v.token AND w.status = 'dispatched' AND w.agent_id = ${agent}
         RETURNING w.id`);
@@ -332,7 +332,7 @@ export class WorkItemStore {
   complete(agent: string, items: readonly { id: string; token: string; resultJson: string | null }[], nowMs: number): Promise<readonly string[]> {
     const w = this.t.id("work_item");
     return this.#hotIds(sql.type(idRow)`
-        UPDATE ${w} w SET status = 'completed', completed_at = ${ms2ns(nowMs)}, result = v.result, lease_expires_at = NULL, lease_token = NULL,
+        UPDATE ${w} w SET status = 'completed', completed_at = ${msToNs(nowMs)}, result = v.result, lease_expires_at = NULL, lease_token = NULL,
                           updatedby = ${agent}, updatedon = ${ts(nowMs)}
           FROM unnest(${sql.array(items.map((i) => i.id), "text")}, ${sql.array(items.map((i) => i.token), "text")},
                       ${sql.array(items.map((i) => i.resultJson), "jsonb")}) AS v(id, token, result)
@@ -356,12 +356,12 @@ export class WorkItemStore {
         UPDATE ${w} w SET
                status = CASE WHEN ${retry} THEN 'pending' ELSE 'failed' END,
                retry_count = CASE WHEN ${retry} THEN w.retry_count + 1 ELSE w.retry_count END,
-               next_attempt_at = CASE WHEN ${retry} THEN ${ms2ns(nowMs)}::bigint + COALESCE(v.delay_ns, ${this.#backoffNs(sql.fragment`w.retry_count`)}) ELSE w.next_attempt_at END,
-               completed_at = CASE WHEN ${retry} THEN NULL ELSE ${ms2ns(nowMs)}::bigint END,
+               next_attempt_at = CASE WHEN ${retry} THEN ${msToNs(nowMs)}::bigint + COALESCE(v.delay_ns, ${this.#backoffNs(sql.fragment`w.retry_count`)}) ELSE w.next_attempt_at END,
+               completed_at = CASE WHEN ${retry} THEN NULL ELSE ${msToNs(nowMs)}::bigint END,
                agent_id = CASE WHEN ${retry} THEN NULL ELSE w.agent_id END,
                error = v.error, lease_expires_at = NULL, lease_token = NULL, updatedby = ${agent}, updatedon = ${ts(nowMs)}
           FROM unnest(${sql.array(items.map((i) => i.id), "text")}, ${sql.array(items.map((i) => i.token), "text")}, ${sql.array(items.map((i) => i.error), "text")},
-                      ${sql.array(items.map((i) => i.retryable), "bool")}, ${sql.array(items.map((i) => (i.delayMs === null ? null : String(ms2ns(i.delayMs)))), "int8")})
+                      ${sql.array(items.map((i) => i.retryable), "bool")}, ${sql.array(items.map((i) => (i.delayMs === null ? null : String(msToNs(i.delayMs)))), "int8")})
                AS v(id, token, error, retryable, delay_ns)
          WHERE w.id = v.id AND w.lease_token = v.token AND w.status = 'dispatched' AND w.agent_id = ${agent}
         RETURNING w.id, w.status, ${agent}::text AS agent, v.token`);
@@ -372,7 +372,7 @@ export class WorkItemStore {
     const w = this.t.id("work_item");
     return this.#hotIds(sql.type(idRow)`
         UPDATE ${w} w SET status = 'pending', agent_id = NULL, lease_expires_at = NULL, lease_token = NULL, dispatched_at = NULL,
-                          next_attempt_at = ${ms2ns(nowMs)}, updatedby = ${agent}, updatedon = ${ts(nowMs)}
+                          next_attempt_at = ${msToNs(nowMs)}, updatedby = ${agent}, updatedon = ${ts(nowMs)}
           FROM unnest(${sql.array(leases.map((l) => l.id), "text")}, ${sql.array(leases.map((l) => l.token), "text")}) AS v(id, token)
          WHERE w.id = v.id AND w.lease_token = v.token AND w.status = 'dispatched' AND w.agent_id = ${agent}
         RETURNING w.id`);
@@ -380,7 +380,7 @@ export class WorkItemStore {
 
   /** The expiry sweep: dispatched items whose lease ran out go back (an attempt spent) or fail. */
   requeueExpired(nowMs: number, by: string, limit = 1000): Promise<readonly Requeued[]> {
-    return this.#requeue(sql.fragment`status = 'dispatched' AND lease_expires_at < ${ms2ns(nowMs)}`, "lease expired", nowMs, by, true, limit);
+    return this.#requeue(sql.fragment`status = 'dispatched' AND lease_expires_at < ${msToNs(nowMs)}`, "lease expired", nowMs, by, true, limit);
   }
 
   /** Everything an agent holds goes back at once (it went inactive), an attempt spent. */
@@ -396,7 +396,7 @@ export class WorkItemStore {
   #requeue(where: FragmentSqlToken, reason: string, nowMs: number, by: string, spendAttempt: boolean, limit: number): Promise<readonly Requeued[]> {
     const w = this.t.id("work_item");
     const retry = spendAttempt ? sql.fragment`(w.retry_count < w.max_retries)` : sql.fragment`true`;
-    const nowNs = ms2ns(nowMs);
+    const nowNs = msToNs(nowMs);
     return withDbErrors(() =>
       this.db.any(sql.type(requeuedRow)`
         WITH gone AS (
@@ -447,7 +447,7 @@ export class WorkItemStore {
                   ${runClause})
            FOR UPDATE
         )
-        UPDATE ${w} w SET status = 'cancelled', completed_at = ${ms2ns(nowMs)}, error = ${reason}, lease_expires_at = NULL, lease_token = NULL,
+        UPDATE ${w} w SET status = 'cancelled', completed_at = ${msToNs(nowMs)}, error = ${reason}, lease_expires_at = NULL, lease_token = NULL,
                           updatedby = ${by}, updatedon = ${ts(nowMs)}
           FROM doomed
          WHERE w.id = doomed.id
@@ -464,7 +464,7 @@ export class WorkItemStore {
       : sql.fragment`(id = ANY(${sql.array(target.ids, "text")}) ${target.runId ? sql.fragment`OR run_id = ${target.runId}` : sql.fragment``})`;
     return withDbErrors(() =>
       this.db.anyFirst(sql.type(idRow)`
-        UPDATE ${w} SET status = 'pending', retry_count = 0, next_attempt_at = ${ms2ns(nowMs)}, completed_at = NULL, agent_id = NULL,
+        UPDATE ${w} SET status = 'pending', retry_count = 0, next_attempt_at = ${msToNs(nowMs)}, completed_at = NULL, agent_id = NULL,
                         updatedby = ${by}, updatedon = ${ts(nowMs)}
          WHERE status = 'failed' ${tenantClause} AND ${which}
         RETURNING id`),
@@ -522,7 +522,7 @@ export class WorkItemStore {
     return withDbErrors(() =>
       this.db.any(sql.type(z.object({ tenant_key: z.string(), engine_kind: z.string() }))`
         SELECT DISTINCT tenant_key, engine_kind FROM ${w}
-         WHERE status = 'pending' AND next_attempt_at > ${ms2ns(sinceMs)} AND next_attempt_at <= ${ms2ns(nowMs)}`),
+         WHERE status = 'pending' AND next_attempt_at > ${msToNs(sinceMs)} AND next_attempt_at <= ${msToNs(nowMs)}`),
     );
   }
 }
