@@ -94,6 +94,78 @@ const ids = (items: readonly { id: string }[]) => items.map((i) => i.id);
 const oks = (outcomes: readonly { ok: boolean }[]) => outcomes.map((o) => o.ok);
 const store = () => new WorkItemStore(db.pool, db.tables, { baseMs: BASE, capMs: CAP, jitter: false });
 
+describe("a claimed item", () => {
+  it("carries every field as the stored item reads back, with the dispatch's holder, lease and times", async () => {
+    const t = "claimed-fields";
+    const a = await agent("claimed-fields-a", { tenants: [t], tags: { gpu: "h100", zone: "eu" } });
+    const [parent] = await p.enqueue(t, [{ engineKind: "dag" }]);
+    const [c1] = await a.claim(1);
+    await a.complete([c1!]);
+    const id = await p.one(t, {
+      engineKind: "dag",
+      runId: "run-7",
+      taskId: "task-7",
+      taskName: "render",
+      parentWorkItemId: parent!.id,
+      priority: 4,
+      maxRetries: 2,
+      idempotencyKey: "idem-7",
+      payloadJson: '{"job":"render","frames":[1,2],"opts":{"hq":true}}',
+      workerParams: { selector: { gpu: "h100" }, affinityKey: "scene-7" },
+    });
+    const [claimed] = await a.claim(1);
+    const stored = await p.item(t, id);
+    expect(stored.status).toBe(WorkItemStatus.DISPATCHED);
+    // The payload is the same JSON (the claim sends the stored text as it is, GetItem re-serialises).
+    expect(JSON.parse(claimed!.payloadJson)).toEqual(JSON.parse(stored.payloadJson));
+    expect({ ...claimed, payloadJson: "" }).toEqual({ ...stored, payloadJson: "" });
+    expect(claimed).toMatchObject({ agentId: a.name, leasedBy: "queue-sem", runId: "run-7", taskName: "render", parentWorkItemId: parent!.id, priority: 4, maxRetries: 2 });
+  });
+});
+
+describe("claims that carry completions", () => {
+  it("complete them fenced by their tokens, then claim, in one call", async () => {
+    const t = "claim-completes";
+    const a = await agent("claim-completes-a", { tenants: [t] });
+    await p.enqueue(t, [{ engineKind: "dag" }, { engineKind: "dag" }]);
+    const [x, y] = await a.claim(2);
+    const next = await p.enqueue(t, [{ engineKind: "dag" }, { engineKind: "dag" }]);
+    const res = await a.claimCompleting(5, [x!, { id: y!.id, leaseToken: "not-the-token" }], { result: { frames: 3 } });
+    expect(res.completionOutcomes.map((o) => [o.workItemId, o.ok, o.code])).toEqual([
+      [x!.id, true, 0],
+      [y!.id, false, Code.FailedPrecondition],
+    ]);
+    expect(ids(res.items).sort()).toEqual(next.map((n) => n.id).sort());
+    expect(await itemRow(db, x!.id)).toMatchObject({ status: "completed", result: { frames: 3 }, lease_token: null });
+    // The refused one is untouched: still held under its real token.
+    expect(await itemRow(db, y!.id)).toMatchObject({ status: "dispatched", lease_token: y!.leaseToken });
+    expect(oks(await a.complete([y!]))).toEqual([true]);
+  });
+
+  it("answer at once even when nothing is left to claim and a wait was asked for", async () => {
+    const t = "claim-completes-nowait";
+    const a = await agent("claim-completes-nowait-a", { tenants: [t] });
+    await p.enqueue(t, [{ engineKind: "dag" }]);
+    const [x] = await a.claim(1);
+    // Without the completion this claim would hold the call for the whole minute.
+    const res = await a.claimCompleting(5, [x!], { waitMs: 60_000 });
+    expect(res.items).toEqual([]);
+    expect(oks(res.completionOutcomes)).toEqual([true]);
+    expect((await itemRow(db, x!.id)).status).toBe("completed");
+  });
+
+  it("refuse a completion with bad JSON as INVALID_ARGUMENT, changing nothing and claiming nothing", async () => {
+    const t = "claim-completes-bad";
+    const a = await agent("claim-completes-bad-a", { tenants: [t] });
+    await p.enqueue(t, [{ engineKind: "dag" }, { engineKind: "dag" }]);
+    const [x] = await a.claim(1);
+    const bad = a.conn.agent.claim({ name: a.name, maxItems: 5, completions: [{ workItemId: x!.id, leaseToken: x!.leaseToken, resultJson: "{nope" }] }, { headers: { authorization: `Bearer ${TOKENS.agent}` } });
+    expect(await codeOf(bad)).toBe(Code.InvalidArgument);
+    expect((await itemRow(db, x!.id)).status).toBe("dispatched");
+    expect(await statusCounts(db, t)).toEqual({ dispatched: 1, pending: 1 });
+  });
+});
+
 describe("fencing", () => {
   it("a zombie whose lease expired cannot complete after the item went to another agent; the second completion stands", async () => {
     const t = "zombie";

@@ -38,6 +38,15 @@ export class PreparedQueries {
 
   /** Runs a slonik token as a named prepared statement and validates each row with the token's schema. */
   async any<T extends z.ZodTypeAny>(token: QuerySqlToken<T>): Promise<z.infer<T>[]> {
+    const parser = token.parser as z.ZodTypeAny;
+    return (await this.raw<unknown>(token)).map((row) => parser.parse(row) as z.infer<T>);
+  }
+
+  /**
+   * Runs a slonik token as a named prepared statement and returns its rows as pg parsed them, with
+   * no schema check: for statements on the per-item hot path whose casts fix every column's type.
+   */
+  async raw<R>(token: QuerySqlToken): Promise<R[]> {
     let name = this.#names.get(token.sql);
     if (!name) {
       name = `aiflow_${createHash("sha1").update(token.sql).digest("hex").slice(0, 24)}`;
@@ -49,8 +58,7 @@ export class PreparedQueries {
     } catch (err) {
       throw interpretDbError(err);
     }
-    const parser = token.parser as z.ZodTypeAny;
-    return res.rows.map((row) => parser.parse(row) as z.infer<T>);
+    return res.rows as R[];
   }
 
   end(): Promise<void> {

@@ -3,6 +3,7 @@
  * failure and release. Every batch answers per item; a stale lease token refuses that item with
  * FAILED_PRECONDITION and changes nothing about it.
  */
+import { randomUUID } from "node:crypto";
 import { durationMs } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
 import { newId } from "../util/ids.js";
@@ -11,8 +12,10 @@ import type { AgentService } from "../gen/aiflow/cluster/v1/agent_pb.js";
 import type { KnownAgent } from "./directives.js";
 import { agentStatusToWire } from "./convert.js";
 import { workKey, type QueueCore } from "./queue-core.js";
+import type { Completion } from "../store/work-items.js";
 import { identifier, jsonOrNull, optionalText, withinBytes } from "./validate.js";
-import { fencedOutcomes, workItemToWire } from "./work-item-wire.js";
+import { claimedItemToWire, fencedOutcomes, type Dispatch } from "./work-item-wire.js";
+import { msToNs } from "../clock.js";
 
 export interface AgentWorkDeps {
   core: QueueCore;
@@ -49,23 +52,50 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
     if (items.length > MAX_BATCH) throw invalidArgument(field, `has ${items.length} items; the limit is ${MAX_BATCH}`);
     return items;
   };
+  /** Completions as the store takes them; field names the list in errors (items, completions). */
+  const completionsOf = (items: readonly { workItemId: string; leaseToken: string; resultJson: string }[], field: string): Completion[] =>
+    items.map((c, i) => {
+      const resultJson = jsonOrNull(c.resultJson, `${field}[${i}].result_json`);
+      if (resultJson) withinBytes(resultJson, `${field}[${i}].result_json`, config.payloadMaxBytes);
+      return { id: identifier(c.workItemId, `${field}[${i}].work_item_id`), token: identifier(c.leaseToken, `${field}[${i}].lease_token`), resultJson };
+    });
+  const completed = (items: readonly Completion[], done: readonly string[]) => {
+    if (done.length > 0) core.done.ring(["*"]);
+    return fencedOutcomes(items.map((i) => i.id), done);
+  };
   const leaseRefs = (refs: readonly { workItemId: string; leaseToken: string }[], field: string) =>
     batch(refs, field).map((r, i) => ({ id: identifier(r.workItemId, `${field}[${i}].work_item_id`), token: identifier(r.leaseToken, `${field}[${i}].lease_token`) }));
 
   return {
     async claim(req, ctx) {
       const name = identifier(req.name, "name");
+      if (req.completions.length > MAX_BATCH) throw invalidArgument("completions", `has ${req.completions.length} items; the limit is ${MAX_BATCH}`);
+      // Applied once, by the first statement this call runs; a claim carrying them does not wait.
+      let completions = completionsOf(req.completions, "completions");
+      let completionOutcomes: ReturnType<typeof completed> = [];
       const max = Math.min(Math.max(req.maxItems, 1), config.claimMaxItems);
-      const waitMs = Math.min(req.wait ? durationMs(req.wait) : 0, config.claimMaxWait);
+      const waitMs = completions.length > 0 ? 0 : Math.min(req.wait ? durationMs(req.wait) : 0, config.claimMaxWait);
       const deadline = Date.now() + waitMs;
       for (;;) {
         const state = await d.known(name);
-        if (state.status !== "active") return { items: [], status: agentStatusToWire(state.status) };
+        if (state.status !== "active") {
+          // A draining agent still reports what it finished; it just gets nothing new.
+          if (completions.length > 0) completionOutcomes = completed(completions, await store.complete(name, completions, clock.nowMs()));
+          return { items: [], status: agentStatusToWire(state.status), completionOutcomes };
+        }
         // Armed before the query, so an enqueue landing between the query and the wait still wakes us.
         const armed = core.work.arm(await claimKeys(name));
         try {
           const now = clock.nowMs();
-          const rows = await store.claim({
+          const dispatch: Dispatch = {
+            agent: name,
+            instance: config.instanceId,
+            leaseToken: randomUUID(),
+            dispatchedAtNs: msToNs(now),
+            leaseExpiresAtNs: msToNs(now + config.leaseTtl),
+            nowMs: now,
+          };
+          const { claimed: rows, completed: done } = await store.claim({
             agent: name,
             instance: config.instanceId,
             max,
@@ -73,13 +103,20 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
             leaseTtlMs: config.leaseTtl,
             affinity: { policy: config.affinityPolicy === "hold" ? "hold" : "rebind", graceMs: config.affinityGrace },
             bindingIds: Array.from({ length: max }, () => newId(now)),
+            leaseToken: dispatch.leaseToken,
+            completions,
           });
+          if (completions.length > 0) {
+            completionOutcomes = completed(completions, done);
+            completions = [];
+          }
           const remaining = deadline - Date.now();
           if (rows.length > 0 || remaining <= 0 || ctx.signal.aborted || d.draining.aborted)
             return {
-              items: rows.map(workItemToWire),
+              items: rows.map((r) => claimedItemToWire(r, dispatch)),
               status: agentStatusToWire(state.status),
               affinityKeys: [...new Set(rows.flatMap((r) => (r.affinity_key ? [r.affinity_key] : [])))],
+              completionOutcomes,
             };
           await armed.wait(Math.min(remaining, FALLBACK_POLL_MS), [ctx.signal, d.draining]);
         } finally {
@@ -98,14 +135,8 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
 
     async complete(req) {
       const name = identifier(req.name, "name");
-      const items = batch(req.items, "items").map((c, i) => {
-        const resultJson = jsonOrNull(c.resultJson, `items[${i}].result_json`);
-        if (resultJson) withinBytes(resultJson, `items[${i}].result_json`, config.payloadMaxBytes);
-        return { id: identifier(c.workItemId, `items[${i}].work_item_id`), token: identifier(c.leaseToken, `items[${i}].lease_token`), resultJson };
-      });
-      const done = await store.complete(name, items, clock.nowMs());
-      if (done.length > 0) core.done.ring(["*"]);
-      return { outcomes: fencedOutcomes(items.map((i) => i.id), done) };
+      const items = completionsOf(batch(req.items, "items"), "items");
+      return { outcomes: completed(items, await store.complete(name, items, clock.nowMs())) };
     },
 
     async fail(req) {

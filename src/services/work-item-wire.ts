@@ -3,7 +3,7 @@ import type { MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { Code } from "@connectrpc/connect";
 import { WorkItemStatus, type ItemOutcomeSchema, type WorkItemSchema } from "../gen/aiflow/cluster/v1/work_item_pb.js";
-import type { ItemStatus, WorkItemRow } from "../store/work-items.js";
+import type { ClaimedRow, ItemStatus, WorkItemRow } from "../store/work-items.js";
 
 const STATUS: Record<ItemStatus, WorkItemStatus> = {
   pending: WorkItemStatus.PENDING,
@@ -50,6 +50,46 @@ export function workItemToWire(r: WorkItemRow): MessageInitShape<typeof WorkItem
     idempotencyKey: r.idempotency_key ?? "",
     createdOn: timestampFromMs(r.createdon),
     updatedOn: r.updatedon === null ? undefined : timestampFromMs(r.updatedon),
+  };
+}
+
+/** What a claim set on every item it took, so the rows need not read it back. */
+export interface Dispatch {
+  agent: string;
+  instance: string;
+  leaseToken: string;
+  dispatchedAtNs: bigint;
+  leaseExpiresAtNs: bigint;
+  nowMs: number;
+}
+
+/** A claimed item on the wire: its row's columns plus the dispatch the claim made. */
+export function claimedItemToWire(r: ClaimedRow, d: Dispatch): MessageInitShape<typeof WorkItemSchema> {
+  return {
+    id: r.id,
+    tenantKey: r.tenant_key,
+    engineId: r.engine_id,
+    engineKind: r.engine_kind,
+    parentWorkItemId: r.parent_work_item_id ?? "",
+    runId: r.run_id ?? "",
+    taskId: r.task_id ?? "",
+    taskName: r.task_name ?? "",
+    workerParams: r.selector === null && r.affinity_key === null ? undefined : { selector: r.selector === null ? {} : (JSON.parse(r.selector) as Record<string, string>), affinityKey: r.affinity_key ?? "" },
+    payloadJson: r.payload ?? "",
+    status: WorkItemStatus.DISPATCHED,
+    priority: r.priority ?? 0,
+    agentId: d.agent,
+    dispatchedAtNs: d.dispatchedAtNs,
+    leaseExpiresAtNs: d.leaseExpiresAtNs,
+    leasedBy: d.instance,
+    leaseToken: d.leaseToken,
+    nextAttemptAtNs: r.next_attempt_at ?? 0n,
+    retryCount: r.retry_count ?? 0,
+    maxRetries: r.max_retries ?? 0,
+    error: r.error ?? "",
+    idempotencyKey: r.idempotency_key ?? "",
+    createdOn: timestampFromMs(r.createdon_ms),
+    updatedOn: timestampFromMs(d.nowMs),
   };
 }
 

@@ -109,7 +109,59 @@ export interface ClaimInput {
   affinity: { policy: "hold" | "rebind"; graceMs: number };
   /** Fresh ULIDs for bindings this claim may create (at least `max` of them). */
   bindingIds: readonly string[];
+  /**
+   * The fencing token of this dispatch, shared by the items it takes: a token names one dispatch of
+   * an item (every write checks id and token together), and a redispatch is another claim with
+   * another token. One per claim rather than one per row keeps a random draw per item out of the
+   * statement.
+   */
+  leaseToken: string;
+  /** Items the agent finished, completed (fenced, as complete() does) in the claim's statement. */
+  completions?: readonly Completion[];
 }
+
+/** A fenced completion: the item, the token it was dispatched under, and its result as JSON text. */
+export interface Completion {
+  id: string;
+  token: string;
+  resultJson: string | null;
+}
+
+/**
+ * What a claim reads back: only the columns the claimed item's wire form needs and the claim did not
+ * set itself (status, holder, lease and times are the claim's own values). JSON comes back as text,
+ * which goes on the wire as it is (no parse and re-stringify per item), and these rows skip the zod
+ * check: the statement's casts fix every column's type, and this runs once per dispatched item.
+ */
+export interface ClaimedRow {
+  id: string;
+  tenant_key: string;
+  engine_id: string;
+  engine_kind: string;
+  parent_work_item_id: string | null;
+  run_id: string | null;
+  task_id: string | null;
+  task_name: string | null;
+  /** worker_params -> 'selector' as JSON text. */
+  selector: string | null;
+  /** payload as JSON text. */
+  payload: string | null;
+  priority: number | null;
+  next_attempt_at: bigint | null;
+  retry_count: number | null;
+  max_retries: number | null;
+  error: string | null;
+  idempotency_key: string | null;
+  affinity_key: string | null;
+  /** createdon in epoch milliseconds. */
+  createdon_ms: number;
+}
+
+const CLAIMED_COLUMNS = sql.fragment`w.id, w.tenant_key, w.engine_id, w.engine_kind, w.parent_work_item_id, w.run_id, w.task_id, w.task_name,
+        (w.worker_params -> 'selector')::text AS selector, w.payload::text AS payload, w.priority, w.next_attempt_at, w.retry_count,
+        w.max_retries, w.error, w.idempotency_key, w.affinity_key, (extract(epoch FROM w.createdon) * 1000)::float8 AS createdon_ms`;
+/** A completion's row in the claim's result: its id, then one NULL for each other CLAIMED_COLUMNS column. */
+const CLAIMED_NULLS = sql.fragment`NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL`;
 
 export interface ListFilter {
   /** Undefined: every tenant (operators only). */
@@ -138,8 +190,14 @@ export class WorkItemStore {
     return this.hot ? this.hot.any(token) : withDbErrors(() => this.db.any(token));
   }
 
+  /** A hot-path statement whose rows skip the zod check (see ClaimedRow for when that is right). */
+  #hotRaw<T>(token: QuerySqlToken): Promise<readonly T[]> {
+    return this.hot ? this.hot.raw<T>(token) : withDbErrors(() => this.db.any(token)) as Promise<readonly T[]>;
+  }
+
+  /** Ids a fenced write matched: one text column, read without a schema check (once per item). */
   #hotIds(token: QuerySqlToken<typeof idRow>): Promise<readonly string[]> {
-    return this.#hot(token).then((rows) => rows.map((r) => r.id));
+    return this.#hotRaw<{ id: string }>(token).then((rows) => rows.map((r) => r.id));
   }
 
   /**
@@ -221,15 +279,19 @@ export class WorkItemStore {
    * lags). Any write to the row since the snapshot changes xmin, so such a move matches nothing and a
    * later claim decides afresh.
    */
-  claim(c: ClaimInput): Promise<readonly WorkItemRow[]> {
+  async claim(c: ClaimInput): Promise<{ claimed: ClaimedRow[]; completed: string[] }> {
     const w = this.t.id("work_item");
     const a = this.t.id("agent");
     const b = this.t.id("affinity_binding");
     const nowNs = msToNs(c.nowMs);
+    const completions = c.completions ?? [];
+    // Completions ride in the same statement: a data-modifying CTE sees the claim's snapshot, and the
+    // items it completes are dispatched ones, which the claim's scan (pending only) never reads.
+    const done = completions.length > 0 ? sql.fragment`done AS (${this.#completeSql(c.agent, completions, c.nowMs)}), ` : sql.fragment``;
     const rebind = c.affinity.policy === "rebind";
     const graceEdge = ts(c.nowMs - c.affinity.graceMs);
-    return this.#hot(sql.type(workItemRow)`
-        WITH agent AS MATERIALIZED (
+    const rows = await this.#hotRaw<ClaimedRow & { done: boolean }>(sql.unsafe`
+        WITH ${done}agent AS MATERIALIZED (
           SELECT ARRAY(SELECT jsonb_array_elements_text(metadata -> 'tenants')) AS tenants,
                  ARRAY(SELECT jsonb_array_elements_text(metadata -> 'engineKinds')) AS kinds,
                  COALESCE(metadata -> 'tags', '{}'::jsonb) AS tags
@@ -274,17 +336,25 @@ export class WorkItemStore {
                       AND NOT EXISTS (SELECT 1 FROM ${a} ba WHERE ba.name = bb.agent_id AND ba.status = 'active' AND ba.deletedon IS NULL)
                       AND NOT EXISTS (SELECT 1 FROM ${w} wd WHERE wd.affinity_key = bb.affinity_key AND wd.status = 'dispatched')))
           RETURNING bb.affinity_key
-        )
+        ), claimed AS (
         UPDATE ${w} w
            SET status = 'dispatched', agent_id = ${c.agent}, leased_by = ${c.instance}, dispatched_at = ${nowNs},
-               lease_expires_at = ${nowNs + msToNs(c.leaseTtlMs)}, lease_token = gen_random_uuid()::text,
+               lease_expires_at = ${nowNs + msToNs(c.leaseTtlMs)}, lease_token = ${c.leaseToken},
                updatedby = ${c.agent}, updatedon = ${ts(c.nowMs)}
           FROM picked
          WHERE w.id = picked.id
            AND (picked.affinity_key IS NULL
                 OR picked.affinity_key IN (SELECT affinity_key FROM pinned)
                 OR picked.affinity_key IN (SELECT affinity_key FROM held))
-        RETURNING w.*`);
+        RETURNING ${CLAIMED_COLUMNS}
+        )
+        SELECT false AS done, claimed.* FROM claimed
+        ${completions.length > 0 ? sql.fragment`UNION ALL SELECT true, done.id, ${CLAIMED_NULLS} FROM done` : sql.fragment``}`);
+    const claimed: ClaimedRow[] = [];
+    const completed: string[] = [];
+    for (const r of rows) if (r.done) completed.push(r.id);
+    else claimed.push(r);
+    return { claimed, completed };
   }
 
   /**
@@ -329,15 +399,20 @@ export class WorkItemStore {
   }
 
   /** Completes fenced items; returns the ids that matched (the rest had lost their lease). */
-  complete(agent: string, items: readonly { id: string; token: string; resultJson: string | null }[], nowMs: number): Promise<readonly string[]> {
+  complete(agent: string, items: readonly Completion[], nowMs: number): Promise<readonly string[]> {
+    return this.#hotIds(sql.type(idRow)`${this.#completeSql(agent, items, nowMs)}`);
+  }
+
+  /** The fenced completion as a statement (alone, or a CTE of a claim); it returns the matched ids. */
+  #completeSql(agent: string, items: readonly Completion[], nowMs: number): FragmentSqlToken {
     const w = this.t.id("work_item");
-    return this.#hotIds(sql.type(idRow)`
+    return sql.fragment`
         UPDATE ${w} w SET status = 'completed', completed_at = ${msToNs(nowMs)}, result = v.result, lease_expires_at = NULL, lease_token = NULL,
                           updatedby = ${agent}, updatedon = ${ts(nowMs)}
           FROM unnest(${sql.array(items.map((i) => i.id), "text")}, ${sql.array(items.map((i) => i.token), "text")},
                       ${sql.array(items.map((i) => i.resultJson), "jsonb")}) AS v(id, token, result)
          WHERE w.id = v.id AND w.lease_token = v.token AND w.status = 'dispatched' AND w.agent_id = ${agent}
-        RETURNING w.id`);
+        RETURNING w.id`;
   }
 
   /**

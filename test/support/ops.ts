@@ -96,6 +96,11 @@ export class OpsTestAgent {
     return this.s.client.claim({ name: this.name, maxItems: max }, this.s.call);
   }
 
+  /** A claim carrying completions. */
+  claimCompleting(max: number, done: readonly { id: string; leaseToken: string }[]) {
+    return this.s.client.claim({ name: this.name, maxItems: max, completions: done.map((i) => ({ workItemId: i.id, leaseToken: i.leaseToken, resultJson: "" })) }, this.s.call);
+  }
+
   async claim(max = 10): Promise<WorkItem[]> {
     return (await this.claimResponse(max)).items;
   }

@@ -74,6 +74,20 @@ export class TestAgent {
     return res.items;
   }
 
+  /** A claim carrying completions (each item completed with `result`, when given). */
+  async claimCompleting(max: number, done: readonly { id: string; leaseToken: string }[], opts: { waitMs?: number; result?: unknown } = {}) {
+    const resultJson = opts.result === undefined ? "" : JSON.stringify(opts.result);
+    return this.conn.agent.claim(
+      {
+        name: this.name,
+        maxItems: max,
+        wait: opts.waitMs ? durationFromMs(opts.waitMs) : undefined,
+        completions: done.map((i) => ({ workItemId: i.id, leaseToken: i.leaseToken, resultJson })),
+      },
+      agentCall,
+    );
+  }
+
   async claimWithStatus(max = 1): Promise<{ items: WorkItem[]; status: AgentStatus }> {
     return this.conn.agent.claim({ name: this.name, maxItems: max }, agentCall);
   }
