@@ -116,7 +116,9 @@ export class Agent extends EventEmitter<AgentEvents> {
       freeSlots: () => this.#work.freeSlots,
       onItems: (items) => this.#work.accept(items, this.#life.state === "running"),
       onStatus: (status) => this.#onDaemonStatus(status, undefined, "claim reply"),
+      lend: (max) => this.#reporter.lend(max),
     });
+    this.#reporter.holdForClaim(() => this.#claimer.refilling);
     this.#directives = new DirectiveFollower(this.#link, this.#o, (d) => this.#onDirective(d), this.#log);
     this.#heartbeat = new HeartbeatThread(this.#o, this.#log, {
       onReply: (reply) => this.#onHeartbeatReply(reply),

@@ -3,6 +3,11 @@
  * for a slot when all are busy. A claim that fails hands the failure to the link and tries again once
  * it recovered. The reply's status is the daemon's view of this agent: INACTIVE means register again
  * (the link's recovery does), DRAINING means the daemon is draining it (the agent decides what then).
+ *
+ * A claim carries the completions queued meanwhile (the reporter lends them): the handlers that just
+ * finished are usually why slots are free, so one call reports them and asks for more. Such a claim
+ * does not wait on the daemon and is not cancelled by stop() (it answers at once); when it fails,
+ * the completions go back to the reporter, which sends them on its own.
  */
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import type { WorkItem as WireItem } from "./gen/aiflow/cluster/v1/work_item_pb.js";
@@ -10,6 +15,7 @@ import type { Link } from "./link.js";
 import type { ResolvedOptions } from "./options.js";
 import { backoffDelay, sleep } from "./backoff.js";
 import { statusFromWire, type DaemonStatus } from "./wire.js";
+import type { Lent } from "./reporter.js";
 
 /** How long a claim waits for more slots to free before claiming for the few that are. */
 const CLAIM_GATHER_MS = 3;
@@ -18,12 +24,16 @@ export interface ClaimerHooks {
   freeSlots(): number;
   onItems(items: WireItem[]): void;
   onStatus(status: DaemonStatus): void;
+  /** Queued completions for the claim to carry, if any. */
+  lend(max: number): Lent | undefined;
 }
 
 export class Claimer {
   readonly #stop = new AbortController();
   #loop: Promise<void> | undefined;
   #wake: (() => void) | undefined;
+  /** In a claim that may wait on the daemon for work (it carries nothing, so nothing waits on it). */
+  #longPolling = false;
 
   constructor(
     private readonly link: Link,
@@ -33,6 +43,11 @@ export class Claimer {
 
   start(): void {
     this.#loop ??= this.#run();
+  }
+
+  /** True while a claim is coming that answers at once: the loop runs and is not parked in a long-poll. */
+  get refilling(): boolean {
+    return this.#loop !== undefined && !this.#stop.signal.aborted && !this.#longPolling;
   }
 
   /** A slot came free. */
@@ -61,19 +76,27 @@ export class Claimer {
       // moment for a quarter of the slots to come free, so claims (and their leases) go in batches.
       if (free < Math.ceil(this.opts.slots / 4) && free < this.opts.slots) await this.#gather(signal);
       const generation = this.link.generation;
+      const lent = signal.aborted ? undefined : this.hooks.lend(this.opts.reportMaxBatch);
       let reply;
+      this.#longPolling = lent === undefined;
       try {
         reply = await this.link.client.claim(
-          { name: this.opts.name, maxItems: free, wait: durationFromMs(this.opts.claimWaitMs) },
-          { signal, timeoutMs: this.opts.claimWaitMs + this.opts.rpcTimeoutMs },
+          lent
+            ? { name: this.opts.name, maxItems: free, completions: lent.completions }
+            : { name: this.opts.name, maxItems: free, wait: durationFromMs(this.opts.claimWaitMs) },
+          lent ? { timeoutMs: this.opts.rpcTimeoutMs } : { signal, timeoutMs: this.opts.claimWaitMs + this.opts.rpcTimeoutMs },
         );
+        lent?.settle(reply.completionOutcomes);
       } catch (err) {
+        this.#longPolling = false;
+        lent?.giveBack();
         if (signal.aborted) return;
         if (!(await this.#recover(generation, err))) return;
         // Recovery registers again; a claim that keeps failing after that must not spin.
         if (failures++ > 0) await sleep(backoffDelay(failures - 2, this.opts.reconnect), signal);
         continue;
       }
+      this.#longPolling = false;
       failures = 0;
       // Handed over even when stopping meanwhile: the agent gives back what it will not run.
       if (reply.items.length > 0) this.hooks.onItems(reply.items);

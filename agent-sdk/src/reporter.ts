@@ -5,6 +5,10 @@
  * sent again (the daemon fences every item by its lease token, so a late report of a lease that
  * meanwhile expired is refused, not applied twice). One item the daemon rejects as invalid does not
  * sink its batch: the batch is split and sent item by item.
+ *
+ * Completions may instead ride on the next claim (`lend`): a handler that finishes frees a slot, so
+ * a claim usually follows within milliseconds, and one call then does both. What a claim could not
+ * deliver comes back here and goes the ordinary way.
  */
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError } from "@connectrpc/connect";
@@ -28,12 +32,28 @@ interface Pending {
   resolve: (r: ReportResult) => void;
 }
 
+/** Completions lent to a claim: sent aboard it, then settled from its reply or given back. */
+export interface Lent {
+  completions: { workItemId: string; leaseToken: string; resultJson: string }[];
+  /** The claim's completion outcomes arrived. */
+  settle(outcomes: readonly WireOutcome[]): void;
+  /** The claim failed: the reporter sends them itself. */
+  giveBack(): void;
+}
+
+/** How many coalescing periods completions may wait for a claim to carry them. */
+const MAX_HOLD_FACTOR = 10;
+
 /** Release first: at a drain deadline, giving items back is what must land. */
 const KINDS: readonly Report["kind"][] = ["release", "complete", "fail"];
 
 export class Reporter {
   #queue: Pending[] = [];
   #timer: NodeJS.Timeout | undefined;
+  /** When the oldest queued report was submitted (for the hold limit). */
+  #oldestAt = 0;
+  /** True while a claim that will carry completions is coming (see holdForClaim). */
+  #claimComing: () => boolean = () => false;
   readonly #sending = new Set<Promise<void>>();
   readonly #giveUp = new AbortController();
 
@@ -43,14 +63,32 @@ export class Reporter {
     private readonly log: Logger,
   ) {}
 
+  /**
+   * While `coming()` says a claim will go out without waiting on the daemon (the claimer is busy
+   * refilling slots, not parked in a long-poll), queued completions wait for it rather than taking a
+   * call of their own, up to MAX_HOLD_FACTOR coalescing periods.
+   */
+  holdForClaim(coming: () => boolean): void {
+    this.#claimComing = coming;
+  }
+
   /** Queues a report; resolves with the daemon's answer for it. */
   submit(report: Report): Promise<ReportResult> {
     if (this.#giveUp.signal.aborted) return Promise.resolve(gaveUp("the agent stopped reporting"));
     return new Promise((resolve) => {
+      if (this.#queue.length === 0) this.#oldestAt = Date.now();
       this.#queue.push({ report, resolve });
       if (this.#queue.length >= this.opts.reportMaxBatch) this.#flushNow();
-      else this.#timer ??= setTimeout(() => this.#flushNow(), this.opts.reportCoalesceMs);
+      else this.#timer ??= setTimeout(() => this.#onTimer(), this.opts.reportCoalesceMs);
     });
+  }
+
+  #onTimer(): void {
+    this.#timer = undefined;
+    const holdable = this.#queue.every((p) => p.report.kind === "complete");
+    if (holdable && this.#claimComing() && Date.now() - this.#oldestAt < this.opts.reportCoalesceMs * MAX_HOLD_FACTOR)
+      this.#timer = setTimeout(() => this.#onTimer(), this.opts.reportCoalesceMs);
+    else this.#flushNow();
   }
 
   /**
@@ -67,6 +105,44 @@ export class Reporter {
     } finally {
       clearTimeout(timer);
     }
+  }
+
+  /**
+   * Takes up to `max` queued completions for a claim to carry. Until the claim settles or gives them
+   * back they count as being sent, so flush() waits for them.
+   */
+  lend(max: number): Lent | undefined {
+    if (this.#giveUp.signal.aborted) return undefined;
+    const taken: Pending[] = [];
+    const rest: Pending[] = [];
+    for (const p of this.#queue) (p.report.kind === "complete" && taken.length < max ? taken : rest).push(p);
+    if (taken.length === 0) return undefined;
+    this.#queue = rest;
+    if (rest.length === 0) {
+      clearTimeout(this.#timer);
+      this.#timer = undefined;
+    }
+    let finished!: () => void;
+    const inFlight = new Promise<void>((resolve) => (finished = resolve));
+    this.#sending.add(inFlight);
+    void inFlight.finally(() => this.#sending.delete(inFlight));
+    let open = true;
+    return {
+      completions: taken.map(({ report: r }) => (r.kind === "complete" ? { workItemId: r.id, leaseToken: r.token, resultJson: r.resultJson } : unexpected(r))),
+      settle: (outcomes) => {
+        if (!open) return;
+        open = false;
+        settleFrom(taken, outcomes);
+        finished();
+      },
+      giveBack: () => {
+        if (!open) return;
+        open = false;
+        this.#queue.unshift(...taken);
+        this.#flushNow();
+        finished();
+      },
+    };
   }
 
   /** Gives up on everything unanswered. */
@@ -92,12 +168,7 @@ export class Reporter {
       if (this.#giveUp.signal.aborted) return settleAll(batch, gaveUp("the daemon did not answer before the agent stopped"));
       const generation = this.link.generation;
       try {
-        const outcomes = await this.#call(batch);
-        const byId = new Map(outcomes.map((o) => [o.workItemId, o]));
-        for (const p of batch) {
-          const o = byId.get(p.report.id);
-          p.resolve(o ? { ok: o.ok, code: o.code as Code, message: o.message } : { ok: false, code: Code.Internal, message: "the daemon did not answer for this item" });
-        }
+        settleFrom(batch, await this.#call(batch));
         return;
       } catch (err) {
         if (this.#giveUp.signal.aborted) continue;
@@ -138,6 +209,15 @@ export class Reporter {
     }
     const leases = batch.map(({ report: r }) => ({ workItemId: r.id, leaseToken: r.token }));
     return (await client.release({ name, leases }, options)).outcomes;
+  }
+}
+
+/** Resolves each report with the daemon's outcome for its item. */
+function settleFrom(batch: readonly Pending[], outcomes: readonly WireOutcome[]): void {
+  const byId = new Map(outcomes.map((o) => [o.workItemId, o]));
+  for (const p of batch) {
+    const o = byId.get(p.report.id);
+    p.resolve(o ? { ok: o.ok, code: o.code as Code, message: o.message } : { ok: false, code: Code.Internal, message: "the daemon did not answer for this item" });
   }
 }
 
