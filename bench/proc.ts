@@ -122,3 +122,19 @@ export function watchProc(pid: number, everyMs = 200) {
     },
   };
 }
+
+/**
+ * Busy CPU time of the whole machine so far (every process: daemons, agents, Postgres, this one), in
+ * ms, from /proc/stat; null where there is none. Divided by items it is the figure that throughput on
+ * a saturated machine hides: what one item costs in all.
+ */
+export function machineBusyMs(): number | null {
+  try {
+    const cpu = readFileSync("/proc/stat", "utf8").split("\n", 1)[0]!.trim().split(/\s+/).slice(1).map(Number);
+    // user nice system idle iowait irq softirq steal ...: everything but idle and iowait is busy.
+    const busy = cpu.reduce((a, b) => a + b, 0) - (cpu[3] ?? 0) - (cpu[4] ?? 0);
+    return busy * TICK_MS;
+  } catch {
+    return null;
+  }
+}

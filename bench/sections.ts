@@ -6,7 +6,7 @@ import { QueueService } from "../src/gen/aiflow/cluster/v1/queue_pb.js";
 import { baselineDrainSpan, fillBaseline, releaseBaseline, resetBaseline, waitBaselineDone } from "./baseline.js";
 import { nowMs } from "./clock.js";
 import { committedTransactions, KIND, sql, TENANT, TOKENS, type Database, type DaemonProc } from "./env.js";
-import { sampleProc, startChild, watchProc, type Child } from "./proc.js";
+import { machineBusyMs, sampleProc, startChild, watchProc, type Child } from "./proc.js";
 import { perSecond, round, summarize } from "./stats.js";
 
 export interface Options {
@@ -121,8 +121,10 @@ export async function drainOurs(db: Database, daemons: DaemonProc[], o: Options)
   await sql(db.url, `ANALYZE ${workTable(db)}`);
   const agents = await startAgents(daemons, o.agents, o.slots, "drain");
   const watches = daemons.map((d) => watchProc(d.child.pid));
+  const busy0 = machineBusyMs();
   await sql(db.url, `UPDATE ${workTable(db)} SET next_attempt_at = (extract(epoch from clock_timestamp()) * 1e9)::bigint WHERE status = 'pending'`);
   await waitForDrained(db, 600_000);
+  const busy1 = machineBusyMs();
   const usage = watches.map((w) => w.stop());
   const [row] = await sql<{ n: string; span: string }>(
     db.url,
@@ -142,6 +144,7 @@ export async function drainOurs(db: Database, daemons: DaemonProc[], o: Options)
       retries: Number(retries!.n),
       daemon_cpu_pct: round(usage.reduce((s, u) => s + u.cpuPercent, 0), 1),
       daemon_peak_rss_mb: round(Math.max(...usage.map((u) => u.peakRssMb)), 1),
+      ...cpuPerItem(busy0, busy1, Number(row!.n)),
     },
   };
 }
@@ -151,11 +154,18 @@ export async function drainBaseline(db: Database, o: Options): Promise<Figures> 
   await fillBaseline(db.url, o.items);
   const workers = startChild("bench/child-baseline-workers.ts", [db.url, String(o.baselineWorkers)], { ready: (l) => l.includes('"ready"') });
   await workers.ready;
+  const busy0 = machineBusyMs();
   await releaseBaseline(db.url);
   await waitBaselineDone(db.url, o.items);
+  const busy1 = machineBusyMs();
   await workers.stop();
   const { count, spanNs } = await baselineDrainSpan(db.url);
-  return { items: count, workers: o.baselineWorkers, seconds: round(Number(spanNs) / 1e9, 3), items_per_s: round(perSecond(count, spanNs), 0) };
+  return { items: count, workers: o.baselineWorkers, seconds: round(Number(spanNs) / 1e9, 3), items_per_s: round(perSecond(count, spanNs), 0), ...cpuPerItem(busy0, busy1, count) };
+}
+
+/** Machine CPU (all processes) per item over the drain, in microseconds. */
+function cpuPerItem(before: number | null, after: number | null, items: number): Figures {
+  return before === null || after === null || items === 0 ? {} : { machine_cpu_us_per_item: round(((after - before) * 1000) / items, 1) };
 }
 
 function producer(args: string[]): Child {

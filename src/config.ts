@@ -152,7 +152,14 @@ const SETTINGS = {
   claimMaxWait: { flag: "--claim-max-wait", env: ["AIFLOW_CLAIM_MAX_WAIT"], default: "30s", help: "longest a claim long-poll may wait", parse: duration(0) },
   backoffBase: { flag: "--backoff-base", env: ["AIFLOW_BACKOFF_BASE"], default: "1s", help: "retry backoff base (full jitter: rand(0, min(cap, base*2^retry)))", parse: duration(0) },
   backoffJitter: { flag: "--backoff-jitter", env: ["AIFLOW_BACKOFF_JITTER"], default: "full", help: "full (random in [0, bound]) or none (exactly the bound)", parse: oneOf(["full", "none"]) },
-  notifyWindow: { flag: "--notify-window", env: ["AIFLOW_NOTIFY_WINDOW"], default: "5ms", help: "enqueues and completions within this window share one NOTIFY", parse: duration(0) },
+  notifyWindow: { flag: "--notify-window", env: ["AIFLOW_NOTIFY_WINDOW"], default: "5ms", help: "enqueues within this window share one NOTIFY to other daemons", parse: duration(0) },
+  doneNotifyWindow: {
+    flag: "--done-notify-window",
+    env: ["AIFLOW_DONE_NOTIFY_WINDOW"],
+    default: "50ms",
+    help: "completions within this window share one NOTIFY (it wakes Wait calls on other daemons)",
+    parse: duration(0),
+  },
   backoffCap: { flag: "--backoff-cap", env: ["AIFLOW_BACKOFF_CAP"], default: "5m", help: "retry backoff cap", parse: duration(0) },
   affinityPolicy: {
     flag: "--affinity-policy",

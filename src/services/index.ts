@@ -93,7 +93,10 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
   const backoff = { baseMs: config.backoffBase, capMs: config.backoffCap, jitter: config.backoffJitter === "full" };
   const workItems = new WorkItemStore(pool, tables, backoff, hot);
   const work = new Beacon(pool, tables.channel("work"), config.instanceId, config.notifyWindow, log);
-  const done = new Beacon(pool, tables.channel("done"), config.instanceId, config.notifyWindow, log);
+  // Completions come in a stream while agents work, and only Wait calls on other daemons need to hear
+  // of them: a longer window turns a NOTIFY per few ms (each a statement, and a signal to every
+  // listening connection) into a few per second. This daemon's own Wait calls wake at once.
+  const done = new Beacon(pool, tables.channel("done"), config.instanceId, config.doneNotifyWindow, log);
   await work.start(listener);
   await done.start(listener);
   const core = new QueueCore(workItems, hub, work, done, clock, config, log.child({ component: "queue" }));
