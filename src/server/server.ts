@@ -7,6 +7,7 @@ import http2 from "node:http2";
 import type { AddressInfo, Socket } from "node:net";
 import type { ConnectRouter, Interceptor } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
+import { grpcUnaryFastPath, recordUnary } from "./grpc-unary.js";
 import type { Logger } from "../log.js";
 
 export interface ServerOptions {
@@ -32,8 +33,9 @@ export interface RunningServer {
 export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   const drain = new AbortController();
   const hardStop = new AbortController();
+  const unary = new Map();
   const handler = connectNodeAdapter({
-    routes: opts.routes,
+    routes: recordUnary(opts.routes, unary),
     interceptors: opts.interceptors,
     grpc: true,
     grpcWeb: true,
@@ -43,7 +45,11 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     // Agents and daemons sit on fast networks: gzip costs more CPU than it saves below this size.
     compressMinBytes: 64 * 1024,
   });
-  const server = http2.createServer({}, handler);
+  const readMaxBytes = opts.readMaxBytes ?? 8 * 1024 * 1024;
+  const fast = grpcUnaryFastPath(unary, { interceptors: opts.interceptors, readMaxBytes, shutdownSignal: hardStop.signal });
+  const server = http2.createServer({}, (req, res) => {
+    if (!fast(req, res)) void handler(req, res);
+  });
   // RPCs are small request/response exchanges: without TCP_NODELAY, Nagle's algorithm holds a reply
   // back until the peer's delayed ACK (tens of milliseconds per call).
   server.on("connection", (socket: Socket) => socket.setNoDelay(true));

@@ -1,0 +1,136 @@
+/**
+ * The direct gRPC unary path (src/server/grpc-unary.ts), spoken to byte by byte over a raw HTTP/2
+ * client: answers and refusals as gRPC status trailers, framing and size errors with a clear status
+ * (and the daemon serving on), deadlines and cancellation reaching the handler, and the same methods
+ * still served over gRPC-Web and Connect by connect-node.
+ */
+import http2 from "node:http2";
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { durationFromMs } from "@bufbuild/protobuf/wkt";
+import { Code, createClient } from "@connectrpc/connect";
+import { createConnectTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { Daemon } from "../src/daemon.js";
+import { AgentService, ClaimRequestSchema, ClaimResponseSchema, RegisterRequestSchema } from "../src/gen/aiflow/cluster/v1/agent_pb.js";
+import { Health, HealthCheckRequestSchema, HealthCheckResponseSchema, HealthCheckResponse_ServingStatus as Serving } from "../src/gen/grpc/health/v1/health_pb.js";
+import { startTestDaemon, TOKENS } from "./support/daemon.js";
+import { createTestDb, type TestDb } from "./support/db.js";
+
+let db: TestDb;
+let daemon: Daemon;
+let session: http2.ClientHttp2Session;
+
+beforeAll(async () => {
+  db = await createTestDb({ label: "gunary" });
+  daemon = await startTestDaemon({ schema: db.schema, config: { tenants: ["t1"] } });
+  session = http2.connect(`http://${daemon.address}`);
+});
+afterAll(async () => {
+  session?.close();
+  await daemon?.stop();
+  await db?.drop();
+});
+
+interface Answer {
+  headers: http2.IncomingHttpHeaders;
+  trailers: http2.IncomingHttpHeaders;
+  body: Buffer;
+  /** grpc-status, from the trailers or (trailers-only) the headers. */
+  status: number;
+  message: string;
+}
+
+const frame = (bytes: Uint8Array, flags = 0) => {
+  const b = Buffer.alloc(5 + bytes.byteLength);
+  b[0] = flags;
+  b.writeUInt32BE(bytes.byteLength, 1);
+  b.set(bytes, 5);
+  return b;
+};
+
+function call(path: string, body: Buffer, headers: Record<string, string> = {}, opts: { cancelAfterMs?: number } = {}): Promise<Answer> {
+  return new Promise((resolve, reject) => {
+    const req = session.request({ ":method": "POST", ":path": path, "content-type": "application/grpc", te: "trailers", ...headers });
+    let head: http2.IncomingHttpHeaders = {};
+    let trailers: http2.IncomingHttpHeaders = {};
+    const chunks: Buffer[] = [];
+    req.on("response", (h) => (head = h));
+    req.on("trailers", (t) => (trailers = t));
+    req.on("data", (c: Buffer) => chunks.push(c));
+    req.on("error", reject);
+    req.on("close", () => {
+      const st = trailers["grpc-status"] ?? head["grpc-status"];
+      const msg = trailers["grpc-message"] ?? head["grpc-message"];
+      resolve({ headers: head, trailers, body: Buffer.concat(chunks), status: st === undefined ? -1 : Number(st), message: decodeURIComponent(String(msg ?? "")) });
+    });
+    if (opts.cancelAfterMs !== undefined) {
+      req.end(body);
+      setTimeout(() => req.close(http2.constants.NGHTTP2_CANCEL), opts.cancelAfterMs);
+    } else req.end(body);
+  });
+}
+
+const HEALTH = "/grpc.health.v1.Health/Check";
+const CLAIM = "/aiflow.cluster.v1.AgentService/Claim";
+const agentAuth = { authorization: `Bearer ${TOKENS.agent}` };
+const healthy = async () => {
+  const a = await call(HEALTH, frame(toBinary(HealthCheckRequestSchema, create(HealthCheckRequestSchema))));
+  expect(a.status).toBe(0);
+  expect(fromBinary(HealthCheckResponseSchema, a.body.subarray(5)).status).toBe(Serving.SERVING);
+};
+
+describe("the direct gRPC unary path", () => {
+  it("answers a plain gRPC call with the message, content type and status 0 in the trailers", async () => {
+    const a = await call(HEALTH, frame(toBinary(HealthCheckRequestSchema, create(HealthCheckRequestSchema))));
+    expect(a.headers[":status"]).toBe(200);
+    expect(a.headers["content-type"]).toBe("application/grpc");
+    expect(a.trailers["grpc-status"]).toBe("0");
+    expect(a.body.readUInt32BE(1)).toBe(a.body.length - 5);
+    expect(fromBinary(HealthCheckResponseSchema, a.body.subarray(5)).status).toBe(Serving.SERVING);
+  });
+
+  it("refuses through the same interceptors and implementations: status and message in a trailers-only answer", async () => {
+    const claim = frame(toBinary(ClaimRequestSchema, create(ClaimRequestSchema, { name: "nobody" })));
+    const noToken = await call(CLAIM, claim);
+    expect(noToken).toMatchObject({ status: Code.Unauthenticated, message: "missing bearer token: send 'authorization: Bearer <token>'" });
+    expect(noToken.trailers).toEqual({});
+    const badName = await call(CLAIM, frame(toBinary(ClaimRequestSchema, create(ClaimRequestSchema, { name: "no spaces allowed" }))), agentAuth);
+    expect(badName.status).toBe(Code.InvalidArgument);
+    expect(badName.message).toContain("name");
+    await healthy();
+  });
+
+  it("gives framing, decoding and size errors a clear status, and serves on", async () => {
+    const ok = toBinary(HealthCheckRequestSchema, create(HealthCheckRequestSchema));
+    expect(await call(HEALTH, frame(ok, 1))).toMatchObject({ status: Code.Internal, message: "protocol error: a compressed message without grpc-encoding" });
+    expect(await call(HEALTH, Buffer.concat([frame(ok), frame(ok)]))).toMatchObject({ status: Code.Internal, message: "protocol error: a unary request needs exactly one message" });
+    expect(await call(HEALTH, Buffer.alloc(0))).toMatchObject({ status: Code.Internal, message: "protocol error: a unary request needs exactly one message" });
+    expect((await call(HEALTH, frame(Buffer.from([0xff, 0xff, 0xff])))).status).toBe(Code.Internal);
+    const huge = Buffer.alloc(5);
+    huge.writeUInt32BE(64 * 1024 * 1024, 1);
+    expect(await call(HEALTH, huge)).toMatchObject({ status: Code.ResourceExhausted, message: expect.stringMatching(/^message larger than \d+ bytes$/) });
+    expect((await call(HEALTH, frame(ok), { "grpc-timeout": "soon" })).status).toBe(Code.InvalidArgument);
+    await healthy();
+  });
+
+  it("ends a long-poll at the client's deadline, and a cancelled one leaves the daemon serving", async () => {
+    await createClient(AgentService, createConnectTransport({ baseUrl: `http://${daemon.address}`, httpVersion: "2" })).register(
+      create(RegisterRequestSchema, { name: "unary-poller", metadata: { tenants: ["t1"], engineKinds: ["k"], tags: {}, slots: 1 } }),
+      { headers: agentAuth },
+    );
+    const poll = frame(toBinary(ClaimRequestSchema, create(ClaimRequestSchema, { name: "unary-poller", maxItems: 1, wait: durationFromMs(20_000) })));
+    // Without the deadline reaching the handler, this call would hold for the whole 20 s wait.
+    const due = await call(CLAIM, poll, { ...agentAuth, "grpc-timeout": "200m" });
+    expect(due.status).toBe(0);
+    expect(fromBinary(ClaimResponseSchema, due.body.subarray(5)).items).toEqual([]);
+    const cancelled = await call(CLAIM, poll, agentAuth, { cancelAfterMs: 50 });
+    expect(cancelled.status).toBe(-1);
+    await healthy();
+  });
+
+  it("leaves gRPC-Web and Connect calls of the same methods to connect-node", async () => {
+    for (const transport of [createGrpcWebTransport({ baseUrl: `http://${daemon.address}`, httpVersion: "2" }), createConnectTransport({ baseUrl: `http://${daemon.address}`, httpVersion: "2" })]) {
+      expect((await createClient(Health, transport).check({})).status).toBe(Serving.SERVING);
+    }
+  });
+});
