@@ -4,6 +4,7 @@
  * loops, then the pool, then the embedded database.
  */
 import type { DatabasePool } from "slonik";
+import "./util/protobuf-text.js";
 import { systemClock, type Clock } from "./clock.js";
 import { ConfigError, type Config } from "./config.js";
 import { startEmbeddedPostgres, type EmbeddedPostgres } from "./db/embedded.js";

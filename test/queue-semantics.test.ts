@@ -105,12 +105,12 @@ describe("a claimed item", () => {
       engineKind: "dag",
       runId: "run-7",
       taskId: "task-7",
-      taskName: "render",
       parentWorkItemId: parent!.id,
       priority: 4,
       maxRetries: 2,
       idempotencyKey: "idem-7",
-      payloadJson: '{"job":"render","frames":[1,2],"opts":{"hq":true}}',
+      payloadJson: '{"job":"render ✓ é 日本 🎬","frames":[1,2],"opts":{"hq":true}}',
+      taskName: "render-日本",
       workerParams: { selector: { gpu: "h100" }, affinityKey: "scene-7" },
     });
     const [claimed] = await a.claim(1);
@@ -118,8 +118,9 @@ describe("a claimed item", () => {
     expect(stored.status).toBe(WorkItemStatus.DISPATCHED);
     // The payload is the same JSON (the claim sends the stored text as it is, GetItem re-serialises).
     expect(JSON.parse(claimed!.payloadJson)).toEqual(JSON.parse(stored.payloadJson));
+    expect(JSON.parse(claimed!.payloadJson)).toEqual({ job: "render ✓ é 日本 🎬", frames: [1, 2], opts: { hq: true } });
     expect({ ...claimed, payloadJson: "" }).toEqual({ ...stored, payloadJson: "" });
-    expect(claimed).toMatchObject({ agentId: a.name, leasedBy: "queue-sem", runId: "run-7", taskName: "render", parentWorkItemId: parent!.id, priority: 4, maxRetries: 2 });
+    expect(claimed).toMatchObject({ agentId: a.name, leasedBy: "queue-sem", runId: "run-7", taskName: "render-日本", parentWorkItemId: parent!.id, priority: 4, maxRetries: 2 });
   });
 });
 
