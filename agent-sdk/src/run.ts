@@ -15,7 +15,13 @@ export type RunPhase = "running" | "reporting" | "releasing" | "finished";
 
 export class Run {
   phase: RunPhase = "running";
-  readonly #controller = new AbortController();
+  /**
+   * Made when the handler first reads its signal (or the run is aborted first): most handlers of
+   * short items never read it, and an AbortController per item was a visible share of an agent's
+   * time in a drain.
+   */
+  #controller: AbortController | undefined;
+  #abortedBeforeRead: WorkAbortedError | undefined;
 
   constructor(
     readonly item: WorkItem,
@@ -24,7 +30,15 @@ export class Run {
   ) {}
 
   get signal(): AbortSignal {
+    if (!this.#controller) {
+      this.#controller = new AbortController();
+      if (this.#abortedBeforeRead) this.#controller.abort(this.#abortedBeforeRead);
+    }
     return this.#controller.signal;
+  }
+
+  get aborted(): boolean {
+    return this.#controller ? this.#controller.signal.aborted : this.#abortedBeforeRead !== undefined;
   }
 
   /** Whether renewals should keep its lease. */
@@ -33,7 +47,10 @@ export class Run {
   }
 
   abort(kind: AbortKind, message: string): void {
-    if (!this.#controller.signal.aborted) this.#controller.abort(new WorkAbortedError(kind, message));
+    if (this.aborted) return;
+    const reason = new WorkAbortedError(kind, message);
+    if (this.#controller) this.#controller.abort(reason);
+    else this.#abortedBeforeRead = reason;
   }
 }
 
@@ -61,12 +78,12 @@ export const failure = (run: Run, error: string, retryable: boolean, retryDelayM
 });
 
 /** Runs the handler and turns how it settled into a report; never throws. */
-export async function settle(run: Run, handler: AnyHandler, ctx: HandlerContext, log: Logger): Promise<Report> {
+export async function settle(run: Run, handler: AnyHandler, ctx: HandlerContext, log: () => Logger): Promise<Report> {
   let result: unknown;
   try {
     result = await handler(run.item, ctx);
   } catch (err) {
-    if (!run.signal.aborted) log.warn({ err }, "handler failed");
+    if (!run.aborted) log().warn({ err }, "handler failed");
     if (err instanceof NonRetryableError) return failure(run, errorMessage(err), false);
     if (err instanceof RetryableError) return failure(run, errorMessage(err), true, err.retryDelayMs);
     return failure(run, errorMessage(err), true);

@@ -115,18 +115,34 @@ export class Work {
     const { item } = run;
     this.hooks.slotTaken(++this.#busy);
     this.hooks.itemStarted(item);
-    const log = this.log.child({ item: item.id, tenant: item.tenant, engineKind: item.engineKind, task: item.taskName, attempt: item.attempt });
+    // The item's logger and abort signal are made when first used: most short items need neither.
+    let itemLog: Logger | undefined;
+    const log = (): Logger => (itemLog ??= this.log.child({ item: item.id, tenant: item.tenant, engineKind: item.engineKind, task: item.taskName, attempt: item.attempt }));
     const handler = resolveHandler(this.opts.handlers, item.engineKind, item.taskName);
     let report: Report;
-    if (handler) report = await settle(run, handler, { signal: run.signal, log, agent: this.opts.name }, log);
+    if (handler)
+      report = await settle(
+        run,
+        handler,
+        {
+          get signal() {
+            return run.signal;
+          },
+          get log() {
+            return log();
+          },
+          agent: this.opts.name,
+        },
+        log,
+      );
     else {
       const task = item.taskName === undefined ? "" : ` and task '${item.taskName}'`;
       report = failure(run, `no handler for engine kind '${item.engineKind}'${task} on agent '${this.opts.name}' (it handles: ${describeHandlers(this.opts.handlers)})`, false);
-      log.error({ err: report.kind === "fail" ? report.error : "" }, "no handler: failing the item for good");
+      log().error({ err: report.kind === "fail" ? report.error : "" }, "no handler: failing the item for good");
     }
     this.#busy--;
     if (run.phase !== "running") {
-      log.debug({ phase: run.phase }, "result of an aborted item dropped");
+      log().debug({ phase: run.phase }, "result of an aborted item dropped");
       this.#slotFreed();
       return;
     }

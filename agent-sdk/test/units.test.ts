@@ -112,8 +112,23 @@ describe("handler results", () => {
   const ctx = (r: Run) => ({ signal: r.signal, log, agent: "a" });
   const settleWith = (fn: () => unknown) => {
     const r = run();
-    return settle(r, async () => fn(), ctx(r), log);
+    return settle(r, async () => fn(), ctx(r), () => log);
   };
+
+  it("a run aborted before its handler read the signal hands out an aborted signal with the reason", () => {
+    const r = run();
+    expect(r.aborted).toBe(false);
+    r.abort("cancelled", "the operator cancelled it");
+    r.abort("lease-lost", "a second abort changes nothing");
+    expect(r.aborted).toBe(true);
+    expect(r.signal.aborted).toBe(true);
+    expect(r.signal.reason).toMatchObject({ kind: "cancelled", message: "the operator cancelled it" });
+    const read = run();
+    const signal = read.signal;
+    read.abort("lease-lost", "gone");
+    expect(signal.aborted).toBe(true);
+    expect(read.aborted).toBe(true);
+  });
 
   it("turns values into completions and errors into failures", async () => {
     expect(await settleWith(() => ({ a: 1 }))).toEqual({ kind: "complete", id: "01ITEM", token: "token-1", resultJson: '{"a":1}' });
