@@ -121,10 +121,12 @@ export async function drainOurs(db: Database, daemons: DaemonProc[], o: Options)
   await sql(db.url, `ANALYZE ${workTable(db)}`);
   const agents = await startAgents(daemons, o.agents, o.slots, "drain");
   const watches = daemons.map((d) => watchProc(d.child.pid));
+  const agentCpu0 = agents.map((a) => sampleProc(a.pid).cpuMs);
   const busy0 = machineBusyMs();
   await sql(db.url, `UPDATE ${workTable(db)} SET next_attempt_at = (extract(epoch from clock_timestamp()) * 1e9)::bigint WHERE status = 'pending'`);
   await waitForDrained(db, 600_000);
   const busy1 = machineBusyMs();
+  const agentCpuMs = agents.reduce((sum, a, i) => sum + sampleProc(a.pid).cpuMs - agentCpu0[i]!, 0);
   const usage = watches.map((w) => w.stop());
   const [row] = await sql<{ n: string; span: string }>(
     db.url,
@@ -145,6 +147,10 @@ export async function drainOurs(db: Database, daemons: DaemonProc[], o: Options)
       daemon_cpu_pct: round(usage.reduce((s, u) => s + u.cpuPercent, 0), 1),
       daemon_peak_rss_mb: round(Math.max(...usage.map((u) => u.peakRssMb)), 1),
       ...cpuPerItem(busy0, busy1, Number(row!.n)),
+      // Where the machine's time went, per item: the daemons, the agent processes, and the rest
+      // (Postgres, and this process watching).
+      daemon_cpu_us_per_item: round((usage.reduce((s, u) => s + (u.cpuPercent / 100) * u.wallMs, 0) * 1000) / Number(row!.n), 1),
+      agents_cpu_us_per_item: round((agentCpuMs * 1000) / Number(row!.n), 1),
     },
   };
 }
