@@ -23,7 +23,7 @@ const HELP = `npm run bench -- [options]
   --smoke            a tiny run (seconds) to check the benchmark works`;
 
 function parseOptions(argv: string[]): { o: Options; only: Set<string> } {
-  const o: Options = { items: 20_000, agents: 4, slots: 32, daemons: 1, rate: 1000, durationMs: 10_000, warmupMs: 3_000, hbAgents: 1000, hbDurationMs: 10_000, baselineWorkers: 32 };
+  const o: Options = { items: 20_000, agents: 4, slots: 32, daemons: 1, rate: 1000, durationMs: 10_000, warmupMs: 3_000, hbAgents: 1000, hbDurationMs: 10_000, hbSettleMs: 11_000, baselineWorkers: 32 };
   let only = new Set(["enqueue", "drain", "latency", "heartbeat"]);
   for (let i = 0; i < argv.length; i++) {
     const [flag, inline] = argv[i]!.split("=", 2);
@@ -43,7 +43,7 @@ function parseOptions(argv: string[]): { o: Options; only: Set<string> } {
       case "--hb-duration": o.hbDurationMs = parseDuration(value(), "--hb-duration"); break;
       case "--only": only = new Set(value().split(",")); break;
       case "--smoke":
-        Object.assign(o, { items: 300, agents: 2, slots: 8, rate: 100, durationMs: 1000, warmupMs: 300, hbAgents: 50, hbDurationMs: 2000, baselineWorkers: 4 });
+        Object.assign(o, { items: 300, agents: 2, slots: 8, rate: 100, durationMs: 1000, warmupMs: 300, hbAgents: 50, hbDurationMs: 2000, hbSettleMs: 500, baselineWorkers: 4 });
         break;
       default:
         console.error(`bench: unknown option ${flag} (see --help)`);
