@@ -1,4 +1,6 @@
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import pg from "pg";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { PgListener } from "../src/db/notify.js";
 import { silentLogger } from "../src/log.js";
 import { Beacon } from "../src/services/beacon.js";
 import { createTestDb, type TestDb } from "./support/db.js";
@@ -48,5 +50,48 @@ describe("beacon", () => {
     beacon.ring(["t|k"], 1);
     expect(await a.wait(0, [never])).toBe(true);
     a.disarm();
+  });
+});
+
+describe("beacons of several daemons", () => {
+  it("a lone daemon's rings send no NOTIFY; once another announces itself, rings reach its waiters", async () => {
+    const channel = db.tables.channel("beacon_peers");
+    const heard: { from: string; keys: string[] }[] = [];
+    const watcher = new pg.Client({ connectionString: db.url });
+    await watcher.connect();
+    await watcher.query(`LISTEN ${pg.escapeIdentifier(channel)}`);
+    let marker: () => void = () => {};
+    watcher.on("notification", (n) => (n.payload === "marker" ? marker() : heard.push(JSON.parse(n.payload!))));
+    const listeners = [new PgListener(db.url, silentLogger()), new PgListener(db.url, silentLogger())];
+    await Promise.all(listeners.map((l) => l.start()));
+    const a = new Beacon(db.pool, channel, "daemon-a", 1, silentLogger());
+    const b = new Beacon(db.pool, channel, "daemon-b", 1, silentLogger());
+    try {
+      await a.start(listeners[0]!);
+      expect(a.hasPeers).toBe(false);
+      a.ring(["t|k"]);
+      // Everything a sent commits before the marker, so the watcher has it all once the marker arrives.
+      await a.stop();
+      await new Promise<void>((resolve) => {
+        marker = resolve;
+        void watcher.query(`NOTIFY ${pg.escapeIdentifier(channel)}, 'marker'`);
+      });
+      expect(heard.map((m) => m.keys)).toEqual([[]]);
+      expect(heard[0]!.from).toMatch(/^daemon-a\//);
+
+      const a2 = new Beacon(db.pool, channel, "daemon-a", 1, silentLogger());
+      await a2.start(listeners[0]!);
+      await b.start(listeners[1]!);
+      await vi.waitFor(() => expect(a2.hasPeers).toBe(true));
+      const waiter = b.arm(new Set(["t|k"]));
+      a2.ring(["t|k"]);
+      expect(await waiter.wait(5_000, [never])).toBe(true);
+      waiter.disarm();
+      await a2.stop();
+    } finally {
+      await b.stop();
+      await Promise.all(listeners.map((l) => l.stop()));
+      await watcher.end();
+    }
   });
 });
