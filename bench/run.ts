@@ -19,11 +19,12 @@ const HELP = `npm run bench -- [options]
   --warmup D         warm-up before measuring latency (default 3s)
   --hb-agents N      simulated agents for the heartbeat cost (default 1000)
   --hb-duration D    heartbeat phase length (default 10s)
+  --drain-warmup N   items the drain's agents take first, uncounted (default 4000)
   --only LIST        comma list of: enqueue,drain,latency,heartbeat (default all)
   --smoke            a tiny run (seconds) to check the benchmark works`;
 
 function parseOptions(argv: string[]): { o: Options; only: Set<string> } {
-  const o: Options = { items: 20_000, agents: 4, slots: 32, daemons: 1, rate: 1000, durationMs: 10_000, warmupMs: 3_000, hbAgents: 1000, hbDurationMs: 10_000, hbSettleMs: 11_000, baselineWorkers: 32 };
+  const o: Options = { items: 20_000, agents: 4, slots: 32, daemons: 1, rate: 1000, durationMs: 10_000, warmupMs: 3_000, hbAgents: 1000, hbDurationMs: 10_000, hbSettleMs: 11_000, drainWarmup: 4_000, baselineWorkers: 32 };
   let only = new Set(["enqueue", "drain", "latency", "heartbeat"]);
   for (let i = 0; i < argv.length; i++) {
     const [flag, inline] = argv[i]!.split("=", 2);
@@ -41,9 +42,10 @@ function parseOptions(argv: string[]): { o: Options; only: Set<string> } {
       case "--warmup": o.warmupMs = parseDuration(value(), "--warmup"); break;
       case "--hb-agents": o.hbAgents = Number(value()); break;
       case "--hb-duration": o.hbDurationMs = parseDuration(value(), "--hb-duration"); break;
+      case "--drain-warmup": o.drainWarmup = Number(value()); break;
       case "--only": only = new Set(value().split(",")); break;
       case "--smoke":
-        Object.assign(o, { items: 300, agents: 2, slots: 8, rate: 100, durationMs: 1000, warmupMs: 300, hbAgents: 50, hbDurationMs: 2000, hbSettleMs: 500, baselineWorkers: 4 });
+        Object.assign(o, { items: 300, agents: 2, slots: 8, rate: 100, durationMs: 1000, warmupMs: 300, hbAgents: 50, hbDurationMs: 2000, hbSettleMs: 500, drainWarmup: 100, baselineWorkers: 4 });
         break;
       default:
         console.error(`bench: unknown option ${flag} (see --help)`);

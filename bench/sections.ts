@@ -21,6 +21,8 @@ export interface Options {
   hbDurationMs: number;
   /** Heartbeats before the counted window, so the registrations' late-published counts stay out of it. */
   hbSettleMs: number;
+  /** Items the drain's agents take first, uncounted, so the counted drain runs on warm processes. */
+  drainWarmup: number;
   baselineWorkers: number;
 }
 
@@ -95,14 +97,18 @@ export async function stopAgents(agents: Child[]): Promise<{ handled: number; la
  * (the pending and in-flight partial indexes), so the watching costs the drain next to nothing: a
  * count over the table every poll, on a fresh connection, took a visible share of Postgres's CPU.
  */
-async function waitForDrained(db: Database, timeoutMs: number): Promise<void> {
+/** next_attempt_at of the held backlog: pending, but never due until released. */
+const HELD = 9223372036854775807n;
+
+async function waitForDrained(db: Database, timeoutMs: number, heldAt?: bigint): Promise<void> {
   const c = new pg.Client({ connectionString: db.url });
   await c.connect();
   try {
     const deadline = Date.now() + timeoutMs;
     for (;;) {
       const { rows } = await c.query<{ busy: boolean }>(
-        `SELECT EXISTS (SELECT 1 FROM ${workTable(db)} WHERE status = 'pending') OR EXISTS (SELECT 1 FROM ${workTable(db)} WHERE status = 'dispatched') AS busy`,
+        `SELECT EXISTS (SELECT 1 FROM ${workTable(db)} WHERE status = 'pending'${heldAt === undefined ? "" : ` AND next_attempt_at < ${heldAt}`})
+             OR EXISTS (SELECT 1 FROM ${workTable(db)} WHERE status = 'dispatched') AS busy`,
       );
       if (!rows[0]!.busy) return;
       if (Date.now() > deadline) throw new Error(`drain did not finish within ${timeoutMs}ms`);
@@ -119,9 +125,17 @@ async function waitForDrained(db: Database, timeoutMs: number): Promise<void> {
  * statement: otherwise the first agent up would drain while the others are still loading.
  */
 export async function drainOurs(db: Database, daemons: DaemonProc[], o: Options): Promise<{ figures: Figures; agents: Child[] }> {
-  await sql(db.url, `UPDATE ${workTable(db)} SET next_attempt_at = 9223372036854775807 WHERE status = 'pending'`);
+  await sql(db.url, `UPDATE ${workTable(db)} SET next_attempt_at = ${HELD} WHERE status = 'pending'`);
   await sql(db.url, `ANALYZE ${workTable(db)}`);
   const agents = await startAgents(daemons, o.agents, o.slots, "drain");
+  if (o.drainWarmup > 0) {
+    // A warm-up the agents drain first, not counted: agents are long-running processes, and in a
+    // drain of a few seconds, freshly started ones spent a visible share of it compiling their hot
+    // paths. Its rows are deleted before the counted drain starts.
+    await enqueueRate(db, daemons, o.drainWarmup);
+    await waitForDrained(db, 600_000, HELD);
+    await sql(db.url, `DELETE FROM ${workTable(db)} WHERE status = 'completed'`);
+  }
   const watches = daemons.map((d) => watchProc(d.child.pid));
   const agentCpu0 = agents.map((a) => sampleProc(a.pid).cpuMs);
   const busy0 = machineBusyMs();
