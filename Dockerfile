@@ -20,7 +20,10 @@ RUN npm ci --omit=dev --no-audit --no-fund \
  && test -f node_modules/tsx/package.json
 
 FROM node:20-bookworm-slim
+# A 32 MB young generation: with many small objects per call alive across an await, the default
+# scavenged often enough to promote live ones (7-10 % of the drain benchmark's CPU per item).
 ENV NODE_ENV=production \
+    NODE_OPTIONS=--max-semi-space-size=32 \
     AIFLOW_LISTEN=0.0.0.0:7400 \
     AIFLOW_DATA_DIR=/var/lib/aiflowd/pg
 WORKDIR /app

@@ -35,11 +35,15 @@ export interface Child {
   exited: Promise<number | null>;
 }
 
-export function startChild(script: string, args: readonly string[], opts: { env?: NodeJS.ProcessEnv; ready: (line: string) => boolean; stderr?: "inherit" | "ignore" }): Child {
+export function startChild(
+  script: string,
+  args: readonly string[],
+  opts: { env?: NodeJS.ProcessEnv; ready: (line: string) => boolean; stderr?: "inherit" | "ignore"; nodeArgs?: readonly string[] },
+): Child {
   hookExit();
   // BENCH_CPU_PROF=DIR writes a V8 CPU profile of every child (daemon, agents, producer) into DIR.
   const prof = process.env.BENCH_CPU_PROF ? ["--cpu-prof", `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] : [];
-  const proc = spawn(process.execPath, [...prof, "--import", "tsx", script, ...args], {
+  const proc = spawn(process.execPath, [...prof, ...(opts.nodeArgs ?? []), "--import", "tsx", script, ...args], {
     env: { ...process.env, ...opts.env },
     stdio: ["ignore", "pipe", opts.stderr ?? "inherit", "ipc"],
   });

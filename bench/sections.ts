@@ -5,7 +5,7 @@ import { createGrpcTransport } from "@connectrpc/connect-node";
 import { QueueService } from "../src/gen/aiflow/cluster/v1/queue_pb.js";
 import { baselineDrainSpan, fillBaseline, releaseBaseline, resetBaseline, waitBaselineDone } from "./baseline.js";
 import { nowMs } from "./clock.js";
-import { committedTransactions, KIND, sql, TENANT, TOKENS, type Database, type DaemonProc } from "./env.js";
+import { committedTransactions, KIND, NODE_TUNING, sql, TENANT, TOKENS, type Database, type DaemonProc } from "./env.js";
 import { machineBusyMs, sampleProc, startChild, watchProc, type Child } from "./proc.js";
 import { perSecond, round, summarize } from "./stats.js";
 
@@ -53,6 +53,7 @@ export async function enqueueRate(db: Database, daemons: DaemonProc[], items: nu
 export async function startAgents(daemons: DaemonProc[], count: number, slots: number, tag: string): Promise<Child[]> {
   const agents = Array.from({ length: count }, (_, i) =>
     startChild("bench/child-agent.ts", [daemons[i % daemons.length]!.address, TOKENS.agent, `bench-${tag}-${i}`, String(slots), TENANT, KIND], {
+      nodeArgs: NODE_TUNING,
       ready: (l) => l.includes('"ready"'),
     }),
   );
