@@ -8,7 +8,7 @@
  * context, timeout parsing and status trailers. Everything else (gRPC-Web, Connect, JSON,
  * compression, streaming, anything malformed enough to need connect's answer) goes to connect-node.
  */
-import type { Http2ServerRequest, Http2ServerResponse, IncomingHttpHeaders, OutgoingHttpHeaders, ServerHttp2Stream } from "node:http2";
+import http2, { type Http2ServerRequest, type Http2ServerResponse, type IncomingHttpHeaders, type OutgoingHttpHeaders, type ServerHttp2Stream } from "node:http2";
 import { fromBinary, toBinary } from "@bufbuild/protobuf";
 import {
   Code,
@@ -65,7 +65,11 @@ export function grpcUnaryFastPath(specs: ReadonlyMap<string, UnarySpec>, opts: G
     if (contentType === undefined || !CONTENT_TYPES.has(contentType)) return false;
     const encoding = req.headers["grpc-encoding"];
     if (encoding !== undefined && encoding !== "identity") return false;
-    void serve(spec, req, res, contentType, interceptors, opts);
+    // serve() answers every error itself; this only catches a write to a stream that died between
+    // its checks and the write, which must not become an unhandled rejection (a crash).
+    serve(spec, req, res, contentType, interceptors, opts).catch(() => {
+      if (!res.stream.destroyed) res.stream.close(http2.constants.NGHTTP2_INTERNAL_ERROR);
+    });
     return true;
   };
 }
