@@ -21,17 +21,24 @@ export function itemStatusFromWire(s: WorkItemStatus): ItemStatus | undefined {
 
 export const TERMINAL: ReadonlySet<ItemStatus> = new Set(["completed", "failed", "cancelled"]);
 
+type IdentityColumns = Pick<WorkItemRow, "id" | "tenant_key" | "engine_id" | "engine_kind" | "parent_work_item_id" | "run_id" | "task_id" | "task_name">;
+
+/** What names an item and where it came from, the same in every row shape. */
+const identity = (r: IdentityColumns) => ({
+  id: r.id,
+  tenantKey: r.tenant_key,
+  engineId: r.engine_id,
+  engineKind: r.engine_kind,
+  parentWorkItemId: r.parent_work_item_id ?? "",
+  runId: r.run_id ?? "",
+  taskId: r.task_id ?? "",
+  taskName: r.task_name ?? "",
+});
+
 export function workItemToWire(r: WorkItemRow): MessageInitShape<typeof WorkItemSchema> {
   const selector = (r.worker_params?.selector ?? {}) as Record<string, string>;
   return {
-    id: r.id,
-    tenantKey: r.tenant_key,
-    engineId: r.engine_id,
-    engineKind: r.engine_kind,
-    parentWorkItemId: r.parent_work_item_id ?? "",
-    runId: r.run_id ?? "",
-    taskId: r.task_id ?? "",
-    taskName: r.task_name ?? "",
+    ...identity(r),
     workerParams: { selector, affinityKey: r.affinity_key ?? "" },
     payloadJson: r.payload === null || r.payload === undefined ? "" : JSON.stringify(r.payload),
     status: STATUS[r.status],
@@ -66,14 +73,7 @@ export interface Dispatch {
 /** A claimed item on the wire: its row's columns plus the dispatch the claim made. */
 export function claimedItemToWire(r: ClaimedRow, d: Dispatch): MessageInitShape<typeof WorkItemSchema> {
   return {
-    id: r.id,
-    tenantKey: r.tenant_key,
-    engineId: r.engine_id,
-    engineKind: r.engine_kind,
-    parentWorkItemId: r.parent_work_item_id ?? "",
-    runId: r.run_id ?? "",
-    taskId: r.task_id ?? "",
-    taskName: r.task_name ?? "",
+    ...identity(r),
     workerParams: r.selector === null && r.affinity_key === null ? undefined : { selector: r.selector === null ? {} : (JSON.parse(r.selector) as Record<string, string>), affinityKey: r.affinity_key ?? "" },
     payloadJson: r.payload ?? "",
     status: WorkItemStatus.DISPATCHED,
