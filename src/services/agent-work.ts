@@ -14,7 +14,7 @@ import { agentStatusToWire } from "./convert.js";
 import { workKey, type QueueCore } from "./queue-core.js";
 import type { Completion } from "../store/work-items.js";
 import { identifier, jsonOrNull, optionalText, withinBytes } from "./validate.js";
-import { claimedItemToWire, fencedOutcomes, type Dispatch } from "./work-item-wire.js";
+import { claimedItemToWire, fencedOutcomes, timestampInit, type Dispatch } from "./work-item-wire.js";
 import { msToNs } from "../clock.js";
 
 export interface AgentWorkDeps {
@@ -93,7 +93,7 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
             leaseToken: randomUUID(),
             dispatchedAtNs: msToNs(now),
             leaseExpiresAtNs: msToNs(now + config.leaseTtl),
-            nowMs: now,
+            updatedOn: timestampInit(now),
           };
           const { claimed: rows, completed: done } = await store.claim({
             agent: name,
