@@ -42,6 +42,14 @@ const agent = createAgent({
   },
 });
 await agent.start();
+// "reset" (over IPC) starts the figures afresh, so a warm-up's calls are not counted with the drain.
+process.on("message", (m) => {
+  if (m !== "reset") return;
+  handled = 0;
+  latencies.length = 0;
+  for (const k of Object.keys(rpcs)) delete rpcs[k];
+  console.log(JSON.stringify({ reset: true }));
+});
 process.once("SIGTERM", async () => {
   await agent.stop();
   console.log(JSON.stringify({ handled, latencies, rpcs }));

@@ -61,6 +61,16 @@ export async function startAgents(daemons: DaemonProc[], count: number, slots: n
   return agents;
 }
 
+/** Starts an agent child's figures afresh; resolves once it has. */
+function resetFigures(agent: Child): Promise<void> {
+  return new Promise((resolve) => {
+    agent.onLine((line) => {
+      if (line.includes('"reset"')) resolve();
+    });
+    agent.proc.send("reset");
+  });
+}
+
 /** Stops agent children and gathers what they measured. */
 type Rpcs = Record<string, { calls: number; ms: number; items: number }>;
 
@@ -136,6 +146,7 @@ export async function drainOurs(db: Database, daemons: DaemonProc[], o: Options)
     await enqueueRate(db, daemons, o.drainWarmup);
     await waitForDrained(db, 600_000, HELD);
     await sql(db.url, `DELETE FROM ${workTable(db)} WHERE status = 'completed'`);
+    await Promise.all(agents.map((a) => resetFigures(a)));
   }
   const watches = daemons.map((d) => watchProc(d.child.pid));
   const agentCpu0 = agents.map((a) => sampleProc(a.pid).cpuMs);
