@@ -24,21 +24,28 @@ export const identityKey = createContextKey<Identity | undefined>(undefined, { d
 export type Access = Role | "public" | "any";
 
 export class Authenticator {
-  readonly #byHash = new Map<string, TokenGrant>();
+  /** By the token's digest: the grant's digest and its identity, both made once (every call needs them). */
+  readonly #byHash = new Map<string, { digest: Buffer; identity: Identity }>();
   readonly open: boolean;
 
   constructor(grants: readonly TokenGrant[]) {
-    for (const g of grants) this.#byHash.set(hash(g.token), g);
+    for (const g of grants) {
+      const h = hash(g.token);
+      this.#byHash.set(h, {
+        digest: Buffer.from(h, "hex"),
+        identity: { principal: g.name ?? g.role, roles: new Set([g.role]), tenants: g.tenants ? new Set(g.tenants) : undefined },
+      });
+    }
     this.open = grants.length === 0;
   }
 
   /** Resolves a bearer token to an identity, or undefined when it is not known. */
   resolve(token: string): Identity | undefined {
     const h = hash(token);
-    const g = this.#byHash.get(h);
+    const hit = this.#byHash.get(h);
     // Compare the digests in constant time too, so a lookup hit is not a timing oracle for the token.
-    if (!g || !timingSafeEqual(Buffer.from(hash(g.token), "hex"), Buffer.from(h, "hex"))) return undefined;
-    return { principal: g.name ?? g.role, roles: new Set([g.role]), tenants: g.tenants ? new Set(g.tenants) : undefined };
+    if (!hit || !timingSafeEqual(hit.digest, Buffer.from(h, "hex"))) return undefined;
+    return hit.identity;
   }
 
   interceptor(access: ReadonlyMap<string, Access>): Interceptor {
