@@ -23,7 +23,7 @@ import {
 import { invokeUnaryImplementation } from "@connectrpc/connect/protocol";
 import { parseTimeout, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 
-type UnarySpec = Extract<MethodImplSpec, { kind: "unary" }>;
+export type UnarySpec = Extract<MethodImplSpec, { kind: "unary" }>;
 
 export interface GrpcUnaryOptions {
   interceptors: readonly Interceptor[];
@@ -134,14 +134,18 @@ function readBody(req: Http2ServerRequest, max: number, cancelled: AbortSignal):
       reject(e);
     };
     // A client that goes away mid-request never sends the end of it.
-    cancelled.addEventListener("abort", () => fail(cancelled.reason), { once: true });
+    const onCancel = () => fail(cancelled.reason);
+    cancelled.addEventListener("abort", onCancel, { once: true });
     const onData = (chunk: Buffer) => {
       size += chunk.length;
       if (size > max + 5) fail(new ConnectError(`message larger than ${max} bytes`, Code.ResourceExhausted));
       else chunks.push(chunk);
     };
     req.on("data", onData);
-    req.once("end", () => resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks)));
+    req.once("end", () => {
+      cancelled.removeEventListener("abort", onCancel);
+      resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks));
+    });
     req.once("error", (e) => fail(new ConnectError(e.message, Code.Canceled)));
   });
 }

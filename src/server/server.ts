@@ -7,7 +7,7 @@ import http2 from "node:http2";
 import type { AddressInfo, Socket } from "node:net";
 import type { ConnectRouter, Interceptor } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
-import { grpcUnaryFastPath, recordUnary } from "./grpc-unary.js";
+import { grpcUnaryFastPath, recordUnary, type UnarySpec } from "./grpc-unary.js";
 import type { Logger } from "../log.js";
 
 export interface ServerOptions {
@@ -33,7 +33,7 @@ export interface RunningServer {
 export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   const drain = new AbortController();
   const hardStop = new AbortController();
-  const unary = new Map();
+  const unary = new Map<string, UnarySpec>();
   const handler = connectNodeAdapter({
     routes: recordUnary(opts.routes, unary),
     interceptors: opts.interceptors,

@@ -47,10 +47,13 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
     return keys;
   };
 
-  const batch = <T>(items: readonly T[], field: string) => {
-    if (items.length === 0) throw invalidArgument(field, "needs at least one item");
+  const atMost = <T>(items: readonly T[], field: string) => {
     if (items.length > MAX_BATCH) throw invalidArgument(field, `has ${items.length} items; the limit is ${MAX_BATCH}`);
     return items;
+  };
+  const batch = <T>(items: readonly T[], field: string) => {
+    if (items.length === 0) throw invalidArgument(field, "needs at least one item");
+    return atMost(items, field);
   };
   /** Completions as the store takes them; field names the list in errors (items, completions). */
   const completionsOf = (items: readonly { workItemId: string; leaseToken: string; resultJson: string }[], field: string): Completion[] =>
@@ -69,9 +72,8 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
   return {
     async claim(req, ctx) {
       const name = identifier(req.name, "name");
-      if (req.completions.length > MAX_BATCH) throw invalidArgument("completions", `has ${req.completions.length} items; the limit is ${MAX_BATCH}`);
       // Applied once, by the first statement this call runs; a claim carrying them does not wait.
-      let completions = completionsOf(req.completions, "completions");
+      let completions = completionsOf(atMost(req.completions, "completions"), "completions");
       let completionOutcomes: ReturnType<typeof completed> = [];
       const max = Math.min(Math.max(req.maxItems, 1), config.claimMaxItems);
       const waitMs = completions.length > 0 ? 0 : Math.min(req.wait ? durationMs(req.wait) : 0, config.claimMaxWait);

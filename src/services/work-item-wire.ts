@@ -1,6 +1,5 @@
 /** Work items between the store's rows and the wire. */
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { Code } from "@connectrpc/connect";
 import { WorkItemStatus, type ItemOutcomeSchema, type WorkItemSchema } from "../gen/aiflow/cluster/v1/work_item_pb.js";
 import type { ClaimedRow, ItemStatus, WorkItemRow } from "../store/work-items.js";
@@ -20,6 +19,18 @@ export function itemStatusFromWire(s: WorkItemStatus): ItemStatus | undefined {
 }
 
 export const TERMINAL: ReadonlySet<ItemStatus> = new Set(["completed", "failed", "cancelled"]);
+
+/**
+ * A Timestamp as an init shape. timestampFromMs() creates a message through protobuf-es's reflective
+ * create(), and connect creates the whole reply from init shapes anyway, so that was a second
+ * creation per timestamp.
+ */
+type TimestampInit = { seconds: bigint; nanos: number };
+
+export const timestampInit = (ms: number): TimestampInit => {
+  const whole = Math.round(ms);
+  return { seconds: BigInt(Math.floor(whole / 1000)), nanos: (((whole % 1000) + 1000) % 1000) * 1_000_000 };
+};
 
 export function workItemToWire(r: WorkItemRow): MessageInitShape<typeof WorkItemSchema> {
   const selector = (r.worker_params?.selector ?? {}) as Record<string, string>;
@@ -49,8 +60,8 @@ export function workItemToWire(r: WorkItemRow): MessageInitShape<typeof WorkItem
     error: r.error ?? "",
     resultJson: r.result === null || r.result === undefined ? "" : JSON.stringify(r.result),
     idempotencyKey: r.idempotency_key ?? "",
-    createdOn: timestampFromMs(r.createdon),
-    updatedOn: r.updatedon === null ? undefined : timestampFromMs(r.updatedon),
+    createdOn: timestampInit(r.createdon),
+    updatedOn: r.updatedon === null ? undefined : timestampInit(r.updatedon),
   };
 }
 
@@ -66,20 +77,8 @@ export interface Dispatch {
 }
 
 /**
- * A Timestamp as an init shape. timestampFromMs() creates a message through protobuf-es's reflective
- * create(), and connect creates the whole reply from init shapes anyway: per claimed item that was
- * the largest single cost of a claim's reply in the daemon's profile.
- */
-type TimestampInit = { seconds: bigint; nanos: number };
-
-export const timestampInit = (ms: number): TimestampInit => {
-  const whole = Math.round(ms);
-  return { seconds: BigInt(Math.floor(whole / 1000)), nanos: (((whole % 1000) + 1000) % 1000) * 1_000_000 };
-};
-
-/** A claimed item on the wire: its row's columns plus the dispatch the claim made. */
-/**
- * One object literal, on purpose: built as a spread of identity() plus the rest, the object passed
+ * A claimed item on the wire: its row's columns plus the dispatch the claim made. One object
+ * literal, on purpose: built as a spread of identity() plus the rest, the object passed
  * V8's limit of properties added after creation and fell back to dictionary mode, which made this
  * function 22 µs per item (the largest single cost of a claim in the daemon's profile) and slowed
  * every read of it downstream. As a literal it is well under a microsecond.

@@ -157,11 +157,30 @@ export interface ClaimedRow {
   createdon_ms: number;
 }
 
-const CLAIMED_COLUMNS = sql.fragment`w.id, w.tenant_key, w.engine_id, w.engine_kind, w.parent_work_item_id, w.run_id, w.task_id, w.task_name,
-        (w.worker_params -> 'selector')::text AS selector, w.payload::text AS payload, w.priority, w.next_attempt_at, w.retry_count,
-        w.max_retries, w.error, w.idempotency_key, w.affinity_key, (extract(epoch FROM w.createdon) * 1000)::float8 AS createdon_ms`;
-/** A completion's row in the claim's result: its id, then one NULL for each other CLAIMED_COLUMNS column. */
-const CLAIMED_NULLS = sql.fragment`NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL`;
+/** The claim's RETURNING list, one fragment per ClaimedRow column, `w.id` first. */
+const CLAIMED = [
+  sql.fragment`w.id`,
+  sql.fragment`w.tenant_key`,
+  sql.fragment`w.engine_id`,
+  sql.fragment`w.engine_kind`,
+  sql.fragment`w.parent_work_item_id`,
+  sql.fragment`w.run_id`,
+  sql.fragment`w.task_id`,
+  sql.fragment`w.task_name`,
+  sql.fragment`(w.worker_params -> 'selector')::text AS selector`,
+  sql.fragment`w.payload::text AS payload`,
+  sql.fragment`w.priority`,
+  sql.fragment`w.next_attempt_at`,
+  sql.fragment`w.retry_count`,
+  sql.fragment`w.max_retries`,
+  sql.fragment`w.error`,
+  sql.fragment`w.idempotency_key`,
+  sql.fragment`w.affinity_key`,
+  sql.fragment`(extract(epoch FROM w.createdon) * 1000)::float8 AS createdon_ms`,
+];
+const CLAIMED_COLUMNS = sql.join(CLAIMED, sql.fragment`, `);
+/** A completion's row in the claim's result: its id, then a NULL for each other claimed column. */
+const CLAIMED_NULLS = sql.join(CLAIMED.slice(1).map(() => sql.fragment`NULL`), sql.fragment`, `);
 
 export interface ListFilter {
   /** Undefined: every tenant (operators only). */
@@ -253,7 +272,6 @@ export class WorkItemStore {
   static rows(tenant: string, engineId: string, items: readonly NewItem[], nowMs: number, by: string): EnqueueRow[] {
     return items.map((item) => ({ id: itemId(nowMs), tenant, engineId, by, nowMs, item }));
   }
-
 
   /**
    * The claim: one atomic statement. Only an ACTIVE agent claims; it takes pending items of the
