@@ -80,15 +80,16 @@ export class Claimer {
       let reply;
       this.#longPolling = lent === undefined;
       try {
-        reply = await this.link.client.claim(
-          lent
-            ? { name: this.opts.name, maxItems: free, completions: lent.completions }
-            : { name: this.opts.name, maxItems: free, wait: durationFromMs(this.opts.claimWaitMs) },
-          lent ? { timeoutMs: this.opts.rpcTimeoutMs } : { signal, timeoutMs: this.opts.claimWaitMs + this.opts.rpcTimeoutMs },
-        );
+        reply = await this.link.client
+          .claim(
+            lent
+              ? { name: this.opts.name, maxItems: free, completions: lent.completions }
+              : { name: this.opts.name, maxItems: free, wait: durationFromMs(this.opts.claimWaitMs) },
+            lent ? { timeoutMs: this.opts.rpcTimeoutMs } : { signal, timeoutMs: this.opts.claimWaitMs + this.opts.rpcTimeoutMs },
+          )
+          .finally(() => (this.#longPolling = false));
         lent?.settle(reply.completionOutcomes);
       } catch (err) {
-        this.#longPolling = false;
         lent?.giveBack();
         if (signal.aborted) return;
         if (!(await this.#recover(generation, err))) return;
@@ -96,7 +97,6 @@ export class Claimer {
         if (failures++ > 0) await sleep(backoffDelay(failures - 2, this.opts.reconnect), signal);
         continue;
       }
-      this.#longPolling = false;
       failures = 0;
       // Handed over even when stopping meanwhile: the agent gives back what it will not run.
       if (reply.items.length > 0) this.hooks.onItems(reply.items);

@@ -123,12 +123,10 @@ export class Reporter {
       this.#timer = undefined;
     }
     let finished!: () => void;
-    const inFlight = new Promise<void>((resolve) => (finished = resolve));
-    this.#sending.add(inFlight);
-    void inFlight.finally(() => this.#sending.delete(inFlight));
+    this.#track(new Promise<void>((resolve) => (finished = resolve)));
     let open = true;
     return {
-      completions: taken.map(({ report: r }) => (r.kind === "complete" ? { workItemId: r.id, leaseToken: r.token, resultJson: r.resultJson } : unexpected(r))),
+      completions: completionsOf(taken),
       settle: (outcomes) => {
         if (!open) return;
         open = false;
@@ -156,10 +154,14 @@ export class Reporter {
     this.#timer = undefined;
     while (this.#queue.length > 0) {
       const batch = this.#queue.splice(0, this.opts.reportMaxBatch);
-      const sending = Promise.all(KINDS.map((k) => this.#send(batch.filter((p) => p.report.kind === k)))).then(() => undefined);
-      this.#sending.add(sending);
-      void sending.finally(() => this.#sending.delete(sending));
+      this.#track(Promise.all(KINDS.map((k) => this.#send(batch.filter((p) => p.report.kind === k)))).then(() => undefined));
     }
+  }
+
+  /** Counts a batch as being sent until it settles (flush() waits for these). */
+  #track(sending: Promise<void>): void {
+    this.#sending.add(sending);
+    void sending.finally(() => this.#sending.delete(sending));
   }
 
   async #send(batch: Pending[]): Promise<void> {
@@ -195,10 +197,7 @@ export class Reporter {
     const options = { timeoutMs: this.opts.rpcTimeoutMs, signal: this.#giveUp.signal };
     const client = this.link.client;
     const kind = batch[0]!.report.kind;
-    if (kind === "complete") {
-      const items = batch.map(({ report: r }) => (r.kind === "complete" ? { workItemId: r.id, leaseToken: r.token, resultJson: r.resultJson } : unexpected(r)));
-      return (await client.complete({ name, items }, options)).outcomes;
-    }
+    if (kind === "complete") return (await client.complete({ name, items: completionsOf(batch) }, options)).outcomes;
     if (kind === "fail") {
       const items = batch.map(({ report: r }) =>
         r.kind === "fail"
@@ -210,6 +209,11 @@ export class Reporter {
     const leases = batch.map(({ report: r }) => ({ workItemId: r.id, leaseToken: r.token }));
     return (await client.release({ name, leases }, options)).outcomes;
   }
+}
+
+/** Completion reports on the wire (for Complete, or aboard a claim). */
+function completionsOf(batch: readonly Pending[]): Lent["completions"] {
+  return batch.map(({ report: r }) => (r.kind === "complete" ? { workItemId: r.id, leaseToken: r.token, resultJson: r.resultJson } : unexpected(r)));
 }
 
 /** Resolves each report with the daemon's outcome for its item. */
