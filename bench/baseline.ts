@@ -7,6 +7,7 @@
  */
 import pg from "pg";
 import { nowMs } from "./clock.js";
+import { pollUntil, sql, withClient } from "./pg.js";
 
 const TABLE = "public.aiflow_bench_baseline";
 const CHANNEL = "aiflow_bench_baseline";
@@ -19,20 +20,16 @@ const CLAIM = `WITH picked AS (
   FROM picked WHERE t.id = picked.id RETURNING t.id, t.payload`;
 const COMPLETE = `UPDATE ${TABLE} SET status = 'done', completed_ns = (extract(epoch from clock_timestamp()) * 1e9)::bigint WHERE id = ANY($1::bigint[])`;
 
-export async function resetBaseline(url: string): Promise<void> {
-  const c = new pg.Client({ connectionString: url });
-  await c.connect();
-  await c.query(`DROP TABLE IF EXISTS ${TABLE}`);
-  await c.query(`CREATE TABLE ${TABLE} (id bigserial PRIMARY KEY, status text NOT NULL DEFAULT 'pending', payload jsonb, claimed_ns bigint, completed_ns bigint)`);
-  await c.query(`CREATE INDEX ON ${TABLE} (id) WHERE status = 'pending'`);
-  await c.end();
+export function resetBaseline(url: string): Promise<void> {
+  return withClient(url, async (c) => {
+    await c.query(`DROP TABLE IF EXISTS ${TABLE}`);
+    await c.query(`CREATE TABLE ${TABLE} (id bigserial PRIMARY KEY, status text NOT NULL DEFAULT 'pending', payload jsonb, claimed_ns bigint, completed_ns bigint)`);
+    await c.query(`CREATE INDEX ON ${TABLE} (id) WHERE status = 'pending'`);
+  });
 }
 
 export async function dropBaseline(url: string): Promise<void> {
-  const c = new pg.Client({ connectionString: url });
-  await c.connect();
-  await c.query(`DROP TABLE IF EXISTS ${TABLE}`);
-  await c.end();
+  await sql(url, `DROP TABLE IF EXISTS ${TABLE}`);
 }
 
 /** 32 worker loops; `onItem` is the (no-op) handler, called as each item starts. */
@@ -86,58 +83,32 @@ export async function startBaselineWorkers(url: string, workers: number, onItem:
 }
 
 /** Inserts n items in batches (the drain test's backlog), held until releaseBaseline. */
-export async function fillBaseline(url: string, n: number): Promise<void> {
-  const c = new pg.Client({ connectionString: url });
-  await c.connect();
-  for (let i = 0; i < n; i += 5000) {
-    const k = Math.min(5000, n - i);
-    await c.query(`INSERT INTO ${TABLE} (status, payload) SELECT 'held', '{}'::jsonb FROM generate_series(1, $1)`, [k]);
-  }
-  await c.query(`ANALYZE ${TABLE}`);
-  await c.end();
+export function fillBaseline(url: string, n: number): Promise<void> {
+  return withClient(url, async (c) => {
+    for (let i = 0; i < n; i += 5000) {
+      const k = Math.min(5000, n - i);
+      await c.query(`INSERT INTO ${TABLE} (status, payload) SELECT 'held', '{}'::jsonb FROM generate_series(1, $1)`, [k]);
+    }
+    await c.query(`ANALYZE ${TABLE}`);
+  });
 }
 
 /** Makes the held backlog claimable at once and wakes the workers. */
-export async function releaseBaseline(url: string): Promise<void> {
-  const c = new pg.Client({ connectionString: url });
-  await c.connect();
-  await c.query(`UPDATE ${TABLE} SET status = 'pending' WHERE status = 'held'`);
-  await c.query(`SELECT pg_notify('${CHANNEL}', '')`);
-  await c.end();
+export function releaseBaseline(url: string): Promise<void> {
+  return withClient(url, async (c) => {
+    await c.query(`UPDATE ${TABLE} SET status = 'pending' WHERE status = 'held'`);
+    await c.query(`SELECT pg_notify('${CHANNEL}', '')`);
+  });
 }
 
 /** First claim to last completion, from the table's own timestamps. */
 export async function baselineDrainSpan(url: string): Promise<{ count: number; spanNs: bigint }> {
-  const c = new pg.Client({ connectionString: url });
-  await c.connect();
-  const { rows } = await c.query<{ n: string; span: string | null }>(`SELECT count(*) AS n, max(completed_ns) - min(claimed_ns) AS span FROM ${TABLE} WHERE status = 'done'`);
-  await c.end();
-  return { count: Number(rows[0]!.n), spanNs: BigInt(rows[0]!.span ?? 0) };
+  const [row] = await sql<{ n: string; span: string | null }>(url, `SELECT count(*) AS n, max(completed_ns) - min(claimed_ns) AS span FROM ${TABLE} WHERE status = 'done'`);
+  return { count: Number(row!.n), spanNs: BigInt(row!.span ?? 0) };
 }
 
-export async function waitBaselineDone(url: string, n: number): Promise<void> {
-  const c = new pg.Client({ connectionString: url });
-  await c.connect();
-  for (;;) {
-    const { rows } = await c.query<{ n: string }>(`SELECT count(*) AS n FROM ${TABLE} WHERE status = 'done'`);
-    if (Number(rows[0]!.n) >= n) break;
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  await c.end();
-}
-
-/**
- * Open-loop producer for the latency test: single-row INSERT + NOTIFY per item at `rate` per second,
- * each carrying the time it was issued.
- */
-export async function produceBaseline(url: string, rate: number, durationMs: number): Promise<number> {
-  const c = new pg.Client({ connectionString: url });
-  await c.connect();
-  const sent = await openLoop(rate, durationMs, () =>
-    c.query(`WITH i AS (INSERT INTO ${TABLE} (payload) VALUES ($1) RETURNING id) SELECT pg_notify('${CHANNEL}', '')`, [JSON.stringify({ sentAt: nowMs() })]),
-  );
-  await c.end();
-  return sent;
+export function waitBaselineDone(url: string, n: number): Promise<void> {
+  return pollUntil<{ n: string }>(url, `SELECT count(*) AS n FROM ${TABLE} WHERE status = 'done'`, (r) => Number(r.n) >= n, Number.POSITIVE_INFINITY, "the baseline drain");
 }
 
 /**

@@ -4,9 +4,9 @@ import { mkdtempSync, rmSync, chmodSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import pg from "pg";
 import { pino } from "pino";
 import { startEmbeddedPostgres } from "../src/db/embedded.js";
+import { sql } from "./pg.js";
 import { startChild, type Child } from "./proc.js";
 
 export const TOKENS = { agent: "bench-agent-token", engine: "bench-engine-token", ops: "bench-ops-token" };
@@ -56,20 +56,7 @@ export async function openDatabase(log: (msg: string) => void): Promise<Database
 }
 
 async function dropSchema(url: string, schema: string): Promise<void> {
-  const c = new pg.Client({ connectionString: url });
-  await c.connect();
-  await c.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-  await c.end();
-}
-
-export async function sql<T extends pg.QueryResultRow>(url: string, text: string, values: unknown[] = []): Promise<T[]> {
-  const c = new pg.Client({ connectionString: url });
-  await c.connect();
-  try {
-    return (await c.query<T>(text, values)).rows;
-  } finally {
-    await c.end();
-  }
+  await sql(url, `DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
 }
 
 /** Transactions committed in the database so far (every autocommit statement is one). */

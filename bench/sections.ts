@@ -1,11 +1,11 @@
 /** The benchmark's measurements. Each returns a flat figure set; run.ts prints them. */
 import { createClient } from "@connectrpc/connect";
-import pg from "pg";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { QueueService } from "../src/gen/aiflow/cluster/v1/queue_pb.js";
 import { baselineDrainSpan, fillBaseline, releaseBaseline, resetBaseline, waitBaselineDone } from "./baseline.js";
 import { nowMs } from "./clock.js";
-import { committedTransactions, KIND, NODE_TUNING, sql, TENANT, TOKENS, type Database, type DaemonProc } from "./env.js";
+import { committedTransactions, KIND, NODE_TUNING, TENANT, TOKENS, type Database, type DaemonProc } from "./env.js";
+import { pollUntil, sql } from "./pg.js";
 import { machineBusyMs, sampleProc, startChild, watchProc, type Child } from "./proc.js";
 import { perSecond, round, summarize } from "./stats.js";
 
@@ -103,31 +103,23 @@ export async function stopAgents(agents: Child[]): Promise<{ handled: number; la
   return { handled: results.reduce((n, r) => n + r.handled, 0), latencies: results.flatMap((r) => r.latencies), rpcs };
 }
 
-/**
- * Waits until nothing is pending or dispatched, checking on one connection with two index probes
- * (the pending and in-flight partial indexes), so the watching costs the drain next to nothing: a
- * count over the table every poll, on a fresh connection, took a visible share of Postgres's CPU.
- */
 /** next_attempt_at of the held backlog: pending, but never due until released. */
 const HELD = 9223372036854775807n;
 
-async function waitForDrained(db: Database, timeoutMs: number, heldAt?: bigint): Promise<void> {
-  const c = new pg.Client({ connectionString: db.url });
-  await c.connect();
-  try {
-    const deadline = Date.now() + timeoutMs;
-    for (;;) {
-      const { rows } = await c.query<{ busy: boolean }>(
-        `SELECT EXISTS (SELECT 1 FROM ${workTable(db)} WHERE status = 'pending'${heldAt === undefined ? "" : ` AND next_attempt_at < ${heldAt}`})
-             OR EXISTS (SELECT 1 FROM ${workTable(db)} WHERE status = 'dispatched') AS busy`,
-      );
-      if (!rows[0]!.busy) return;
-      if (Date.now() > deadline) throw new Error(`drain did not finish within ${timeoutMs}ms`);
-      await new Promise((r) => setTimeout(r, 100));
-    }
-  } finally {
-    await c.end();
-  }
+/**
+ * Waits until nothing is pending (but what is held at `heldAt`) or dispatched: two probes of the
+ * pending and in-flight partial indexes, so the watching costs the drain next to nothing (a count
+ * over the table every poll took a visible share of Postgres's CPU).
+ */
+function waitForDrained(db: Database, timeoutMs: number, heldAt?: bigint): Promise<void> {
+  return pollUntil<{ busy: boolean }>(
+    db.url,
+    `SELECT EXISTS (SELECT 1 FROM ${workTable(db)} WHERE status = 'pending'${heldAt === undefined ? "" : ` AND next_attempt_at < ${heldAt}`})
+         OR EXISTS (SELECT 1 FROM ${workTable(db)} WHERE status = 'dispatched') AS busy`,
+    (r) => !r.busy,
+    timeoutMs,
+    "the drain",
+  );
 }
 
 /**

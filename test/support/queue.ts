@@ -5,7 +5,7 @@
  */
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { durationFromMs, timestampFromMs } from "@bufbuild/protobuf/wkt";
-import { ConnectError, createClient, type Client } from "@connectrpc/connect";
+import { createClient, type Client } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { AgentService, type CancelDirective, type Directive } from "../../src/gen/aiflow/cluster/v1/agent_pb.js";
 import type { AgentStatus } from "../../src/gen/aiflow/cluster/v1/common_pb.js";
@@ -249,15 +249,7 @@ export class Producer {
 
 export const notBefore = (ms: number) => timestampFromMs(ms);
 
-/** The gRPC code a call failed with (or "ok"), for asserting refusals. */
-export async function codeOf(p: Promise<unknown>): Promise<number | "ok"> {
-  try {
-    await p;
-    return "ok";
-  } catch (err) {
-    return ConnectError.from(err).code;
-  }
-}
+export { codeOf } from "./ops.js";
 
 export interface ItemDbRow {
   id: string;
