@@ -75,6 +75,8 @@ export class Claimer {
       // One freed slot at a time would mean one claim per item. While others are still busy, wait a
       // moment for a quarter of the slots to come free, so claims (and their leases) go in batches.
       if (free < Math.ceil(this.opts.slots / 4) && free < this.opts.slots) await this.#gather(signal);
+      // Ask for what is free now: the gathering was for the slots that came free meanwhile.
+      const want = this.hooks.freeSlots();
       const generation = this.link.generation;
       const lent = signal.aborted ? undefined : this.hooks.lend(this.opts.reportMaxBatch);
       let reply;
@@ -83,8 +85,8 @@ export class Claimer {
         reply = await this.link.client
           .claim(
             lent
-              ? { name: this.opts.name, maxItems: free, completions: lent.completions }
-              : { name: this.opts.name, maxItems: free, wait: durationFromMs(this.opts.claimWaitMs) },
+              ? { name: this.opts.name, maxItems: want, completions: lent.completions }
+              : { name: this.opts.name, maxItems: want, wait: durationFromMs(this.opts.claimWaitMs) },
             lent ? { timeoutMs: this.opts.rpcTimeoutMs } : { signal, timeoutMs: this.opts.claimWaitMs + this.opts.rpcTimeoutMs },
           )
           .finally(() => (this.#longPolling = false));

@@ -5,6 +5,9 @@ import { join } from "node:path";
 import { pino } from "pino";
 import { describe, expect, it } from "vitest";
 import { backoffDelay } from "../src/backoff.js";
+import { Claimer } from "../src/claimer.js";
+import { AgentStatus } from "../src/gen/aiflow/cluster/v1/common_pb.js";
+import type { Link } from "../src/link.js";
 import { describeHandlers, resolveHandler } from "../src/handlers.js";
 import { NonRetryableError, RetryableError, type Handlers, type WorkItem } from "../src/index.js";
 import { Lifecycle, type AgentState } from "../src/lifecycle.js";
@@ -175,5 +178,35 @@ describe("metrics", () => {
     } finally {
       await rm(dir, { recursive: true, force: true });
     }
+  });
+});
+
+describe("claimer", () => {
+  it("claims for the slots free when it claims, after gathering, not for those free when it began", async () => {
+    const opts = resolveOptions({ address: "127.0.0.1:1", name: "gatherer", tenants: ["t"], engineKinds: ["k"], slots: 16, handlers: { k: async () => null } });
+    let free = 1;
+    const asked: number[] = [];
+    let claimer!: Claimer;
+    let claimedOnce!: () => void;
+    const claimed = new Promise<void>((resolve) => (claimedOnce = resolve));
+    const link = {
+      generation: 1,
+      client: {
+        claim: async (req: { maxItems: number }) => {
+          asked.push(req.maxItems);
+          claimedOnce();
+          void claimer.stop();
+          return { items: [], status: AgentStatus.ACTIVE, completionOutcomes: [] };
+        },
+      },
+    } as unknown as Link;
+    claimer = new Claimer(link, opts, { freeSlots: () => free, onItems: () => {}, onStatus: () => {}, lend: () => undefined });
+    claimer.start();
+    // One slot is free: the claimer gathers for more (a quarter of 16). Three more come free meanwhile.
+    free = 4;
+    claimer.nudge();
+    await claimed;
+    await claimer.stop();
+    expect(asked).toEqual([4]);
   });
 });
