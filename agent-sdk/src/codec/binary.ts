@@ -1,0 +1,327 @@
+/**
+ * Protobuf wire primitives for the compiled codec (./compile.ts). The writer works in two passes:
+ * the sizing pass records the length of every length-delimited part (strings, nested messages,
+ * packed lists, map entries) in order, and the writing pass fills one buffer of the exact size
+ * using those lengths in the same order. That is what makes it fast: no chunk lists, no forks and
+ * joins, no copy at the end.
+ */
+import { TextDecoder } from "node:util";
+
+export const WIRE_VARINT = 0;
+export const WIRE_BIT64 = 1;
+export const WIRE_LEN = 2;
+export const WIRE_START_GROUP = 3;
+export const WIRE_END_GROUP = 4;
+export const WIRE_BIT32 = 5;
+
+const TWO_32 = 4294967296;
+/** Below this many characters a JavaScript loop beats a call into the runtime for ASCII text. */
+const SHORT_TEXT = 64;
+const strictUtf8 = new TextDecoder("utf-8", { fatal: true });
+
+export class Writer {
+  buf: Buffer;
+  pos = 0;
+  /** Lengths recorded by the sizing pass, consumed in the same order by the writing pass. */
+  lens: number[];
+  li = 0;
+
+  constructor(size: number, lens: number[]) {
+    this.buf = Buffer.allocUnsafe(size);
+    this.lens = lens;
+  }
+
+  nextLen(): number {
+    return this.lens[this.li++]!;
+  }
+
+  byte(b: number): void {
+    this.buf[this.pos++] = b;
+  }
+
+  varint32(v: number): void {
+    // Unsigned 32-bit value (callers pass v >>> 0 or a length).
+    const buf = this.buf;
+    while (v > 0x7f) {
+      buf[this.pos++] = (v & 0x7f) | 0x80;
+      v >>>= 7;
+    }
+    buf[this.pos++] = v;
+  }
+
+  /** A 64-bit varint from its two unsigned 32-bit halves. */
+  varint64(lo: number, hi: number): void {
+    const buf = this.buf;
+    while (hi > 0 || lo > 0x7f) {
+      buf[this.pos++] = (lo & 0x7f) | 0x80;
+      lo = ((lo >>> 7) | (hi << 25)) >>> 0;
+      hi >>>= 7;
+    }
+    buf[this.pos++] = lo;
+  }
+
+  int32(v: number): void {
+    if (v >= 0) this.varint32(v);
+    else this.varint64(v >>> 0, 0xffffffff);
+  }
+
+  /** Text whose UTF-8 length the sizing pass recorded. */
+  text(s: string): void {
+    const n = this.nextLen();
+    this.varint32(n);
+    if (n === s.length && n < SHORT_TEXT) {
+      const buf = this.buf;
+      let p = this.pos;
+      for (let i = 0; i < n; i++) buf[p++] = s.charCodeAt(i);
+      this.pos = p;
+    } else {
+      this.pos += this.buf.write(s, this.pos, n, "utf8");
+    }
+  }
+
+  bytes(b: Uint8Array): void {
+    this.varint32(b.length);
+    this.buf.set(b, this.pos);
+    this.pos += b.length;
+  }
+
+  fixed32(v: number): void {
+    this.pos = this.buf.writeUInt32LE(v >>> 0, this.pos);
+  }
+
+  sfixed32(v: number): void {
+    this.pos = this.buf.writeInt32LE(v | 0, this.pos);
+  }
+
+  float(v: number): void {
+    this.pos = this.buf.writeFloatLE(v, this.pos);
+  }
+
+  double(v: number): void {
+    this.pos = this.buf.writeDoubleLE(v, this.pos);
+  }
+
+  fixed64(v: bigint): void {
+    this.pos = this.buf.writeBigUInt64LE(BigInt.asUintN(64, v), this.pos);
+  }
+}
+
+export function varint32Size(v: number): number {
+  return v < 0x80 ? 1 : v < 0x4000 ? 2 : v < 0x200000 ? 3 : v < 0x10000000 ? 4 : 5;
+}
+
+export function int32Size(v: number): number {
+  return v >= 0 ? varint32Size(v) : 10;
+}
+
+export function varint64Size(lo: number, hi: number): number {
+  if (hi === 0) return varint32Size(lo);
+  // Bits above the low 32: each 7 more bits is one more byte.
+  let n = 5;
+  hi >>>= 3;
+  while (hi > 0) {
+    n++;
+    hi >>>= 7;
+  }
+  return n;
+}
+
+/** UTF-8 length of a JavaScript string, counting a lone surrogate as U+FFFD (3 bytes), as encoders do. */
+export function utf8Length(s: string): number {
+  const n = s.length;
+  if (n >= SHORT_TEXT) return Buffer.byteLength(s, "utf8");
+  let len = n;
+  for (let i = 0; i < n; i++) {
+    const c = s.charCodeAt(i);
+    if (c < 0x80) continue;
+    if (c < 0x800) len += 1;
+    else if (c >= 0xd800 && c <= 0xdbff && i + 1 < n && (s.charCodeAt(i + 1) & 0xfc00) === 0xdc00) {
+      len += 2; // a pair: 4 bytes for 2 code units
+      i++;
+    } else len += 2;
+  }
+  return len;
+}
+
+/** Splits an int64/uint64 field value (bigint, number or decimal string) into unsigned 32-bit halves. */
+export function split64(v: bigint | number | string): [number, number] {
+  if (typeof v === "number" && v >= 0 && v <= Number.MAX_SAFE_INTEGER && Number.isInteger(v)) return [v >>> 0, Math.floor(v / TWO_32)];
+  const u = BigInt.asUintN(64, BigInt(v));
+  return [Number(u & 0xffffffffn), Number(u >> 32n)];
+}
+
+export class Reader {
+  readonly buf: Buffer;
+  pos: number;
+  readonly end: number;
+
+  constructor(bytes: Uint8Array) {
+    this.buf = Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    this.pos = 0;
+    this.end = bytes.byteLength;
+  }
+
+  private eof(): never {
+    throw new Error("premature end of message");
+  }
+
+  uint32(): number {
+    const buf = this.buf;
+    let v = 0;
+    for (let shift = 0; shift < 35; shift += 7) {
+      if (this.pos >= this.end) this.eof();
+      const b = buf[this.pos++]!;
+      v |= (b & 0x7f) << shift;
+      if (b < 0x80) return v >>> 0;
+    }
+    // A 64-bit varint read as 32 bits keeps the low bits (as protobuf-es does): skip the rest.
+    for (let i = 0; i < 5; i++) {
+      if (this.pos >= this.end) this.eof();
+      if (buf[this.pos++]! < 0x80) return v >>> 0;
+    }
+    throw new Error("invalid varint");
+  }
+
+  /** A 64-bit varint as unsigned 32-bit halves. */
+  varint64(): [number, number] {
+    const buf = this.buf;
+    let lo = 0;
+    let hi = 0;
+    let shift = 0;
+    for (; shift < 28; shift += 7) {
+      if (this.pos >= this.end) this.eof();
+      const b = buf[this.pos++]!;
+      lo |= (b & 0x7f) << shift;
+      if (b < 0x80) return [lo >>> 0, 0];
+    }
+    if (this.pos >= this.end) this.eof();
+    let b = buf[this.pos++]!;
+    lo |= (b & 0x0f) << 28;
+    hi = (b & 0x7f) >> 4;
+    if (b < 0x80) return [lo >>> 0, hi];
+    for (shift = 3; shift <= 31; shift += 7) {
+      if (this.pos >= this.end) this.eof();
+      b = buf[this.pos++]!;
+      hi |= (b & 0x7f) << shift;
+      if (b < 0x80) return [lo >>> 0, hi >>> 0];
+    }
+    throw new Error("invalid varint");
+  }
+
+  int64(): bigint {
+    const [lo, hi] = this.varint64();
+    if (hi === 0) return BigInt(lo);
+    return BigInt.asIntN(64, (BigInt(hi) << 32n) | BigInt(lo));
+  }
+
+  uint64(): bigint {
+    const [lo, hi] = this.varint64();
+    return hi === 0 ? BigInt(lo) : (BigInt(hi) << 32n) | BigInt(lo);
+  }
+
+  sint64(): bigint {
+    const u = this.uint64();
+    return (u >> 1n) ^ -(u & 1n);
+  }
+
+  bool(): boolean {
+    const [lo, hi] = this.varint64();
+    return lo !== 0 || hi !== 0;
+  }
+
+  /** The end of a length-delimited part that starts here. */
+  delimited(): number {
+    const n = this.uint32();
+    const end = this.pos + n;
+    if (end > this.end) this.eof();
+    return end;
+  }
+
+  /** UTF-8 text, refused when invalid (as protobuf-es refuses it for proto3 strings). */
+  text(): string {
+    const end = this.delimited();
+    const start = this.pos;
+    this.pos = end;
+    const n = end - start;
+    if (n < SHORT_TEXT) {
+      const buf = this.buf;
+      let ascii = true;
+      for (let i = start; i < end; i++)
+        if (buf[i]! >= 0x80) {
+          ascii = false;
+          break;
+        }
+      if (ascii) return n === 0 ? "" : String.fromCharCode.apply(null, buf.subarray(start, end) as unknown as number[]);
+    }
+    return strictUtf8.decode(this.buf.subarray(start, end));
+  }
+
+  bytes(): Uint8Array {
+    const end = this.delimited();
+    const out = new Uint8Array(this.buf.subarray(this.pos, end));
+    this.pos = end;
+    return out;
+  }
+
+  private fixed(n: number): number {
+    const at = this.pos;
+    if (at + n > this.end) this.eof();
+    this.pos = at + n;
+    return at;
+  }
+
+  fixed32(): number {
+    return this.buf.readUInt32LE(this.fixed(4));
+  }
+
+  sfixed32(): number {
+    return this.buf.readInt32LE(this.fixed(4));
+  }
+
+  float(): number {
+    return this.buf.readFloatLE(this.fixed(4));
+  }
+
+  double(): number {
+    return this.buf.readDoubleLE(this.fixed(8));
+  }
+
+  fixed64(): bigint {
+    return this.buf.readBigUInt64LE(this.fixed(8));
+  }
+
+  sfixed64(): bigint {
+    return this.buf.readBigInt64LE(this.fixed(8));
+  }
+
+  /** Skips a field this codec does not know (a newer peer's field). */
+  skip(wireType: number, fieldNo: number, depth = 0): void {
+    switch (wireType) {
+      case WIRE_VARINT:
+        this.varint64();
+        return;
+      case WIRE_BIT64:
+        this.fixed(8);
+        return;
+      case WIRE_LEN:
+        this.pos = this.delimited();
+        return;
+      case WIRE_BIT32:
+        this.fixed(4);
+        return;
+      case WIRE_START_GROUP: {
+        if (depth > 100) throw new Error("maximum recursion depth reached");
+        for (;;) {
+          const tag = this.uint32();
+          if ((tag & 7) === WIRE_END_GROUP) {
+            if (tag >>> 3 !== fieldNo) throw new Error("invalid end group tag");
+            return;
+          }
+          this.skip(tag & 7, tag >>> 3, depth + 1);
+        }
+      }
+      default:
+        throw new Error(`illegal wire type ${wireType} for field ${fieldNo}`);
+    }
+  }
+}
