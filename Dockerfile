@@ -33,6 +33,8 @@ RUN mkdir -p /var/lib/aiflowd && chown node:node /var/lib/aiflowd
 COPY --from=deps /app/node_modules ./node_modules
 COPY package.json tsconfig.json ./
 COPY agent-sdk/package.json agent-sdk/
+# The daemon's gRPC fast path uses the SDK's compiled protobuf codec (@aiflow/agent-sdk/codec).
+COPY agent-sdk/src/codec/ agent-sdk/src/codec/
 COPY bin/ bin/
 COPY src/ src/
 COPY scripts/healthcheck.mjs scripts/
