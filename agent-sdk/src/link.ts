@@ -9,10 +9,11 @@
  * side may be new, restarted, or may have marked this agent inactive meanwhile.
  */
 import { Code, ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
-import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import { Http2SessionManager } from "@connectrpc/connect-node";
 import type { Logger } from "pino";
 import { backoffDelay, sleep } from "./backoff.js";
 import { AgentFailedError } from "./errors.js";
+import { createSdkGrpcTransport } from "./grpc-transport.js";
 import { AgentService } from "./gen/aiflow/cluster/v1/agent_pb.js";
 import { baseUrl, type ResolvedOptions } from "./options.js";
 
@@ -59,7 +60,7 @@ export class Link {
       const url = baseUrl(address);
       // Pings find a dead connection while a long-poll or the directive stream waits on it.
       const session = new Http2SessionManager(url, { pingIntervalMs: 10_000, pingTimeoutMs: 5_000 });
-      const transport = createGrpcTransport({ baseUrl: url, sessionManager: session, interceptors: [...auth, ...opts.interceptors] });
+      const transport = createSdkGrpcTransport({ baseUrl: url, sessionManager: session, interceptors: [...auth, ...opts.interceptors] });
       return { address, session, client: createClient(AgentService, transport) };
     });
   }

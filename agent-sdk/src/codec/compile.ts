@@ -23,6 +23,12 @@ export interface Codec<Desc extends DescMessage> {
   encode(message: MessageShape<Desc> | MessageInitShape<Desc>): Buffer;
   /** Decodes a message as protobuf-es's fromBinary would (less unknown fields); throws on malformed input. */
   decode(bytes: Uint8Array): MessageShape<Desc>;
+  /**
+   * A message from an init object, made only one level deep: every field of its own is present
+   * (zero where absent), nested messages are left as given (the codec encodes them by schema).
+   * What interceptors see of a message without protobuf-es's create() walking every nested one.
+   */
+  shallow(init: MessageShape<Desc> | MessageInitShape<Desc>): MessageShape<Desc>;
 }
 
 type Msg = Record<string, any>;
@@ -70,6 +76,12 @@ function makeCodec(plan: Plan): Codec<any> {
       const r = new Reader(bytes);
       const m = plan.zero();
       readInto(plan, r, r.end, m, 0);
+      return m as any;
+    },
+    shallow(init) {
+      const m = plan.zero();
+      const given = init as Msg;
+      for (const k in given) if (k !== "$typeName" && given[k] !== undefined) m[k] = given[k];
       return m as any;
     },
   };

@@ -1,0 +1,244 @@
+/**
+ * The SDK's gRPC transport: connect's client API on top, with unary calls carried straight over the
+ * HTTP/2 session. connect-node's gRPC transport runs every call through generic async-iterable
+ * plumbing and protobuf-es's reflective codec; in the drain benchmark that was most of an agent's
+ * CPU (an agent's calls are unary: claim, complete, heartbeat, extend). Here a unary call encodes its
+ * request with the compiled codec (./codec), writes one frame, collects the reply and its trailers
+ * and decodes once. It keeps connect's semantics by using connect's own pieces: runUnaryCall (the
+ * interceptors, the deadline and cancel signal, errors as ConnectError), the gRPC request headers,
+ * and the response and trailer validation. Streaming calls, and unary calls whose messages have no
+ * compiled codec, go through connect-node's gRPC transport on the same session.
+ */
+import http2 from "node:http2";
+import type { DescMessage, DescMethodStreaming, DescMethodUnary, MessageInitShape, MessageShape } from "@bufbuild/protobuf";
+import { Code, ConnectError, createContextValues, type ContextValues, type Interceptor, type Transport, type UnaryRequest, type UnaryResponse } from "@connectrpc/connect";
+import { createGrpcTransport, type Http2SessionManager } from "@connectrpc/connect-node";
+import { createMethodUrl, runUnaryCall } from "@connectrpc/connect/protocol";
+import { headerGrpcStatus, requestHeader, validateResponse, validateTrailer } from "@connectrpc/connect/protocol-grpc";
+import { compileCodec, type Codec } from "./codec/index.js";
+
+export interface GrpcTransportOptions {
+  baseUrl: string;
+  sessionManager: Http2SessionManager;
+  interceptors: Interceptor[];
+  /** The largest reply accepted, in bytes (connect's default: 4 GiB, i.e. no limit worth the name). */
+  readMaxBytes?: number;
+}
+
+const DEFAULT_READ_MAX = 0xffffffff;
+
+export function createSdkGrpcTransport(opts: GrpcTransportOptions): Transport {
+  const fallback = createGrpcTransport({ baseUrl: opts.baseUrl, sessionManager: opts.sessionManager, interceptors: opts.interceptors, readMaxBytes: opts.readMaxBytes });
+  const readMax = opts.readMaxBytes ?? DEFAULT_READ_MAX;
+  return {
+    unary<I extends DescMessage, O extends DescMessage>(
+      method: DescMethodUnary<I, O>,
+      signal: AbortSignal | undefined,
+      timeoutMs: number | undefined,
+      header: ConstructorParameters<typeof Headers>[0],
+      input: MessageInitShape<I>,
+      contextValues?: ContextValues,
+    ): Promise<UnaryResponse<I, O>> {
+      const inCodec = compileCodec(method.input);
+      const outCodec = compileCodec(method.output);
+      if (!inCodec || !outCodec) return fallback.unary(method, signal, timeoutMs, header, input, contextValues);
+      const timeout = timeoutMs === undefined || timeoutMs <= 0 ? undefined : timeoutMs;
+      return runUnaryCall<I, O>({
+        interceptors: opts.interceptors,
+        signal,
+        timeoutMs: timeout,
+        req: {
+          stream: false,
+          service: method.parent,
+          method,
+          requestMethod: "POST",
+          url: createMethodUrl(opts.baseUrl, method),
+          header: requestHeader(true, timeout, header),
+          contextValues: contextValues ?? createContextValues(),
+          // A message one level deep, so runUnaryCall does not rebuild every nested part with
+          // create(); the codec reads the nested parts by schema either way.
+          message: inCodec.shallow(input),
+        },
+        next: (req) => exchange(opts.sessionManager, req, inCodec, outCodec, readMax),
+      });
+    },
+    stream<I extends DescMessage, O extends DescMessage>(
+      method: DescMethodStreaming<I, O>,
+      signal: AbortSignal | undefined,
+      timeoutMs: number | undefined,
+      header: ConstructorParameters<typeof Headers>[0],
+      input: AsyncIterable<MessageInitShape<I>>,
+      contextValues?: ContextValues,
+    ) {
+      return fallback.stream(method, signal, timeoutMs, header, input, contextValues);
+    },
+  };
+}
+
+/** One unary exchange on the session: the request frame out, the reply frame, headers and trailers in. */
+function exchange<I extends DescMessage, O extends DescMessage>(
+  sm: Http2SessionManager,
+  req: UnaryRequest<I, O>,
+  inCodec: Codec<I>,
+  outCodec: Codec<O>,
+  readMax: number,
+): Promise<UnaryResponse<I, O>> {
+  const payload = inCodec.encode(req.message);
+  const frame = Buffer.allocUnsafe(5 + payload.length);
+  frame[0] = 0;
+  frame.writeUInt32BE(payload.length, 1);
+  frame.set(payload, 5);
+  const url = new URL(req.url);
+  return new Promise((resolve, reject) => {
+    if (url.origin !== sm.authority) {
+      reject(new ConnectError(`cannot make a request to ${url.origin}: the http2 session is connected to ${sm.authority}`, Code.Internal));
+      return;
+    }
+    let stream: http2.ClientHttp2Stream | undefined;
+    let settled = false;
+    const fail = (reason: unknown) => {
+      if (settled) return;
+      settled = true;
+      req.signal.removeEventListener("abort", onAbort);
+      const err = reason instanceof ConnectError ? reason : errorFromNode(reason);
+      // gRPC over HTTP/2 cancels with CANCEL; anything else is an error of ours.
+      if (stream && !stream.closed) stream.close(err.code === Code.Canceled ? http2.constants.NGHTTP2_CANCEL : http2.constants.NGHTTP2_INTERNAL_ERROR);
+      reject(err);
+    };
+    const onAbort = () => fail(ConnectError.from(req.signal.reason, Code.Canceled));
+    if (req.signal.aborted) return onAbort();
+    req.signal.addEventListener("abort", onAbort);
+    sm.request("POST", url.pathname + url.search, nodeHeaders(req.header), {}).then((s) => {
+      stream = s;
+      if (settled) {
+        s.close(http2.constants.NGHTTP2_CANCEL);
+        return;
+      }
+      let status = 0;
+      let responseHeaders: http2.IncomingHttpHeaders | undefined;
+      let trailers: http2.IncomingHttpHeaders | undefined;
+      const chunks: Buffer[] = [];
+      let size = 0;
+      s.on("response", (h) => {
+        responseHeaders = h;
+        status = Number(h[":status"] ?? 0);
+      });
+      s.on("data", (chunk: Buffer) => {
+        sm.notifyResponseByteRead(s);
+        size += chunk.length;
+        if (size > readMax + 5) fail(new ConnectError(`message larger than ${readMax} bytes`, Code.ResourceExhausted));
+        else chunks.push(chunk);
+      });
+      s.on("trailers", (t) => {
+        trailers = t;
+      });
+      s.on("error", (e) => fail(errorFromReset(s.rstCode) ?? e));
+      s.on("close", () => {
+        if (settled) return;
+        const reset = errorFromReset(s.rstCode);
+        if (reset) return fail(reset);
+        if (!responseHeaders) return fail(new ConnectError("protocol error: the stream closed without a response", Code.Unavailable));
+        try {
+          const res = finish(req, status, responseHeaders, trailers ?? {}, chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks), outCodec, readMax);
+          settled = true;
+          req.signal.removeEventListener("abort", onAbort);
+          resolve(res);
+        } catch (e) {
+          fail(e);
+        }
+      });
+      s.end(frame);
+    }, fail);
+  });
+}
+
+function finish<I extends DescMessage, O extends DescMessage>(
+  req: UnaryRequest<I, O>,
+  status: number,
+  headers: http2.IncomingHttpHeaders,
+  trailers: http2.IncomingHttpHeaders,
+  body: Buffer,
+  outCodec: Codec<O>,
+  readMax: number,
+): UnaryResponse<I, O> {
+  const header = webHeaders(headers);
+  const trailer = webHeaders(trailers);
+  // Throws for an HTTP status other than 200 (mapped as gRPC does) or a content type that is not gRPC.
+  const { headerError } = validateResponse(status, header);
+  const message = body.length === 0 ? undefined : readFrame(body, outCodec, readMax);
+  validateTrailer(trailer, header);
+  if (message === undefined) {
+    if (headerError) throw headerError;
+    throw new ConnectError("protocol error: missing output message for unary method", trailer.has(headerGrpcStatus) ? Code.Unimplemented : Code.Unknown);
+  }
+  return { stream: false, service: req.service, method: req.method, header, message, trailer };
+}
+
+function readFrame<O extends DescMessage>(body: Buffer, outCodec: Codec<O>, readMax: number): MessageShape<O> {
+  if (body.length < 5) throw new ConnectError("protocol error: incomplete envelope", Code.Internal);
+  if ((body[0]! & 1) === 1) throw new ConnectError("protocol error: received a compressed message, but no compression was asked for", Code.Internal);
+  const length = body.readUInt32BE(1);
+  if (length > readMax) throw new ConnectError(`message larger than ${readMax} bytes`, Code.ResourceExhausted);
+  if (body.length !== 5 + length) {
+    throw new ConnectError(body.length < 5 + length ? "protocol error: incomplete envelope" : "protocol error: received extra output message for unary method", body.length < 5 + length ? Code.Internal : Code.Unimplemented);
+  }
+  try {
+    return outCodec.decode(body.subarray(5));
+  } catch (e) {
+    throw new ConnectError(`protocol error: could not parse the reply: ${e instanceof Error ? e.message : String(e)}`, Code.Internal);
+  }
+}
+
+function nodeHeaders(h: Headers): http2.OutgoingHttpHeaders {
+  const out: http2.OutgoingHttpHeaders = {};
+  h.forEach((value, key) => {
+    out[key] = value;
+  });
+  return out;
+}
+
+function webHeaders(h: http2.IncomingHttpHeaders): Headers {
+  const out = new Headers();
+  for (const k in h) {
+    if (k.startsWith(":")) continue;
+    const v = h[k];
+    if (v === undefined) continue;
+    if (Array.isArray(v)) for (const one of v) out.append(k, one);
+    else out.append(k, String(v));
+  }
+  return out;
+}
+
+/** What an HTTP/2 reset means for gRPC (https://github.com/grpc/grpc/blob/master/doc/PROTOCOL-HTTP2.md#errors). */
+function errorFromReset(rstCode: number | undefined): ConnectError | undefined {
+  const c = http2.constants;
+  if (rstCode === undefined || rstCode === c.NGHTTP2_NO_ERROR) return undefined;
+  const message = `http/2 stream closed with error code 0x${rstCode.toString(16)}`;
+  switch (rstCode) {
+    case c.NGHTTP2_REFUSED_STREAM:
+      return new ConnectError(message, Code.Unavailable);
+    case c.NGHTTP2_CANCEL:
+      return new ConnectError(message, Code.Canceled);
+    case c.NGHTTP2_ENHANCE_YOUR_CALM:
+      return new ConnectError(message, Code.ResourceExhausted);
+    case c.NGHTTP2_INADEQUATE_SECURITY:
+      return new ConnectError(message, Code.PermissionDenied);
+    default:
+      return new ConnectError(message, Code.Internal);
+  }
+}
+
+/** Node's connection errors as connect-node maps them: a refused or unknown peer is UNAVAILABLE, a reset ABORTED. */
+function errorFromNode(reason: unknown): ConnectError {
+  const codes: string[] = [];
+  for (let e: unknown = reason; e instanceof Error && codes.length < 8; e = e.cause) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === "string") codes.push(code);
+  }
+  let code = Code.Internal;
+  if (codes.some((c) => c === "ERR_STREAM_WRITE_AFTER_END" || c === "ERR_STREAM_DESTROYED" || c === "ERR_HTTP2_INVALID_STREAM" || c === "ECONNRESET")) code = Code.Aborted;
+  else if (codes.some((c) => c === "ETIMEDOUT" || c === "ENOTFOUND" || c === "EAI_AGAIN" || c === "ECONNREFUSED")) code = Code.Unavailable;
+  const err = ConnectError.from(reason, code);
+  if (err !== reason) err.cause = reason;
+  return err;
+}
