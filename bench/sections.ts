@@ -233,11 +233,31 @@ export function rpcFigures(rpcs: Rpcs): Figures {
 export async function latencyOurs(daemons: DaemonProc[], agents: Child[], o: Options): Promise<Figures> {
   const p = producer(["ours", daemons[0]!.address, String(o.rate), String(o.durationMs), String(o.warmupMs), TOKENS.engine, TENANT, KIND]);
   await p.ready;
+  const cpu = cpuShares({ daemons: daemons.map((d) => d.child.pid), agents: agents.map((a) => a.pid), producer: [p.pid] });
   const sent = await produced(p);
+  const shares = cpu();
   // Let the last items reach their handlers before the agents stop and report.
   await new Promise((r) => setTimeout(r, 500));
   const { latencies } = await stopAgents(agents);
-  return latencyFigures(latencies, sent, o);
+  return { ...latencyFigures(latencies, sent, o), ...shares };
+}
+
+/**
+ * Where the machine's CPU went while the producer ran, in percent of one core: all of it, and each
+ * group of processes (the rest is Postgres and this process). At a steady rate a saturated machine
+ * is what turns into queueing delay, so the latency figures are read with these.
+ */
+function cpuShares(groups: Record<string, number[]>): () => Figures {
+  const t0 = nowMs();
+  const busy0 = machineBusyMs();
+  const cpu0 = Object.fromEntries(Object.entries(groups).map(([k, pids]) => [k, pids.map((pid) => sampleProc(pid).cpuMs)]));
+  return () => {
+    const ms = nowMs() - t0;
+    const busy1 = machineBusyMs();
+    const out: Figures = busy0 === null || busy1 === null ? {} : { machine_cpu_pct: round(((busy1 - busy0) / ms) * 100, 0) };
+    for (const [k, pids] of Object.entries(groups)) out[`${k}_cpu_pct`] = round((pids.reduce((s, pid, i) => s + sampleProc(pid).cpuMs - cpu0[k]![i]!, 0) / ms) * 100, 0);
+    return out;
+  };
 }
 
 export async function latencyBaseline(db: Database, o: Options): Promise<Figures> {
@@ -246,10 +266,12 @@ export async function latencyBaseline(db: Database, o: Options): Promise<Figures
   await workers.ready;
   const p = producer(["baseline", db.url, String(o.rate), String(o.durationMs), String(o.warmupMs)]);
   await p.ready;
+  const cpu = cpuShares({ workers: [workers.pid], producer: [p.pid] });
   const sent = await produced(p);
+  const shares = cpu();
   await new Promise((r) => setTimeout(r, 500));
   const { latencies } = await stopAgents([workers]);
-  return latencyFigures(latencies, sent, o);
+  return { ...latencyFigures(latencies, sent, o), ...shares };
 }
 
 /** 1,000 simulated agents beating once a second: database statements per second, and daemon CPU. */
