@@ -101,8 +101,9 @@ function exchange<I extends DescMessage, O extends DescMessage>(
       settled = true;
       req.signal.removeEventListener("abort", onAbort);
       const err = reason instanceof ConnectError ? reason : errorFromNode(reason);
-      // gRPC over HTTP/2 cancels with CANCEL; anything else is an error of ours.
-      if (stream && !stream.closed) stream.close(err.code === Code.Canceled ? http2.constants.NGHTTP2_CANCEL : http2.constants.NGHTTP2_INTERNAL_ERROR);
+      // gRPC over HTTP/2 ends a cancelled or timed-out call with CANCEL; anything else is an error of ours.
+      const cancel = err.code === Code.Canceled || err.code === Code.DeadlineExceeded;
+      if (stream && !stream.closed) stream.close(cancel ? http2.constants.NGHTTP2_CANCEL : http2.constants.NGHTTP2_INTERNAL_ERROR);
       reject(err);
     };
     const onAbort = () => fail(ConnectError.from(req.signal.reason, Code.Canceled));
