@@ -238,8 +238,8 @@ export async function latencyOurs(daemons: DaemonProc[], agents: Child[], o: Opt
   const shares = cpu();
   // Let the last items reach their handlers before the agents stop and report.
   await new Promise((r) => setTimeout(r, 500));
-  const { latencies } = await stopAgents(agents);
-  return { ...latencyFigures(latencies, sent, o), ...shares };
+  const { latencies, rpcs } = await stopAgents(agents);
+  return { ...latencyFigures(latencies, sent, o), ...shares, ...rpcFigures(rpcs) };
 }
 
 /**
