@@ -128,6 +128,20 @@ describe("the direct gRPC unary path", () => {
     await healthy();
   });
 
+  it("serves many calls at once without Node's listener-leak warning (each call links to the daemon's shutdown signal)", async () => {
+    const warnings: string[] = [];
+    const onWarning = (w: Error) => warnings.push(w.name);
+    process.on("warning", onWarning);
+    try {
+      const answers = await Promise.all(Array.from({ length: 30 }, () => call(HEALTH, frame(toBinary(HealthCheckRequestSchema, create(HealthCheckRequestSchema))))));
+      expect(answers.every((a) => a.status === 0)).toBe(true);
+      await new Promise((r) => setImmediate(r)); // warnings are emitted on the next tick
+    } finally {
+      process.off("warning", onWarning);
+    }
+    expect(warnings).not.toContain("MaxListenersExceededWarning");
+  });
+
   it("leaves gRPC-Web and Connect calls of the same methods to connect-node", async () => {
     for (const transport of [createGrpcWebTransport({ baseUrl: `http://${daemon.address}`, httpVersion: "2" }), createConnectTransport({ baseUrl: `http://${daemon.address}`, httpVersion: "2" })]) {
       expect((await createClient(Health, transport).check({})).status).toBe(Serving.SERVING);

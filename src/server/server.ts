@@ -3,6 +3,7 @@
  * tell clients to go away (GOAWAY), let calls in flight finish within the grace period, then cut
  * whatever remains. Long-polls watch `draining` so they return early instead of holding shutdown.
  */
+import { setMaxListeners } from "node:events";
 import http2 from "node:http2";
 import type { AddressInfo, Socket } from "node:net";
 import type { ConnectRouter, Interceptor } from "@connectrpc/connect";
@@ -33,6 +34,9 @@ export interface RunningServer {
 export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   const drain = new AbortController();
   const hardStop = new AbortController();
+  // Every call in flight links its own signal to these (connect's handler context, long-polls), so
+  // a busy daemon has hundreds of listeners on them: not a leak, and Node's warning at 11 is noise.
+  setMaxListeners(0, drain.signal, hardStop.signal);
   const unary = new Map<string, UnarySpec>();
   const handler = connectNodeAdapter({
     routes: recordUnary(opts.routes, unary),
