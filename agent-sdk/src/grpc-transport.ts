@@ -4,16 +4,17 @@
  * plumbing and protobuf-es's reflective codec; in the drain benchmark that was most of an agent's
  * CPU (an agent's calls are unary: claim, complete, heartbeat, extend). Here a unary call encodes its
  * request with the compiled codec (./codec), writes one frame, collects the reply and its trailers
- * and decodes once. It keeps connect's semantics by using connect's own pieces: runUnaryCall (the
- * interceptors, the deadline and cancel signal, errors as ConnectError), the gRPC request headers,
- * and the response and trailer validation. Streaming calls, and unary calls whose messages have no
+ * and decodes once. It keeps connect's semantics: interceptors wrap the call as connect applies
+ * them, deadlines and cancels end it as connect's runUnaryCall does (errors are ConnectErrors), and
+ * the gRPC request headers and the response and trailer validation are connect's own. Streaming calls, and unary calls whose messages have no
  * compiled codec, go through connect-node's gRPC transport on the same session.
  */
+import { setMaxListeners } from "node:events";
 import http2 from "node:http2";
 import type { DescMessage, DescMethodStreaming, DescMethodUnary, MessageInitShape, MessageShape } from "@bufbuild/protobuf";
 import { Code, ConnectError, createContextValues, type ContextValues, type Interceptor, type Transport, type UnaryRequest, type UnaryResponse } from "@connectrpc/connect";
 import { createGrpcTransport, type Http2SessionManager } from "@connectrpc/connect-node";
-import { createMethodUrl, runUnaryCall } from "@connectrpc/connect/protocol";
+import { createMethodUrl } from "@connectrpc/connect/protocol";
 import { headerGrpcStatus, requestHeader, validateResponse, validateTrailer } from "@connectrpc/connect/protocol-grpc";
 import { compileCodec, type Codec } from "./codec/index.js";
 
@@ -27,11 +28,22 @@ export interface GrpcTransportOptions {
 
 const DEFAULT_READ_MAX = 0xffffffff;
 
+type AnyUnaryFn = (req: UnaryRequest<DescMessage, DescMessage>) => Promise<UnaryResponse<DescMessage, DescMessage>>;
+
+/** Never aborted: the signal of a call with neither a deadline nor a caller's signal. */
+const NEVER = new AbortController().signal;
+// Every such call in flight listens on it; that is not a leak.
+setMaxListeners(0, NEVER);
+
 export function createSdkGrpcTransport(opts: GrpcTransportOptions): Transport {
   const fallback = createGrpcTransport({ baseUrl: opts.baseUrl, sessionManager: opts.sessionManager, interceptors: opts.interceptors, readMaxBytes: opts.readMaxBytes });
   const readMax = opts.readMaxBytes ?? DEFAULT_READ_MAX;
+  const exchangeFn: AnyUnaryFn = (req) => exchange(opts.sessionManager, req, compileCodec(req.method.input)!, compileCodec(req.method.output)!, readMax);
+  // The interceptors wrap the exchange once, first one outermost, as connect applies them.
+  const chain = opts.interceptors.reduceRight<AnyUnaryFn>((next, interceptor) => interceptor(next as never) as unknown as AnyUnaryFn, exchangeFn);
+  const urls = new Map<DescMethodUnary, string>();
   return {
-    unary<I extends DescMessage, O extends DescMessage>(
+    async unary<I extends DescMessage, O extends DescMessage>(
       method: DescMethodUnary<I, O>,
       signal: AbortSignal | undefined,
       timeoutMs: number | undefined,
@@ -43,24 +55,30 @@ export function createSdkGrpcTransport(opts: GrpcTransportOptions): Transport {
       const outCodec = compileCodec(method.output);
       if (!inCodec || !outCodec) return fallback.unary(method, signal, timeoutMs, header, input, contextValues);
       const timeout = timeoutMs === undefined || timeoutMs <= 0 ? undefined : timeoutMs;
-      return runUnaryCall<I, O>({
-        interceptors: opts.interceptors,
-        signal,
-        timeoutMs: timeout,
-        req: {
+      let url = urls.get(method as DescMethodUnary);
+      if (url === undefined) urls.set(method as DescMethodUnary, (url = createMethodUrl(opts.baseUrl, method)));
+      // What connect's runUnaryCall does (interceptors, deadline, cancel, errors as ConnectError),
+      // without its two AbortControllers per call and the abort event it fires at every call's end.
+      const call = callSignal(signal, timeout);
+      try {
+        return (await chain({
           stream: false,
           service: method.parent,
           method,
           requestMethod: "POST",
-          url: createMethodUrl(opts.baseUrl, method),
+          url,
+          signal: call.signal,
           header: requestHeader(true, timeout, header),
           contextValues: contextValues ?? createContextValues(),
-          // A message one level deep, so runUnaryCall does not rebuild every nested part with
-          // create(); the codec reads the nested parts by schema either way.
+          // A message one level deep, so nothing rebuilds every nested part with create(); the
+          // codec reads the nested parts by schema either way.
           message: inCodec.shallow(input),
-        },
-        next: (req) => exchange(opts.sessionManager, req, inCodec, outCodec, readMax),
-      });
+        } as UnaryRequest<DescMessage, DescMessage>)) as unknown as UnaryResponse<I, O>;
+      } catch (err) {
+        throw call.signal.aborted ? ConnectError.from(call.signal.reason, Code.Canceled) : ConnectError.from(err);
+      } finally {
+        call.end();
+      }
     },
     stream<I extends DescMessage, O extends DescMessage>(
       method: DescMethodStreaming<I, O>,
@@ -71,6 +89,24 @@ export function createSdkGrpcTransport(opts: GrpcTransportOptions): Transport {
       contextValues?: ContextValues,
     ) {
       return fallback.stream(method, signal, timeoutMs, header, input, contextValues);
+    },
+  };
+}
+
+/** A call's signal: the caller's, aborted too at the deadline (with DEADLINE_EXCEEDED, as connect does). */
+function callSignal(caller: AbortSignal | undefined, timeoutMs: number | undefined): { signal: AbortSignal; end(): void } {
+  if (timeoutMs === undefined) return { signal: caller ?? NEVER, end: () => {} };
+  const controller = new AbortController();
+  const timer = setTimeout(() => controller.abort(new ConnectError("the operation timed out", Code.DeadlineExceeded)), timeoutMs);
+  if (!caller) return { signal: controller.signal, end: () => clearTimeout(timer) };
+  const onAbort = () => controller.abort(caller.reason);
+  if (caller.aborted) onAbort();
+  else caller.addEventListener("abort", onAbort, { once: true });
+  return {
+    signal: controller.signal,
+    end: () => {
+      clearTimeout(timer);
+      caller.removeEventListener("abort", onAbort);
     },
   };
 }

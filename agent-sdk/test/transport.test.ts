@@ -185,6 +185,32 @@ describe("SDK gRPC transport (unary)", () => {
     expect(await closed).toBe(http2.constants.NGHTTP2_CANCEL);
   });
 
+  it("with both a deadline and a caller's signal, whichever comes first ends the call", async () => {
+    script = (stream) => stream.respond(GRPC);
+    const abort = new AbortController();
+    const call = client().claim({ name: "x" }, { signal: abort.signal, timeoutMs: 60_000 });
+    await new Promise<void>((resolve) => server.once("stream", () => setImmediate(resolve)));
+    abort.abort();
+    expect((await codeOf(call)).code).toBe(Code.Canceled);
+    expect((await codeOf(client().claim({ name: "x" }, { signal: new AbortController().signal, timeoutMs: 30 }))).code).toBe(Code.DeadlineExceeded);
+  });
+
+  it("applies interceptors in order, the first outermost, as connect does", async () => {
+    script = answer(REPLY);
+    const order: string[] = [];
+    const named =
+      (name: string): Interceptor =>
+      (next) =>
+      async (req) => {
+        order.push(`${name}>`);
+        const res = await next(req);
+        order.push(`<${name}`);
+        return res;
+      };
+    await client({ interceptors: [named("a"), named("b")] }).claim({ name: "x" });
+    expect(order).toEqual(["a>", "b>", "<b", "<a"]);
+  });
+
   it("maps a stream reset by the server: REFUSED_STREAM is UNAVAILABLE (safe to retry)", async () => {
     script = (stream) => stream.close(http2.constants.NGHTTP2_REFUSED_STREAM);
     expect((await codeOf(client().claim({ name: "x" }))).code).toBe(Code.Unavailable);
