@@ -7,9 +7,11 @@
 import http2 from "node:http2";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
-import { Code, createClient } from "@connectrpc/connect";
-import { createConnectTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { AddressInfo } from "node:net";
+import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { connectNodeAdapter, createConnectTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { grpcUnaryFastPath, recordUnary, type UnarySpec } from "../src/server/grpc-unary.js";
 import type { Daemon } from "../src/daemon.js";
 import { AgentService, ClaimRequestSchema, ClaimResponseSchema, RegisterRequestSchema } from "../src/gen/aiflow/cluster/v1/agent_pb.js";
 import { Health, HealthCheckRequestSchema, HealthCheckResponseSchema, HealthCheckResponse_ServingStatus as Serving } from "../src/gen/grpc/health/v1/health_pb.js";
@@ -48,9 +50,9 @@ const frame = (bytes: Uint8Array, flags = 0) => {
   return b;
 };
 
-function call(path: string, body: Buffer, headers: Record<string, string> = {}, opts: { cancelAfterMs?: number } = {}): Promise<Answer> {
+function call(path: string, body: Buffer, headers: Record<string, string> = {}, opts: { cancelAfterMs?: number; on?: http2.ClientHttp2Session } = {}): Promise<Answer> {
   return new Promise((resolve, reject) => {
-    const req = session.request({ ":method": "POST", ":path": path, "content-type": "application/grpc", te: "trailers", ...headers });
+    const req = (opts.on ?? session).request({ ":method": "POST", ":path": path, "content-type": "application/grpc", te: "trailers", ...headers });
     let head: http2.IncomingHttpHeaders = {};
     let trailers: http2.IncomingHttpHeaders = {};
     const chunks: Buffer[] = [];
@@ -148,3 +150,45 @@ describe("the direct gRPC unary path", () => {
     }
   });
 });
+
+describe("direct gRPC path: the handler's context", () => {
+  it("aborts a call in flight when the server stops for good, and tells the handler its deadline", async () => {
+    const specs = new Map<string, UnarySpec>();
+    const shutdown = new AbortController();
+    const seen: { timeoutMs?: number; reason?: unknown } = {};
+    connectNodeAdapter({
+      routes: recordUnary(
+        (router) =>
+          router.service(Health, {
+            async check(_req, ctx) {
+              seen.timeoutMs = ctx.timeoutMs();
+              await new Promise((resolve) => ctx.signal.addEventListener("abort", resolve, { once: true }));
+              seen.reason = ctx.signal.reason;
+              throw new ConnectError("stopped", Code.Unavailable);
+            },
+            async *watch() {},
+          }),
+        specs,
+      ),
+    });
+    const fast = grpcUnaryFastPath(specs, { interceptors: [], readMaxBytes: 1 << 20, shutdownSignal: shutdown.signal });
+    const server = http2.createServer((req, res) => {
+      if (!fast(req, res)) res.writeHead(404).end();
+    });
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const on = http2.connect(`http://127.0.0.1:${(server.address() as AddressInfo).port}`);
+    try {
+      const answer = call(HEALTH, frame(toBinary(HealthCheckRequestSchema, create(HealthCheckRequestSchema))), { "grpc-timeout": "60S" }, { on });
+      await vi.waitFor(() => expect(seen.timeoutMs).toBeDefined());
+      expect(seen.timeoutMs).toBeGreaterThan(59_000);
+      expect(seen.timeoutMs).toBeLessThanOrEqual(60_000);
+      shutdown.abort(new ConnectError("the server is stopping", Code.Unavailable));
+      expect((await answer).status).toBe(Code.Unavailable);
+      expect(ConnectError.from(seen.reason).rawMessage).toBe("the server is stopping");
+    } finally {
+      on.close();
+      await new Promise((resolve) => server.close(resolve));
+    }
+  });
+});
+

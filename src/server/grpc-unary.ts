@@ -15,9 +15,9 @@ import {
   Code,
   ConnectError,
   createContextValues,
-  createHandlerContext,
   createServiceImplSpec,
   type ConnectRouter,
+  type HandlerContext,
   type Interceptor,
   type MethodImplSpec,
 } from "@connectrpc/connect";
@@ -33,8 +33,6 @@ export interface GrpcUnaryOptions {
   shutdownSignal: AbortSignal;
 }
 
-/** The reason a finished call's context is aborted with: a constant, so no exception (and stack) per call. */
-const FINISHED = new ConnectError("the call finished", Code.Canceled);
 const CONTENT_TYPES = new Set(["application/grpc", "application/grpc+proto"]);
 
 /**
@@ -88,6 +86,10 @@ export function grpcUnaryFastPath(specs: ReadonlyMap<string, UnarySpec>, opts: G
   const interceptors = [...opts.interceptors];
   const methods = new Map<string, FastMethod>();
   for (const [path, spec] of specs) methods.set(path, fastMethod(spec));
+  const inflight = new Set<AbortController>();
+  opts.shutdownSignal.addEventListener("abort", () => {
+    for (const c of inflight) c.abort(opts.shutdownSignal.reason);
+  });
   return (req, res) => {
     if (req.method !== "POST") return false;
     const method = methods.get(req.url);
@@ -98,35 +100,55 @@ export function grpcUnaryFastPath(specs: ReadonlyMap<string, UnarySpec>, opts: G
     if (encoding !== undefined && encoding !== "identity") return false;
     // serve() answers every error itself; this only catches a write to a stream that died between
     // its checks and the write, which must not become an unhandled rejection (a crash).
-    serve(method, req, res, contentType, interceptors, opts).catch(() => {
+    serve(method, req, res, contentType, interceptors, opts, inflight).catch(() => {
       if (!res.stream.destroyed) res.stream.close(http2.constants.NGHTTP2_INTERNAL_ERROR);
     });
     return true;
   };
 }
 
-async function serve(fast: FastMethod, req: Http2ServerRequest, res: Http2ServerResponse, contentType: string, interceptors: Interceptor[], opts: GrpcUnaryOptions): Promise<void> {
-  const { spec } = fast;
-  const stream: ServerHttp2Stream = res.stream;
-  const cancelled = new AbortController();
-  const onClose = () => cancelled.abort(new ConnectError("the client cancelled the call", Code.Canceled));
-  stream.once("close", onClose);
-  const timeout = parseTimeout(headerText(req.headers, "grpc-timeout"), Number.MAX_SAFE_INTEGER);
-  const ctx = createHandlerContext({
+/**
+ * The handler context of one call, as connect's createHandlerContext makes it but with one
+ * AbortController where connect links three (deadline, client, shutdown) and copies no headers:
+ * its signal aborts when the client cancels (the stream closes), at the deadline, or when the
+ * server stops for good (calls in flight are tracked for that, rather than each listening on the
+ * shutdown signal).
+ */
+function callContext(spec: UnarySpec, req: Http2ServerRequest, timeoutMs: number | undefined, inflight: Set<AbortController>): HandlerContext & { end(): void } {
+  const controller = new AbortController();
+  const deadlineAt = timeoutMs === undefined ? undefined : Date.now() + timeoutMs;
+  const timer = timeoutMs === undefined ? undefined : setTimeout(() => controller.abort(new ConnectError("the operation timed out", Code.DeadlineExceeded)), timeoutMs);
+  const onClose = () => controller.abort(new ConnectError("the client cancelled the call", Code.Canceled));
+  req.stream.once("close", onClose);
+  inflight.add(controller);
+  return {
     service: spec.method.parent,
     method: spec.method,
     protocolName: "grpc",
     requestMethod: "POST",
     url: req.url,
-    timeoutMs: timeout.timeoutMs,
-    shutdownSignal: opts.shutdownSignal,
-    requestSignal: cancelled.signal,
+    signal: controller.signal,
+    timeoutMs: () => (deadlineAt === undefined ? undefined : deadlineAt - Date.now()),
     requestHeader: requestHeaders(req.headers),
-    contextValues: createContextValues(),
-  });
+    responseHeader: new Headers(),
+    responseTrailer: new Headers(),
+    values: createContextValues(),
+    end() {
+      clearTimeout(timer);
+      req.stream.off("close", onClose);
+      inflight.delete(controller);
+    },
+  };
+}
+
+async function serve(fast: FastMethod, req: Http2ServerRequest, res: Http2ServerResponse, contentType: string, interceptors: Interceptor[], opts: GrpcUnaryOptions, inflight: Set<AbortController>): Promise<void> {
+  const { spec } = fast;
+  const stream: ServerHttp2Stream = res.stream;
+  const timeout = parseTimeout(headerText(req.headers, "grpc-timeout"), Number.MAX_SAFE_INTEGER);
+  const ctx = callContext(spec, req, timeout.timeoutMs, inflight);
   try {
     if (timeout.error) throw timeout.error;
-    const input = fast.decode(unwrap(await readBody(req, opts.readMaxBytes, cancelled.signal), opts.readMaxBytes));
+    const input = fast.decode(unwrap(await readBody(req, opts.readMaxBytes, ctx.signal), opts.readMaxBytes));
     const output = await invokeUnaryImplementation(spec, ctx, input as never, interceptors);
     const bytes = fast.encode(output);
     const body = Buffer.allocUnsafe(5 + bytes.byteLength);
@@ -146,9 +168,9 @@ async function serve(fast: FastMethod, req: Http2ServerRequest, res: Http2Server
     // A trailers-only response: status and message in the one HEADERS frame that ends the stream.
     stream.respond({ ...fromHeaders(ctx.responseHeader), ...fromHeaders(status), ":status": 200, "content-type": contentType }, { endStream: true });
   } finally {
-    stream.off("close", onClose);
-    // Releases the deadline timer, as connect does when a call ends.
-    ctx.abort(FINISHED);
+    // Releases the deadline timer and the close listener; the signal is left as it is (nothing
+    // listens on a finished call's signal, and aborting it would build an exception per call).
+    ctx.end();
   }
 }
 
