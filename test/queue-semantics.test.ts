@@ -8,7 +8,7 @@
  * and heartbeat flushes never run on their timers: a test runs them after moving the clock.
  * Backoff has no jitter here: the delay after the n-th retry is exactly min(cap, base × 2^n).
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { Code } from "@connectrpc/connect";
 import pg from "pg";
 import { FakeClock } from "../src/clock.js";
@@ -153,6 +153,20 @@ describe("claims that carry completions", () => {
     expect(res.items).toEqual([]);
     expect(oks(res.completionOutcomes)).toEqual([true]);
     expect((await itemRow(db, x!.id)).status).toBe("completed");
+  });
+
+  it("with wait_with_completions, apply them at once, wait for work, and bring their outcomes back with it", async () => {
+    const t = "claim-completes-wait";
+    const a = await agent("claim-completes-wait-a", { tenants: [t] });
+    await p.enqueue(t, [{ engineKind: "dag" }]);
+    const [x] = await a.claim(1);
+    const pending = a.claimCompleting(5, [x!], { waitMs: 60_000, waitWithCompletions: true });
+    // Completed before any work came: the wait does not hold the completion back.
+    await vi.waitFor(async () => expect((await itemRow(db, x!.id)).status).toBe("completed"));
+    const [next] = await p.enqueue(t, [{ engineKind: "dag" }]);
+    const res = await pending;
+    expect(ids(res.items)).toEqual([next!.id]);
+    expect(oks(res.completionOutcomes)).toEqual([true]);
   });
 
   it("refuse a completion with bad JSON as INVALID_ARGUMENT, changing nothing and claiming nothing", async () => {

@@ -72,11 +72,12 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
   return {
     async claim(req, ctx) {
       const name = identifier(req.name, "name");
-      // Applied once, by the first statement this call runs; a claim carrying them does not wait.
+      // Applied once, by the first statement this call runs. A claim carrying them does not wait
+      // unless it asks to (its outcomes then come back with whatever ends the wait).
       let completions = completionsOf(atMost(req.completions, "completions"), "completions");
       let completionOutcomes: ReturnType<typeof completed> = [];
       const max = Math.min(Math.max(req.maxItems, 1), config.claimMaxItems);
-      const waitMs = completions.length > 0 ? 0 : Math.min(req.wait ? durationMs(req.wait) : 0, config.claimMaxWait);
+      const waitMs = completions.length > 0 && !req.waitWithCompletions ? 0 : Math.min(req.wait ? durationMs(req.wait) : 0, config.claimMaxWait);
       const deadline = Date.now() + waitMs;
       for (;;) {
         const state = await d.known(name);

@@ -75,13 +75,14 @@ export class TestAgent {
   }
 
   /** A claim carrying completions (each item completed with `result`, when given). */
-  async claimCompleting(max: number, done: readonly { id: string; leaseToken: string }[], opts: { waitMs?: number; result?: unknown } = {}) {
+  async claimCompleting(max: number, done: readonly { id: string; leaseToken: string }[], opts: { waitMs?: number; result?: unknown; waitWithCompletions?: boolean } = {}) {
     const resultJson = opts.result === undefined ? "" : JSON.stringify(opts.result);
     return this.conn.agent.claim(
       {
         name: this.name,
         maxItems: max,
         wait: opts.waitMs ? durationFromMs(opts.waitMs) : undefined,
+        waitWithCompletions: opts.waitWithCompletions ?? false,
         completions: done.map((i) => ({ workItemId: i.id, leaseToken: i.leaseToken, resultJson })),
       },
       agentCall,
