@@ -6,8 +6,11 @@
  *
  * A claim carries the completions queued meanwhile (the reporter lends them): the handlers that just
  * finished are usually why slots are free, so one call reports them and asks for more. Such a claim
- * does not wait on the daemon and is not cancelled by stop() (it answers at once); when it fails,
- * the completions go back to the reporter, which sends them on its own.
+ * waits for work only briefly (LENT_WAIT_MS: the daemon applies the completions at once, but their
+ * outcomes come back with the reply) and is not cancelled by stop(), so no outcome is lost to a
+ * cancel; when it fails, the completions go back to the reporter, which sends them on its own.
+ * After items are handed over the loop yields once before claiming again, so that handlers which
+ * finish at once have their completions ride that claim instead of a Complete call of their own.
  */
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import type { WorkItem as WireItem } from "./gen/aiflow/cluster/v1/work_item_pb.js";
@@ -19,6 +22,8 @@ import type { Lent } from "./reporter.js";
 
 /** How long a claim waits for more slots to free before claiming for the few that are. */
 const CLAIM_GATHER_MS = 3;
+/** The longest a claim carrying completions waits for work (stop() waits for such a claim). */
+const LENT_WAIT_MS = 250;
 
 export interface ClaimerHooks {
   freeSlots(): number;
@@ -32,7 +37,7 @@ export class Claimer {
   readonly #stop = new AbortController();
   #loop: Promise<void> | undefined;
   #wake: (() => void) | undefined;
-  /** In a claim that may wait on the daemon for work (it carries nothing, so nothing waits on it). */
+  /** In a claim that may wait on the daemon for work and carries nothing (the reporter does not hold completions for it). */
   #longPolling = false;
 
   constructor(
@@ -79,15 +84,18 @@ export class Claimer {
       const want = this.hooks.freeSlots();
       const generation = this.link.generation;
       const lent = signal.aborted ? undefined : this.hooks.lend(this.opts.reportMaxBatch);
+      const lentWait = Math.min(this.opts.claimWaitMs, LENT_WAIT_MS);
       let reply;
+      // A claim carrying completions counts as refilling: with work queued it answers at once, and
+      // the reporter holds new completions for the next claim only briefly in any case.
       this.#longPolling = lent === undefined;
       try {
         reply = await this.link.client
           .claim(
             lent
-              ? { name: this.opts.name, maxItems: want, completions: lent.completions }
+              ? { name: this.opts.name, maxItems: want, completions: lent.completions, wait: durationFromMs(lentWait), waitWithCompletions: true }
               : { name: this.opts.name, maxItems: want, wait: durationFromMs(this.opts.claimWaitMs) },
-            lent ? { timeoutMs: this.opts.rpcTimeoutMs } : { signal, timeoutMs: this.opts.claimWaitMs + this.opts.rpcTimeoutMs },
+            lent ? { timeoutMs: lentWait + this.opts.rpcTimeoutMs } : { signal, timeoutMs: this.opts.claimWaitMs + this.opts.rpcTimeoutMs },
           )
           .finally(() => (this.#longPolling = false));
         lent?.settle(reply.completionOutcomes);
@@ -101,7 +109,10 @@ export class Claimer {
       }
       failures = 0;
       // Handed over even when stopping meanwhile: the agent gives back what it will not run.
-      if (reply.items.length > 0) this.hooks.onItems(reply.items);
+      if (reply.items.length > 0) {
+        this.hooks.onItems(reply.items);
+        await new Promise<void>((resolve) => setImmediate(resolve));
+      }
       const status = statusFromWire(reply.status);
       if (status === "active") continue;
       this.hooks.onStatus(status);

@@ -102,6 +102,25 @@ describe("happy path", () => {
   });
 });
 
+describe("items that trickle in", () => {
+  it("report the completions of quick handlers aboard the next long-poll, not in Complete calls of their own", async () => {
+    const calls = callLog();
+    const agent = testAgent(daemon.address, { engineKinds: ["trickle"], slots: 4, interceptors: [calls.interceptor], handlers: { trickle: async (item) => item.payload } });
+    await agent.start();
+    // One at a time, each finished before the next is sent: every claim that brings an item is
+    // followed by a claim that waits for the next one and carries the last one's completion.
+    for (let i = 0; i < 5; i++) {
+      const ids = await producer.enqueue([{ engineKind: "trickle", payloadJson: String(i) }]);
+      expect((await producer.waitDone(ids)).map((it) => it.status)).toEqual([WorkItemStatus.COMPLETED]);
+    }
+    expect(calls.count("Complete")).toBe(0);
+    const carrying = calls.calls.filter((c) => c.method === "Claim" && (c.message as { completions: unknown[] }).completions.length > 0);
+    expect(carrying.length).toBe(5);
+    expect(carrying.every((c) => (c.message as { waitWithCompletions: boolean }).waitWithCompletions)).toBe(true);
+    await agent.stop();
+  });
+});
+
 describe("failures", () => {
   it("a throwing handler fails the item retryably until its retries are spent, then it is a dead letter", async () => {
     let attempts = 0;
