@@ -32,7 +32,8 @@ const types = {
 
 export class PreparedQueries {
   readonly #pool: pg.Pool;
-  readonly #names = new Map<string, string>();
+  /** By a token's SQL text: the statement's name and its text with pg's placeholders, made once. */
+  readonly #statements = new Map<string, { name: string; text: string }>();
 
   constructor(url: string, maxConnections: number) {
     this.#pool = new pg.Pool({ connectionString: url, max: maxConnections, application_name: "aiflowd-hot", types, idleTimeoutMillis: 30_000, options: "-c jit=off -c enable_bitmapscan=off" });
@@ -51,14 +52,14 @@ export class PreparedQueries {
    * no schema check: for statements on the per-item hot path whose casts fix every column's type.
    */
   async raw<R>(token: QuerySqlToken): Promise<R[]> {
-    let name = this.#names.get(token.sql);
-    if (!name) {
-      name = `aiflow_${createHash("sha1").update(token.sql).digest("hex").slice(0, 24)}`;
-      this.#names.set(token.sql, name);
+    let statement = this.#statements.get(token.sql);
+    if (!statement) {
+      statement = { name: `aiflow_${createHash("sha1").update(token.sql).digest("hex").slice(0, 24)}`, text: token.sql.replaceAll("$slonik_", "$") };
+      this.#statements.set(token.sql, statement);
     }
     let res: pg.QueryResult;
     try {
-      res = await this.#pool.query({ name, text: token.sql.replaceAll("$slonik_", "$"), values: token.values as unknown[] });
+      res = await this.#pool.query({ name: statement.name, text: statement.text, values: token.values as unknown[] });
     } catch (err) {
       throw interpretDbError(err);
     }
