@@ -6,7 +6,7 @@
 import { parseDuration } from "../src/config.js";
 import { dropBaseline } from "./baseline.js";
 import { openDatabase, startDaemonProc, type DaemonProc } from "./env.js";
-import { drainBaseline, drainOurs, enqueueRate, heartbeatCost, latencyBaseline, latencyOurs, rpcFigures, startAgents, stopAgents, type Options } from "./sections.js";
+import { drainBaseline, drainOurs, enqueueRate, settleDatabase, heartbeatCost, latencyBaseline, latencyOurs, rpcFigures, startAgents, stopAgents, type Options } from "./sections.js";
 import { ratio } from "./stats.js";
 
 const HELP = `npm run bench -- [options]
@@ -86,6 +86,7 @@ try {
     emit("drain_ratio", { ours_items_per_s: ours.figures.items_per_s!, baseline_items_per_s: base.items_per_s!, ours_over_baseline: ratio(Number(ours.figures.items_per_s), Number(base.items_per_s)) });
   }
   if (only.has("latency")) {
+    await settleDatabase(db);
     agents ??= await startAgents(daemons, o.agents, o.slots, "latency");
     progress(`steady ${o.rate}/s for ${o.durationMs / 1000}s after ${o.warmupMs / 1000}s warm-up`);
     const ours = await latencyOurs(daemons, agents, o);

@@ -2,7 +2,7 @@
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { QueueService } from "../src/gen/aiflow/cluster/v1/queue_pb.js";
-import { baselineDrainSpan, fillBaseline, releaseBaseline, resetBaseline, waitBaselineDone } from "./baseline.js";
+import { baselineDrainSpan, dropBaseline, fillBaseline, releaseBaseline, resetBaseline, waitBaselineDone } from "./baseline.js";
 import { nowMs } from "./clock.js";
 import { committedTransactions, KIND, NODE_TUNING, TENANT, TOKENS, type Database, type DaemonProc } from "./env.js";
 import { pollUntil, sql } from "./pg.js";
@@ -186,6 +186,8 @@ export async function drainBaseline(db: Database, o: Options): Promise<Figures> 
   const busy1 = machineBusyMs();
   await workers.stop();
   const { count, spanNs } = await baselineDrainSpan(db.url);
+  // Its dead rows would otherwise be vacuumed during the next section.
+  await dropBaseline(db.url);
   return { items: count, workers: o.baselineWorkers, seconds: round(Number(spanNs) / 1e9, 3), items_per_s: round(perSecond(count, spanNs), 0), ...cpuPerItem(busy0, busy1, count) };
 }
 
@@ -227,6 +229,19 @@ export function rpcFigures(rpcs: Rpcs): Figures {
     out[`${m}_mean_items`] = round(v.items / Math.max(1, v.calls), 1);
   }
   return out;
+}
+
+/**
+ * Puts the database back to a fresh state between sections, as the baseline's sections start (on a
+ * new table): the queue table emptied (its indexes too) with fresh statistics, and a checkpoint, so
+ * that the previous section's dead row versions and its WAL are not cleaned up (autovacuum, a
+ * checkpoint) in the middle of what the next one measures.
+ */
+export async function settleDatabase(db: Database): Promise<void> {
+  await sql(db.url, `TRUNCATE ${workTable(db)}`);
+  await sql(db.url, `ANALYZE ${workTable(db)}`);
+  // Needs superuser or pg_checkpoint; without them the section just runs as it would have.
+  await sql(db.url, "CHECKPOINT").catch(() => {});
 }
 
 /** Steady open-loop single-item Enqueue at `rate`; from issuing Enqueue to the handler starting. */
