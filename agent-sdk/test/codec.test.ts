@@ -214,6 +214,11 @@ describe("compiled codec", () => {
     expect(Buffer.from(compileCodec(WorkItemSchema)!.encode(init)).equals(Buffer.from(toBinary(WorkItemSchema, create(WorkItemSchema, init))))).toBe(true);
   });
 
+  it("treats null like an absent field when encoding (an implementation's reply built from nullable columns)", () => {
+    const withNulls = { id: "01J", runId: null, workerParams: null, createdOn: null, priority: null } as unknown as Record<string, unknown>;
+    expect(Buffer.from(compileCodec(WorkItemSchema)!.encode(withNulls as never)).equals(Buffer.from(toBinary(WorkItemSchema, create(WorkItemSchema, { id: "01J" }))))).toBe(true);
+  });
+
   it("reads what protobuf-es writes differently: unpacked repeated numbers, repeated singular messages merged, unknown fields skipped", () => {
     const desc = allTypesFile();
     const codec = compileCodec(desc)!;

@@ -18,7 +18,7 @@ function getter(f: DescField): (m: Msg) => any {
     const oneof = f.oneof.localName;
     return (m) => {
       const o = m[oneof];
-      return o !== undefined && o.case === key ? o.value : undefined;
+      return o != null && o.case === key ? o.value : undefined;
     };
   }
   return (m) => m[key];
@@ -59,8 +59,9 @@ function singular(f: DescField, ops: ScalarOps): { writer: FieldWriter; reader: 
   const { tag, tagSize } = tagOf(f.number, ops.wire);
   const get = getter(f);
   const set = setter(f);
-  // Implicit presence (plain proto3 fields) skips zero values; explicit presence (optional, oneof) writes any set value.
-  const isSet = f.presence === IMPLICIT && !f.oneof ? (v: unknown) => v !== undefined && !ops.isZero(v) : (v: unknown) => v !== undefined;
+  // Implicit presence (plain proto3 fields) skips zero values; explicit presence (optional, oneof)
+  // writes any set value. null counts as unset everywhere, as for protobuf-es's create().
+  const isSet = f.presence === IMPLICIT && !f.oneof ? (v: unknown) => v != null && !ops.isZero(v) : (v: unknown) => v != null;
   return {
     writer: {
       size(m, lens) {
@@ -89,11 +90,11 @@ function messageField(f: DescField, plan: Plan): { writer: FieldWriter; reader: 
     writer: {
       size(m, lens) {
         const v = get(m);
-        return v === undefined ? 0 : tagSize + nestedSize(plan, v, lens);
+        return v == null ? 0 : tagSize + nestedSize(plan, v, lens);
       },
       write(m, w) {
         const v = get(m);
-        if (v === undefined) return;
+        if (v == null) return;
         w.varint32(tag);
         nestedWrite(plan, v, w);
       },
@@ -116,14 +117,14 @@ function listField(f: DescField & { fieldKind: "list" }, planOf: PlanOf): { writ
       writer: {
         size(m, lens) {
           const list: Msg[] | undefined = m[key];
-          if (list === undefined) return 0;
+          if (list == null) return 0;
           let n = 0;
           for (let i = 0; i < list.length; i++) n += tagSize + nestedSize(plan, list[i]!, lens);
           return n;
         },
         write(m, w) {
           const list: Msg[] | undefined = m[key];
-          if (list === undefined) return;
+          if (list == null) return;
           for (let i = 0; i < list.length; i++) {
             w.varint32(tag);
             nestedWrite(plan, list[i]!, w);
@@ -156,7 +157,7 @@ function listField(f: DescField & { fieldKind: "list" }, planOf: PlanOf): { writ
       writer: {
         size(m, lens) {
           const list: unknown[] | undefined = m[key];
-          if (list === undefined || list.length === 0) return 0;
+          if (list == null || list.length === 0) return 0;
           const at = lens.push(0) - 1;
           let n = 0;
           for (let i = 0; i < list.length; i++) n += ops.size(list[i], lens);
@@ -165,7 +166,7 @@ function listField(f: DescField & { fieldKind: "list" }, planOf: PlanOf): { writ
         },
         write(m, w) {
           const list: unknown[] | undefined = m[key];
-          if (list === undefined || list.length === 0) return;
+          if (list == null || list.length === 0) return;
           w.varint32(tag);
           w.varint32(w.nextLen());
           for (let i = 0; i < list.length; i++) ops.write(w, list[i]);
@@ -179,14 +180,14 @@ function listField(f: DescField & { fieldKind: "list" }, planOf: PlanOf): { writ
     writer: {
       size(m, lens) {
         const list: unknown[] | undefined = m[key];
-        if (list === undefined) return 0;
+        if (list == null) return 0;
         let n = 0;
         for (let i = 0; i < list.length; i++) n += tagSize + ops.size(list[i], lens);
         return n;
       },
       write(m, w) {
         const list: unknown[] | undefined = m[key];
-        if (list === undefined) return;
+        if (list == null) return;
         for (let i = 0; i < list.length; i++) {
           w.varint32(tag);
           ops.write(w, list[i]);
@@ -233,7 +234,7 @@ function mapField(f: DescField & { fieldKind: "map" }, planOf: PlanOf): { writer
     writer: {
       size(m, lens) {
         const map: Msg | undefined = m[key];
-        if (map === undefined) return 0;
+        if (map == null) return 0;
         let n = 0;
         for (const k in map) {
           const at = lens.push(0) - 1;
@@ -245,7 +246,7 @@ function mapField(f: DescField & { fieldKind: "map" }, planOf: PlanOf): { writer
       },
       write(m, w) {
         const map: Msg | undefined = m[key];
-        if (map === undefined) return;
+        if (map == null) return;
         for (const k in map) {
           w.varint32(tag);
           w.varint32(w.nextLen());
