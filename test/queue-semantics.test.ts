@@ -137,7 +137,7 @@ describe("claims that carry completions", () => {
       [y!.id, false, Code.FailedPrecondition],
     ]);
     expect(ids(res.items).sort()).toEqual(next.map((n) => n.id).sort());
-    expect(await itemRow(db, x!.id)).toMatchObject({ status: "completed", result: { frames: 3 }, lease_token: null });
+    expect(await itemRow(db, x!.id)).toMatchObject({ status: "completed", result: { frames: 3 }, lease_token: x!.leaseToken });
     // The refused one is untouched: still held under its real token.
     expect(await itemRow(db, y!.id)).toMatchObject({ status: "dispatched", lease_token: y!.leaseToken });
     expect(oks(await a.complete([y!]))).toEqual([true]);
@@ -167,6 +167,21 @@ describe("claims that carry completions", () => {
     const res = await pending;
     expect(ids(res.items)).toEqual([next!.id]);
     expect(oks(res.completionOutcomes)).toEqual([true]);
+  });
+
+  it("answer ok for a completion carried again after it was applied (a claim cut short after its commit)", async () => {
+    const t = "claim-completes-again";
+    const a = await agent("claim-completes-again-a", { tenants: [t] });
+    await p.enqueue(t, [{ engineKind: "dag" }]);
+    const [x] = await a.claim(1);
+    expect(oks((await a.claimCompleting(5, [x!], { result: { n: 1 } })).completionOutcomes)).toEqual([true]);
+    const row = await itemRow(db, x!.id);
+    const again = await a.claimCompleting(5, [x!], { result: { n: 2 } });
+    expect(oks(again.completionOutcomes)).toEqual([true]);
+    expect(await itemRow(db, x!.id)).toEqual(row);
+    // Another agent with the same token is not the one that completed it.
+    const other = await agent("claim-completes-again-b", { tenants: [t] });
+    expect(oks((await other.claimCompleting(5, [x!])).completionOutcomes)).toEqual([false]);
   });
 
   it("refuse a completion with bad JSON as INVALID_ARGUMENT, changing nothing and claiming nothing", async () => {
@@ -228,12 +243,15 @@ describe("fencing", () => {
 
     expect(oks(await zb.complete([second!], { by: "zombie-b" }))).toEqual([true]);
     expect(oks(await za.complete([first!], { by: "zombie-a" }))).toEqual([false]);
-    expect(await itemRow(db, id)).toMatchObject({ status: "completed", agent_id: "zombie-b", result: { by: "zombie-b" }, lease_token: null, retry_count: 1 });
+    expect(await itemRow(db, id)).toMatchObject({ status: "completed", agent_id: "zombie-b", result: { by: "zombie-b" }, lease_token: second!.leaseToken, retry_count: 1 });
     const read = await p.item(t, id);
     expect(read).toMatchObject({ status: WorkItemStatus.COMPLETED, resultJson: '{"by":"zombie-b"}', agentId: "zombie-b" });
-    // A second completion by the rightful holder is refused too: the lease ended with the first.
-    expect(oks(await zb.complete([second!], { by: "again" }))).toEqual([false]);
-    expect((await itemRow(db, id)).result).toEqual({ by: "zombie-b" });
+    // The rightful holder reporting again (its first answer lost, say) is answered ok and changes
+    // nothing: completion is idempotent for the dispatch that completed it, and only for that one.
+    const completedRow = await itemRow(db, id);
+    expect(oks(await zb.complete([second!], { by: "again" }))).toEqual([true]);
+    expect(await itemRow(db, id)).toEqual(completedRow);
+    expect(oks(await za.complete([first!], { by: "zombie-a" }))).toEqual([false]);
   });
 });
 

@@ -305,7 +305,10 @@ export class WorkItemStore {
     const completions = c.completions ?? [];
     // Completions ride in the same statement: a data-modifying CTE sees the claim's snapshot, and the
     // items it completes are dispatched ones, which the claim's scan (pending only) never reads.
-    const done = completions.length > 0 ? sql.fragment`done AS (${this.#completeSql(c.agent, completions, c.nowMs)}), ` : sql.fragment``;
+    const done =
+      completions.length > 0
+        ? sql.fragment`${this.#completeCtes(c.agent, completions, c.nowMs)}, done AS (SELECT id FROM completing UNION ALL SELECT id FROM recompleted), `
+        : sql.fragment``;
     const rebind = c.affinity.policy === "rebind";
     const graceEdge = ts(c.nowMs - c.affinity.graceMs);
     const rows = await this.#hotRaw<ClaimedRow & { done: boolean }>(sql.unsafe`
@@ -418,19 +421,34 @@ export class WorkItemStore {
 
   /** Completes fenced items; returns the ids that matched (the rest had lost their lease). */
   complete(agent: string, items: readonly Completion[], nowMs: number): Promise<readonly string[]> {
-    return this.#hotIds(sql.type(idRow)`${this.#completeSql(agent, items, nowMs)}`);
+    return this.#hotIds(sql.type(idRow)`
+        WITH ${this.#completeCtes(agent, items, nowMs)}
+        SELECT id FROM completing UNION ALL SELECT id FROM recompleted`);
   }
 
-  /** The fenced completion as a statement (alone, or a CTE of a claim); it returns the matched ids. */
-  #completeSql(agent: string, items: readonly Completion[], nowMs: number): FragmentSqlToken {
+  /**
+   * The fenced completion as two CTEs (of its own statement, or of a claim's): `completing` completes
+   * the items still held under their tokens, `recompleted` finds those this agent already completed
+   * under the same tokens. A completion is idempotent, so a report whose answer was lost (the call
+   * failed after the commit: a daemon restart, a dropped connection, a claim carrying it cut short)
+   * is answered ok when it is sent again, not "lease lost". Both read the statement's snapshot, so an
+   * item completed by `completing` is not found again by `recompleted`. The completed row keeps its
+   * token for that; no fenced write matches a row that is not dispatched.
+   */
+  #completeCtes(agent: string, items: readonly Completion[], nowMs: number): FragmentSqlToken {
     const w = this.t.id("work_item");
-    return sql.fragment`
-        UPDATE ${w} w SET status = 'completed', completed_at = ${msToNs(nowMs)}, result = v.result, lease_expires_at = NULL, lease_token = NULL,
+    const v = sql.fragment`unnest(${sql.array(items.map((i) => i.id), "text")}, ${sql.array(items.map((i) => i.token), "text")},
+                      ${sql.array(items.map((i) => i.resultJson), "jsonb")}) AS v(id, token, result)`;
+    return sql.fragment`completing AS (
+        UPDATE ${w} w SET status = 'completed', completed_at = ${msToNs(nowMs)}, result = v.result, lease_expires_at = NULL,
                           updatedby = ${agent}, updatedon = ${ts(nowMs)}
-          FROM unnest(${sql.array(items.map((i) => i.id), "text")}, ${sql.array(items.map((i) => i.token), "text")},
-                      ${sql.array(items.map((i) => i.resultJson), "jsonb")}) AS v(id, token, result)
+          FROM ${v}
          WHERE w.id = v.id AND w.lease_token = v.token AND w.status = 'dispatched' AND w.agent_id = ${agent}
-        RETURNING w.id`;
+        RETURNING w.id
+        ), recompleted AS (
+        SELECT w.id FROM ${w} w JOIN ${v} ON w.id = v.id AND w.lease_token = v.token
+         WHERE w.status = 'completed' AND w.agent_id = ${agent}
+        )`;
   }
 
   /**

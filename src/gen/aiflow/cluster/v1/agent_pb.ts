@@ -923,7 +923,8 @@ export const AgentService: GenService<{
   },
   /**
    * Completes items. An item whose lease token is stale is refused (FAILED_PRECONDITION, "lease
-   * lost") and nothing about it changes.
+   * lost") and nothing about it changes. Completing is idempotent: an item this agent already
+   * completed under the same token is answered ok again, unchanged (safe to retry).
    *
    * @generated from rpc aiflow.cluster.v1.AgentService.Complete
    */
