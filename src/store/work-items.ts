@@ -96,6 +96,14 @@ export interface Requeued {
   token: string | null;
 }
 
+/**
+ * `w.id = ANY(ids)`: the fenced writes join their input (unnest) to the table by id, and a planner
+ * that believed the table empty (it was analysed when it was) drove that join from a full
+ * primary-key scan with the input as the inner side: 7 ms per completion at 13,000 rows. Named as
+ * an index condition on w, the ids are looked up whatever the planner believes.
+ */
+const byIds = (ids: readonly string[]) => sql.fragment`w.id = ANY(${sql.array(ids, "text")})`;
+
 const requeuedRow = z.object({ id: z.string(), status: z.enum(ITEM_STATUSES), agent: z.string().nullable(), token: z.string().nullable() });
 const idRow = z.object({ id: z.string() });
 
@@ -415,7 +423,7 @@ export class WorkItemStore {
     return this.#hotIds(sql.type(idRow)`
         UPDATE ${w} w SET lease_expires_at = ${msToNs(nowMs + ttlMs)}, updatedby = ${agent}, updatedon = ${ts(nowMs)}
           FROM unnest(${sql.array(leases.map((l) => l.id), "text")}, ${sql.array(leases.map((l) => l.token), "text")}) AS v(id, token)
-         WHERE w.id = v.id AND w.lease_token = v.token AND w.status = 'dispatched' AND w.agent_id = ${agent}
+         WHERE ${byIds(leases.map((l) => l.id))} AND w.id = v.id AND w.lease_token = v.token AND w.status = 'dispatched' AND w.agent_id = ${agent}
         RETURNING w.id`);
   }
 
@@ -439,15 +447,16 @@ export class WorkItemStore {
     const w = this.t.id("work_item");
     const v = sql.fragment`unnest(${sql.array(items.map((i) => i.id), "text")}, ${sql.array(items.map((i) => i.token), "text")},
                       ${sql.array(items.map((i) => i.resultJson), "jsonb")}) AS v(id, token, result)`;
+    const ids = byIds(items.map((i) => i.id));
     return sql.fragment`completing AS (
         UPDATE ${w} w SET status = 'completed', completed_at = ${msToNs(nowMs)}, result = v.result, lease_expires_at = NULL,
                           updatedby = ${agent}, updatedon = ${ts(nowMs)}
           FROM ${v}
-         WHERE w.id = v.id AND w.lease_token = v.token AND w.status = 'dispatched' AND w.agent_id = ${agent}
+         WHERE ${ids} AND w.id = v.id AND w.lease_token = v.token AND w.status = 'dispatched' AND w.agent_id = ${agent}
         RETURNING w.id
         ), recompleted AS (
         SELECT w.id FROM ${w} w JOIN ${v} ON w.id = v.id AND w.lease_token = v.token
-         WHERE w.status = 'completed' AND w.agent_id = ${agent}
+         WHERE ${ids} AND w.status = 'completed' AND w.agent_id = ${agent}
         )`;
   }
 
@@ -474,7 +483,7 @@ export class WorkItemStore {
           FROM unnest(${sql.array(items.map((i) => i.id), "text")}, ${sql.array(items.map((i) => i.token), "text")}, ${sql.array(items.map((i) => i.error), "text")},
                       ${sql.array(items.map((i) => i.retryable), "bool")}, ${sql.array(items.map((i) => (i.delayMs === null ? null : String(msToNs(i.delayMs)))), "int8")})
                AS v(id, token, error, retryable, delay_ns)
-         WHERE w.id = v.id AND w.lease_token = v.token AND w.status = 'dispatched' AND w.agent_id = ${agent}
+         WHERE ${byIds(items.map((i) => i.id))} AND w.id = v.id AND w.lease_token = v.token AND w.status = 'dispatched' AND w.agent_id = ${agent}
         RETURNING w.id, w.status, ${agent}::text AS agent, v.token`);
   }
 
@@ -485,7 +494,7 @@ export class WorkItemStore {
         UPDATE ${w} w SET status = 'pending', agent_id = NULL, lease_expires_at = NULL, lease_token = NULL, dispatched_at = NULL,
                           next_attempt_at = ${msToNs(nowMs)}, updatedby = ${agent}, updatedon = ${ts(nowMs)}
           FROM unnest(${sql.array(leases.map((l) => l.id), "text")}, ${sql.array(leases.map((l) => l.token), "text")}) AS v(id, token)
-         WHERE w.id = v.id AND w.lease_token = v.token AND w.status = 'dispatched' AND w.agent_id = ${agent}
+         WHERE ${byIds(leases.map((l) => l.id))} AND w.id = v.id AND w.lease_token = v.token AND w.status = 'dispatched' AND w.agent_id = ${agent}
         RETURNING w.id`);
   }
 
