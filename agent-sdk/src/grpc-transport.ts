@@ -111,6 +111,18 @@ function callSignal(caller: AbortSignal | undefined, timeoutMs: number | undefin
   };
 }
 
+const parsedUrls = new Map<string, URL>();
+
+/** A call's URL, parsed once per URL (a method's URL is the same on every call). */
+function parsedUrl(url: string): URL {
+  let parsed = parsedUrls.get(url);
+  if (!parsed) {
+    parsed = new URL(url);
+    if (parsedUrls.size < 1000) parsedUrls.set(url, parsed);
+  }
+  return parsed;
+}
+
 /** One unary exchange on the session: the request frame out, the reply frame, headers and trailers in. */
 function exchange<I extends DescMessage, O extends DescMessage>(
   sm: Http2SessionManager,
@@ -124,7 +136,7 @@ function exchange<I extends DescMessage, O extends DescMessage>(
   frame[0] = 0;
   frame.writeUInt32BE(payload.length, 1);
   frame.set(payload, 5);
-  const url = new URL(req.url);
+  const url = parsedUrl(req.url);
   return new Promise((resolve, reject) => {
     if (url.origin !== sm.authority) {
       reject(new ConnectError(`cannot make a request to ${url.origin}: the http2 session is connected to ${sm.authority}`, Code.Internal));
@@ -147,6 +159,9 @@ function exchange<I extends DescMessage, O extends DescMessage>(
     req.signal.addEventListener("abort", onAbort);
     sm.request("POST", url.pathname + url.search, nodeHeaders(req.header), {}).then((s) => {
       stream = s;
+      // From here on a stream error (a reset, a write after the peer ended) settles the call, or,
+      // once it is settled, is dropped: an 'error' without a listener would crash the process.
+      s.on("error", (e) => fail(errorFromReset(s.rstCode) ?? e));
       if (settled) {
         s.close(http2.constants.NGHTTP2_CANCEL);
         return;
@@ -169,7 +184,6 @@ function exchange<I extends DescMessage, O extends DescMessage>(
       s.on("trailers", (t) => {
         trailers = t;
       });
-      s.on("error", (e) => fail(errorFromReset(s.rstCode) ?? e));
       s.on("close", () => {
         if (settled) return;
         const reset = errorFromReset(s.rstCode);

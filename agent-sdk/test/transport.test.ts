@@ -185,6 +185,16 @@ describe("SDK gRPC transport (unary)", () => {
     expect(await closed).toBe(http2.constants.NGHTTP2_CANCEL);
   });
 
+  it("a call whose signal is already aborted ends CANCELED without reaching the server", async () => {
+    let reached = false;
+    script = (stream) => {
+      reached = true;
+      answer(REPLY)(stream, {}, Buffer.alloc(0));
+    };
+    expect((await codeOf(client().claim({ name: "x" }, { signal: AbortSignal.abort() }))).code).toBe(Code.Canceled);
+    expect(reached).toBe(false);
+  });
+
   it("with both a deadline and a caller's signal, whichever comes first ends the call", async () => {
     script = (stream) => stream.respond(GRPC);
     const abort = new AbortController();
