@@ -131,11 +131,7 @@ function exchange<I extends DescMessage, O extends DescMessage>(
   outCodec: Codec<O>,
   readMax: number,
 ): Promise<UnaryResponse<I, O>> {
-  const payload = inCodec.encode(req.message);
-  const frame = Buffer.allocUnsafe(5 + payload.length);
-  frame[0] = 0;
-  frame.writeUInt32BE(payload.length, 1);
-  frame.set(payload, 5);
+  const frame = inCodec.frame(req.message);
   const url = parsedUrl(req.url);
   return new Promise((resolve, reject) => {
     if (url.origin !== sm.authority) {

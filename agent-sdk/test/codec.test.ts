@@ -189,6 +189,9 @@ function checkAgainstReference(desc: DescMessage, cases: number): void {
     const ours = codec!.encode(message);
     expect(Buffer.from(ours).equals(Buffer.from(reference)), `${desc.typeName} seed ${seed}: same bytes as toBinary`).toBe(true);
     expect(codec!.decode(reference), `${desc.typeName} seed ${seed}: decodes as fromBinary`).toEqual(fromBinary(desc, reference));
+    const framed = codec!.frame(message);
+    expect([framed[0], framed.readUInt32BE(1)], `${desc.typeName} seed ${seed}: gRPC envelope`).toEqual([0, reference.length]);
+    expect(framed.subarray(5).equals(Buffer.from(reference)), `${desc.typeName} seed ${seed}: framed bytes`).toBe(true);
   }
 }
 

@@ -57,7 +57,8 @@ export function recordUnary(routes: (router: ConnectRouter) => void, specs: Map<
 interface FastMethod {
   spec: UnarySpec;
   decode(bytes: Uint8Array): unknown;
-  encode(message: unknown): Uint8Array;
+  /** The reply as one gRPC message, envelope and all. */
+  frame(message: unknown): Buffer;
 }
 
 /**
@@ -72,13 +73,22 @@ function fastMethod(spec: UnarySpec): FastMethod {
   const inCodec = compileCodec(input);
   const outCodec = compileCodec(output);
   const decode = inCodec ? (b: Uint8Array) => inCodec.decode(b) : (b: Uint8Array) => fromBinary(input, b);
-  if (!outCodec) return { spec, decode, encode: (m) => toBinary(output, m as never) };
+  if (!outCodec) return { spec, decode, frame: (m) => envelope(toBinary(output, m as never)) };
   const impl = spec.impl as (req: unknown, ctx: unknown) => Promise<object> | object;
   const unnormalized = {
     ...spec,
     impl: async (req: unknown, ctx: unknown) => outCodec.shallow((await impl(req, ctx)) as never),
   } as unknown as UnarySpec;
-  return { spec: unnormalized, decode, encode: (m) => outCodec.encode(m as never) };
+  return { spec: unnormalized, decode, frame: (m) => outCodec.frame(m as never) };
+}
+
+/** protobuf-es's bytes behind gRPC's 5-byte envelope (the compiled codec writes its own in place). */
+function envelope(bytes: Uint8Array): Buffer {
+  const body = Buffer.allocUnsafe(5 + bytes.byteLength);
+  body[0] = 0;
+  body.writeUInt32BE(bytes.byteLength, 1);
+  body.set(bytes, 5);
+  return body;
 }
 
 /** Returns a request listener that serves the call and returns true, or returns false to leave it to connect. */
@@ -150,11 +160,7 @@ async function serve(fast: FastMethod, req: Http2ServerRequest, res: Http2Server
     if (timeout.error) throw timeout.error;
     const input = fast.decode(unwrap(await readBody(req, opts.readMaxBytes, ctx.signal), opts.readMaxBytes));
     const output = await invokeUnaryImplementation(spec, ctx, input as never, interceptors);
-    const bytes = fast.encode(output);
-    const body = Buffer.allocUnsafe(5 + bytes.byteLength);
-    body[0] = 0;
-    body.writeUInt32BE(bytes.byteLength, 1);
-    body.set(bytes, 5);
+    const body = fast.frame(output);
     if (stream.destroyed || stream.closed) return;
     // The compat response object owns the stream's trailers (it sends them when the stream wants them).
     res.addTrailers({ ...fromHeaders(ctx.responseTrailer), "grpc-status": "0" });

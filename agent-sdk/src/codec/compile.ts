@@ -23,6 +23,11 @@ import { scalarOps } from "./scalars.js";
 export interface Codec<Desc extends DescMessage> {
   /** Encodes a message, or an init object of one (absent fields count as unset). */
   encode(message: MessageShape<Desc> | MessageInitShape<Desc>): Buffer;
+  /**
+   * Encodes it as one gRPC message: the 5-byte envelope (not compressed, big-endian length) and the
+   * message in one buffer, written in place rather than copied behind the header.
+   */
+  frame(message: MessageShape<Desc> | MessageInitShape<Desc>): Buffer;
   /** Decodes a message as protobuf-es's fromBinary would (less unknown fields); throws on malformed input. */
   decode(bytes: Uint8Array): MessageShape<Desc>;
   /**
@@ -47,14 +52,29 @@ export function compileCodec<Desc extends DescMessage>(desc: Desc): Codec<Desc> 
   return codec ?? undefined;
 }
 
+/** gRPC's message envelope: a flags byte and a 4-byte length. */
+const GRPC_HEADER = 5;
+
+/** The message's bytes in a buffer that leaves `headroom` bytes free in front of them. */
+function encodeAfter(plan: Plan, m: Msg, headroom: number): Buffer {
+  const lens: number[] = [];
+  const size = sizeOf(plan, m, lens);
+  const w = new Writer(headroom + size, lens);
+  w.pos = headroom;
+  writeOf(plan, m, w);
+  return w.buf;
+}
+
 function makeCodec(plan: Plan): Codec<any> {
   return {
     encode(message) {
-      const lens: number[] = [];
-      const size = sizeOf(plan, message as Msg, lens);
-      const w = new Writer(size, lens);
-      writeOf(plan, message as Msg, w);
-      return w.buf;
+      return encodeAfter(plan, message as Msg, 0);
+    },
+    frame(message) {
+      const buf = encodeAfter(plan, message as Msg, GRPC_HEADER);
+      buf[0] = 0;
+      buf.writeUInt32BE(buf.length - GRPC_HEADER, 1);
+      return buf;
     },
     decode(bytes) {
       const r = new Reader(bytes);
