@@ -142,3 +142,24 @@ export function machineBusyMs(): number | null {
     return null;
   }
 }
+
+/** CPU used between a cpuMeter() and its call: wall time, the machine's busy time, each group's own time (ms). */
+export interface CpuUse {
+  wallMs: number;
+  /** null where the machine's counters are not readable. */
+  machineMs: number | null;
+  groupMs: Record<string, number>;
+}
+
+/** Starts measuring CPU: of the whole machine, and of each named group of processes. */
+export function cpuMeter(groups: Record<string, readonly number[]> = {}): () => CpuUse {
+  const t0 = Date.now();
+  const busy0 = machineBusyMs();
+  const cpu0 = Object.entries(groups).map(([name, pids]) => ({ name, pids, ms: pids.map((pid) => sampleProc(pid).cpuMs) }));
+  return () => {
+    const busy1 = machineBusyMs();
+    const groupMs: Record<string, number> = {};
+    for (const g of cpu0) groupMs[g.name] = g.pids.reduce((sum, pid, i) => sum + sampleProc(pid).cpuMs - g.ms[i]!, 0);
+    return { wallMs: Date.now() - t0, machineMs: busy0 === null || busy1 === null ? null : busy1 - busy0, groupMs };
+  };
+}

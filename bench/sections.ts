@@ -6,7 +6,7 @@ import { baselineDrainSpan, dropBaseline, fillBaseline, releaseBaseline, resetBa
 import { nowMs } from "./clock.js";
 import { committedTransactions, KIND, NODE_TUNING, TENANT, TOKENS, type Database, type DaemonProc } from "./env.js";
 import { pollUntil, sql } from "./pg.js";
-import { machineBusyMs, sampleProc, startChild, watchProc, type Child } from "./proc.js";
+import { cpuMeter, startChild, watchProc, type Child } from "./proc.js";
 import { perSecond, round, summarize } from "./stats.js";
 
 export interface Options {
@@ -141,12 +141,10 @@ export async function drainOurs(db: Database, daemons: DaemonProc[], o: Options)
     await Promise.all(agents.map((a) => resetFigures(a)));
   }
   const watches = daemons.map((d) => watchProc(d.child.pid));
-  const agentCpu0 = agents.map((a) => sampleProc(a.pid).cpuMs);
-  const busy0 = machineBusyMs();
+  const meter = cpuMeter({ agents: agents.map((a) => a.pid) });
   await sql(db.url, `UPDATE ${workTable(db)} SET next_attempt_at = (extract(epoch from clock_timestamp()) * 1e9)::bigint WHERE status = 'pending'`);
   await waitForDrained(db, 600_000);
-  const busy1 = machineBusyMs();
-  const agentCpuMs = agents.reduce((sum, a, i) => sum + sampleProc(a.pid).cpuMs - agentCpu0[i]!, 0);
+  const cpu = meter();
   const usage = watches.map((w) => w.stop());
   const [row] = await sql<{ n: string; span: string }>(
     db.url,
@@ -166,11 +164,11 @@ export async function drainOurs(db: Database, daemons: DaemonProc[], o: Options)
       retries: Number(retries!.n),
       daemon_cpu_pct: round(usage.reduce((s, u) => s + u.cpuPercent, 0), 1),
       daemon_peak_rss_mb: round(Math.max(...usage.map((u) => u.peakRssMb)), 1),
-      ...cpuPerItem(busy0, busy1, Number(row!.n)),
+      ...cpuPerItem(cpu.machineMs, Number(row!.n)),
       // Where the machine's time went, per item: the daemons, the agent processes, and the rest
       // (Postgres, and this process watching).
       daemon_cpu_us_per_item: round((usage.reduce((s, u) => s + (u.cpuPercent / 100) * u.wallMs, 0) * 1000) / Number(row!.n), 1),
-      agents_cpu_us_per_item: round((agentCpuMs * 1000) / Number(row!.n), 1),
+      agents_cpu_us_per_item: round((cpu.groupMs.agents! * 1000) / Number(row!.n), 1),
     },
   };
 }
@@ -180,20 +178,20 @@ export async function drainBaseline(db: Database, o: Options): Promise<Figures> 
   await fillBaseline(db.url, o.items);
   const workers = startChild("bench/child-baseline-workers.ts", [db.url, String(o.baselineWorkers)], { ready: (l) => l.includes('"ready"') });
   await workers.ready;
-  const busy0 = machineBusyMs();
+  const meter = cpuMeter();
   await releaseBaseline(db.url);
   await waitBaselineDone(db.url, o.items);
-  const busy1 = machineBusyMs();
+  const cpu = meter();
   await workers.stop();
   const { count, spanNs } = await baselineDrainSpan(db.url);
   // Its dead rows would otherwise be vacuumed during the next section.
   await dropBaseline(db.url);
-  return { items: count, workers: o.baselineWorkers, seconds: round(Number(spanNs) / 1e9, 3), items_per_s: round(perSecond(count, spanNs), 0), ...cpuPerItem(busy0, busy1, count) };
+  return { items: count, workers: o.baselineWorkers, seconds: round(Number(spanNs) / 1e9, 3), items_per_s: round(perSecond(count, spanNs), 0), ...cpuPerItem(cpu.machineMs, count) };
 }
 
 /** Machine CPU (all processes) per item over the drain, in microseconds. */
-function cpuPerItem(before: number | null, after: number | null, items: number): Figures {
-  return before === null || after === null || items === 0 ? {} : { machine_cpu_us_per_item: round(((after - before) * 1000) / items, 1) };
+function cpuPerItem(machineMs: number | null, items: number): Figures {
+  return machineMs === null || items === 0 ? {} : { machine_cpu_us_per_item: round((machineMs * 1000) / items, 1) };
 }
 
 function producer(args: string[]): Child {
@@ -263,14 +261,12 @@ export async function latencyOurs(daemons: DaemonProc[], agents: Child[], o: Opt
  * is what turns into queueing delay, so the latency figures are read with these.
  */
 function cpuShares(groups: Record<string, number[]>): () => Figures {
-  const t0 = nowMs();
-  const busy0 = machineBusyMs();
-  const cpu0 = Object.fromEntries(Object.entries(groups).map(([k, pids]) => [k, pids.map((pid) => sampleProc(pid).cpuMs)]));
+  const meter = cpuMeter(groups);
   return () => {
-    const ms = nowMs() - t0;
-    const busy1 = machineBusyMs();
-    const out: Figures = busy0 === null || busy1 === null ? {} : { machine_cpu_pct: round(((busy1 - busy0) / ms) * 100, 0) };
-    for (const [k, pids] of Object.entries(groups)) out[`${k}_cpu_pct`] = round((pids.reduce((s, pid, i) => s + sampleProc(pid).cpuMs - cpu0[k]![i]!, 0) / ms) * 100, 0);
+    const { wallMs, machineMs, groupMs } = meter();
+    const pct = (ms: number) => round((ms / wallMs) * 100, 0);
+    const out: Figures = machineMs === null ? {} : { machine_cpu_pct: pct(machineMs) };
+    for (const [k, ms] of Object.entries(groupMs)) out[`${k}_cpu_pct`] = pct(ms);
     return out;
   };
 }
@@ -311,13 +307,12 @@ export async function heartbeatCost(db: Database, daemon: DaemonProc, o: Options
     });
   });
   await new Promise((r) => setTimeout(r, settleMs));
-  const cpu0 = sampleProc(daemon.child.pid);
-  const t0 = Date.now();
+  const meter = cpuMeter({ daemon: [daemon.child.pid] });
   const x0 = await committedTransactions(db.url);
   await new Promise((r) => setTimeout(r, o.hbDurationMs));
   const x1 = await committedTransactions(db.url);
-  const cpu1 = sampleProc(daemon.child.pid);
-  const seconds = (Date.now() - t0) / 1000;
+  const cpu = meter();
+  const seconds = cpu.wallMs / 1000;
   const beats = await beatsDone;
   await hb.exited;
   const rate = (x1 - x0 - 2) / seconds;
@@ -328,6 +323,6 @@ export async function heartbeatCost(db: Database, daemon: DaemonProc, o: Options
     statements_per_s: round(rate, 1),
     idle_statements_per_s: round(idleRate, 1),
     heartbeat_statements_per_s: round(Math.max(0, rate - idleRate), 1),
-    daemon_cpu_pct: round(((cpu1.cpuMs - cpu0.cpuMs) / (seconds * 1000)) * 100, 1),
+    daemon_cpu_pct: round((cpu.groupMs.daemon! / cpu.wallMs) * 100, 1),
   };
 }
