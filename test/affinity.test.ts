@@ -17,6 +17,7 @@ import type { Config } from "../src/config.js";
 import type { Daemon } from "../src/daemon.js";
 import { AgentStatus } from "../src/gen/aiflow/cluster/v1/common_pb.js";
 import { OpsService } from "../src/gen/aiflow/cluster/v1/ops_pb.js";
+import { decodeTime } from "ulid";
 import { bindingOf, bindingRows, keyed, lockBinding, plain, untilLockWaiters } from "./support/affinity.js";
 import { startTestDaemon, TOKENS } from "./support/daemon.js";
 import { createTestDb, type TestDb } from "./support/db.js";
@@ -388,6 +389,26 @@ describe("ops", () => {
     expect(none.items).toHaveLength(1);
     expect(none.affinityKeys).toEqual([]);
     expect(sorted(await keysOf(R, a.name))).toEqual(["opk/1", "opk/2"]);
+  });
+
+  it("the bindings one claim creates, and those of claims in the same millisecond, get distinct ULIDs of the claim's time", async () => {
+    const t = "bid";
+    const a = await agent(R, "bid-a", { tenants: [t] });
+    const b = await agent(R, "bid-b", { tenants: [t] });
+    // 40 keys in one claim: the binding's number within the claim crosses a base-32 digit.
+    const keys = Array.from({ length: 40 }, (_, i) => `bid/${i}`);
+    await enqueue(R, t, keys.map((k) => keyed("k", k)));
+    expect(await a.claim(40)).toHaveLength(40);
+    // The fake clock stands still: b's claim draws its ULID in the same millisecond as a's.
+    await enqueue(R, t, [keyed("k", "bid/x"), keyed("k", "bid/y")]);
+    expect(await b.claim(10)).toHaveLength(2);
+    const rows = await bindingRows(R.db, "affinity_key LIKE 'bid/%'");
+    expect(rows).toHaveLength(42);
+    expect(new Set(rows.map((r) => r.id)).size).toBe(42);
+    for (const r of rows) {
+      expect(r.id).toMatch(/^[0-7][0-9A-HJKMNP-TV-Z]{25}$/);
+      expect(decodeTime(r.id)).toBe(R.clock.nowMs());
+    }
   });
 });
 

@@ -105,7 +105,7 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
             nowMs: now,
             leaseTtlMs: config.leaseTtl,
             affinity: { policy: config.affinityPolicy === "hold" ? "hold" : "rebind", graceMs: config.affinityGrace },
-            bindingIds: Array.from({ length: max }, () => newId(now)),
+            bindingSeed: newId(now),
             leaseToken: dispatch.leaseToken,
             completions,
           });

@@ -104,6 +104,19 @@ export interface Requeued {
  */
 const byIds = (ids: readonly string[]) => sql.fragment`w.id = ANY(${sql.array(ids, "text")})`;
 
+/**
+ * The id of a claim's n-th new binding (n from 1, at most 32,767): the claim's fresh ULID with the
+ * three leading characters of its random part replaced by n in Crockford base 32, so a claim draws
+ * one ULID rather than one for every item it might bind (it cannot know before the statement how
+ * many keys it binds, and drawing `max` ids per claim was a fifth of a busy daemon's allocations).
+ * Still a ULID of the claim's time; distinct within the claim by n, and from other claims' ids by
+ * the time and the remaining 65 random bits (a monotonic factory's ids of one millisecond differ in
+ * their last characters, which stay).
+ */
+const CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+const bindingId = (seed: string, n: ReturnType<typeof sql.fragment>) =>
+  sql.fragment`overlay(${seed}::text placing substr(${CROCKFORD}, (${n} / 1024 % 32)::int + 1, 1) || substr(${CROCKFORD}, (${n} / 32 % 32)::int + 1, 1) || substr(${CROCKFORD}, (${n} % 32)::int + 1, 1) from 11 for 3)`;
+
 const requeuedRow = z.object({ id: z.string(), status: z.enum(ITEM_STATUSES), agent: z.string().nullable(), token: z.string().nullable() });
 const idRow = z.object({ id: z.string() });
 
@@ -115,8 +128,8 @@ export interface ClaimInput {
   nowMs: number;
   leaseTtlMs: number;
   affinity: { policy: "hold" | "rebind"; graceMs: number };
-  /** Fresh ULIDs for bindings this claim may create (at least `max` of them). */
-  bindingIds: readonly string[];
+  /** A fresh ULID: the bindings this claim creates take their ids from it (see bindingId). */
+  bindingSeed: string;
   /**
    * The fencing token of this dispatch, shared by the items it takes: a token names one dispatch of
    * an item (every write checks id and token together), and a redispatch is another claim with
@@ -353,7 +366,7 @@ export class WorkItemStore {
             LEFT JOIN ${b} bk ON bk.affinity_key = d.k
         ), pinned AS (
           INSERT INTO ${b} (id, affinity_key, agent_id, createdby, createdon, updatedby, updatedon)
-          SELECT (${sql.array(c.bindingIds, "text")})[keys.n], keys.k, ${c.agent}, ${c.agent}, ${ts(c.nowMs)}, ${c.agent}, ${ts(c.nowMs)} FROM keys
+          SELECT ${bindingId(c.bindingSeed, sql.fragment`keys.n`)}, keys.k, ${c.agent}, ${c.agent}, ${ts(c.nowMs)}, ${c.agent}, ${ts(c.nowMs)} FROM keys
           ON CONFLICT (affinity_key) DO NOTHING
           RETURNING affinity_key
         ), held AS (
