@@ -13,7 +13,8 @@
  */
 import { sql, type CommonQueryMethods, type FragmentSqlToken, type QuerySqlToken } from "slonik";
 import { msToNs } from "../clock.js";
-import { ts } from "../db/values.js";
+import { ts, tsAt, tsSeconds } from "../db/values.js";
+import { StatementShapes, type Markers } from "../db/statement-shapes.js";
 import type { PreparedQueries } from "../db/prepared.js";
 import { newId as itemId } from "../util/ids.js";
 import { z } from "zod";
@@ -116,6 +117,18 @@ const byIds = (ids: readonly string[]) => sql.fragment`w.id = ANY(${sql.array(id
 const CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
 const bindingId = (seed: string, n: ReturnType<typeof sql.fragment>) =>
   sql.fragment`overlay(${seed}::text placing substr(${CROCKFORD}, (${n} / 1024 % 32)::int + 1, 1) || substr(${CROCKFORD}, (${n} / 32 % 32)::int + 1, 1) || substr(${CROCKFORD}, (${n} % 32)::int + 1, 1) from 11 for 3)`;
+
+/** A fenced completion's bound values (see #completeCtes), one array per column. */
+interface CompletionParams {
+  doneIds: string[];
+  doneTokens: string[];
+  doneResults: (string | null)[];
+}
+const completionParams = (items: readonly Completion[]): CompletionParams => ({
+  doneIds: items.map((i) => i.id),
+  doneTokens: items.map((i) => i.token),
+  doneResults: items.map((i) => i.resultJson),
+});
 
 const requeuedRow = z.object({ id: z.string(), status: z.enum(ITEM_STATUSES), agent: z.string().nullable(), token: z.string().nullable() });
 const idRow = z.object({ id: z.string() });
@@ -225,6 +238,9 @@ export class WorkItemStore {
     private readonly hot?: PreparedQueries,
   ) {}
 
+  /** The claim's and the completion's statements, built once per shape. */
+  readonly #shapes = new StatementShapes();
+
   /** Runs a hot-path statement as a prepared statement when a PreparedQueries is given. */
   #hot<T extends z.ZodTypeAny>(token: QuerySqlToken<T>): Promise<readonly z.infer<T>[]> {
     return this.hot ? this.hot.any(token) : withDbErrors(() => this.db.any(token));
@@ -322,22 +338,34 @@ export class WorkItemStore {
     const w = this.t.id("work_item");
     const a = this.t.id("agent");
     const b = this.t.id("affinity_binding");
-    const nowNs = msToNs(c.nowMs);
     const completions = c.completions ?? [];
-    // Completions ride in the same statement: a data-modifying CTE sees the claim's snapshot, and the
-    // items it completes are dispatched ones, which the claim's scan (pending only) never reads.
-    const done =
-      completions.length > 0
-        ? sql.fragment`${this.#completeCtes(c.agent, completions, c.nowMs)}, done AS (SELECT id FROM completing UNION ALL SELECT id FROM recompleted), `
-        : sql.fragment``;
-    const rebind = c.affinity.policy === "rebind";
-    const graceEdge = ts(c.nowMs - c.affinity.graceMs);
-    const rows = await this.#hotRaw<ClaimedRow & { done: boolean }>(sql.unsafe`
+    const max = Math.trunc(c.max);
+    const params = {
+      agent: c.agent,
+      instance: c.instance,
+      leaseToken: c.leaseToken,
+      bindingSeed: c.bindingSeed,
+      nowNs: msToNs(c.nowMs),
+      leaseExpiresNs: msToNs(c.nowMs) + msToNs(c.leaseTtlMs),
+      now: tsSeconds(c.nowMs),
+      graceEdge: tsSeconds(c.nowMs - c.affinity.graceMs),
+      rebind: c.affinity.policy === "rebind",
+      ...(completions.length > 0 ? completionParams(completions) : {}),
+    };
+    const token = this.#shapes.token(`claim:${completions.length > 0 ? "completing" : "plain"}:${max}`, params, (p) => {
+      // Completions ride in the same statement: a data-modifying CTE sees the claim's snapshot, and the
+      // items it completes are dispatched ones, which the claim's scan (pending only) never reads.
+      const done =
+        "doneIds" in p
+          ? sql.fragment`${this.#completeCtes(p as Markers<typeof params & CompletionParams>)}, done AS (SELECT id FROM completing UNION ALL SELECT id FROM recompleted), `
+          : sql.fragment``;
+      const graceEdge = tsAt(p.graceEdge);
+      return sql.unsafe`
         WITH ${done}agent AS MATERIALIZED (
           SELECT ARRAY(SELECT jsonb_array_elements_text(metadata -> 'tenants')) AS tenants,
                  ARRAY(SELECT jsonb_array_elements_text(metadata -> 'engineKinds')) AS kinds,
                  COALESCE(metadata -> 'tags', '{}'::jsonb) AS tags
-            FROM ${a} WHERE name = ${c.agent} AND status = 'active' AND deletedon IS NULL
+            FROM ${a} WHERE name = ${p.agent} AND status = 'active' AND deletedon IS NULL
         ), picked AS (
           -- A single-table scan in the claim index's order, so LIMIT stops it early; the agent's
           -- lists are computed once (InitPlans) and an agent that may not claim scans nothing.
@@ -346,18 +374,18 @@ export class WorkItemStore {
           SELECT w.id, w.affinity_key FROM ${w} w
            WHERE EXISTS (SELECT 1 FROM agent)
              AND w.status = 'pending'
-             AND w.next_attempt_at + 0 <= ${nowNs}
+             AND w.next_attempt_at + 0 <= ${p.nowNs}
              AND w.tenant_key = ANY((SELECT tenants FROM agent)::text[])
              AND w.engine_kind = ANY((SELECT kinds FROM agent)::text[])
              AND (w.worker_params -> 'selector' IS NULL OR (SELECT tags FROM agent) @> (w.worker_params -> 'selector'))
              AND (w.affinity_key IS NULL OR NOT EXISTS (
                    SELECT 1 FROM ${b} bb
-                    WHERE bb.affinity_key = w.affinity_key AND bb.agent_id <> ${c.agent}
-                      AND NOT (${rebind} AND bb.updatedon < ${graceEdge}
+                    WHERE bb.affinity_key = w.affinity_key AND bb.agent_id <> ${p.agent}
+                      AND NOT (${p.rebind} AND bb.updatedon < ${graceEdge}
                                AND NOT EXISTS (SELECT 1 FROM ${a} ba WHERE ba.name = bb.agent_id AND ba.status = 'active' AND ba.deletedon IS NULL)
                                AND NOT EXISTS (SELECT 1 FROM ${w} wd WHERE wd.affinity_key = w.affinity_key AND wd.status = 'dispatched'))))
            ORDER BY w.priority, w.createdon, w.id
-           LIMIT ${sql.literalValue(String(Math.trunc(c.max)))}
+           LIMIT ${sql.literalValue(String(max))}
            FOR UPDATE OF w SKIP LOCKED
         ), keys AS (
           -- v: the binding row's version in this statement's snapshot (NULL when the key is unbound).
@@ -366,23 +394,23 @@ export class WorkItemStore {
             LEFT JOIN ${b} bk ON bk.affinity_key = d.k
         ), pinned AS (
           INSERT INTO ${b} (id, affinity_key, agent_id, createdby, createdon, updatedby, updatedon)
-          SELECT ${bindingId(c.bindingSeed, sql.fragment`keys.n`)}, keys.k, ${c.agent}, ${c.agent}, ${ts(c.nowMs)}, ${c.agent}, ${ts(c.nowMs)} FROM keys
+          SELECT ${bindingId(p.bindingSeed, sql.fragment`keys.n`)}, keys.k, ${p.agent}, ${p.agent}, ${tsAt(p.now)}, ${p.agent}, ${tsAt(p.now)} FROM keys
           ON CONFLICT (affinity_key) DO NOTHING
           RETURNING affinity_key
         ), held AS (
-          UPDATE ${b} bb SET agent_id = ${c.agent}, updatedby = ${c.agent}, updatedon = ${ts(c.nowMs)}
+          UPDATE ${b} bb SET agent_id = ${p.agent}, updatedby = ${p.agent}, updatedon = ${tsAt(p.now)}
             FROM keys
            WHERE bb.affinity_key = keys.k
-             AND (bb.agent_id = ${c.agent}
-                  OR (${rebind} AND bb.xmin::text = keys.v AND bb.updatedon < ${graceEdge}
+             AND (bb.agent_id = ${p.agent}
+                  OR (${p.rebind} AND bb.xmin::text = keys.v AND bb.updatedon < ${graceEdge}
                       AND NOT EXISTS (SELECT 1 FROM ${a} ba WHERE ba.name = bb.agent_id AND ba.status = 'active' AND ba.deletedon IS NULL)
                       AND NOT EXISTS (SELECT 1 FROM ${w} wd WHERE wd.affinity_key = bb.affinity_key AND wd.status = 'dispatched')))
           RETURNING bb.affinity_key
         ), claimed AS (
         UPDATE ${w} w
-           SET status = 'dispatched', agent_id = ${c.agent}, leased_by = ${c.instance}, dispatched_at = ${nowNs},
-               lease_expires_at = ${nowNs + msToNs(c.leaseTtlMs)}, lease_token = ${c.leaseToken},
-               updatedby = ${c.agent}, updatedon = ${ts(c.nowMs)}
+           SET status = 'dispatched', agent_id = ${p.agent}, leased_by = ${p.instance}, dispatched_at = ${p.nowNs},
+               lease_expires_at = ${p.leaseExpiresNs}, lease_token = ${p.leaseToken},
+               updatedby = ${p.agent}, updatedon = ${tsAt(p.now)}
           FROM picked
          WHERE w.id = picked.id
            AND (picked.affinity_key IS NULL
@@ -391,7 +419,9 @@ export class WorkItemStore {
         RETURNING ${CLAIMED_COLUMNS}
         )
         SELECT false AS done, claimed.* FROM claimed
-        ${completions.length > 0 ? sql.fragment`UNION ALL SELECT true, done.id, ${CLAIMED_NULLS} FROM done` : sql.fragment``}`);
+        ${"doneIds" in p ? sql.fragment`UNION ALL SELECT true, done.id, ${CLAIMED_NULLS} FROM done` : sql.fragment``}`;
+    });
+    const rows = await this.#hotRaw<ClaimedRow & { done: boolean }>(token);
     const claimed: ClaimedRow[] = [];
     const completed: string[] = [];
     for (const r of rows) if (r.done) completed.push(r.id);
@@ -442,9 +472,12 @@ export class WorkItemStore {
 
   /** Completes fenced items; returns the ids that matched (the rest had lost their lease). */
   complete(agent: string, items: readonly Completion[], nowMs: number): Promise<readonly string[]> {
-    return this.#hotIds(sql.type(idRow)`
-        WITH ${this.#completeCtes(agent, items, nowMs)}
-        SELECT id FROM completing UNION ALL SELECT id FROM recompleted`);
+    const params = { agent, nowNs: msToNs(nowMs), now: tsSeconds(nowMs), ...completionParams(items) };
+    return this.#hotIds(
+      this.#shapes.token("complete", params, (p) => sql.type(idRow)`
+        WITH ${this.#completeCtes(p)}
+        SELECT id FROM completing UNION ALL SELECT id FROM recompleted`) as QuerySqlToken<typeof idRow>,
+    );
   }
 
   /**
@@ -456,20 +489,19 @@ export class WorkItemStore {
    * item completed by `completing` is not found again by `recompleted`. The completed row keeps its
    * token for that; no fenced write matches a row that is not dispatched.
    */
-  #completeCtes(agent: string, items: readonly Completion[], nowMs: number): FragmentSqlToken {
+  #completeCtes(p: Markers<CompletionParams & { agent: string; nowNs: bigint; now: string }>): FragmentSqlToken {
     const w = this.t.id("work_item");
-    const v = sql.fragment`unnest(${sql.array(items.map((i) => i.id), "text")}, ${sql.array(items.map((i) => i.token), "text")},
-                      ${sql.array(items.map((i) => i.resultJson), "jsonb")}) AS v(id, token, result)`;
-    const ids = byIds(items.map((i) => i.id));
+    const v = sql.fragment`unnest(${sql.array(p.doneIds, "text")}, ${sql.array(p.doneTokens, "text")}, ${sql.array(p.doneResults, "jsonb")}) AS v(id, token, result)`;
+    const ids = byIds(p.doneIds);
     return sql.fragment`completing AS (
-        UPDATE ${w} w SET status = 'completed', completed_at = ${msToNs(nowMs)}, result = v.result, lease_expires_at = NULL,
-                          updatedby = ${agent}, updatedon = ${ts(nowMs)}
+        UPDATE ${w} w SET status = 'completed', completed_at = ${p.nowNs}, result = v.result, lease_expires_at = NULL,
+                          updatedby = ${p.agent}, updatedon = ${tsAt(p.now)}
           FROM ${v}
-         WHERE ${ids} AND w.id = v.id AND w.lease_token = v.token AND w.status = 'dispatched' AND w.agent_id = ${agent}
+         WHERE ${ids} AND w.id = v.id AND w.lease_token = v.token AND w.status = 'dispatched' AND w.agent_id = ${p.agent}
         RETURNING w.id
         ), recompleted AS (
         SELECT w.id FROM ${w} w JOIN ${v} ON w.id = v.id AND w.lease_token = v.token
-         WHERE ${ids} AND w.status = 'completed' AND w.agent_id = ${agent}
+         WHERE ${ids} AND w.status = 'completed' AND w.agent_id = ${p.agent}
         )`;
   }
 
