@@ -43,6 +43,8 @@ export function startChild(
   hookExit();
   // BENCH_CPU_PROF=DIR writes a V8 CPU profile of every child (daemon, agents, producer) into DIR.
   const prof = process.env.BENCH_CPU_PROF ? ["--cpu-prof", `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] : [];
+  // BENCH_NODE_ARGS adds Node options to every child (say --trace-gc, or --import of a probe).
+  prof.push(...(process.env.BENCH_NODE_ARGS?.split(" ").filter(Boolean) ?? []));
   const proc = spawn(process.execPath, [...prof, ...(opts.nodeArgs ?? []), "--import", "tsx", script, ...args], {
     env: { ...process.env, ...opts.env },
     stdio: ["ignore", "pipe", opts.stderr ?? "inherit", "ipc"],
