@@ -45,6 +45,34 @@ describe("beacon", () => {
     for (const w of [a, b, any, other]) w.disarm();
   });
 
+  it("a waiter woken from its wait counts for as many items as it takes: rings of the same tick go to it before others are woken", async () => {
+    const k = new Set(["t|k"]);
+    const a = beacon.arm(k, 3);
+    const b = beacon.arm(k, 3);
+    const c = beacon.arm(k, 3);
+    const [wa, wb, wc] = [a.wait(1_000, [never]), b.wait(1_000, [never]), c.wait(50, [never])];
+    // Five single-item rings: a takes three, b the other two; c sleeps on.
+    for (let i = 0; i < 5; i++) beacon.ring(["t|k"], 1);
+    expect(await wa).toBe(true);
+    expect(await wb).toBe(true);
+    expect(await wc).toBe(false);
+    for (const w of [a, b, c]) w.disarm();
+  });
+
+  it("a waiter rung while it looks counts for one item (its look may have missed them), so the next ring wakes another", async () => {
+    const k = new Set(["t|k"]);
+    const looking = beacon.arm(k, 10);
+    const waiting = beacon.arm(k, 10);
+    const w = waiting.wait(50, [never]);
+    beacon.ring(["t|k"], 1);
+    expect(await w).toBe(false);
+    const again = waiting.wait(1_000, [never]);
+    beacon.ring(["t|k"], 1);
+    expect(await again).toBe(true);
+    expect(await looking.wait(0, [never])).toBe(true);
+    for (const x of [looking, waiting]) x.disarm();
+  });
+
   it("a ring that lands between arming and waiting is not lost", async () => {
     const a = beacon.arm(new Set(["t|k"]));
     beacon.ring(["t|k"], 1);

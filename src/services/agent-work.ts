@@ -87,7 +87,7 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
           return { items: [], status: agentStatusToWire(state.status), completionOutcomes };
         }
         // Armed before the query, so an enqueue landing between the query and the wait still wakes us.
-        const armed = core.work.arm(await claimKeys(name));
+        const armed = core.work.arm(await claimKeys(name), max);
         try {
           const now = clock.nowMs();
           const dispatch: Dispatch = {

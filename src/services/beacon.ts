@@ -33,7 +33,14 @@ export interface Armed {
 
 interface Waiter {
   keys: ReadonlySet<string> | null;
+  /** How many items the waiter's next look takes at most (a claim's max_items; 1 for other waiters). */
+  capacity: number;
   rung: boolean;
+  /**
+   * Capacity left of a waiter woken from its wait: it looks again only after the rings of this
+   * tick, so it sees their items too, and further rings count against it before waking others.
+   */
+  spare: number;
   resolve?: (rung: boolean) => void;
 }
 
@@ -102,9 +109,12 @@ export class Beacon {
     this.#wakeLocal(keys);
   }
 
-  /** Arms a waiter for these keys (null: any ring wakes it). */
-  arm(keys: ReadonlySet<string> | null): Armed {
-    const w: Waiter = { keys, rung: false };
+  /**
+   * Arms a waiter for these keys (null: any ring wakes it) that takes up to `capacity` items when it
+   * looks again.
+   */
+  arm(keys: ReadonlySet<string> | null, capacity = 1): Armed {
+    const w: Waiter = { keys, capacity: Math.max(1, capacity), rung: false, spare: 0 };
     this.#waiters.add(w);
     return {
       wait: (timeoutMs, signals) => {
@@ -142,20 +152,32 @@ export class Beacon {
   }
 
   /**
-   * Wakes matching waiters, at most `limit` of them (the longest-waiting first: a Set iterates in
-   * insertion order). A limit keeps one item from waking every idle claim on the daemon.
+   * Wakes matching waiters for `limit` items (the longest-waiting first: a Set iterates in insertion
+   * order). A limit keeps one item from waking every idle claim on the daemon, and a waiter counts
+   * for as many items as it takes: the single-item Enqueue calls of one insert statement ring one by
+   * one in the same tick, and each used to wake a claim of its own, which then raced the others for
+   * the statement's items (one claim took them, the rest ran their statements for nothing). Waiters
+   * already woken from their wait take items of later rings up to their capacity; a waiter rung while
+   * it looks (its statement may have missed the items) counts for one, as before.
    */
   #wakeLocal(keys: readonly string[], limit = Number.POSITIVE_INFINITY): void {
     const all = keys.includes(ANY);
-    let woken = 0;
+    let left = limit;
     for (const w of this.#waiters) {
-      if (woken >= limit) return;
-      if (w.rung) continue;
-      if (all || w.keys === null || keys.some((k) => w.keys!.has(k))) {
-        w.rung = true;
-        w.resolve?.(true);
-        woken++;
+      if (left <= 0) return;
+      if (!(all || w.keys === null || keys.some((k) => w.keys!.has(k)))) continue;
+      if (w.rung) {
+        const take = Math.min(w.spare, left);
+        w.spare -= take;
+        left -= take;
+        continue;
       }
+      w.rung = true;
+      if (w.resolve) {
+        w.spare = Math.max(0, w.capacity - left);
+        left -= w.capacity;
+        w.resolve(true);
+      } else left--;
     }
   }
 
