@@ -126,9 +126,10 @@ interface AgentJson {
 describe("usage", () => {
   it("--help lists every command and exits 0; bad flags and values exit 2 with one line, sending nothing", async () => {
     await agent("usage-agent", ["c0"]);
-    const [help, agentsHelp, bogus, badDuration, badNumber, noId] = await Promise.all([
+    const [help, agentsHelp, itemsHelp, bogus, badDuration, badNumber, noId] = await Promise.all([
       ctl(["--help"]),
       ctl(["agents", "--help"]),
+      ctl(["items", "--help"]),
       ctl(["agents", "--bogus"]),
       ctl(["drain", "usage-agent", "--wait", "--interval", "soon"]),
       ctl(["items", "list", "--limit", "ten"]),
@@ -138,8 +139,15 @@ describe("usage", () => {
     for (const cmd of ["agents", "agent NAME", "drain NAME", "undrain NAME", "remove NAME", "queue stats", "items list", "items get", "items cancel", "items redrive", "enqueue"])
       expect(help.stdout).toContain(`  ${cmd}`);
     for (const flag of ["--address", "--token", "--json", "--help", "--wait", "--deadline", "--force", "--watch"]) expect(help.stdout).toContain(flag);
+    // COMMAND --help is that command's usage with the global flags, not the whole list.
     expect(agentsHelp.code).toBe(0);
-    expect(agentsHelp.stdout).toContain("agents");
+    expect(agentsHelp.stdout).toContain("  agents [--status S]... [--tag K=V]...");
+    expect(agentsHelp.stdout).not.toContain("drain NAME");
+    expect(agentsHelp.stdout).toContain("--address HOST:PORT");
+    expect(itemsHelp.code).toBe(0);
+    for (const cmd of ["items list", "items get", "items cancel", "items redrive"]) expect(itemsHelp.stdout).toContain(`  ${cmd}`);
+    expect(itemsHelp.stdout).toContain("dead letters back to the queue");
+    expect(itemsHelp.stdout).not.toContain("queue stats");
 
     expect(bogus).toEqual({ code: 2, stdout: "", stderr: "aiflowctl: unknown flag --bogus\n" });
     expect(badDuration.code).toBe(2);

@@ -55,6 +55,19 @@ Global flags:
 
 const GLOBAL = { value: ["address", "token"], bool: ["json", "help"] } as const;
 
+/** COMMAND --help: that command's entries of the command list (continuation lines too), and the global flags. */
+function commandHelp(command: string): string {
+  const lines = HELP.split("\n");
+  const from = lines.indexOf("Commands:") + 1;
+  const entries: string[] = [];
+  let mine = false;
+  for (const line of lines.slice(from, lines.indexOf("", from))) {
+    if (/^ {2}\S/.test(line)) mine = line.trim().split(/\s+/)[0] === command;
+    if (mine) entries.push(line);
+  }
+  return `Usage: aiflowctl [--address HOST:PORT] [--token TOKEN] ${command} [flags]\n\n${entries.join("\n")}\n\n${lines.slice(lines.indexOf("Global flags:")).join("\n")}`;
+}
+
 interface Ctx {
   args: Parsed;
   json: boolean;
@@ -335,11 +348,15 @@ export async function main(argv: readonly string[], env = process.env, out = (t:
       value: [...GLOBAL.value, ...(spec?.flags.value ?? [])],
       repeat: spec?.flags.repeat ?? [],
     });
-    if (args.has("help") || !command) {
+    if (!command) {
       out(HELP);
-      return command || args.has("help") ? 0 : 2;
+      return args.has("help") ? 0 : 2;
     }
     if (!spec) throw new UsageError(`unknown command '${command}' (see aiflowctl --help)`);
+    if (args.has("help")) {
+      out(commandHelp(command));
+      return 0;
+    }
     args.positionals.shift();
     const address = args.get("address") ?? env.AIFLOW_ADDRESS ?? "127.0.0.1:7400";
     const token = args.get("token") ?? env.AIFLOW_TOKEN;
