@@ -369,8 +369,9 @@ export class WorkItemStore {
         ), picked AS (
           -- A single-table scan in the claim index's order, so LIMIT stops it early; the agent's
           -- lists are computed once (InitPlans) and an agent that may not claim scans nothing.
-          -- "+ 0" keeps the planner off the due index: when most pending items wait on a backoff,
-          -- it would otherwise fetch every due row and sort them all.
+          -- "+ 0" keeps the planner off the due index (when most pending items wait on a backoff, it
+          -- would otherwise fetch every due row and sort them all) and matches the claim index's last
+          -- key, so items not yet due are passed over on their index entries (migration 0005).
           SELECT w.id, w.affinity_key FROM ${w} w
            WHERE EXISTS (SELECT 1 FROM agent)
              AND w.status = 'pending'
