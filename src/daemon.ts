@@ -66,7 +66,7 @@ export async function startDaemon(config: Config, { log, clock = systemClock }: 
 
     const draining = new AbortController();
     const services = await buildServices({ config, log, clock, pool, tables, databaseUrl: url, draining: draining.signal });
-    cleanups.push(() => stopBackground(services.background));
+    cleanups.push(() => stopBackground(services.background, log));
     const server: RunningServer = await startServer({
       host: config.listen.host,
       port: config.listen.port,
@@ -96,9 +96,14 @@ export async function startDaemon(config: Config, { log, clock = systemClock }: 
   }
 }
 
-/** In order: the sweeps stop before this instance marks itself stopped, so a late keep-alive cannot undo it. */
-async function stopBackground(background: readonly Background[]): Promise<void> {
-  for (const b of background) await b.stop();
+/**
+ * In order: the sweeps stop before this instance marks itself stopped, so a late keep-alive cannot
+ * undo it. A step that fails (the database went away: a Ctrl-C reaches an embedded Postgres too) is
+ * logged and the rest still stop; stopping at the first failure left the listener reconnecting
+ * forever and the process never exited.
+ */
+export async function stopBackground(background: readonly Background[], log: Logger): Promise<void> {
+  for (const b of background) await b.stop().catch((err: unknown) => log.error({ err }, "error while stopping a background loop; stopping the rest"));
 }
 
 function redactUrl(url: string): string {

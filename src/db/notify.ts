@@ -3,6 +3,7 @@
  * it reconnects with backoff when the database drops it, and then calls `onReconnect` handlers,
  * because notifications sent while it was away are lost and waiters must re-check the tables.
  */
+import { setTimeout as sleep } from "node:timers/promises";
 import pg from "pg";
 import { sql, type DatabasePool } from "slonik";
 import type { Logger } from "../log.js";
@@ -14,11 +15,15 @@ export class PgListener {
   readonly #reconnectHandlers = new Set<() => void>();
   #client: pg.Client | undefined;
   #stopped = false;
+  /** Aborted by stop(): ends a reconnect loop's wait at once rather than after its backoff. */
+  readonly #stop = new AbortController();
   #connecting: Promise<void> | undefined;
 
   constructor(
     private readonly url: string,
     private readonly log: Logger,
+    /** The first reconnect's delay; each next one doubles, up to 5 s. */
+    private readonly firstRetryMs = 100,
   ) {}
 
   async start(): Promise<void> {
@@ -45,6 +50,7 @@ export class PgListener {
 
   async stop(): Promise<void> {
     this.#stopped = true;
+    this.#stop.abort();
     await this.#connecting?.catch(() => {});
     await this.#client?.end().catch(() => {});
     this.#client = undefined;
@@ -52,7 +58,7 @@ export class PgListener {
 
   #connect(): Promise<void> {
     return (this.#connecting ??= (async () => {
-      let delay = 100;
+      let delay = this.firstRetryMs;
       for (;;) {
         if (this.#stopped) return;
         const client = new pg.Client({ connectionString: this.url, application_name: "aiflowd-listen" });
@@ -76,8 +82,8 @@ export class PgListener {
           await client.end().catch(() => {});
           if (this.#stopped) return;
           this.log.warn({ err: (err as Error).message, retryInMs: delay }, "listen connection failed, retrying");
-          await new Promise((r) => setTimeout(r, delay));
-          delay = Math.min(delay * 2, 5_000);
+          await sleep(delay, undefined, { signal: this.#stop.signal }).catch(() => {});
+          delay = Math.min(delay * 2, Math.max(5_000, this.firstRetryMs));
         }
       }
     })().finally(() => (this.#connecting = undefined)));
