@@ -15,6 +15,7 @@ import { makeTempDir, removeTempDir } from "./support/temp-dir.js";
 // initdb and a cold Postgres start take a few seconds each; a slow CI machine may need many more.
 const SLOW = 120_000;
 const childScript = fileURLToPath(new URL("./support/embedded-child.ts", import.meta.url));
+const repoRoot = fileURLToPath(new URL("..", import.meta.url));
 
 let dir: string;
 let dataDir: string;
@@ -117,6 +118,43 @@ describe("startEmbeddedPostgres", () => {
     } finally {
       squatter.close();
     }
+  });
+});
+
+describe("aiflowd with an embedded Postgres", () => {
+  test("Ctrl-C (SIGINT to the terminal's process group) drains the daemon, then stops Postgres, with no error", { timeout: SLOW }, async ({ onTestFailed }) => {
+    const listen = await freePort();
+    // detached: a process group of its own, as a shell gives a foreground job; the signal goes to all of it.
+    const daemon = spawn(process.execPath, [path.join(repoRoot, "bin/aiflowd.js"), "serve", "--data-dir", dataDir, "--embedded-port", String(port), "--listen", `127.0.0.1:${listen}`], {
+      cwd: repoRoot,
+      detached: true,
+      stdio: ["ignore", "pipe", "pipe"],
+      env: { ...process.env, DATABASE_URL: "", AIFLOW_LOG_LEVEL: "info", NO_COLOR: "1" },
+    });
+    children.push(daemon);
+    const lines: Record<string, unknown>[] = [];
+    let serving!: () => void;
+    const ready = new Promise<void>((resolve) => (serving = resolve));
+    readline.createInterface({ input: daemon.stdout! }).on("line", (line) => {
+      const rec = JSON.parse(line) as Record<string, unknown>;
+      lines.push(rec);
+      if (rec.msg === "aiflowd serving gRPC") serving();
+    });
+    const exited = once(daemon, "exit");
+    await Promise.race([ready, exited.then(() => Promise.reject(new Error(`aiflowd exited before serving: ${JSON.stringify(lines)}`)))]);
+
+    // Postgres runs in a group of its own: if the test fails, nothing else would stop it.
+    const postgresPid = await postmasterPid();
+    onTestFailed(() => interruptIfAlive(postgresPid));
+
+    process.kill(-daemon.pid!, "SIGINT");
+    const [code] = await exited;
+    expect(code).toBe(0);
+    expect(lines.filter((l) => (l.level as number) >= 50)).toEqual([]);
+    const msgs = lines.map((l) => l.msg);
+    expect(msgs.indexOf("embedded Postgres stopped")).toBeGreaterThan(msgs.indexOf("shutting down"));
+    expect(msgs.at(-1)).toBe("aiflowd stopped");
+    expect(await connectError(port)).toBe("ECONNREFUSED");
   });
 });
 

