@@ -238,7 +238,7 @@ export class WorkItemStore {
     private readonly hot?: PreparedQueries,
   ) {}
 
-  /** The claim's and the completion's statements, built once per shape. */
+  /** The hot statements (enqueue, claim, completion), built once per shape. */
   readonly #shapes = new StatementShapes();
 
   /** Runs a hot-path statement as a prepared statement when a PreparedQueries is given. */
@@ -264,19 +264,39 @@ export class WorkItemStore {
   async enqueueRows(rows: readonly EnqueueRow[]): Promise<{ id: string; existing: boolean }[]> {
     const w = this.t.id("work_item");
     const col = <T>(f: (r: EnqueueRow) => T) => rows.map(f);
-    const inserted = await this.#hotIds(sql.type(idRow)`
+    const params = {
+      ids: col((r) => r.id),
+      tenants: col((r) => r.tenant),
+      engineIds: col((r) => r.engineId),
+      bys: col((r) => r.by),
+      ats: col((r) => new Date(r.nowMs).toISOString()),
+      kinds: col((r) => r.item.engineKind),
+      parents: col((r) => r.item.parentId),
+      runIds: col((r) => r.item.runId),
+      taskIds: col((r) => r.item.taskId),
+      taskNames: col((r) => r.item.taskName),
+      workerParams: col((r) => (r.item.workerParams ? JSON.stringify(r.item.workerParams) : null)),
+      payloads: col((r) => r.item.payloadJson),
+      priorities: col((r) => r.item.priority),
+      notBefores: col((r) => String(r.item.notBeforeNs)),
+      maxRetries: col((r) => r.item.maxRetries),
+      idems: col((r) => r.item.idempotencyKey),
+      affinities: col((r) => r.item.affinityKey),
+    };
+    // Built once (src/db/statement-shapes.ts): every batch has the same text, only its arrays differ.
+    const token = this.#shapes.token("enqueue", params, (p) => sql.type(idRow)`
         INSERT INTO ${w} (id, tenant_key, engine_id, engine_kind, parent_work_item_id, run_id, task_id, task_name, worker_params, payload,
                           status, priority, next_attempt_at, retry_count, max_retries, idempotency_key, affinity_key, createdby, createdon, updatedby, updatedon)
         SELECT v.id, v.tenant, v.engine_id, v.engine_kind, v.parent, v.run_id, v.task_id, v.task_name, v.worker_params, v.payload,
                'pending', v.priority, v.next_attempt_at, 0, v.max_retries, v.idem, v.affinity, v.by, v.at, v.by, v.at
-          FROM unnest(${sql.array(col((r) => r.id), "text")}, ${sql.array(col((r) => r.tenant), "text")}, ${sql.array(col((r) => r.engineId), "text")},
-                      ${sql.array(col((r) => r.by), "text")}, ${sql.array(col((r) => new Date(r.nowMs).toISOString()), "timestamptz")},
-                      ${sql.array(col((r) => r.item.engineKind), "text")}, ${sql.array(col((r) => r.item.parentId), "text")},
-                      ${sql.array(col((r) => r.item.runId), "text")}, ${sql.array(col((r) => r.item.taskId), "text")}, ${sql.array(col((r) => r.item.taskName), "text")},
-                      ${sql.array(col((r) => (r.item.workerParams ? JSON.stringify(r.item.workerParams) : null)), "jsonb")}, ${sql.array(col((r) => r.item.payloadJson), "jsonb")},
-                      ${sql.array(col((r) => r.item.priority), "int4")}, ${sql.array(col((r) => String(r.item.notBeforeNs)), "int8")},
-                      ${sql.array(col((r) => r.item.maxRetries), "int4")}, ${sql.array(col((r) => r.item.idempotencyKey), "text")},
-                      ${sql.array(col((r) => r.item.affinityKey), "text")})
+          FROM unnest(${sql.array(p.ids, "text")}, ${sql.array(p.tenants, "text")}, ${sql.array(p.engineIds, "text")},
+                      ${sql.array(p.bys, "text")}, ${sql.array(p.ats, "timestamptz")},
+                      ${sql.array(p.kinds, "text")}, ${sql.array(p.parents, "text")},
+                      ${sql.array(p.runIds, "text")}, ${sql.array(p.taskIds, "text")}, ${sql.array(p.taskNames, "text")},
+                      ${sql.array(p.workerParams, "jsonb")}, ${sql.array(p.payloads, "jsonb")},
+                      ${sql.array(p.priorities, "int4")}, ${sql.array(p.notBefores, "int8")},
+                      ${sql.array(p.maxRetries, "int4")}, ${sql.array(p.idems, "text")},
+                      ${sql.array(p.affinities, "text")})
                WITH ORDINALITY AS v(id, tenant, engine_id, by, at, engine_kind, parent, run_id, task_id, task_name, worker_params, payload,
                                     priority, next_attempt_at, max_retries, idem, affinity, ord)
          -- Rows go in in (tenant, idempotency key) order: two batches sharing keys (on any daemons)
@@ -285,6 +305,7 @@ export class WorkItemStore {
          ORDER BY v.tenant COLLATE "C", v.idem COLLATE "C" NULLS LAST, v.ord
         ON CONFLICT (tenant_key, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
         RETURNING id`);
+    const inserted = await this.#hotIds(token as QuerySqlToken<typeof idRow>);
     const fresh = new Set(inserted);
     const missing = rows.filter((r) => !fresh.has(r.id) && r.item.idempotencyKey !== null);
     const existing = new Map<string, string>();
