@@ -16,7 +16,7 @@ import { Code, ConnectError, createContextValues, type ContextValues, type Inter
 import { createGrpcTransport, type Http2SessionManager } from "@connectrpc/connect-node";
 import { createMethodUrl } from "@connectrpc/connect/protocol";
 import { headerGrpcStatus, requestHeader, validateResponse, validateTrailer } from "@connectrpc/connect/protocol-grpc";
-import { compileCodec, type Codec } from "./codec/index.js";
+import { compileCodec, nodeHeaders, webHeaders, type Codec } from "./codec/index.js";
 
 export interface GrpcTransportOptions {
   baseUrl: string;
@@ -234,26 +234,6 @@ function readFrame<O extends DescMessage>(body: Buffer, outCodec: Codec<O>, read
   } catch (e) {
     throw new ConnectError(`protocol error: could not parse the reply: ${e instanceof Error ? e.message : String(e)}`, Code.Internal);
   }
-}
-
-function nodeHeaders(h: Headers): http2.OutgoingHttpHeaders {
-  const out: http2.OutgoingHttpHeaders = {};
-  h.forEach((value, key) => {
-    out[key] = value;
-  });
-  return out;
-}
-
-function webHeaders(h: http2.IncomingHttpHeaders): Headers {
-  const out = new Headers();
-  for (const k in h) {
-    if (k.startsWith(":")) continue;
-    const v = h[k];
-    if (v === undefined) continue;
-    if (Array.isArray(v)) for (const one of v) out.append(k, one);
-    else out.append(k, String(v));
-  }
-  return out;
 }
 
 /** What an HTTP/2 reset means for gRPC (https://github.com/grpc/grpc/blob/master/doc/PROTOCOL-HTTP2.md#errors). */

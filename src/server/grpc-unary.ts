@@ -8,9 +8,9 @@
  * context, timeout parsing and status trailers. Everything else (gRPC-Web, Connect, JSON,
  * compression, streaming, anything malformed enough to need connect's answer) goes to connect-node.
  */
-import http2, { type Http2ServerRequest, type Http2ServerResponse, type IncomingHttpHeaders, type OutgoingHttpHeaders, type ServerHttp2Stream } from "node:http2";
+import http2, { type Http2ServerRequest, type Http2ServerResponse, type IncomingHttpHeaders, type ServerHttp2Stream } from "node:http2";
 import { fromBinary, toBinary } from "@bufbuild/protobuf";
-import { compileCodec } from "@aiflow/agent-sdk/codec";
+import { compileCodec, nodeHeaders, webHeaders } from "@aiflow/agent-sdk/codec";
 import {
   Code,
   ConnectError,
@@ -139,7 +139,7 @@ function callContext(spec: UnarySpec, req: Http2ServerRequest, timeoutMs: number
     url: req.url,
     signal: controller.signal,
     timeoutMs: () => (deadlineAt === undefined ? undefined : deadlineAt - Date.now()),
-    requestHeader: requestHeaders(req.headers),
+    requestHeader: webHeaders(req.headers),
     responseHeader: new Headers(),
     responseTrailer: new Headers(),
     values: createContextValues(),
@@ -163,8 +163,8 @@ async function serve(fast: FastMethod, req: Http2ServerRequest, res: Http2Server
     const body = fast.frame(output);
     if (stream.destroyed || stream.closed) return;
     // The compat response object owns the stream's trailers (it sends them when the stream wants them).
-    res.addTrailers({ ...fromHeaders(ctx.responseTrailer), "grpc-status": "0" });
-    stream.respond({ ...fromHeaders(ctx.responseHeader), ":status": 200, "content-type": contentType }, { waitForTrailers: true });
+    res.addTrailers({ ...nodeHeaders(ctx.responseTrailer), "grpc-status": "0" });
+    stream.respond({ ...nodeHeaders(ctx.responseHeader), ":status": 200, "content-type": contentType }, { waitForTrailers: true });
     stream.end(body);
   } catch (err) {
     // Errors from the implementation come mapped by the error interceptor (unknown ones logged and
@@ -172,7 +172,7 @@ async function serve(fast: FastMethod, req: Http2ServerRequest, res: Http2Server
     const status = setTrailerStatus(new Headers(ctx.responseTrailer), err instanceof ConnectError ? err : protocolError(err));
     if (stream.destroyed || stream.closed || stream.headersSent) return;
     // A trailers-only response: status and message in the one HEADERS frame that ends the stream.
-    stream.respond({ ...fromHeaders(ctx.responseHeader), ...fromHeaders(status), ":status": 200, "content-type": contentType }, { endStream: true });
+    stream.respond({ ...nodeHeaders(ctx.responseHeader), ...nodeHeaders(status), ":status": 200, "content-type": contentType }, { endStream: true });
   } finally {
     // Releases the deadline timer and the close listener; the signal is left as it is (nothing
     // listens on a finished call's signal, and aborting it would build an exception per call).
@@ -226,20 +226,3 @@ function headerText(h: IncomingHttpHeaders, name: string): string | null {
 }
 
 /** The request's headers as handlers see them (pseudo-headers left out, as connect does). */
-function requestHeaders(h: IncomingHttpHeaders): Headers {
-  const out = new Headers();
-  for (const [k, v] of Object.entries(h)) {
-    if (k.startsWith(":") || v === undefined) continue;
-    if (Array.isArray(v)) for (const one of v) out.append(k, one);
-    else out.append(k, v);
-  }
-  return out;
-}
-
-function fromHeaders(h: Headers): OutgoingHttpHeaders {
-  const out: OutgoingHttpHeaders = {};
-  h.forEach((value, key) => {
-    out[key] = value;
-  });
-  return out;
-}
