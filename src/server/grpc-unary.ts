@@ -224,5 +224,3 @@ function headerText(h: IncomingHttpHeaders, name: string): string | null {
   const v = h[name];
   return v === undefined ? null : Array.isArray(v) ? v.join(", ") : v;
 }
-
-/** The request's headers as handlers see them (pseudo-headers left out, as connect does). */

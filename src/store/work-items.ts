@@ -109,7 +109,7 @@ const byIds = (ids: readonly string[]) => sql.fragment`w.id = ANY(${sql.array(id
  * The id of a claim's n-th new binding (n from 1, at most 32,767): the claim's fresh ULID with the
  * three leading characters of its random part replaced by n in Crockford base 32, so a claim draws
  * one ULID rather than one for every item it might bind (it cannot know before the statement how
- * many keys it binds, and drawing `max` ids per claim was a fifth of a busy daemon's allocations).
+ * many keys it binds, and drawing `max` ids per claim was about a tenth of a busy daemon's allocations).
  * Still a ULID of the claim's time; distinct within the claim by n, and from other claims' ids by
  * the time and the remaining 65 random bits (a monotonic factory's ids of one millisecond differ in
  * their last characters, which stay).
