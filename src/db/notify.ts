@@ -14,8 +14,7 @@ export class PgListener {
   readonly #handlers = new Map<string, Set<Handler>>();
   readonly #reconnectHandlers = new Set<() => void>();
   #client: pg.Client | undefined;
-  #stopped = false;
-  /** Aborted by stop(): ends a reconnect loop's wait at once rather than after its backoff. */
+  /** Aborted by stop(): no more reconnecting, and a reconnect's wait ends at once rather than after its backoff. */
   readonly #stop = new AbortController();
   #connecting: Promise<void> | undefined;
 
@@ -49,7 +48,6 @@ export class PgListener {
   }
 
   async stop(): Promise<void> {
-    this.#stopped = true;
     this.#stop.abort();
     await this.#connecting?.catch(() => {});
     await this.#client?.end().catch(() => {});
@@ -60,7 +58,7 @@ export class PgListener {
     return (this.#connecting ??= (async () => {
       let delay = this.firstRetryMs;
       for (;;) {
-        if (this.#stopped) return;
+        if (this.#stop.signal.aborted) return;
         const client = new pg.Client({ connectionString: this.url, application_name: "aiflowd-listen" });
         try {
           await client.connect();
@@ -80,7 +78,7 @@ export class PgListener {
           return;
         } catch (err) {
           await client.end().catch(() => {});
-          if (this.#stopped) return;
+          if (this.#stop.signal.aborted) return;
           this.log.warn({ err: (err as Error).message, retryInMs: delay }, "listen connection failed, retrying");
           await sleep(delay, undefined, { signal: this.#stop.signal }).catch(() => {});
           delay = Math.min(delay * 2, Math.max(5_000, this.firstRetryMs));
@@ -90,7 +88,7 @@ export class PgListener {
   }
 
   #lost(client: pg.Client): void {
-    if (this.#stopped || this.#client !== client) return;
+    if (this.#stop.signal.aborted || this.#client !== client) return;
     this.#client = undefined;
     this.log.warn("listen connection lost, reconnecting");
     void this.#connect().then(() => {
