@@ -2,7 +2,9 @@
  * How the claim finds due items when many are not yet due: the claim statement the store builds,
  * explained on a connection with the hot path's planner settings. Items backing off ahead of the due
  * ones in dispatch order (a downstream outage's retries) must be passed over on their index entries
- * (migration 0005), not by reading each row: that cost every claim 13 ms at 20,000 such items.
+ * (migration 0005), not by reading each row: that cost every claim 13 ms at 20,000 such items. And
+ * how an insert that offers its rows to a waiting claim checks that nothing comes first: behind
+ * another tenant's backlog it reads a bounded number of index entries, not the backlog.
  */
 import pg from "pg";
 import type { QuerySqlToken } from "slonik";
@@ -29,6 +31,34 @@ interface PlanNode {
 }
 const nodes = (n: PlanNode): PlanNode[] => [n, ...(n.Plans ?? []).flatMap(nodes)];
 
+/** The plan nodes of a statement the store built, explained (and rolled back) with the hot path's planner settings. */
+async function explain(token: QuerySqlToken): Promise<PlanNode[]> {
+  const client = new pg.Client({ connectionString: db.url, options: "-c jit=off -c enable_bitmapscan=off -c enable_seqscan=off" });
+  await client.connect();
+  try {
+    await client.query("BEGIN");
+    const res = await client.query<{ "QUERY PLAN": [{ Plan: PlanNode }] }>(`EXPLAIN (ANALYZE, FORMAT JSON) ${token.sql.replaceAll("$slonik_", "$")}`, token.values as unknown[]);
+    await client.query("ROLLBACK");
+    return nodes(res.rows[0]!["QUERY PLAN"][0].Plan);
+  } finally {
+    await client.end();
+  }
+}
+
+/** A store whose hot statements are caught instead of run. */
+function catching(): { store: WorkItemStore; caught: () => QuerySqlToken } {
+  let token: QuerySqlToken | undefined;
+  const catcher = { raw: async (t: QuerySqlToken) => ((token = t), []), any: async () => [] } as unknown as PreparedQueries;
+  const store = new WorkItemStore(db.pool, db.tables, { baseMs: 1000, capMs: 60_000, jitter: false }, catcher);
+  return {
+    store,
+    caught: () => {
+      expect(token).toBeDefined();
+      return token!;
+    },
+  };
+}
+
 it("passes over items not yet due on the claim index's entries, reading only the rows it takes", async () => {
   const now = Date.UTC(2026, 10, 30);
   const ns = (ms: number) => String(BigInt(ms) * 1_000_000n);
@@ -49,26 +79,40 @@ it("passes over items not yet due on the claim index's entries, reading only the
   await db.raw(`ANALYZE ${db.tables.qualified("work_item")}`);
 
   // The store's own claim statement, caught instead of run.
-  let token: QuerySqlToken | undefined;
-  const catcher = { raw: async (t: QuerySqlToken) => ((token = t), []), any: async () => [] } as unknown as PreparedQueries;
-  const store = new WorkItemStore(db.pool, db.tables, { baseMs: 1000, capMs: 60_000, jitter: false }, catcher);
+  const { store, caught } = catching();
   await store.claim({ agent: "planner", instance: "test", max: 32, nowMs: now, leaseTtlMs: 30_000, affinity: { policy: "rebind", graceMs: 60_000 }, bindingSeed: "01KB0000000000000000000000", leaseToken: "tok" });
-  expect(token).toBeDefined();
+  const all = await explain(caught());
+  const scan = all.find((n) => n["Index Name"]?.endsWith("work_item_status_priority_idx"));
+  expect(scan, JSON.stringify(all.map((n) => [n["Node Type"], n["Index Name"]]))).toBeDefined();
+  expect(scan!["Index Cond"]).toContain("next_attempt_at + 0");
+  // The three due items are read; the 5,000 waiting ones are not fetched and filtered one by one.
+  expect(scan!["Actual Rows"]).toBe(3);
+  expect(scan!["Rows Removed by Filter"] ?? 0).toBe(0);
+});
 
-  const client = new pg.Client({ connectionString: db.url, options: "-c jit=off -c enable_bitmapscan=off -c enable_seqscan=off" });
-  await client.connect();
-  try {
-    await client.query("BEGIN");
-    const res = await client.query<{ "QUERY PLAN": [{ Plan: PlanNode }] }>(`EXPLAIN (ANALYZE, FORMAT JSON) ${token!.sql.replaceAll("$slonik_", "$")}`, token!.values as unknown[]);
-    await client.query("ROLLBACK");
-    const all = nodes(res.rows[0]!["QUERY PLAN"][0].Plan);
-    const scan = all.find((n) => n["Index Name"]?.endsWith("work_item_status_priority_idx"));
-    expect(scan, JSON.stringify(all.map((n) => [n["Node Type"], n["Index Name"]]))).toBeDefined();
-    expect(scan!["Index Cond"]).toContain("next_attempt_at + 0");
-    // The three due items are read; the 5,000 waiting ones are not fetched and filtered one by one.
-    expect(scan!["Actual Rows"]).toBe(3);
-    expect(scan!["Rows Removed by Filter"] ?? 0).toBe(0);
-  } finally {
-    await client.end();
-  }
+it("checks an offered batch against another tenant's backlog by a bounded number of index entries, once per batch", async () => {
+  const now = Date.UTC(2026, 10, 30);
+  await db.raw(
+    `INSERT INTO ${db.tables.qualified("agent")} (id, name, status, metadata, createdby, createdon)
+     VALUES ('01AGENT2', 'offered', 'active', '{"tenants":["mine"],"engineKinds":["k"]}', 'test', now())`,
+  );
+  // 5,000 due items of a tenant this agent does not serve.
+  await db.raw(
+    `INSERT INTO ${db.tables.qualified("work_item")} (id, tenant_key, engine_id, engine_kind, status, priority, next_attempt_at, retry_count, max_retries, createdby, createdon)
+     SELECT 'C' || lpad(g::text, 8, '0'), 'theirs', 'e', 'k', 'pending', 0, 0, 0, 5, 'test', to_timestamp($1::float8 / 1000) + g * interval '1 ms'
+       FROM generate_series(1, 5000) g`,
+    [now],
+  );
+  await db.raw(`ANALYZE ${db.tables.qualified("work_item")}`);
+
+  const { store, caught } = catching();
+  const item = { engineKind: "k", runId: null, taskId: null, taskName: null, workerParams: null, payloadJson: null, priority: 0, maxRetries: 0, notBeforeNs: 0n, parentId: null, idempotencyKey: null, affinityKey: null };
+  const rows = [1, 2, 3].map((i) => ({ id: `NEW${i}`, tenant: "mine", engineId: "e", by: "test", nowMs: now, item }));
+  await store.enqueueRows(rows, { agents: ["offered", "offered", "offered"], tokens: ["tok", "tok", "tok"], instance: "test", nowMs: now, leaseTtlMs: 30_000 }).catch(() => undefined);
+  const all = await explain(caught());
+  const scans = all.filter((n) => n["Node Type"].includes("Scan") && n["Index Name"]?.endsWith("work_item_status_priority_idx"));
+  expect(scans, JSON.stringify(all.map((n) => [n["Node Type"], n["Index Name"]]))).toHaveLength(1);
+  // Once for the batch's one (tenant, kind, priority), and no further than the lookahead.
+  expect(scans[0]!["Actual Rows"]).toBe(64);
+  expect(all.some((n) => n["Node Type"] === "Seq Scan")).toBe(false);
 });

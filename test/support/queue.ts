@@ -309,7 +309,8 @@ export const STATEMENT = {
   claim: "WITH agent AS",
   /** Reads of items by id (Wait). */
   select: "SELECT * FROM",
-  insert: "INSERT INTO",
+  /** Enqueue's insert (its rows come from a CTE). */
+  insert: "WITH v AS",
 } as const;
 
 const activity = (db: TestDb, startsWith: string, extra: string, values: unknown[]) =>
