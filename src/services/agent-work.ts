@@ -12,7 +12,8 @@ import type { AgentService } from "../gen/aiflow/cluster/v1/agent_pb.js";
 import type { KnownAgent } from "./directives.js";
 import { agentStatusToWire } from "./convert.js";
 import { workKey, type QueueCore } from "./queue-core.js";
-import type { Completion } from "../store/work-items.js";
+import type { ClaimedRow, Completion } from "../store/work-items.js";
+import type { Handed } from "./handoff.js";
 import { identifier, jsonOrNull, optionalText, withinBytes } from "./validate.js";
 import { claimedItemToWire, fencedOutcomes, timestampInit, type Dispatch } from "./work-item-wire.js";
 import { msToNs } from "../clock.js";
@@ -69,6 +70,25 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
   const leaseRefs = (refs: readonly { workItemId: string; leaseToken: string }[], field: string) =>
     batch(refs, field).map((r, i) => ({ id: identifier(r.workItemId, `${field}[${i}].work_item_id`), token: identifier(r.leaseToken, `${field}[${i}].lease_token`) }));
 
+  /**
+   * A claim's reply. When the call is gone by now (the client cancelled, its deadline passed, the
+   * server stops), nobody will read it: the items go back to the queue at once, not when their
+   * leases run out.
+   */
+  const answer = async (name: string, rows: readonly ClaimedRow[], dispatch: Dispatch, status: KnownAgent["status"], completionOutcomes: ReturnType<typeof completed>, signal: AbortSignal) => {
+    if (signal.aborted && rows.length > 0) {
+      const back = await store.release(name, rows.map((r) => ({ id: r.id, token: dispatch.leaseToken })), clock.nowMs());
+      if (back.length > 0) core.work.ring(["*"]);
+      rows = [];
+    }
+    return {
+      items: rows.map((r) => claimedItemToWire(r, dispatch)),
+      status: agentStatusToWire(status),
+      affinityKeys: [...new Set(rows.flatMap((r) => (r.affinity_key ? [r.affinity_key] : [])))],
+      completionOutcomes,
+    };
+  };
+
   return {
     async claim(req, ctx) {
       const name = identifier(req.name, "name");
@@ -87,7 +107,9 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
           return { items: [], status: agentStatusToWire(state.status), completionOutcomes };
         }
         // Armed before the query, so an enqueue landing between the query and the wait still wakes us.
-        const armed = core.work.arm(await claimKeys(name), max);
+        const keys = await claimKeys(name);
+        const armed = core.work.arm(keys, max);
+        let handed: Handed | undefined;
         try {
           const now = clock.nowMs();
           const dispatch: Dispatch = {
@@ -114,17 +136,18 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
             completions = [];
           }
           const remaining = deadline - Date.now();
-          if (rows.length > 0 || remaining <= 0 || ctx.signal.aborted || d.draining.aborted)
-            return {
-              items: rows.map((r) => claimedItemToWire(r, dispatch)),
-              status: agentStatusToWire(state.status),
-              affinityKeys: [...new Set(rows.flatMap((r) => (r.affinity_key ? [r.affinity_key] : [])))],
-              completionOutcomes,
-            };
-          await armed.wait(Math.min(remaining, FALLBACK_POLL_MS), [ctx.signal, d.draining]);
+          if (rows.length > 0 || remaining <= 0 || ctx.signal.aborted || d.draining.aborted) return await answer(name, rows, dispatch, state.status, completionOutcomes, ctx.signal);
+          // While it waits, the claim may be handed new items by the inserts that write them (./handoff.ts).
+          const slot = core.handoff.open(name, keys, max, armed);
+          try {
+            await armed.wait(Math.min(remaining, FALLBACK_POLL_MS), [ctx.signal, d.draining]);
+          } finally {
+            handed = await core.handoff.close(slot);
+          }
         } finally {
           armed.disarm();
         }
+        if (handed) return await answer(name, handed.rows, handed.dispatch, state.status, completionOutcomes, ctx.signal);
       }
     },
 

@@ -2,11 +2,13 @@
  * Group commit for Enqueue. Calls that arrive while an insert is in flight (or in the same tick) are
  * written together in one statement when it returns, so a thousand single-item Enqueue calls a
  * second cost a few dozen statements rather than a thousand. A batch that fails is retried call by
- * call, so one call's bad row cannot fail its neighbours.
+ * call, so one call's bad row cannot fail its neighbours. Each statement offers its plain rows to
+ * claims waiting for them (./handoff.ts).
  */
-import type { EnqueueRow, WorkItemStore } from "../store/work-items.js";
+import type { EnqueueResult, EnqueueRow, WorkItemStore } from "../store/work-items.js";
+import type { Handoff } from "./handoff.js";
 
-type Result = { id: string; existing: boolean }[];
+type Result = EnqueueResult[];
 
 interface Waiting {
   rows: EnqueueRow[];
@@ -21,7 +23,10 @@ export class EnqueueBatcher {
   #queue: Waiting[] = [];
   #busy = false;
 
-  constructor(private readonly store: WorkItemStore) {}
+  constructor(
+    private readonly store: WorkItemStore,
+    private readonly handoff?: Handoff,
+  ) {}
 
   submit(rows: EnqueueRow[]): Promise<Result> {
     return new Promise((resolve, reject) => {
@@ -49,16 +54,23 @@ export class EnqueueBatcher {
   }
 
   async #write(batch: Waiting[]): Promise<void> {
+    const rows = batch.flatMap((w) => w.rows);
+    const offers = this.handoff?.reserve(rows);
+    let results: Result;
     try {
-      const results = await this.store.enqueueRows(batch.flatMap((w) => w.rows));
-      let at = 0;
-      for (const w of batch) {
-        w.resolve(results.slice(at, at + w.rows.length));
-        at += w.rows.length;
-      }
+      results = await this.store.enqueueRows(rows, offers?.input);
     } catch (err) {
+      // Nothing went in, so nothing was handed over; the claims offered these rows claim as before.
+      offers?.settle(undefined);
       if (batch.length === 1) return batch[0]!.reject(err);
       for (const w of batch) await this.#write([w]);
+      return;
+    }
+    offers?.settle(results);
+    let at = 0;
+    for (const w of batch) {
+      w.resolve(results.slice(at, at + w.rows.length));
+      at += w.rows.length;
     }
   }
 }

@@ -10,6 +10,7 @@ import { invalidArgument } from "../domain/errors.js";
 import type { Beacon } from "./beacon.js";
 import { identifier, optionalText } from "./validate.js";
 import { EnqueueBatcher } from "./enqueue-batcher.js";
+import { Handoff } from "./handoff.js";
 import type { DirectiveHub, DirectiveMessage } from "./directives.js";
 import type { MaintenanceTask } from "./maintenance.js";
 
@@ -19,6 +20,8 @@ export const workKey = (tenant: string, kind: string) => `${tenant}\u0000${kind}
 export class QueueCore {
   /** Enqueue calls share insert statements (group commit). */
   readonly enqueuer: EnqueueBatcher;
+  /** Waiting claims, offered new items by the enqueuer's inserts. */
+  readonly handoff: Handoff;
 
   constructor(
     readonly store: WorkItemStore,
@@ -31,7 +34,8 @@ export class QueueCore {
     readonly config: Config,
     readonly log: Logger,
   ) {
-    this.enqueuer = new EnqueueBatcher(store);
+    this.handoff = new Handoff(config.instanceId, config.leaseTtl, () => clock.nowMs());
+    this.enqueuer = new EnqueueBatcher(store, this.handoff);
   }
 
   /** Tells each former holder to stop the items taken from it. */

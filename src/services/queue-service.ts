@@ -43,8 +43,9 @@ export function queueServiceImpl(core: QueueCore, draining: AbortSignal): Servic
       }
       const engineId = optionalText(req.engineId, "engine_id", 256) ?? caller.principal;
       const results = await core.enqueuer.submit(WorkItemStore.rows(tenant, engineId, items, now, caller.principal));
-      wakeClaims(core, tenant, items);
-      return { results };
+      // Items handed to a waiting claim are taken; the rest wake claims.
+      wakeClaims(core, tenant, items.filter((_, i) => !results[i]!.claimed));
+      return { results: results.map((r) => ({ id: r.id, existing: r.existing })) };
     },
 
     async getItem(req, ctx) {
