@@ -79,6 +79,18 @@ describe("beacon", () => {
     expect(await a.wait(0, [never])).toBe(true);
     a.disarm();
   });
+
+  it("a disarmed waiter's wait ends at once, also when it was disarmed before it began waiting, and rings pass it by", async () => {
+    const k = new Set(["t|k"]);
+    const early = beacon.arm(k);
+    const later = beacon.arm(k);
+    early.disarm();
+    // A 10-minute wait that must end now: nothing would wake a waiter that is no longer armed.
+    expect(await early.wait(600_000, [never])).toBe(false);
+    beacon.ring(["t|k"], 1);
+    expect(await later.wait(1_000, [never])).toBe(true);
+    later.disarm();
+  });
 });
 
 describe("beacons of several daemons", () => {

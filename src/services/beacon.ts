@@ -26,7 +26,7 @@ const PEER_PING_MS = 5_000;
 const PEER_TTL_MS = 3 * PEER_PING_MS;
 
 export interface Armed {
-  /** Resolves true when rung (for one of its keys) since arming, false at the timeout or an abort. */
+  /** Resolves true when rung (for one of its keys) since arming, false at the timeout, an abort or once disarmed. */
   wait(timeoutMs: number, signals: readonly AbortSignal[]): Promise<boolean>;
   disarm(): void;
 }
@@ -119,7 +119,8 @@ export class Beacon {
     return {
       wait: (timeoutMs, signals) => {
         if (w.rung) return Promise.resolve(true);
-        if (timeoutMs <= 0 || signals.some((s) => s.aborted)) return Promise.resolve(false);
+        // Disarmed (by its owner, or by a handoff that offered its claim items): nothing wakes it.
+        if (!this.#waiters.has(w) || timeoutMs <= 0 || signals.some((s) => s.aborted)) return Promise.resolve(false);
         return new Promise<boolean>((resolve) => {
           const done = (rung: boolean) => {
             clearTimeout(timer);
