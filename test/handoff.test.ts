@@ -131,6 +131,34 @@ describe("a claim already waiting", () => {
     expect((await itemRow(db, id)).status).toBe("pending");
   });
 
+  it("is handed items while its statement runs too, and gives back the handed ones past its max_items", async () => {
+    const t = "hand-during";
+    const a = await agent("hand-during-1", t);
+    const x = await p.one(t, { engineKind: "dag", taskName: "x" });
+    const [held] = await a.claim(1);
+    expect(held!.id).toBe(x);
+    const older = await p.one(t, { engineKind: "dag", taskName: "older", priority: 5 });
+
+    // Another transaction locks the item the claim completes, so the claim's statement waits mid-way.
+    const other = new pg.Client({ connectionString: db.url });
+    await other.connect();
+    closers.push(() => other.end());
+    await other.query("BEGIN");
+    await other.query(`SELECT 1 FROM ${db.tables.qualified("work_item")} WHERE id = $1 FOR UPDATE`, [x]);
+    const claim = a.claimCompleting(1, [held!]);
+    await untilLockWait(db, "WITH completing");
+    // Ahead of the older item in claim order, so the insert hands it over to the claim's open slot.
+    const urgent = await p.one(t, { engineKind: "dag", taskName: "urgent", priority: 1 });
+    expect((await itemRow(db, urgent)).status).toBe("dispatched");
+    await other.query("ROLLBACK");
+
+    const reply = await claim;
+    expect(reply.completionOutcomes.map((o) => o.ok)).toEqual([true]);
+    // The statement took the older item (its snapshot predates the urgent one): one item, as asked.
+    expect(reply.items.map((i) => i.id)).toEqual([older]);
+    expect(await itemRow(db, urgent)).toMatchObject({ status: "pending", agent_id: null, lease_token: null, updatedby: "hand-during-1" });
+  });
+
   it("whose call is gone by the time the insert commits gives the item back at once", async () => {
     const t = "hand-gone";
     const a = await agent("hand-gone-1", t);

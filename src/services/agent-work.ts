@@ -70,21 +70,40 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
   const leaseRefs = (refs: readonly { workItemId: string; leaseToken: string }[], field: string) =>
     batch(refs, field).map((r, i) => ({ id: identifier(r.workItemId, `${field}[${i}].work_item_id`), token: identifier(r.leaseToken, `${field}[${i}].lease_token`) }));
 
+  /** Gives items back to the queue at once (their claim's call is gone, or they were more than it asked for). */
+  const giveBack = async (name: string, parts: readonly Handed[]) => {
+    const leases = parts.flatMap((p) => p.rows.map((r) => ({ id: r.id, token: p.dispatch.leaseToken })));
+    if (leases.length === 0) return;
+    const back = await store.release(name, leases, clock.nowMs());
+    if (back.length > 0) core.work.ring(["*"]);
+  };
+
   /**
-   * A claim's reply. When the call is gone by now (the client cancelled, its deadline passed, the
-   * server stops), nobody will read it: the items go back to the queue at once, not when their
-   * leases run out.
+   * A claim's reply: the items its statement took and those handed to it, at most `max`. When the
+   * call is gone by now (the client cancelled, its deadline passed, the server stops), nobody will
+   * read it: the items go back to the queue at once, not when their leases run out.
    */
-  const answer = async (name: string, rows: readonly ClaimedRow[], dispatch: Dispatch, status: KnownAgent["status"], completionOutcomes: ReturnType<typeof completed>, signal: AbortSignal) => {
-    if (signal.aborted && rows.length > 0) {
-      const back = await store.release(name, rows.map((r) => ({ id: r.id, token: dispatch.leaseToken })), clock.nowMs());
-      if (back.length > 0) core.work.ring(["*"]);
-      rows = [];
+  const answer = async (name: string, max: number, parts: Handed[], status: KnownAgent["status"], completionOutcomes: ReturnType<typeof completed>, signal: AbortSignal) => {
+    if (signal.aborted) {
+      await giveBack(name, parts);
+      parts = [];
     }
+    // A slot is open while the claim's statement runs, so the two together may exceed what it asked
+    // for: the handed items (the newest, last in claim order) past max go back.
+    let room = max;
+    const over: Handed[] = [];
+    parts = parts.map((p) => {
+      const keep = p.rows.slice(0, Math.max(0, room));
+      room -= keep.length;
+      if (keep.length < p.rows.length) over.push({ rows: p.rows.slice(keep.length), dispatch: p.dispatch });
+      return { rows: keep, dispatch: p.dispatch };
+    });
+    await giveBack(name, over);
+    const items = parts.flatMap((p) => p.rows.map((r) => claimedItemToWire(r, p.dispatch)));
     return {
-      items: rows.map((r) => claimedItemToWire(r, dispatch)),
+      items,
       status: agentStatusToWire(status),
-      affinityKeys: [...new Set(rows.flatMap((r) => (r.affinity_key ? [r.affinity_key] : [])))],
+      affinityKeys: [...new Set(parts.flatMap((p) => p.rows.flatMap((r) => (r.affinity_key ? [r.affinity_key] : []))))],
       completionOutcomes,
     };
   };
@@ -106,10 +125,14 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
           if (completions.length > 0) completionOutcomes = completed(completions, await store.complete(name, completions, clock.nowMs()));
           return { items: [], status: agentStatusToWire(state.status), completionOutcomes };
         }
-        // Armed before the query, so an enqueue landing between the query and the wait still wakes us.
+        // Armed before the query, so an enqueue landing between the query and the wait still wakes
+        // us; and its slot is open from here on, so the inserts meanwhile may hand it their items
+        // (./handoff.ts) while its statement runs and while it waits.
         const keys = await claimKeys(name);
         const armed = core.work.arm(keys, max);
-        let handed: Handed | undefined;
+        const slot = core.handoff.open(name, keys, max, armed);
+        const parts: Handed[] = [];
+        let remaining = 0;
         try {
           const now = clock.nowMs();
           const dispatch: Dispatch = {
@@ -135,19 +158,20 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
             completionOutcomes = completed(completions, done);
             completions = [];
           }
-          const remaining = deadline - Date.now();
-          if (rows.length > 0 || remaining <= 0 || ctx.signal.aborted || d.draining.aborted) return await answer(name, rows, dispatch, state.status, completionOutcomes, ctx.signal);
-          // While it waits, the claim may be handed new items by the inserts that write them (./handoff.ts).
-          const slot = core.handoff.open(name, keys, max, armed);
-          try {
-            await armed.wait(Math.min(remaining, FALLBACK_POLL_MS), [ctx.signal, d.draining]);
-          } finally {
-            handed = await core.handoff.close(slot);
-          }
+          if (rows.length > 0) parts.push({ rows: [...rows], dispatch });
+          remaining = deadline - Date.now();
+          if (rows.length === 0 && remaining > 0 && !ctx.signal.aborted && !d.draining.aborted) await armed.wait(Math.min(remaining, FALLBACK_POLL_MS), [ctx.signal, d.draining]);
+        } catch (err) {
+          // Items handed over meanwhile would otherwise wait for their leases to run out.
+          const handed = await core.handoff.close(slot);
+          if (handed) await giveBack(name, [handed]).catch(() => undefined);
+          throw err;
         } finally {
           armed.disarm();
         }
-        if (handed) return await answer(name, handed.rows, handed.dispatch, state.status, completionOutcomes, ctx.signal);
+        const handed = await core.handoff.close(slot);
+        if (handed) parts.push(handed);
+        if (parts.length > 0 || remaining <= 0 || ctx.signal.aborted || d.draining.aborted) return await answer(name, max, parts, state.status, completionOutcomes, ctx.signal);
       }
     },
 

@@ -1,11 +1,13 @@
 /**
  * Hands new items straight to claims already waiting for them. Without it, a new item's path is an
  * insert (pending), a wake-up, and then the woken claim's own statement to take it: a second
- * Postgres round trip, and a claim statement, per item. Here a claim that found nothing leaves an
- * open slot while it waits; the Enqueue insert offers its plain items to open slots of their tenant
- * and engine kind, and the insert statement itself writes each offered row dispatched to the slot's
- * agent, under a lease, when the claim would have taken it (WorkItemStore.enqueueRows checks that in
- * the same statement). The claim then answers with those rows, without a statement of its own.
+ * Postgres round trip, and a claim statement, per item. Here a claim keeps a slot open while its
+ * statement runs and while it waits; the Enqueue insert offers its plain items to open slots of their
+ * tenant and engine kind, and the insert statement itself writes each offered row dispatched to the
+ * slot's agent, under a lease, when the claim would have taken it (WorkItemStore.enqueueRows checks
+ * that in the same statement). The claim answers with those rows, with its statement's if it found
+ * any (past its max_items, the handed ones go back), and a claim handed items while it waits answers
+ * without a statement of its own.
  *
  * Only plain items are offered: due now, with neither a selector nor an affinity key (those need the
  * claim's full rules). A slot that is offered items stops waiting for wake-ups (its beacon waiter is
