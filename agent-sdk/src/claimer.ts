@@ -39,6 +39,11 @@ export class Claimer {
   #wake: (() => void) | undefined;
   /** In a claim that may wait on the daemon for work and carries nothing (the reporter does not hold completions for it). */
   #longPolling = false;
+  /**
+   * The last claim brought all it asked for: work is likely queued, so the next claim, carrying
+   * nothing or not, answers at once, and completions meanwhile can wait for the one after it.
+   */
+  #full = false;
 
   constructor(
     private readonly link: Link,
@@ -87,8 +92,11 @@ export class Claimer {
       const lentWait = Math.min(this.opts.claimWaitMs, LENT_WAIT_MS);
       let reply;
       // A claim carrying completions counts as refilling: with work queued it answers at once, and
-      // the reporter holds new completions for the next claim only briefly in any case.
-      this.#longPolling = lent === undefined;
+      // the reporter holds new completions for the next claim only briefly in any case. So does one
+      // that follows a full batch: without that, completions that finish while such a claim is out
+      // take Complete calls of their own, and the claims after them carry nothing, for as long as
+      // the backlog lasts.
+      this.#longPolling = lent === undefined && !this.#full;
       try {
         reply = await this.link.client
           .claim(
@@ -108,6 +116,7 @@ export class Claimer {
         continue;
       }
       failures = 0;
+      this.#full = reply.items.length > 0 && reply.items.length >= want;
       // Handed over even when stopping meanwhile: the agent gives back what it will not run.
       if (reply.items.length > 0) {
         this.hooks.onItems(reply.items);
