@@ -63,9 +63,18 @@ describe("a claim already waiting", () => {
     const t = "hand";
     const a = await agent("hand-1", t);
     const claim = await waitingClaim(a);
-    const [first, second] = await p.enqueue(t, [{ engineKind: "dag", taskName: "first" }, { engineKind: "dag", taskName: "second" }]);
+    const [first, second] = await p.enqueue(t, [
+      { engineKind: "dag", taskName: "first", payloadJson: '{"n":1}', priority: 2, maxRetries: 4 },
+      { engineKind: "dag", taskName: "second", priority: 3 },
+    ]);
     const [item] = await claim.promise;
     expect(item!.id).toBe(first!.id);
+    // Every field as the stored item reads back, with the dispatch's holder and lease (a claimed
+    // item's payload is the stored JSON text and a plain item has no worker params, as claimed ones).
+    const stored = await p.item(t, first!.id);
+    expect(JSON.parse(item!.payloadJson)).toEqual(JSON.parse(stored.payloadJson));
+    expect({ ...item!, payloadJson: "", workerParams: undefined }).toEqual({ ...stored, payloadJson: "", workerParams: undefined });
+    expect(item).toMatchObject({ taskName: "first", payloadJson: '{"n": 1}', priority: 2, maxRetries: 4, tenantKey: t, engineKind: "dag", agentId: "hand-1" });
 
     const row = await itemRow(db, first!.id);
     expect(row).toMatchObject({ status: "dispatched", agent_id: "hand-1", leased_by: "handoff", lease_token: item!.leaseToken, updatedby: "hand-1" });

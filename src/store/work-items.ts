@@ -213,30 +213,45 @@ export interface ClaimedRow {
   createdon_ms: number;
 }
 
-/** The claim's RETURNING list, one fragment per ClaimedRow column, `w.id` first. */
-const CLAIMED = [
-  sql.fragment`w.id`,
-  sql.fragment`w.tenant_key`,
-  sql.fragment`w.engine_id`,
-  sql.fragment`w.engine_kind`,
-  sql.fragment`w.parent_work_item_id`,
-  sql.fragment`w.run_id`,
-  sql.fragment`w.task_id`,
-  sql.fragment`w.task_name`,
-  sql.fragment`(w.worker_params -> 'selector')::text AS selector`,
-  sql.fragment`w.payload::text AS payload`,
-  sql.fragment`w.priority`,
-  sql.fragment`w.next_attempt_at`,
-  sql.fragment`w.retry_count`,
-  sql.fragment`w.max_retries`,
-  sql.fragment`w.error`,
-  sql.fragment`w.idempotency_key`,
-  sql.fragment`w.affinity_key`,
-  sql.fragment`(extract(epoch FROM w.createdon) * 1000)::float8 AS createdon_ms`,
+/** The claim's RETURNING list: per ClaimedRow column its expression over `w` and its name, `id` first. */
+const CLAIMED: readonly [FragmentSqlToken, string][] = [
+  [sql.fragment`w.id`, "id"],
+  [sql.fragment`w.tenant_key`, "tenant_key"],
+  [sql.fragment`w.engine_id`, "engine_id"],
+  [sql.fragment`w.engine_kind`, "engine_kind"],
+  [sql.fragment`w.parent_work_item_id`, "parent_work_item_id"],
+  [sql.fragment`w.run_id`, "run_id"],
+  [sql.fragment`w.task_id`, "task_id"],
+  [sql.fragment`w.task_name`, "task_name"],
+  [sql.fragment`(w.worker_params -> 'selector')::text`, "selector"],
+  [sql.fragment`w.payload::text`, "payload"],
+  [sql.fragment`w.priority`, "priority"],
+  [sql.fragment`w.next_attempt_at`, "next_attempt_at"],
+  [sql.fragment`w.retry_count`, "retry_count"],
+  [sql.fragment`w.max_retries`, "max_retries"],
+  [sql.fragment`w.error`, "error"],
+  [sql.fragment`w.idempotency_key`, "idempotency_key"],
+  [sql.fragment`w.affinity_key`, "affinity_key"],
+  [sql.fragment`(extract(epoch FROM w.createdon) * 1000)::float8`, "createdon_ms"],
 ];
-const CLAIMED_COLUMNS = sql.join(CLAIMED, sql.fragment`, `);
+const CLAIMED_COLUMNS = sql.join(
+  CLAIMED.map(([expr, name]) => sql.fragment`${expr} AS ${sql.identifier([name])}`),
+  sql.fragment`, `,
+);
 /** A completion's row in the claim's result: its id, then a NULL for each other claimed column. */
 const CLAIMED_NULLS = sql.join(CLAIMED.slice(1).map(() => sql.fragment`NULL`), sql.fragment`, `);
+/**
+ * An insert's RETURNING list: the id, whether the row went in handed over, and the claimed columns
+ * of those that did only (a bulk Enqueue would otherwise read back every payload it just sent).
+ */
+const HANDED_COLUMNS = sql.join(
+  [
+    sql.fragment`w.id`,
+    sql.fragment`w.status = 'dispatched' AS handed`,
+    ...CLAIMED.slice(1).map(([expr, name]) => sql.fragment`CASE WHEN w.status = 'dispatched' THEN ${expr} END AS ${sql.identifier([name])}`),
+  ],
+  sql.fragment`, `,
+);
 
 export interface ListFilter {
   /** Undefined: every tenant (operators only). */
@@ -360,7 +375,7 @@ export class WorkItemStore {
                CASE WHEN ${handed} THEN ${h.leaseExpiresNs}::bigint END, CASE WHEN ${handed} THEN v.hand_token END`
         : sql.fragment`'pending', v.priority, v.next_attempt_at, 0, v.max_retries, v.idem, v.affinity, v.by, v.at, v.by, v.at`;
       const handColumns = h ? sql.fragment`, agent_id, leased_by, dispatched_at, lease_expires_at, lease_token` : sql.fragment``;
-      const returning = h ? sql.fragment`w.status = 'dispatched' AS handed, ${CLAIMED_COLUMNS}` : sql.fragment`w.id`;
+      const returning = h ? HANDED_COLUMNS : sql.fragment`w.id`;
       return sql.type(idRow)`
         WITH v AS (
           SELECT * FROM unnest(${sql.array(p.ids, "text")}, ${sql.array(p.tenants, "text")}, ${sql.array(p.engineIds, "text")},
