@@ -120,6 +120,62 @@ describe("no double dispatch", () => {
   });
 });
 
+describe("no double dispatch with handoff", () => {
+  it("8 agents long-polling on two daemons while 4 producers enqueue 2,000 items one by one and in small batches: each is dispatched and completed exactly once", async () => {
+    const tenant = "handoff-race";
+    const N = 2_000;
+    const agents = await Promise.all(range(8).map((i) => agent(i % 2 === 0 ? A : B, `race-${i}`, tenant)));
+    const producers = [producer(A), producer(B), producer(A), producer(B)];
+    const deliveredTo = new Map<string, string[]>();
+    const completedBy = new Map<string, string[]>();
+    const refused: string[] = [];
+    const oversized: number[] = [];
+    let done = false;
+
+    const working = Promise.all(
+      agents.map(async (a, i) => {
+        const max = 1 + (i % 4) * 3;
+        while (!done) {
+          // Long-polls: most of these wait while the producers enqueue, so inserts hand items over.
+          const items: WorkItem[] = await a.claim(max, 300);
+          if (items.length > max) oversized.push(items.length);
+          for (const it of items) deliveredTo.set(it.id, [...(deliveredTo.get(it.id) ?? []), a.name]);
+          if (items.length === 0) continue;
+          for (const o of await a.complete(items)) {
+            if (o.ok) completedBy.set(o.workItemId, [...(completedBy.get(o.workItemId) ?? []), a.name]);
+            else refused.push(`${o.workItemId}: ${o.code} ${o.message}`);
+          }
+          if (completedBy.size >= N) done = true;
+        }
+      }),
+    );
+    // Each producer sends its quarter as single items and batches of up to 5, with mixed priorities.
+    const ids = (
+      await Promise.all(
+        producers.map(async (p, k) => {
+          const mine: string[] = [];
+          for (let n = k * (N / 4); n < (k + 1) * (N / 4); ) {
+            const size = Math.min(1 + (n % 5), (k + 1) * (N / 4) - n);
+            const res = await p.enqueue(tenant, range(size).map((j) => ({ engineKind: "dag", priority: (n + j) % 3, taskId: `t-${n + j}` })));
+            mine.push(...res.map((r) => r.id));
+            n += size;
+          }
+          return mine;
+        }),
+      )
+    ).flat();
+    expect(new Set(ids).size).toBe(N);
+    await working;
+
+    expect(oversized).toEqual([]);
+    expect(refused).toEqual([]);
+    expect([...deliveredTo].filter(([, who]) => who.length !== 1)).toEqual([]);
+    expect(new Set(deliveredTo.keys())).toEqual(new Set(ids));
+    expect([...completedBy.values()].every((who) => who.length === 1)).toBe(true);
+    expect(await statusCounts(db, tenant)).toEqual({ completed: N });
+  });
+});
+
 describe("expiry sweeps on every daemon", () => {
   it("two daemons sweeping at once while the holder completes late: each item ends completed or re-queued once, never both", async () => {
     const tenant = "sweep-race";
