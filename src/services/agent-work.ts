@@ -89,7 +89,7 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
       parts = [];
     }
     // A slot is open while the claim's statement runs, so the two together may exceed what it asked
-    // for: the handed items (the newest, last in claim order) past max go back.
+    // for: the handed items past max go back (they are plain items, so that undoes nothing else).
     let room = max;
     const over: Handed[] = [];
     parts = parts.map((p) => {
@@ -164,7 +164,10 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
         } catch (err) {
           // Items handed over meanwhile would otherwise wait for their leases to run out.
           const handed = await core.handoff.close(slot);
-          if (handed) await giveBack(name, [handed]).catch(() => undefined);
+          if (handed)
+            await giveBack(name, [handed]).catch((e: unknown) =>
+              core.log.warn({ err: e instanceof Error ? e.message : String(e), agent: name, items: handed.rows.length }, "could not give back items handed to a failed claim; they return when their leases expire"),
+            );
           throw err;
         } finally {
           armed.disarm();

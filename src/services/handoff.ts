@@ -69,7 +69,7 @@ export class Handoff {
     return offered ? slot.outcome : undefined;
   }
 
-  /** Open slots (tests wait for a claim to be waiting). */
+  /** Open slots: claims that may be offered items now. */
   get waiting(): number {
     return this.#open.size;
   }
