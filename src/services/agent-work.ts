@@ -3,7 +3,6 @@
  * failure and release. Every batch answers per item; a stale lease token refuses that item with
  * FAILED_PRECONDITION and changes nothing about it.
  */
-import { randomUUID } from "node:crypto";
 import { durationMs } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
 import { newId } from "../util/ids.js";
@@ -15,8 +14,7 @@ import { workKey, type QueueCore } from "./queue-core.js";
 import type { ClaimedRow, Completion } from "../store/work-items.js";
 import type { Handed } from "./handoff.js";
 import { identifier, jsonOrNull, optionalText, withinBytes } from "./validate.js";
-import { claimedItemToWire, fencedOutcomes, timestampInit, type Dispatch } from "./work-item-wire.js";
-import { msToNs } from "../clock.js";
+import { claimedItemToWire, fencedOutcomes, newDispatch } from "./work-item-wire.js";
 
 export interface AgentWorkDeps {
   core: QueueCore;
@@ -135,14 +133,7 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
         let remaining = 0;
         try {
           const now = clock.nowMs();
-          const dispatch: Dispatch = {
-            agent: name,
-            instance: config.instanceId,
-            leaseToken: randomUUID(),
-            dispatchedAtNs: msToNs(now),
-            leaseExpiresAtNs: msToNs(now + config.leaseTtl),
-            updatedOn: timestampInit(now),
-          };
+          const dispatch = newDispatch(name, config.instanceId, now, config.leaseTtl);
           const { claimed: rows, completed: done } = await store.claim({
             agent: name,
             instance: config.instanceId,

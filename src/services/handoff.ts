@@ -14,12 +14,11 @@
  * disarmed, so rings go to others), and its claim waits for the insert's outcome: the rows it got,
  * or none (the statement refused the offer, or failed), after which it claims as before.
  */
-import { randomUUID } from "node:crypto";
 import { msToNs } from "../clock.js";
 import type { ClaimedRow, EnqueueResult, EnqueueRow, HandoffInput } from "../store/work-items.js";
 import type { Armed } from "./beacon.js";
 import { workKey } from "./queue-core.js";
-import { timestampInit, type Dispatch } from "./work-item-wire.js";
+import { newDispatch, type Dispatch } from "./work-item-wire.js";
 
 /** What a slot's claim got: the rows and the dispatch they went under. */
 export interface Handed {
@@ -111,7 +110,7 @@ export class Handoff {
       }
       let t = taken.get(slot);
       if (!t) {
-        t = { dispatch: this.#dispatch(slot.agent, nowMs), rows: [] };
+        t = { dispatch: newDispatch(slot.agent, this.instance, nowMs, this.leaseTtlMs), rows: [] };
         taken.set(slot, t);
       }
       t.rows.push(i);
@@ -145,16 +144,5 @@ export class Handoff {
       if (slot.keys === null || slot.keys.has(key)) return slot;
     }
     return undefined;
-  }
-
-  #dispatch(agent: string, nowMs: number): Dispatch {
-    return {
-      agent,
-      instance: this.instance,
-      leaseToken: randomUUID(),
-      dispatchedAtNs: msToNs(nowMs),
-      leaseExpiresAtNs: msToNs(nowMs + this.leaseTtlMs),
-      updatedOn: timestampInit(nowMs),
-    };
   }
 }

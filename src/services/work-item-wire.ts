@@ -1,8 +1,10 @@
 /** Work items between the store's rows and the wire. */
+import { randomUUID } from "node:crypto";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { Code } from "@connectrpc/connect";
 import { WorkItemStatus, type ItemOutcomeSchema, type WorkItemSchema } from "../gen/aiflow/cluster/v1/work_item_pb.js";
 import type { ClaimedRow, ItemStatus, WorkItemRow } from "../store/work-items.js";
+import { msToNs } from "../clock.js";
 
 const STATUS: Record<ItemStatus, WorkItemStatus> = {
   pending: WorkItemStatus.PENDING,
@@ -74,6 +76,18 @@ export interface Dispatch {
   leaseExpiresAtNs: bigint;
   /** The claim's time, as every claimed item's updated_on (made once per claim). */
   updatedOn: TimestampInit;
+}
+
+/** A new dispatch to `agent` at `nowMs`: a fresh lease token, and the lease running `leaseTtlMs` from now. */
+export function newDispatch(agent: string, instance: string, nowMs: number, leaseTtlMs: number): Dispatch {
+  return {
+    agent,
+    instance,
+    leaseToken: randomUUID(),
+    dispatchedAtNs: msToNs(nowMs),
+    leaseExpiresAtNs: msToNs(nowMs + leaseTtlMs),
+    updatedOn: timestampInit(nowMs),
+  };
 }
 
 /**
