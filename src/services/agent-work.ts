@@ -68,12 +68,17 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
   const leaseRefs = (refs: readonly { workItemId: string; leaseToken: string }[], field: string) =>
     batch(refs, field).map((r, i) => ({ id: identifier(r.workItemId, `${field}[${i}].work_item_id`), token: identifier(r.leaseToken, `${field}[${i}].lease_token`) }));
 
+  /** Fenced items back to the queue without spending an attempt, waking claims for them; answers the ids released. */
+  const release = async (name: string, leases: readonly { id: string; token: string }[]) => {
+    const released = await store.release(name, leases, clock.nowMs());
+    if (released.length > 0) core.work.ring(["*"]);
+    return released;
+  };
+
   /** Gives items back to the queue at once (their claim's call is gone, or they were more than it asked for). */
   const giveBack = async (name: string, parts: readonly Handed[]) => {
     const leases = parts.flatMap((p) => p.rows.map((r) => ({ id: r.id, token: p.dispatch.leaseToken })));
-    if (leases.length === 0) return;
-    const back = await store.release(name, leases, clock.nowMs());
-    if (back.length > 0) core.work.ring(["*"]);
+    if (leases.length > 0) await release(name, leases);
   };
 
   /**
@@ -200,9 +205,7 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
     async release(req) {
       const name = identifier(req.name, "name");
       const leases = leaseRefs(req.leases, "leases");
-      const released = await store.release(name, leases, clock.nowMs());
-      if (released.length > 0) core.work.ring(["*"]);
-      return { outcomes: fencedOutcomes(leases.map((l) => l.id), released) };
+      return { outcomes: fencedOutcomes(leases.map((l) => l.id), await release(name, leases)) };
     },
   };
 }
