@@ -48,12 +48,21 @@ const agent = async (name: string, tenant: string) => {
   return a;
 };
 
-/** A claim of one item that waits up to 10 s, resolved once it looked at the table and waits. */
-const waitingClaim = async (a: TestAgent) => {
+/** A claim of one item that waits up to `waitMs`, resolved once it looked at the table and waits. */
+const waitingClaim = async (a: TestAgent, waitMs = 10_000) => {
   const since = await serverNow(db);
-  const claim = track(a.claim(1, 10_000));
+  const claim = track(a.claim(1, waitMs));
   await untilStatementRan(db, STATEMENT.claim, since);
   return claim;
+};
+
+/** Another connection with a transaction open (closed after the file's tests). */
+const otherTransaction = async () => {
+  const other = new pg.Client({ connectionString: db.url });
+  await other.connect();
+  closers.push(() => other.end());
+  await other.query("BEGIN");
+  return other;
 };
 
 const xmin = async (id: string) => (await db.raw<{ v: string }>(`SELECT xmin::text AS v FROM ${db.tables.qualified("work_item")} WHERE id = $1`, [id]))[0]!.v;
@@ -117,9 +126,7 @@ describe("a claim already waiting", () => {
   it("of an agent no longer active is not handed anything (the insert reads the agent's status)", async () => {
     const t = "hand-draining";
     const a = await agent("hand-draining-1", t);
-    const since = await serverNow(db);
-    const claim = track(a.claim(1, 500));
-    await untilStatementRan(db, STATEMENT.claim, since);
+    const claim = await waitingClaim(a, 500);
     // Behind the daemon's back: its cached status still says active, so only the statements see it.
     await db.raw(`UPDATE ${db.tables.qualified("agent")} SET status = 'draining' WHERE name = $1`, ["hand-draining-1"]);
     const id = await p.one(t, { engineKind: "dag" });
@@ -130,9 +137,7 @@ describe("a claim already waiting", () => {
   it("is not handed work of a tenant its agent no longer serves (the insert reads the agent's registration)", async () => {
     const t = "hand-scope";
     const a = await agent("hand-scope-1", t);
-    const since = await serverNow(db);
-    const claim = track(a.claim(1, 500));
-    await untilStatementRan(db, STATEMENT.claim, since);
+    const claim = await waitingClaim(a, 500);
     // Registered again for another tenant; the waiting claim still listens for the old one.
     await a.conn.agent.register({ name: a.name, metadata: { tenants: ["hand-scope-other"], engineKinds: ["dag"], slots: 4 } }, { headers: bearer(TOKENS.agent) });
     const id = await p.one(t, { engineKind: "dag" });
@@ -149,10 +154,7 @@ describe("a claim already waiting", () => {
     const older = await p.one(t, { engineKind: "dag", taskName: "older", priority: 5 });
 
     // Another transaction locks the item the claim completes, so the claim's statement waits mid-way.
-    const other = new pg.Client({ connectionString: db.url });
-    await other.connect();
-    closers.push(() => other.end());
-    await other.query("BEGIN");
+    const other = await otherTransaction();
     await other.query(`SELECT 1 FROM ${db.tables.qualified("work_item")} WHERE id = $1 FOR UPDATE`, [x]);
     const claim = a.claimCompleting(1, [held!]);
     await untilLockWait(db, "WITH completing");
@@ -182,10 +184,7 @@ describe("a claim already waiting", () => {
     await untilStatementRan(db, STATEMENT.claim, since);
 
     // Another transaction holds the new item's idempotency key, so the insert (holding its offer) waits.
-    const other = new pg.Client({ connectionString: db.url });
-    await other.connect();
-    closers.push(() => other.end());
-    await other.query("BEGIN");
+    const other = await otherTransaction();
     await other.query(
       `INSERT INTO ${db.tables.qualified("work_item")} (id, tenant_key, engine_id, engine_kind, status, priority, next_attempt_at, retry_count, max_retries, idempotency_key, createdby, createdon)
        VALUES ('OTHER-GONE', $1, 'other', 'dag', 'pending', 0, 0, 0, 0, 'gone-key', 'other', now())`,
