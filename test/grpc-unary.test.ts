@@ -1,8 +1,9 @@
 /**
  * The direct gRPC unary path (src/server/grpc-unary.ts), spoken to byte by byte over a raw HTTP/2
  * client: answers and refusals as gRPC status trailers, framing and size errors with a clear status
- * (and the daemon serving on), deadlines and cancellation reaching the handler, and the same methods
- * still served over gRPC-Web and Connect by connect-node.
+ * (and the daemon serving on, through clients that reset their streams), deadlines and cancellation
+ * reaching the handler, the same methods still served over gRPC-Web and Connect by connect-node, and
+ * the streams it serves never wrapped by Node's compatibility layer.
  */
 import http2 from "node:http2";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
@@ -11,7 +12,7 @@ import type { AddressInfo } from "node:net";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { connectNodeAdapter, createConnectTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
-import { grpcUnaryFastPath, recordUnary, type UnarySpec } from "../src/server/grpc-unary.js";
+import { grpcUnaryFastPath, recordUnary, routeStreams, type UnarySpec } from "../src/server/grpc-unary.js";
 import type { Daemon } from "../src/daemon.js";
 import { AgentService, ClaimRequestSchema, ClaimResponseSchema, RegisterRequestSchema } from "../src/gen/aiflow/cluster/v1/agent_pb.js";
 import { Health, HealthCheckRequestSchema, HealthCheckResponseSchema, HealthCheckResponse_ServingStatus as Serving } from "../src/gen/grpc/health/v1/health_pb.js";
@@ -130,6 +131,29 @@ describe("the direct gRPC unary path", () => {
     await healthy();
   });
 
+  it("outlives clients that reset their streams with an error, mid-request and mid-call", async () => {
+    await createClient(AgentService, createConnectTransport({ baseUrl: `http://${daemon.address}`, httpVersion: "2" })).register(
+      create(RegisterRequestSchema, { name: "unary-resetter", metadata: { tenants: ["t1"], engineKinds: ["k"], tags: {}, slots: 1 } }),
+      { headers: agentAuth },
+    );
+    const poll = frame(toBinary(ClaimRequestSchema, create(ClaimRequestSchema, { name: "unary-resetter", maxItems: 1, wait: durationFromMs(20_000) })));
+    // A stream reset with an error code (not CANCEL) is an 'error' event on the daemon's stream:
+    // unheard, an uncaught exception. Half a message, then the reset; a whole one, the daemon
+    // waiting on it (the long-poll), then the reset.
+    for (const [body, end] of [[poll.subarray(0, 8), false], [poll, true]] as const) {
+      const closed = new Promise<void>((resolve) => {
+        const req = session.request({ ":method": "POST", ":path": CLAIM, "content-type": "application/grpc", te: "trailers", ...agentAuth });
+        req.on("error", () => {});
+        req.on("close", resolve);
+        if (end) req.end(body);
+        else req.write(body);
+        setTimeout(() => req.close(http2.constants.NGHTTP2_INTERNAL_ERROR), 50);
+      });
+      await closed;
+    }
+    await healthy();
+  });
+
   it("serves many calls at once without Node's listener-leak warning (each call links to the daemon's shutdown signal)", async () => {
     const warnings: string[] = [];
     const onWarning = (w: Error) => warnings.push(w.name);
@@ -147,6 +171,37 @@ describe("the direct gRPC unary path", () => {
   it("leaves gRPC-Web and Connect calls of the same methods to connect-node", async () => {
     for (const transport of [createGrpcWebTransport({ baseUrl: `http://${daemon.address}`, httpVersion: "2" }), createConnectTransport({ baseUrl: `http://${daemon.address}`, httpVersion: "2" })]) {
       expect((await createClient(Health, transport).check({})).status).toBe(Serving.SERVING);
+    }
+  });
+});
+
+describe("routing a server's streams", () => {
+  it("gives the direct path's calls to it alone, and every other stream to the request handler", async () => {
+    const specs = new Map<string, UnarySpec>();
+    connectNodeAdapter({ routes: recordUnary((router) => router.service(Health, { check: () => ({ status: Serving.SERVING }), async *watch() {} }), specs) });
+    const fast = grpcUnaryFastPath(specs, { interceptors: [], readMaxBytes: 1 << 20, shutdownSignal: new AbortController().signal });
+    const server = http2.createServer();
+    const handled: string[] = [];
+    routeStreams(server, fast, (req, res) => {
+      handled.push(req.url);
+      res.writeHead(404).end();
+    });
+    let requests = 0;
+    server.on("request", () => requests++);
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const on = http2.connect(`http://127.0.0.1:${(server.address() as AddressInfo).port}`);
+    try {
+      // Served directly: Node's compatibility layer never made a request of it.
+      expect((await call(HEALTH, frame(toBinary(HealthCheckRequestSchema, create(HealthCheckRequestSchema))), {}, { on })).status).toBe(0);
+      expect(requests).toBe(0);
+      // Not the direct path's (another method, another content type): the request handler answers.
+      expect((await call("/no.Such/Method", Buffer.alloc(0), {}, { on })).headers[":status"]).toBe(404);
+      expect((await call(HEALTH, Buffer.alloc(0), { "content-type": "application/grpc-web" }, { on })).headers[":status"]).toBe(404);
+      expect(handled).toEqual(["/no.Such/Method", HEALTH]);
+      expect(requests).toBe(2);
+    } finally {
+      on.close();
+      await new Promise((resolve) => server.close(resolve));
     }
   });
 });
@@ -172,9 +227,8 @@ describe("direct gRPC path: the handler's context", () => {
       ),
     });
     const fast = grpcUnaryFastPath(specs, { interceptors: [], readMaxBytes: 1 << 20, shutdownSignal: shutdown.signal });
-    const server = http2.createServer((req, res) => {
-      if (!fast(req, res)) res.writeHead(404).end();
-    });
+    const server = http2.createServer();
+    routeStreams(server, fast, (_req, res) => res.writeHead(404).end());
     await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
     const on = http2.connect(`http://127.0.0.1:${(server.address() as AddressInfo).port}`);
     try {

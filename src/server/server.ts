@@ -8,7 +8,7 @@ import http2 from "node:http2";
 import type { AddressInfo, Socket } from "node:net";
 import type { ConnectRouter, Interceptor } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
-import { grpcUnaryFastPath, recordUnary, type UnarySpec } from "./grpc-unary.js";
+import { grpcUnaryFastPath, recordUnary, routeStreams, type UnarySpec } from "./grpc-unary.js";
 import type { Logger } from "../log.js";
 
 export interface ServerOptions {
@@ -51,9 +51,8 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   });
   const readMaxBytes = opts.readMaxBytes ?? 8 * 1024 * 1024;
   const fast = grpcUnaryFastPath(unary, { interceptors: opts.interceptors, readMaxBytes, shutdownSignal: hardStop.signal });
-  const server = http2.createServer({}, (req, res) => {
-    if (!fast(req, res)) void handler(req, res);
-  });
+  const server = http2.createServer({});
+  routeStreams(server, fast, (req, res) => void handler(req, res));
   // RPCs are small request/response exchanges: without TCP_NODELAY, Nagle's algorithm holds a reply
   // back until the peer's delayed ACK (tens of milliseconds per call).
   server.on("connection", (socket: Socket) => socket.setNoDelay(true));
