@@ -7,6 +7,7 @@ import { parseDuration } from "../src/config.js";
 import { dropBaseline } from "./baseline.js";
 import { openDatabase, startDaemonProc, type DaemonProc } from "./env.js";
 import { drainBaseline, drainOurs, enqueueRate, settleDatabase, heartbeatCost, latencyBaseline, latencyOurs, rpcFigures, startAgents, stopAgents, type Options } from "./sections.js";
+import { http2Floor, perItem } from "./floor.js";
 import { ratio } from "./stats.js";
 
 const HELP = `npm run bench -- [options]
@@ -20,7 +21,8 @@ const HELP = `npm run bench -- [options]
   --hb-agents N      simulated agents for the heartbeat cost (default 1000)
   --hb-duration D    heartbeat phase length (default 10s)
   --drain-warmup N   items the drain's agents take first, uncounted (default 4000)
-  --only LIST        comma list of: enqueue,drain,latency,heartbeat (default all)
+  --only LIST        comma list of: enqueue,drain,latency,heartbeat (default all);
+                     latency includes the HTTP/2 floor (a bare Node HTTP/2 exchange at --rate)
   --smoke            a tiny run (seconds) to check the benchmark works`;
 
 function parseOptions(argv: string[]): { o: Options; only: Set<string> } {
@@ -96,6 +98,8 @@ try {
     const base = await latencyBaseline(db, o);
     emit("latency_baseline", base);
     emit("latency_ratio", { ours_p50_ms: ours.p50_ms!, baseline_p50_ms: base.p50_ms!, p50_ours_over_baseline: ratio(Number(ours.p50_ms), Number(base.p50_ms)), p99_ours_over_baseline: ratio(Number(ours.p99_ms), Number(base.p99_ms)) });
+    progress(`HTTP/2 floor: a bare Node server and client at ${o.rate}/s`);
+    emit("http2_floor", { ...(await http2Floor(o)), ...perItem(ours, o.rate) });
   }
   if (agents) await Promise.all(agents.map((a) => a.stop()));
   if (only.has("heartbeat")) {

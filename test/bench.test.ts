@@ -4,6 +4,7 @@ import { describe, expect, it } from "vitest";
 import { startChild, sampleProc } from "../bench/proc.js";
 import { percentile, perSecond, ratio, summarize } from "../bench/stats.js";
 import { openLoop } from "../bench/baseline.js";
+import { perItem } from "../bench/floor.js";
 import { databaseUrl } from "./support/database-url.js";
 
 const run = promisify(execFile);
@@ -22,6 +23,11 @@ describe("benchmark arithmetic", () => {
   it("summarises unsorted values", () => {
     const s = summarize([5, 1, 4, 2, 3]);
     expect(s).toMatchObject({ count: 5, mean: 3, p50: 3, max: 5 });
+  });
+
+  it("reads the steady section's CPU shares as CPU per item", () => {
+    expect(perItem({ daemons_cpu_pct: 55, producer_cpu_pct: 34 }, 1000)).toEqual({ daemons_us_per_item: 550, producer_us_per_call: 340 });
+    expect(perItem({ daemons_cpu_pct: 10, producer_cpu_pct: 5 }, 100)).toEqual({ daemons_us_per_item: 1000, producer_us_per_call: 500 });
   });
 
   it("computes ours ÷ baseline and guards against missing figures", () => {
@@ -75,10 +81,14 @@ describe("benchmark smoke run", () => {
       .filter((l) => l.startsWith("{"))
       .map((l) => JSON.parse(l) as Record<string, unknown>);
     const names = sets.map((s) => s.bench);
-    expect(names).toEqual(["enqueue", "drain", "drain_baseline", "drain_ratio", "latency", "latency_baseline", "latency_ratio", "heartbeat"]);
+    expect(names).toEqual(["enqueue", "drain", "drain_baseline", "drain_ratio", "latency", "latency_baseline", "latency_ratio", "http2_floor", "heartbeat"]);
     const drain = sets.find((s) => s.bench === "drain")!;
     expect(drain.items).toBe(300);
     expect(typeof drain.items_per_s).toBe("number");
     expect(typeof sets.find((s) => s.bench === "latency")!.p99_ms).toBe("number");
+    const floor = sets.find((s) => s.bench === "http2_floor")!;
+    expect(floor.server_us_per_call).toBeGreaterThan(0);
+    expect(floor.client_us_per_call).toBeGreaterThan(0);
+    expect(typeof floor.daemons_us_per_item).toBe("number");
   });
 });
