@@ -123,14 +123,19 @@ describe("a claim already waiting", () => {
     expect((await itemRow(db, older)).status).toBe("pending");
   });
 
-  it("of an agent no longer active is not handed anything (the insert reads the agent's status)", async () => {
-    const t = "hand-draining";
-    const a = await agent("hand-draining-1", t);
+  // Behind the daemon's back: its cached status still says active, so only the statements see it.
+  // A row removed by another writer of the shared table may keep its status; deletedon alone rules it out.
+  it.each([
+    ["draining", "status = 'draining'"],
+    ["removed", "deletedon = now()"],
+  ])("of an agent no longer able to take work (%s) is not handed anything, nor claims it (the statements read the agent's row)", async (label, change) => {
+    const t = `hand-gone-${label}`;
+    const a = await agent(`hand-gone-${label}-1`, t);
     const claim = await waitingClaim(a, 500);
-    // Behind the daemon's back: its cached status still says active, so only the statements see it.
-    await db.raw(`UPDATE ${db.tables.qualified("agent")} SET status = 'draining' WHERE name = $1`, ["hand-draining-1"]);
+    await db.raw(`UPDATE ${db.tables.qualified("agent")} SET ${change} WHERE name = $1`, [a.name]);
     const id = await p.one(t, { engineKind: "dag" });
     expect(await claim.promise).toEqual([]);
+    expect(await a.claim(1)).toEqual([]);
     expect((await itemRow(db, id)).status).toBe("pending");
   });
 

@@ -10,6 +10,7 @@ import { z } from "zod";
 import { failedPrecondition, notFound } from "../domain/errors.js";
 import { withDbErrors } from "../db/errors.js";
 import type { Tables } from "../db/tables.js";
+import { canTakeWork } from "./agents.js";
 
 export const bindingRow = z.object({ id: z.string(), affinity_key: z.string(), agent_id: z.string(), createdon: z.number(), updatedon: z.number().nullable() });
 export type BindingRow = z.infer<typeof bindingRow>;
@@ -55,7 +56,7 @@ export class AffinityBindingStore {
     return this.#withLockedKey(key, async (tx) => {
       const a = this.t.id("agent");
       const active = await tx.maybeOneFirst(sql.type(z.object({ name: z.string() }))`
-        SELECT name FROM ${a} WHERE name = ${agent} AND status = 'active' AND deletedon IS NULL`);
+        SELECT name FROM ${a} WHERE name = ${agent} AND ${canTakeWork()}`);
       if (!active) throw failedPrecondition(`agent '${agent}' is not an active agent; a key can only be bound to one`);
       await this.#refuseInFlight(tx, key, agent);
       return tx.one(sql.type(bindingRow)`

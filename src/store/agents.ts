@@ -5,7 +5,7 @@
  * Drain state lives in metadata.drain (a key only the daemon writes), so a drain survives the agent
  * reconnecting, re-registering (which replaces the rest of metadata) and even going inactive.
  */
-import { sql, type CommonQueryMethods } from "slonik";
+import { sql, type CommonQueryMethods, type FragmentSqlToken } from "slonik";
 import { ts } from "../db/values.js";
 import { ulid } from "ulid";
 import { z } from "zod";
@@ -13,6 +13,17 @@ import type { Tables } from "../db/tables.js";
 import { withDbErrors } from "../db/errors.js";
 
 export type AgentStatus = "active" | "draining" | "inactive";
+
+/**
+ * A row of aiflow_agent that may take work: active, and not removed. The claim, the handoff, the
+ * affinity rebind checks and the stranded sweep each ask it of a row under their own alias (none:
+ * the table's own columns).
+ */
+export function canTakeWork(alias?: string): FragmentSqlToken {
+  if (alias === undefined) return sql.fragment`(status = 'active' AND deletedon IS NULL)`;
+  const a = sql.identifier([alias]);
+  return sql.fragment`(${a}.status = 'active' AND ${a}.deletedon IS NULL)`;
+}
 
 export const drainSchema = z.object({
   reason: z.string(),

@@ -20,6 +20,7 @@ import { newId as itemId } from "../util/ids.js";
 import { z } from "zod";
 import { withDbErrors } from "../db/errors.js";
 import type { Tables } from "../db/tables.js";
+import { canTakeWork } from "./agents.js";
 
 export const ITEM_STATUSES = ["pending", "dispatched", "completed", "failed", "cancelled"] as const;
 export type ItemStatus = (typeof ITEM_STATUSES)[number];
@@ -363,7 +364,7 @@ export class WorkItemStore {
                                       WHERE older.status = 'pending' AND older.priority <= k.priority AND older.next_attempt_at + 0 <= ${h.nowNs}
                                       ORDER BY older.priority, older.createdon, older.id
                                       LIMIT ${sql.literalValue(String(HANDOFF_LOOKAHEAD))}) ahead) IS NOT FALSE)
-               AND EXISTS (SELECT 1 FROM ${a} ha WHERE ha.name = v.hand_agent AND ha.status = 'active' AND ha.deletedon IS NULL
+               AND EXISTS (SELECT 1 FROM ${a} ha WHERE ha.name = v.hand_agent AND ${canTakeWork("ha")}
                               AND ha.metadata -> 'tenants' ? v.tenant AND ha.metadata -> 'engineKinds' ? v.engine_kind)
           ) hd ON true`
         : sql.fragment``;
@@ -485,7 +486,7 @@ export class WorkItemStore {
           SELECT ARRAY(SELECT jsonb_array_elements_text(metadata -> 'tenants')) AS tenants,
                  ARRAY(SELECT jsonb_array_elements_text(metadata -> 'engineKinds')) AS kinds,
                  COALESCE(metadata -> 'tags', '{}'::jsonb) AS tags
-            FROM ${a} WHERE name = ${p.agent} AND status = 'active' AND deletedon IS NULL
+            FROM ${a} WHERE name = ${p.agent} AND ${canTakeWork()}
         ), picked AS (
           -- A single-table scan in the claim index's order, so LIMIT stops it early; the agent's
           -- lists are computed once (InitPlans) and an agent that may not claim scans nothing.
@@ -503,7 +504,7 @@ export class WorkItemStore {
                    SELECT 1 FROM ${b} bb
                     WHERE bb.affinity_key = w.affinity_key AND bb.agent_id <> ${p.agent}
                       AND NOT (${p.rebind} AND bb.updatedon < ${graceEdge}
-                               AND NOT EXISTS (SELECT 1 FROM ${a} ba WHERE ba.name = bb.agent_id AND ba.status = 'active' AND ba.deletedon IS NULL)
+                               AND NOT EXISTS (SELECT 1 FROM ${a} ba WHERE ba.name = bb.agent_id AND ${canTakeWork("ba")})
                                AND NOT EXISTS (SELECT 1 FROM ${w} wd WHERE wd.affinity_key = w.affinity_key AND wd.status = 'dispatched'))))
            ORDER BY w.priority, w.createdon, w.id
            LIMIT ${sql.literalValue(String(max))}
@@ -524,7 +525,7 @@ export class WorkItemStore {
            WHERE bb.affinity_key = keys.k
              AND (bb.agent_id = ${p.agent}
                   OR (${p.rebind} AND bb.xmin::text = keys.v AND bb.updatedon < ${graceEdge}
-                      AND NOT EXISTS (SELECT 1 FROM ${a} ba WHERE ba.name = bb.agent_id AND ba.status = 'active' AND ba.deletedon IS NULL)
+                      AND NOT EXISTS (SELECT 1 FROM ${a} ba WHERE ba.name = bb.agent_id AND ${canTakeWork("ba")})
                       AND NOT EXISTS (SELECT 1 FROM ${w} wd WHERE wd.affinity_key = bb.affinity_key AND wd.status = 'dispatched')))
           RETURNING bb.affinity_key
         ), claimed AS (
@@ -566,17 +567,17 @@ export class WorkItemStore {
         UPDATE ${w} w
            SET status = 'failed', completed_at = ${msToNs(nowMs)}::bigint, updatedby = ${by}, updatedon = ${ts(nowMs)},
                error = format('affinity key %s is bound to agent %s, which %s', w.affinity_key, bb.agent_id,
-                              CASE WHEN ba.name IS NULL OR ba.status <> 'active' OR ba.deletedon IS NOT NULL
+                              CASE WHEN NOT (ba.name IS NOT NULL AND ${canTakeWork("ba")})
                                    THEN 'cannot take work (policy hold); unbind or rebind the key, then redrive'
                                    ELSE 'may not run it (tenant, engine kind or selector); rebind the key, then redrive' END)
           FROM ${b} bb LEFT JOIN ${a} ba ON ba.name = bb.agent_id
          WHERE w.status = 'pending' AND w.affinity_key = bb.affinity_key
            AND w.next_attempt_at < ${msToNs(nowMs - affinity.graceMs)}::bigint
-           AND ((ba.name IS NOT NULL AND ba.status = 'active' AND ba.deletedon IS NULL
+           AND ((ba.name IS NOT NULL AND ${canTakeWork("ba")}
                  AND NOT (w.tenant_key = ANY(ARRAY(SELECT jsonb_array_elements_text(ba.metadata -> 'tenants')))
                           AND w.engine_kind = ANY(ARRAY(SELECT jsonb_array_elements_text(ba.metadata -> 'engineKinds')))
                           AND (w.worker_params -> 'selector' IS NULL OR COALESCE(ba.metadata -> 'tags', '{}'::jsonb) @> (w.worker_params -> 'selector'))))
-                OR (${hold} AND (ba.name IS NULL OR ba.status <> 'active' OR ba.deletedon IS NOT NULL) AND bb.updatedon < ${ts(nowMs - affinity.graceMs)}))
+                OR (${hold} AND NOT (ba.name IS NOT NULL AND ${canTakeWork("ba")}) AND bb.updatedon < ${ts(nowMs - affinity.graceMs)}))
         RETURNING w.id`),
     );
   }
