@@ -210,8 +210,6 @@ async function serve(
     const status = setTrailerStatus(new Headers(ctx.responseTrailer), err instanceof ConnectError ? err : protocolError(err));
     if (stream.destroyed || stream.closed || stream.headersSent) return;
     // A trailers-only response: status and message in the one HEADERS frame that ends the stream.
-    // What is left of the request is not read; ending the stream resets it (NO_ERROR), as HTTP/2
-    // has a server that answers before the request ends do.
     stream.respond({ ...nodeHeaders(ctx.responseHeader), ...nodeHeaders(status), ":status": 200, "content-type": contentType }, { endStream: true });
   } finally {
     // Releases the deadline timer and the close listener; the signal is left as it is (nothing
