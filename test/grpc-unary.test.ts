@@ -18,6 +18,7 @@ import { AgentService, ClaimRequestSchema, ClaimResponseSchema, RegisterRequestS
 import { Health, HealthCheckRequestSchema, HealthCheckResponseSchema, HealthCheckResponse_ServingStatus as Serving } from "../src/gen/grpc/health/v1/health_pb.js";
 import { startTestDaemon, TOKENS } from "./support/daemon.js";
 import { createTestDb, type TestDb } from "./support/db.js";
+import { serverNow, STATEMENT, untilStatementRan } from "./support/queue.js";
 
 let db: TestDb;
 let daemon: Daemon;
@@ -138,19 +139,22 @@ describe("the direct gRPC unary path", () => {
     );
     const poll = frame(toBinary(ClaimRequestSchema, create(ClaimRequestSchema, { name: "unary-resetter", maxItems: 1, wait: durationFromMs(20_000) })));
     // A stream reset with an error code (not CANCEL) is an 'error' event on the daemon's stream:
-    // unheard, an uncaught exception. Half a message, then the reset; a whole one, the daemon
-    // waiting on it (the long-poll), then the reset.
-    for (const [body, end] of [[poll.subarray(0, 8), false], [poll, true]] as const) {
-      const closed = new Promise<void>((resolve) => {
-        const req = session.request({ ":method": "POST", ":path": CLAIM, "content-type": "application/grpc", te: "trailers", ...agentAuth });
-        req.on("error", () => {});
-        req.on("close", resolve);
-        if (end) req.end(body);
-        else req.write(body);
-        setTimeout(() => req.close(http2.constants.NGHTTP2_INTERNAL_ERROR), 50);
-      });
+    // unheard, an uncaught exception. Half a message, reset once it is on the wire; a whole one,
+    // reset once the daemon's claim has looked at the table and waits (the long-poll).
+    const reset = async (body: Buffer, whole: boolean) => {
+      const since = await serverNow(db);
+      const req = session.request({ ":method": "POST", ":path": CLAIM, "content-type": "application/grpc", te: "trailers", ...agentAuth });
+      req.on("error", () => {});
+      const closed = new Promise((resolve) => req.on("close", resolve));
+      if (whole) {
+        req.end(body);
+        await untilStatementRan(db, STATEMENT.claim, since);
+      } else await new Promise((resolve) => req.write(body, resolve));
+      req.close(http2.constants.NGHTTP2_INTERNAL_ERROR);
       await closed;
-    }
+    };
+    await reset(poll.subarray(0, 8), false);
+    await reset(poll, true);
     await healthy();
   });
 
