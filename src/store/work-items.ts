@@ -562,22 +562,25 @@ export class WorkItemStore {
     const a = this.t.id("agent");
     const b = this.t.id("affinity_binding");
     const hold = affinity.policy === "hold";
+    // The key's agent exists and may take work (ba is LEFT JOINed: the name test keeps a missing
+    // agent false rather than NULL, so NOT of it holds).
+    const holderCanWork = sql.fragment`(ba.name IS NOT NULL AND ${canTakeWork("ba")})`;
     return withDbErrors(() =>
       this.db.anyFirst(sql.type(idRow)`
         UPDATE ${w} w
            SET status = 'failed', completed_at = ${msToNs(nowMs)}::bigint, updatedby = ${by}, updatedon = ${ts(nowMs)},
                error = format('affinity key %s is bound to agent %s, which %s', w.affinity_key, bb.agent_id,
-                              CASE WHEN NOT (ba.name IS NOT NULL AND ${canTakeWork("ba")})
+                              CASE WHEN NOT ${holderCanWork}
                                    THEN 'cannot take work (policy hold); unbind or rebind the key, then redrive'
                                    ELSE 'may not run it (tenant, engine kind or selector); rebind the key, then redrive' END)
           FROM ${b} bb LEFT JOIN ${a} ba ON ba.name = bb.agent_id
          WHERE w.status = 'pending' AND w.affinity_key = bb.affinity_key
            AND w.next_attempt_at < ${msToNs(nowMs - affinity.graceMs)}::bigint
-           AND ((ba.name IS NOT NULL AND ${canTakeWork("ba")}
+           AND ((${holderCanWork}
                  AND NOT (w.tenant_key = ANY(ARRAY(SELECT jsonb_array_elements_text(ba.metadata -> 'tenants')))
                           AND w.engine_kind = ANY(ARRAY(SELECT jsonb_array_elements_text(ba.metadata -> 'engineKinds')))
                           AND (w.worker_params -> 'selector' IS NULL OR COALESCE(ba.metadata -> 'tags', '{}'::jsonb) @> (w.worker_params -> 'selector'))))
-                OR (${hold} AND NOT (ba.name IS NOT NULL AND ${canTakeWork("ba")}) AND bb.updatedon < ${ts(nowMs - affinity.graceMs)}))
+                OR (${hold} AND NOT ${holderCanWork} AND bb.updatedon < ${ts(nowMs - affinity.graceMs)}))
         RETURNING w.id`),
     );
   }
