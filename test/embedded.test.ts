@@ -122,7 +122,12 @@ describe("startEmbeddedPostgres", () => {
 });
 
 describe("aiflowd with an embedded Postgres", () => {
-  test("Ctrl-C (SIGINT to the terminal's process group) drains the daemon, then stops Postgres, with no error", { timeout: SLOW }, async ({ onTestFailed }) => {
+  // Sent once serving (the usual case), and during start-up (handlers must be in place before the
+  // daemon logs anything: a Ctrl-C right after "serving" once killed the process outright).
+  test.for([
+    ["once it serves", "aiflowd serving gRPC"],
+    ["during start-up", "embedded Postgres ready"],
+  ] as const)("Ctrl-C (SIGINT to the terminal's process group) %s drains the daemon, then stops Postgres, with no error", { timeout: SLOW }, async ([, atLine], { onTestFailed }) => {
     const listen = await freePort();
     // detached: a process group of its own, as a shell gives a foreground job; the signal goes to all of it.
     const daemon = spawn(process.execPath, [path.join(repoRoot, "bin/aiflowd.js"), "serve", "--data-dir", dataDir, "--embedded-port", String(port), "--listen", `127.0.0.1:${listen}`], {
@@ -133,15 +138,15 @@ describe("aiflowd with an embedded Postgres", () => {
     });
     children.push(daemon);
     const lines: Record<string, unknown>[] = [];
-    let serving!: () => void;
-    const ready = new Promise<void>((resolve) => (serving = resolve));
+    let reached!: () => void;
+    const ready = new Promise<void>((resolve) => (reached = resolve));
     readline.createInterface({ input: daemon.stdout! }).on("line", (line) => {
       const rec = JSON.parse(line) as Record<string, unknown>;
       lines.push(rec);
-      if (rec.msg === "aiflowd serving gRPC") serving();
+      if (rec.msg === atLine) reached();
     });
     const exited = once(daemon, "exit");
-    await Promise.race([ready, exited.then(() => Promise.reject(new Error(`aiflowd exited before serving: ${JSON.stringify(lines)}`)))]);
+    await Promise.race([ready, exited.then(() => Promise.reject(new Error(`aiflowd exited before logging '${atLine}': ${JSON.stringify(lines)}`)))]);
 
     // Postgres runs in a group of its own: if the test fails, nothing else would stop it.
     const postgresPid = await postmasterPid();

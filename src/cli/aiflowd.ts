@@ -61,20 +61,25 @@ async function main(argv: string[]): Promise<number> {
 }
 
 async function serve(config: Config, log: Logger): Promise<number> {
+  // The handlers go in before the daemon starts: it logs "serving" from inside startDaemon, and a
+  // Ctrl-C that followed that line before they were in killed the process outright (no drain, and
+  // an embedded Postgres left running). A signal during start-up stops the daemon once it is up.
+  let signals = 0;
+  let signalled!: () => void;
+  const stopAsked = new Promise<void>((resolve) => (signalled = resolve));
+  const onSignal = (signal: NodeJS.Signals) => {
+    if (++signals > 1) {
+      log.warn({ signal }, "second signal: exiting without waiting");
+      process.exit(130);
+    }
+    log.info({ signal, graceMs: config.shutdownGrace }, "shutting down");
+    signalled();
+  };
+  process.on("SIGINT", onSignal);
+  process.on("SIGTERM", onSignal);
   const daemon = await startDaemon(config, { log });
-  await new Promise<void>((resolve) => {
-    let signals = 0;
-    const onSignal = (signal: NodeJS.Signals) => {
-      if (++signals > 1) {
-        log.warn({ signal }, "second signal: exiting without waiting");
-        process.exit(130);
-      }
-      log.info({ signal, graceMs: config.shutdownGrace }, "shutting down");
-      void daemon.stop().then(resolve);
-    };
-    process.on("SIGINT", onSignal);
-    process.on("SIGTERM", onSignal);
-  });
+  await stopAsked;
+  await daemon.stop();
   return 0;
 }
 
