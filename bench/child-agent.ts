@@ -1,8 +1,11 @@
 /**
  * Child process: one agent built with the SDK, running a no-op handler. Items whose payload carries
  * sentAt (and measure:true) record the dispatch latency: from the producer issuing Enqueue to this
- * handler starting. Prints {"ready":true}; on SIGTERM stops the agent and prints its figures.
+ * handler starting. Prints {"ready":true}; on SIGTERM stops the agent and prints its figures, with
+ * its garbage-collection pauses from the first measured item on (all since the last reset when none
+ * was measured): on two shared cores, one process's pause stalls the others too.
  */
+import { PerformanceObserver, performance } from "node:perf_hooks";
 import type { Interceptor } from "@connectrpc/connect";
 import { pino } from "pino";
 import { createAgent } from "../agent-sdk/src/index.js";
@@ -11,6 +14,12 @@ import { nowMs } from "./clock.js";
 const [address, token, name, slotsRaw, tenant, kind] = process.argv.slice(2);
 const latencies: number[] = [];
 let handled = 0;
+/** Each GC pause: when it started (wall ms) and how long it took (ms). */
+const gcPauses: [number, number][] = [];
+new PerformanceObserver((list) => {
+  for (const e of list.getEntries()) gcPauses.push([performance.timeOrigin + e.startTime, e.duration]);
+}).observe({ entryTypes: ["gc"] });
+let firstMeasuredAt: number | undefined;
 /** Per-RPC call counts, total milliseconds and items, so a slow drain shows where its time went. */
 const rpcs: Record<string, { calls: number; ms: number; items: number }> = {};
 const timing: Interceptor = (next) => async (req) => {
@@ -36,7 +45,10 @@ const agent = createAgent({
       const started = nowMs();
       handled++;
       const p = item.payload as { sentAt?: number; measure?: boolean } | null;
-      if (p?.sentAt !== undefined && p.measure) latencies.push(started - p.sentAt);
+      if (p?.sentAt !== undefined && p.measure) {
+        latencies.push(started - p.sentAt);
+        firstMeasuredAt ??= started;
+      }
       return null;
     },
   },
@@ -47,12 +59,15 @@ process.on("message", (m) => {
   if (m !== "reset") return;
   handled = 0;
   latencies.length = 0;
+  gcPauses.length = 0;
+  firstMeasuredAt = undefined;
   for (const k of Object.keys(rpcs)) delete rpcs[k];
   console.log(JSON.stringify({ reset: true }));
 });
 process.once("SIGTERM", async () => {
   await agent.stop();
-  console.log(JSON.stringify({ handled, latencies, rpcs }));
+  const gc = gcPauses.filter(([at]) => at >= (firstMeasuredAt ?? 0)).map(([, ms]) => ms);
+  console.log(JSON.stringify({ handled, latencies, rpcs, gc }));
   process.exit(0);
 });
 console.log(JSON.stringify({ ready: true }));

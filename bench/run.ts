@@ -8,7 +8,7 @@ import { dropBaseline } from "./baseline.js";
 import { openDatabase, startDaemonProc, type DaemonProc } from "./env.js";
 import { drainBaseline, drainOurs, enqueueRate, settleDatabase, heartbeatCost, latencyBaseline, latencyOurs, rpcFigures, startAgents, stopAgents, type Options } from "./sections.js";
 import { http2Floor, perItem } from "./floor.js";
-import { ratio } from "./stats.js";
+import { gcFigures, ratio } from "./stats.js";
 
 const HELP = `npm run bench -- [options]
   --items N          drain backlog (default 20000)
@@ -88,8 +88,8 @@ try {
     progress(`draining with ${o.agents} agents × ${o.slots} slots`);
     const ours = await drainOurs(db, daemons, o);
     // The drain's agents report their RPC figures when stopped; the latency run starts its own.
-    const { rpcs } = await stopAgents(ours.agents);
-    emit("drain", { ...ours.figures, ...rpcFigures(rpcs) });
+    const { rpcs, gc } = await stopAgents(ours.agents);
+    emit("drain", { ...ours.figures, ...rpcFigures(rpcs), ...(gc ? gcFigures("agents", gc) : {}) });
     progress(`baseline drain with ${o.baselineWorkers} raw SQL workers`);
     const base = await drainBaseline(db, o);
     emit("drain_baseline", base);

@@ -7,7 +7,7 @@ import { nowMs } from "./clock.js";
 import { committedTransactions, KIND, NODE_TUNING, TENANT, TOKENS, type Database, type DaemonProc } from "./env.js";
 import { pollUntil, sql } from "./pg.js";
 import { cpuMeter, startChild, watchProc, type Child } from "./proc.js";
-import { perSecond, round, summarize } from "./stats.js";
+import { gcFigures, perSecond, round, summarize } from "./stats.js";
 
 export interface Options {
   items: number;
@@ -74,15 +74,15 @@ function resetFigures(agent: Child): Promise<void> {
 /** Stops agent children and gathers what they measured. */
 type Rpcs = Record<string, { calls: number; ms: number; items: number }>;
 
-export async function stopAgents(agents: Child[]): Promise<{ handled: number; latencies: number[]; rpcs: Rpcs }> {
+export async function stopAgents(agents: Child[]): Promise<{ handled: number; latencies: number[]; rpcs: Rpcs; gc?: number[] }> {
   const results = await Promise.all(
     agents.map(
       (a) =>
-        new Promise<{ handled: number; latencies: number[]; rpcs?: Rpcs }>((resolve) => {
+        new Promise<{ handled: number; latencies: number[]; rpcs?: Rpcs; gc?: number[] }>((resolve) => {
           a.onLine((line) => {
             try {
-              const r = JSON.parse(line) as { handled?: number; latencies?: number[]; rpcs?: Rpcs };
-              if (r.latencies) resolve({ handled: r.handled ?? 0, latencies: r.latencies, rpcs: r.rpcs });
+              const r = JSON.parse(line) as { handled?: number; latencies?: number[]; rpcs?: Rpcs; gc?: number[] };
+              if (r.latencies) resolve({ handled: r.handled ?? 0, latencies: r.latencies, rpcs: r.rpcs, gc: r.gc });
             } catch {
               // a log line
             }
@@ -100,7 +100,7 @@ export async function stopAgents(agents: Child[]): Promise<{ handled: number; la
       t.ms += v.ms;
       t.items += v.items;
     }
-  return { handled: results.reduce((n, r) => n + r.handled, 0), latencies: results.flatMap((r) => r.latencies), rpcs };
+  return { handled: results.reduce((n, r) => n + r.handled, 0), latencies: results.flatMap((r) => r.latencies), rpcs, gc: results.some((r) => r.gc) ? results.flatMap((r) => r.gc ?? []) : undefined };
 }
 
 /** next_attempt_at of the held backlog: pending, but never due until released. */
@@ -251,8 +251,11 @@ export async function latencyOurs(daemons: DaemonProc[], agents: Child[], o: Opt
   const shares = cpu();
   // Let the last items reach their handlers before the agents stop and report.
   await new Promise((r) => setTimeout(r, 500));
-  const { latencies, rpcs } = await stopAgents(agents);
-  return { ...latencyFigures(latencies, sent, o), ...shares, ...rpcFigures(rpcs) };
+  const { latencies, rpcs, gc } = await stopAgents(agents);
+  // The agents' GC pauses, to read the tail against: its slowest items come in one or two stalls of
+  // the whole machine per run, and in two of three traced runs those lined up with the agents'
+  // young-generation collections, all four agents collecting within a few hundred milliseconds.
+  return { ...latencyFigures(latencies, sent, o), ...shares, ...rpcFigures(rpcs), ...(gc ? gcFigures("agents", gc) : {}) };
 }
 
 /**

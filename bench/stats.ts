@@ -36,3 +36,12 @@ export function perSecond(count: number, spanNs: bigint): number {
 }
 
 export const round = (v: number, digits = 2) => (Number.isFinite(v) ? Math.round(v * 10 ** digits) / 10 ** digits : v);
+
+/** Garbage-collection pauses of a group of processes: how many, their total and the longest (ms). */
+export function gcFigures(group: string, pauses: readonly number[]): Record<string, number> {
+  return {
+    [`${group}_gc_pauses`]: pauses.length,
+    [`${group}_gc_ms`]: round(pauses.reduce((s, v) => s + v, 0), 1),
+    [`${group}_gc_max_ms`]: round(pauses.length ? Math.max(...pauses) : 0, 1),
+  };
+}

@@ -2,7 +2,7 @@ import { execFile } from "node:child_process";
 import { promisify } from "node:util";
 import { describe, expect, it } from "vitest";
 import { startChild, sampleProc } from "../bench/proc.js";
-import { percentile, perSecond, ratio, summarize } from "../bench/stats.js";
+import { gcFigures, percentile, perSecond, ratio, summarize } from "../bench/stats.js";
 import { openLoop } from "../bench/baseline.js";
 import { perItem } from "../bench/floor.js";
 import { databaseUrl } from "./support/database-url.js";
@@ -28,6 +28,11 @@ describe("benchmark arithmetic", () => {
   it("reads the steady section's CPU shares as CPU per item", () => {
     expect(perItem({ daemons_cpu_pct: 55, producer_cpu_pct: 34 }, 1000)).toEqual({ daemons_us_per_item: 550, producer_us_per_call: 340 });
     expect(perItem({ daemons_cpu_pct: 10, producer_cpu_pct: 5 }, 100)).toEqual({ daemons_us_per_item: 1000, producer_us_per_call: 500 });
+  });
+
+  it("sums a process group's GC pauses", () => {
+    expect(gcFigures("agents", [3.24, 20.5, 1])).toEqual({ agents_gc_pauses: 3, agents_gc_ms: 24.7, agents_gc_max_ms: 20.5 });
+    expect(gcFigures("agents", [])).toEqual({ agents_gc_pauses: 0, agents_gc_ms: 0, agents_gc_max_ms: 0 });
   });
 
   it("computes ours ÷ baseline and guards against missing figures", () => {
@@ -85,7 +90,11 @@ describe("benchmark smoke run", () => {
     const drain = sets.find((s) => s.bench === "drain")!;
     expect(drain.items).toBe(300);
     expect(typeof drain.items_per_s).toBe("number");
-    expect(typeof sets.find((s) => s.bench === "latency")!.p99_ms).toBe("number");
+    const latency = sets.find((s) => s.bench === "latency")!;
+    expect(typeof latency.p99_ms).toBe("number");
+    // The agents report their GC pauses (there may be none in so short a run).
+    expect(typeof latency.agents_gc_pauses).toBe("number");
+    expect(typeof drain.agents_gc_max_ms).toBe("number");
     const floor = sets.find((s) => s.bench === "http2_floor")!;
     expect(floor.server_us_per_call).toBeGreaterThan(0);
     expect(floor.client_us_per_call).toBeGreaterThan(0);
