@@ -255,7 +255,8 @@ export class Reader {
           break;
         }
       // Not String.fromCharCode.apply over a subarray: that makes a view and an argument list of
-      // 8 bytes per character for every string, most of an agent's garbage per item, and is slower.
+      // 8 bytes per character for every string (the largest single share of an agent's garbage per
+      // item), and is slower.
       if (ascii) return n === 0 ? "" : buf.toString("latin1", start, end);
     }
     return strictUtf8.decode(this.buf.subarray(start, end));
