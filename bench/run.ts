@@ -89,7 +89,7 @@ try {
     const ours = await drainOurs(db, daemons, o);
     // The drain's agents report their RPC figures when stopped; the latency run starts its own.
     const { rpcs, gc } = await stopAgents(ours.agents);
-    emit("drain", { ...ours.figures, ...rpcFigures(rpcs), ...(gc ? gcFigures("agents", gc) : {}) });
+    emit("drain", { ...ours.figures, ...rpcFigures(rpcs), ...gcFigures("agents", gc) });
     progress(`baseline drain with ${o.baselineWorkers} raw SQL workers`);
     const base = await drainBaseline(db, o);
     emit("drain_baseline", base);

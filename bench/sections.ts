@@ -255,7 +255,7 @@ export async function latencyOurs(daemons: DaemonProc[], agents: Child[], o: Opt
   // The agents' GC pauses, to read the tail against: its slowest items come in one or two stalls of
   // the whole machine per run, and in two of three traced runs those lined up with the agents'
   // young-generation collections, all four agents collecting within a few hundred milliseconds.
-  return { ...latencyFigures(latencies, sent, o), ...shares, ...rpcFigures(rpcs), ...(gc ? gcFigures("agents", gc) : {}) };
+  return { ...latencyFigures(latencies, sent, o), ...shares, ...rpcFigures(rpcs), ...gcFigures("agents", gc) };
 }
 
 /**

@@ -37,8 +37,12 @@ export function perSecond(count: number, spanNs: bigint): number {
 
 export const round = (v: number, digits = 2) => (Number.isFinite(v) ? Math.round(v * 10 ** digits) / 10 ** digits : v);
 
-/** Garbage-collection pauses of a group of processes: how many, their total and the longest (ms). */
-export function gcFigures(group: string, pauses: readonly number[]): Record<string, number> {
+/**
+ * Garbage-collection pauses of a group of processes: how many, their total and the longest (ms).
+ * Nothing when the group reported none (an older child, or one that died): not zeros.
+ */
+export function gcFigures(group: string, pauses: readonly number[] | undefined): Record<string, number> {
+  if (!pauses) return {};
   return {
     [`${group}_gc_pauses`]: pauses.length,
     [`${group}_gc_ms`]: round(pauses.reduce((s, v) => s + v, 0), 1),

@@ -33,6 +33,7 @@ describe("benchmark arithmetic", () => {
   it("sums a process group's GC pauses", () => {
     expect(gcFigures("agents", [3.24, 20.5, 1])).toEqual({ agents_gc_pauses: 3, agents_gc_ms: 24.7, agents_gc_max_ms: 20.5 });
     expect(gcFigures("agents", [])).toEqual({ agents_gc_pauses: 0, agents_gc_ms: 0, agents_gc_max_ms: 0 });
+    expect(gcFigures("agents", undefined)).toEqual({});
   });
 
   it("computes ours ÷ baseline and guards against missing figures", () => {
