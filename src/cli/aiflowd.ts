@@ -60,18 +60,30 @@ async function main(argv: string[]): Promise<number> {
   }
 }
 
+/** A repeat of the stop signal sooner than this is a relayed copy, not a person asking again. */
+const RELAYED_SIGNAL_MS = 1000;
+
 async function serve(config: Config, log: Logger): Promise<number> {
   // The handlers go in before the daemon starts: it logs "serving" from inside startDaemon, and a
   // Ctrl-C that followed that line before they were in killed the process outright (no drain, and
   // an embedded Postgres left running). A signal during start-up stops the daemon once it is up.
-  let signals = 0;
+  // A second signal skips the drain, but only one sent on purpose: a Ctrl-C under `npm start` reaches
+  // the daemon twice within milliseconds (the terminal signals the whole process group, and the
+  // wrapper relays its own copy), and that copy once cut the drain short.
+  let firstSignalAt: number | undefined;
   let signalled!: () => void;
   const stopAsked = new Promise<void>((resolve) => (signalled = resolve));
   const onSignal = (signal: NodeJS.Signals) => {
-    if (++signals > 1) {
+    const now = performance.now();
+    if (firstSignalAt !== undefined) {
+      if (now - firstSignalAt < RELAYED_SIGNAL_MS) {
+        log.debug({ signal }, "the stop signal arrived again at once (relayed by a wrapper): already stopping");
+        return;
+      }
       log.warn({ signal }, "second signal: exiting without waiting");
       process.exit(130);
     }
+    firstSignalAt = now;
     log.info({ signal, graceMs: config.shutdownGrace }, "shutting down");
     signalled();
   };
