@@ -125,6 +125,27 @@ describe("SDK gRPC transport (unary)", () => {
     expect(reply).toEqual(fromBinary(ClaimResponseSchema, REPLY));
   });
 
+  // Node keeps a finished client stream alive through young-generation collections (until the next
+  // full one), and with it everything its listeners reach: the call's request, reply and promises.
+  it("leaves no listener on a finished stream, after a reply or an error", async () => {
+    const sessionManager = new Http2SessionManager(baseUrl);
+    sessions.push(sessionManager);
+    const streams: http2.ClientHttp2Stream[] = [];
+    const request = sessionManager.request.bind(sessionManager);
+    sessionManager.request = async (...args) => {
+      const stream = await request(...args);
+      streams.push(stream);
+      return stream;
+    };
+    const c = createClient(AgentService, createSdkGrpcTransport({ baseUrl, sessionManager, interceptors: [] }));
+    script = answer(REPLY);
+    await c.claim({ name: "agent-1" });
+    script = answer(new Uint8Array(0), { "grpc-status": String(Code.NotFound), "grpc-message": "gone" });
+    expect(await codeOf(c.claim({ name: "agent-1" }))).toEqual({ code: Code.NotFound, message: "gone" });
+    expect(streams).toHaveLength(2);
+    for (const s of streams) expect(s.eventNames()).toEqual([]);
+  });
+
   it("maps an error status in the trailers, with its message", async () => {
     script = answer(new Uint8Array(0), { "grpc-status": String(Code.NotFound), "grpc-message": encodeURIComponent("no agent named 'x'") });
     // An empty reply frame then a NOT_FOUND trailer: the status wins.
