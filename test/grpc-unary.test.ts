@@ -5,6 +5,7 @@
  * reaching the handler, the same methods still served over gRPC-Web and Connect by connect-node, and
  * the streams it serves never wrapped by Node's compatibility layer.
  */
+import { once } from "node:events";
 import http2 from "node:http2";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
@@ -203,6 +204,33 @@ describe("routing a server's streams", () => {
       expect((await call(HEALTH, Buffer.alloc(0), { "content-type": "application/grpc-web" }, { on })).headers[":status"]).toBe(404);
       expect(handled).toEqual(["/no.Such/Method", HEALTH]);
       expect(requests).toBe(2);
+    } finally {
+      on.close();
+      await new Promise((resolve) => server.close(resolve));
+    }
+  });
+});
+
+describe("direct gRPC path: finished streams", () => {
+  // Node keeps a finished stream alive through young-generation collections (until the next full
+  // one), and with it everything its listeners reach: the request's body, the call's signal.
+  it("leaves no listener on a stream it served, after an answer or a refusal", async () => {
+    const specs = new Map<string, UnarySpec>();
+    connectNodeAdapter({ routes: recordUnary((router) => router.service(Health, { check: () => ({ status: Serving.SERVING }), async *watch() {} }), specs) });
+    const fast = grpcUnaryFastPath(specs, { interceptors: [], readMaxBytes: 1 << 20, shutdownSignal: new AbortController().signal });
+    const server = http2.createServer();
+    routeStreams(server, fast, (_req, res) => res.writeHead(404).end());
+    const closed: Promise<http2.ServerHttp2Stream>[] = [];
+    // After routeStreams' listener, so the direct path's listeners go on first (as in the daemon).
+    server.on("stream", (stream: http2.ServerHttp2Stream) => closed.push(once(stream, "close").then(() => stream)));
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const on = http2.connect(`http://127.0.0.1:${(server.address() as AddressInfo).port}`);
+    try {
+      expect((await call(HEALTH, frame(toBinary(HealthCheckRequestSchema, create(HealthCheckRequestSchema))), {}, { on })).status).toBe(0);
+      expect((await call(HEALTH, Buffer.alloc(0), {}, { on })).status).toBe(Code.Internal);
+      const streams = await Promise.all(closed);
+      expect(streams).toHaveLength(2);
+      for (const stream of streams) expect(stream.eventNames()).toEqual([]);
     } finally {
       on.close();
       await new Promise((resolve) => server.close(resolve));

@@ -118,6 +118,7 @@ export function grpcUnaryFastPath(specs: ReadonlyMap<string, UnarySpec>, opts: G
     // A stream reset by the client emits 'error'; unheard, that would be an uncaught exception.
     // The call's own listeners (close, read) turn it into a cancelled call.
     stream.on("error", ignore);
+    stream.once("close", release);
     // serve() answers every error itself; this only catches a write to a stream that died between
     // its checks and the write, which must not become an unhandled rejection (a crash).
     serve(method, stream, headers, path!, contentType, interceptors, opts, inflight).catch(() => {
@@ -128,6 +129,15 @@ export function grpcUnaryFastPath(specs: ReadonlyMap<string, UnarySpec>, opts: G
 }
 
 const ignore = () => {};
+
+/**
+ * A finished stream outlives its call: Node keeps it alive through young-generation collections
+ * until the next full one, and with it whatever its listeners reach (the request's body and the
+ * call's signal and promises). Nothing is emitted after 'close'.
+ */
+function release(this: ServerHttp2Stream): void {
+  this.removeAllListeners();
+}
 
 /**
  * Routes a server's streams: the direct path's first, the rest to the compatibility layer's
