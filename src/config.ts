@@ -31,6 +31,32 @@ interface Setting<T> {
 
 const text: Parser<string> = (raw) => raw;
 
+/**
+ * A Postgres URL as slonik reads it (with the WHATWG URL parser). libpq also takes a Unix socket's
+ * directory as a `host` parameter after an empty host, `postgresql://user@/db?host=/run/postgresql`,
+ * which that parser refuses once the URL names a user; such a URL is rewritten with the directory
+ * percent-encoded as its host (and a `port` parameter as its port), which slonik and pg both read
+ * as the socket's directory. Anything else that does not parse is refused here, naming the setting.
+ */
+export const postgresUrl: Parser<string> = (raw, flag) => {
+  const bad = (why: string) => new ConfigError(flag, `'${redactPassword(raw)}' ${why}`);
+  if (!/^postgres(ql)?:\/\//i.test(raw)) throw bad("is not a postgres:// or postgresql:// URL");
+  if (URL.canParse(raw)) return raw;
+  const m = /^(postgres(?:ql)?:\/\/)([^@/?#]*)@\/([^?#]*)(?:\?([^#]*))?$/i.exec(raw);
+  const params = new URLSearchParams(m?.[4] ?? "");
+  const host = params.get("host");
+  if (!m || !host?.startsWith("/")) throw bad("is not a valid URL");
+  const port = params.get("port");
+  params.delete("host");
+  params.delete("port");
+  const query = params.toString();
+  const rewritten = `${m[1]}${m[2]}@${encodeURIComponent(host)}${port ? `:${port}` : ""}/${m[3]}${query ? `?${query}` : ""}`;
+  if (!URL.canParse(rewritten)) throw bad("is not a valid URL");
+  return rewritten;
+};
+
+const redactPassword = (url: string) => url.replace(/(:\/\/[^:/?#@]*:)[^@/?#]*@/, "$1***@");
+
 const int =
   (min: number, max = Number.MAX_SAFE_INTEGER): Parser<number> =>
   (raw, flag) => {
@@ -100,8 +126,8 @@ const SETTINGS = {
     flag: "--database-url",
     env: ["AIFLOW_DATABASE_URL", "DATABASE_URL"],
     default: undefined,
-    help: "Postgres URL; when unset an embedded Postgres is started under --data-dir",
-    parse: text,
+    help: "Postgres URL (a Unix socket: postgresql://USER@/DB?host=/run/postgresql); when unset an embedded Postgres is started under --data-dir",
+    parse: postgresUrl,
   },
   dataDir: { flag: "--data-dir", env: ["AIFLOW_DATA_DIR"], default: "./.aiflowd/pg", help: "data directory of the embedded Postgres", parse: text },
   embeddedPort: { flag: "--embedded-port", env: ["AIFLOW_EMBEDDED_PORT"], default: "7432", help: "port of the embedded Postgres (loopback only)", parse: int(1024, 65535) },

@@ -19,6 +19,21 @@ describe("config", () => {
     expect(parseArgs([], { DATABASE_URL: "postgres://x/y" }).config.databaseUrl).toBe("postgres://x/y");
   });
 
+  // slonik reads the URL with the WHATWG parser, and reads a percent-encoded host that starts with
+  // '/' as a Unix socket's directory (as pg does): what it would connect to is checked that way.
+  it("takes a Unix socket as libpq writes it (an empty host and a host parameter), and refuses a URL that does not parse", () => {
+    const url = (raw: string) => parseArgs(["--database-url", raw], {}).config.databaseUrl!;
+    const socket = url("postgresql://root@/test?host=/var/run/postgresql&port=5433&application_name=a");
+    const parsed = new URL(socket);
+    expect([decodeURIComponent(parsed.hostname), parsed.port, parsed.username, parsed.pathname, parsed.searchParams.get("application_name")]).toEqual(["/var/run/postgresql", "5433", "root", "/test", "a"]);
+    expect(parsed.searchParams.has("host")).toBe(false);
+    expect(url("postgres://u:p@db.internal:6432/app?sslmode=require")).toBe("postgres://u:p@db.internal:6432/app?sslmode=require");
+    expect(url("postgresql:///test?host=/tmp")).toBe("postgresql:///test?host=/tmp");
+    expect(() => url("mysql://root@localhost/test")).toThrow(/--database-url.*not a postgres/);
+    expect(() => url("postgresql://root:secret@/test")).toThrow(ConfigError);
+    expect(() => url("postgresql://root:secret@/test")).not.toThrow(/secret/);
+  });
+
   it("parses token grants from flags and env, with tenant limits", () => {
     const { tokens } = parseArgs(["--token", "agent:secret-aaa", "--token", "engine:secret-bbb:t1,t2"], {}).config;
     expect(tokens.map((t) => [t.role, t.tenants])).toEqual([
