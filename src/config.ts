@@ -38,7 +38,7 @@ const text: Parser<string> = (raw) => raw;
  * percent-encoded as its host (and a `port` parameter as its port), which slonik and pg both read
  * as the socket's directory. Anything else that does not parse is refused here, naming the setting.
  */
-export const postgresUrl: Parser<string> = (raw, flag) => {
+const postgresUrl: Parser<string> = (raw, flag) => {
   const bad = (why: string) => new ConfigError(flag, `'${redactPassword(raw)}' ${why}`);
   if (!/^postgres(ql)?:\/\//i.test(raw)) throw bad("is not a postgres:// or postgresql:// URL");
   if (URL.canParse(raw)) return raw;
