@@ -303,10 +303,10 @@ export async function heartbeatCost(db: Database, daemon: DaemonProc, o: Options
     ready: (l) => l.includes('"ready"'),
   });
   await hb.ready;
-  const beatsDone = new Promise<number>((resolve) => {
+  const beatsDone = new Promise<{ beats: number; reregistered: number }>((resolve) => {
     hb.onLine((line) => {
-      const r = JSON.parse(line) as { beats?: number };
-      if (r.beats !== undefined) resolve(r.beats);
+      const r = JSON.parse(line) as { beats?: number; reregistered?: number };
+      if (r.beats !== undefined) resolve({ beats: r.beats, reregistered: r.reregistered ?? 0 });
     });
   });
   await new Promise((r) => setTimeout(r, settleMs));
@@ -316,7 +316,7 @@ export async function heartbeatCost(db: Database, daemon: DaemonProc, o: Options
   const x1 = await committedTransactions(db.url);
   const cpu = meter();
   const seconds = cpu.wallMs / 1000;
-  const beats = await beatsDone;
+  const { beats, reregistered } = await beatsDone;
   await hb.exited;
   const rate = (x1 - x0 - 2) / seconds;
   return {
@@ -326,6 +326,8 @@ export async function heartbeatCost(db: Database, daemon: DaemonProc, o: Options
     statements_per_s: round(rate, 1),
     idle_statements_per_s: round(idleRate, 1),
     heartbeat_statements_per_s: round(Math.max(0, rate - idleRate), 1),
+    // Simulated agents that had been marked inactive and registered again (see child-heartbeats.ts).
+    reregistered,
     daemon_cpu_pct: round((cpu.groupMs.daemon! / cpu.wallMs) * 100, 1),
   };
 }

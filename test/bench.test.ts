@@ -96,6 +96,8 @@ describe("benchmark smoke run", () => {
     // The agents report their GC pauses (there may be none in so short a run).
     expect(typeof latency.agents_gc_pauses).toBe("number");
     expect(typeof drain.agents_gc_max_ms).toBe("number");
+    const heartbeat = sets.find((s) => s.bench === "heartbeat")!;
+    expect(typeof heartbeat.reregistered).toBe("number");
     const floor = sets.find((s) => s.bench === "http2_floor")!;
     expect(floor.server_us_per_call).toBeGreaterThan(0);
     expect(floor.client_us_per_call).toBeGreaterThan(0);
