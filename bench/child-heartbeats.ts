@@ -39,7 +39,8 @@ for (let second = 0; second * 1000 < durationMs; second++) {
         if (r.status !== AgentStatus.INACTIVE || registering.has(i)) return;
         registering.add(i);
         reregistered++;
-        pending.push(register(i).finally(() => registering.delete(i)));
+        // Caught here: the final allSettled may already have taken the list without it.
+        pending.push(register(i).then(() => registering.delete(i), () => registering.delete(i)));
       }),
     );
   }
