@@ -10,7 +10,7 @@ import http2 from "node:http2";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import type { AddressInfo } from "node:net";
-import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { Code, ConnectError, createClient, type ServiceImpl } from "@connectrpc/connect";
 import { connectNodeAdapter, createConnectTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { grpcUnaryFastPath, recordUnary, routeStreams, type UnarySpec } from "../src/server/grpc-unary.js";
@@ -180,21 +180,39 @@ describe("the direct gRPC unary path", () => {
   });
 });
 
+/**
+ * A bare HTTP/2 server whose Health calls take the direct path (check answers them), every other
+ * stream going to `request`; and a client session on it. close() ends both.
+ */
+async function directHealthServer(opts: { check?: ServiceImpl<typeof Health>["check"]; request?: (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void; shutdownSignal?: AbortSignal } = {}) {
+  const specs = new Map<string, UnarySpec>();
+  connectNodeAdapter({ routes: recordUnary((router) => router.service(Health, { check: opts.check ?? (() => ({ status: Serving.SERVING })), async *watch() {} }), specs) });
+  const fast = grpcUnaryFastPath(specs, { interceptors: [], readMaxBytes: 1 << 20, shutdownSignal: opts.shutdownSignal ?? new AbortController().signal });
+  const server = http2.createServer();
+  routeStreams(server, fast, opts.request ?? ((_req, res) => res.writeHead(404).end()));
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const on = http2.connect(`http://127.0.0.1:${(server.address() as AddressInfo).port}`);
+  return {
+    server,
+    on,
+    close: async () => {
+      on.close();
+      await new Promise((resolve) => server.close(resolve));
+    },
+  };
+}
+
 describe("routing a server's streams", () => {
   it("gives the direct path's calls to it alone, and every other stream to the request handler", async () => {
-    const specs = new Map<string, UnarySpec>();
-    connectNodeAdapter({ routes: recordUnary((router) => router.service(Health, { check: () => ({ status: Serving.SERVING }), async *watch() {} }), specs) });
-    const fast = grpcUnaryFastPath(specs, { interceptors: [], readMaxBytes: 1 << 20, shutdownSignal: new AbortController().signal });
-    const server = http2.createServer();
     const handled: string[] = [];
-    routeStreams(server, fast, (req, res) => {
-      handled.push(req.url);
-      res.writeHead(404).end();
+    const { server, on, close } = await directHealthServer({
+      request: (req, res) => {
+        handled.push(req.url);
+        res.writeHead(404).end();
+      },
     });
     let requests = 0;
     server.on("request", () => requests++);
-    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-    const on = http2.connect(`http://127.0.0.1:${(server.address() as AddressInfo).port}`);
     try {
       // Served directly: Node's compatibility layer never made a request of it.
       expect((await call(HEALTH, frame(toBinary(HealthCheckRequestSchema, create(HealthCheckRequestSchema))), {}, { on })).status).toBe(0);
@@ -205,8 +223,7 @@ describe("routing a server's streams", () => {
       expect(handled).toEqual(["/no.Such/Method", HEALTH]);
       expect(requests).toBe(2);
     } finally {
-      on.close();
-      await new Promise((resolve) => server.close(resolve));
+      await close();
     }
   });
 });
@@ -215,16 +232,10 @@ describe("direct gRPC path: finished streams", () => {
   // Node keeps a finished stream alive through young-generation collections (until the next full
   // one), and with it everything its listeners reach: the request's body, the call's signal.
   it("leaves no listener on a stream it served, after an answer or a refusal", async () => {
-    const specs = new Map<string, UnarySpec>();
-    connectNodeAdapter({ routes: recordUnary((router) => router.service(Health, { check: () => ({ status: Serving.SERVING }), async *watch() {} }), specs) });
-    const fast = grpcUnaryFastPath(specs, { interceptors: [], readMaxBytes: 1 << 20, shutdownSignal: new AbortController().signal });
-    const server = http2.createServer();
-    routeStreams(server, fast, (_req, res) => res.writeHead(404).end());
+    const { server, on, close } = await directHealthServer();
     const closed: Promise<http2.ServerHttp2Stream>[] = [];
     // After routeStreams' listener, so the direct path's listeners go on first (as in the daemon).
     server.on("stream", (stream: http2.ServerHttp2Stream) => closed.push(once(stream, "close").then(() => stream)));
-    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-    const on = http2.connect(`http://127.0.0.1:${(server.address() as AddressInfo).port}`);
     try {
       expect((await call(HEALTH, frame(toBinary(HealthCheckRequestSchema, create(HealthCheckRequestSchema))), {}, { on })).status).toBe(0);
       expect((await call(HEALTH, Buffer.alloc(0), {}, { on })).status).toBe(Code.Internal);
@@ -232,37 +243,24 @@ describe("direct gRPC path: finished streams", () => {
       expect(streams).toHaveLength(2);
       for (const stream of streams) expect(stream.eventNames()).toEqual([]);
     } finally {
-      on.close();
-      await new Promise((resolve) => server.close(resolve));
+      await close();
     }
   });
 });
 
 describe("direct gRPC path: the handler's context", () => {
   it("aborts a call in flight when the server stops for good, and tells the handler its deadline", async () => {
-    const specs = new Map<string, UnarySpec>();
     const shutdown = new AbortController();
     const seen: { timeoutMs?: number; reason?: unknown } = {};
-    connectNodeAdapter({
-      routes: recordUnary(
-        (router) =>
-          router.service(Health, {
-            async check(_req, ctx) {
-              seen.timeoutMs = ctx.timeoutMs();
-              await new Promise((resolve) => ctx.signal.addEventListener("abort", resolve, { once: true }));
-              seen.reason = ctx.signal.reason;
-              throw new ConnectError("stopped", Code.Unavailable);
-            },
-            async *watch() {},
-          }),
-        specs,
-      ),
+    const { on, close } = await directHealthServer({
+      shutdownSignal: shutdown.signal,
+      async check(_req, ctx) {
+        seen.timeoutMs = ctx.timeoutMs();
+        await new Promise((resolve) => ctx.signal.addEventListener("abort", resolve, { once: true }));
+        seen.reason = ctx.signal.reason;
+        throw new ConnectError("stopped", Code.Unavailable);
+      },
     });
-    const fast = grpcUnaryFastPath(specs, { interceptors: [], readMaxBytes: 1 << 20, shutdownSignal: shutdown.signal });
-    const server = http2.createServer();
-    routeStreams(server, fast, (_req, res) => res.writeHead(404).end());
-    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-    const on = http2.connect(`http://127.0.0.1:${(server.address() as AddressInfo).port}`);
     try {
       const answer = call(HEALTH, frame(toBinary(HealthCheckRequestSchema, create(HealthCheckRequestSchema))), { "grpc-timeout": "60S" }, { on });
       await vi.waitFor(() => expect(seen.timeoutMs).toBeDefined());
@@ -272,8 +270,7 @@ describe("direct gRPC path: the handler's context", () => {
       expect((await answer).status).toBe(Code.Unavailable);
       expect(ConnectError.from(seen.reason).rawMessage).toBe("the server is stopping");
     } finally {
-      on.close();
-      await new Promise((resolve) => server.close(resolve));
+      await close();
     }
   });
 });
