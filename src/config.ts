@@ -39,7 +39,7 @@ const text: Parser<string> = (raw) => raw;
  * as the socket's directory. Anything else that does not parse is refused here, naming the setting.
  */
 const postgresUrl: Parser<string> = (raw, flag) => {
-  const bad = (why: string) => new ConfigError(flag, `'${redactPassword(raw)}' ${why}`);
+  const bad = (why: string) => new ConfigError(flag, `'${redactDatabaseUrl(raw)}' ${why}`);
   if (!/^postgres(ql)?:\/\//i.test(raw)) throw bad("is not a postgres:// or postgresql:// URL");
   if (URL.canParse(raw)) return raw;
   const m = /^(postgres(?:ql)?:\/\/)([^@/?#]*)@\/([^?#]*)(?:\?([^#]*))?$/i.exec(raw);
@@ -55,7 +55,8 @@ const postgresUrl: Parser<string> = (raw, flag) => {
   return rewritten;
 };
 
-const redactPassword = (url: string) => url.replace(/(:\/\/[^:/?#@]*:)[^@/?#]*@/, "$1***@");
+/** The URL with its password masked; works on text that does not parse as a URL too (for errors). */
+export const redactDatabaseUrl = (url: string) => url.replace(/(:\/\/[^:/?#@]*:)[^@/?#]*@/, "$1****@");
 
 const int =
   (min: number, max = Number.MAX_SAFE_INTEGER): Parser<number> =>

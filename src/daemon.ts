@@ -6,7 +6,7 @@
 import type { DatabasePool } from "slonik";
 import "./util/protobuf-text.js";
 import { systemClock, type Clock } from "./clock.js";
-import { ConfigError, type Config } from "./config.js";
+import { ConfigError, redactDatabaseUrl, type Config } from "./config.js";
 import { startEmbeddedPostgres, type EmbeddedPostgres } from "./db/embedded.js";
 import { migrate } from "./db/migrate.js";
 import { openPool, waitForDatabase } from "./db/pool.js";
@@ -48,7 +48,7 @@ export async function startDaemon(config: Config, { log, clock = systemClock }: 
     ? undefined
     : await startEmbeddedPostgres({ dataDir: config.dataDir, port: config.embeddedPort, log: log.child({ component: "embedded-postgres" }) });
   const url = config.databaseUrl ?? embedded!.url;
-  log.info({ database: redactUrl(url), embedded: embedded !== undefined, schema: config.schema, prefix: config.tablePrefix }, "using database");
+  log.info({ database: redactDatabaseUrl(url), embedded: embedded !== undefined, schema: config.schema, prefix: config.tablePrefix }, "using database");
 
   const cleanups: (() => Promise<unknown>)[] = [];
   const undo = async () => {
@@ -106,12 +106,3 @@ export async function stopBackground(background: readonly Background[], log: Log
   for (const b of background) await b.stop().catch((err: unknown) => log.error({ err }, "error while stopping a background loop; stopping the rest"));
 }
 
-function redactUrl(url: string): string {
-  try {
-    const u = new URL(url);
-    if (u.password) u.password = "****";
-    return u.toString();
-  } catch {
-    return "(unparseable url)";
-  }
-}
