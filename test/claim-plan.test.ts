@@ -4,12 +4,14 @@
  * ones in dispatch order (a downstream outage's retries) must be passed over on their index entries
  * (migration 0005), not by reading each row: that cost every claim 13 ms at 20,000 such items. And
  * how an insert that offers its rows to a waiting claim checks that nothing comes first: behind
- * another tenant's backlog it reads a bounded number of index entries, not the backlog.
+ * another tenant's backlog it reads a bounded number of index entries, not the backlog. And that the
+ * claim keeps to the claim index's order when the statistics are behind: analysed while nothing was
+ * pending, then a backlog arrives (the planner had read the whole backlog and sorted it, every claim).
  */
 import pg from "pg";
 import type { QuerySqlToken } from "slonik";
 import { afterAll, beforeAll, expect, it } from "vitest";
-import type { PreparedQueries } from "../src/db/prepared.js";
+import { HOT_SESSION_OPTIONS, type PreparedQueries } from "../src/db/prepared.js";
 import { WorkItemStore } from "../src/store/work-items.js";
 import { createTestDb, type TestDb } from "./support/db.js";
 
@@ -31,13 +33,26 @@ interface PlanNode {
 }
 const nodes = (n: PlanNode): PlanNode[] => [n, ...(n.Plans ?? []).flatMap(nodes)];
 
-/** The plan nodes of a statement the store built, explained (and rolled back) with the hot path's planner settings. */
-async function explain(token: QuerySqlToken): Promise<PlanNode[]> {
-  const client = new pg.Client({ connectionString: db.url, options: "-c jit=off -c enable_bitmapscan=off -c enable_seqscan=off" });
+/**
+ * The plan nodes of a statement the store built, explained (and rolled back) with the hot path's
+ * planner settings: as planned for its values, or (`generic`) as the cached plan a named prepared
+ * statement may settle on after five runs.
+ */
+async function explain(token: QuerySqlToken, plan: "custom" | "generic" = "custom"): Promise<PlanNode[]> {
+  const client = new pg.Client({ connectionString: db.url, options: HOT_SESSION_OPTIONS });
   await client.connect();
   try {
     await client.query("BEGIN");
-    const res = await client.query<{ "QUERY PLAN": [{ Plan: PlanNode }] }>(`EXPLAIN (ANALYZE, FORMAT JSON) ${token.sql.replaceAll("$slonik_", "$")}`, token.values as unknown[]);
+    const text = token.sql.replaceAll("$slonik_", "$");
+    const values = token.values as unknown[];
+    let res;
+    if (plan === "custom") res = await client.query<{ "QUERY PLAN": [{ Plan: PlanNode }] }>(`EXPLAIN (ANALYZE, FORMAT JSON) ${text}`, values);
+    else {
+      await client.query("SET LOCAL plan_cache_mode = force_generic_plan");
+      await client.query(`PREPARE planned AS ${text}`);
+      const args = values.map((v) => (v === null ? "NULL" : client.escapeLiteral(String(v))));
+      res = await client.query<{ "QUERY PLAN": [{ Plan: PlanNode }] }>(`EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE planned(${args.join(", ")})`);
+    }
     await client.query("ROLLBACK");
     return nodes(res.rows[0]!["QUERY PLAN"][0].Plan);
   } finally {
@@ -115,4 +130,35 @@ it("checks an offered batch against another tenant's backlog by a bounded number
   // Once for the batch's one (tenant, kind, priority), and no further than the lookahead.
   expect(scans[0]!["Actual Rows"]).toBe(64);
   expect(all.some((n) => n["Node Type"] === "Seq Scan")).toBe(false);
+});
+
+it("keeps to the claim index's order when the statistics were taken with nothing pending", async () => {
+  const now = Date.UTC(2026, 10, 30);
+  await db.raw(
+    `INSERT INTO ${db.tables.qualified("agent")} (id, name, status, metadata, createdby, createdon)
+     VALUES ('01AGENT3', 'stale', 'active', '{"tenants":["s"],"engineKinds":["k"]}', 'test', now())`,
+  );
+  // A backlog analysed while it was not pending (as a queue analysed between bursts), then released.
+  const work = db.tables.qualified("work_item");
+  await db.raw(`UPDATE ${work} SET status = 'completed' WHERE status = 'pending'`);
+  await db.raw(
+    `INSERT INTO ${work} (id, tenant_key, engine_id, engine_kind, status, priority, next_attempt_at, retry_count, max_retries, createdby, createdon)
+     SELECT 'D' || lpad(g::text, 8, '0'), 's', 'e', 'k', 'completed', 0, 0, 0, 5, 'test', to_timestamp($1::float8 / 1000) + g * interval '1 ms'
+       FROM generate_series(1, 5000) g`,
+    [now],
+  );
+  await db.raw(`ANALYZE ${work}`);
+  await db.raw(`UPDATE ${work} SET status = 'pending' WHERE id LIKE 'D%'`);
+
+  const { store, caught } = catching();
+  await store.claim({ agent: "stale", instance: "test", max: 32, nowMs: now, leaseTtlMs: 30_000, affinity: { policy: "rebind", graceMs: 60_000 }, bindingSeed: "01KB0000000000000000000000", leaseToken: "tok" });
+  for (const plan of ["custom", "generic"] as const) {
+    const all = await explain(caught(), plan);
+    const shape = JSON.stringify(all.map((n) => [n["Node Type"], n["Index Name"], n["Actual Rows"]]));
+    const scan = all.find((n) => n["Index Name"]?.endsWith("work_item_status_priority_idx"));
+    expect(scan, `${plan}: ${shape}`).toBeDefined();
+    // It stops at the 32 it takes; it does not read the 5,000 and sort them.
+    expect(scan!["Actual Rows"], `${plan}: ${shape}`).toBe(32);
+    expect(all.filter((n) => n["Node Type"] === "Sort" && n["Actual Rows"] > 32), `${plan}: ${shape}`).toEqual([]);
+  }
 });
