@@ -103,18 +103,15 @@ export async function stopAgents(agents: Child[]): Promise<{ handled: number; la
   return { handled: results.reduce((n, r) => n + r.handled, 0), latencies: results.flatMap((r) => r.latencies), rpcs, gc: results.some((r) => r.gc) ? results.flatMap((r) => r.gc ?? []) : undefined };
 }
 
-/** next_attempt_at of the held backlog: pending, but never due until released. */
-const HELD = 9223372036854775807n;
-
 /**
- * Waits until nothing is pending (but what is held at `heldAt`) or dispatched: two probes of the
- * pending and in-flight partial indexes, so the watching costs the drain next to nothing (a count
- * over the table every poll took a visible share of Postgres's CPU).
+ * Waits until nothing is pending or dispatched: two probes of the pending and in-flight partial
+ * indexes, so the watching costs the drain next to nothing (a count over the table every poll took a
+ * visible share of Postgres's CPU).
  */
-function waitForDrained(db: Database, timeoutMs: number, heldAt?: bigint): Promise<void> {
+function waitForDrained(db: Database, timeoutMs: number): Promise<void> {
   return pollUntil<{ busy: boolean }>(
     db.url,
-    `SELECT EXISTS (SELECT 1 FROM ${workTable(db)} WHERE status = 'pending'${heldAt === undefined ? "" : ` AND next_attempt_at < ${heldAt}`})
+    `SELECT EXISTS (SELECT 1 FROM ${workTable(db)} WHERE status = 'pending')
          OR EXISTS (SELECT 1 FROM ${workTable(db)} WHERE status = 'dispatched') AS busy`,
     (r) => !r.busy,
     timeoutMs,
@@ -124,25 +121,31 @@ function waitForDrained(db: Database, timeoutMs: number, heldAt?: bigint): Promi
 
 /**
  * Agents (separate SDK processes) drain the backlog; first claim to last completion in the database.
- * The backlog is held (not yet due) while the agent processes boot and register, then made due in one
- * statement: otherwise the first agent up would drain while the others are still loading.
+ * The backlog is parked while the agent processes boot and register, then released in one statement:
+ * otherwise the first agent up would drain while the others are still loading.
+ *
+ * It is parked outside the claim index (as cancelled, which no claim reads) and the table is vacuumed
+ * before the release, so the drain starts from the index a freshly enqueued backlog has: one entry
+ * per item, as the baseline's. Holding it as pending but not yet due instead left three entries per
+ * item (as enqueued, as held, as released: each update of the due time writes one), and every claim
+ * walks the dead entries of the items claimed before it.
  */
 export async function drainOurs(db: Database, daemons: DaemonProc[], o: Options): Promise<{ figures: Figures; agents: Child[] }> {
-  await sql(db.url, `UPDATE ${workTable(db)} SET next_attempt_at = ${HELD} WHERE status = 'pending'`);
-  await sql(db.url, `ANALYZE ${workTable(db)}`);
+  await sql(db.url, `UPDATE ${workTable(db)} SET status = 'cancelled' WHERE status = 'pending'`);
   const agents = await startAgents(daemons, o.agents, o.slots, "drain");
   if (o.drainWarmup > 0) {
     // A warm-up the agents drain first, not counted: agents are long-running processes, and in a
     // drain of a few seconds, freshly started ones spent a visible share of it compiling their hot
     // paths. Its rows are deleted before the counted drain starts.
     await enqueueRate(db, daemons, o.drainWarmup);
-    await waitForDrained(db, 600_000, HELD);
+    await waitForDrained(db, 600_000);
     await sql(db.url, `DELETE FROM ${workTable(db)} WHERE status = 'completed'`);
     await Promise.all(agents.map((a) => resetFigures(a)));
   }
+  await sql(db.url, `VACUUM (ANALYZE) ${workTable(db)}`);
   const watches = daemons.map((d) => watchProc(d.child.pid));
   const meter = cpuMeter({ agents: agents.map((a) => a.pid) });
-  await sql(db.url, `UPDATE ${workTable(db)} SET next_attempt_at = (extract(epoch from clock_timestamp()) * 1e9)::bigint WHERE status = 'pending'`);
+  await sql(db.url, `UPDATE ${workTable(db)} SET status = 'pending', next_attempt_at = (extract(epoch from clock_timestamp()) * 1e9)::bigint WHERE status = 'cancelled'`);
   await waitForDrained(db, 600_000);
   const cpu = meter();
   const usage = watches.map((w) => w.stop());
