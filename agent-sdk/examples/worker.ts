@@ -11,6 +11,7 @@
  *   --tenants A,B        AIFLOW_TENANTS        tenant keys to take work from (default: default)
  *   --engine-kind KIND   AIFLOW_ENGINE_KIND    engine kind these handlers run (default: test)
  *   --slots N            AIFLOW_SLOTS          items run at once (default: 4)
+ *   --prefetch N         AIFLOW_PREFETCH       most items claimed ahead of free slots, for quick handlers; 0 = off (default: 3 × slots)
  *   --grace MS           AIFLOW_GRACE_MS       drain time on SIGTERM/SIGINT before in-flight work is given back (default: 30000)
  *   --log-level LEVEL    AIFLOW_LOG_LEVEL      pino level (default: info)
  *
@@ -50,6 +51,7 @@ function config() {
       tenants: { type: "string" },
       "engine-kind": { type: "string" },
       slots: { type: "string" },
+      prefetch: { type: "string" },
       grace: { type: "string" },
       "log-level": { type: "string" },
     },
@@ -69,6 +71,7 @@ function config() {
     tenants: list(values.tenants ?? env.AIFLOW_TENANTS ?? "default"),
     engineKind: values["engine-kind"] ?? env.AIFLOW_ENGINE_KIND ?? "test",
     slots: number("slots", values.slots ?? env.AIFLOW_SLOTS, 4),
+    prefetch: (values.prefetch ?? env.AIFLOW_PREFETCH) === undefined ? undefined : number("prefetch", values.prefetch ?? env.AIFLOW_PREFETCH, 0),
     graceMs: number("grace", values.grace ?? env.AIFLOW_GRACE_MS, 30_000),
     logLevel: values["log-level"] ?? env.AIFLOW_LOG_LEVEL ?? "info",
   };
@@ -85,6 +88,7 @@ async function main(): Promise<number> {
       name: c.name,
       tenants: c.tenants,
       slots: c.slots,
+      prefetch: c.prefetch,
       handlers: { [c.engineKind]: { shout, wait, "*": echo } },
       gracefulShutdownMs: c.graceMs,
       handleSignals: true,

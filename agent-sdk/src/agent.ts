@@ -16,6 +16,7 @@ import { EventEmitter } from "node:events";
 import { durationMs, timestampMs } from "@bufbuild/protobuf/wkt";
 import type { Logger } from "pino";
 import { backoffDelay, sleep } from "./backoff.js";
+import { ClaimAhead } from "./claim-ahead.js";
 import { Claimer } from "./claimer.js";
 import { DirectiveFollower } from "./directives.js";
 import { AgentFailedError } from "./errors.js";
@@ -53,6 +54,7 @@ export type AgentEvents = {
   /** The connection to the daemon was lost; the agent is reconnecting. */
   disconnected: [error: unknown];
   itemStarted: [item: WorkItem];
+  /** An item's outcome; also for one claimed ahead that finished before it started (given back by a drain, cancelled, lease lost). */
   itemFinished: [item: WorkItem, outcome: ItemOutcome];
 };
 
@@ -102,6 +104,7 @@ export class Agent extends EventEmitter<AgentEvents> {
       onFatal: (err) => this.#fail(err),
     });
     this.#reporter = new Reporter(this.#link, this.#o, this.#log);
+    const ahead = new ClaimAhead(this.#o.slots, this.#o.prefetch);
     this.#work = new Work(this.#o, this.#reporter, this.#log, {
       itemStarted: (item) => this.#emit("itemStarted", item),
       itemFinished: (item, outcome) => this.#emit("itemFinished", item, outcome),
@@ -110,10 +113,11 @@ export class Agent extends EventEmitter<AgentEvents> {
         this.#heartbeat.setInFlight(busy);
         this.#claimer.nudge();
       },
-    });
+    }, ahead);
     this.#leases = new LeaseKeeper(this.#link, this.#o, () => this.#work.held(), (run, message) => this.#work.leaseLost(run, message), this.#log);
     this.#claimer = new Claimer(this.#link, this.#o, {
-      freeSlots: () => this.#work.freeSlots,
+      room: () => this.#work.room,
+      answeredAtOnce: (ms) => ahead.claimTook(ms),
       onItems: (items) => this.#work.accept(items, this.#life.state === "running"),
       onStatus: (status) => this.#onDaemonStatus(status, undefined, "claim reply"),
       lend: (max) => this.#reporter.lend(max),
@@ -301,6 +305,8 @@ export class Agent extends EventEmitter<AgentEvents> {
       return;
     }
     this.#life.to("draining");
+    // Items claimed ahead would not start before the drain ends: others can run them now.
+    this.#work.releaseWaiting();
     const deadlineInMs = Number.isFinite(this.#deadlineAt) ? Math.max(0, this.#deadlineAt - Date.now()) : null;
     this.#log.info({ why, inFlight: this.#work.busy, deadlineInMs }, "draining: claiming nothing more");
     this.#armDeadline();

@@ -1,6 +1,6 @@
 /**
- * The claim loop: long-polls for as many items as there are free slots, hands them over, and waits
- * for a slot when all are busy. A claim that fails hands the failure to the link and tries again once
+ * The claim loop: long-polls for as many items as there is room for (the free slots, and what the
+ * agent may claim ahead: claim-ahead.ts), hands them over, and waits for a slot when there is no room. A claim that fails hands the failure to the link and tries again once
  * it recovered. The reply's status is the daemon's view of this agent: INACTIVE means register again
  * (the link's recovery does), DRAINING means the daemon is draining it (the agent decides what then).
  *
@@ -26,7 +26,10 @@ const CLAIM_GATHER_MS = 3;
 const LENT_WAIT_MS = 250;
 
 export interface ClaimerHooks {
-  freeSlots(): number;
+  /** How many items a claim may ask for now. */
+  room(): number;
+  /** A claim brought all it asked for (so it did not wait for work) after `ms`. */
+  answeredAtOnce(ms: number): void;
   onItems(items: WireItem[]): void;
   onStatus(status: DaemonStatus): void;
   /** Queued completions for the claim to carry, if any. */
@@ -76,7 +79,7 @@ export class Claimer {
     const signal = this.#stop.signal;
     let failures = 0;
     while (!signal.aborted) {
-      const free = this.hooks.freeSlots();
+      const free = this.hooks.room();
       if (free <= 0) {
         await new Promise<void>((resolve) => (this.#wake = resolve));
         this.#wake = undefined;
@@ -86,7 +89,7 @@ export class Claimer {
       // moment for a quarter of the slots to come free, so claims (and their leases) go in batches.
       if (free < Math.ceil(this.opts.slots / 4) && free < this.opts.slots) await this.#gather(signal);
       // Ask for what is free now: the gathering was for the slots that came free meanwhile.
-      const want = this.hooks.freeSlots();
+      const want = this.hooks.room();
       const generation = this.link.generation;
       const lent = signal.aborted ? undefined : this.hooks.lend(this.opts.reportMaxBatch);
       const lentWait = Math.min(this.opts.claimWaitMs, LENT_WAIT_MS);
@@ -97,6 +100,7 @@ export class Claimer {
       // take Complete calls of their own, and the claims after them carry nothing, for as long as
       // the backlog lasts.
       this.#longPolling = lent === undefined && !this.#full;
+      const sent = performance.now();
       try {
         reply = await this.link.client
           .claim(
@@ -117,6 +121,7 @@ export class Claimer {
       }
       failures = 0;
       this.#full = reply.items.length > 0 && reply.items.length >= want;
+      if (this.#full) this.hooks.answeredAtOnce(performance.now() - sent);
       // Handed over even when stopping meanwhile: the agent gives back what it will not run.
       if (reply.items.length > 0) {
         this.hooks.onItems(reply.items);
@@ -137,7 +142,7 @@ export class Claimer {
   /** Waits until a quarter of the slots are free, or CLAIM_GATHER_MS passed, or the loop stops. */
   async #gather(signal: AbortSignal): Promise<void> {
     const until = Date.now() + CLAIM_GATHER_MS;
-    while (!signal.aborted && this.hooks.freeSlots() < Math.ceil(this.opts.slots / 4)) {
+    while (!signal.aborted && this.hooks.room() < Math.ceil(this.opts.slots / 4)) {
       const left = until - Date.now();
       if (left <= 0) return;
       await new Promise<void>((resolve) => {

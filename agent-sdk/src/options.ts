@@ -27,8 +27,17 @@ export interface AgentOptions {
   tags?: Readonly<Record<string, string>>;
   /** Models loaded on this agent; informational. @default [] */
   models?: readonly string[];
-  /** How many items run at once; claims ask for the free ones. @default 1 */
+  /** How many items run at once; claims ask for the free ones (and for `prefetch`). @default 1 */
   slots?: number;
+  /**
+   * The most claimed items the agent holds beyond its slots, each waiting (leased) for a slot. The
+   * agent claims ahead only as many as its slots finish during one claim round trip, by the measured
+   * time of its handlers and its claims, so an agent whose handlers are slower than a round trip
+   * claims only for its free slots. Ahead-claimed items are given back when a drain begins. 0 turns
+   * claiming ahead off.
+   * @default 3 × slots, at most 1000
+   */
+  prefetch?: number;
   /** Handlers by engine kind and task name (see `Handlers`). */
   handlers: Handlers;
   /** Mount points whose free and total space heartbeats report. @default ["/"] */
@@ -82,6 +91,7 @@ export interface ResolvedOptions {
   tags: Record<string, string>;
   models: string[];
   slots: number;
+  prefetch: number;
   handlers: Handlers;
   mounts: string[];
   logger: Logger;
@@ -115,6 +125,8 @@ export function resolveOptions(o: AgentOptions): ResolvedOptions {
   for (const k of kinds) if (!IDENT.test(k)) bad("engineKinds", `has an invalid kind '${k}'`);
   const slots = o.slots ?? 1;
   if (!Number.isInteger(slots) || slots < 1 || slots > 100_000) bad("slots", `must be a whole number in 1..100000, got ${slots}`);
+  const prefetch = o.prefetch ?? Math.min(3 * slots, 1_000);
+  if (!Number.isInteger(prefetch) || prefetch < 0 || prefetch > 100_000) bad("prefetch", `must be a whole number in 0..100000, got ${prefetch}`);
   const positive = (name: string, v: number | undefined, dflt: number, min = 0) => {
     const n = v ?? dflt;
     if (!Number.isFinite(n) || n < min) bad(name, `must be a number >= ${min}, got ${n}`);
@@ -129,6 +141,7 @@ export function resolveOptions(o: AgentOptions): ResolvedOptions {
     tags: { ...(o.tags ?? {}) },
     models: [...(o.models ?? [])],
     slots,
+    prefetch,
     handlers: o.handlers,
     mounts: [...(o.mounts ?? ["/"])],
     logger: o.logger ?? pino({ name: "aiflow-agent", level: "info" }),

@@ -2,8 +2,8 @@
  * One claimed item on this agent, from claim to its final outcome, and what its handler's
  * settlement turns into.
  *
- * Phases: `running` (the handler runs and holds a slot) → `reporting` (the result is on its way) →
- * `finished`. A drain deadline moves a running item to `releasing` (given back while its handler may
+ * Phases: `waiting` (claimed ahead, for a slot to come free) → `running` (the handler runs and
+ * holds a slot) → `reporting` (the result is on its way) → `finished`. A drain deadline moves a running item to `releasing` (given back while its handler may
  * still run). A lost lease or a cancel directive finishes it at once without a report; its handler
  * keeps its slot until it settles, but whatever it returns is dropped.
  */
@@ -11,7 +11,7 @@ import type { Logger } from "pino";
 import { NonRetryableError, RetryableError, WorkAbortedError, type AbortKind } from "./errors.js";
 import type { AnyHandler, HandlerContext, WorkItem } from "./types.js";
 
-export type RunPhase = "running" | "reporting" | "releasing" | "finished";
+export type RunPhase = "waiting" | "running" | "reporting" | "releasing" | "finished";
 
 export class Run {
   phase: RunPhase = "running";
@@ -43,7 +43,7 @@ export class Run {
 
   /** Whether renewals should keep its lease. */
   get holdsLease(): boolean {
-    return this.phase === "running" || this.phase === "reporting";
+    return this.phase === "waiting" || this.phase === "running" || this.phase === "reporting";
   }
 
   abort(kind: AbortKind, message: string): void {

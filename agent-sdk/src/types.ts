@@ -79,7 +79,7 @@ export type ItemOutcome =
   | { kind: "completed" }
   /** The daemon accepted the failure; it retries the item when `retryable` and retries are left. */
   | { kind: "failed"; retryable: boolean; error: string }
-  /** Given back to the queue without spending an attempt (a drain deadline, or claimed while stopping). */
+  /** Given back to the queue without spending an attempt (a drain deadline, a drain beginning while it waited for a slot, or claimed while stopping). */
   | { kind: "released" }
   /** The lease was gone (renewal or report refused); nothing was reported. */
   | { kind: "lease-lost"; reason: string }

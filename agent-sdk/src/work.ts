@@ -3,12 +3,15 @@
  * is a Run (run.ts documents its phases). A handler holds its slot until it settles, even after an
  * abort, since its code may still be using the machine; whatever it returns after an abort is
  * dropped, because the item's outcome was settled at the abort (lost, cancelled, or given back).
+ * Items claimed ahead (claim-ahead.ts) wait, in the order claimed, for a slot; a drain gives them
+ * back at once.
  */
 import { Code } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import type { AbortKind } from "./errors.js";
 import type { WorkItem as WireItem } from "./gen/aiflow/cluster/v1/work_item_pb.js";
 import { describeHandlers, resolveHandler } from "./handlers.js";
+import type { ClaimAhead } from "./claim-ahead.js";
 import { errorText } from "./link.js";
 import type { ResolvedOptions } from "./options.js";
 import type { Reporter, ReportResult } from "./reporter.js";
@@ -28,6 +31,8 @@ export interface WorkHooks {
 export class Work {
   /** Claimed items not yet finished, by id. */
   readonly #runs = new Map<string, Run>();
+  /** Claimed ahead, waiting for a slot, oldest first. */
+  #waiting: Run[] = [];
   #busy = 0;
   #idleWaiters: (() => void)[] = [];
 
@@ -36,6 +41,7 @@ export class Work {
     private readonly reporter: Reporter,
     private readonly log: Logger,
     private readonly hooks: WorkHooks,
+    private readonly ahead: ClaimAhead,
   ) {}
 
   /** Handlers executing now. */
@@ -43,8 +49,14 @@ export class Work {
     return this.#busy;
   }
 
-  get freeSlots(): number {
-    return this.opts.slots - this.#busy;
+  /** Items waiting for a slot. */
+  get waiting(): number {
+    return this.#waiting.length;
+  }
+
+  /** How many items a claim may ask for now: the free slots, and what may be claimed ahead. */
+  get room(): number {
+    return Math.max(0, this.opts.slots + this.ahead.allowance - this.#busy - this.#waiting.length);
   }
 
   /** The runs whose leases the agent must keep. */
@@ -71,8 +83,17 @@ export class Work {
       }
       const run = new Run(item, w.leaseToken);
       this.#runs.set(item.id, run);
-      void this.#execute(run);
+      if (this.#busy < this.opts.slots) void this.#execute(run);
+      else {
+        run.phase = "waiting";
+        this.#waiting.push(run);
+      }
     }
+  }
+
+  /** Gives back the items waiting for a slot (a drain began: they would not start before it ends). */
+  releaseWaiting(): void {
+    for (const run of this.#waiting.splice(0)) this.#release(run, "the agent is draining: the item was given back before it started");
   }
 
   /** The daemon says the lease is gone: a running item is aborted and finished without a report. */
@@ -88,17 +109,21 @@ export class Work {
 
   /** The drain deadline passed: aborts what still runs and gives it back without spending an attempt. */
   releaseRunning(): void {
-    for (const run of this.#running()) {
-      run.phase = "releasing";
-      run.abort("drain-deadline", "the drain deadline passed: the item was given back to the queue");
-      const release: Report = { kind: "release", id: run.item.id, token: run.token };
-      void this.reporter.submit(release).then((r) => this.#finish(run, outcomeOf(release, r)));
-    }
+    this.releaseWaiting();
+    for (const run of this.#running()) this.#release(run, "the drain deadline passed: the item was given back to the queue");
     this.#checkIdle();
+  }
+
+  #release(run: Run, message: string): void {
+    run.phase = "releasing";
+    run.abort("drain-deadline", message);
+    const release: Report = { kind: "release", id: run.item.id, token: run.token };
+    void this.reporter.submit(release).then((r) => this.#finish(run, outcomeOf(release, r)));
   }
 
   /** The agent failed: every item is aborted and finished unreported. */
   abandonAll(message: string): void {
+    this.#waiting = [];
     for (const run of [...this.#runs.values()]) {
       run.abort("agent-failed", message);
       this.#finish(run, { kind: "unreported", reason: message });
@@ -113,6 +138,7 @@ export class Work {
 
   async #execute(run: Run): Promise<void> {
     const { item } = run;
+    run.phase = "running";
     this.hooks.slotTaken(++this.#busy);
     this.hooks.itemStarted(item);
     // The item's logger and abort signal are made when first used: most short items need neither.
@@ -120,6 +146,7 @@ export class Work {
     const log = (): Logger => (itemLog ??= this.log.child({ item: item.id, tenant: item.tenant, engineKind: item.engineKind, task: item.taskName, attempt: item.attempt }));
     const handler = resolveHandler(this.opts.handlers, item.engineKind, item.taskName);
     let report: Report;
+    const started = performance.now();
     if (handler)
       report = await settle(
         run,
@@ -140,6 +167,7 @@ export class Work {
       report = failure(run, `no handler for engine kind '${item.engineKind}'${task} on agent '${this.opts.name}' (it handles: ${describeHandlers(this.opts.handlers)})`, false);
       log().error({ err: report.kind === "fail" ? report.error : "" }, "no handler: failing the item for good");
     }
+    this.ahead.handlerTook(performance.now() - started);
     this.#busy--;
     if (run.phase !== "running") {
       log().debug({ phase: run.phase }, "result of an aborted item dropped");
@@ -160,12 +188,15 @@ export class Work {
   }
 
   #abort(run: Run, kind: AbortKind & ("lease-lost" | "cancelled"), reason: string): void {
-    if (run.phase !== "running") return;
+    if (run.phase === "waiting") this.#waiting.splice(this.#waiting.indexOf(run), 1);
+    else if (run.phase !== "running") return;
     run.abort(kind, reason);
     this.#finish(run, { kind, reason });
   }
 
   #slotFreed(): void {
+    // A waiting item takes the slot before it is announced free, so a claim counts it as taken.
+    while (this.#busy < this.opts.slots && this.#waiting.length > 0) void this.#execute(this.#waiting.shift()!);
     this.hooks.slotFreed(this.#busy);
     this.#checkIdle();
   }

@@ -5,6 +5,7 @@ import { join } from "node:path";
 import { pino } from "pino";
 import { describe, expect, it } from "vitest";
 import { backoffDelay } from "../src/backoff.js";
+import { ClaimAhead } from "../src/claim-ahead.js";
 import { Claimer } from "../src/claimer.js";
 import { AgentStatus } from "../src/gen/aiflow/cluster/v1/common_pb.js";
 import type { Link } from "../src/link.js";
@@ -54,6 +55,7 @@ describe("options", () => {
       token: undefined,
       engineKinds: ["dag", "test"],
       slots: 1,
+      prefetch: 3,
       mounts: ["/"],
       gracefulShutdownMs: 30_000,
       handleSignals: false,
@@ -75,6 +77,61 @@ describe("options", () => {
     expect(() => resolveOptions({ ...base, handlers: { "*": async () => 1 } })).toThrow("engineKinds is required when the only handler is '*'");
     expect(() => resolveOptions({ ...base, slots: 0 })).toThrow("createAgent: slots must be a whole number in 1..100000, got 0");
     expect(() => resolveOptions({ ...base, rpcTimeoutMs: -1 })).toThrow("createAgent: rpcTimeoutMs must be a number >= 1");
+    expect(() => resolveOptions({ ...base, prefetch: 1.5 })).toThrow("createAgent: prefetch must be a whole number in 0..100000, got 1.5");
+    expect(() => resolveOptions({ ...base, prefetch: -1 })).toThrow("createAgent: prefetch must be a whole number in 0..100000, got -1");
+  });
+
+  it("claims ahead three times the slots by default, at most 1000, and as asked", () => {
+    expect(resolveOptions({ ...base, slots: 32 }).prefetch).toBe(96);
+    expect(resolveOptions({ ...base, slots: 500 }).prefetch).toBe(1_000);
+    expect(resolveOptions({ ...base, slots: 32, prefetch: 0 }).prefetch).toBe(0);
+  });
+});
+
+describe("claiming ahead", () => {
+  it("claims nothing ahead until both a handler's time and an at-once claim's round trip are known", () => {
+    const ahead = new ClaimAhead(4, 100);
+    expect(ahead.allowance).toBe(0);
+    ahead.handlerTook(1);
+    expect(ahead.allowance).toBe(0);
+    const other = new ClaimAhead(4, 100);
+    other.claimTook(10);
+    expect(other.allowance).toBe(0);
+    ahead.claimTook(10);
+    expect(ahead.allowance).toBe(40);
+  });
+
+  it("claims ahead what the slots finish in one round trip (Little's law), within the cap", () => {
+    const ahead = new ClaimAhead(8, 1_000);
+    ahead.handlerTook(20);
+    ahead.claimTook(5);
+    // 8 slots finish 8 × 5 / 20 = 2 items in a 5 ms round trip.
+    expect(ahead.allowance).toBe(2);
+    const fast = new ClaimAhead(32, 96);
+    fast.handlerTook(0);
+    fast.claimTook(25);
+    expect(fast.allowance).toBe(96);
+  });
+
+  it("claims nothing ahead for handlers much slower than a round trip, or when turned off", () => {
+    const slow = new ClaimAhead(32, 96);
+    slow.handlerTook(60_000);
+    slow.claimTook(20);
+    expect(slow.allowance).toBe(0);
+    const off = new ClaimAhead(32, 0);
+    off.handlerTook(0);
+    off.claimTook(20);
+    expect(off.allowance).toBe(0);
+  });
+
+  it("follows the handlers' time as it changes, weighting the newest samples", () => {
+    const ahead = new ClaimAhead(10, 1_000);
+    ahead.claimTook(10);
+    ahead.handlerTook(1);
+    expect(ahead.allowance).toBe(100);
+    // The handlers slow down to a second each: within a few dozen items nothing is claimed ahead.
+    for (let i = 0; i < 30; i++) ahead.handlerTook(1_000);
+    expect(ahead.allowance).toBe(0);
   });
 });
 
@@ -200,7 +257,7 @@ describe("claimer", () => {
         },
       },
     } as unknown as Link;
-    claimer = new Claimer(link, opts, { freeSlots: () => free, onItems: () => {}, onStatus: () => {}, lend: () => undefined });
+    claimer = new Claimer(link, opts, { room: () => free, answeredAtOnce: () => {}, onItems: () => {}, onStatus: () => {}, lend: () => undefined });
     claimer.start();
     // One slot is free: the claimer gathers for more (a quarter of 16). Three more come free meanwhile.
     free = 4;
