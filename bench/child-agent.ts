@@ -11,7 +11,7 @@ import { pino } from "pino";
 import { createAgent } from "../agent-sdk/src/index.js";
 import { nowMs } from "./clock.js";
 
-const [address, token, name, slotsRaw, tenant, kind] = process.argv.slice(2);
+const [address, token, name, slotsRaw, tenant, kind, prefetchRaw] = process.argv.slice(2);
 const latencies: number[] = [];
 let handled = 0;
 /** Each GC pause: when it started (wall ms) and how long it took (ms). */
@@ -38,6 +38,7 @@ const agent = createAgent({
   tenants: [tenant!],
   engineKinds: [kind!],
   slots: Number(slotsRaw),
+  prefetch: prefetchRaw ? Number(prefetchRaw) : undefined,
   logger: pino({ level: "warn" }),
   interceptors: [timing],
   handlers: {

@@ -14,6 +14,7 @@ const HELP = `npm run bench -- [options]
   --items N          drain backlog (default 20000)
   --agents N         agent processes (default 4)
   --slots N          slots per agent (default 32)
+  --prefetch N       items an agent may claim ahead of its free slots (default: the SDK's, 3 × slots)
   --daemons N        daemon instances (default 1)
   --rate N           steady enqueue rate per second (default 1000)
   --duration D       steady phase length (default 10s)
@@ -46,6 +47,7 @@ function parseOptions(argv: string[]): { o: Options; only: Set<string> } {
       case "--items": o.items = Number(value()); break;
       case "--agents": o.agents = Number(value()); break;
       case "--slots": o.slots = Number(value()); break;
+      case "--prefetch": o.prefetch = Number(value()); break;
       case "--daemons": o.daemons = Number(value()); break;
       case "--rate": o.rate = Number(value()); break;
       case "--duration": o.durationMs = parseDuration(value(), "--duration"); break;
@@ -97,7 +99,7 @@ try {
   }
   if (only.has("latency")) {
     await settleDatabase(db);
-    agents ??= await startAgents(daemons, o.agents, o.slots, "latency");
+    agents ??= await startAgents(daemons, o, "latency");
     progress(`steady ${o.rate}/s for ${o.durationMs / 1000}s after ${o.warmupMs / 1000}s warm-up`);
     const ours = await latencyOurs(daemons, agents, o);
     agents = undefined;

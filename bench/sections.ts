@@ -13,6 +13,8 @@ export interface Options {
   items: number;
   agents: number;
   slots: number;
+  /** The agents' prefetch; undefined leaves the SDK's default. */
+  prefetch?: number;
   daemons: number;
   rate: number;
   durationMs: number;
@@ -50,9 +52,9 @@ export async function enqueueRate(db: Database, daemons: DaemonProc[], items: nu
   return { items, batch, seconds: round(ms / 1000, 3), items_per_s: round(items / (ms / 1000), 0) };
 }
 
-export async function startAgents(daemons: DaemonProc[], count: number, slots: number, tag: string): Promise<Child[]> {
-  const agents = Array.from({ length: count }, (_, i) =>
-    startChild("bench/child-agent.ts", [daemons[i % daemons.length]!.address, TOKENS.agent, `bench-${tag}-${i}`, String(slots), TENANT, KIND], {
+export async function startAgents(daemons: DaemonProc[], o: Pick<Options, "agents" | "slots" | "prefetch">, tag: string): Promise<Child[]> {
+  const agents = Array.from({ length: o.agents }, (_, i) =>
+    startChild("bench/child-agent.ts", [daemons[i % daemons.length]!.address, TOKENS.agent, `bench-${tag}-${i}`, String(o.slots), TENANT, KIND, o.prefetch === undefined ? "" : String(o.prefetch)], {
       nodeArgs: NODE_TUNING,
       ready: (l) => l.includes('"ready"'),
     }),
@@ -132,7 +134,7 @@ function waitForDrained(db: Database, timeoutMs: number): Promise<void> {
  */
 export async function drainOurs(db: Database, daemons: DaemonProc[], o: Options): Promise<{ figures: Figures; agents: Child[] }> {
   await sql(db.url, `UPDATE ${workTable(db)} SET status = 'cancelled' WHERE status = 'pending'`);
-  const agents = await startAgents(daemons, o.agents, o.slots, "drain");
+  const agents = await startAgents(daemons, o, "drain");
   if (o.drainWarmup > 0) {
     // A warm-up the agents drain first, not counted: agents are long-running processes, and in a
     // drain of a few seconds, freshly started ones spent a visible share of it compiling their hot
@@ -161,6 +163,7 @@ export async function drainOurs(db: Database, daemons: DaemonProc[], o: Options)
       items: Number(row!.n),
       agents: o.agents,
       slots: o.slots,
+      prefetch: o.prefetch ?? "default",
       daemons: o.daemons,
       seconds: round(Number(BigInt(row!.span)) / 1e9, 3),
       items_per_s: round(items_per_s, 0),
