@@ -2,10 +2,10 @@
  * How many items an agent claims beyond its free slots ("prefetch"), so that its slots do not sit
  * idle through a claim's round trip, and so that each claim carries more.
  *
- * A claim costs the agent and the daemon about the same however many items it brings: in the drain
- * benchmark, claims of 32, 62 and 121 items cost the machine 290–300, 207–232 and 194 µs of CPU per
- * item (about 2 ms a claim in the agent and 2 ms in the daemon). With handlers that finish within a
- * round trip, an agent that claims only for its free slots makes one claim per `slots` items.
+ * Much of what a claim costs does not depend on how many items it brings: in the drain benchmark,
+ * claims of 32, 62 and 121 items cost the machine 290–300, 207–232 and 194 µs of CPU per item. With
+ * handlers that finish within a round trip, an agent that claims only for its free slots makes one
+ * claim per `slots` items, and its slots sit idle while each is out.
  *
  * What is claimed ahead waits, leased, for a slot, so it must not outlast a round trip: by Little's
  * law the slots finish `slots × round trip ÷ handler time` items in one, and that many (at most
