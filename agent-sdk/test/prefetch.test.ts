@@ -69,7 +69,9 @@ describe("quick handlers", () => {
     expect(items.filter((i) => i.status !== WorkItemStatus.COMPLETED)).toEqual([]);
     expect([...ran.values()].every((n) => n === 1) && ran.size === 400).toBe(true);
     expect(peak).toBe(4);
-    expect(Math.max(...maxItemsAsked(calls))).toBe(16);
+    // Some claim asked beyond the 4 slots, none beyond the slots and the 12 ahead.
+    expect(Math.max(...maxItemsAsked(calls))).toBeGreaterThan(4);
+    expect(Math.max(...maxItemsAsked(calls))).toBeLessThanOrEqual(16);
     expect(Math.max(...replies.sizes)).toBeGreaterThan(4);
   });
 
