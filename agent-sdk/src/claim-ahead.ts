@@ -3,7 +3,7 @@
  * idle through a claim's round trip, and so that each claim carries more.
  *
  * Much of what a claim costs does not depend on how many items it brings: in the drain benchmark,
- * claims of 32, 62 and 121 items cost the machine 290–300, 207–232 and 194 µs of CPU per item. With
+ * claims of 32, 62 and 121 items cost the machine 291–317, 207–241 and 194 µs of CPU per item. With
  * handlers that finish within a round trip, an agent that claims only for its free slots makes one
  * claim per `slots` items, and its slots sit idle while each is out.
  *
