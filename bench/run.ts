@@ -14,7 +14,7 @@ const HELP = `npm run bench -- [options]
   --items N          drain backlog (default 20000)
   --agents N         agent processes (default 4)
   --slots N          slots per agent (default 32)
-  --prefetch N       items an agent may claim ahead of its free slots (default: the SDK's, 3 × slots)
+  --prefetch N       items an agent may claim ahead of its free slots (default: the SDK's, 3 × slots here)
   --daemons N        daemon instances (default 1)
   --rate N           steady enqueue rate per second (default 1000)
   --duration D       steady phase length (default 10s)

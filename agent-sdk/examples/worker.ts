@@ -11,7 +11,7 @@
  *   --tenants A,B        AIFLOW_TENANTS        tenant keys to take work from (default: default)
  *   --engine-kind KIND   AIFLOW_ENGINE_KIND    engine kind these handlers run (default: test)
  *   --slots N            AIFLOW_SLOTS          items run at once (default: 4)
- *   --prefetch N         AIFLOW_PREFETCH       most items claimed ahead of free slots, for quick handlers; 0 = off (default: 3 × slots)
+ *   --prefetch N         AIFLOW_PREFETCH       most items claimed ahead of free slots, for quick handlers; 0 = off (default: 3 × slots, at most 256 − slots)
  *   --grace MS           AIFLOW_GRACE_MS       drain time on SIGTERM/SIGINT before in-flight work is given back (default: 30000)
  *   --log-level LEVEL    AIFLOW_LOG_LEVEL      pino level (default: info)
  *

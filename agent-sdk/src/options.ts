@@ -34,8 +34,8 @@ export interface AgentOptions {
    * agent claims ahead only as many as its slots finish during one claim round trip, by the measured
    * time of its handlers and its claims, so an agent whose handlers are slower than a round trip
    * claims only for its free slots. Ahead-claimed items are given back when a drain begins. 0 turns
-   * claiming ahead off.
-   * @default 3 × slots, at most 1000
+   * claiming ahead off. Claims are clamped to the daemon's `--claim-max-items` (256 by default).
+   * @default 3 × slots, at most 256 − slots (so that a claim stays within the daemon's default cap)
    */
   prefetch?: number;
   /** Handlers by engine kind and task name (see `Handlers`). */
@@ -110,6 +110,12 @@ export interface ResolvedOptions {
 }
 
 const IDENT = /^[A-Za-z0-9._:-]{1,128}$/;
+/**
+ * The daemon's default --claim-max-items. A claim it clamps brings fewer items than asked, which the
+ * claim loop reads as "the queue ran dry" (no round trip measured, completions not held for the
+ * next claim), so the default prefetch keeps claims within it.
+ */
+const DAEMON_CLAIM_CAP = 256;
 
 /** Fills the defaults and rejects what the daemon would refuse anyway, with a message naming the option. */
 export function resolveOptions(o: AgentOptions): ResolvedOptions {
@@ -125,7 +131,7 @@ export function resolveOptions(o: AgentOptions): ResolvedOptions {
   for (const k of kinds) if (!IDENT.test(k)) bad("engineKinds", `has an invalid kind '${k}'`);
   const slots = o.slots ?? 1;
   if (!Number.isInteger(slots) || slots < 1 || slots > 100_000) bad("slots", `must be a whole number in 1..100000, got ${slots}`);
-  const prefetch = o.prefetch ?? Math.min(3 * slots, 1_000);
+  const prefetch = o.prefetch ?? Math.max(0, Math.min(3 * slots, DAEMON_CLAIM_CAP - slots));
   if (!Number.isInteger(prefetch) || prefetch < 0 || prefetch > 100_000) bad("prefetch", `must be a whole number in 0..100000, got ${prefetch}`);
   const positive = (name: string, v: number | undefined, dflt: number, min = 0) => {
     const n = v ?? dflt;

@@ -3,9 +3,10 @@
  * settlement turns into.
  *
  * Phases: `waiting` (claimed ahead, for a slot to come free) → `running` (the handler runs and
- * holds a slot) → `reporting` (the result is on its way) → `finished`. A drain deadline moves a running item to `releasing` (given back while its handler may
- * still run). A lost lease or a cancel directive finishes it at once without a report; its handler
- * keeps its slot until it settles, but whatever it returns is dropped.
+ * holds a slot) → `reporting` (the result is on its way) → `finished`. A drain deadline moves a
+ * running item to `releasing` (given back while its handler may still run), and a drain's start
+ * moves a waiting one there. A lost lease or a cancel directive finishes it at once without a
+ * report; its handler keeps its slot until it settles, but whatever it returns is dropped.
  */
 import type { Logger } from "pino";
 import { NonRetryableError, RetryableError, WorkAbortedError, type AbortKind } from "./errors.js";

@@ -8,10 +8,10 @@
  */
 import { Code } from "@connectrpc/connect";
 import type { Logger } from "pino";
+import type { ClaimAhead } from "./claim-ahead.js";
 import type { AbortKind } from "./errors.js";
 import type { WorkItem as WireItem } from "./gen/aiflow/cluster/v1/work_item_pb.js";
 import { describeHandlers, resolveHandler } from "./handlers.js";
-import type { ClaimAhead } from "./claim-ahead.js";
 import { errorText } from "./link.js";
 import type { ResolvedOptions } from "./options.js";
 import type { Reporter, ReportResult } from "./reporter.js";
@@ -47,11 +47,6 @@ export class Work {
   /** Handlers executing now. */
   get busy(): number {
     return this.#busy;
-  }
-
-  /** Items waiting for a slot. */
-  get waiting(): number {
-    return this.#waiting.length;
   }
 
   /** How many items a claim may ask for now: the free slots, and what may be claimed ahead. */

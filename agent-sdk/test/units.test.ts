@@ -81,9 +81,10 @@ describe("options", () => {
     expect(() => resolveOptions({ ...base, prefetch: -1 })).toThrow("createAgent: prefetch must be a whole number in 0..100000, got -1");
   });
 
-  it("claims ahead three times the slots by default, at most 1000, and as asked", () => {
+  it("claims ahead three times the slots by default, within the daemon's default claim cap, and as asked", () => {
     expect(resolveOptions({ ...base, slots: 32 }).prefetch).toBe(96);
-    expect(resolveOptions({ ...base, slots: 500 }).prefetch).toBe(1_000);
+    expect(resolveOptions({ ...base, slots: 100 }).prefetch).toBe(156);
+    expect(resolveOptions({ ...base, slots: 500 }).prefetch).toBe(0);
     expect(resolveOptions({ ...base, slots: 32, prefetch: 0 }).prefetch).toBe(0);
   });
 });
