@@ -1,8 +1,9 @@
 /**
  * The claim loop: long-polls for as many items as there is room for (the free slots, and what the
  * agent may claim ahead: claim-ahead.ts), hands them over, and waits for a slot when there is no
- * room. A claim that fails hands the failure to the link and tries again once it recovered. The reply's status is the daemon's view of this agent: INACTIVE means register again
- * (the link's recovery does), DRAINING means the daemon is draining it (the agent decides what then).
+ * room. A claim that fails hands the failure to the link and tries again once it recovered. The
+ * reply's status is the daemon's view of this agent: INACTIVE means register again (the link's
+ * recovery does), DRAINING means the daemon is draining it (the agent decides what then).
  *
  * A claim carries the completions queued meanwhile (the reporter lends them): the handlers that just
  * finished are usually why slots are free, so one call reports them and asks for more. Such a claim
