@@ -64,6 +64,8 @@ function config() {
     if (!Number.isInteger(n) || n < 0) throw new Error(`--${flag} must be a whole number, got '${raw}'`);
     return n;
   };
+  // Unset means the SDK's default, which depends on the slots.
+  const prefetch = values.prefetch ?? env.AIFLOW_PREFETCH;
   return {
     addresses,
     token: values.token ?? env.AIFLOW_AGENT_TOKEN,
@@ -71,7 +73,7 @@ function config() {
     tenants: list(values.tenants ?? env.AIFLOW_TENANTS ?? "default"),
     engineKind: values["engine-kind"] ?? env.AIFLOW_ENGINE_KIND ?? "test",
     slots: number("slots", values.slots ?? env.AIFLOW_SLOTS, 4),
-    prefetch: (values.prefetch ?? env.AIFLOW_PREFETCH) === undefined ? undefined : number("prefetch", values.prefetch ?? env.AIFLOW_PREFETCH, 0),
+    prefetch: prefetch === undefined ? undefined : number("prefetch", prefetch, 0),
     graceMs: number("grace", values.grace ?? env.AIFLOW_GRACE_MS, 30_000),
     logLevel: values["log-level"] ?? env.AIFLOW_LOG_LEVEL ?? "info",
   };
