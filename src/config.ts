@@ -77,10 +77,11 @@ export function parseDuration(raw: string, flag = "duration"): number {
 }
 
 const duration =
-  (minMs: number): Parser<number> =>
+  (minMs: number, maxMs = Number.MAX_SAFE_INTEGER): Parser<number> =>
   (raw, flag) => {
     const ms = parseDuration(raw, flag);
     if (ms < minMs) throw new ConfigError(flag, `${raw} is shorter than the minimum ${minMs}ms`);
+    if (ms > maxMs) throw new ConfigError(flag, `${raw} is longer than the maximum ${maxMs}ms`);
     return ms;
   };
 
@@ -179,6 +180,14 @@ const SETTINGS = {
   claimMaxWait: { flag: "--claim-max-wait", env: ["AIFLOW_CLAIM_MAX_WAIT"], default: "30s", help: "longest a claim long-poll may wait", parse: duration(0) },
   backoffBase: { flag: "--backoff-base", env: ["AIFLOW_BACKOFF_BASE"], default: "1s", help: "retry backoff base (full jitter: rand(0, min(cap, base*2^retry)))", parse: duration(0) },
   backoffJitter: { flag: "--backoff-jitter", env: ["AIFLOW_BACKOFF_JITTER"], default: "full", help: "full (random in [0, bound]) or none (exactly the bound)", parse: oneOf(["full", "none"]) },
+  enqueueWindow: {
+    flag: "--enqueue-window",
+    env: ["AIFLOW_ENQUEUE_WINDOW"],
+    default: "8ms",
+    help: "under sustained Enqueue load, insert statements start at most once per window (fewer, larger inserts); 0: each starts when the last returns",
+    // Every Enqueue under load may wait this long: a second is far past any use.
+    parse: duration(0, 1000),
+  },
   notifyWindow: { flag: "--notify-window", env: ["AIFLOW_NOTIFY_WINDOW"], default: "5ms", help: "enqueues within this window share one NOTIFY to other daemons", parse: duration(0) },
   doneNotifyWindow: {
     flag: "--done-notify-window",

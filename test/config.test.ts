@@ -17,6 +17,9 @@ describe("config", () => {
     expect(parseArgs(["--listen", "[::1]:7401"], { AIFLOW_LISTEN: "0.0.0.0:9000" }).config.listen).toEqual({ host: "::1", port: 7401 });
     expect(parseArgs(["--lease-ttl=45s"], {}).config.leaseTtl).toBe(45_000);
     expect(parseArgs([], { DATABASE_URL: "postgres://x/y" }).config.databaseUrl).toBe("postgres://x/y");
+    expect(parseArgs([], {}).config.enqueueWindow).toBe(8);
+    expect(parseArgs([], { AIFLOW_ENQUEUE_WINDOW: "0" }).config.enqueueWindow).toBe(0);
+    expect(parseArgs(["--enqueue-window", "20ms"], { AIFLOW_ENQUEUE_WINDOW: "0" }).config.enqueueWindow).toBe(20);
   });
 
   // slonik reads the URL with the WHATWG parser, and reads a percent-encoded host that starts with
@@ -52,6 +55,7 @@ describe("config", () => {
       [["--db-pool-size", "1"], {}, /--db-pool-size/],
       [["--no-such-flag", "1"], {}, /--no-such-flag/],
       [["--backoff-base", "10m", "--backoff-cap", "1m"], {}, /--backoff-cap/],
+      [[], { AIFLOW_ENQUEUE_WINDOW: "5s" }, /AIFLOW_ENQUEUE_WINDOW.*longer than the maximum 1000ms/],
     ];
     for (const [argv, env, re] of cases) {
       const err = (() => {

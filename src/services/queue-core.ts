@@ -35,7 +35,7 @@ export class QueueCore {
     readonly log: Logger,
   ) {
     this.handoff = new Handoff(config.instanceId, config.leaseTtl, () => clock.nowMs());
-    this.enqueuer = new EnqueueBatcher(store, this.handoff);
+    this.enqueuer = new EnqueueBatcher(store, this.handoff, { windowMs: config.enqueueWindow });
   }
 
   /** Tells each former holder to stop the items taken from it. */
