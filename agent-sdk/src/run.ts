@@ -55,6 +55,30 @@ export class Run {
   }
 }
 
+/**
+ * What a handler gets. Its signal and its logger (the agent's, with the item bound) are made when
+ * first read: most short items need neither. A class, not an object literal with getters: V8 builds
+ * such a literal through a runtime call per accessor, ~1.2 µs an item against ~20 ns for this.
+ */
+export class ItemContext implements HandlerContext {
+  #log: Logger | undefined;
+
+  constructor(
+    readonly run: Run,
+    private readonly agentLog: Logger,
+    readonly agent: string,
+  ) {}
+
+  get signal(): AbortSignal {
+    return this.run.signal;
+  }
+
+  get log(): Logger {
+    const { item } = this.run;
+    return (this.#log ??= this.agentLog.child({ item: item.id, tenant: item.tenant, engineKind: item.engineKind, task: item.taskName, attempt: item.attempt }));
+  }
+}
+
 /** What to tell the daemon about an item. */
 export type Report =
   | { kind: "complete"; id: string; token: string; resultJson: string }
@@ -79,12 +103,13 @@ export const failure = (run: Run, error: string, retryable: boolean, retryDelayM
 });
 
 /** Runs the handler and turns how it settled into a report; never throws. */
-export async function settle(run: Run, handler: AnyHandler, ctx: HandlerContext, log: () => Logger): Promise<Report> {
+export async function settle(handler: AnyHandler, ctx: ItemContext): Promise<Report> {
+  const { run } = ctx;
   let result: unknown;
   try {
     result = await handler(run.item, ctx);
   } catch (err) {
-    if (!run.aborted) log().warn({ err }, "handler failed");
+    if (!run.aborted) ctx.log.warn({ err }, "handler failed");
     if (err instanceof NonRetryableError) return failure(run, errorMessage(err), false);
     if (err instanceof RetryableError) return failure(run, errorMessage(err), true, err.retryDelayMs);
     return failure(run, errorMessage(err), true);

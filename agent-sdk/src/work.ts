@@ -15,7 +15,7 @@ import { describeHandlers, resolveHandler } from "./handlers.js";
 import { errorText } from "./link.js";
 import type { ResolvedOptions } from "./options.js";
 import type { Reporter, ReportResult } from "./reporter.js";
-import { failure, Run, settle, type Report } from "./run.js";
+import { failure, ItemContext, Run, settle, type Report } from "./run.js";
 import type { ItemOutcome, WorkItem } from "./types.js";
 import { itemFromWire } from "./wire.js";
 
@@ -136,36 +136,20 @@ export class Work {
     run.phase = "running";
     this.hooks.slotTaken(++this.#busy);
     this.hooks.itemStarted(item);
-    // The item's logger and abort signal are made when first used: most short items need neither.
-    let itemLog: Logger | undefined;
-    const log = (): Logger => (itemLog ??= this.log.child({ item: item.id, tenant: item.tenant, engineKind: item.engineKind, task: item.taskName, attempt: item.attempt }));
+    const ctx = new ItemContext(run, this.log, this.opts.name);
     const handler = resolveHandler(this.opts.handlers, item.engineKind, item.taskName);
     let report: Report;
     const started = performance.now();
-    if (handler)
-      report = await settle(
-        run,
-        handler,
-        {
-          get signal() {
-            return run.signal;
-          },
-          get log() {
-            return log();
-          },
-          agent: this.opts.name,
-        },
-        log,
-      );
+    if (handler) report = await settle(handler, ctx);
     else {
       const task = item.taskName === undefined ? "" : ` and task '${item.taskName}'`;
       report = failure(run, `no handler for engine kind '${item.engineKind}'${task} on agent '${this.opts.name}' (it handles: ${describeHandlers(this.opts.handlers)})`, false);
-      log().error({ err: report.kind === "fail" ? report.error : "" }, "no handler: failing the item for good");
+      ctx.log.error({ err: report.kind === "fail" ? report.error : "" }, "no handler: failing the item for good");
     }
     this.ahead.handlerTook(performance.now() - started);
     this.#busy--;
     if (run.phase !== "running") {
-      log().debug({ phase: run.phase }, "result of an aborted item dropped");
+      ctx.log.debug({ phase: run.phase }, "result of an aborted item dropped");
       this.#slotFreed();
       return;
     }

@@ -14,7 +14,7 @@ import { NonRetryableError, RetryableError, type Handlers, type WorkItem } from 
 import { Lifecycle, type AgentState } from "../src/lifecycle.js";
 import { MetricsSampler, parseNvidiaSmi } from "../src/liveness/metrics.js";
 import { resolveOptions } from "../src/options.js";
-import { Run, settle } from "../src/run.js";
+import { ItemContext, Run, settle } from "../src/run.js";
 
 describe("handler choice", () => {
   const named = (name: string) => Object.assign(async () => name, { label: name });
@@ -170,11 +170,22 @@ describe("handler results", () => {
   const item = { id: "01ITEM", tenant: "t1", engineKind: "k", attempt: 1 } as WorkItem;
   const log = pino({ level: "silent" });
   const run = () => new Run(item, "token-1");
-  const ctx = (r: Run) => ({ signal: r.signal, log, agent: "a" });
-  const settleWith = (fn: () => unknown) => {
-    const r = run();
-    return settle(r, async () => fn(), ctx(r), () => log);
-  };
+  const settleWith = (fn: () => unknown) => settle(async () => fn(), new ItemContext(run(), log, "a"));
+
+  it("a handler's context carries the agent's name, the run's signal, and a logger with the item bound (made once)", () => {
+    const lines: Record<string, unknown>[] = [];
+    const agentLog = pino({ base: { agent: "a" } }, { write: (line: string) => void lines.push(JSON.parse(line)) });
+    const item = { id: "01CTX", tenant: "t2", engineKind: "render", taskName: "frames", attempt: 3 } as WorkItem;
+    const r = new Run(item, "token-2");
+    const ctx = new ItemContext(r, agentLog, "agent-7");
+    expect(ctx.agent).toBe("agent-7");
+    expect(ctx.log).toBe(ctx.log);
+    ctx.log.info("hello");
+    expect(lines).toEqual([expect.objectContaining({ agent: "a", item: "01CTX", tenant: "t2", engineKind: "render", task: "frames", attempt: 3, msg: "hello" })]);
+    expect(ctx.signal).toBe(r.signal);
+    r.abort("cancelled", "stop");
+    expect(ctx.signal.aborted).toBe(true);
+  });
 
   it("a run aborted before its handler read the signal hands out an aborted signal with the reason", () => {
     const r = run();
