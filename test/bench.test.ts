@@ -5,9 +5,33 @@ import { startChild, sampleProc } from "../bench/proc.js";
 import { gcFigures, percentile, perSecond, ratio, summarize } from "../bench/stats.js";
 import { openLoop } from "../bench/baseline.js";
 import { perItem } from "../bench/floor.js";
+import { BenchArgError, parseOptions } from "../bench/options.js";
 import { databaseUrl } from "./support/database-url.js";
 
 const run = promisify(execFile);
+
+describe("benchmark options", () => {
+  it("reads counts, durations and sections, and --smoke's small run", () => {
+    const { o, only, help } = parseOptions(["--items", "500", "--rate=200", "--duration", "5s", "--prefetch", "0", "--only", "drain,latency"]);
+    expect(help).toBe(false);
+    expect(o).toMatchObject({ items: 500, rate: 200, durationMs: 5000, prefetch: 0 });
+    expect([...only]).toEqual(["drain", "latency"]);
+    expect(parseOptions(["--smoke"]).o).toMatchObject({ items: 300, durationMs: 1000 });
+    expect(parseOptions(["--help"]).help).toBe(true);
+  });
+
+  it.each([
+    [["--duration", "10"], /--duration 10 is 10 ms, shorter than 1000 ms \(a bare number is milliseconds: write 10s\)/],
+    [["--items", "lots"], /--items needs a whole number ≥ 1, not 'lots'/],
+    [["--agents", "0"], /--agents needs a whole number ≥ 1/],
+    [["--warmup", "soon"], /--warmup/],
+    [["--only", "drain,latncy"], /--only takes a comma list of enqueue, drain, latency, heartbeat; not 'latncy'/],
+    [["--itmes", "5"], /unknown option --itmes/],
+  ])("refuses %j with a message naming the option", (argv, message) => {
+    expect(() => parseOptions(argv)).toThrow(BenchArgError);
+    expect(() => parseOptions(argv)).toThrow(message);
+  });
+});
 
 describe("benchmark arithmetic", () => {
   it("takes nearest-rank percentiles", () => {

@@ -1,0 +1,89 @@
+/**
+ * The benchmark's options: parsed and checked before anything starts, so a typo is a one-line error
+ * (exit 2) rather than a run that measures nothing (a bare `--duration 10` is 10 ms, as everywhere
+ * in aiflowd, and a steady phase that short has no items to measure).
+ */
+import { ConfigError, parseDuration } from "../src/config.js";
+import type { Options } from "./sections.js";
+
+export const HELP = `npm run bench -- [options]
+  --items N          drain backlog (default 20000)
+  --agents N         agent processes (default 4)
+  --slots N          slots per agent (default 32)
+  --prefetch N       items an agent may claim ahead of its free slots (default: the SDK's, 3 × slots here)
+  --daemons N        daemon instances (default 1)
+  --rate N           steady enqueue rate per second (default 1000)
+  --duration D       steady phase length (default 10s)
+  --warmup D         warm-up before measuring latency (default 20s: see README, JIT warm-up)
+  --hb-agents N      simulated agents for the heartbeat cost (default 1000)
+  --hb-duration D    heartbeat phase length (default 10s)
+  --drain-warmup N   items the drain's agents take first, uncounted (default 4000)
+  --only LIST        comma list of: enqueue,drain,latency,heartbeat (default all);
+                     latency includes the HTTP/2 floor (a bare Node HTTP/2 exchange at --rate)
+  --smoke            a tiny run (seconds) to check the benchmark works`;
+
+/**
+ * The steady section's warm-up. Its processes are fresh (the agents and the producer start for it),
+ * and after 3 s V8 was still optimising their hot paths: TurboFan's threads took 12 % of the
+ * machine's samples (perf, system-wide) during the measured 10 s, against 4–5 % after 20 s or 30 s.
+ * That is start-up cost, not what a long-running daemon and its agents pay per item.
+ */
+export const WARMUP_MS = 20_000;
+
+export class BenchArgError extends Error {}
+
+const SECTIONS = ["enqueue", "drain", "latency", "heartbeat"];
+
+const count = (raw: string, flag: string, min = 1): number => {
+  if (!/^\d+$/.test(raw) || Number(raw) < min) throw new BenchArgError(`${flag} needs a whole number ≥ ${min}, not '${raw}'`);
+  return Number(raw);
+};
+
+const span = (raw: string, flag: string, minMs: number): number => {
+  let ms: number;
+  try {
+    ms = parseDuration(raw, flag);
+  } catch (err) {
+    throw new BenchArgError(err instanceof ConfigError ? err.message : String(err));
+  }
+  if (ms < minMs) throw new BenchArgError(`${flag} ${raw} is ${ms} ms, shorter than ${minMs} ms (a bare number is milliseconds: write 10s)`);
+  return ms;
+};
+
+/** Throws BenchArgError for a bad option; `help` is set when --help was asked for. */
+export function parseOptions(argv: readonly string[]): { o: Options; only: Set<string>; help: boolean } {
+  const o: Options = { items: 20_000, agents: 4, slots: 32, daemons: 1, rate: 1000, durationMs: 10_000, warmupMs: WARMUP_MS, hbAgents: 1000, hbDurationMs: 10_000, hbSettleMs: 11_000, drainWarmup: 4_000, baselineWorkers: 32 };
+  let only = new Set(SECTIONS);
+  for (let i = 0; i < argv.length; i++) {
+    const [flag, inline] = argv[i]!.split("=", 2);
+    const value = () => inline ?? argv[++i] ?? "";
+    switch (flag) {
+      case "--help":
+        return { o, only, help: true };
+      case "--items": o.items = count(value(), flag); break;
+      case "--agents": o.agents = count(value(), flag); break;
+      case "--slots": o.slots = count(value(), flag); break;
+      case "--prefetch": o.prefetch = count(value(), flag, 0); break;
+      case "--daemons": o.daemons = count(value(), flag); break;
+      case "--rate": o.rate = count(value(), flag); break;
+      case "--duration": o.durationMs = span(value(), flag, 1000); break;
+      case "--warmup": o.warmupMs = span(value(), flag, 0); break;
+      case "--hb-agents": o.hbAgents = count(value(), flag); break;
+      case "--hb-duration": o.hbDurationMs = span(value(), flag, 1000); break;
+      case "--drain-warmup": o.drainWarmup = count(value(), flag, 0); break;
+      case "--only": {
+        only = new Set(value().split(","));
+        const unknown = [...only].filter((s) => !SECTIONS.includes(s));
+        if (unknown.length > 0 || only.size === 0) throw new BenchArgError(`--only takes a comma list of ${SECTIONS.join(", ")}; not '${unknown.join(",")}'`);
+        break;
+      }
+      case "--smoke":
+        Object.assign(o, { items: 300, agents: 2, slots: 8, rate: 100, durationMs: 1000, warmupMs: 300, hbAgents: 50, hbDurationMs: 2000, hbSettleMs: 500, drainWarmup: 100, baselineWorkers: 4 });
+        break;
+      default:
+        throw new BenchArgError(`unknown option ${flag} (see --help)`);
+    }
+  }
+  return { o, only, help: false };
+}
+
