@@ -146,11 +146,19 @@ export function utf8Length(s: string): number {
   return len;
 }
 
+/**
+ * Scratch for 64-bit values: joining or splitting 32-bit halves through it makes one BigInt (or
+ * none), where shifts and masks make four or five. An agent decodes three int64 timestamps per
+ * item; with BigInt arithmetic that read was 6 % of an agent's profiled time in the drain.
+ */
+const SCRATCH = new DataView(new ArrayBuffer(8));
+
 /** Splits an int64/uint64 field value (bigint, number or decimal string) into unsigned 32-bit halves. */
 export function split64(v: bigint | number | string): [number, number] {
   if (typeof v === "number" && v >= 0 && v <= Number.MAX_SAFE_INTEGER && Number.isInteger(v)) return [v >>> 0, Math.floor(v / TWO_32)];
-  const u = BigInt.asUintN(64, BigInt(v));
-  return [Number(u & 0xffffffffn), Number(u >> 32n)];
+  // Stored modulo 2^64, as BigInt.asUintN(64, …) would take it.
+  SCRATCH.setBigUint64(0, typeof v === "bigint" ? v : BigInt(v), true);
+  return [SCRATCH.getUint32(0, true), SCRATCH.getUint32(4, true)];
 }
 
 export class Reader {
@@ -214,12 +222,17 @@ export class Reader {
   int64(): bigint {
     const [lo, hi] = this.varint64();
     if (hi === 0) return BigInt(lo);
-    return BigInt.asIntN(64, (BigInt(hi) << 32n) | BigInt(lo));
+    SCRATCH.setUint32(0, lo, true);
+    SCRATCH.setUint32(4, hi, true);
+    return SCRATCH.getBigInt64(0, true);
   }
 
   uint64(): bigint {
     const [lo, hi] = this.varint64();
-    return hi === 0 ? BigInt(lo) : (BigInt(hi) << 32n) | BigInt(lo);
+    if (hi === 0) return BigInt(lo);
+    SCRATCH.setUint32(0, lo, true);
+    SCRATCH.setUint32(4, hi, true);
+    return SCRATCH.getBigUint64(0, true);
   }
 
   sint64(): bigint {
