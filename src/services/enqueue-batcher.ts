@@ -8,7 +8,7 @@
  * Under sustained load the statements are paced: one starts at most once per window (`--enqueue-window`).
  * Unpaced, the next insert starts the moment the last returns, so a steady trickle of calls keeps a
  * few hundred inserts a second in flight whatever the rate, and each wakes a claim round trip; the
- * loop keeps the machine busy, and that business, not any one statement, sets the tail latency.
+ * loop keeps the machine busy, and that load, not any one statement, sets the tail latency.
  * Paced, the same calls share fewer, larger statements and hand each waiting claim more rows. A call
  * that finds no statement in flight, and a backlog that already fills a statement, go at once.
  */
