@@ -17,6 +17,7 @@ import { afterAll, beforeAll, expect, it } from "vitest";
 import { HOT_SESSION_OPTIONS, type PreparedQueries } from "../src/db/prepared.js";
 import { WorkItemStore } from "../src/store/work-items.js";
 import { createTestDb, type TestDb } from "./support/db.js";
+import { newItem } from "./support/queue.js";
 
 let db: TestDb;
 beforeAll(async () => {
@@ -124,7 +125,7 @@ it("checks an offered batch against another tenant's backlog by a bounded number
   await db.raw(`ANALYZE ${db.tables.qualified("work_item")}`);
 
   const { store, caught } = catching();
-  const item = { engineKind: "k", runId: null, taskId: null, taskName: null, workerParams: null, payloadJson: null, priority: 0, maxRetries: 0, notBeforeNs: 0n, parentId: null, idempotencyKey: null, affinityKey: null };
+  const item = newItem({ engineKind: "k" });
   const rows = [1, 2, 3].map((i) => ({ id: `NEW${i}`, tenant: "mine", engineId: "e", by: "test", nowMs: now, item }));
   await store.enqueueRows(rows, { agents: ["offered", "offered", "offered"], tokens: ["tok", "tok", "tok"], instance: "test", nowMs: now, leaseTtlMs: 30_000 }).catch(() => undefined);
   const all = await explain(caught());

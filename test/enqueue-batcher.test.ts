@@ -11,6 +11,7 @@ import { WorkItemStore, type EnqueueResult, type EnqueueRow, type HandoffInput }
 import { newId } from "../src/util/ids.js";
 import { openCountingPool, type CountingPool } from "./support/counting-pool.js";
 import { createTestDb, type TestDb } from "./support/db.js";
+import { newItem } from "./support/queue.js";
 
 let db: TestDb;
 let counting: CountingPool;
@@ -92,20 +93,7 @@ const row = (name: string): EnqueueRow => ({
   engineId: "engine-1",
   by: "test",
   nowMs: Date.UTC(2026, 5, 1),
-  item: {
-    engineKind: "dag",
-    runId: null,
-    taskId: null,
-    taskName: name,
-    workerParams: null,
-    payloadJson: null,
-    priority: 0,
-    maxRetries: 0,
-    notBeforeNs: 0n,
-    parentId: null,
-    idempotencyKey: null,
-    affinityKey: null,
-  },
+  item: newItem({ taskName: name }),
 });
 
 const setup = (windowMs: number) => {

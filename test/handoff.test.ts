@@ -17,7 +17,7 @@ import { workKey } from "../src/services/queue-core.js";
 import type { EnqueueRow, NewItem } from "../src/store/work-items.js";
 import { bearer, startTestDaemon, TOKENS } from "./support/daemon.js";
 import { createTestDb, type TestDb } from "./support/db.js";
-import { itemRow, notBefore, nsText, Producer, serverNow, statusCounts, STATEMENT, TestAgent, track, untilLockWait, untilStatementRan } from "./support/queue.js";
+import { itemRow, newItem, notBefore, nsText, Producer, serverNow, statusCounts, STATEMENT, TestAgent, track, untilLockWait, untilStatementRan } from "./support/queue.js";
 
 const LEASE = 30_000;
 const clock = new FakeClock(Date.UTC(2026, 5, 1));
@@ -214,21 +214,6 @@ describe("a claim already waiting", () => {
 
 describe("offers", () => {
   const open: Armed = { wait: async () => false, disarm: () => {} };
-  const item = (over: Partial<NewItem> = {}): NewItem => ({
-    engineKind: "dag",
-    runId: null,
-    taskId: null,
-    taskName: null,
-    workerParams: null,
-    payloadJson: null,
-    priority: 0,
-    maxRetries: 0,
-    notBeforeNs: 0n,
-    parentId: null,
-    idempotencyKey: null,
-    affinityKey: null,
-    ...over,
-  });
   const rows = (...items: NewItem[]): EnqueueRow[] => items.map((it, i) => ({ id: `R${i}`, tenant: "t", engineId: "e", by: "p", nowMs: 0, item: it }));
   const handoff = () => new Handoff("inst", 1_000, () => 5_000);
 
@@ -237,7 +222,7 @@ describe("offers", () => {
     h.open("other-kind", new Set([workKey("t", "etl")]), 4, open);
     h.open("a", new Set([workKey("t", "dag")]), 2, open);
     h.open("b", null, 1, open);
-    const r = h.reserve(rows(item({ priority: 3 }), item({ priority: 1 }), item({ priority: 3 }), item({ priority: 2 })))!;
+    const r = h.reserve(rows(newItem({ priority: 3 }), newItem({ priority: 1 }), newItem({ priority: 3 }), newItem({ priority: 2 })))!;
     // Claim order: R1 (1), R3 (2), R0 (3), R2 (3).
     expect(r.input.agents).toEqual(["b", "a", null, "a"]);
     expect(new Set(r.input.tokens.filter(Boolean)).size).toBe(2);
@@ -249,24 +234,24 @@ describe("offers", () => {
     const h = handoff();
     h.open("a", null, 10, open);
     const r = h.reserve(
-      rows(item({ priority: 1 }), item({ notBeforeNs: msToNs(6_000) }), item({ priority: 5, affinityKey: "k" }), item({ priority: 5 }), item({ priority: 7, workerParams: { selector: { gpu: "a100" } } })),
+      rows(newItem({ priority: 1 }), newItem({ notBeforeNs: msToNs(6_000) }), newItem({ priority: 5, affinityKey: "k" }), newItem({ priority: 5 }), newItem({ priority: 7, workerParams: { selector: { gpu: "a100" } } })),
     )!;
     expect(r.input.agents).toEqual(["a", null, null, null, null]);
   });
 
   it("are none without an open slot, and a closed slot is offered nothing", async () => {
     const h = handoff();
-    expect(h.reserve(rows(item()))).toBeUndefined();
+    expect(h.reserve(rows(newItem()))).toBeUndefined();
     const slot = h.open("a", null, 1, open);
     expect(await h.close(slot)).toBeUndefined();
-    expect(h.reserve(rows(item()))).toBeUndefined();
+    expect(h.reserve(rows(newItem()))).toBeUndefined();
   });
 
   it("settle: a slot's claim gets the rows that went in dispatched, or nothing when the insert failed", async () => {
     const h = handoff();
     let disarmed = 0;
     const s1 = h.open("a", null, 5, { ...open, disarm: () => disarmed++ });
-    const r = h.reserve(rows(item(), item()))!;
+    const r = h.reserve(rows(newItem(), newItem()))!;
     expect(disarmed).toBe(1);
     const closing = h.close(s1);
     const claimed = { id: "R0" } as never;
@@ -276,7 +261,7 @@ describe("offers", () => {
     expect(got!.dispatch).toMatchObject({ agent: "a", instance: "inst", leaseToken: r.input.tokens[0], dispatchedAtNs: msToNs(5_000), leaseExpiresAtNs: msToNs(6_000) });
 
     const s2 = h.open("a", null, 5, open);
-    const failed = h.reserve(rows(item()))!;
+    const failed = h.reserve(rows(newItem()))!;
     failed.settle(undefined);
     expect(await h.close(s2)).toBeUndefined();
   });

@@ -11,10 +11,28 @@ import { AgentService, type CancelDirective, type Directive } from "../../src/ge
 import type { AgentStatus } from "../../src/gen/aiflow/cluster/v1/common_pb.js";
 import { QueueService, type EnqueueItemSchema } from "../../src/gen/aiflow/cluster/v1/queue_pb.js";
 import type { ItemOutcome, WorkItem } from "../../src/gen/aiflow/cluster/v1/work_item_pb.js";
+import type { NewItem } from "../../src/store/work-items.js";
 import { bearer, TOKENS } from "./daemon.js";
 import type { TestDb } from "./db.js";
 
 export type { WorkItem };
+
+/** A plain item as the store takes it (engine kind dag, due now, no selector or keys), with overrides. */
+export const newItem = (over: Partial<NewItem> = {}): NewItem => ({
+  engineKind: "dag",
+  runId: null,
+  taskId: null,
+  taskName: null,
+  workerParams: null,
+  payloadJson: null,
+  priority: 0,
+  maxRetries: 0,
+  notBeforeNs: 0n,
+  parentId: null,
+  idempotencyKey: null,
+  affinityKey: null,
+  ...over,
+});
 
 /** One HTTP/2 connection to a daemon, with both clients on it. */
 export class Conn {
