@@ -140,7 +140,7 @@ export class Work {
     const handler = resolveHandler(this.opts.handlers, item.engineKind, item.taskName);
     let report: Report;
     const started = performance.now();
-    if (handler) report = await settle(handler, ctx);
+    if (handler) report = await settle(run, handler, ctx);
     else {
       const task = item.taskName === undefined ? "" : ` and task '${item.taskName}'`;
       report = failure(run, `no handler for engine kind '${item.engineKind}'${task} on agent '${this.opts.name}' (it handles: ${describeHandlers(this.opts.handlers)})`, false);

@@ -170,7 +170,10 @@ describe("handler results", () => {
   const item = { id: "01ITEM", tenant: "t1", engineKind: "k", attempt: 1 } as WorkItem;
   const log = pino({ level: "silent" });
   const run = () => new Run(item, "token-1");
-  const settleWith = (fn: () => unknown) => settle(async () => fn(), new ItemContext(run(), log, "a"));
+  const settleWith = (fn: () => unknown) => {
+    const r = run();
+    return settle(r, async () => fn(), new ItemContext(r, log, "a"));
+  };
 
   it("a handler's context carries the agent's name, the run's signal, and a logger with the item bound (made once)", () => {
     const lines: Record<string, unknown>[] = [];
@@ -179,6 +182,8 @@ describe("handler results", () => {
     const r = new Run(item, "token-2");
     const ctx = new ItemContext(r, agentLog, "agent-7");
     expect(ctx.agent).toBe("agent-7");
+    // The run (which can abort the item) is not handed to the handler with it.
+    expect(Object.keys(ctx)).toEqual(["agent"]);
     expect(ctx.log).toBe(ctx.log);
     ctx.log.info("hello");
     expect(lines).toEqual([expect.objectContaining({ agent: "a", item: "01CTX", tenant: "t2", engineKind: "render", task: "frames", attempt: 3, msg: "hello" })]);
