@@ -74,7 +74,7 @@ export function parseOptions(argv: readonly string[]): { o: Options; only: Set<s
       case "--only": {
         only = new Set(value().split(","));
         const unknown = [...only].filter((s) => !SECTIONS.includes(s));
-        if (unknown.length > 0 || only.size === 0) throw new BenchArgError(`--only takes a comma list of ${SECTIONS.join(", ")}; not '${unknown.join(",")}'`);
+        if (unknown.length > 0) throw new BenchArgError(`--only takes a comma list of ${SECTIONS.join(", ")}; not '${unknown.join(",")}'`);
         break;
       }
       case "--smoke":
