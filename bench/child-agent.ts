@@ -10,6 +10,7 @@ import type { Interceptor } from "@connectrpc/connect";
 import { pino } from "pino";
 import { createAgent } from "../agent-sdk/src/index.js";
 import { nowMs } from "./clock.js";
+import { exitWith } from "./child-exit.js";
 
 const [address, token, name, slotsRaw, tenant, kind, prefetchRaw] = process.argv.slice(2);
 const latencies: number[] = [];
@@ -68,7 +69,6 @@ process.on("message", (m) => {
 process.once("SIGTERM", async () => {
   await agent.stop();
   const gc = gcPauses.filter(([at]) => at >= (firstMeasuredAt ?? 0)).map(([, ms]) => ms);
-  console.log(JSON.stringify({ handled, latencies, rpcs, gc }));
-  process.exit(0);
+  exitWith({ handled, latencies, rpcs, gc });
 });
 console.log(JSON.stringify({ ready: true }));

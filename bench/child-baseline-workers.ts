@@ -1,6 +1,7 @@
 /** Child process: the baseline's worker loops. Prints {"ready":true}; on SIGTERM prints its latencies. */
 import { nowMs } from "./clock.js";
 import { startBaselineWorkers } from "./baseline.js";
+import { exitWith } from "./child-exit.js";
 
 const [url, workers] = [process.argv[2]!, Number(process.argv[3] ?? 32)];
 const latencies: number[] = [];
@@ -11,7 +12,6 @@ const pool = await startBaselineWorkers(url, workers, (payload) => {
 });
 process.once("SIGTERM", async () => {
   await pool.stop();
-  console.log(JSON.stringify({ handled, latencies }));
-  process.exit(0);
+  exitWith({ handled, latencies });
 });
 console.log(JSON.stringify({ ready: true }));

@@ -9,6 +9,7 @@
 import http2 from "node:http2";
 import type { AddressInfo } from "node:net";
 import { openLoop } from "./baseline.js";
+import { exitWith } from "./child-exit.js";
 
 /** About the size of a single-item Enqueue request and its answer. */
 const REQUEST = Buffer.alloc(5 + 90, 7);
@@ -43,6 +44,5 @@ if (mode === "server") {
   console.log(JSON.stringify({ ready: true }));
   const sent = await openLoop(Number(rateRaw), Number(msRaw), call);
   session.close();
-  console.log(JSON.stringify({ sent }));
-  process.exit(0);
+  exitWith({ sent });
 }

@@ -11,6 +11,7 @@ import { createGrpcTransport } from "@connectrpc/connect-node";
 import { AgentService } from "../src/gen/aiflow/cluster/v1/agent_pb.js";
 import { AgentStatus } from "../src/gen/aiflow/cluster/v1/common_pb.js";
 import { nowMs } from "./clock.js";
+import { exitWith } from "./child-exit.js";
 
 const [address, token, countRaw, durationRaw] = process.argv.slice(2);
 const count = Number(countRaw);
@@ -46,5 +47,4 @@ for (let second = 0; second * 1000 < durationMs; second++) {
   }
 }
 await Promise.allSettled(pending);
-console.log(JSON.stringify({ beats, reregistered }));
-process.exit(0);
+exitWith({ beats, reregistered });

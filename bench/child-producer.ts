@@ -10,6 +10,7 @@ import { createSdkGrpcTransport } from "../agent-sdk/src/grpc-transport.js";
 import pg from "pg";
 import { openLoop } from "./baseline.js";
 import { nowMs } from "./clock.js";
+import { exitWith } from "./child-exit.js";
 
 const [mode, target, rateRaw, durationRaw, warmupRaw, token, tenant, kind] = process.argv.slice(2);
 const rate = Number(rateRaw);
@@ -44,5 +45,4 @@ if (mode === "baseline") {
 console.log(JSON.stringify({ ready: true }));
 const sent = await openLoop(rate, warmupMs + durationMs, send);
 await close();
-console.log(JSON.stringify({ sent }));
-process.exit(0);
+exitWith({ sent });

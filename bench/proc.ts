@@ -50,7 +50,9 @@ export function startChild(
     stdio: ["ignore", "pipe", opts.stderr ?? "inherit", "ipc"],
   });
   children.add(proc);
-  const exited = new Promise<number | null>((resolve) => proc.once("exit", (code) => (children.delete(proc), resolve(code))));
+  // "close", not "exit": it comes after the child's output has been read to its end, so its last
+  // lines (its figures) reach the listeners before it counts as gone.
+  const exited = new Promise<number | null>((resolve) => proc.once("close", (code) => (children.delete(proc), resolve(code))));
   const listeners: ((line: string) => void)[] = [];
   const ready = new Promise<string>((resolve, reject) => {
     let done = false;

@@ -93,6 +93,16 @@ describe("benchmark process lifecycle", () => {
     expect(await bye).toContain("bye");
   });
 
+  it("delivers a child's last lines before it counts as exited, however long they are", async () => {
+    const child = startChild("test/support/ready-child.ts", ["big"], { ready: (l) => l.includes('"ready"'), stderr: "ignore" });
+    await child.ready;
+    let got = 0;
+    child.onLine((l) => l.includes("bye") && (got = l.length));
+    void child.stop();
+    await child.exited;
+    expect(got).toBeGreaterThan(1 << 20);
+  });
+
   it("rejects `ready` when the child dies first", async () => {
     const child = startChild("test/support/ready-child.ts", [], { ready: () => false, stderr: "ignore" });
     void child.stop();

@@ -1,9 +1,10 @@
-// A child for the benchmark's process-lifecycle test: says it is ready, echoes lines, exits on SIGTERM.
+// A child for the benchmark's process-lifecycle tests: says it is ready, echoes lines, exits on SIGTERM.
 // The handler goes in before the ready line: the parent may signal the moment it reads that line.
-process.once("SIGTERM", () => {
-  console.log(JSON.stringify({ bye: true }));
-  process.exit(0);
-});
+import { exitWith } from "../../bench/child-exit.js";
+
+// With the argument "big", the goodbye is a line of about a megabyte (as an agent's latencies are).
+const pad = process.argv[2] === "big" ? "x".repeat(1 << 20) : "";
+process.once("SIGTERM", () => exitWith({ bye: true, pad }));
 console.log("starting");
 console.log(JSON.stringify({ ready: true }));
 console.log("after ready");
