@@ -6,9 +6,7 @@
  * statement is in flight, which is when pacing applies.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { Armed } from "../src/services/beacon.js";
 import { EnqueueBatcher, MAX_ROWS, type PaceTimer } from "../src/services/enqueue-batcher.js";
-import { Handoff } from "../src/services/handoff.js";
 import { WorkItemStore, type EnqueueResult, type EnqueueRow, type HandoffInput } from "../src/store/work-items.js";
 import { newId } from "../src/util/ids.js";
 import { openCountingPool, type CountingPool } from "./support/counting-pool.js";
@@ -112,28 +110,6 @@ const names = async (results: Promise<EnqueueResult[]>[]) => {
 };
 
 describe("EnqueueBatcher", () => {
-  it("lets the claims it handed rows reply before it answers the calls (the handed items wait for those replies)", async () => {
-    const store = new HeldStore(counting.pool, db.tables, { baseMs: 1000, capMs: 60_000, jitter: false });
-    const handoff = new Handoff("batcher", 30_000, () => Date.UTC(2026, 5, 1));
-    const batcher = new EnqueueBatcher(store, handoff, { windowMs: 0, timer: new FakeTimer() });
-    const waiting: Armed = { wait: async () => false, disarm: () => {} };
-    const slot = handoff.open("batcher-agent", null, 5, waiting);
-    const order: string[] = [];
-    const release = store.hold();
-    const calls = [batcher.submit([row("order-a")]).then(() => order.push("call a")), batcher.submit([row("order-b")]).then(() => order.push("call b"))];
-    await store.started();
-    // The claim was offered the rows (no such agent is registered, so the insert refuses the offer and
-    // the claim gets nothing); its reply path runs without I/O: a chain of continuations, here twenty.
-    const claim = (async () => {
-      await handoff.close(slot);
-      for (let i = 0; i < 20; i++) await Promise.resolve();
-      order.push("claim");
-    })();
-    release();
-    await Promise.all([...calls, claim]);
-    expect(order).toEqual(["claim", "call a", "call b"]);
-  });
-
   it("writes a call that finds it idle at once, also right after the last statement (a producer awaiting each answer is not paced)", async () => {
     const { store, timer, batcher } = setup(8);
     const first = await batcher.submit([row("seq-1")]);

@@ -110,18 +110,10 @@ export class EnqueueBatcher {
       return;
     }
     offers?.settle(results);
-    // The callers hear back in the next turn of the event loop, after the claims just handed rows:
-    // their replies are what the handed items wait for, and they go out within this turn (no I/O
-    // between the settle and the reply), where answering first the calls of a busy statement (a
-    // dozen replies, and a producer woken to read them) put that much ahead of every handed item.
-    setImmediate(answer, batch, results);
-  }
-}
-
-function answer(batch: readonly Waiting[], results: Result): void {
-  let at = 0;
-  for (const w of batch) {
-    w.resolve(results.slice(at, at + w.rows.length));
-    at += w.rows.length;
+    let at = 0;
+    for (const w of batch) {
+      w.resolve(results.slice(at, at + w.rows.length));
+      at += w.rows.length;
+    }
   }
 }
