@@ -249,6 +249,64 @@ describe("direct gRPC path: finished streams", () => {
 });
 
 describe("direct gRPC path: the handler's context", () => {
+  it("makes a call's AbortSignal only when something reads it (minor collections do not free one per call)", async () => {
+    const Real = globalThis.AbortController;
+    let made = 0;
+    globalThis.AbortController = class extends Real {
+      constructor() {
+        super();
+        made++;
+      }
+    };
+    let read = false;
+    const { on, close } = await directHealthServer({
+      check(_req, ctx) {
+        if (read) expect(ctx.signal.aborted).toBe(false);
+        return { status: Serving.SERVING };
+      },
+    });
+    try {
+      made = 0; // the server's own, made as it started
+      const request = frame(toBinary(HealthCheckRequestSchema, create(HealthCheckRequestSchema)));
+      for (let i = 0; i < 5; i++) expect((await call(HEALTH, request, { "grpc-timeout": "10S" }, { on })).status).toBe(0);
+      expect(made).toBe(0);
+      read = true;
+      expect((await call(HEALTH, request, {}, { on })).status).toBe(0);
+      expect(made).toBe(1);
+    } finally {
+      globalThis.AbortController = Real;
+      await close();
+    }
+  });
+
+  it("aborts the signal of a call whose client goes away, read before or after it went", async () => {
+    const reasons: unknown[] = [];
+    let entered!: () => void;
+    const inHandler = new Promise<void>((r) => (entered = r));
+    let gone!: () => void;
+    const clientGone = new Promise<void>((r) => (gone = r));
+    const { on, close } = await directHealthServer({
+      async check(_req, ctx) {
+        const early = ctx.signal;
+        entered();
+        await clientGone;
+        await vi.waitFor(() => expect(early.aborted).toBe(true));
+        reasons.push(early.reason, ctx.signal.reason);
+        throw new ConnectError("gone", Code.Canceled);
+      },
+    });
+    try {
+      const answer = call(HEALTH, frame(toBinary(HealthCheckRequestSchema, create(HealthCheckRequestSchema))), {}, { on, cancelAfterMs: 0 });
+      await inHandler;
+      await answer;
+      gone();
+      await vi.waitFor(() => expect(reasons).toHaveLength(2));
+      expect(reasons.map((r) => ConnectError.from(r).code)).toEqual([Code.Canceled, Code.Canceled]);
+    } finally {
+      await close();
+    }
+  });
+
   it("aborts a call in flight when the server stops for good, and tells the handler its deadline", async () => {
     const shutdown = new AbortController();
     const seen: { timeoutMs?: number; reason?: unknown } = {};
