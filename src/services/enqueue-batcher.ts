@@ -99,10 +99,9 @@ export class EnqueueBatcher {
     const offers = this.handoff?.reserve(rows);
     let results: Result;
     try {
-      results = await this.store.enqueueRows(rows, offers?.input);
-      this.#backlog = this.#queue.length > 0;
+      // Read when the statement returns, before any caller is answered (their next calls would count).
+      results = await this.store.enqueueRows(rows, offers?.input).finally(() => (this.#backlog = this.#queue.length > 0));
     } catch (err) {
-      this.#backlog = this.#queue.length > 0;
       // Nothing went in, so nothing was handed over; the claims offered these rows claim as before.
       offers?.settle(undefined);
       if (batch.length === 1) return batch[0]!.reject(err);
