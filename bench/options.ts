@@ -86,4 +86,3 @@ export function parseOptions(argv: readonly string[]): { o: Options; only: Set<s
   }
   return { o, only, help: false };
 }
-
