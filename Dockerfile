@@ -45,5 +45,7 @@ HEALTHCHECK --interval=15s --timeout=5s --start-period=60s --retries=3 \
   CMD ["node", "/app/scripts/healthcheck.mjs"]
 # SIGTERM drains gracefully within AIFLOW_SHUTDOWN_GRACE (10s by default): give `docker stop` more (-t 30).
 STOPSIGNAL SIGTERM
-ENTRYPOINT ["node", "/app/bin/aiflowd.js"]
+# A 256 MB old generation before V8's first full collection (not allowed in NODE_OPTIONS): at a
+# steady 1,000 items/s the default ran one every ~3 s, and its pause set the dispatch tail.
+ENTRYPOINT ["node", "--initial-old-space-size=256", "/app/bin/aiflowd.js"]
 CMD ["serve"]
