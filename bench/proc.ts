@@ -3,7 +3,7 @@
  * CPU and memory from /proc, and make sure nothing outlives the run.
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
 import { createInterface } from "node:readline";
 
 const children = new Set<ChildProcess>();
@@ -102,6 +102,33 @@ export function sampleProc(pid: number): ProcSample {
   return { cpuMs: cpuTicks * TICK_MS, rssBytes: rss ? Number(rss[1]) * 1024 : 0 };
 }
 
+/**
+ * Processes whose name (/proc/PID/comm) starts with `prefix`. The steady sections meter the host's
+ * kdamond threads with it: on these machines DAMON takes a core for 30–50 ms every ~0.57 s under
+ * load, and the slow items of a run cluster on those bursts.
+ */
+export function pidsNamed(prefix: string): number[] {
+  const pids: number[] = [];
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      if (readFileSync(`/proc/${entry}/comm`, "utf8").startsWith(prefix)) pids.push(Number(entry));
+    } catch {
+      // gone since the listing
+    }
+  }
+  return pids;
+}
+
+/** A process's CPU so far (ms), or `fallback` once it is gone (a kernel thread may be restarted). */
+function cpuMsOr(pid: number, fallback: number): number {
+  try {
+    return sampleProc(pid).cpuMs;
+  } catch {
+    return fallback;
+  }
+}
+
 /** Samples a process every `everyMs` until stopped: peak RSS and CPU used in the window. */
 export function watchProc(pid: number, everyMs = 200) {
   const first = sampleProc(pid);
@@ -159,11 +186,11 @@ export interface CpuUse {
 export function cpuMeter(groups: Record<string, readonly number[]> = {}): () => CpuUse {
   const t0 = Date.now();
   const busy0 = machineBusyMs();
-  const cpu0 = Object.entries(groups).map(([name, pids]) => ({ name, pids, ms: pids.map((pid) => sampleProc(pid).cpuMs) }));
+  const cpu0 = Object.entries(groups).map(([name, pids]) => ({ name, pids, ms: pids.map((pid) => cpuMsOr(pid, 0)) }));
   return () => {
     const busy1 = machineBusyMs();
     const groupMs: Record<string, number> = {};
-    for (const g of cpu0) groupMs[g.name] = g.pids.reduce((sum, pid, i) => sum + sampleProc(pid).cpuMs - g.ms[i]!, 0);
+    for (const g of cpu0) groupMs[g.name] = g.pids.reduce((sum, pid, i) => sum + cpuMsOr(pid, g.ms[i]!) - g.ms[i]!, 0);
     return { wallMs: Date.now() - t0, machineMs: busy0 === null || busy1 === null ? null : busy1 - busy0, groupMs };
   };
 }

@@ -6,7 +6,7 @@ import { baselineDrainSpan, dropBaseline, fillBaseline, releaseBaseline, resetBa
 import { nowMs } from "./clock.js";
 import { committedTransactions, KIND, NODE_TUNING, TENANT, TOKENS, type Database, type DaemonProc } from "./env.js";
 import { pollUntil, sql } from "./pg.js";
-import { cpuMeter, startChild, watchProc, type Child } from "./proc.js";
+import { cpuMeter, pidsNamed, startChild, watchProc, type Child } from "./proc.js";
 import { gcFigures, perSecond, round, summarize } from "./stats.js";
 
 export interface Options {
@@ -267,10 +267,13 @@ export async function latencyOurs(daemons: DaemonProc[], agents: Child[], o: Opt
 /**
  * Where the machine's CPU went while the producer ran, in percent of one core: all of it, and each
  * group of processes (the rest is Postgres and this process). At a steady rate a saturated machine
- * is what turns into queueing delay, so the latency figures are read with these.
+ * is what turns into queueing delay, so the latency figures are read with these. Where the host runs
+ * DAMON, its kdamond threads are a group too (host_kdamond): their bursts hold a core, and the
+ * tail follows them.
  */
 function cpuShares(groups: Record<string, number[]>): () => Figures {
-  const meter = cpuMeter(groups);
+  const kdamond = pidsNamed("kdamond");
+  const meter = cpuMeter(kdamond.length > 0 ? { ...groups, host_kdamond: kdamond } : groups);
   return () => {
     const { wallMs, machineMs, groupMs } = meter();
     const pct = (ms: number) => round((ms / wallMs) * 100, 0);

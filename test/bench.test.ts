@@ -1,7 +1,7 @@
 import { execFile } from "node:child_process";
 import { promisify } from "node:util";
 import { describe, expect, it } from "vitest";
-import { startChild, sampleProc } from "../bench/proc.js";
+import { cpuMeter, pidsNamed, startChild, sampleProc } from "../bench/proc.js";
 import { gcFigures, percentile, perSecond, ratio, summarize } from "../bench/stats.js";
 import { openLoop } from "../bench/baseline.js";
 import { perItem } from "../bench/floor.js";
@@ -101,6 +101,17 @@ describe("benchmark process lifecycle", () => {
     void child.stop();
     await child.exited;
     expect(got).toBeGreaterThan(1 << 20);
+  });
+
+  it("finds processes by name, and meters a group whose process goes away without failing", async () => {
+    const child = startChild("test/support/ready-child.ts", ["named"], { ready: (l) => l.includes('"ready"'), stderr: "ignore" });
+    await child.ready;
+    expect(pidsNamed("aiflow-named")).toEqual([child.pid]);
+    expect(pidsNamed("aiflow-no-such-name")).toEqual([]);
+    const meter = cpuMeter({ named: [child.pid] });
+    await child.stop();
+    expect(pidsNamed("aiflow-named")).toEqual([]);
+    expect(meter().groupMs.named).toBe(0);
   });
 
   it("rejects `ready` when the child dies first", async () => {
