@@ -10,7 +10,7 @@ import http2 from "node:http2";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import type { AddressInfo } from "node:net";
-import { Code, ConnectError, createClient, type ServiceImpl } from "@connectrpc/connect";
+import { Code, ConnectError, createClient, createContextKey, createContextValues, type Interceptor, type ServiceImpl } from "@connectrpc/connect";
 import { connectNodeAdapter, createConnectTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { grpcUnaryFastPath, recordUnary, routeStreams, type UnarySpec } from "../src/server/grpc-unary.js";
@@ -159,17 +159,33 @@ describe("the direct gRPC unary path", () => {
     await healthy();
   });
 
-  it("serves many calls at once without Node's listener-leak warning (each call links to the daemon's shutdown signal)", async () => {
+  it("serves many calls at once, each reading its signal, without Node's listener-leak warning", async () => {
     const warnings: string[] = [];
     const onWarning = (w: Error) => warnings.push(w.name);
     process.on("warning", onWarning);
+    // All 30 are in the handler, their signals made, before any answers: the shutdown signal is
+    // one, and nothing may add a listener to it per call.
+    let arrived = 0;
+    let release!: () => void;
+    const allIn = new Promise<void>((r) => (release = r));
+    const { on, close } = await directHealthServer({
+      shutdownSignal: new AbortController().signal,
+      async check(_req, ctx) {
+        expect(ctx.signal.aborted).toBe(false);
+        if (++arrived === 30) release();
+        await allIn;
+        return { status: Serving.SERVING };
+      },
+    });
     try {
-      const answers = await Promise.all(Array.from({ length: 30 }, () => call(HEALTH, frame(toBinary(HealthCheckRequestSchema, create(HealthCheckRequestSchema))))));
+      const answers = await Promise.all(Array.from({ length: 30 }, () => call(HEALTH, frame(toBinary(HealthCheckRequestSchema, create(HealthCheckRequestSchema))), {}, { on })));
       expect(answers.every((a) => a.status === 0)).toBe(true);
       await new Promise((r) => setImmediate(r)); // warnings are emitted on the next tick
     } finally {
       process.off("warning", onWarning);
+      await close();
     }
+    expect(arrived).toBe(30);
     expect(warnings).not.toContain("MaxListenersExceededWarning");
   });
 
@@ -184,10 +200,10 @@ describe("the direct gRPC unary path", () => {
  * A bare HTTP/2 server whose Health calls take the direct path (check answers them), every other
  * stream going to `request`; and a client session on it. close() ends both.
  */
-async function directHealthServer(opts: { check?: ServiceImpl<typeof Health>["check"]; request?: (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void; shutdownSignal?: AbortSignal } = {}) {
+async function directHealthServer(opts: { check?: ServiceImpl<typeof Health>["check"]; request?: (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void; shutdownSignal?: AbortSignal; interceptors?: Interceptor[] } = {}) {
   const specs = new Map<string, UnarySpec>();
   connectNodeAdapter({ routes: recordUnary((router) => router.service(Health, { check: opts.check ?? (() => ({ status: Serving.SERVING })), async *watch() {} }), specs) });
-  const fast = grpcUnaryFastPath(specs, { interceptors: [], readMaxBytes: 1 << 20, shutdownSignal: opts.shutdownSignal ?? new AbortController().signal });
+  const fast = grpcUnaryFastPath(specs, { interceptors: opts.interceptors ?? [], readMaxBytes: 1 << 20, shutdownSignal: opts.shutdownSignal ?? new AbortController().signal });
   const server = http2.createServer();
   routeStreams(server, fast, opts.request ?? ((_req, res) => res.writeHead(404).end()));
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
@@ -302,6 +318,36 @@ describe("direct gRPC path: the handler's context", () => {
       gone();
       await vi.waitFor(() => expect(reasons).toHaveLength(2));
       expect(reasons.map((r) => ConnectError.from(r).code)).toEqual([Code.Canceled, Code.Canceled]);
+    } finally {
+      await close();
+    }
+  });
+
+  it("gives the handler the headers and values an interceptor passes on, and sends the headers it sets", async () => {
+    const who = createContextKey<string>("nobody", { description: "who" });
+    const swap: Interceptor = (next) => (req) => {
+      const header = new Headers(req.header);
+      header.set("x-checked", "by-interceptor");
+      return next({ ...req, header, contextValues: createContextValues().set(who, req.header.get("x-caller") ?? "?") });
+    };
+    const seen: { checked?: string | null; who?: string; aborted?: boolean } = {};
+    const { on, close } = await directHealthServer({
+      interceptors: [swap],
+      check(_req, ctx) {
+        seen.checked = ctx.requestHeader.get("x-checked");
+        seen.who = ctx.values.get(who);
+        seen.aborted = ctx.signal.aborted;
+        ctx.responseHeader.set("x-handled", "yes");
+        ctx.responseTrailer.set("x-trailer", "done");
+        return { status: Serving.SERVING };
+      },
+    });
+    try {
+      const a = await call(HEALTH, frame(toBinary(HealthCheckRequestSchema, create(HealthCheckRequestSchema))), { "x-caller": "ops-7" }, { on });
+      expect(a.status).toBe(0);
+      expect(seen).toEqual({ checked: "by-interceptor", who: "ops-7", aborted: false });
+      expect(a.headers["x-handled"]).toBe("yes");
+      expect(a.trailers["x-trailer"]).toBe("done");
     } finally {
       await close();
     }
