@@ -63,6 +63,23 @@ export async function openDatabase(log: (msg: string) => void): Promise<Database
   };
 }
 
+/**
+ * A database of its own on the same server, for a figure Postgres only counts database-wide (the
+ * heartbeat section's commits): anything else running on the shared database would count too.
+ * Undefined where the role may not create databases; the caller then uses the shared one.
+ */
+export async function openOwnDatabase(db: Database): Promise<Database | undefined> {
+  const name = `aiflow_bench_${randomBytes(4).toString("hex")}`;
+  try {
+    await sql(db.url, `CREATE DATABASE ${name}`);
+  } catch {
+    return undefined;
+  }
+  const url = new URL(db.url);
+  url.pathname = `/${name}`;
+  return { url: url.toString(), schema: db.schema, close: async () => void (await sql(db.url, `DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)) };
+}
+
 async function dropSchema(url: string, schema: string): Promise<void> {
   await sql(url, `DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
 }

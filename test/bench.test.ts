@@ -7,6 +7,7 @@ import { openLoop } from "../bench/baseline.js";
 import { perItem } from "../bench/floor.js";
 import { BenchArgError, parseOptions } from "../bench/options.js";
 import { databaseUrl } from "./support/database-url.js";
+import { sql } from "../bench/pg.js";
 
 const run = promisify(execFile);
 
@@ -143,6 +144,9 @@ describe("benchmark smoke run", () => {
     expect(typeof drain.agents_gc_max_ms).toBe("number");
     const heartbeat = sets.find((s) => s.bench === "heartbeat")!;
     expect(typeof heartbeat.reregistered).toBe("number");
+    // The test role may create databases: the heartbeats ran in one of their own, dropped after.
+    expect(heartbeat.own_database).toBe(1);
+    expect(await sql(databaseUrl(), "SELECT datname FROM pg_database WHERE datname LIKE 'aiflow\\_bench\\_%'")).toEqual([]);
     const floor = sets.find((s) => s.bench === "http2_floor")!;
     expect(floor.server_us_per_call).toBeGreaterThan(0);
     expect(floor.client_us_per_call).toBeGreaterThan(0);
