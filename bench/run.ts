@@ -73,12 +73,14 @@ try {
     // Its own database and daemon where the role may create one: the statements are counted
     // database-wide, and nothing else (another run, a test suite) should count with them.
     const own = await openOwnDatabase(db);
-    const hbDaemon = own ? await startDaemonProc(own, o.daemons) : daemons[0]!;
+    let hbDaemon: DaemonProc | undefined;
     try {
+      hbDaemon = own ? await startDaemonProc(own, o.daemons) : daemons[0]!;
       emit("heartbeat", { ...(await heartbeatCost(own ?? db, hbDaemon, o)), own_database: own ? 1 : 0 });
     } finally {
+      // Its database is dropped even when its daemon failed to start.
       if (own) {
-        await hbDaemon.child.stop();
+        await hbDaemon?.child.stop();
         await own.close();
       }
     }
