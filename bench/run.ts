@@ -7,7 +7,7 @@ import { dropBaseline } from "./baseline.js";
 import { openDatabase, openOwnDatabase, startDaemonProc, type DaemonProc } from "./env.js";
 import { drainBaseline, drainOurs, enqueueRate, settleDatabase, heartbeatCost, latencyBaseline, latencyOurs, rpcFigures, startAgents, stopAgents } from "./sections.js";
 import { http2Floor, perItem } from "./floor.js";
-import { gcFigures, ratio } from "./stats.js";
+import { gcFigures, latencyRatio, ratio } from "./stats.js";
 import { BenchArgError, HELP, parseOptions } from "./options.js";
 
 const parsed = (() => {
@@ -63,7 +63,7 @@ try {
     progress("baseline latency");
     const base = await latencyBaseline(db, o);
     emit("latency_baseline", base);
-    emit("latency_ratio", { ours_p50_ms: ours.p50_ms!, baseline_p50_ms: base.p50_ms!, p50_ours_over_baseline: ratio(Number(ours.p50_ms), Number(base.p50_ms)), p99_ours_over_baseline: ratio(Number(ours.p99_ms), Number(base.p99_ms)) });
+    emit("latency_ratio", latencyRatio({ p50: Number(ours.p50_ms), p99: Number(ours.p99_ms) }, { p50: Number(base.p50_ms), p99: Number(base.p99_ms) }));
     progress(`HTTP/2 floor: a bare Node server and client at ${o.rate}/s`);
     emit("http2_floor", { ...(await http2Floor(o)), ...perItem(ours, o.rate) });
   }

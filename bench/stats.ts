@@ -29,6 +29,25 @@ export function ratio(ours: number, baseline: number): number {
   return Math.round((ours / baseline) * 1000) / 1000;
 }
 
+/** A steady-rate median past this is a backlog growing through the window, not a dispatch latency. */
+export const BACKLOG_P50_MS = 1000;
+
+/**
+ * The steady section's ratios. When the baseline did not keep up with the rate (on a host with slow
+ * commits its producer's notifying inserts serialise, and its median reads 10–20 s), there is no
+ * latency to compare with: the ratios are NaN and baseline_kept_up is 0.
+ */
+export function latencyRatio(ours: { p50: number; p99: number }, baseline: { p50: number; p99: number }): Record<string, number> {
+  const keptUp = baseline.p50 <= BACKLOG_P50_MS;
+  return {
+    ours_p50_ms: ours.p50,
+    baseline_p50_ms: baseline.p50,
+    p50_ours_over_baseline: keptUp ? ratio(ours.p50, baseline.p50) : Number.NaN,
+    p99_ours_over_baseline: keptUp ? ratio(ours.p99, baseline.p99) : Number.NaN,
+    baseline_kept_up: keptUp ? 1 : 0,
+  };
+}
+
 /** Items per second over a span in nanoseconds. */
 export function perSecond(count: number, spanNs: bigint): number {
   if (spanNs <= 0n) return Number.NaN;

@@ -2,7 +2,7 @@ import { execFile } from "node:child_process";
 import { promisify } from "node:util";
 import { describe, expect, it } from "vitest";
 import { cpuMeter, pidsNamed, startChild, sampleProc } from "../bench/proc.js";
-import { gcFigures, percentile, perSecond, ratio, summarize } from "../bench/stats.js";
+import { gcFigures, latencyRatio, percentile, perSecond, ratio, summarize } from "../bench/stats.js";
 import { openLoop } from "../bench/baseline.js";
 import { perItem } from "../bench/floor.js";
 import { BenchArgError, parseOptions } from "../bench/options.js";
@@ -65,6 +65,14 @@ describe("benchmark arithmetic", () => {
     expect(ratio(10_000, 28_000)).toBe(0.357);
     expect(ratio(5, 0)).toBeNaN();
     expect(ratio(Number.NaN, 3)).toBeNaN();
+  });
+
+  it("gives no latency ratio when the baseline fell behind the rate", () => {
+    expect(latencyRatio({ p50: 6, p99: 20 }, { p50: 1.5, p99: 40 })).toEqual({ ours_p50_ms: 6, baseline_p50_ms: 1.5, p50_ours_over_baseline: 4, p99_ours_over_baseline: 0.5, baseline_kept_up: 1 });
+    const behind = latencyRatio({ p50: 6, p99: 20 }, { p50: 12_000, p99: 14_000 });
+    expect(behind).toMatchObject({ baseline_p50_ms: 12_000, baseline_kept_up: 0 });
+    expect(behind.p50_ours_over_baseline).toBeNaN();
+    expect(behind.p99_ours_over_baseline).toBeNaN();
   });
 
   it("turns a nanosecond span into a rate", () => {
