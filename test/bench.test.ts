@@ -6,8 +6,8 @@ import { gcFigures, latencyRatio, percentile, perSecond, ratio, summarize } from
 import { openLoop } from "../bench/baseline.js";
 import { perItem } from "../bench/floor.js";
 import { BenchArgError, parseOptions } from "../bench/options.js";
-import { databaseUrl } from "./support/database-url.js";
 import { sql } from "../bench/pg.js";
+import { databaseUrl } from "./support/database-url.js";
 
 const run = promisify(execFile);
 
