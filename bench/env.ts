@@ -77,7 +77,11 @@ export async function openOwnDatabase(db: Database): Promise<Database | undefine
   }
   const url = new URL(db.url);
   url.pathname = `/${name}`;
-  return { url: url.toString(), schema: db.schema, close: async () => void (await sql(db.url, `DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)) };
+  return { url: url.toString(), schema: db.schema, close: () => dropDatabase(db.url, name) };
+}
+
+async function dropDatabase(url: string, name: string): Promise<void> {
+  await sql(url, `DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
 }
 
 async function dropSchema(url: string, schema: string): Promise<void> {
