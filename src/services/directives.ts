@@ -5,7 +5,8 @@
  * within one heartbeat interval even when no stream is open.
  *
  * The hub also keeps each agent's last known status (the cache heartbeats answer from), fed by
- * registrations, heartbeat flushes and status directives, so a heartbeat never reads the database.
+ * registrations, heartbeat flushes and status directives, so a heartbeat never reads the database;
+ * it is dropped whenever the listener reconnects, since directives sent meanwhile never arrive.
  */
 import type { DatabasePool } from "slonik";
 import type { Clock } from "../clock.js";
@@ -53,6 +54,13 @@ export class DirectiveHub {
 
   async start(listener: PgListener): Promise<void> {
     await listener.on(this.#channel, (payload) => this.#receive(payload));
+    // Directives published while the listener was away are lost, and with them any status change
+    // (a drain, a removal) the cache should have taken; heartbeats and claims answer from it, so a
+    // kept ACTIVE would never end. Forgotten, each agent's next call reads its row again.
+    listener.onReconnect(() => {
+      if (this.#known.size > 0) this.log.info({ agents: this.#known.size }, "listener reconnected: re-reading agent statuses");
+      this.#known.clear();
+    });
   }
 
   /** Sends a directive to an agent, wherever it is connected. */
