@@ -18,7 +18,7 @@ let channel: string;
 beforeAll(async () => {
   db = await createTestDb({ migrate: false, label: "directives" });
   channel = db.tables.channel("directive");
-  listener = new PgListener(db.url, silentLogger(), 10);
+  listener = new PgListener(db.url, silentLogger(), { firstRetryMs: 10 });
   await listener.start();
   hub = new DirectiveHub(db.pool, channel, new FakeClock(), silentLogger(), 60_000);
   await hub.start(listener);

@@ -31,7 +31,7 @@ describe("stopping", () => {
     const firstRetry = new Promise<void>((resolve) => (retrying = resolve));
     const log = pino({ level: "warn" }, { write: (s: string) => (s.includes("retrying") ? retrying() : undefined) });
     // Nothing listens on port 1; a minute's backoff would outlast the test's timeout.
-    const listener = new PgListener("postgres://root@127.0.0.1:1/none", log, 60_000);
+    const listener = new PgListener("postgres://root@127.0.0.1:1/none", log, { firstRetryMs: 60_000 });
     const started = listener.start();
     await firstRetry;
     await listener.stop();
