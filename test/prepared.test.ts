@@ -8,7 +8,9 @@ import { sql } from "slonik";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { z } from "zod";
 import { PreparedQueries } from "../src/db/prepared.js";
+import { AppError } from "../src/domain/errors.js";
 import { databaseUrl } from "./support/database-url.js";
+import { startTcpProxy } from "./support/tcp-proxy.js";
 
 let hot: PreparedQueries;
 beforeAll(() => {
@@ -24,4 +26,30 @@ it("runs with JIT, bitmap scans and sequential scans off", async () => {
       SELECT current_setting('jit') AS jit, current_setting('enable_bitmapscan') AS bitmap, current_setting('enable_seqscan') AS seq`,
   );
   expect(row).toEqual({ jit: "off", bitmap: "off", seq: "off" });
+});
+
+it("fails a statement the server never answers as unavailable, and runs the next on a new connection", async () => {
+  const target = new URL(databaseUrl());
+  const proxy = await startTcpProxy(target.hostname, Number(target.port || 5432));
+  const via = new URL(databaseUrl());
+  via.hostname = "127.0.0.1";
+  via.port = String(proxy.port);
+  const stalled = new PreparedQueries(via.toString(), 1, { queryMs: 300 });
+  const one = sql.type(z.object({ n: z.number() }))`SELECT 1::int AS n`;
+  try {
+    expect(await stalled.any(one)).toEqual([{ n: 1 }]);
+    // The path goes silent with the pool's one connection open on it: nothing ever closes it.
+    proxy.freeze();
+    const err = await stalled.any(one).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(err).toBeInstanceOf(AppError);
+    expect((err as AppError).kind).toBe("unavailable");
+    expect(await stalled.any(one)).toEqual([{ n: 1 }]);
+    expect(proxy.opened).toBe(2);
+  } finally {
+    await stalled.end();
+    await proxy.close();
+  }
 });

@@ -21,6 +21,10 @@ export function interpretDbError(err: unknown): unknown {
   const code = (err as { cause?: { code?: string }; code?: string })?.cause?.code ?? (err as { code?: string })?.code;
   if (code === "57P01" || code === "08006" || code === "08001" || code === "ECONNREFUSED" || code === "ECONNRESET")
     return new AppError("unavailable", "database unavailable, retry shortly", { cause: err });
+  // pg's own client-side timeouts carry no code, only these messages.
+  const message = (err as { message?: unknown })?.message;
+  if (message === "Query read timeout" || message === "Connection terminated due to connection timeout")
+    return new AppError("unavailable", "database did not answer in time, retry shortly", { cause: err });
   return err;
 }
 

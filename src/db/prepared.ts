@@ -41,13 +41,36 @@ const types = {
  */
 export const HOT_SESSION_OPTIONS = "-c jit=off -c enable_bitmapscan=off -c enable_seqscan=off -c enable_sort=off";
 
+/** Client-side limits of the hot pool (tests shorten them). */
+export interface HotTimeouts {
+  /** A statement unanswered this long fails and its connection is dropped. */
+  queryMs?: number;
+  /** Opening a connection. */
+  connectMs?: number;
+}
+
 export class PreparedQueries {
   readonly #pool: pg.Pool;
   /** By a token's SQL text: the statement's name and its text with pg's placeholders, made once. */
   readonly #statements = new Map<string, { name: string; text: string }>();
 
-  constructor(url: string, maxConnections: number) {
-    this.#pool = new pg.Pool({ connectionString: url, max: maxConnections, application_name: "aiflowd-hot", types, idleTimeoutMillis: 30_000, options: HOT_SESSION_OPTIONS });
+  constructor(url: string, maxConnections: number, timeouts: HotTimeouts = {}) {
+    this.#pool = new pg.Pool({
+      connectionString: url,
+      max: maxConnections,
+      application_name: "aiflowd-hot",
+      types,
+      idleTimeoutMillis: 30_000,
+      options: HOT_SESSION_OPTIONS,
+      // As the slonik pool's: a statement is ended by the server after a minute...
+      statement_timeout: 60_000,
+      // ...and one the server never answers (a silent network path, a hung server) by the client a
+      // little later, which also retires the connection; otherwise each would hold its pooled
+      // connection, and the claims queued behind it, until the kernel gave up on the socket.
+      query_timeout: timeouts.queryMs ?? 70_000,
+      connectionTimeoutMillis: timeouts.connectMs ?? 5_000,
+      keepAlive: true,
+    });
     // An idle client's error (the server went away) must not crash the daemon; the next query reconnects.
     this.#pool.on("error", () => {});
   }
