@@ -1,0 +1,29 @@
+#!/usr/bin/env node
+/**
+ * Writes the package.json of the compiled SDK (the build's output directory, argument 1, default
+ * dist): the workspace's own manifest, whose exports point at the TypeScript sources, with its
+ * entry points moved to the compiled files. The directory is then a package that `npm pack` or
+ * `npm install <dir>` takes as it is.
+ */
+import { readFileSync, writeFileSync } from "node:fs";
+import { join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const here = fileURLToPath(new URL("..", import.meta.url));
+const out = resolve(here, process.argv[2] ?? "dist");
+const src = JSON.parse(readFileSync(join(here, "package.json"), "utf8"));
+const entry = (path) => ({ types: `./${path}.d.ts`, default: `./${path}.js` });
+const manifest = {
+  name: src.name,
+  version: src.version,
+  description: src.description,
+  license: src.license,
+  type: "module",
+  engines: src.engines,
+  main: "./index.js",
+  types: "./index.d.ts",
+  exports: { ".": entry("index"), "./codec": entry("codec/index") },
+  dependencies: src.dependencies,
+};
+writeFileSync(join(out, "package.json"), `${JSON.stringify(manifest, null, 2)}\n`);
+console.log(`wrote ${join(out, "package.json")}`);
