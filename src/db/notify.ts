@@ -120,14 +120,14 @@ export class PgListener {
         this.log.warn({ timeoutMs: this.#pingTimeoutMs }, "listen connection stopped answering, replacing it");
         client.connection.stream.destroy();
       }, this.#pingTimeoutMs);
-      client.query("SELECT 1").then(
-        () => {
+      // A failed ping means the connection ended (then "end" reconnects and this timer stops).
+      client
+        .query("SELECT 1")
+        .catch(() => {})
+        .finally(() => {
           pending = false;
           clearTimeout(deadline);
-        },
-        // Failed because the connection ended: "end" reconnects.
-        () => clearTimeout(deadline),
-      );
+        });
     }, this.#pingEveryMs);
     timer.unref();
     client.once("end", () => clearInterval(timer));
