@@ -151,7 +151,7 @@ const SETTINGS = {
     parse: parseTokenSpec,
     repeatable: true,
   },
-  tokensFile: { flag: "--tokens-file", env: ["AIFLOW_TOKENS_FILE"], default: undefined, help: 'JSON file: [{"role","token","tenants"?}]', parse: text },
+  tokensFile: { flag: "--tokens-file", env: ["AIFLOW_TOKENS_FILE"], default: undefined, help: 'JSON file: [{"role","token","tenants"?,"name"?,"agents"?}]', parse: text },
   auditLog: { flag: "--audit-log", env: ["AIFLOW_AUDIT_LOG"], default: undefined, help: "file the audit stream is appended to (JSON lines); default: the daemon's log", parse: text },
   logLevel: { flag: "--log-level", env: ["AIFLOW_LOG_LEVEL"], default: "info", help: "trace|debug|info|warn|error|fatal|silent", parse: level },
   instanceId: {

@@ -5,13 +5,15 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { FakeClock } from "../src/clock.js";
 import type { Daemon } from "../src/daemon.js";
-import { parseTokenSpec } from "../src/server/tokens.js";
+import { parseTokenSpec, parseTokensFile } from "../src/server/tokens.js";
 import { agentClient, agentRow, agentRows, call, ok, registerRequest, ULID, watchDirectives, type HeartbeatReply, type RegisterReply } from "./support/agents.js";
 import { startTestDaemon, testTokens, TOKENS } from "./support/daemon.js";
 import { createTestDb, type TestDb } from "./support/db.js";
 import { grpc } from "./support/grpc-js.js";
 
 const AGENT_T1 = "agent-t1-only-token";
+/** An agent token that may act only as agents named gpu-… or exactly e2e-solo. */
+const AGENT_GPU = "agent-gpu-names-token";
 const clock = new FakeClock(Date.UTC(2026, 1, 1));
 let db: TestDb;
 let daemon: Daemon;
@@ -28,7 +30,11 @@ beforeAll(async () => {
       heartbeatFlush: 3_600_000,
       sweepInterval: 3_600_000,
       metadataMaxBytes: 2048,
-      tokens: [...testTokens(), parseTokenSpec(`agent:${AGENT_T1}:t1`, "test")],
+      tokens: [
+        ...testTokens(),
+        parseTokenSpec(`agent:${AGENT_T1}:t1`, "test"),
+        ...parseTokensFile(JSON.stringify([{ role: "agent", token: AGENT_GPU, name: "gpu-pool", agents: ["gpu-*", "e2e-solo"] }]), "test"),
+      ],
     },
   });
   client = agentClient(daemon.address);
@@ -158,6 +164,47 @@ describe("authentication and authorisation", () => {
     expect(err?.details).toContain("t2");
     expect(await agentRow(db, "e2e-t2")).toBeUndefined();
     await ok(client, "register", registerRequest("e2e-t1", { metadata: { tenants: ["t1"] } }), AGENT_T1);
+  });
+});
+
+describe("agent tokens limited to some agent names", () => {
+  it("act as the names they may, and every agent RPC under any other name is PERMISSION_DENIED and changes nothing", async () => {
+    // Exact and prefix names pass.
+    expect((await ok<RegisterReply>(client, "register", registerRequest("gpu-e2e-1"), AGENT_GPU)).created).toBe(true);
+    await ok(client, "register", registerRequest("e2e-solo"), AGENT_GPU);
+    await ok<HeartbeatReply>(client, "heartbeat", { name: "gpu-e2e-1" }, AGENT_GPU);
+    await ok(client, "claim", { name: "gpu-e2e-1", maxItems: 1 }, AGENT_GPU);
+
+    // Another agent, registered with the unrestricted token: the limited token cannot touch it.
+    await register("cpu-e2e-1");
+    const before = await agentRow(db, "cpu-e2e-1");
+    const [refused] = await call(client, "register", registerRequest("cpu-e2e-2"), AGENT_GPU);
+    expect(refused?.code).toBe(grpc.status.PERMISSION_DENIED);
+    expect(refused?.details).toContain("'cpu-e2e-2'");
+    expect(refused?.details).toContain("'gpu-*'");
+    const lease = { workItemId: "01J0000000000000000000000A", leaseToken: "01J0000000000000000000000B" };
+    const calls: [string, object][] = [
+      ["heartbeat", { name: "cpu-e2e-1" }],
+      ["claim", { name: "cpu-e2e-1", maxItems: 1 }],
+      ["extendLease", { name: "cpu-e2e-1", leases: [lease] }],
+      ["complete", { name: "cpu-e2e-1", items: [{ ...lease, resultJson: "" }] }],
+      ["fail", { name: "cpu-e2e-1", items: [{ ...lease, error: "x" }] }],
+      ["release", { name: "cpu-e2e-1", leases: [lease] }],
+      ["deregister", { name: "cpu-e2e-1" }],
+      // A prefix is a prefix, not a substring.
+      ["heartbeat", { name: "my-gpu-e2e" }],
+    ];
+    for (const [method, req] of calls) {
+      const [err] = await call(client, method, req, AGENT_GPU);
+      expect([method, err?.code]).toEqual([method, grpc.status.PERMISSION_DENIED]);
+    }
+    const stream = watchDirectives(client, "cpu-e2e-1", AGENT_GPU);
+    await expect(stream.next()).rejects.toMatchObject({ code: grpc.status.PERMISSION_DENIED });
+    stream.close();
+
+    await daemon.maintenance.flushHeartbeats();
+    expect(await agentRow(db, "cpu-e2e-1")).toEqual(before);
+    expect(await agentRow(db, "cpu-e2e-2")).toBeUndefined();
   });
 });
 

@@ -2,6 +2,7 @@ import { execFile } from "node:child_process";
 import { promisify } from "node:util";
 import { describe, expect, it } from "vitest";
 import { ConfigError, parseArgs, parseDuration } from "../src/config.js";
+import { parseTokensFile } from "../src/server/tokens.js";
 
 const run = promisify(execFile);
 const cli = (args: string[], env: Record<string, string> = {}) =>
@@ -45,6 +46,21 @@ describe("config", () => {
     ]);
     expect(parseArgs([], { AIFLOW_TOKENS: "ops:secret-ccc;agent:secret-ddd" }).config.tokens).toHaveLength(2);
     expect(() => parseArgs(["--token", "admin:secret-eee"], {})).toThrow(/--token/);
+  });
+
+  it("reads a tokens file's agent-name limits, and refuses them on other roles or malformed", () => {
+    const file = (entry: Record<string, unknown>) => JSON.stringify([{ role: "agent", token: "secret-fff", ...entry }]);
+    expect(parseTokensFile(file({ agents: ["gpu-*", "solo"] }), "--tokens-file")[0]?.agents).toEqual(["gpu-*", "solo"]);
+    expect(parseTokensFile(file({}), "--tokens-file")[0]?.agents).toBeUndefined();
+    const refused: [Record<string, unknown>, RegExp][] = [
+      [{ role: "engine", agents: ["x"] }, /agent tokens only/],
+      [{ agents: [] }, /non-empty array/],
+      [{ agents: "gpu-*" }, /non-empty array/],
+      [{ agents: ["g*pu"] }, /prefix ending in '\*'/],
+      [{ agents: ["gpu-**"] }, /prefix ending in '\*'/],
+      [{ agents: ["bad name"] }, /entry 0/],
+    ];
+    for (const [entry, re] of refused) expect(() => parseTokensFile(file(entry), "--tokens-file")).toThrow(re);
   });
 
   it("names the setting in every error", () => {

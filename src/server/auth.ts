@@ -13,6 +13,8 @@ export interface Identity {
   readonly roles: ReadonlySet<Role>;
   /** undefined: every tenant. */
   readonly tenants: ReadonlySet<string> | undefined;
+  /** The agent names it may act as (exact, or a prefix ending in '*'); undefined: any. */
+  readonly agents?: readonly string[];
 }
 
 const OPEN_IDENTITY: Identity = { principal: "anonymous", roles: new Set(["agent", "engine", "ops"]), tenants: undefined };
@@ -33,7 +35,7 @@ export class Authenticator {
       const h = hash(g.token);
       this.#byHash.set(h, {
         digest: Buffer.from(h, "hex"),
-        identity: { principal: g.name ?? g.role, roles: new Set([g.role]), tenants: g.tenants ? new Set(g.tenants) : undefined },
+        identity: { principal: g.name ?? g.role, roles: new Set([g.role]), tenants: g.tenants ? new Set(g.tenants) : undefined, agents: g.agents },
       });
     }
     this.open = grants.length === 0;
@@ -77,6 +79,12 @@ export function callerOf(ctx: HandlerContext): Identity {
   const id = ctx.values.get(identityKey);
   if (!id) throw new ConnectError("no caller identity on a protected call", Code.Internal);
   return id;
+}
+
+/** Refuses an agent name the caller's token may not act as. */
+export function assertAgent(identity: Identity, name: string): void {
+  if (identity.agents && !identity.agents.some((p) => (p.endsWith("*") ? name.startsWith(p.slice(0, -1)) : name === p)))
+    throw new ConnectError(`token may not act as agent '${name}' (it is limited to ${identity.agents.map((p) => `'${p}'`).join(", ")})`, Code.PermissionDenied);
 }
 
 /** Refuses a tenant the caller's token is not limited to. */

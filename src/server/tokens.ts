@@ -12,6 +12,11 @@ export interface TokenGrant {
   tenants?: string[];
   /** Who the caller is in createdby/updatedby and audit records; defaults to ROLE-<token fingerprint>. */
   name?: string;
+  /**
+   * Agent tokens only: the agent names the token may act as (register, heartbeat, claim, report,
+   * deregister), each exact or a prefix ending in '*'; undefined means any name.
+   */
+  agents?: string[];
 }
 
 const isRole = (r: string): r is Role => (ROLES as readonly string[]).includes(r);
@@ -24,7 +29,7 @@ export function parseTokenSpec(raw: string, flag: string): TokenGrant {
   return grant(role, token, tenants ? tenants.split(",").filter(Boolean) : undefined, undefined, flag);
 }
 
-/** Parses a tokens file: a JSON array of {role, token, tenants?, name?}. */
+/** Parses a tokens file: a JSON array of {role, token, tenants?, name?, agents?}. */
 export function parseTokensFile(body: string, flag: string): TokenGrant[] {
   let data: unknown;
   try {
@@ -32,15 +37,26 @@ export function parseTokensFile(body: string, flag: string): TokenGrant[] {
   } catch (err) {
     throw new ConfigError(flag, `not JSON: ${(err as Error).message}`);
   }
-  if (!Array.isArray(data)) throw new ConfigError(flag, "must hold a JSON array of {role, token, tenants?, name?}");
+  if (!Array.isArray(data)) throw new ConfigError(flag, "must hold a JSON array of {role, token, tenants?, name?, agents?}");
   return data.map((e: Record<string, unknown>, i) => {
     const role = String(e?.role ?? "");
     if (!isRole(role)) throw new ConfigError(flag, `entry ${i}: role must be one of ${ROLES.join("|")}`);
     if (typeof e.token !== "string" || e.token.length === 0) throw new ConfigError(flag, `entry ${i}: token must be a non-empty string`);
     if (e.tenants !== undefined && !(Array.isArray(e.tenants) && e.tenants.every((t) => typeof t === "string")))
       throw new ConfigError(flag, `entry ${i}: tenants must be an array of strings`);
-    return grant(role, e.token, e.tenants as string[] | undefined, typeof e.name === "string" ? e.name : undefined, flag);
+    const g = grant(role, e.token, e.tenants as string[] | undefined, typeof e.name === "string" ? e.name : undefined, flag);
+    if (e.agents !== undefined) g.agents = agentPatterns(e.agents, role, `${flag}: entry ${i}`);
+    return g;
   });
+}
+
+/** Agent-name patterns: a non-empty list of names, each exact or a prefix ending in a single '*'. */
+function agentPatterns(raw: unknown, role: Role, where: string): string[] {
+  if (role !== "agent") throw new ConfigError(where, "agents applies to agent tokens only");
+  const ok = (p: unknown) => typeof p === "string" && /^[A-Za-z0-9._:-]*\*?$/.test(p) && p !== "" && p.indexOf("*") === p.lastIndexOf("*");
+  if (!Array.isArray(raw) || raw.length === 0 || !raw.every(ok))
+    throw new ConfigError(where, "agents must be a non-empty array of agent names, each exact or a prefix ending in '*' (\"gpu-*\")");
+  return raw as string[];
 }
 
 function grant(role: Role, token: string, tenants: string[] | undefined, name: string | undefined, flag: string): TokenGrant {

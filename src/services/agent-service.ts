@@ -9,12 +9,12 @@ import type { Clock } from "../clock.js";
 import type { Config } from "../config.js";
 import { invalidArgument, notFound, permissionDenied } from "../domain/errors.js";
 import { AgentService, AgentType, type AgentMetrics, type RegisterRequest } from "../gen/aiflow/cluster/v1/agent_pb.js";
-import { callerOf, type Identity } from "../server/auth.js";
+import { assertAgent, callerOf, type Identity } from "../server/auth.js";
 import { REGISTER_FIELDS, type AgentStore, type RegisterInput } from "../store/agents.js";
 import { agentStatusToWire, directiveToWire } from "./convert.js";
 import type { DirectiveHub, DirectiveMessage, KnownAgent } from "./directives.js";
 import type { HeartbeatBuffer } from "./heartbeats.js";
-import { identifier, identifiers, inRange, optionalText, withinBytes } from "./validate.js";
+import { agentName, identifier, identifiers, inRange, optionalText, withinBytes } from "./validate.js";
 import { pushStream } from "../util/push-stream.js";
 
 export interface AgentServiceDeps {
@@ -76,8 +76,8 @@ export function agentServiceImpl(d: AgentServiceDeps): Pick<ServiceImpl<typeof A
       };
     },
 
-    async heartbeat(req) {
-      const name = identifier(req.name, "name");
+    async heartbeat(req, ctx) {
+      const name = agentName(req.name, ctx);
       const metrics = metricsJson(req.metrics, req.inFlight);
       const state = await known(name);
       d.heartbeats.add({ name, metrics, at: d.clock.nowMs() });
@@ -85,7 +85,7 @@ export function agentServiceImpl(d: AgentServiceDeps): Pick<ServiceImpl<typeof A
     },
 
     async *watchDirectives(req, ctx) {
-      const name = identifier(req.name, "name");
+      const name = agentName(req.name, ctx);
       // Subscribe before reading the status: a directive that arrives while it is read is queued
       // here and follows the status message, instead of being lost.
       const early: DirectiveMessage[] = [];
@@ -107,7 +107,7 @@ export function agentServiceImpl(d: AgentServiceDeps): Pick<ServiceImpl<typeof A
 
     async deregister(req, ctx) {
       const caller = callerOf(ctx);
-      const name = identifier(req.name, "name");
+      const name = agentName(req.name, ctx);
       const now = d.clock.nowMs();
       d.heartbeats.discard(name);
       const row = await d.agents.deregister(name, now, caller.principal);
@@ -127,6 +127,7 @@ const AGENT_TYPES: Record<AgentType, string | null> = { [AgentType.UNSPECIFIED]:
 
 function registerInput(req: RegisterRequest, caller: Identity, metadataMaxBytes: number): RegisterInput {
   const name = identifier(req.name, "name");
+  assertAgent(caller, name);
   const m = req.metadata;
   const tags: Record<string, string> = {};
   for (const [k, v] of Object.entries(m?.tags ?? {})) tags[identifier(k, "metadata.tags key")] = optionalText(v, `metadata.tags[${k}]`, 256) ?? "";

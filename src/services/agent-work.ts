@@ -13,7 +13,7 @@ import { agentStatusToWire } from "./convert.js";
 import { workKey, type QueueCore } from "./queue-core.js";
 import type { ClaimedRow, Completion } from "../store/work-items.js";
 import type { Handed } from "./handoff.js";
-import { identifier, jsonOrNull, optionalText, withinBytes } from "./validate.js";
+import { agentName, identifier, jsonOrNull, optionalText, withinBytes } from "./validate.js";
 import { claimedItemToWire, fencedOutcomes, newDispatch } from "./work-item-wire.js";
 
 export interface AgentWorkDeps {
@@ -113,7 +113,7 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
 
   return {
     async claim(req, ctx) {
-      const name = identifier(req.name, "name");
+      const name = agentName(req.name, ctx);
       // Applied once, by the first statement this call runs. A claim carrying them does not wait
       // unless it asks to (its outcomes then come back with whatever ends the wait).
       let completions = completionsOf(atMost(req.completions, "completions"), "completions");
@@ -174,22 +174,22 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
       }
     },
 
-    async extendLease(req) {
-      const name = identifier(req.name, "name");
+    async extendLease(req, ctx) {
+      const name = agentName(req.name, ctx);
       const leases = leaseRefs(req.leases, "leases");
       const now = clock.nowMs();
       const held = await store.extend(name, leases, now, config.leaseTtl);
       return { outcomes: fencedOutcomes(leases.map((l) => l.id), held), leaseExpiresAtNs: BigInt(now + config.leaseTtl) * 1_000_000n };
     },
 
-    async complete(req) {
-      const name = identifier(req.name, "name");
+    async complete(req, ctx) {
+      const name = agentName(req.name, ctx);
       const items = completionsOf(batch(req.items, "items"), "items");
       return { outcomes: completed(items, await store.complete(name, items, clock.nowMs())) };
     },
 
-    async fail(req) {
-      const name = identifier(req.name, "name");
+    async fail(req, ctx) {
+      const name = agentName(req.name, ctx);
       const items = batch(req.items, "items").map((f, i) => ({
         id: identifier(f.workItemId, `items[${i}].work_item_id`),
         token: identifier(f.leaseToken, `items[${i}].lease_token`),
@@ -202,8 +202,8 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
       return { outcomes: fencedOutcomes(items.map((i) => i.id), rows.map((r) => r.id)) };
     },
 
-    async release(req) {
-      const name = identifier(req.name, "name");
+    async release(req, ctx) {
+      const name = agentName(req.name, ctx);
       const leases = leaseRefs(req.leases, "leases");
       return { outcomes: fencedOutcomes(leases.map((l) => l.id), await release(name, leases)) };
     },

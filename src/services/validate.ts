@@ -2,7 +2,9 @@
  * Input validation at the edge. Every failure is INVALID_ARGUMENT naming the field, raised before
  * anything is written, so a refused call changes nothing.
  */
+import type { HandlerContext } from "@connectrpc/connect";
 import { invalidArgument, resourceExhausted } from "../domain/errors.js";
+import { assertAgent, callerOf } from "../server/auth.js";
 
 const NAME = /^[A-Za-z0-9._:-]+$/;
 
@@ -13,6 +15,13 @@ export function identifier(raw: string, field: string): string {
   if (v.length > 128) throw invalidArgument(field, `is ${v.length} characters; the limit is 128`);
   if (!NAME.test(v)) throw invalidArgument(field, `'${v.slice(0, 40)}' may only contain letters, digits and . _ : -`);
   return v;
+}
+
+/** An agent RPC's `name`: a valid identifier, and a name the caller's token may act as (PERMISSION_DENIED). */
+export function agentName(raw: string, ctx: HandlerContext): string {
+  const name = identifier(raw, "name");
+  assertAgent(callerOf(ctx), name);
+  return name;
 }
 
 /** An optional free-text field: empty becomes null; too long is refused. */
