@@ -286,7 +286,7 @@ export type HeartbeatRequest = Message<"aiflow.cluster.v1.HeartbeatRequest"> & {
   metrics?: AgentMetrics | undefined;
 
   /**
-   * Items the agent is running now.
+   * Items the agent is running now (not those it claimed ahead and holds for a free slot).
    *
    * @generated from field: uint32 in_flight = 3;
    */

@@ -42,6 +42,8 @@ export type DrainProgress = Message<"aiflow.cluster.v1.DrainProgress"> & {
   deadline?: Timestamp | undefined;
 
   /**
+   * Items dispatched to it (as AgentSummary.in_flight counts them) when the drain started, and now.
+   *
    * @generated from field: uint32 in_flight_at_start = 4;
    */
   inFlightAtStart: number;
@@ -122,7 +124,8 @@ export type AgentSummary = Message<"aiflow.cluster.v1.AgentSummary"> & {
   lastSeenAge?: Duration | undefined;
 
   /**
-   * Items dispatched to it now.
+   * Items dispatched to it now: leased to it in the queue, running or claimed ahead and waiting for
+   * a slot (so it may exceed the in_flight its heartbeats report, which counts running ones only).
    *
    * @generated from field: uint32 in_flight = 9;
    */
