@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 /**
- * Writes the package.json of the compiled SDK (the build's output directory, argument 1, default
- * dist): the workspace's own manifest, whose exports point at the TypeScript sources, with its
+ * Writes the package.json of the compiled SDK (the build's output directory: argument 1, relative to
+ * the working directory; default agent-sdk/dist): the workspace's own manifest, whose exports point at the TypeScript sources, with its
  * entry points moved to the compiled files. The directory is then a package that `npm pack` or
  * `npm install <dir>` takes as it is.
  */
@@ -10,7 +10,8 @@ import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const here = fileURLToPath(new URL("..", import.meta.url));
-const out = resolve(here, process.argv[2] ?? "dist");
+// Relative to the working directory, as tsc's --outDir is (npm runs the build script in agent-sdk/).
+const out = process.argv[2] ? resolve(process.argv[2]) : join(here, "dist");
 const src = JSON.parse(readFileSync(join(here, "package.json"), "utf8"));
 const entry = (path) => ({ types: `./${path}.d.ts`, default: `./${path}.js` });
 const manifest = {
