@@ -1,9 +1,9 @@
 #!/usr/bin/env node
 /**
- * Writes the package.json of the compiled SDK (the build's output directory: argument 1, relative to
- * the working directory; default agent-sdk/dist): the workspace's own manifest, whose exports point at the TypeScript sources, with its
- * entry points moved to the compiled files. The directory is then a package that `npm pack` or
- * `npm install <dir>` takes as it is.
+ * Writes the package.json of the compiled SDK into the build's output directory (argument 1,
+ * relative to the working directory; default agent-sdk/dist): the workspace's own manifest, whose
+ * exports point at the TypeScript sources, with its entry points moved to the compiled files. The
+ * directory is then a package that `npm pack` or `npm install <dir>` takes as it is.
  */
 import { readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
