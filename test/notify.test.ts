@@ -13,26 +13,17 @@ let proxy: TcpProxy;
 
 beforeAll(async () => {
   db = await createTestDb({ migrate: false, label: "notify" });
-  const target = new URL(db.url);
-  proxy = await startTcpProxy(target.hostname, Number(target.port || 5432));
+  proxy = await startTcpProxy(db.url);
 });
 afterAll(async () => {
   await proxy?.close();
   await db?.drop();
 });
 
-/** The database's URL, through the proxy. */
-const viaProxy = () => {
-  const u = new URL(db.url);
-  u.hostname = "127.0.0.1";
-  u.port = String(proxy.port);
-  return u.toString();
-};
-
 describe("PgListener", () => {
   it("replaces a listening connection that stopped answering, and hears notifications again", async () => {
     const channel = db.tables.channel("notify_silent");
-    const listener = new PgListener(viaProxy(), silentLogger(), { firstRetryMs: 10, pingEveryMs: 20, pingTimeoutMs: 100 });
+    const listener = new PgListener(proxy.url, silentLogger(), { firstRetryMs: 10, pingEveryMs: 20, pingTimeoutMs: 100 });
     try {
       await listener.start();
       const heard: string[] = [];

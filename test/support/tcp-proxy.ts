@@ -7,14 +7,19 @@ import net from "node:net";
  * still pass.
  */
 export interface TcpProxy {
-  port: number;
+  /** The server's URL (as given to startTcpProxy), through the proxy. */
+  url: string;
   /** Connections opened through the proxy so far. */
   readonly opened: number;
   freeze(): void;
   close(): Promise<void>;
 }
 
-export async function startTcpProxy(host: string, port: number): Promise<TcpProxy> {
+/** A proxy in front of the server at `url` (a postgres:// URL or any with a host and port). */
+export async function startTcpProxy(url: string): Promise<TcpProxy> {
+  const target = new URL(url);
+  const host = target.hostname;
+  const port = Number(target.port || 5432);
   const open = new Set<[net.Socket, net.Socket]>();
   const frozen = new Set<[net.Socket, net.Socket]>();
   let opened = 0;
@@ -33,8 +38,11 @@ export async function startTcpProxy(host: string, port: number): Promise<TcpProx
     for (const s of pair) s.on("error", end).on("close", end);
   });
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const via = new URL(url);
+  via.hostname = "127.0.0.1";
+  via.port = String((server.address() as net.AddressInfo).port);
   return {
-    port: (server.address() as net.AddressInfo).port,
+    url: via.toString(),
     get opened() {
       return opened;
     },
