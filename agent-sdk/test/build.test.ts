@@ -3,26 +3,22 @@
  * build (tsconfig.build.json and its manifest), installed under node_modules by name, imported from
  * plain JavaScript and run on plain `node`, without a TypeScript loader.
  */
-import { execFile, spawn, type ChildProcess } from "node:child_process";
+import { execFile } from "node:child_process";
 import { once } from "node:events";
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { Daemon } from "../../src/daemon.js";
 import { agentRow } from "../../test/support/agents.js";
-import { startTestDaemon, TOKENS } from "../../test/support/daemon.js";
-import { createTestDb, type TestDb } from "../../test/support/db.js";
-import { agentName, Producer, until, WorkItemStatus } from "./support.js";
+import { TOKENS } from "../../test/support/daemon.js";
+import { agentName, until, WorkItemStatus } from "./support.js";
+import { workerProcessFixture } from "./worker-process.js";
 
 const run = promisify(execFile);
 const SDK = fileURLToPath(new URL("..", import.meta.url));
 const ROOT = fileURLToPath(new URL("../..", import.meta.url));
-let db: TestDb;
-let daemon: Daemon;
-let producer: Producer;
-let worker: ChildProcess | undefined;
+const f = workerProcessFixture("sdkbuild");
 let scratch: string;
 
 /** A worker binary in plain JavaScript: one handler, and SIGTERM drains it (handleSignals). */
@@ -41,19 +37,12 @@ const agent = createAgent({
 await agent.run();
 `;
 
-beforeAll(async () => {
+beforeAll(() => {
   // Inside the repository, so that the package's dependencies resolve from its node_modules.
   mkdirSync(join(ROOT, ".tmp"), { recursive: true });
   scratch = mkdtempSync(join(ROOT, ".tmp", "sdk-build-"));
-  db = await createTestDb({ label: "sdkbuild" });
-  daemon = await startTestDaemon({ schema: db.schema, config: { heartbeatInterval: 1_000, heartbeatFlush: 50 } });
-  producer = new Producer(daemon.address, "t1");
 });
-afterAll(async () => {
-  if (worker && worker.exitCode === null) worker.kill("SIGKILL");
-  producer?.close();
-  await daemon?.stop();
-  await db?.drop();
+afterAll(() => {
   if (scratch) rmSync(scratch, { recursive: true, force: true });
 });
 
@@ -70,14 +59,14 @@ describe("the compiled SDK", () => {
     writeFileSync(join(scratch, "worker.mjs"), WORKER);
     const name = agentName("built");
     // No --import tsx: if anything in the compiled package still needed TypeScript, this would fail.
-    worker = spawn(process.execPath, [join(scratch, "worker.mjs"), daemon.address, TOKENS.agent, name], { cwd: scratch, stdio: ["ignore", "inherit", "inherit"] });
-    await until("the built worker registered", async () => (await agentRow(db, name))?.status === "active", 30_000);
+    const worker = f.spawnWorker([join(scratch, "worker.mjs"), f.daemon.address, TOKENS.agent, name], scratch);
+    await until("the built worker registered", async () => (await agentRow(f.db, name))?.status === "active", 30_000);
 
-    const [good, bad] = await producer.enqueue([
+    const [good, bad] = await f.producer.enqueue([
       { engineKind: "plain", payloadJson: JSON.stringify({ n: 21 }) },
       { engineKind: "plain", payloadJson: JSON.stringify({}) },
     ]);
-    const done = await producer.waitDone([good!, bad!]);
+    const done = await f.producer.waitDone([good!, bad!]);
     const result = done.find((i) => i.id === good)!;
     expect(result.status).toBe(WorkItemStatus.COMPLETED);
     expect(JSON.parse(result.resultJson)).toEqual({ doubled: 42, attempt: 1 });
@@ -86,6 +75,6 @@ describe("the compiled SDK", () => {
     worker.kill("SIGTERM");
     const [code] = (await once(worker, "exit")) as [number | null];
     expect(code).toBe(0);
-    expect((await agentRow(db, name))?.status).toBe("inactive");
+    expect((await agentRow(f.db, name))?.status).toBe("inactive");
   });
 });
