@@ -53,7 +53,8 @@ export function parseTokensFile(body: string, flag: string): TokenGrant[] {
 /** Agent-name patterns: a non-empty list of names, each exact or a prefix ending in a single '*'. */
 function agentPatterns(raw: unknown, role: Role, where: string): string[] {
   if (role !== "agent") throw new ConfigError(where, "agents applies to agent tokens only");
-  const ok = (p: unknown) => typeof p === "string" && /^[A-Za-z0-9._:-]*\*?$/.test(p) && p !== "" && p.indexOf("*") === p.lastIndexOf("*");
+  // Name characters, then at most one '*', at the end.
+  const ok = (p: unknown) => typeof p === "string" && p !== "" && /^[A-Za-z0-9._:-]*\*?$/.test(p);
   if (!Array.isArray(raw) || raw.length === 0 || !raw.every(ok))
     throw new ConfigError(where, "agents must be a non-empty array of agent names, each exact or a prefix ending in '*' (\"gpu-*\")");
   return raw as string[];
