@@ -174,6 +174,45 @@ export function machineBusyMs(): number | null {
   }
 }
 
+/** How often a process has been on a CPU and for how long in all, from /proc/PID/schedstat (Linux). */
+export interface Runs {
+  runMs: number;
+  runs: number;
+}
+
+/** A process's runs so far; null where schedstat is not readable (gone, or a kernel without it). */
+export function sampleRuns(pid: number): Runs | null {
+  try {
+    const [runNs, , runs] = readFileSync(`/proc/${pid}/schedstat`, "utf8").trim().split(/\s+/).map(Number);
+    return Number.isFinite(runNs) && Number.isFinite(runs) ? { runMs: runNs! / 1e6, runs: runs! } : null;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * Starts counting a group's runs; its call gives the mean length of a run since, in ms (null: no run
+ * or unreadable). For the host's kdamond this tells a quiet host from a noisy one better than its
+ * share of a core: at the same ~1 % of a core, runs of ~1 ms (a freshly booted machine) leave the
+ * tail alone, while page-out bursts of 20–50 ms on a kernel that does not preempt them set it.
+ */
+export function runLengthMeter(pids: readonly number[]): () => number | null {
+  const first = pids.map(sampleRuns);
+  return () => {
+    let ms = 0;
+    let runs = 0;
+    pids.forEach((pid, i) => {
+      const a = first[i];
+      const b = sampleRuns(pid);
+      // A thread restarted since (DAMON switched off and on) has new counters: skip it.
+      if (!a || !b || b.runs < a.runs) return;
+      ms += b.runMs - a.runMs;
+      runs += b.runs - a.runs;
+    });
+    return runs > 0 ? ms / runs : null;
+  };
+}
+
 /** CPU used between a cpuMeter() and its call: wall time, the machine's busy time, each group's own time (ms). */
 export interface CpuUse {
   wallMs: number;

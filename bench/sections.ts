@@ -6,7 +6,7 @@ import { baselineDrainSpan, dropBaseline, fillBaseline, releaseBaseline, resetBa
 import { nowMs } from "./clock.js";
 import { committedTransactions, KIND, NODE_TUNING, TENANT, TOKENS, type Database, type DaemonProc } from "./env.js";
 import { pollUntil, sql } from "./pg.js";
-import { cpuMeter, pidsNamed, startChild, watchProc, type Child } from "./proc.js";
+import { cpuMeter, pidsNamed, runLengthMeter, startChild, watchProc, type Child } from "./proc.js";
 import { gcFigures, perSecond, round, summarize } from "./stats.js";
 
 export interface Options {
@@ -268,17 +268,20 @@ export async function latencyOurs(daemons: DaemonProc[], agents: Child[], o: Opt
  * Where the machine's CPU went while the producer ran, in percent of one core: all of it, and each
  * group of processes (the rest is Postgres and this process). At a steady rate a saturated machine
  * is what turns into queueing delay, so the latency figures are read with these. Where the host runs
- * DAMON, its kdamond threads are a group too (host_kdamond): their bursts hold a core, and the
- * tail follows them.
+ * DAMON, its kdamond threads are a group too (host_kdamond), with the mean length of their runs
+ * (host_kdamond_run_ms): long runs are bursts that hold a core, and the tail follows them.
  */
 function cpuShares(groups: Record<string, number[]>): () => Figures {
   const kdamond = pidsNamed("kdamond");
   const meter = cpuMeter(kdamond.length > 0 ? { ...groups, host_kdamond: kdamond } : groups);
+  const kdamondRuns = runLengthMeter(kdamond);
   return () => {
     const { wallMs, machineMs, groupMs } = meter();
     const pct = (ms: number) => round((ms / wallMs) * 100, 0);
     const out: Figures = machineMs === null ? {} : { machine_cpu_pct: pct(machineMs) };
     for (const [k, ms] of Object.entries(groupMs)) out[`${k}_cpu_pct`] = pct(ms);
+    const runMs = kdamondRuns();
+    if (runMs !== null) out.host_kdamond_run_ms = round(runMs, 2);
     return out;
   };
 }

@@ -1,7 +1,7 @@
-import { execFile } from "node:child_process";
+import { execFile, spawnSync } from "node:child_process";
 import { promisify } from "node:util";
 import { describe, expect, it } from "vitest";
-import { cpuMeter, pidsNamed, startChild, sampleProc } from "../bench/proc.js";
+import { cpuMeter, pidsNamed, runLengthMeter, sampleProc, sampleRuns, startChild } from "../bench/proc.js";
 import { gcFigures, latencyRatio, percentile, perSecond, ratio, summarize } from "../bench/stats.js";
 import { openLoop } from "../bench/baseline.js";
 import { perItem } from "../bench/floor.js";
@@ -121,6 +121,20 @@ describe("benchmark process lifecycle", () => {
     await child.stop();
     expect(pidsNamed("aiflow-named")).toEqual([]);
     expect(meter().groupMs.named).toBe(0);
+  });
+
+  it("measures how long a process's runs on a CPU last, and gives none for a process that is gone", () => {
+    const meter = runLengthMeter([process.pid]);
+    const until = performance.now() + 20;
+    while (performance.now() < until);
+    // Waiting for a child blocks this thread, so it is taken off the CPU and put back: one more run.
+    spawnSync("true");
+    const ms = meter();
+    expect(ms).not.toBeNull();
+    expect(ms!).toBeGreaterThan(0);
+    expect(sampleRuns(process.pid)!.runs).toBeGreaterThan(0);
+    expect(sampleRuns(2 ** 22 + 1)).toBeNull();
+    expect(runLengthMeter([2 ** 22 + 1])()).toBeNull();
   });
 
   it("rejects `ready` when the child dies first", async () => {
