@@ -193,8 +193,8 @@ export function sampleRuns(pid: number): Runs | null {
 /**
  * Starts counting a group's runs; its call gives the mean length of a run since, in ms (null: no run
  * or unreadable). For the host's kdamond this tells a quiet host from a noisy one better than its
- * share of a core: at the same ~1 % of a core, runs of ~1 ms (a freshly booted machine) leave the
- * tail alone, while page-out bursts of 20–50 ms on a kernel that does not preempt them set it.
+ * share of a core, which is small either way (0–5 %): runs of ~1 ms leave the steady tail alone,
+ * while page-out bursts of 20–50 ms on a kernel that does not preempt them set it.
  */
 export function runLengthMeter(pids: readonly number[]): () => number | null {
   const first = pids.map(sampleRuns);
@@ -204,7 +204,7 @@ export function runLengthMeter(pids: readonly number[]): () => number | null {
     pids.forEach((pid, i) => {
       const a = first[i];
       const b = sampleRuns(pid);
-      // A thread restarted since (DAMON switched off and on) has new counters: skip it.
+      // Gone since (DAMON switched off), or its pid taken by a newer process: it counts nothing.
       if (!a || !b || b.runs < a.runs) return;
       ms += b.runMs - a.runMs;
       runs += b.runs - a.runs;
