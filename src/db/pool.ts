@@ -24,6 +24,12 @@ export interface PoolOptions {
   interceptors?: readonly Interceptor[];
 }
 
+/**
+ * Limits both pools keep (this one and the hot pool, ./prepared.ts): the server ends a statement after
+ * a minute, an idle connection is closed after 30 s, and opening one may take 5 s.
+ */
+export const POOL_LIMITS = { statementMs: 60_000, idleMs: 30_000, connectMs: 5_000 } as const;
+
 export async function openPool(opts: PoolOptions): Promise<DatabasePool> {
   return createPool(withApplicationName(opts.url, opts.applicationName ?? "aiflowd"), {
     interceptors: [resultParser, ...(opts.interceptors ?? [])],
@@ -33,9 +39,9 @@ export async function openPool(opts: PoolOptions): Promise<DatabasePool> {
     // The default reset runs DISCARD ALL on every release, which drops prepared plans; we keep no
     // session state on pooled connections (LISTEN uses its own dedicated connection).
     resetConnection: async () => {},
-    statementTimeout: 60_000,
-    idleTimeout: 30_000,
-    connectionTimeout: 5_000,
+    statementTimeout: POOL_LIMITS.statementMs,
+    idleTimeout: POOL_LIMITS.idleMs,
+    connectionTimeout: POOL_LIMITS.connectMs,
   });
 }
 

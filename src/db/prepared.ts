@@ -21,6 +21,7 @@ import pg from "pg";
 import type { QuerySqlToken } from "slonik";
 import type { z } from "zod";
 import { interpretDbError } from "./errors.js";
+import { POOL_LIMITS } from "./pool.js";
 
 const INT8 = 20;
 const TIMESTAMPTZ = 1184;
@@ -60,15 +61,15 @@ export class PreparedQueries {
       max: maxConnections,
       application_name: "aiflowd-hot",
       types,
-      idleTimeoutMillis: 30_000,
+      idleTimeoutMillis: POOL_LIMITS.idleMs,
       options: HOT_SESSION_OPTIONS,
       // As the slonik pool's: a statement is ended by the server after a minute...
-      statement_timeout: 60_000,
-      // ...and one the server never answers (a silent network path, a hung server) by the client a
-      // little later, which also retires the connection; otherwise each would hold its pooled
+      statement_timeout: POOL_LIMITS.statementMs,
+      // ...and one the server never answers (a silent network path, a hung server) by the client
+      // 10 s later, which also retires the connection; otherwise each would hold its pooled
       // connection, and the claims queued behind it, until the kernel gave up on the socket.
-      query_timeout: timeouts.queryMs ?? 70_000,
-      connectionTimeoutMillis: timeouts.connectMs ?? 5_000,
+      query_timeout: timeouts.queryMs ?? POOL_LIMITS.statementMs + 10_000,
+      connectionTimeoutMillis: timeouts.connectMs ?? POOL_LIMITS.connectMs,
       keepAlive: true,
     });
     // An idle client's error (the server went away) must not crash the daemon; the next query reconnects.
