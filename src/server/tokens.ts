@@ -1,5 +1,6 @@
 import { createHash } from "node:crypto";
 import { ConfigError } from "../config.js";
+import { isIdentifierText } from "../services/validate.js";
 
 export const ROLES = ["agent", "engine", "ops"] as const;
 export type Role = (typeof ROLES)[number];
@@ -53,8 +54,8 @@ export function parseTokensFile(body: string, flag: string): TokenGrant[] {
 /** Agent-name patterns: a non-empty list of names, each exact or a prefix ending in a single '*'. */
 function agentPatterns(raw: unknown, role: Role, where: string): string[] {
   if (role !== "agent") throw new ConfigError(where, "agents applies to agent tokens only");
-  // Name characters, then at most one '*', at the end.
-  const ok = (p: unknown) => typeof p === "string" && p !== "" && /^[A-Za-z0-9._:-]*\*?$/.test(p);
+  // Agent-name characters, then at most one '*', at the end ("*" alone: any name).
+  const ok = (p: unknown) => typeof p === "string" && (p === "*" || isIdentifierText(p.endsWith("*") ? p.slice(0, -1) : p));
   if (!Array.isArray(raw) || raw.length === 0 || !raw.every(ok))
     throw new ConfigError(where, "agents must be a non-empty array of agent names, each exact or a prefix ending in '*' (\"gpu-*\")");
   return raw as string[];

@@ -9,7 +9,7 @@ import type { Clock } from "../clock.js";
 import type { Config } from "../config.js";
 import { invalidArgument, notFound, permissionDenied } from "../domain/errors.js";
 import { AgentService, AgentType, type AgentMetrics, type RegisterRequest } from "../gen/aiflow/cluster/v1/agent_pb.js";
-import { assertAgent, callerOf, type Identity } from "../server/auth.js";
+import { callerOf, type Identity } from "../server/auth.js";
 import { REGISTER_FIELDS, type AgentStore, type RegisterInput } from "../store/agents.js";
 import { agentStatusToWire, directiveToWire } from "./convert.js";
 import type { DirectiveHub, DirectiveMessage, KnownAgent } from "./directives.js";
@@ -126,8 +126,7 @@ export function agentServiceImpl(d: AgentServiceDeps): Pick<ServiceImpl<typeof A
 const AGENT_TYPES: Record<AgentType, string | null> = { [AgentType.UNSPECIFIED]: null, [AgentType.REMOTE]: "remote", [AgentType.LOCAL]: "local" };
 
 function registerInput(req: RegisterRequest, caller: Identity, metadataMaxBytes: number): RegisterInput {
-  const name = identifier(req.name, "name");
-  assertAgent(caller, name);
+  const name = agentName(req.name, caller);
   const m = req.metadata;
   const tags: Record<string, string> = {};
   for (const [k, v] of Object.entries(m?.tags ?? {})) tags[identifier(k, "metadata.tags key")] = optionalText(v, `metadata.tags[${k}]`, 256) ?? "";

@@ -4,9 +4,12 @@
  */
 import type { HandlerContext } from "@connectrpc/connect";
 import { invalidArgument, resourceExhausted } from "../domain/errors.js";
-import { assertAgent, callerOf } from "../server/auth.js";
+import { assertAgent, callerOf, type Identity } from "../server/auth.js";
 
 const NAME = /^[A-Za-z0-9._:-]+$/;
+
+/** Whether `v` is made only of identifier characters (the tokens file's agent patterns use it too). */
+export const isIdentifierText = (v: string): boolean => NAME.test(v);
 
 /** Agent names, tenant keys, engine kinds and similar identifiers: trimmed, 1-128 of [A-Za-z0-9._:-]. */
 export function identifier(raw: string, field: string): string {
@@ -18,9 +21,9 @@ export function identifier(raw: string, field: string): string {
 }
 
 /** An agent RPC's `name`: a valid identifier, and a name the caller's token may act as (PERMISSION_DENIED). */
-export function agentName(raw: string, ctx: HandlerContext): string {
+export function agentName(raw: string, caller: HandlerContext | Identity): string {
   const name = identifier(raw, "name");
-  assertAgent(callerOf(ctx), name);
+  assertAgent("roles" in caller ? caller : callerOf(caller), name);
   return name;
 }
 
