@@ -28,6 +28,23 @@ export function interpretDbError(err: unknown): unknown {
   return err;
 }
 
+/** The SQLSTATE of a database error (slonik's or pg's), or undefined. */
+export function sqlState(err: unknown): string | undefined {
+  for (let e = err as { code?: unknown; cause?: unknown } | undefined, depth = 0; e && depth < 4; e = e.cause as typeof e, depth++)
+    if (typeof e.code === "string" && /^[0-9A-Z]{5}$/.test(e.code)) return e.code;
+  return undefined;
+}
+
+/**
+ * Whether the database refused a statement for the data in it (SQLSTATE classes 22, data exception,
+ * and 23, integrity constraint violation): the same statement with other rows may succeed. Anything
+ * else (the database away, slow, or a bug) is not the rows' fault.
+ */
+export function refusedForContent(err: unknown): boolean {
+  const state = sqlState(err);
+  return state !== undefined && (state.startsWith("22") || state.startsWith("23"));
+}
+
 export async function withDbErrors<T>(fn: () => Promise<T>): Promise<T> {
   try {
     return await fn();

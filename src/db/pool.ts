@@ -61,19 +61,24 @@ function withApplicationName(url: string, name: string): string {
 }
 
 /**
- * Waits until the database answers, retrying with capped exponential backoff and saying so in the
- * log each time, so an outage at start-up is visible rather than a silent crash loop.
+ * Opens the pool once the database answers, retrying with capped exponential backoff for up to
+ * `timeoutMs` and saying so in the log each time, so an outage at start-up is visible rather than a
+ * silent crash loop. Opening the pool is retried too: slonik reads the server's types when it is
+ * created, so a refused connection fails there first.
  */
-export async function waitForDatabase(pool: DatabasePool, log: Logger, timeoutMs: number, signal?: AbortSignal): Promise<void> {
+export async function openPoolWhenReachable(opts: PoolOptions, log: Logger, timeoutMs: number, signal?: AbortSignal): Promise<DatabasePool> {
   const { sql } = await import("slonik");
   const deadline = Date.now() + timeoutMs;
   let delay = 250;
   for (let attempt = 1; ; attempt++) {
+    let pool: DatabasePool | undefined;
     try {
+      pool = await openPool(opts);
       await pool.query(sql.unsafe`SELECT 1`);
       if (attempt > 1) log.info({ attempt }, "database reachable");
-      return;
+      return pool;
     } catch (err) {
+      await pool?.end().catch(() => {});
       const remaining = deadline - Date.now();
       if (remaining <= 0 || signal?.aborted) throw new Error(`database unreachable after ${attempt} attempts: ${(err as Error).message}`, { cause: err });
       const wait = Math.min(delay, remaining);

@@ -5,6 +5,7 @@
  * of aiflow_agent.updatedon is one flush interval plus the flush's own duration.
  */
 import type { AuditLog } from "../audit.js";
+import { refusedForContent } from "../db/errors.js";
 import type { Clock } from "../clock.js";
 import type { Logger } from "../log.js";
 import type { AgentStore, HeartbeatWrite } from "../store/agents.js";
@@ -71,6 +72,23 @@ export class HeartbeatBuffer {
     const batch = [...this.#pending.values()];
     this.#pending = new Map();
     try {
+      await this.#writeIsolating(batch);
+    } catch (err) {
+      // The database is away: keep the newest beat of each agent for the next attempt, unless a
+      // fresher one arrived.
+      for (const b of batch) if (!this.#pending.has(b.name)) this.#pending.set(b.name, b);
+      throw err;
+    }
+  }
+
+  /**
+   * Writes a batch; when the database refuses it for its content (not for being away or slow), writes each
+   * half on its own, down to the one beat it refuses, which is dropped and logged. One bad row must
+   * never hold back every other agent's beats: retried whole forever, it would let them all go
+   * inactive. Refusals cannot get past the RPC's validation; this is the line behind it.
+   */
+  async #writeIsolating(batch: readonly HeartbeatWrite[]): Promise<void> {
+    try {
       const rows = await this.agents.writeHeartbeats(batch);
       for (const r of rows) this.hub.remember(r.name, { status: r.status, drain: r.drain });
       const written = new Set(rows.map((r) => r.name));
@@ -78,9 +96,15 @@ export class HeartbeatBuffer {
       for (const b of batch) if (!written.has(b.name)) this.hub.forget(b.name);
       this.audit.record({ table: "agent", action: "update", ids: rows.map((r) => r.id), fields: ["metrics", "updatedon", "updatedby"], by: "heartbeat", at: this.clock.nowMs() });
     } catch (err) {
-      // Keep the newest beat of each agent for the next attempt, unless a fresher one arrived.
-      for (const b of batch) if (!this.#pending.has(b.name)) this.#pending.set(b.name, b);
-      throw err;
+      if (!refusedForContent(err)) throw err;
+      if (batch.length === 1) {
+        this.log.error({ err, agent: batch[0]!.name }, "the database refused this agent's heartbeat; dropped it");
+        return;
+      }
+      const half = Math.ceil(batch.length / 2);
+      // In sequence: a second outage error stops the rest, and the caller keeps the whole batch.
+      await this.#writeIsolating(batch.slice(0, half));
+      await this.#writeIsolating(batch.slice(half));
     }
   }
 }

@@ -3,7 +3,7 @@
  * that is read by awaiting its events, a logger that keeps its lines in memory, and raw row readers.
  */
 import { pino } from "pino";
-import type { Logger } from "../../src/log.js";
+import { LOG_OPTIONS, type Logger } from "../../src/log.js";
 import { TOKENS } from "./daemon.js";
 import type { TestDb } from "./db.js";
 import { grpc, loadService, metadata, unary } from "./grpc-js.js";
@@ -137,7 +137,7 @@ export interface CapturedLog {
 
 export function captureLog(level = "info"): CapturedLog {
   const chunks: string[] = [];
-  const log = pino({ level }, { write: (s: string) => void chunks.push(s) });
+  const log = pino({ ...LOG_OPTIONS, level }, { write: (s: string) => void chunks.push(s) });
   const raw = () => chunks.flatMap((c) => c.split("\n")).filter((l) => l.trim().length > 0);
   return {
     log,
