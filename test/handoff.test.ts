@@ -82,7 +82,8 @@ describe("a claim already waiting", () => {
     // item's payload is the stored JSON text and a plain item has no worker params, as claimed ones).
     const stored = await p.item(t, first!.id);
     expect(JSON.parse(item!.payloadJson)).toEqual(JSON.parse(stored.payloadJson));
-    expect({ ...item!, payloadJson: "", workerParams: undefined }).toEqual({ ...stored, payloadJson: "", workerParams: undefined });
+    expect(stored.leaseToken).toBe("");
+    expect({ ...item!, payloadJson: "", workerParams: undefined, leaseToken: "" }).toEqual({ ...stored, payloadJson: "", workerParams: undefined });
     expect(item).toMatchObject({ taskName: "first", payloadJson: '{"n": 1}', priority: 2, maxRetries: 4, tenantKey: t, engineKind: "dag", agentId: "hand-1" });
 
     const row = await itemRow(db, first!.id);

@@ -55,7 +55,9 @@ export function workItemToWire(r: WorkItemRow): MessageInitShape<typeof WorkItem
     completedAtNs: r.completed_at ?? 0n,
     leaseExpiresAtNs: r.lease_expires_at ?? 0n,
     leasedBy: r.leased_by ?? "",
-    leaseToken: r.lease_token ?? "",
+    // A lease token is the capability to complete, fail or release the item: only the Claim reply
+    // gives it, to the holder (claimedItemToWire). Every other read leaves it empty.
+    leaseToken: "",
     nextAttemptAtNs: r.next_attempt_at ?? 0n,
     retryCount: r.retry_count ?? 0,
     maxRetries: r.max_retries ?? 0,
