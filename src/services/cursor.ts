@@ -6,14 +6,30 @@ export function encodeCursor(key: Record<string, string | number>): string {
   return Buffer.from(JSON.stringify(key)).toString("base64url");
 }
 
+/**
+ * The key a token names. Beyond its schema, every number must be a safe integer within what a
+ * timestamp column holds and every string short and free of control characters: a forged token
+ * is refused here, not by the database as an error in its statement.
+ */
 export function decodeCursor<S extends z.ZodTypeAny>(token: string, schema: S, field = "page_token"): z.infer<S> {
   let raw: unknown;
   try {
-    raw = JSON.parse(Buffer.from(token, "base64url").toString("utf8"));
+    raw = token.length <= MAX_TOKEN_CHARS ? JSON.parse(Buffer.from(token, "base64url").toString("utf8")) : undefined;
   } catch {
     raw = undefined;
   }
-  const parsed = schema.safeParse(raw);
-  if (!parsed.success) throw invalidArgument(field, "is not a token this daemon issued; start again without it");
+  const parsed = plausible(raw) ? schema.safeParse(raw) : undefined;
+  if (!parsed?.success) throw invalidArgument(field, "is not a token this daemon issued; start again without it");
   return parsed.data;
+}
+
+const MAX_TOKEN_CHARS = 2048;
+/** The largest epoch milliseconds a Date (and so timestamptz as we bind it) holds. */
+const MAX_MS = 8.64e15;
+
+function plausible(raw: unknown): boolean {
+  if (raw === null || typeof raw !== "object" || Array.isArray(raw)) return false;
+  return Object.values(raw).every((v) =>
+    typeof v === "number" ? Number.isSafeInteger(v) && Math.abs(v) <= MAX_MS : typeof v === "string" ? v.length <= 256 && !/[\u0000-\u001f]/.test(v) : false,
+  );
 }

@@ -1,14 +1,14 @@
 /**
  * QueueService (role `engine`, tenant-scoped): enqueue, read back, wait for, and cancel work.
  */
-import { durationMs, timestampMs } from "@bufbuild/protobuf/wkt";
+import { durationMs } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
 import { invalidArgument, notFound, resourceExhausted } from "../domain/errors.js";
 import type { EnqueueItem, ListItemsRequest, QueueService } from "../gen/aiflow/cluster/v1/queue_pb.js";
 import { assertTenant, callerOf } from "../server/auth.js";
 import { WorkItemStore, type ItemStatus, type NewItem } from "../store/work-items.js";
 import { workKey, type QueueCore } from "./queue-core.js";
-import { identifier, inRange, jsonOrNull, optionalText, withinBytes } from "./validate.js";
+import { identifier, inRange, jsonOrNull, optionalText, storableTimestamp, tagMap } from "./validate.js";
 import { itemStatusFromWire, TERMINAL, workItemToWire } from "./work-item-wire.js";
 import { z } from "zod";
 import { decodeCursor, encodeCursor } from "./cursor.js";
@@ -17,6 +17,13 @@ const listCursor = z.object({ priority: z.number().int(), createdon: z.number(),
 
 const MAX_ENQUEUE = 10_000;
 const MAX_WAIT_MS = 60_000;
+/** Items one Wait may name: its reply carries each of them. */
+const MAX_WAIT_IDS = 1_000;
+/**
+ * The payload and result bytes of one ListItems page. Stock gRPC clients refuse replies over 4 MiB
+ * by default; a page stops before this (after its first item, however large) and says more follow.
+ */
+export const LIST_PAGE_BYTES = 3 * 1024 * 1024;
 
 export function queueServiceImpl(core: QueueCore, draining: AbortSignal): ServiceImpl<typeof QueueService> {
   const { store, clock, config } = core;
@@ -64,6 +71,7 @@ export function queueServiceImpl(core: QueueCore, draining: AbortSignal): Servic
 
     async wait(req, ctx) {
       const tenant = tenantOf(req.tenantKey, ctx);
+      if (req.ids.length > MAX_WAIT_IDS) throw invalidArgument("ids", `names ${req.ids.length} items; the limit is ${MAX_WAIT_IDS} (wait for a run_id instead, or in parts)`);
       const ids = req.ids.map((id, i) => identifier(id, `ids[${i}]`));
       const runId = req.runId ? identifier(req.runId, "run_id") : null;
       if (ids.length === 0 && !runId) throw invalidArgument("ids", "name items or a run_id to wait for");
@@ -112,11 +120,9 @@ function wakeClaims(core: QueueCore, tenant: string, items: readonly NewItem[]):
 
 function newItem(it: EnqueueItem, i: number, nowMs: number, payloadMax: number): NewItem {
   const f = (name: string) => `items[${i}].${name}`;
-  const payloadJson = jsonOrNull(it.payloadJson, f("payload_json"));
-  if (payloadJson) withinBytes(payloadJson, f("payload_json"), payloadMax);
-  const selector: Record<string, string> = {};
-  for (const [k, v] of Object.entries(it.workerParams?.selector ?? {})) selector[identifier(k, f("worker_params.selector key"))] = optionalText(v, f(`worker_params.selector[${k}]`), 256) ?? "";
-  const notBeforeMs = it.notBefore ? timestampMs(it.notBefore) : nowMs;
+  const payloadJson = jsonOrNull(it.payloadJson, f("payload_json"), payloadMax);
+  const selector = tagMap(it.workerParams?.selector ?? {}, f("worker_params.selector"));
+  const notBeforeMs = it.notBefore ? storableTimestamp(it.notBefore, f("not_before")) : nowMs;
   const affinityKey = optionalText(it.workerParams?.affinityKey ?? "", f("worker_params.affinity_key"), 512);
   return {
     engineKind: identifier(it.engineKind, f("engine_kind")),
@@ -137,12 +143,11 @@ function newItem(it: EnqueueItem, i: number, nowMs: number, payloadMax: number):
 /** One page of items in dispatch order; shared by QueueService and OpsService. */
 export async function listItemsPage(store: WorkItemStore, tenant: string | undefined, req: ListItemsQuery) {
   const limit = Math.min(req.pageSize || 100, 1000);
-  const rows = await store.list({ ...listFilter(req), tenant, limit: limit + 1, after: req.pageToken ? decodeCursor(req.pageToken, listCursor) : undefined });
-  const page = rows.slice(0, limit);
-  const last = page.at(-1);
+  const { rows, more } = await store.list({ ...listFilter(req), tenant, limit, maxBytes: LIST_PAGE_BYTES, after: req.pageToken ? decodeCursor(req.pageToken, listCursor) : undefined });
+  const last = rows.at(-1);
   return {
-    items: page.map(workItemToWire),
-    nextPageToken: rows.length > limit && last ? encodeCursor({ priority: last.priority ?? 0, createdon: last.createdon, id: last.id }) : "",
+    items: rows.map(workItemToWire),
+    nextPageToken: more && last ? encodeCursor({ priority: last.priority ?? 0, createdon: last.createdon, id: last.id }) : "",
   };
 }
 

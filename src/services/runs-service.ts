@@ -46,6 +46,11 @@ import { identifier, optionalText } from "./validate.js";
 /** Lists return this many rows when page_size is 0, and never more than PAGE_MAX. */
 export const PAGE_DEFAULT = 50;
 export const PAGE_MAX = 500;
+/**
+ * The payload bytes of one ListFirings page: it stops before this (after its first firing, however
+ * large) and says more follow, so a page stays within the 4 MiB stock gRPC clients accept.
+ */
+export const FIRING_PAGE_BYTES = 3 * 1024 * 1024;
 /** Longest definition_id and event accepted; they are names chosen by people, not identifiers. */
 const NAME_MAX = 256;
 const ERROR_MAX = 16_384;
@@ -149,12 +154,11 @@ export function triggerFiringServiceImpl(d: RunsServiceDeps): ServiceImpl<typeof
       const size = pageSize(req.pageSize);
       const query = queryKey("firings", tenantKey, filter);
       const cursor = decodePageToken(req.pageToken, query, firingCursorToken);
-      const rows = await d.firings.list(tenantKey, filter, cursor && { firedOn: cursor.f === null ? null : BigInt(cursor.f), id: cursor.i }, size + 1);
-      const page = rows.slice(0, size);
-      const last = page.at(-1);
+      const { rows, more } = await d.firings.list(tenantKey, filter, cursor && { firedOn: cursor.f === null ? null : BigInt(cursor.f), id: cursor.i }, size, FIRING_PAGE_BYTES);
+      const last = rows.at(-1);
       return {
-        firings: page.map(firingToWire),
-        nextPageToken: rows.length > size && last ? encodePageToken(query, { f: last.fired_on?.toString() ?? null, i: last.id }) : "",
+        firings: rows.map(firingToWire),
+        nextPageToken: more && last ? encodePageToken(query, { f: last.fired_on?.toString() ?? null, i: last.id }) : "",
       };
     },
   };
@@ -319,8 +323,11 @@ function firingToWire(f: FiringRow): MessageInitShape<typeof TriggerFiringSchema
 // A token is base64url JSON of the cursor (the last row's sort key) and a digest of the query it
 // came from, so a token replayed with another tenant or other filters is refused, not misapplied.
 
-const runCursorToken = z.object({ u: z.string().regex(/^\d+$/), i: z.string() });
-const firingCursorToken = z.object({ f: z.string().regex(/^\d+$/).nullable(), i: z.string() });
+/** A non-negative int8 as decimal text: what the cursors' microsecond and nanosecond columns hold. */
+const int8Text = z.string().regex(/^\d{1,19}$/).refine((v) => BigInt(v) <= 9_223_372_036_854_775_807n);
+const cursorId = z.string().max(256);
+const runCursorToken = z.object({ u: int8Text, i: cursorId });
+const firingCursorToken = z.object({ f: int8Text.nullable(), i: cursorId });
 
 function queryKey(kind: string, tenantKey: string, filter: object): string {
   return createHash("sha256").update(JSON.stringify([kind, tenantKey, filter])).digest("base64url").slice(0, 16);

@@ -5,6 +5,7 @@
 import type { HandlerContext } from "@connectrpc/connect";
 import { invalidArgument, resourceExhausted } from "../domain/errors.js";
 import { assertAgent, callerOf, type Identity } from "../server/auth.js";
+import { jsonText } from "./json-text.js";
 
 const NAME = /^[A-Za-z0-9._:-]+$/;
 
@@ -27,10 +28,19 @@ export function agentName(raw: string, caller: HandlerContext | Identity): strin
   return name;
 }
 
-/** An optional free-text field: empty becomes null; too long is refused. */
+/**
+ * Control characters other than tab, newline and carriage return. Postgres cannot store NUL in text or
+ * jsonb at all, so one such character in a buffered write (a heartbeat's disk mount) would fail the
+ * whole statement; the rest have no business in names, addresses or messages either.
+ */
+const CONTROL = /[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f]/;
+
+/** An optional free-text field: empty becomes null; too long, or holding control characters, is refused. */
 export function optionalText(raw: string, field: string, max = 1024): string | null {
   const v = raw.trim();
   if (v.length > max) throw invalidArgument(field, `is ${v.length} characters; the limit is ${max}`);
+  const bad = CONTROL.exec(v);
+  if (bad) throw invalidArgument(field, `holds control character U+${bad[0].charCodeAt(0).toString(16).toUpperCase().padStart(4, "0")} at position ${bad.index}`);
   return v.length === 0 ? null : v;
 }
 
@@ -50,13 +60,39 @@ export function withinBytes(value: unknown, field: string, maxBytes: number): vo
   if (size > maxBytes) throw resourceExhausted(`${field} is ${size} bytes; the limit is ${maxBytes} bytes`);
 }
 
-/** Parses optional JSON text: empty is null; invalid JSON is INVALID_ARGUMENT. Returns the text. */
-export function jsonOrNull(raw: string, field: string): string | null {
-  if (raw.trim() === "") return null;
-  try {
-    JSON.parse(raw);
-  } catch (err) {
-    throw invalidArgument(field, `is not valid JSON (${(err as Error).message})`);
-  }
-  return raw;
+/** The latest instant an epoch-nanosecond int8 column holds (2262-04-11), in seconds. */
+const MAX_EPOCH_SECONDS = 9_223_372_035n;
+
+/**
+ * A Timestamp the engine can store as epoch nanoseconds: from 1970 to 2262, nanos within a second.
+ * Returns epoch milliseconds.
+ */
+export function storableTimestamp(t: { seconds: bigint; nanos: number }, field: string): number {
+  if (t.seconds < 0n || t.seconds > MAX_EPOCH_SECONDS) throw invalidArgument(field, `${t.seconds} s is outside 1970..2262 (what epoch nanoseconds can hold)`);
+  if (!Number.isInteger(t.nanos) || t.nanos < 0 || t.nanos > 999_999_999) throw invalidArgument(field, `nanos ${t.nanos} is outside 0..999999999`);
+  return Number(t.seconds) * 1000 + Math.floor(t.nanos / 1_000_000);
+}
+
+/** A Duration of at most `maxMs` (and not negative), in milliseconds. */
+export function durationWithin(d: { seconds: bigint; nanos: number }, field: string, maxMs: number): number {
+  const ms = Number(d.seconds) * 1000 + Math.trunc(d.nanos / 1_000_000);
+  if (!Number.isFinite(ms) || ms < 0 || ms > maxMs) throw invalidArgument(field, `${d.seconds} s is outside 0..${Math.floor(maxMs / 1000)} s`);
+  return ms;
+}
+
+/** A map of tag → value (selectors): at most `maxEntries`, keys identifiers, values short text. */
+export function tagMap(raw: Record<string, string>, field: string, maxEntries = 64): Record<string, string> {
+  const entries = Object.entries(raw);
+  if (entries.length > maxEntries) throw invalidArgument(field, `has ${entries.length} entries; the limit is ${maxEntries}`);
+  const out: Record<string, string> = {};
+  for (const [k, v] of entries) out[identifier(k, `${field} key`)] = optionalText(v, `${field}[${k}]`, 256) ?? "";
+  return out;
+}
+
+/**
+ * Optional JSON text: empty is null; otherwise checked as ./json-text.ts describes (INVALID_ARGUMENT)
+ * and at most `maxBytes` as stored (RESOURCE_EXHAUSTED). Returns the text as given.
+ */
+export function jsonOrNull(raw: string, field: string, maxBytes = Number.MAX_SAFE_INTEGER): string | null {
+  return jsonText(raw, field, maxBytes);
 }

@@ -9,6 +9,7 @@ import { ulid } from "ulid";
 import { z } from "zod";
 import { withDbErrors } from "../db/errors.js";
 import type { Tables } from "../db/tables.js";
+import { budgeted, cutPage, pageSizes, type Page } from "./paging.js";
 
 const firingRow = z.object({
   id: z.string(),
@@ -94,11 +95,12 @@ export class TriggerFiringStore {
   }
 
   /**
-   * Up to `limit` firings of a tenant after `cursor`, fired_on desc then id desc, firings with no
+   * Up to `limit` firings of a tenant after `cursor` and within `maxBytes` of payloads
+   * (./paging.ts), fired_on desc then id desc, firings with no
    * fired_on after all the others. Two branches so each can walk an index in its own order: the dated
    * firings by (tenant_key, fired_on DESC, id DESC), then the undated ones by id.
    */
-  list(tenantKey: string, filter: FiringFilter, cursor: FiringCursor | null, limit: number): Promise<readonly FiringRow[]> {
+  list(tenantKey: string, filter: FiringFilter, cursor: FiringCursor | null, limit: number, maxBytes: number): Promise<Page<FiringRow>> {
     const firing = this.t.id("trigger_firing");
     const common = [sql.fragment`tenant_key = ${tenantKey}`];
     if (filter.triggerName !== undefined) common.push(sql.fragment`trigger_name = ${filter.triggerName}`);
@@ -113,16 +115,18 @@ export class TriggerFiringStore {
       undated.push(sql.fragment`id < ${cursor.id}`);
     }
     const and = sql.fragment` AND `;
-    return withDbErrors(() =>
-      this.db.any(sql.type(firingRow)`
+    const rows = limit + 1;
+    const order = sql.fragment`fired_on DESC NULLS LAST, id DESC`;
+    const inner = sql.fragment`
         SELECT ${COLUMNS} FROM (
-          (SELECT ${COLUMNS} FROM ${firing} WHERE ${sql.join(dated, and)} ORDER BY fired_on DESC, id DESC LIMIT ${limit})
+          (SELECT ${COLUMNS} FROM ${firing} WHERE ${sql.join(dated, and)} ORDER BY fired_on DESC, id DESC LIMIT ${rows})
           UNION ALL
-          (SELECT ${COLUMNS} FROM ${firing} WHERE ${sql.join(undated, and)} ORDER BY id DESC LIMIT ${limit})
+          (SELECT ${COLUMNS} FROM ${firing} WHERE ${sql.join(undated, and)} ORDER BY id DESC LIMIT ${rows})
         ) AS f
-        ORDER BY fired_on DESC NULLS LAST, id DESC
-        LIMIT ${limit}`),
-    );
+        ORDER BY ${order}
+        LIMIT ${rows}`;
+    const size = sql.fragment`coalesce(octet_length(payload), 0)`;
+    return withDbErrors(async () => cutPage(await this.db.any(sql.type(firingRow.merge(pageSizes))`${budgeted(inner, order, size, maxBytes)}`), limit, maxBytes));
   }
 
   /**

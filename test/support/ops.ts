@@ -8,6 +8,7 @@ import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { ConnectError, createClient, type Client } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { AgentService, type Directive } from "../../src/gen/aiflow/cluster/v1/agent_pb.js";
+import type { DescService } from "@bufbuild/protobuf";
 import { OpsService } from "../../src/gen/aiflow/cluster/v1/ops_pb.js";
 import { QueueService, type EnqueueItemSchema } from "../../src/gen/aiflow/cluster/v1/queue_pb.js";
 import type { ItemOutcome, WorkItem } from "../../src/gen/aiflow/cluster/v1/work_item_pb.js";
@@ -30,7 +31,7 @@ export class Closers {
 }
 
 /** A client of one service on an HTTP/2 session of its own, sending one bearer token. */
-export class Session<S extends typeof OpsService | typeof AgentService | typeof QueueService> {
+export class Session<S extends DescService> {
   readonly #session: Http2SessionManager;
   readonly client: Client<S>;
   readonly call: { headers: Record<string, string> };
