@@ -178,6 +178,21 @@ const SETTINGS = {
   payloadMaxBytes: { flag: "--payload-max-bytes", env: ["AIFLOW_PAYLOAD_MAX_BYTES"], default: "1048576", help: "largest work item payload accepted", parse: int(1024) },
   claimMaxItems: { flag: "--claim-max-items", env: ["AIFLOW_CLAIM_MAX_ITEMS"], default: "256", help: "claims asking for more items are clamped to this", parse: int(1, 10_000) },
   claimMaxWait: { flag: "--claim-max-wait", env: ["AIFLOW_CLAIM_MAX_WAIT"], default: "30s", help: "longest a claim long-poll may wait", parse: duration(0) },
+  claimMaxWaitingPerAgent: {
+    flag: "--claim-max-waiting-per-agent",
+    env: ["AIFLOW_CLAIM_MAX_WAITING_PER_AGENT"],
+    // The SDK holds one or two waiting claims per agent; more is a loop that never waits for its answers.
+    default: "8",
+    help: "waiting (long-poll) claims one agent may hold on this daemon; more are RESOURCE_EXHAUSTED",
+    parse: int(1, 100_000),
+  },
+  claimMaxWaitingPerToken: {
+    flag: "--claim-max-waiting-per-token",
+    env: ["AIFLOW_CLAIM_MAX_WAITING_PER_TOKEN"],
+    default: "1000",
+    help: "waiting (long-poll) claims all agents of one token may hold on this daemon; more are RESOURCE_EXHAUSTED",
+    parse: int(1, 1_000_000),
+  },
   backoffBase: { flag: "--backoff-base", env: ["AIFLOW_BACKOFF_BASE"], default: "1s", help: "retry backoff base (full jitter: rand(0, min(cap, base*2^retry)))", parse: duration(0) },
   backoffJitter: { flag: "--backoff-jitter", env: ["AIFLOW_BACKOFF_JITTER"], default: "full", help: "full (random in [0, bound]) or none (exactly the bound)", parse: oneOf(["full", "none"]) },
   enqueueWindow: {

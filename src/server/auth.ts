@@ -92,3 +92,12 @@ export function assertTenant(identity: Identity, tenant: string): void {
   if (identity.tenants && !identity.tenants.has(tenant))
     throw new ConnectError(`token may not act for tenant '${tenant}'`, Code.PermissionDenied);
 }
+
+/**
+ * The tenants of `tenants` the caller's token is not limited to (none when it has no tenant limit).
+ * A row that serves several tenants (an agent) is within a token's reach only when this is empty.
+ */
+export function tenantsOutside(identity: Identity, tenants: Iterable<string>): string[] {
+  const limit = identity.tenants;
+  return limit ? [...tenants].filter((t) => !limit.has(t)) : [];
+}

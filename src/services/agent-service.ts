@@ -9,10 +9,10 @@ import type { Clock } from "../clock.js";
 import type { Config } from "../config.js";
 import { invalidArgument, notFound, permissionDenied } from "../domain/errors.js";
 import { AgentService, AgentType, type AgentMetrics, type RegisterRequest } from "../gen/aiflow/cluster/v1/agent_pb.js";
-import { callerOf, type Identity } from "../server/auth.js";
+import { callerOf, tenantsOutside, type Identity } from "../server/auth.js";
 import { REGISTER_FIELDS, type AgentStore, type RegisterInput } from "../store/agents.js";
 import { agentStatusToWire, directiveToWire } from "./convert.js";
-import type { DirectiveHub, DirectiveMessage, KnownAgent } from "./directives.js";
+import type { AgentScope, DirectiveHub, DirectiveMessage, KnownAgent } from "./directives.js";
 import type { HeartbeatBuffer } from "./heartbeats.js";
 import { agentName, identifier, identifiers, inRange, optionalText, withinBytes } from "./validate.js";
 import { pushStream } from "../util/push-stream.js";
@@ -46,8 +46,44 @@ export function knownAgentLoader(agents: AgentStore, hub: DirectiveHub): (name: 
   };
 }
 
+/** How long a cached scope is trusted without a status directive dropping it (see DirectiveHub). */
+const SCOPE_TTL_MS = 5_000;
+
+/**
+ * The agent's work scope: from the hub's cache, else the database (then cached). NOT_FOUND when the
+ * agent is not registered.
+ */
+export function agentScopeLoader(hub: DirectiveHub, load: (name: string) => Promise<AgentScope | null>): (name: string) => Promise<AgentScope> {
+  return async (name) => {
+    const cached = hub.scope(name, SCOPE_TTL_MS);
+    if (cached) return cached;
+    const scope = await load(name);
+    if (!scope) throw notFound(`agent '${name}' is not registered: call Register first`);
+    hub.rememberScope(name, scope);
+    return scope;
+  };
+}
+
+/**
+ * Refuses a call for an agent that serves a tenant the caller's token is not limited to: such a
+ * token may not act as an agent of other tenants, whatever the agent's name. Free for tokens
+ * without a tenant limit (no lookup).
+ */
+export async function assertAgentWithin(caller: Identity, name: string, scopeOf: (name: string) => Promise<AgentScope>): Promise<void> {
+  if (!caller.tenants) return;
+  assertScopeWithin(caller, name, await scopeOf(name));
+}
+
+export function assertScopeWithin(caller: Identity, name: string, scope: AgentScope): void {
+  const outside = tenantsOutside(caller, scope.tenants);
+  if (outside.length > 0) throw permissionDenied(`agent '${name}' serves tenant(s) ${quoted(outside)}, which this token may not act for`);
+}
+
+const quoted = (xs: readonly string[]) => xs.map((x) => `'${x}'`).join(", ");
+
 export function agentServiceImpl(d: AgentServiceDeps): Pick<ServiceImpl<typeof AgentService>, "register" | "heartbeat" | "watchDirectives" | "deregister"> {
   const known = knownAgentLoader(d.agents, d.hub);
+  const scopeOf = agentScopeLoader(d.hub, (name) => d.agents.workScope(name));
 
   const statusDirective = (s: KnownAgent): DirectiveMessage => ({
     kind: "status",
@@ -61,7 +97,10 @@ export function agentServiceImpl(d: AgentServiceDeps): Pick<ServiceImpl<typeof A
       const caller = callerOf(ctx);
       const input = registerInput(req, caller, d.config.metadataMaxBytes);
       const now = d.clock.nowMs();
-      const res = await d.agents.register(input, now, caller.principal);
+      // A token limited to some tenants may not take over an agent registered for others: the
+      // statement leaves such a row alone and answers nothing.
+      const res = await d.agents.register(input, now, caller.principal, caller.tenants ? [...caller.tenants] : null);
+      d.hub.forgetScope(input.name);
       const row = await d.agents.status(input.name);
       d.hub.remember(input.name, { status: res.status, drain: row?.drain ?? null });
       // Other daemons' caches and directive streams learn the new status at once.
@@ -79,6 +118,7 @@ export function agentServiceImpl(d: AgentServiceDeps): Pick<ServiceImpl<typeof A
     async heartbeat(req, ctx) {
       const name = agentName(req.name, ctx);
       const metrics = metricsJson(req.metrics, req.inFlight);
+      await assertAgentWithin(callerOf(ctx), name, scopeOf);
       const state = await known(name);
       d.heartbeats.add({ name, metrics, at: d.clock.nowMs() });
       return { status: agentStatusToWire(state.status), directives: d.hub.takePending(name).map(directiveToWire) };
@@ -86,6 +126,7 @@ export function agentServiceImpl(d: AgentServiceDeps): Pick<ServiceImpl<typeof A
 
     async *watchDirectives(req, ctx) {
       const name = agentName(req.name, ctx);
+      await assertAgentWithin(callerOf(ctx), name, scopeOf);
       // Subscribe before reading the status: a directive that arrives while it is read is queued
       // here and follows the status message, instead of being lost.
       const early: DirectiveMessage[] = [];
@@ -108,6 +149,7 @@ export function agentServiceImpl(d: AgentServiceDeps): Pick<ServiceImpl<typeof A
     async deregister(req, ctx) {
       const caller = callerOf(ctx);
       const name = agentName(req.name, ctx);
+      await assertAgentWithin(caller, name, scopeOf);
       const now = d.clock.nowMs();
       d.heartbeats.discard(name);
       const row = await d.agents.deregister(name, now, caller.principal);
@@ -132,8 +174,8 @@ function registerInput(req: RegisterRequest, caller: Identity, metadataMaxBytes:
   for (const [k, v] of Object.entries(m?.tags ?? {})) tags[identifier(k, "metadata.tags key")] = optionalText(v, `metadata.tags[${k}]`, 256) ?? "";
   const tenants = identifiers(m?.tenants ?? [], "metadata.tenants");
   // An agent token limited to some tenants cannot register an agent that serves others.
-  const outside = caller.tenants ? tenants.filter((t) => !caller.tenants!.has(t)) : [];
-  if (outside.length > 0) throw permissionDenied(`token may not serve tenant(s) ${outside.map((t) => `'${t}'`).join(", ")}`);
+  const outside = tenantsOutside(caller, tenants);
+  if (outside.length > 0) throw permissionDenied(`token may not serve tenant(s) ${quoted(outside)}`);
   const metadata = {
     tags,
     slots: inRange(m?.slots ?? 0, "metadata.slots", 0, 100_000),

@@ -3,12 +3,14 @@
  * failure and release. Every batch answers per item; a stale lease token refuses that item with
  * FAILED_PRECONDITION and changes nothing about it.
  */
-import { durationMs } from "@bufbuild/protobuf/wkt";
+import { durationMs, type Duration } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
 import { newId } from "../util/ids.js";
-import { invalidArgument } from "../domain/errors.js";
+import { invalidArgument, resourceExhausted } from "../domain/errors.js";
 import type { AgentService } from "../gen/aiflow/cluster/v1/agent_pb.js";
-import type { KnownAgent } from "./directives.js";
+import { callerOf, type Identity } from "../server/auth.js";
+import { agentScopeLoader, assertAgentWithin, assertScopeWithin } from "./agent-service.js";
+import type { AgentScope, KnownAgent } from "./directives.js";
 import { agentStatusToWire } from "./convert.js";
 import { workKey, type QueueCore } from "./queue-core.js";
 import type { ClaimedRow, Completion } from "../store/work-items.js";
@@ -19,31 +21,60 @@ import { claimedItemToWire, fencedOutcomes, newDispatch } from "./work-item-wire
 export interface AgentWorkDeps {
   core: QueueCore;
   /** The tenants and engine kinds an agent serves, so its claims wait only for work it can take. */
-  scope(name: string): Promise<{ tenants: string[]; kinds: string[] } | null>;
+  scope(name: string): Promise<AgentScope | null>;
   /** The agent's cached status (from the directive hub), loading it when unknown. */
   known(name: string): Promise<KnownAgent>;
   draining: AbortSignal;
 }
 
-/** A claim that finds nothing re-checks this often even without a wake-up (a lost NOTIFY). */
-const FALLBACK_POLL_MS = 5_000;
 const MAX_BATCH = 10_000;
-const SCOPE_TTL_MS = 5_000;
+/** A Fail's own retry delay may be at most a year: beyond it is a mistake (and past epoch-ns bigint, an overflow). */
+const MAX_RETRY_DELAY_MS = 365 * 24 * 3600_000;
 
 export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentService>, "claim" | "extendLease" | "complete" | "fail" | "release"> {
   const { core } = d;
   const { config, clock, store } = core;
 
-  /** Beacon keys of an agent's claims, cached briefly (a re-registration may change its scope). */
-  const scopes = new Map<string, { keys: ReadonlySet<string> | null; at: number }>();
-  const claimKeys = async (name: string): Promise<ReadonlySet<string> | null> => {
-    const hit = scopes.get(name);
-    if (hit && Date.now() - hit.at < SCOPE_TTL_MS) return hit.keys;
-    const scope = await d.scope(name);
-    const keys = scope ? new Set(scope.tenants.flatMap((t) => scope.kinds.map((k) => workKey(t, k)))) : null;
-    if (scopes.size > 10_000) scopes.clear();
-    scopes.set(name, { keys, at: Date.now() });
+  /** The agent's scope, cached by the directive hub (a re-registration drops it on every daemon). */
+  const scopeOf = agentScopeLoader(core.hub, d.scope);
+  /** Beacon keys of a scope, made once per cached scope. */
+  const keysOf = new WeakMap<AgentScope, ReadonlySet<string>>();
+  const claimKeys = (scope: AgentScope): ReadonlySet<string> => {
+    let keys = keysOf.get(scope);
+    if (!keys) keysOf.set(scope, (keys = new Set(scope.tenants.flatMap((t) => scope.kinds.map((k) => workKey(t, k))))));
     return keys;
+  };
+  /** The tenants a caller's fenced writes are limited to (null: any), for the store's own check. */
+  const limitOf = (caller: Identity) => (caller.tenants ? [...caller.tenants] : null);
+
+  /**
+   * Waiting claims held now, per agent name and per token: each holds a call, a waiter and a
+   * statement per wake-up, so a client that sends claims without waiting for their answers must be
+   * stopped before it costs the daemon its memory and the database its connections.
+   */
+  const waitingByAgent = new Map<string, number>();
+  const waitingByToken = new Map<Identity, number>();
+  const holdWaiting = (name: string, caller: Identity): (() => void) => {
+    const perAgent = waitingByAgent.get(name) ?? 0;
+    if (perAgent >= config.claimMaxWaitingPerAgent)
+      throw resourceExhausted(
+        `agent '${name}' already has ${perAgent} waiting claims on this daemon (the limit, --claim-max-waiting-per-agent): wait for one to answer before sending another, or claim more items per call (max_items)`,
+      );
+    const perToken = waitingByToken.get(caller) ?? 0;
+    if (perToken >= config.claimMaxWaitingPerToken)
+      throw resourceExhausted(
+        `this token's agents already have ${perToken} waiting claims on this daemon (the limit, --claim-max-waiting-per-token): give each agent host a token of its own, or raise the limit`,
+      );
+    waitingByAgent.set(name, perAgent + 1);
+    waitingByToken.set(caller, perToken + 1);
+    return () => {
+      const a = (waitingByAgent.get(name) ?? 1) - 1;
+      if (a > 0) waitingByAgent.set(name, a);
+      else waitingByAgent.delete(name);
+      const t = (waitingByToken.get(caller) ?? 1) - 1;
+      if (t > 0) waitingByToken.set(caller, t);
+      else waitingByToken.delete(caller);
+    };
   };
 
   const atMost = <T>(items: readonly T[], field: string) => {
@@ -69,8 +100,8 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
     batch(refs, field).map((r, i) => ({ id: identifier(r.workItemId, `${field}[${i}].work_item_id`), token: identifier(r.leaseToken, `${field}[${i}].lease_token`) }));
 
   /** Fenced items back to the queue without spending an attempt, waking claims for them; answers the ids released. */
-  const release = async (name: string, leases: readonly { id: string; token: string }[]) => {
-    const released = await store.release(name, leases, clock.nowMs());
+  const release = async (name: string, leases: readonly { id: string; token: string }[], tenants: readonly string[] | null = null) => {
+    const released = await store.release(name, leases, clock.nowMs(), tenants);
     if (released.length > 0) core.work.ring(["*"]);
     return released;
   };
@@ -86,10 +117,20 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
    * call is gone by now (the client cancelled, its deadline passed, the server stops), nobody will
    * read it: the items go back to the queue at once, not when their leases run out.
    */
-  const answer = async (name: string, max: number, parts: Handed[], status: KnownAgent["status"], completionOutcomes: ReturnType<typeof completed>, signal: AbortSignal) => {
+  const answer = async (name: string, max: number, parts: Handed[], status: KnownAgent["status"], completionOutcomes: ReturnType<typeof completed>, signal: AbortSignal, caller: Identity) => {
     if (signal.aborted) {
       await giveBack(name, parts);
       parts = [];
+    }
+    // The caller was checked against the agent's scope, but a registration on another daemon may
+    // have changed the scope since: a tenant-limited caller never gets an item outside its tenants.
+    if (caller.tenants) {
+      const limit = caller.tenants;
+      const outside = parts.map((p) => ({ rows: p.rows.filter((r) => !limit.has(r.tenant_key)), dispatch: p.dispatch })).filter((p) => p.rows.length > 0);
+      if (outside.length > 0) {
+        await giveBack(name, outside);
+        parts = parts.map((p) => ({ rows: p.rows.filter((r) => limit.has(r.tenant_key)), dispatch: p.dispatch }));
+      }
     }
     // A slot is open while the claim's statement runs, so the two together may exceed what it asked
     // for: the handed items past max go back (they are plain items, so that undoes nothing else).
@@ -114,6 +155,8 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
   return {
     async claim(req, ctx) {
       const name = agentName(req.name, ctx);
+      const caller = callerOf(ctx);
+      const tenants = limitOf(caller);
       // Applied once, by the first statement this call runs. A claim carrying them does not wait
       // unless it asks to (its outcomes then come back with whatever ends the wait).
       let completions = completionsOf(atMost(req.completions, "completions"), "completions");
@@ -121,91 +164,118 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
       const max = Math.min(Math.max(req.maxItems, 1), config.claimMaxItems);
       const waitMs = completions.length > 0 && !req.waitWithCompletions ? 0 : Math.min(req.wait ? durationMs(req.wait) : 0, config.claimMaxWait);
       const deadline = Date.now() + waitMs;
-      for (;;) {
-        const state = await d.known(name);
-        if (state.status !== "active") {
-          // A draining agent still reports what it finished; it just gets nothing new.
-          if (completions.length > 0) completionOutcomes = completed(completions, await store.complete(name, completions, clock.nowMs()));
-          return { items: [], status: agentStatusToWire(state.status), completionOutcomes };
-        }
-        // Armed before the query, so an enqueue landing between the query and the wait still wakes
-        // us; and its slot is open from here on, so the inserts meanwhile may hand it their items
-        // (./handoff.ts) while its statement runs and while it waits.
-        const keys = await claimKeys(name);
-        const armed = core.work.arm(keys, max);
-        const slot = core.handoff.open(name, keys, max, armed);
-        const parts: Handed[] = [];
-        let remaining = 0;
-        try {
-          const now = clock.nowMs();
-          const dispatch = newDispatch(name, config.instanceId, now, config.leaseTtl);
-          const { claimed: rows, completed: done } = await store.claim({
-            agent: name,
-            instance: config.instanceId,
-            max,
-            nowMs: now,
-            leaseTtlMs: config.leaseTtl,
-            affinity: { policy: config.affinityPolicy === "hold" ? "hold" : "rebind", graceMs: config.affinityGrace },
-            bindingSeed: newId(now),
-            leaseToken: dispatch.leaseToken,
-            completions,
-          });
-          if (completions.length > 0) {
-            completionOutcomes = completed(completions, done);
-            completions = [];
+      // Checked before anything is written: a caller limited to some tenants may not act as an agent
+      // that serves others (its claim would take their items).
+      assertScopeWithin(caller, name, await scopeOf(name));
+      const unhold = waitMs > 0 ? holdWaiting(name, caller) : () => {};
+      try {
+        for (;;) {
+          const state = await d.known(name);
+          if (state.status !== "active") {
+            // A draining agent still reports what it finished; it just gets nothing new.
+            if (completions.length > 0) completionOutcomes = completed(completions, await store.complete(name, completions, clock.nowMs(), tenants));
+            return { items: [], status: agentStatusToWire(state.status), completionOutcomes };
           }
-          if (rows.length > 0) parts.push({ rows: [...rows], dispatch });
-          remaining = deadline - Date.now();
-          if (rows.length === 0 && remaining > 0 && !ctx.signal.aborted && !d.draining.aborted) await armed.wait(Math.min(remaining, FALLBACK_POLL_MS), [ctx.signal, d.draining]);
-        } catch (err) {
-          // Items handed over meanwhile would otherwise wait for their leases to run out.
+          // Armed before the query, so an enqueue landing between the query and the wait still wakes
+          // us; and its slot is open from here on, so the inserts meanwhile may hand it their items
+          // (./handoff.ts) while its statement runs and while it waits.
+          const scope = await scopeOf(name);
+          assertScopeWithin(caller, name, scope);
+          const keys = claimKeys(scope);
+          const armed = core.work.arm(keys, max);
+          const slot = core.handoff.open(name, keys, max, armed);
+          const parts: Handed[] = [];
+          let remaining = 0;
+          try {
+            const now = clock.nowMs();
+            const dispatch = newDispatch(name, config.instanceId, now, config.leaseTtl);
+            const { claimed: rows, completed: done } = await store.claim({
+              agent: name,
+              instance: config.instanceId,
+              max,
+              nowMs: now,
+              leaseTtlMs: config.leaseTtl,
+              affinity: { policy: config.affinityPolicy === "hold" ? "hold" : "rebind", graceMs: config.affinityGrace },
+              bindingSeed: newId(now),
+              leaseToken: dispatch.leaseToken,
+              completions,
+            });
+            if (completions.length > 0) {
+              completionOutcomes = completed(completions, done);
+              completions = [];
+            }
+            if (rows.length > 0) parts.push({ rows: [...rows], dispatch });
+            remaining = deadline - Date.now();
+            // No timer of its own: a lost NOTIFY is covered by the daemon's one fallback re-check
+            // (QueueCore.fallbackTask), which rings the keys that have due items.
+            if (rows.length === 0 && remaining > 0 && !ctx.signal.aborted && !d.draining.aborted) await armed.wait(remaining, [ctx.signal, d.draining]);
+          } catch (err) {
+            // Items handed over meanwhile would otherwise wait for their leases to run out.
+            const handed = await core.handoff.close(slot);
+            if (handed)
+              await giveBack(name, [handed]).catch((e: unknown) =>
+                core.log.warn({ err: e instanceof Error ? e.message : String(e), agent: name, items: handed.rows.length }, "could not give back items handed to a failed claim; they return when their leases expire"),
+              );
+            throw err;
+          } finally {
+            armed.disarm();
+          }
           const handed = await core.handoff.close(slot);
-          if (handed)
-            await giveBack(name, [handed]).catch((e: unknown) =>
-              core.log.warn({ err: e instanceof Error ? e.message : String(e), agent: name, items: handed.rows.length }, "could not give back items handed to a failed claim; they return when their leases expire"),
-            );
-          throw err;
-        } finally {
-          armed.disarm();
+          if (handed) parts.push(handed);
+          if (parts.length > 0 || remaining <= 0 || ctx.signal.aborted || d.draining.aborted) return await answer(name, max, parts, state.status, completionOutcomes, ctx.signal, caller);
         }
-        const handed = await core.handoff.close(slot);
-        if (handed) parts.push(handed);
-        if (parts.length > 0 || remaining <= 0 || ctx.signal.aborted || d.draining.aborted) return await answer(name, max, parts, state.status, completionOutcomes, ctx.signal);
+      } finally {
+        unhold();
       }
     },
 
     async extendLease(req, ctx) {
       const name = agentName(req.name, ctx);
+      const caller = callerOf(ctx);
       const leases = leaseRefs(req.leases, "leases");
+      await assertAgentWithin(caller, name, scopeOf);
       const now = clock.nowMs();
-      const held = await store.extend(name, leases, now, config.leaseTtl);
+      const held = await store.extend(name, leases, now, config.leaseTtl, limitOf(caller));
       return { outcomes: fencedOutcomes(leases.map((l) => l.id), held), leaseExpiresAtNs: BigInt(now + config.leaseTtl) * 1_000_000n };
     },
 
     async complete(req, ctx) {
       const name = agentName(req.name, ctx);
+      const caller = callerOf(ctx);
       const items = completionsOf(batch(req.items, "items"), "items");
-      return { outcomes: completed(items, await store.complete(name, items, clock.nowMs())) };
+      await assertAgentWithin(caller, name, scopeOf);
+      return { outcomes: completed(items, await store.complete(name, items, clock.nowMs(), limitOf(caller))) };
     },
 
     async fail(req, ctx) {
       const name = agentName(req.name, ctx);
+      const caller = callerOf(ctx);
       const items = batch(req.items, "items").map((f, i) => ({
         id: identifier(f.workItemId, `items[${i}].work_item_id`),
         token: identifier(f.leaseToken, `items[${i}].lease_token`),
         error: optionalText(f.error, `items[${i}].error`, 8192) ?? "failed without a message",
         retryable: f.retryable,
-        delayMs: f.retryDelay ? Math.max(0, durationMs(f.retryDelay)) : null,
+        delayMs: f.retryDelay ? retryDelayMs(f.retryDelay, `items[${i}].retry_delay`) : null,
       }));
-      const rows = await store.fail(name, items, clock.nowMs());
+      await assertAgentWithin(caller, name, scopeOf);
+      const rows = await store.fail(name, items, clock.nowMs(), limitOf(caller));
       if (rows.some((r) => r.status === "failed")) core.done.ring(["*"]);
       return { outcomes: fencedOutcomes(items.map((i) => i.id), rows.map((r) => r.id)) };
     },
 
     async release(req, ctx) {
       const name = agentName(req.name, ctx);
+      const caller = callerOf(ctx);
       const leases = leaseRefs(req.leases, "leases");
-      return { outcomes: fencedOutcomes(leases.map((l) => l.id), await release(name, leases)) };
+      await assertAgentWithin(caller, name, scopeOf);
+      return { outcomes: fencedOutcomes(leases.map((l) => l.id), await release(name, leases, limitOf(caller))) };
     },
   };
+}
+
+/** A Fail's retry delay in ms: not negative (0), at most MAX_RETRY_DELAY_MS, else INVALID_ARGUMENT naming the field. */
+function retryDelayMs(d: Duration, field: string): number {
+  const ms = durationMs(d);
+  if (!Number.isFinite(ms) || ms > MAX_RETRY_DELAY_MS) throw invalidArgument(field, `${d.seconds}s is more than the limit of 365 days`);
+  return Math.max(0, ms);
 }

@@ -12,7 +12,9 @@
  * daemon for PEER_TTL_MS keeps its rings local. A lone daemon (the common deployment) then sends no
  * NOTIFY at all where it sent one per window: at 1,000 enqueues a second, 200 statements a second,
  * each also a signal to every listening connection. A ping lost or late costs at most the claims'
- * fallback re-check.
+ * fallback re-check: one statement per daemon every few seconds over the keys waiters wait on
+ * (QueueCore's due-wake task), which rings the keys that have due work; waiters keep no timer of
+ * their own, so a thousand idle claims cost that one statement, not a thousand.
  */
 import { randomUUID } from "node:crypto";
 import type { DatabasePool } from "slonik";
@@ -143,6 +145,16 @@ export class Beacon {
 
   get waiting(): number {
     return this.#waiters.size;
+  }
+
+  /**
+   * The keys armed waiters wait on, each once (a waiter armed for any key adds none: any ring of
+   * one of these wakes it too). The fallback re-check asks the database about these keys only.
+   */
+  waitedKeys(): string[] {
+    const keys = new Set<string>();
+    for (const w of this.#waiters) if (!w.rung && w.keys) for (const k of w.keys) keys.add(k);
+    return [...keys];
   }
 
   async stop(): Promise<void> {

@@ -7,6 +7,11 @@
  * The hub also keeps each agent's last known status (the cache heartbeats answer from), fed by
  * registrations, heartbeat flushes and status directives, so a heartbeat never reads the database;
  * it is dropped whenever the listener reconnects, since directives sent meanwhile never arrive.
+ *
+ * Beside it the hub keeps each agent's work scope (the tenants and engine kinds it registered with),
+ * which claims wait on and tenant-limited tokens are checked against. A registration changes it, and
+ * every registration of a known agent publishes a status directive: any status directive for an
+ * agent drops its scope here, so the next call reads it again.
  */
 import type { DatabasePool } from "slonik";
 import type { Clock } from "../clock.js";
@@ -32,6 +37,12 @@ export interface KnownAgent {
   drain: DrainState | null;
 }
 
+/** What an agent serves, as it registered: its claims take only items of these tenants and kinds. */
+export interface AgentScope {
+  tenants: readonly string[];
+  kinds: readonly string[];
+}
+
 type Subscriber = (d: DirectiveMessage) => void;
 
 export class DirectiveHub {
@@ -39,6 +50,7 @@ export class DirectiveHub {
   /** Directives waiting for the agent's next heartbeat, with when they were received. */
   readonly #pending = new Map<string, { at: number; directive: DirectiveMessage }[]>();
   readonly #known = new Map<string, KnownAgent>();
+  readonly #scopes = new Map<string, { scope: AgentScope; at: number }>();
   readonly #channel: string;
 
   constructor(
@@ -60,6 +72,7 @@ export class DirectiveHub {
     listener.onReconnect(() => {
       if (this.#known.size > 0) this.log.info({ agents: this.#known.size }, "listener reconnected: re-reading agent statuses");
       this.#known.clear();
+      this.#scopes.clear();
     });
   }
 
@@ -106,6 +119,23 @@ export class DirectiveHub {
 
   forget(agent: string): void {
     this.#known.delete(agent);
+    this.#scopes.delete(agent);
+  }
+
+  /** The agent's cached scope if it was read less than `maxAgeMs` ago (Date.now() ms). */
+  scope(agent: string, maxAgeMs: number): AgentScope | undefined {
+    const hit = this.#scopes.get(agent);
+    return hit && Date.now() - hit.at < maxAgeMs ? hit.scope : undefined;
+  }
+
+  rememberScope(agent: string, scope: AgentScope): void {
+    // Bounded: names of agents long gone must not accumulate.
+    if (this.#scopes.size >= 100_000) this.#scopes.clear();
+    this.#scopes.set(agent, { scope, at: Date.now() });
+  }
+
+  forgetScope(agent: string): void {
+    this.#scopes.delete(agent);
   }
 
   /** Drops kept directives nobody collected in time (agents that no longer heartbeat here). */
@@ -132,6 +162,7 @@ export class DirectiveHub {
       // Only agents this daemon already knows are updated: a removed agent must not be re-added
       // by its own farewell directive (its next heartbeat reads the database and finds it gone).
       const prev = this.#known.get(agent);
+      if (directive.kind === "status") this.#scopes.delete(agent);
       if (directive.kind === "status" && prev) {
         const drain: DrainState | null =
           directive.status !== "draining"

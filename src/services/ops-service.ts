@@ -2,17 +2,23 @@
  * OpsService (role `ops`): the fleet, drains for rolling deploys, queue visibility and dead-letter
  * redrive. A drain is state on the agent row (status + metadata.drain), so every daemon enforces
  * it: claims need ACTIVE, and the drain-deadline task on any daemon gives back what is left.
+ *
+ * An ops token limited to some tenants sees and acts on their rows only: items and queue stats of
+ * those tenants, and agents all of whose tenants are among them (an agent serving any other tenant
+ * is PERMISSION_DENIED; an item of another tenant is NOT_FOUND, so ids do not reveal other tenants'
+ * work). Affinity bindings carry no tenant and may route any tenant's work, so they are fleet-wide:
+ * a limited token is refused them.
  */
-import { durationFromMs, durationMs, timestampFromMs } from "@bufbuild/protobuf/wkt";
+import { durationFromMs, durationMs, timestampFromMs, type Duration } from "@bufbuild/protobuf/wkt";
 import { z } from "zod";
 import { decodeCursor, encodeCursor } from "./cursor.js";
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { AuditLog } from "../audit.js";
-import { failedPrecondition, invalidArgument, notFound } from "../domain/errors.js";
+import { failedPrecondition, invalidArgument, notFound, permissionDenied } from "../domain/errors.js";
 import { OpsService } from "../gen/aiflow/cluster/v1/ops_pb.js";
-import { callerOf } from "../server/auth.js";
+import { assertTenant, callerOf, tenantsOutside, type Identity } from "../server/auth.js";
 import type { AffinityBindingStore, BindingRow } from "../store/affinity-bindings.js";
-import type { AgentOpsStore, AgentStatus } from "../store/agents.js";
+import type { AgentOpsStore, AgentStatus, AgentWithLoad } from "../store/agents.js";
 import type { WorkItemStatsStore } from "../store/work-item-stats.js";
 import type { WorkItemStore } from "../store/work-items.js";
 import { compareVersions } from "../util/version.js";
@@ -32,6 +38,38 @@ export interface OpsDeps {
   bindings: AffinityBindingStore;
 }
 
+/** A drain's deadline may be at most a year away: beyond it is a mistake (and past epoch-ns bigint, an overflow). */
+const MAX_DRAIN_DEADLINE_MS = 365 * 24 * 3600_000;
+
+const tenantsOfRow = (r: AgentWithLoad): string[] => {
+  const t = (r.metadata as { tenants?: unknown } | null)?.tenants;
+  return Array.isArray(t) ? t.filter((x): x is string => typeof x === "string") : [];
+};
+const withinLimit = (caller: Identity, r: AgentWithLoad) => tenantsOutside(caller, tenantsOfRow(r)).length === 0;
+
+/** Refuses a tenant-limited token an agent that serves other tenants. */
+function assertAgentRow(caller: Identity, r: AgentWithLoad): void {
+  const outside = tenantsOutside(caller, tenantsOfRow(r));
+  if (outside.length > 0) throw permissionDenied(`agent '${r.name}' serves tenant(s) ${outside.map((t) => `'${t}'`).join(", ")}, which this token may not act for`);
+}
+
+/** Bindings are fleet-wide (no tenant): only a token without a tenant limit may read or move them. */
+function assertFleetWide(caller: Identity): void {
+  if (caller.tenants) throw permissionDenied("affinity bindings are fleet-wide (they carry no tenant): use an ops token without a tenant limit");
+}
+
+/** The one tenant a tenant-scoped ops read covers: the named one (within the limit), else the limit's only tenant. */
+function tenantScope(caller: Identity, raw: string): string | undefined {
+  if (raw) {
+    const tenant = identifier(raw, "tenant_key");
+    assertTenant(caller, tenant);
+    return tenant;
+  }
+  if (!caller.tenants) return undefined;
+  if (caller.tenants.size === 1) return [...caller.tenants][0];
+  throw invalidArgument("tenant_key", `is required with a token limited to several tenants (${[...caller.tenants].map((t) => `'${t}'`).join(", ")})`);
+}
+
 const tagsOf = (tags: Record<string, string>, field: string) => {
   const out: Record<string, string> = {};
   for (const [k, v] of Object.entries(tags)) out[identifier(k, `${field} key`)] = v;
@@ -48,10 +86,19 @@ export function opsServiceImpl(d: OpsDeps): ServiceImpl<typeof OpsService> {
     return rows.map((r) => agentSummary(r, now));
   };
 
+  /** The agent's row, refused (PERMISSION_DENIED) to a token limited to other tenants; NOT_FOUND when there is none. */
+  const agentFor = async (caller: Identity, name: string) => {
+    const [row] = await agentOps.list({ statuses: [], tags: {}, names: [name], includeRemoved: false });
+    if (!row) throw notFound(`agent '${name}' not found`);
+    assertAgentRow(caller, row);
+    return row;
+  };
+
   const statusDirective = (status: AgentStatus, reason: string, deadline: number | null) => ({ kind: "status" as const, status, reason, drainDeadline: deadline });
 
   return {
-    async listAgents(req) {
+    async listAgents(req, ctx) {
+      const caller = callerOf(ctx);
       const statuses = req.statuses.map((s, i) => {
         const v = agentStatusFromWire(s);
         if (!v) throw invalidArgument(`statuses[${i}]`, `unknown status ${s}`);
@@ -64,13 +111,12 @@ export function opsServiceImpl(d: OpsDeps): ServiceImpl<typeof OpsService> {
         includeRemoved: req.includeRemoved,
       });
       const now = clock.nowMs();
-      return { agents: rows.map((r) => agentSummary(r, now)) };
+      return { agents: rows.filter((r) => withinLimit(caller, r)).map((r) => agentSummary(r, now)) };
     },
 
-    async getAgent(req) {
+    async getAgent(req, ctx) {
       const name = identifier(req.name, "name");
-      const [agent] = await summaries([name]);
-      if (!agent) throw notFound(`agent '${name}' not found`);
+      const agent = agentSummary(await agentFor(callerOf(ctx), name), clock.nowMs());
       const dispatched = await d.stats.dispatchedTo(name);
       return { agent, dispatched: dispatched.map(workItemToWire), affinityKeys: [...(await d.bindings.keysOf(name))] };
     },
@@ -79,16 +125,19 @@ export function opsServiceImpl(d: OpsDeps): ServiceImpl<typeof OpsService> {
       const caller = callerOf(ctx);
       const reason = optionalText(req.reason, "reason", 1024) ?? "drained by an operator";
       const now = clock.nowMs();
-      const deadline = req.deadline ? now + Math.max(0, durationMs(req.deadline)) : null;
+      const deadline = req.deadline ? now + drainDeadlineMs(req.deadline) : null;
       let names: string[];
       if (req.name) {
-        names = [identifier(req.name, "name")];
+        names = [(await agentFor(caller, identifier(req.name, "name"))).name];
       } else {
         const tags = tagsOf(req.selector?.tags ?? {}, "selector.tags");
         const below = optionalText(req.selector?.versionBelow ?? "", "selector.version_below", 128);
         if (Object.keys(tags).length === 0 && !below) throw invalidArgument("name", "give an agent name or a selector (tags or version_below)");
         const candidates = await agentOps.list({ statuses: ["active", "draining"], tags, includeRemoved: false });
-        names = candidates.filter((c) => !below || (c.agentversion !== null && compareVersions(c.agentversion, below) < 0)).map((c) => c.name);
+        // A limited token's selector drains only the agents within its tenants.
+        names = candidates
+          .filter((c) => withinLimit(caller, c) && (!below || (c.agentversion !== null && compareVersions(c.agentversion, below) < 0)))
+          .map((c) => c.name);
       }
       const drained = names.length === 0 ? [] : await agentOps.startDrain(names, { reason, deadline, by: caller.principal }, now);
       if (req.name && drained.length === 0) throw notFound(`agent '${names[0]}' not found`);
@@ -104,6 +153,7 @@ export function opsServiceImpl(d: OpsDeps): ServiceImpl<typeof OpsService> {
     async undrainAgent(req, ctx) {
       const caller = callerOf(ctx);
       const name = identifier(req.name, "name");
+      await agentFor(caller, name);
       const now = clock.nowMs();
       const row = await agentOps.undrain(name);
       if (!row) throw notFound(`agent '${name}' not found`);
@@ -116,10 +166,9 @@ export function opsServiceImpl(d: OpsDeps): ServiceImpl<typeof OpsService> {
     async removeAgent(req, ctx) {
       const caller = callerOf(ctx);
       const name = identifier(req.name, "name");
-      const [agent] = await summaries([name]);
-      if (!agent) throw notFound(`agent '${name}' not found`);
-      if (agent.inFlight && !req.force)
-        throw failedPrecondition(`agent '${name}' holds ${agent.inFlight} item(s); drain it first, or remove with force to give them back`);
+      const agent = await agentFor(caller, name);
+      if (agent.in_flight && !req.force)
+        throw failedPrecondition(`agent '${name}' holds ${agent.in_flight} item(s); drain it first, or remove with force to give them back`);
       const now = clock.nowMs();
       // Removed first, so the agent cannot claim between the release and the removal.
       const row = await agentOps.remove(name, now, caller.principal);
@@ -132,10 +181,12 @@ export function opsServiceImpl(d: OpsDeps): ServiceImpl<typeof OpsService> {
       return { released: released.length };
     },
 
-    async queueStats(req) {
+    async queueStats(req, ctx) {
+      const caller = callerOf(ctx);
       const tenant = req.tenantKey ? identifier(req.tenantKey, "tenant_key") : null;
+      if (tenant) assertTenant(caller, tenant);
       const now = clock.nowMs();
-      const s = await d.stats.stats(tenant, now);
+      const s = await d.stats.stats(tenant ? [tenant] : caller.tenants ? [...caller.tenants] : null, now);
       const total = (status: string) => s.depth.filter((r) => r.status === status).reduce((n, r) => n + r.n, 0n);
       return {
         depth: s.depth.map((r) => ({ tenantKey: r.tenant_key, engineKind: r.engine_kind, status: itemStatusToWire(r.status), count: r.n })),
@@ -148,14 +199,16 @@ export function opsServiceImpl(d: OpsDeps): ServiceImpl<typeof OpsService> {
       };
     },
 
-    async listItems(req) {
-      return listItemsPage(store, req.tenantKey ? identifier(req.tenantKey, "tenant_key") : undefined, req);
+    async listItems(req, ctx) {
+      return listItemsPage(store, tenantScope(callerOf(ctx), req.tenantKey), req);
     },
 
-    async getItem(req) {
+    async getItem(req, ctx) {
+      const caller = callerOf(ctx);
       const id = identifier(req.id, "id");
       const row = await store.get(null, id);
-      if (!row) throw notFound(`no work item '${id}'`);
+      // Another tenant's item answers as a missing one: its id tells a limited token nothing.
+      if (!row || (caller.tenants && !caller.tenants.has(row.tenant_key))) throw notFound(`no work item '${id}'`);
       const counts = await store.childCounts(row.tenant_key, id);
       return { item: workItemToWire(row), children: Object.values(counts).some((n) => n > 0) ? counts : undefined };
     },
@@ -163,10 +216,12 @@ export function opsServiceImpl(d: OpsDeps): ServiceImpl<typeof OpsService> {
     async cancelItems(req, ctx) {
       const caller = callerOf(ctx);
       const tenant = identifier(req.tenantKey, "tenant_key");
+      assertTenant(caller, tenant);
       return { cancelledIds: await core.cancel(tenant, req, caller.principal) };
     },
 
-    async listBindings(req) {
+    async listBindings(req, ctx) {
+      assertFleetWide(callerOf(ctx));
       const limit = Math.min(req.pageSize || 100, 1000);
       const rows = await d.bindings.list({
         keyPrefix: optionalText(req.keyPrefix, "key_prefix", 512) ?? undefined,
@@ -179,12 +234,14 @@ export function opsServiceImpl(d: OpsDeps): ServiceImpl<typeof OpsService> {
       return { bindings: page.map(bindingToWire), nextPageToken: rows.length > limit && last ? encodeCursor({ createdon: last.createdon, id: last.id }) : "" };
     },
 
-    async unbind(req) {
+    async unbind(req, ctx) {
+      assertFleetWide(callerOf(ctx));
       await d.bindings.unbind(affinityKey(req.affinityKey));
       return {};
     },
 
     async rebind(req, ctx) {
+      assertFleetWide(callerOf(ctx));
       const row = await d.bindings.rebind(affinityKey(req.affinityKey), identifier(req.agentId, "agent_id"), clock.nowMs(), callerOf(ctx).principal);
       core.work.ring(["*"]);
       return { binding: bindingToWire(row) };
@@ -193,13 +250,24 @@ export function opsServiceImpl(d: OpsDeps): ServiceImpl<typeof OpsService> {
     async redriveItems(req, ctx) {
       const caller = callerOf(ctx);
       const tenant = req.tenantKey ? identifier(req.tenantKey, "tenant_key") : null;
+      if (tenant) assertTenant(caller, tenant);
       const target = { ids: req.ids.map((id, i) => identifier(id, `ids[${i}]`)), runId: req.runId ? identifier(req.runId, "run_id") : null, all: req.all };
       if (!target.all && target.ids.length === 0 && !target.runId) throw invalidArgument("ids", "name dead letters, a run_id, or all");
-      const ids = await store.redrive(tenant, target, clock.nowMs(), caller.principal);
+      // Without a tenant, a limited token redrives its own tenants' dead letters, one statement each.
+      const scopes: (string | null)[] = tenant ? [tenant] : caller.tenants ? [...caller.tenants] : [null];
+      const ids: string[] = [];
+      for (const t of scopes) ids.push(...(await store.redrive(t, target, clock.nowMs(), caller.principal)));
       if (ids.length > 0) core.work.ring(["*"]);
       return { redrivenIds: [...ids] };
     },
   };
+}
+
+/** A drain deadline's offset in ms: not negative (0), at most MAX_DRAIN_DEADLINE_MS, else INVALID_ARGUMENT naming the field. */
+function drainDeadlineMs(d: Duration): number {
+  const ms = durationMs(d);
+  if (!Number.isFinite(ms) || ms > MAX_DRAIN_DEADLINE_MS) throw invalidArgument("deadline", `${d.seconds}s is more than the limit of 365 days`);
+  return Math.max(0, ms);
 }
 
 /** Runs work on one transaction with queue and registry stores bound to it. */

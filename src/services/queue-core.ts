@@ -16,6 +16,16 @@ import type { MaintenanceTask } from "./maintenance.js";
 
 /** Beacon key for claimable work of one tenant and engine kind. */
 export const workKey = (tenant: string, kind: string) => `${tenant}\u0000${kind}`;
+const keyParts = (key: string) => {
+  const i = key.indexOf("\u0000");
+  return { tenant: key.slice(0, i), kind: key.slice(i + 1) };
+};
+
+/**
+ * How often (by the clock) waiting claims re-check without a wake-up, for work whose notification
+ * was lost or never sent (another daemon's clock, a ring that woke a claim whose call then ended).
+ */
+export const FALLBACK_CHECK_MS = 5_000;
 
 export class QueueCore {
   /** Enqueue calls share insert statements (group commit). */
@@ -112,9 +122,15 @@ export class QueueCore {
     };
   }
 
-  /** Wakes local claims for items whose backoff or not-before passed since the last run. */
+  /**
+   * Wakes local claims for items whose backoff or not-before passed since the last run; and every
+   * FALLBACK_CHECK_MS, the claims waiting on any key that has a due item at all. That second check is
+   * the only timer waiting claims have: one statement per daemon, however many claims wait, and only
+   * the claims that can find something run their statement again.
+   */
   dueTask(): MaintenanceTask {
     let last = this.clock.nowMs();
+    let lastFallback = last;
     return {
       name: "due-wake",
       run: async (now) => {
@@ -122,6 +138,12 @@ export class QueueCore {
         const pairs = await this.store.dueSince(last, now);
         last = now;
         if (pairs.length > 0) this.work.ringLocal(pairs.map((p) => workKey(p.tenant_key, p.engine_kind)));
+        if (now - lastFallback < FALLBACK_CHECK_MS) return;
+        lastFallback = now;
+        const waited = this.work.waitedKeys();
+        if (waited.length === 0) return;
+        const due = await this.store.dueKeys(waited.map(keyParts), now);
+        if (due.length > 0) this.work.ringLocal(due.map((p) => workKey(p.tenant_key, p.engine_kind)));
       },
     };
   }

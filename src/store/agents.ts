@@ -11,6 +11,7 @@ import { ulid } from "ulid";
 import { z } from "zod";
 import type { Tables } from "../db/tables.js";
 import { withDbErrors } from "../db/errors.js";
+import { permissionDenied } from "../domain/errors.js";
 
 export type AgentStatus = "active" | "draining" | "inactive";
 
@@ -91,11 +92,19 @@ export class AgentStore {
   /**
    * Create-or-update by name in one statement; the unique index settles racing registrations.
    * A soft-deleted agent that registers again is revived (a machine rebuilt under its old name).
+   *
+   * With `tenantLimit` (the caller's token is limited to these tenants), an existing row that serves
+   * any other tenant is left alone (PERMISSION_DENIED): checked in the statement, so no
+   * registration can slip in between a check and the write.
    */
-  register(input: RegisterInput, nowMs: number, by: string): Promise<z.infer<typeof registered>> {
+  async register(input: RegisterInput, nowMs: number, by: string, tenantLimit: readonly string[] | null = null): Promise<z.infer<typeof registered>> {
     const agent = this.t.id("agent");
-    return withDbErrors(() =>
-      this.db.one(sql.type(registered)`
+    const within = tenantLimit
+      ? sql.fragment`WHERE NOT EXISTS (SELECT 1 FROM jsonb_array_elements_text(COALESCE(a.metadata -> 'tenants', '[]'::jsonb)) AS s(t)
+                                        WHERE s.t <> ALL(${sql.array([...tenantLimit], "text")}))`
+      : sql.fragment``;
+    const row = await withDbErrors(() =>
+      this.db.maybeOne(sql.type(registered)`
         INSERT INTO ${agent} AS a (id, name, http_address, grpc_address, infra_address, agentversion, binarypath, agenttype,
                                    status, metadata, createdby, createdon, updatedby, updatedon)
         VALUES (${ulid(nowMs)}, ${input.name}, ${input.httpAddress}, ${input.grpcAddress}, ${input.infraAddress}, ${input.agentVersion},
@@ -114,8 +123,13 @@ export class AgentStore {
           deletedon = NULL,
           updatedby = EXCLUDED.updatedby,
           updatedon = EXCLUDED.updatedon
+        ${within}
         RETURNING id, status, (xmax = 0) AS created`),
     );
+    if (row) return row;
+    const stored = (await this.workScope(input.name))?.tenants ?? [];
+    const outside = stored.filter((t) => !tenantLimit?.includes(t));
+    throw permissionDenied(`agent '${input.name}' is registered for tenant(s) ${outside.map((t) => `'${t}'`).join(", ")}, which this token may not act for`);
   }
 
   /**

@@ -24,9 +24,10 @@ export class WorkItemStatsStore {
     private readonly t: Tables,
   ) {}
 
-  async stats(tenant: string | null, nowMs: number): Promise<QueueStats> {
+  /** Stats over these tenants (null: every tenant). */
+  async stats(tenants: readonly string[] | null, nowMs: number): Promise<QueueStats> {
     const w = this.t.id("work_item");
-    const scope = tenant ? sql.fragment`tenant_key = ${tenant}` : sql.fragment`true`;
+    const scope = tenants ? sql.fragment`tenant_key = ANY(${sql.array([...tenants], "text")})` : sql.fragment`true`;
     const since = msToNs(nowMs - 60_000);
     return withDbErrors(async () => {
       const depth = await this.db.any(sql.type(depthRow)`

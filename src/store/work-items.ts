@@ -139,6 +139,12 @@ const byIds = (ids: readonly string[]) => sql.fragment`w.id = ANY(${sql.array(id
  */
 const CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
 const bindingId = (seed: string, n: ReturnType<typeof sql.fragment>) =>
+/**
+ * A fenced write by a caller whose token is limited to some tenants touches only their items. The
+ * services refuse such a caller for an agent of other tenants before any write; this holds even so.
+ */
+const withinTenants = (tenants: readonly string[] | null) => (tenants ? sql.fragment`AND w.tenant_key = ANY(${sql.array([...tenants], "text")})` : sql.fragment``);
+
   sql.fragment`overlay(${seed}::text placing substr(${CROCKFORD}, (${n} / 1024 % 32)::int + 1, 1) || substr(${CROCKFORD}, (${n} / 32 % 32)::int + 1, 1) || substr(${CROCKFORD}, (${n} % 32)::int + 1, 1) from 11 for 3)`;
 
 /** A fenced completion's bound values (see #completeCtes), one array per column. */
@@ -586,7 +592,7 @@ export class WorkItemStore {
   }
 
   /** Extends the leases the agent still holds; returns their ids. */
-  extend(agent: string, leases: readonly { id: string; token: string }[], nowMs: number, ttlMs: number): Promise<readonly string[]> {
+  extend(agent: string, leases: readonly { id: string; token: string }[], nowMs: number, ttlMs: number, tenants: readonly string[] | null = null): Promise<readonly string[]> {
     const w = this.t.id("work_item");
     return this.#hotIds(sql.type(idRow)`
         UPDATE ${w} w SET lease_expires_at = ${msToNs(nowMs + ttlMs)}, updatedby = ${agent}, updatedon = ${ts(nowMs)}
@@ -596,10 +602,10 @@ export class WorkItemStore {
   }
 
   /** Completes fenced items; returns the ids that matched (the rest had lost their lease). */
-  complete(agent: string, items: readonly Completion[], nowMs: number): Promise<readonly string[]> {
-    const params = { agent, nowNs: msToNs(nowMs), now: tsSeconds(nowMs), ...completionParams(items) };
+  complete(agent: string, items: readonly Completion[], nowMs: number, tenants: readonly string[] | null = null): Promise<readonly string[]> {
+    const params = { agent, nowNs: msToNs(nowMs), now: tsSeconds(nowMs), ...completionParams(items), ...(tenants ? { tenants: [...tenants] } : {}) };
     return this.#hotIds(
-      this.#shapes.token("complete", params, (p) => sql.type(idRow)`
+      this.#shapes.token(tenants ? "complete:tenants" : "complete", params, (p) => sql.type(idRow)`
         WITH ${this.#completeCtes(p)}
         SELECT id FROM completing UNION ALL SELECT id FROM recompleted`) as QuerySqlToken<typeof idRow>,
     );
@@ -610,11 +616,12 @@ export class WorkItemStore {
    * the items still held under their tokens, `recompleted` finds those this agent already completed
    * under the same tokens. A completion is idempotent, so a report whose answer was lost (the call
    * failed after the commit: a daemon restart, a dropped connection, a claim carrying it cut short)
+           ${withinTenants(tenants)}
    * is answered ok when it is sent again, not "lease lost". Both read the statement's snapshot, so an
    * item completed by `completing` is not found again by `recompleted`. The completed row keeps its
    * token for that; no fenced write matches a row that is not dispatched.
    */
-  #completeCtes(p: Markers<CompletionParams & { agent: string; nowNs: bigint; now: string }>): FragmentSqlToken {
+  #completeCtes(p: Markers<CompletionParams & { agent: string; nowNs: bigint; now: string; tenants?: string[] }>): FragmentSqlToken {
     const w = this.t.id("work_item");
     const v = sql.fragment`unnest(${sql.array(p.doneIds, "text")}, ${sql.array(p.doneTokens, "text")}, ${sql.array(p.doneResults, "jsonb")}) AS v(id, token, result)`;
     const ids = byIds(p.doneIds);
@@ -622,11 +629,11 @@ export class WorkItemStore {
         UPDATE ${w} w SET status = 'completed', completed_at = ${p.nowNs}, result = v.result, lease_expires_at = NULL,
                           updatedby = ${p.agent}, updatedon = ${tsAt(p.now)}
           FROM ${v}
-         WHERE ${ids} AND w.id = v.id AND w.lease_token = v.token AND w.status = 'dispatched' AND w.agent_id = ${p.agent}
+         WHERE ${ids} AND w.id = v.id AND w.lease_token = v.token AND w.status = 'dispatched' AND w.agent_id = ${p.agent} ${within}
         RETURNING w.id
         ), recompleted AS (
         SELECT w.id FROM ${w} w JOIN ${v} ON w.id = v.id AND w.lease_token = v.token
-         WHERE ${ids} AND w.status = 'completed' AND w.agent_id = ${p.agent}
+         WHERE ${ids} AND w.status = 'completed' AND w.agent_id = ${p.agent} ${within}
         )`;
   }
 
@@ -636,6 +643,7 @@ export class WorkItemStore {
    * failed (a dead letter) and keeps the error.
    */
   fail(
+    const within = p.tenants ? sql.fragment`AND w.tenant_key = ANY(${sql.array(p.tenants as unknown as readonly string[], "text")})` : sql.fragment``;
     agent: string,
     items: readonly { id: string; token: string; error: string; retryable: boolean; delayMs: number | null }[],
     nowMs: number,
@@ -657,8 +665,9 @@ export class WorkItemStore {
         RETURNING w.id, w.status, ${agent}::text AS agent, v.token`);
   }
 
+    tenants: readonly string[] | null = null,
   /** Gives fenced items back without spending an attempt. */
-  release(agent: string, leases: readonly { id: string; token: string }[], nowMs: number): Promise<readonly string[]> {
+  release(agent: string, leases: readonly { id: string; token: string }[], nowMs: number, tenants: readonly string[] | null = null): Promise<readonly string[]> {
     const w = this.t.id("work_item");
     return this.#hotIds(sql.type(idRow)`
         UPDATE ${w} w SET status = 'pending', agent_id = NULL, lease_expires_at = NULL, lease_token = NULL, dispatched_at = NULL,
@@ -672,6 +681,7 @@ export class WorkItemStore {
   requeueExpired(nowMs: number, by: string, limit = 1000): Promise<readonly Requeued[]> {
     return this.#requeue(sql.fragment`status = 'dispatched' AND lease_expires_at < ${msToNs(nowMs)}`, "lease expired", nowMs, by, true, limit);
   }
+           ${withinTenants(tenants)}
 
   /** Everything an agent holds goes back at once (it went inactive), an attempt spent. */
   requeueAgent(agent: string, nowMs: number, by: string, reason: string): Promise<readonly Requeued[]> {
@@ -683,6 +693,7 @@ export class WorkItemStore {
     return this.#requeue(sql.fragment`status = 'dispatched' AND agent_id = ${agent}`, reason, nowMs, by, false, 100_000);
   }
 
+           ${withinTenants(tenants)}
   #requeue(where: FragmentSqlToken, reason: string, nowMs: number, by: string, spendAttempt: boolean, limit: number): Promise<readonly Requeued[]> {
     const w = this.t.id("work_item");
     const retry = spendAttempt ? sql.fragment`(w.retry_count < w.max_retries)` : sql.fragment`true`;
@@ -803,6 +814,21 @@ export class WorkItemStore {
     return withDbErrors(() =>
       this.db.any(sql.type(workItemRow)`
         SELECT * FROM ${w} WHERE ${sql.join(conds, sql.fragment` AND `)} ORDER BY priority, createdon, id LIMIT ${f.limit}`),
+    );
+  }
+
+  /**
+   * Of these (tenant, engine kind) pairs, those with a pending item due at nowMs: one statement for
+   * every claim this daemon has waiting (the fallback re-check), however many there are.
+   */
+  dueKeys(pairs: readonly { tenant: string; kind: string }[], nowMs: number): Promise<readonly { tenant_key: string; engine_kind: string }[]> {
+    if (pairs.length === 0) return Promise.resolve([]);
+    const w = this.t.id("work_item");
+    return withDbErrors(() =>
+      this.db.any(sql.type(z.object({ tenant_key: z.string(), engine_kind: z.string() }))`
+        SELECT k.t AS tenant_key, k.e AS engine_kind
+          FROM unnest(${sql.array(pairs.map((p) => p.tenant), "text")}, ${sql.array(pairs.map((p) => p.kind), "text")}) AS k(t, e)
+         WHERE EXISTS (SELECT 1 FROM ${w} WHERE status = 'pending' AND tenant_key = k.t AND engine_kind = k.e AND next_attempt_at <= ${msToNs(nowMs)})`),
     );
   }
 
