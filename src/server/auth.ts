@@ -50,27 +50,42 @@ export class Authenticator {
     return hit.identity;
   }
 
+  /**
+   * Who may make a call to `service`'s `method` with this authorization header: the identity
+   * (undefined for a public service), or the refusal. The interceptor and the server's check on
+   * the request headers (gate.ts) both decide here, so they cannot disagree.
+   */
+  check(access: ReadonlyMap<string, Access>, service: string, method: string, header: string | null | undefined): AuthDecision {
+    const needed = access.get(service);
+    if (needed === undefined) return { ok: false, reason: "unserved", error: new ConnectError(`${service} is not served`, Code.PermissionDenied) };
+    if (needed === "public") return { ok: true, identity: undefined };
+    let identity = OPEN_IDENTITY;
+    if (!this.open) {
+      const m = header ? /^Bearer\s+(\S+)$/i.exec(header) : null;
+      if (!m) return { ok: false, reason: "missing", error: new ConnectError("missing bearer token: send 'authorization: Bearer <token>'", Code.Unauthenticated) };
+      const known = this.resolve(m[1]!);
+      if (!known) return { ok: false, reason: "unknown", error: new ConnectError("unknown bearer token", Code.Unauthenticated) };
+      identity = known;
+    }
+    if (needed !== "any" && !identity.roles.has(needed))
+      return { ok: false, reason: "role", error: new ConnectError(`${method} needs a token with role '${needed}'`, Code.PermissionDenied) };
+    return { ok: true, identity };
+  }
+
   interceptor(access: ReadonlyMap<string, Access>): Interceptor {
     return (next) => async (req) => {
-      const needed = access.get(req.service.typeName);
-      if (needed === undefined) throw new ConnectError(`${req.service.typeName} is not served`, Code.PermissionDenied);
-      if (needed === "public") return next(req);
-      const identity = this.open ? OPEN_IDENTITY : this.#authenticate(req.header.get("authorization"));
-      if (needed !== "any" && !identity.roles.has(needed))
-        throw new ConnectError(`${req.method.name} needs a token with role '${needed}'`, Code.PermissionDenied);
-      req.contextValues.set(identityKey, identity);
+      const decision = this.check(access, req.service.typeName, req.method.name, req.header.get("authorization"));
+      if (!decision.ok) throw decision.error;
+      if (decision.identity) req.contextValues.set(identityKey, decision.identity);
       return next(req);
     };
   }
-
-  #authenticate(header: string | null): Identity {
-    const m = header ? /^Bearer\s+(\S+)$/i.exec(header) : null;
-    if (!m) throw new ConnectError("missing bearer token: send 'authorization: Bearer <token>'", Code.Unauthenticated);
-    const identity = this.resolve(m[1]!);
-    if (!identity) throw new ConnectError("unknown bearer token", Code.Unauthenticated);
-    return identity;
-  }
 }
+
+/** Why a call was refused: no token, a token nobody issued, a token of another role, a service not mapped. */
+export type AuthFailure = "missing" | "unknown" | "role" | "unserved";
+
+export type AuthDecision = { ok: true; identity: Identity | undefined } | { ok: false; reason: AuthFailure; error: ConnectError };
 
 const hash = (token: string) => createHash("sha256").update(token).digest("hex");
 
