@@ -9,12 +9,13 @@ import { systemClock, type Clock } from "./clock.js";
 import { ConfigError, redactDatabaseUrl, type Config } from "./config.js";
 import { startEmbeddedPostgres, type EmbeddedPostgres } from "./db/embedded.js";
 import { migrate } from "./db/migrate.js";
-import { openPool, waitForDatabase } from "./db/pool.js";
+import { openPoolWhenReachable } from "./db/pool.js";
 import { Tables } from "./db/tables.js";
 import type { Logger } from "./log.js";
 import { Authenticator } from "./server/auth.js";
 import { errorInterceptor } from "./server/errors.js";
-import { startServer, type RunningServer } from "./server/server.js";
+import { startServer, type RunningServer, type ServerLimits } from "./server/server.js";
+import type { ServerStats } from "./server/stats.js";
 import { buildServices, type Background, type Services } from "./services/index.js";
 
 export interface Daemon {
@@ -25,6 +26,8 @@ export interface Daemon {
   readonly tables: Tables;
   /** The sweeps and the heartbeat flush, to run now (tests drive them with a fake clock). */
   readonly maintenance: Services["maintenance"];
+  /** What the server refused or cut, by cause (counters for a metrics exporter). */
+  readonly serverStats: ServerStats;
   /** Graceful stop; idempotent. */
   stop(): Promise<void>;
 }
@@ -56,9 +59,8 @@ export async function startDaemon(config: Config, { log, clock = systemClock }: 
   };
   if (embedded) cleanups.push(() => embedded.stop());
   try {
-    const pool = await openPool({ url, maxConnections: config.dbPoolSize });
+    const pool = await openPoolWhenReachable({ url, maxConnections: config.dbPoolSize }, log, config.dbConnectTimeout);
     cleanups.push(() => pool.end());
-    await waitForDatabase(pool, log, config.dbConnectTimeout);
     const naming = { schema: config.schema, prefix: config.tablePrefix };
     const { current } = await migrate(url, naming, log);
     log.debug({ migration: current }, "schema current");
@@ -74,6 +76,9 @@ export async function startDaemon(config: Config, { log, clock = systemClock }: 
       interceptors: [errorInterceptor(log), auth.interceptor(services.access)],
       log,
       readMaxBytes: config.payloadMaxBytes * 2 + 1024 * 1024,
+      auth: { authenticator: auth, access: services.access },
+      limits: serverLimits(config),
+      clock,
     });
     server.draining.addEventListener("abort", () => draining.abort());
     cleanups.push(() => server.close(config.shutdownGrace));
@@ -88,12 +93,35 @@ export async function startDaemon(config: Config, { log, clock = systemClock }: 
       pool,
       tables,
       maintenance: services.maintenance,
+      serverStats: server.stats,
       stop: () => (stopping ??= undo().then(() => log.info("aiflowd stopped"))),
     };
   } catch (err) {
     await undo();
     throw err;
   }
+}
+
+export function serverLimits(config: Config): ServerLimits {
+  return {
+    maxConnections: config.maxConnections,
+    maxConcurrentStreams: config.http2MaxConcurrentStreams,
+    prefaceTimeoutMs: config.http2PrefaceTimeout,
+    headersTimeoutMs: config.http2HeadersTimeout,
+    idleTimeoutMs: config.http2IdleTimeout,
+    keepaliveIntervalMs: config.http2KeepaliveInterval,
+    keepaliveTimeoutMs: config.http2KeepaliveTimeout,
+    maxResets: config.http2MaxResets,
+    resetWindowMs: config.http2ResetWindow,
+    goawayGraceMs: config.http2GoawayGrace,
+    maxInflightBytes: config.maxInflightBytes,
+    bodyTimeoutMs: config.http2BodyTimeout,
+    authFailureLimit: config.authFailureLimit,
+    authFailureWindowMs: config.authFailureWindow,
+    healthWatchMax: config.healthWatchMax,
+    healthWatchMaxPerAddress: config.healthWatchMaxPerAddress,
+    healthWatchLifetimeMs: config.healthWatchLifetime,
+  };
 }
 
 /**

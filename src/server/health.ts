@@ -3,7 +3,7 @@
  * Kubernetes gRPC liveness/readiness probes, load balancers — can check aiflowd without knowing its API.
  * Semantics follow https://github.com/grpc/grpc/blob/master/doc/health-checking.md.
  */
-import type { ConnectRouter } from "@connectrpc/connect";
+import type { ConnectRouter, HandlerContext } from "@connectrpc/connect";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { Health, HealthCheckResponse_ServingStatus as ServingStatus } from "../gen/grpc/health/v1/health_pb.js";
 
@@ -142,4 +142,31 @@ export function healthRoutes(state: HealthState): (router: ConnectRouter) => voi
         for await (const status of watchHealth(state, req.service, ctx.signal)) yield { status };
       },
     });
+}
+
+/**
+ * Ends every Health.Watch stream `maxLifetimeMs` after it began, cleanly (status OK): a watcher
+ * watches again, as the health-checking spec has clients do when a stream ends, and a client that
+ * opened watches and walked away holds them for at most this long. Wraps the routes (the health
+ * service is mounted with the others) rather than the service, so the lifetime is the server's setting.
+ */
+export function limitWatchLifetime(routes: (router: ConnectRouter) => void, maxLifetimeMs: number): (router: ConnectRouter) => void {
+  return (router) =>
+    routes(
+      Object.assign(Object.create(router) as ConnectRouter, {
+        service(...args: Parameters<ConnectRouter["service"]>) {
+          const [service, impl, opts] = args;
+          if (service.typeName !== Health.typeName || typeof (impl as { watch?: unknown }).watch !== "function") return router.service(...args);
+          const watch = (impl as unknown as { watch: (req: unknown, ctx: HandlerContext) => AsyncIterable<unknown> }).watch.bind(impl);
+          const limited = {
+            ...impl,
+            async *watch(req: unknown, ctx: HandlerContext) {
+              const signal = AbortSignal.any([ctx.signal, AbortSignal.timeout(maxLifetimeMs)]);
+              yield* watch(req, Object.create(ctx, { signal: { value: signal } }) as HandlerContext);
+            },
+          };
+          return router.service(service, limited as never, opts);
+        },
+      }),
+    );
 }

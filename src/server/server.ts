@@ -9,7 +9,24 @@ import type { AddressInfo, Socket } from "node:net";
 import type { ConnectRouter, Interceptor } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { grpcUnaryFastPath, recordUnary, routeStreams, type UnarySpec } from "./grpc-unary.js";
+import type { Access, Authenticator } from "./auth.js";
+import { createGate } from "./gate.js";
+import { limitWatchLifetime } from "./health.js";
+import { guardSessions, http2ServerOptions, type Http2Limits } from "./http2-limits.js";
+import { newServerStats, type ServerStats } from "./stats.js";
+import type { Clock } from "../clock.js";
 import type { Logger } from "../log.js";
+
+/** Every limit the server holds callers to (config.ts documents each setting and its default). */
+export interface ServerLimits extends Http2Limits {
+  maxInflightBytes: number;
+  bodyTimeoutMs: number;
+  authFailureLimit: number;
+  authFailureWindowMs: number;
+  healthWatchMax: number;
+  healthWatchMaxPerAddress: number;
+  healthWatchLifetimeMs: number;
+}
 
 export interface ServerOptions {
   host: string;
@@ -19,6 +36,11 @@ export interface ServerOptions {
   log: Logger;
   /** Largest message accepted, in bytes. */
   readMaxBytes?: number;
+  /** The authenticator and access map the interceptor uses: calls are refused on their headers too. */
+  auth: { authenticator: Authenticator; access: ReadonlyMap<string, Access> };
+  limits: ServerLimits;
+  /** Times the failed-authentication windows. */
+  clock: Clock;
 }
 
 export interface RunningServer {
@@ -27,6 +49,8 @@ export interface RunningServer {
   readonly port: number;
   /** Aborted when shutdown begins: long-polls and streams should finish early. */
   readonly draining: AbortSignal;
+  /** What the server refused or cut, by cause. */
+  readonly stats: ServerStats;
   /** Graceful shutdown; resolves once every session is closed. */
   close(graceMs: number): Promise<void>;
 }
@@ -39,7 +63,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   setMaxListeners(0, drain.signal, hardStop.signal);
   const unary = new Map<string, UnarySpec>();
   const handler = connectNodeAdapter({
-    routes: recordUnary(opts.routes, unary),
+    routes: recordUnary(limitWatchLifetime(opts.routes, opts.limits.healthWatchLifetimeMs), unary),
     interceptors: opts.interceptors,
     grpc: true,
     grpcWeb: true,
@@ -51,8 +75,25 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   });
   const readMaxBytes = opts.readMaxBytes ?? 8 * 1024 * 1024;
   const fast = grpcUnaryFastPath(unary, { interceptors: opts.interceptors, readMaxBytes, shutdownSignal: hardStop.signal });
-  const server = http2.createServer({});
-  routeStreams(server, fast, (req, res) => void handler(req, res));
+  const stats = newServerStats();
+  const { limits } = opts;
+  const gate = createGate({
+    auth: opts.auth.authenticator,
+    access: opts.auth.access,
+    log: opts.log,
+    clock: opts.clock,
+    stats,
+    maxInflightBytes: limits.maxInflightBytes,
+    bodyTimeoutMs: limits.bodyTimeoutMs,
+    authFailureLimit: limits.authFailureLimit,
+    authFailureWindowMs: limits.authFailureWindowMs,
+    healthWatchMax: limits.healthWatchMax,
+    healthWatchMaxPerAddress: limits.healthWatchMaxPerAddress,
+  });
+  const server = http2.createServer(http2ServerOptions(limits));
+  // The gate answers refused calls before either path reads their bodies.
+  routeStreams(server, (stream, headers) => gate(stream, headers) || fast(stream, headers), (req, res) => void handler(req, res));
+  const guard = guardSessions(server, limits, opts.log, stats);
   // RPCs are small request/response exchanges: without TCP_NODELAY, Nagle's algorithm holds a reply
   // back until the peer's delayed ACK (tens of milliseconds per call).
   server.on("connection", (socket: Socket) => socket.setNoDelay(true));
@@ -88,7 +129,8 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
       }, graceMs);
       await closed;
       clearTimeout(timer);
+      guard.stop();
     })());
 
-  return { address, port, draining: drain.signal, close };
+  return { address, port, draining: drain.signal, stats, close };
 }

@@ -1,0 +1,180 @@
+/**
+ * The check every stream passes on its request headers, before either path (grpc-unary.ts or
+ * connect-node) reads a byte of its body. It guarantees:
+ * - a call that needs a token and has none, an unknown one or one of the wrong role is answered
+ *   there, with the interceptor's own error (Authenticator.check decides for both), and logged at
+ *   warn with the address and the reason, never the token;
+ * - an address over --auth-failure-limit has its token-needing calls refused until its window ends;
+ * - request bodies held by calls in flight stay within --max-inflight-bytes daemon-wide: a call that
+ *   would pass it is answered RESOURCE_EXHAUSTED and its body discarded, and what a call holds is
+ *   released when its stream closes (its reply sent or it was cancelled);
+ * - a body must be complete within --http2-body-timeout of its headers;
+ * - Health.Watch, the one stream open to anyone, is capped per address and in total.
+ * The interceptor stays the second line: tenant and agent checks need the message and run in handlers.
+ * Services not in the access map pass here; connect answers them (unimplemented, or the
+ * interceptor's deny by default).
+ */
+import type { IncomingHttpHeaders, ServerHttp2Stream } from "node:http2";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { Health } from "../gen/grpc/health/v1/health_pb.js";
+import type { Clock } from "../clock.js";
+import type { Logger } from "../log.js";
+import type { Access, Authenticator } from "./auth.js";
+import { AuthFailures } from "./auth-failures.js";
+import { refuse } from "./refuse.js";
+import type { ServerStats } from "./stats.js";
+
+export interface GateOptions {
+  auth: Authenticator;
+  access: ReadonlyMap<string, Access>;
+  log: Logger;
+  clock: Clock;
+  stats: ServerStats;
+  maxInflightBytes: number;
+  bodyTimeoutMs: number;
+  authFailureLimit: number;
+  authFailureWindowMs: number;
+  healthWatchMax: number;
+  healthWatchMaxPerAddress: number;
+}
+
+const HEALTH_WATCH = `/${Health.typeName}/Watch`;
+
+/** Returns a 'stream' listener: true when it answered the stream itself, false to pass it on. */
+export function createGate(opts: GateOptions): (stream: ServerHttp2Stream, headers: IncomingHttpHeaders) => boolean {
+  const failures = new AuthFailures(opts.clock, opts.authFailureLimit, opts.authFailureWindowMs);
+  const budget = new ByteBudget(opts.maxInflightBytes);
+  const watches = new WatchCaps(opts.healthWatchMax, opts.healthWatchMaxPerAddress);
+  const { stats, log } = opts;
+
+  return (stream, headers) => {
+    const address = stream.session?.socket?.remoteAddress ?? "unknown";
+    const path = headers[":path"] ?? "";
+    const { service, method } = splitPath(path);
+    const needed = opts.access.get(service);
+    if (needed !== undefined && needed !== "public") {
+      if (failures.throttled(address)) {
+        stats.authThrottled++;
+        refuse(stream, headers, new ConnectError("too many failed authentications from this address; try again later", Code.ResourceExhausted));
+        return true;
+      }
+      const decision = opts.auth.check(opts.access, service, method, headerText(headers.authorization));
+      if (!decision.ok) {
+        stats.authFailures[decision.reason]++;
+        log.warn({ remote: address, reason: decision.reason, service, method }, "call refused: authentication failed");
+        if ((decision.reason === "missing" || decision.reason === "unknown") && failures.record(address))
+          log.warn({ remote: address, limit: opts.authFailureLimit, windowMs: opts.authFailureWindowMs }, "address over the failed-authentication limit: refusing its calls until the window ends");
+        refuse(stream, headers, decision.error);
+        return true;
+      }
+    }
+    if (path === HEALTH_WATCH) {
+      const full = watches.acquire(address);
+      if (full) {
+        stats.healthWatchRefused++;
+        refuse(stream, headers, new ConnectError(`too many Health.Watch streams ${full}; use Check, or watch again later`, Code.ResourceExhausted));
+        return true;
+      }
+      stream.once("close", () => watches.release(address));
+    }
+    return !admitBody(stream, headers, budget, opts);
+  };
+}
+
+/** Reserves the body's bytes as they arrive (or its declared length at once); false when refused. */
+function admitBody(stream: ServerHttp2Stream, headers: IncomingHttpHeaders, budget: ByteBudget, opts: GateOptions): boolean {
+  const overBudget = () => {
+    opts.stats.inflightRefused++;
+    refuse(stream, headers, new ConnectError(`the daemon holds ${opts.maxInflightBytes} bytes of requests in flight; try again later`, Code.ResourceExhausted));
+  };
+  const declared = Number(headers["content-length"] ?? 0);
+  let held = 0;
+  if (declared > 0) {
+    if (!budget.reserve(declared)) {
+      overBudget();
+      return false;
+    }
+    held = declared;
+  }
+  stream.once("close", () => budget.release(held));
+  if (stream.endAfterHeaders) return true;
+  let received = 0;
+  const onData = (chunk: Buffer) => {
+    received += chunk.length;
+    if (received <= held) return;
+    if (budget.reserve(received - held)) held = received;
+    else {
+      done();
+      overBudget();
+    }
+  };
+  const timer = setTimeout(() => {
+    done();
+    opts.stats.bodyTimeouts++;
+    refuse(stream, headers, new ConnectError(`the request body did not arrive within ${opts.bodyTimeoutMs}ms`, Code.DeadlineExceeded));
+  }, opts.bodyTimeoutMs);
+  timer.unref();
+  const done = () => {
+    clearTimeout(timer);
+    stream.off("data", onData);
+  };
+  stream.on("data", onData);
+  stream.once("end", done);
+  stream.once("close", done);
+  return true;
+}
+
+/** Bytes held by calls in flight, daemon-wide. */
+class ByteBudget {
+  #used = 0;
+  constructor(private readonly max: number) {}
+
+  reserve(n: number): boolean {
+    if (this.#used + n > this.max) return false;
+    this.#used += n;
+    return true;
+  }
+
+  release(n: number): void {
+    this.#used -= n;
+  }
+}
+
+/** Open Health.Watch streams, per address and in total. */
+class WatchCaps {
+  #total = 0;
+  readonly #byAddress = new Map<string, number>();
+  constructor(
+    private readonly max: number,
+    private readonly maxPerAddress: number,
+  ) {}
+
+  /** Takes a slot; returns why not ("in total", "from this address") when full. */
+  acquire(address: string): string | undefined {
+    const mine = this.#byAddress.get(address) ?? 0;
+    if (this.#total >= this.max) return "in total";
+    if (mine >= this.maxPerAddress) return "from this address";
+    this.#total++;
+    this.#byAddress.set(address, mine + 1);
+    return undefined;
+  }
+
+  release(address: string): void {
+    this.#total--;
+    const mine = (this.#byAddress.get(address) ?? 1) - 1;
+    if (mine === 0) this.#byAddress.delete(address);
+    else this.#byAddress.set(address, mine);
+  }
+}
+
+/** "/pkg.Service/Method" (a Connect GET has a query after it). */
+function splitPath(path: string): { service: string; method: string } {
+  const q = path.indexOf("?");
+  const p = q < 0 ? path : path.slice(0, q);
+  const slash = p.lastIndexOf("/");
+  return { service: p.slice(1, slash), method: p.slice(slash + 1) };
+}
+
+function headerText(v: string | string[] | undefined): string | undefined {
+  return Array.isArray(v) ? v.join(", ") : v;
+}

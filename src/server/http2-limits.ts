@@ -1,0 +1,165 @@
+/**
+ * What one client connection may hold, and for how long. The guarantees, each behind a setting:
+ * - at most `maxConnections` sockets are open; more are closed on accept (net's maxConnections),
+ *   logged at warn once per burst;
+ * - at most `maxConcurrentStreams` calls are open per connection (advertised in SETTINGS, so
+ *   well-behaved clients queue; nghttp2 refuses the excess of the others);
+ * - a connection sends its preface within `prefaceTimeoutMs` and its first request's headers within
+ *   `headersTimeoutMs`, or is cut;
+ * - a connection with no call open for `idleTimeoutMs` is sent GOAWAY; one with a call open is
+ *   never idle, so long-polls (Claim with wait, Wait, WatchDirectives) are not cut;
+ * - every connection is pinged each `keepaliveIntervalMs`; an unanswered ping for
+ *   `keepaliveTimeoutMs` means a dead peer and the connection is cut, long-poll or not;
+ * - a connection that resets more than `maxResets` streams within `resetWindowMs` (rapid reset,
+ *   CVE-2023-44487) is cut with GOAWAY ENHANCE_YOUR_CALM;
+ * - `goawayGraceMs` after a GOAWAY either way the connection is cut, so no socket outlives it.
+ * These are socket lifetimes, so they run on real time (performance.now), never the daemon's Clock:
+ * a test's fake clock jumping an hour must not cut its connections. One sweep checks every session;
+ * its period is a quarter of the shortest limit (10 ms to 1 s), which is the precision of them all.
+ */
+import http2, { type Http2Server, type ServerHttp2Session, type ServerHttp2Stream } from "node:http2";
+import { performance } from "node:perf_hooks";
+import type { Logger } from "../log.js";
+import type { ServerStats } from "./stats.js";
+
+export interface Http2Limits {
+  maxConnections: number;
+  maxConcurrentStreams: number;
+  prefaceTimeoutMs: number;
+  headersTimeoutMs: number;
+  idleTimeoutMs: number;
+  /** 0: no keepalive pings. */
+  keepaliveIntervalMs: number;
+  keepaliveTimeoutMs: number;
+  maxResets: number;
+  resetWindowMs: number;
+  goawayGraceMs: number;
+}
+
+/** The settings a session starts with: nghttp2 enforces these itself. */
+export function http2ServerOptions(limits: Http2Limits): http2.ServerOptions {
+  return {
+    settings: { maxConcurrentStreams: limits.maxConcurrentStreams, maxHeaderListSize: 64 * 1024 },
+  };
+}
+
+interface SessionState {
+  readonly openedAt: number;
+  prefaced: boolean;
+  streamed: boolean;
+  active: number;
+  idleSince: number;
+  goawayAt: number | undefined;
+  lastPingAt: number;
+  pingSentAt: number | undefined;
+  resetWindowAt: number;
+  resets: number;
+}
+
+export interface SessionGuard {
+  stop(): void;
+}
+
+export function guardSessions(server: Http2Server, limits: Http2Limits, log: Logger, stats: ServerStats): SessionGuard {
+  const states = new Map<ServerHttp2Session, SessionState>();
+  const now = () => performance.now();
+
+  server.maxConnections = limits.maxConnections;
+  let dropping = 0;
+  server.on("drop", (data?: { remoteAddress?: string }) => {
+    stats.connectionsRefused++;
+    if (dropping++ === 0) log.warn({ maxConnections: limits.maxConnections, remote: data?.remoteAddress }, "connection refused: --max-connections are open (more refusals of this burst are counted, not logged)");
+  });
+
+  server.on("session", (s: ServerHttp2Session) => {
+    const t = now();
+    const state: SessionState = { openedAt: t, prefaced: false, streamed: false, active: 0, idleSince: t, goawayAt: undefined, lastPingAt: t, pingSentAt: undefined, resetWindowAt: t, resets: 0 };
+    states.set(s, state);
+    s.once("remoteSettings", () => (state.prefaced = true));
+    s.on("goaway", () => (state.goawayAt ??= now()));
+    s.on("stream", (stream: ServerHttp2Stream) => {
+      state.streamed = true;
+      state.active++;
+      stream.once("close", () => {
+        state.active--;
+        if (state.active === 0) state.idleSince = now();
+        if (stream.rstCode !== http2.constants.NGHTTP2_NO_ERROR && stream.rstCode !== undefined) resetSeen(s, state);
+      });
+    });
+    s.once("close", () => {
+      states.delete(s);
+      if (dropping > 0 && states.size < limits.maxConnections) {
+        log.warn({ refused: dropping }, "connections accepted again after refusing some over --max-connections");
+        dropping = 0;
+      }
+    });
+  });
+
+  const resetSeen = (s: ServerHttp2Session, state: SessionState) => {
+    const t = now();
+    if (t - state.resetWindowAt >= limits.resetWindowMs) {
+      state.resetWindowAt = t;
+      state.resets = 0;
+    }
+    if (++state.resets !== limits.maxResets + 1) return;
+    stats.resetFloods++;
+    log.warn({ remote: s.socket?.remoteAddress, resets: state.resets, windowMs: limits.resetWindowMs }, "connection cut: it resets streams too fast (rapid reset)");
+    s.destroy(new Error("rapid reset"), http2.constants.NGHTTP2_ENHANCE_YOUR_CALM);
+  };
+
+  const sweep = () => {
+    const t = now();
+    for (const [s, st] of states) {
+      if (s.destroyed) continue;
+      if (!st.prefaced && t - st.openedAt >= limits.prefaceTimeoutMs) {
+        stats.prefaceTimeouts++;
+        log.debug({ remote: s.socket?.remoteAddress }, "connection cut: no HTTP/2 preface in time");
+        s.destroy();
+        continue;
+      }
+      if (st.goawayAt !== undefined) {
+        if (t - st.goawayAt >= limits.goawayGraceMs) {
+          stats.goawayDestroyed++;
+          s.destroy();
+        }
+        continue;
+      }
+      if (!st.streamed && t - st.openedAt >= limits.headersTimeoutMs) {
+        stats.headersTimeouts++;
+        log.debug({ remote: s.socket?.remoteAddress }, "connection cut: no complete request headers in time");
+        s.close();
+        st.goawayAt = t;
+        continue;
+      }
+      if (st.streamed && st.active === 0 && t - st.idleSince >= limits.idleTimeoutMs) {
+        stats.idleClosed++;
+        st.goawayAt = t;
+        // close() sends GOAWAY(NO_ERROR) and ends the session once its streams are done.
+        s.close();
+        continue;
+      }
+      if (limits.keepaliveIntervalMs > 0 && st.prefaced) {
+        if (st.pingSentAt !== undefined) {
+          if (t - st.pingSentAt >= limits.keepaliveTimeoutMs) {
+            stats.keepaliveTimeouts++;
+            log.debug({ remote: s.socket?.remoteAddress }, "connection cut: keepalive ping not answered");
+            s.destroy();
+          }
+        } else if (t - st.lastPingAt >= limits.keepaliveIntervalMs) {
+          st.pingSentAt = t;
+          const sent = s.ping((err) => {
+            if (err) return;
+            st.pingSentAt = undefined;
+            st.lastPingAt = now();
+          });
+          // Too many pings unanswered already (Node's own limit): the peer is not reading.
+          if (!sent) st.pingSentAt = t - limits.keepaliveTimeoutMs;
+        }
+      }
+    }
+  };
+  const shortest = Math.min(limits.prefaceTimeoutMs, limits.headersTimeoutMs, limits.idleTimeoutMs, limits.keepaliveTimeoutMs, limits.goawayGraceMs || Infinity, limits.keepaliveIntervalMs || Infinity);
+  const timer = setInterval(sweep, Math.min(1000, Math.max(10, shortest / 4)));
+  timer.unref();
+  return { stop: () => clearInterval(timer) };
+}

@@ -1,0 +1,43 @@
+/**
+ * Answers a call with an error before anything has read its body, in the protocol the caller speaks:
+ * gRPC and gRPC-Web as a trailers-only response (grpc-status in the one HEADERS frame), Connect unary
+ * (and GET) as an HTTP error status with Connect's JSON error body, Connect streaming as an end-stream
+ * message. A request still sending its body is then reset with NO_ERROR, which tells the client to
+ * stop sending (RFC 9113 §8.1) without turning the answer into a failure of the stream.
+ */
+import http2, { type IncomingHttpHeaders, type ServerHttp2Stream } from "node:http2";
+import { nodeHeaders } from "@aiflow/agent-sdk/codec";
+import type { ConnectError } from "@connectrpc/connect";
+import { setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
+import { codeToHttpStatus, endStreamFlag, errorToJson } from "@connectrpc/connect/protocol-connect";
+
+export function refuse(stream: ServerHttp2Stream, headers: IncomingHttpHeaders, err: ConnectError): void {
+  // A reset from the client emits 'error'; unheard, that would be an uncaught exception.
+  stream.on("error", ignore);
+  if (stream.destroyed || stream.closed) return;
+  const contentType = String(headers["content-type"] ?? "");
+  if (!stream.headersSent) {
+    if (contentType.startsWith("application/grpc")) {
+      stream.respond({ ":status": 200, "content-type": contentType, ...nodeHeaders(setTrailerStatus(new Headers(), err)) }, { endStream: true });
+    } else if (contentType.startsWith("application/connect+")) {
+      const json = Buffer.from(JSON.stringify({ error: errorToJson(err, undefined) }));
+      const body = Buffer.alloc(5 + json.length);
+      body[0] = endStreamFlag;
+      body.writeUInt32BE(json.length, 1);
+      json.copy(body, 5);
+      stream.respond({ ":status": 200, "content-type": contentType });
+      stream.end(body);
+    } else {
+      stream.respond({ ":status": codeToHttpStatus(err.code), "content-type": "application/json" });
+      stream.end(JSON.stringify(errorToJson(err, undefined)));
+    }
+  }
+  if (!stream.endAfterHeaders) {
+    // Whatever of the body still arrives is discarded, so the connection's flow-control window is
+    // not left full of bytes nobody reads.
+    stream.resume();
+    stream.close(http2.constants.NGHTTP2_NO_ERROR);
+  }
+}
+
+const ignore = () => {};
