@@ -4,6 +4,8 @@
  * and checked, exit codes, and one-line error messages. Agents and producers are connect clients.
  */
 import { execFile, spawn } from "node:child_process";
+import http from "node:http";
+import type { AddressInfo } from "node:net";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { Code } from "@connectrpc/connect";
@@ -12,6 +14,7 @@ import { AgentStatus } from "../src/gen/aiflow/cluster/v1/common_pb.js";
 import { WorkItemStatus } from "../src/gen/aiflow/cluster/v1/work_item_pb.js";
 import { startTestDaemon, TOKENS } from "./support/daemon.js";
 import { createTestDb, type TestDb } from "./support/db.js";
+import { freePort } from "./support/free-port.js";
 import { Closers, opsSession, OpsProducer, OpsTestAgent, sorted, type Session } from "./support/ops.js";
 import type { OpsService } from "../src/gen/aiflow/cluster/v1/ops_pb.js";
 
@@ -156,6 +159,94 @@ describe("usage", () => {
     expect((await ops.client.getAgent({ name: "usage-agent" }, ops.call)).agent?.status).toBe(AgentStatus.ACTIVE);
     expect(badNumber).toEqual({ code: 2, stdout: "", stderr: "aiflowctl: --limit must be a whole number, got 'ten'\n" });
     expect(noId).toEqual({ code: 2, stdout: "", stderr: "aiflowctl: give the item ID: aiflowctl items get ID\n" });
+  });
+});
+
+describe("help, version and errors a person can act on", () => {
+  it("COMMAND --help lists that command's flags with defaults, the role it needs and its exit codes; --version prints the version", async () => {
+    const [drain, enqueue, version] = await Promise.all([ctl(["drain", "--help"]), ctl(["enqueue", "--help"]), ctl(["--version"])]);
+    expect(drain.code).toBe(0);
+    expect(drain.stdout).toMatch(/--interval D +how often --wait polls; default: 500ms/);
+    expect(drain.stdout).toMatch(/--tag K=V \(repeatable\)/);
+    expect(drain.stdout).toContain("Needs a token with role 'ops'.");
+    expect(drain.stdout).toMatch(/Exit codes:\n(  .*\n)*  3 with --wait: the deadline gave work back/);
+    expect(enqueue.stdout).toMatch(/--max-retries N +attempts after the first; default: 3/);
+    expect(enqueue.stdout).toContain("Needs a token with role 'engine'.");
+    const pkg = JSON.parse(await (await import("node:fs/promises")).readFile(new URL("../package.json", import.meta.url), "utf8")) as { version: string };
+    expect(version).toEqual({ code: 0, stdout: `aiflowctl ${pkg.version}\n`, stderr: "" });
+  });
+
+  it("a value the daemon refuses is a usage error (exit 2) naming the flag typed, not the proto field", async () => {
+    const [tenant, payload] = await Promise.all([
+      ctl(["items", "cancel", "--tenant", "bad tenant", "x"]),
+      ctl(["enqueue", "--tenant", "c9", "--engine-kind", "k", "--payload", "{nope"], TOKENS.engine),
+    ]);
+    expect(tenant.code).toBe(2);
+    expect(tenant.stderr).toMatch(/^aiflowctl: --tenant: 'bad tenant' may only contain/);
+    expect(payload.code).toBe(2);
+    expect(payload.stderr).toMatch(/^aiflowctl: --payload: is not valid JSON/);
+    expect((await ops.client.listItems({ tenantKey: "c9" }, ops.call)).items).toEqual([]);
+  });
+
+  it("no token, a token the daemon does not know, nothing listening, and a port that is not aiflowd each get one line saying what to set", async () => {
+    const free = await freePort();
+    const plain = http.createServer((_, res) => res.end("hello"));
+    await new Promise<void>((r) => plain.listen(0, "127.0.0.1", r));
+    closers.add({ close: () => plain.close() });
+    const plainAddress = `127.0.0.1:${(plain.address() as AddressInfo).port}`;
+    const bare = (args: string[]) =>
+      new Promise<Run>((resolve) =>
+        execFile(process.execPath, [CLI, ...args], { env: env(), timeout: CLI_TIMEOUT_MS }, (err, stdout, stderr) => resolve({ code: err ? (err.code as number) : 0, stdout, stderr })),
+      );
+    const [noToken, unknown, nobody, notGrpc] = await Promise.all([
+      bare(["--address", daemon.address, "agents"]),
+      bare(["--address", daemon.address, "--token", "not-a-known-token", "agents"]),
+      bare(["--address", `127.0.0.1:${free}`, "--token", TOKENS.ops, "agents"]),
+      bare(["--address", plainAddress, "--token", TOKENS.ops, "agents"]),
+    ]);
+    expect(noToken).toEqual({ code: 1, stdout: "", stderr: "aiflowctl: no token: give --token TOKEN or set AIFLOW_TOKEN (agents needs a token with role 'ops')\n" });
+    expect(unknown.code).toBe(1);
+    expect(unknown.stderr).toMatch(/^aiflowctl: the daemon at \S+ does not accept the token from --token/);
+    expect(unknown.stderr).not.toContain("not-a-known-token");
+    expect(nobody).toEqual({ code: 1, stdout: "", stderr: `aiflowctl: nothing is listening at 127.0.0.1:${free}: is aiflowd running there? (--address, AIFLOW_ADDRESS)\n` });
+    expect(notGrpc.code).toBe(1);
+    expect(notGrpc.stderr).toMatch(new RegExp(`^aiflowctl: ${plainAddress} did not answer as aiflowd's gRPC port does .*\\(--address, AIFLOW_ADDRESS\\)\n$`));
+  });
+});
+
+describe("bindings", () => {
+  it("list, rebind and unbind an affinity key", async () => {
+    const a = await agent("bnd-k1", ["c5"]);
+    await agent("bnd-k2", ["c5"]);
+    await producer.enqueue("c5", [{ engineKind: "k", workerParams: { affinityKey: "run-42" } }]);
+    const held = await a.claim(1);
+    expect(held).toHaveLength(1);
+    expect((await a.complete(held)).every((o) => o.ok)).toBe(true);
+
+    const listed = await ctlJson<{ bindings: { affinityKey: string; agentId: string }[] }>(["bindings", "list", "--key-prefix", "run-"]);
+    expect(listed.bindings.map((b) => [b.affinityKey, b.agentId])).toEqual([["run-42", "bnd-k1"]]);
+    const human = await ctl(["bindings", "list", "--agent", "bnd-k1"]);
+    expect(human.code).toBe(0);
+    expect(human.stdout).toMatch(/^KEY +AGENT +SINCE\nrun-42 +bnd-k1 +\d{4}-/);
+
+    const rebound = await ctl(["bindings", "rebind", "run-42", "bnd-k2"]);
+    expect(rebound).toEqual({ code: 0, stdout: "run-42 is bound to bnd-k2\n", stderr: "" });
+    expect((await ops.client.listBindings({ keyPrefix: "run-" }, ops.call)).bindings.map((b) => b.agentId)).toEqual(["bnd-k2"]);
+
+    const unbound = await ctl(["bindings", "unbind", "run-42"]);
+    expect(unbound).toEqual({ code: 0, stdout: "unbound run-42\n", stderr: "" });
+    expect((await ops.client.listBindings({ keyPrefix: "run-" }, ops.call)).bindings).toEqual([]);
+    expect(await ctl(["bindings", "rebind", "run-42"])).toEqual({ code: 2, stdout: "", stderr: "aiflowctl: give the KEY and the AGENT: aiflowctl bindings rebind KEY AGENT\n" });
+  });
+});
+
+describe("undrain", () => {
+  it("of an inactive agent is not a success: exit 1, saying its process must register again", async () => {
+    const a = await agent("gone-1", ["c6"]);
+    await ctlJson(["drain", "gone-1"]);
+    await a.s.client.deregister({ name: "gone-1" }, a.s.call);
+    const res = await ctl(["undrain", "gone-1"]);
+    expect(res).toEqual({ code: 1, stdout: "", stderr: "aiflowctl: gone-1 is inactive: undrain changed nothing; the agent returns when its process registers again (restart it)\n" });
   });
 });
 
