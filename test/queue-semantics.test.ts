@@ -248,7 +248,8 @@ describe("fencing", () => {
     expect(oks(await za.complete([first!], { by: "zombie-a" }))).toEqual([false]);
     expect(await itemRow(db, id)).toMatchObject({ status: "completed", agent_id: "zombie-b", result: { by: "zombie-b" }, lease_token: second!.leaseToken, retry_count: 1 });
     const read = await p.item(t, id);
-    expect(read).toMatchObject({ status: WorkItemStatus.COMPLETED, resultJson: '{"by":"zombie-b"}', agentId: "zombie-b" });
+    expect(read).toMatchObject({ status: WorkItemStatus.COMPLETED, agentId: "zombie-b" });
+    expect(JSON.parse(read.resultJson)).toEqual({ by: "zombie-b" });
     // The rightful holder reporting again (its first answer lost, say) is answered ok and changes
     // nothing: completion is idempotent for the dispatch that completed it, and only for that one.
     const completedRow = await itemRow(db, id);

@@ -25,7 +25,7 @@ describe("examples/worker.ts", () => {
       { engineKind: "example", taskName: "anything", payloadJson: JSON.stringify([1, 2]) },
     ]);
     const done = await f.producer.waitDone([shout!, echo!]);
-    expect(done.find((i) => i.id === shout)?.resultJson).toBe(JSON.stringify({ text: "HELLO" }));
+    expect(JSON.parse(done.find((i) => i.id === shout)!.resultJson)).toEqual({ text: "HELLO" });
     expect(JSON.parse(done.find((i) => i.id === echo)!.resultJson)).toEqual({ echoed: [1, 2], by: name, attempt: 1 });
 
     const [slow] = await f.producer.enqueue([{ engineKind: "example", taskName: "wait", payloadJson: JSON.stringify({ ms: 600 }) }]);
@@ -34,7 +34,9 @@ describe("examples/worker.ts", () => {
     const [code] = (await once(worker, "exit")) as [number | null];
 
     expect(code).toBe(0);
-    expect(await f.producer.get(slow!)).toMatchObject({ status: WorkItemStatus.COMPLETED, resultJson: JSON.stringify({ waitedMs: 600 }) });
+    const slowDone = await f.producer.get(slow!);
+    expect(slowDone.status).toBe(WorkItemStatus.COMPLETED);
+    expect(JSON.parse(slowDone.resultJson)).toEqual({ waitedMs: 600 });
     expect((await agentRow(f.db, name))?.status).toBe("inactive");
   });
 
