@@ -3,7 +3,8 @@
  * handlers, renews their leases, reports outcomes in batches, follows the daemon's directives, and
  * survives the daemon going away (see link.ts).
  *
- * Shutdown always runs in this order, whatever started it (drain(), stop(), a signal, the daemon):
+ * Shutdown always runs in this order, whatever started it (drain(), stop(), a signal, the daemon
+ * with `onDaemonDrain: "exit"`):
  *   1. stop claiming: the pending long-poll is cancelled, items it still brings are given back;
  *   2. wait for in-flight items until the deadline; then abort what still runs (its signal fires
  *      with a `drain-deadline` reason) and give those items back without spending an attempt;
@@ -11,6 +12,11 @@
  *   4. stop heartbeats and the directive stream, deregister (the daemon marks the agent inactive
  *      at once), close the connections.
  * Heartbeats and lease renewals go on until step 4, so a long drain never looks like a dead agent.
+ *
+ * A drain the daemon orders (by default, `onDaemonDrain: "pause"`) runs steps 1 to 3 and then
+ * pauses: the agent stays registered, heartbeating and following directives, and an undrain makes
+ * it claim again, also midway through the drain. The process's own drain, stop or signal still
+ * stops it from any of those states.
  */
 import { EventEmitter } from "node:events";
 import { durationMs, timestampMs } from "@bufbuild/protobuf/wkt";
@@ -88,6 +94,12 @@ export class Agent extends EventEmitter<AgentEvents> {
   #deadlineAt = Number.POSITIVE_INFINITY;
   #deadlineTimer: NodeJS.Timeout | undefined;
   #removeSignalHandlers: (() => void) | undefined;
+  /** The process asked to stop (drain(), stop(), a signal): nothing the daemon says resumes it. */
+  #leaving = false;
+  /** Counts the daemon's drains: a pause whose drain an undrain undid finds a newer count. */
+  #drainEpoch = 0;
+  /** The status the directive stream last said, and when: fresher than any reply's. */
+  #streamStatus: { status: DaemonStatus; at: number } | undefined;
 
   constructor(options: AgentOptions) {
     super();
@@ -244,7 +256,7 @@ export class Agent extends EventEmitter<AgentEvents> {
       this.#leases.retime(reg.leaseTtlMs);
     }
     this.#emit("registered", reg);
-    if (again && reg.status === "draining") this.#onDaemonStatus("draining", undefined, "registration");
+    if (again && (reg.status === "draining" || reg.status === "active")) this.#onDaemonStatus(reg.status, undefined, "registration");
   }
 
   // ── The daemon's word ───────────────────────────────────────────────────────────────────────────
@@ -252,8 +264,11 @@ export class Agent extends EventEmitter<AgentEvents> {
   #onDirective(d: Directive): void {
     const k = d.kind;
     if (k.case === "cancel") this.#work.cancel(k.value.workItemId, k.value.leaseToken, k.value.reason || "cancelled");
-    else if (k.case === "status")
-      this.#onDaemonStatus(statusFromWire(k.value.status), k.value.drainDeadline ? timestampMs(k.value.drainDeadline) : undefined, k.value.reason || "directive");
+    else if (k.case === "status") {
+      const status = statusFromWire(k.value.status);
+      this.#streamStatus = { status, at: Date.now() };
+      this.#onDaemonStatus(status, k.value.drainDeadline ? timestampMs(k.value.drainDeadline) : undefined, k.value.reason || "directive");
+    }
   }
 
   /**
@@ -266,29 +281,80 @@ export class Agent extends EventEmitter<AgentEvents> {
       if (d.kind.case === "cancel") this.#onDirective(d);
       else if (d.kind.case === "status" && d.kind.value.drainDeadline) deadline = timestampMs(d.kind.value.drainDeadline);
     }
-    this.#onDaemonStatus(statusFromWire(reply.status), deadline, "heartbeat reply");
+    const status = statusFromWire(reply.status);
+    // A reply may have been answered before a drain or undrain the stream has since told of (it
+    // comes on another connection, through the heartbeat thread): within a heartbeat interval of
+    // the stream's word, a reply that contradicts it is older news.
+    const heard = this.#streamStatus;
+    const interval = this.#registration?.heartbeatIntervalMs ?? DEFAULT_HEARTBEAT_MS;
+    if (heard && heard.status !== status && Date.now() - heard.at < interval) return;
+    this.#onDaemonStatus(status, deadline, "heartbeat reply");
   }
 
   #onDaemonStatus(status: DaemonStatus, deadlineAt: number | undefined, source: string): void {
     const state = this.#life.state;
-    if (status === "draining" && (state === "running" || (state === "draining" && deadlineAt !== undefined)))
-      void this.#beginShutdown(deadlineAt ?? Number.POSITIVE_INFINITY, `the daemon is draining this agent (${source})`);
-    else if (status === "inactive" && state === "running") this.#reregister(`the daemon marked this agent inactive (${source})`);
+    const why = `the daemon is draining this agent (${source})`;
+    if (status === "draining") {
+      if (state === "running") {
+        if (this.#o.onDaemonDrain === "exit") void this.#beginShutdown(deadlineAt ?? Number.POSITIVE_INFINITY, why);
+        else void this.#pauseForDaemon(deadlineAt ?? Number.POSITIVE_INFINITY, why);
+      } else if (state === "draining" && deadlineAt !== undefined) this.#tighten(deadlineAt);
+    } else if (status === "active" && (state === "paused" || (state === "draining" && !this.#leaving))) this.#resume(source);
+    else if (status === "inactive" && (state === "running" || state === "paused")) this.#reregister(`the daemon marked this agent inactive (${source})`);
   }
 
   #reregister(why: string): void {
-    if (this.#life.state !== "running") return;
+    if (this.#life.state !== "running" && this.#life.state !== "paused") return;
     this.#link.recover(this.#link.generation, new Error(why)).catch(() => undefined);
   }
 
   // ── Shutdown ────────────────────────────────────────────────────────────────────────────────────
 
   #beginShutdown(deadlineAt: number, why: string): Promise<void> {
-    if (deadlineAt < this.#deadlineAt) {
-      this.#deadlineAt = deadlineAt;
-      if (this.#shutdown) this.#armDeadline();
-    }
+    this.#leaving = true;
+    this.#tighten(deadlineAt);
     return (this.#shutdown ??= this.#shutdownInOrder(why));
+  }
+
+  /** Moves the drain deadline earlier (never later), re-arming its timer while a drain runs. */
+  #tighten(deadlineAt: number): void {
+    if (deadlineAt >= this.#deadlineAt) return;
+    this.#deadlineAt = deadlineAt;
+    if (this.#life.state === "draining") this.#armDeadline();
+  }
+
+  /**
+   * The daemon's drain, steps 1 to 3 of the shutdown, then `paused`. An undrain meanwhile (a newer
+   * drain epoch) or the process's own shutdown takes over from wherever this has got to.
+   */
+  async #pauseForDaemon(deadlineAt: number, why: string): Promise<void> {
+    const epoch = ++this.#drainEpoch;
+    const current = () => epoch === this.#drainEpoch && !this.#leaving && this.#life.state === "draining";
+    this.#life.to("draining");
+    this.#tighten(deadlineAt);
+    this.#work.releaseWaiting();
+    const deadlineInMs = Number.isFinite(this.#deadlineAt) ? Math.max(0, this.#deadlineAt - Date.now()) : null;
+    this.#log.info({ why, inFlight: this.#work.busy, deadlineInMs }, "draining: claiming nothing more");
+    this.#armDeadline();
+    await this.#claimer.stop();
+    await this.#work.nothingRunning();
+    if (!current()) return;
+    clearTimeout(this.#deadlineTimer);
+    await this.#reporter.flush(this.#o.rpcTimeoutMs);
+    if (!current()) return;
+    this.#deadlineAt = Number.POSITIVE_INFINITY;
+    this.#life.to("paused");
+  }
+
+  /** Undrained by the daemon: claims again, unless the process is leaving. */
+  #resume(source: string): void {
+    if (this.#leaving) return;
+    this.#drainEpoch++;
+    clearTimeout(this.#deadlineTimer);
+    this.#deadlineAt = Number.POSITIVE_INFINITY;
+    if (!this.#life.to("running")) return;
+    this.#log.info({ source }, "undrained: claiming again");
+    this.#claimer.start();
   }
 
   #armDeadline(): void {
@@ -304,7 +370,8 @@ export class Agent extends EventEmitter<AgentEvents> {
       this.#life.to("stopped");
       return;
     }
-    this.#life.to("draining");
+    // From running; a drain already under way (the daemon's) or a pause carries on from where it is.
+    if (from !== "draining" && from !== "paused") this.#life.to("draining");
     // Items claimed ahead would not start before the drain ends: others can run them now.
     this.#work.releaseWaiting();
     const deadlineInMs = Number.isFinite(this.#deadlineAt) ? Math.max(0, this.#deadlineAt - Date.now()) : null;

@@ -38,7 +38,7 @@ export interface ClaimerHooks {
 }
 
 export class Claimer {
-  readonly #stop = new AbortController();
+  #stop = new AbortController();
   #loop: Promise<void> | undefined;
   #wake: (() => void) | undefined;
   /** In a claim that may wait on the daemon for work and carries nothing (the reporter does not hold completions for it). */
@@ -55,8 +55,16 @@ export class Claimer {
     private readonly hooks: ClaimerHooks,
   ) {}
 
+  /**
+   * Starts the loop; after stop(), starts it again (an undrained agent claims again), once the
+   * stopped loop has exited, so two loops never claim at once.
+   */
   start(): void {
-    this.#loop ??= this.#run();
+    if (this.#loop && !this.#stop.signal.aborted) return;
+    const previous = this.#loop;
+    this.#stop = new AbortController();
+    const signal = this.#stop.signal;
+    this.#loop = previous ? previous.then(() => this.#run(signal)) : this.#run(signal);
   }
 
   /** True while a claim is coming that answers at once: the loop runs and is not parked in a long-poll. */
@@ -76,8 +84,7 @@ export class Claimer {
     await this.#loop;
   }
 
-  async #run(): Promise<void> {
-    const signal = this.#stop.signal;
+  async #run(signal: AbortSignal): Promise<void> {
     let failures = 0;
     while (!signal.aborted) {
       const free = this.hooks.room();
@@ -115,7 +122,7 @@ export class Claimer {
       } catch (err) {
         lent?.giveBack();
         if (signal.aborted) return;
-        if (!(await this.#recover(generation, err))) return;
+        if (!(await this.#recover(generation, err, signal))) return;
         // Recovery registers again; a claim that keeps failing after that must not spin.
         if (failures++ > 0) await sleep(backoffDelay(failures - 2, this.opts.reconnect), signal);
         continue;
@@ -132,7 +139,7 @@ export class Claimer {
       if (status === "active") continue;
       this.hooks.onStatus(status);
       if (status === "inactive") {
-        if (!(await this.#recover(generation, new Error("the daemon says this agent is inactive")))) return;
+        if (!(await this.#recover(generation, new Error("the daemon says this agent is inactive"), signal))) return;
       } else {
         // Draining (or a status this SDK does not know): the agent stops the loop; do not spin meanwhile.
         await sleep(1_000, signal);
@@ -158,9 +165,9 @@ export class Claimer {
   }
 
   /** False when the agent failed for good. */
-  async #recover(generation: number, err: unknown): Promise<boolean> {
+  async #recover(generation: number, err: unknown, signal: AbortSignal): Promise<boolean> {
     try {
-      await this.link.recover(generation, err, this.#stop.signal);
+      await this.link.recover(generation, err, signal);
       return true;
     } catch {
       return false;

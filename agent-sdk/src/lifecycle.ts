@@ -3,8 +3,11 @@
  *
  * ```
  * initialized ─start()─▶ starting ─registered─▶ running ─drain()/stop()/signal/daemon drain─▶ draining
+ *                                                  ▲                                              │
+ *                                                  └────────── undrained by the daemon ───────────┤
  *                                                                                                  │
- *                                              in-flight finished (or aborted at the deadline), reported
+ *                      in-flight finished (or aborted at the deadline), reported: the daemon's drain
+ *                      pauses ─▶ paused ─undrained─▶ running; the process's own drain goes on ─▶ drained
  *                                                                                                  ▼
  *                                               stopped ◀─deregistered, connections closed─ drained
  *
@@ -15,7 +18,11 @@
  * - `starting`: registering with the daemon (retried with backoff across addresses until it works).
  * - `running`: registered, heartbeating, claiming work for free slots.
  * - `draining`: claims nothing more; in-flight items finish within the deadline, then whatever
- *   still runs is aborted and given back to the queue.
+ *   still runs is aborted and given back to the queue. A drain the daemon ordered is undone by an
+ *   undrain (back to `running`); one the process asked for is not.
+ * - `paused`: the daemon's drain is complete (with `onDaemonDrain: "pause"`): registered,
+ *   heartbeating and following directives, claiming nothing, until an undrain (`running`) or the
+ *   process's own drain or stop (`drained`).
  * - `drained`: nothing runs and every outcome is reported (or given up on); deregistering.
  * - `stopped`: deregistered, connections closed. Terminal.
  * - `failed`: an unrecoverable error (the daemon refused the token or the registration). Terminal;
@@ -25,13 +32,14 @@
  * `stopped`. Losing the daemon is not a state: the agent keeps its state and reconnects (the
  * `disconnected` and `registered` events report it).
  */
-export type AgentState = "initialized" | "starting" | "running" | "draining" | "drained" | "stopped" | "failed";
+export type AgentState = "initialized" | "starting" | "running" | "draining" | "paused" | "drained" | "stopped" | "failed";
 
 const NEXT: Record<AgentState, readonly AgentState[]> = {
   initialized: ["starting", "stopped"],
   starting: ["running", "draining", "failed", "stopped"],
   running: ["draining", "failed"],
-  draining: ["drained", "failed"],
+  draining: ["running", "paused", "drained", "failed"],
+  paused: ["running", "drained", "failed"],
   drained: ["stopped", "failed"],
   stopped: [],
   failed: [],

@@ -56,6 +56,14 @@ export interface AgentOptions {
    * @default false
    */
   handleSignals?: boolean;
+  /**
+   * What the agent does once a drain the daemon ordered (an operator's `aiflowctl drain`) has
+   * finished its in-flight work: `"pause"` stays registered, heartbeating and following directives
+   * without claiming, and resumes claiming when the agent is undrained; `"exit"` deregisters and
+   * stops, as `drain()` does. A drain the process asked for (`drain()`, `stop()`, a signal) always stops.
+   * @default "pause"
+   */
+  onDaemonDrain?: "pause" | "exit";
   /** Reported to the daemon (shown in the fleet, used by drain selectors). @default "" */
   agentVersion?: string;
   /** Reported to the daemon. @default process.argv[1] (the script being run), else "" */
@@ -97,6 +105,7 @@ export interface ResolvedOptions {
   logger: Logger;
   gracefulShutdownMs: number;
   handleSignals: boolean;
+  onDaemonDrain: "pause" | "exit";
   agentVersion: string;
   binaryPath: string;
   advertise: { http: string; grpc: string; infra: string };
@@ -153,6 +162,7 @@ export function resolveOptions(o: AgentOptions): ResolvedOptions {
     logger: o.logger ?? pino({ name: "aiflow-agent", level: "info" }),
     gracefulShutdownMs: positive("gracefulShutdownMs", o.gracefulShutdownMs, 30_000),
     handleSignals: o.handleSignals ?? false,
+    onDaemonDrain: onDaemonDrain(o.onDaemonDrain),
     agentVersion: o.agentVersion ?? "",
     binaryPath: o.binaryPath ?? process.argv[1] ?? "",
     advertise: { http: o.advertise?.http ?? "", grpc: o.advertise?.grpc ?? "", infra: o.advertise?.infra ?? "" },
@@ -176,4 +186,9 @@ function bad(option: string, why: string): never {
 /** `host:port` or a URL, as a base URL for the transport. */
 export function baseUrl(address: string): string {
   return /^https?:\/\//.test(address) ? address.replace(/\/+$/, "") : `http://${address}`;
+}
+
+function onDaemonDrain(v: AgentOptions["onDaemonDrain"]): "pause" | "exit" {
+  if (v === undefined || v === "pause" || v === "exit") return v ?? "pause";
+  throw new TypeError(`onDaemonDrain must be "pause" or "exit", got ${JSON.stringify(v)}`);
 }

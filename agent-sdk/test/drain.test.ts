@@ -122,13 +122,14 @@ describe("agent.drain()", () => {
 });
 
 describe("the daemon's drain directive", () => {
-  it("OpsService.DrainAgent: the agent stops claiming, finishes its item, reports it and deregisters", async () => {
+  it("with onDaemonDrain 'exit', OpsService.DrainAgent: the agent stops claiming, finishes its item, reports it and deregisters", async () => {
     const ops = createClient(OpsService, createGrpcTransport({ baseUrl: `http://${daemon.address}` }));
     const calls = callLog();
     const gate = deferred();
     const running = deferred();
     const agent = testAgent(daemon.address, {
       engineKinds: ["ops-drained"],
+      onDaemonDrain: "exit",
       interceptors: [calls.interceptor],
       handlers: {
         "ops-drained": async () => {
@@ -153,6 +154,92 @@ describe("the daemon's drain directive", () => {
     expect(states).toEqual(["running", "draining", "drained", "stopped"]);
     expect(await producer.get(id!)).toMatchObject({ status: WorkItemStatus.COMPLETED, resultJson: JSON.stringify("finished while draining") });
     expect(calls.count("Claim")).toBe(claimsAtDrain);
+    expect(calls.calls.at(-1)?.method).toBe("Deregister");
+    expect((await agentRow(db, agent.name))?.status).toBe("inactive");
+  });
+
+  it("by default the agent pauses once its work is done, stays registered and heartbeating, and an undrain makes it claim again", async () => {
+    const ops = createClient(OpsService, createGrpcTransport({ baseUrl: `http://${daemon.address}` }));
+    const opsCall = { headers: bearer(TOKENS.ops) };
+    const calls = callLog();
+    const gate = deferred();
+    const running = deferred();
+    const agent = testAgent(daemon.address, {
+      engineKinds: ["ops-paused"],
+      interceptors: [calls.interceptor],
+      handlers: {
+        "ops-paused": async (item) => {
+          if ((item.payload as { first?: boolean } | null)?.first) {
+            running.resolve();
+            await gate.promise;
+          }
+          return `ran ${item.id}`;
+        },
+      },
+    });
+    void agent.run();
+    await until("registered", () => agent.state === "running");
+    const states = recordStates(agent);
+    const [first] = await producer.enqueue([{ engineKind: "ops-paused", payloadJson: JSON.stringify({ first: true }) }]);
+    await running.promise;
+
+    await ops.drainAgent({ name: agent.name, reason: "rolling deploy" }, opsCall);
+    await until("the agent follows the directive", () => agent.state === "draining");
+    gate.resolve();
+    await until("the agent pauses once its item is reported", () => agent.state === "paused");
+    expect(await producer.get(first!)).toMatchObject({ status: WorkItemStatus.COMPLETED });
+    expect(calls.count("Deregister")).toBe(0);
+    expect((await agentRow(db, agent.name))?.status).toBe("draining");
+    // Work enqueued while it is paused waits for it (or another agent).
+    const [second] = await producer.enqueue([{ engineKind: "ops-paused" }]);
+    // Heartbeats come from their own thread: the daemon's record of them is what shows they go on.
+    const seen = (await agentRow(db, agent.name))!.updatedon as Date;
+    await until("it keeps heartbeating while paused", async () => ((await agentRow(db, agent.name))!.updatedon as Date) > seen);
+    expect(await producer.get(second!)).toMatchObject({ status: WorkItemStatus.PENDING });
+
+    await ops.undrainAgent({ name: agent.name }, opsCall);
+    const done = await finished(agent, second!);
+    expect(done.outcome.kind).toBe("completed");
+    expect(agent.state).toBe("running");
+    expect(states).toEqual(["running", "draining", "paused", "running"]);
+    expect((await agentRow(db, agent.name))?.status).toBe("active");
+  });
+
+  it("an undrain while the drain is still finishing work resumes at once; the process's own drain from paused stops the agent", async () => {
+    const ops = createClient(OpsService, createGrpcTransport({ baseUrl: `http://${daemon.address}` }));
+    const opsCall = { headers: bearer(TOKENS.ops) };
+    const calls = callLog();
+    const gate = deferred();
+    const running = deferred();
+    const agent = testAgent(daemon.address, {
+      engineKinds: ["ops-undrained"],
+      interceptors: [calls.interceptor],
+      handlers: {
+        "ops-undrained": async () => {
+          running.resolve();
+          await gate.promise;
+          return "done";
+        },
+      },
+    });
+    const ended = agent.run();
+    await until("registered", () => agent.state === "running");
+    const states = recordStates(agent);
+    const [id] = await producer.enqueue([{ engineKind: "ops-undrained" }]);
+    await running.promise;
+    await ops.drainAgent({ name: agent.name }, opsCall);
+    await until("draining", () => agent.state === "draining");
+    await ops.undrainAgent({ name: agent.name }, opsCall);
+    await until("running again while its item still runs", () => agent.state === "running");
+    expect(agent.inFlight).toBe(1);
+    gate.resolve();
+    await finished(agent, id!);
+    // A new drain pauses it; then the process's own drain stops it from there.
+    await ops.drainAgent({ name: agent.name }, opsCall);
+    await until("paused", () => agent.state === "paused");
+    await agent.drain();
+    await ended;
+    expect(states).toEqual(["running", "draining", "running", "draining", "paused", "drained", "stopped"]);
     expect(calls.calls.at(-1)?.method).toBe("Deregister");
     expect((await agentRow(db, agent.name))?.status).toBe("inactive");
   });
