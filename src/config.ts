@@ -237,7 +237,7 @@ const SETTINGS = {
   http2IdleTimeout: { flag: "--http2-idle-timeout", env: ["AIFLOW_HTTP2_IDLE_TIMEOUT"], default: "5m", help: "a connection with no call open for this long is sent GOAWAY and closed", parse: duration(10) },
   http2KeepaliveInterval: { flag: "--http2-keepalive-interval", env: ["AIFLOW_HTTP2_KEEPALIVE_INTERVAL"], default: "1m", help: "how often every connection is pinged; 0: never", parse: duration(0) },
   http2KeepaliveTimeout: { flag: "--http2-keepalive-timeout", env: ["AIFLOW_HTTP2_KEEPALIVE_TIMEOUT"], default: "20s", help: "a connection whose ping is not answered within this is closed", parse: duration(10) },
-  http2MaxResets: { flag: "--http2-max-resets", env: ["AIFLOW_HTTP2_MAX_RESETS"], default: "1000", help: "streams a client may reset per --http2-reset-window before its connection is closed (rapid reset)", parse: int(1) },
+  http2MaxResets: { flag: "--http2-max-resets", env: ["AIFLOW_HTTP2_MAX_RESETS"], default: "200", help: "streams a client may reset per --http2-reset-window before its connection is closed (rapid reset)", parse: int(1) },
   http2ResetWindow: { flag: "--http2-reset-window", env: ["AIFLOW_HTTP2_RESET_WINDOW"], default: "10s", help: "window of --http2-max-resets", parse: duration(10) },
   http2GoawayGrace: { flag: "--http2-goaway-grace", env: ["AIFLOW_HTTP2_GOAWAY_GRACE"], default: "30s", help: "after a GOAWAY either way, the connection is cut this much later", parse: duration(0) },
   maxInflightBytes: {

@@ -7,7 +7,7 @@ import * as grpc from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Health, HealthCheckResponse_ServingStatus as Status } from "../src/gen/grpc/health/v1/health_pb.js";
-import { HealthState, healthRoutes, type HealthListener } from "../src/server/health.js";
+import { HealthState, healthRoutes, limitWatchLifetime, type HealthListener } from "../src/server/health.js";
 
 const HEALTH_PROTO = fileURLToPath(new URL("../proto/grpc/health/v1/health.proto", import.meta.url));
 
@@ -184,5 +184,38 @@ describe("health Watch", () => {
     const received: Status[] = [];
     for await (const res of connect.client.watch({ service: "svc.connect" })) received.push(res.status);
     expect(received).toEqual([Status.NOT_SERVING]);
+  });
+});
+
+describe("Health.Watch lifetime", () => {
+  let served: Served;
+  let connect: ReturnType<typeof connectClient>;
+  let grpcJs: GrpcHealthClient;
+  beforeAll(async () => {
+    const state = new HealthState();
+    state.set("svc", Status.SERVING);
+    served = await serve(limitWatchLifetime(healthRoutes(state), 100));
+    connect = connectClient(served.port);
+    grpcJs = grpcClient(served.port);
+  });
+  afterAll(async () => {
+    grpcJs?.close();
+    connect?.close();
+    await served?.close();
+  });
+
+  it("ends a watch cleanly (status OK) after --health-watch-lifetime, so a client that walked away holds nothing", async () => {
+    const received: Status[] = [];
+    for await (const res of connect.client.watch({ service: "svc" })) received.push(res.status);
+    expect(received).toEqual([Status.SERVING]);
+  });
+
+  it("ends it for grpc-js with status OK too", async () => {
+    const call = grpcJs.Watch({ service: "svc" });
+    const messages: string[] = [];
+    call.on("data", (m: { status: string }) => messages.push(m.status));
+    const status = await new Promise<grpc.StatusObject>((resolve) => call.on("status", resolve));
+    expect(status.code).toBe(grpc.status.OK);
+    expect(messages).toEqual(["SERVING"]);
   });
 });

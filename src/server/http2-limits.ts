@@ -1,7 +1,9 @@
 /**
  * What one client connection may hold, and for how long. The guarantees, each behind a setting:
- * - at most `maxConnections` sockets are open; more are closed on accept (net's maxConnections),
- *   logged at warn once per burst;
+ * - at most `maxConnections` sockets are open. A connection past it evicts the oldest connection
+ *   that has not yet opened a stream (a flood of empty connections then churns itself, and a probe
+ *   that connects and asks at once still gets in); with none to evict it is closed on accept.
+ *   Either is counted, and logged at warn once per burst;
  * - at most `maxConcurrentStreams` calls are open per connection (advertised in SETTINGS, so
  *   well-behaved clients queue; nghttp2 refuses the excess of the others);
  * - a connection sends its preface within `prefaceTimeoutMs` and its first request's headers within
@@ -18,6 +20,7 @@
  * its period is a quarter of the shortest limit (10 ms to 1 s), which is the precision of them all.
  */
 import http2, { type Http2Server, type ServerHttp2Session, type ServerHttp2Stream } from "node:http2";
+import type { Socket } from "node:net";
 import { performance } from "node:perf_hooks";
 import type { Logger } from "../log.js";
 import type { ServerStats } from "./stats.js";
@@ -64,20 +67,47 @@ export function guardSessions(server: Http2Server, limits: Http2Limits, log: Log
   const states = new Map<ServerHttp2Session, SessionState>();
   const now = () => performance.now();
 
-  server.maxConnections = limits.maxConnections;
-  let dropping = 0;
-  server.on("drop", (data?: { remoteAddress?: string }) => {
-    stats.connectionsRefused++;
-    if (dropping++ === 0) log.warn({ maxConnections: limits.maxConnections, remote: data?.remoteAddress }, "connection refused: --max-connections are open (more refusals of this burst are counted, not logged)");
+  let open = 0;
+  /** Sessions that have not opened a stream, oldest first: the ones a new connection may evict. */
+  const unstreamed = new Set<ServerHttp2Session>();
+  let burst = 0;
+  const overCap = (what: string, remote: string | undefined) => {
+    if (burst++ === 0) log.warn({ maxConnections: limits.maxConnections, remote }, `--max-connections are open: ${what} (more of this burst are counted, not logged)`);
+  };
+  // After the server's own 'connection' listener, so the socket's session exists.
+  server.on("connection", (socket: Socket) => {
+    open++;
+    socket.once("close", () => {
+      open--;
+      if (burst > 0 && open < limits.maxConnections) {
+        log.warn({ overCap: burst }, "connections below --max-connections again");
+        burst = 0;
+      }
+    });
+    if (open <= limits.maxConnections) return;
+    // The new connection's own session is the newest there; any older one may go.
+    const victim = unstreamed.size > 1 ? unstreamed.values().next().value : undefined;
+    if (victim) {
+      unstreamed.delete(victim);
+      stats.connectionsEvicted++;
+      overCap("evicting connections that opened no stream", socket.remoteAddress);
+      victim.destroy();
+    } else {
+      stats.connectionsRefused++;
+      overCap("refusing new connections", socket.remoteAddress);
+      socket.destroy();
+    }
   });
 
   server.on("session", (s: ServerHttp2Session) => {
     const t = now();
     const state: SessionState = { openedAt: t, prefaced: false, streamed: false, active: 0, idleSince: t, goawayAt: undefined, lastPingAt: t, pingSentAt: undefined, resetWindowAt: t, resets: 0 };
     states.set(s, state);
+    unstreamed.add(s);
     s.once("remoteSettings", () => (state.prefaced = true));
     s.on("goaway", () => (state.goawayAt ??= now()));
     s.on("stream", (stream: ServerHttp2Stream) => {
+      if (!state.streamed) unstreamed.delete(s);
       state.streamed = true;
       state.active++;
       stream.once("close", () => {
@@ -88,10 +118,7 @@ export function guardSessions(server: Http2Server, limits: Http2Limits, log: Log
     });
     s.once("close", () => {
       states.delete(s);
-      if (dropping > 0 && states.size < limits.maxConnections) {
-        log.warn({ refused: dropping }, "connections accepted again after refusing some over --max-connections");
-        dropping = 0;
-      }
+      unstreamed.delete(s);
     });
   });
 

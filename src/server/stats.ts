@@ -15,6 +15,8 @@ export interface ServerStats {
   healthWatchRefused: number;
   /** Connections closed at once because --max-connections were open. */
   connectionsRefused: number;
+  /** Connections without a stream cut to make room for a new one at --max-connections. */
+  connectionsEvicted: number;
   prefaceTimeouts: number;
   headersTimeouts: number;
   bodyTimeouts: number;
@@ -33,6 +35,7 @@ export function newServerStats(): ServerStats {
     inflightRefused: 0,
     healthWatchRefused: 0,
     connectionsRefused: 0,
+    connectionsEvicted: 0,
     prefaceTimeouts: 0,
     headersTimeouts: 0,
     bodyTimeouts: 0,
