@@ -21,16 +21,15 @@
 import { EventEmitter } from "node:events";
 import { durationMs, timestampMs } from "@bufbuild/protobuf/wkt";
 import type { Logger } from "pino";
-import { backoffDelay, sleep } from "./backoff.js";
 import { ClaimAhead } from "./claim-ahead.js";
 import { Claimer } from "./claimer.js";
-import { DirectiveFollower } from "./directives.js";
+import { DirectiveFollower, readHeartbeatReply } from "./directives.js";
 import { AgentFailedError } from "./errors.js";
 import { AgentType, type Directive, type HeartbeatResponse } from "./gen/aiflow/cluster/v1/agent_pb.js";
 import { HeartbeatThread } from "./liveness/heartbeat.js";
 import { LeaseKeeper } from "./leases.js";
 import { isTerminal, Lifecycle, type AgentState } from "./lifecycle.js";
-import { errorText, isTransient, Link, type AgentClient } from "./link.js";
+import { errorText, Link, type AgentClient } from "./link.js";
 import { resolveOptions, type AgentOptions, type ResolvedOptions } from "./options.js";
 import { Reporter } from "./reporter.js";
 import { onShutdownSignals } from "./signals.js";
@@ -98,8 +97,6 @@ export class Agent extends EventEmitter<AgentEvents> {
   #leaving = false;
   /** Counts the daemon's drains: a pause whose drain an undrain undid finds a newer count. */
   #drainEpoch = 0;
-  /** The status the directive stream last said, and when: fresher than any reply's. */
-  #streamStatus: { status: DaemonStatus; at: number } | undefined;
 
   constructor(options: AgentOptions) {
     super();
@@ -264,31 +261,15 @@ export class Agent extends EventEmitter<AgentEvents> {
   #onDirective(d: Directive): void {
     const k = d.kind;
     if (k.case === "cancel") this.#work.cancel(k.value.workItemId, k.value.leaseToken, k.value.reason || "cancelled");
-    else if (k.case === "status") {
-      const status = statusFromWire(k.value.status);
-      this.#streamStatus = { status, at: Date.now() };
-      this.#onDaemonStatus(status, k.value.drainDeadline ? timestampMs(k.value.drainDeadline) : undefined, k.value.reason || "directive");
-    }
+    else if (k.case === "status")
+      this.#onDaemonStatus(statusFromWire(k.value.status), k.value.drainDeadline ? timestampMs(k.value.drainDeadline) : undefined, k.value.reason || "directive");
   }
 
-  /**
-   * A heartbeat reply's status is current; the status directives it carries are history (kept for
-   * agents without a stream), so only their drain deadline is used. Cancels apply as they come.
-   */
   #onHeartbeatReply(reply: HeartbeatResponse): void {
-    let deadline: number | undefined;
-    for (const d of reply.directives) {
-      if (d.kind.case === "cancel") this.#onDirective(d);
-      else if (d.kind.case === "status" && d.kind.value.drainDeadline) deadline = timestampMs(d.kind.value.drainDeadline);
-    }
-    const status = statusFromWire(reply.status);
-    // A reply may have been answered before a drain or undrain the stream has since told of (it
-    // comes on another connection, through the heartbeat thread): within a heartbeat interval of
-    // the stream's word, a reply that contradicts it is older news.
-    const heard = this.#streamStatus;
-    const interval = this.#registration?.heartbeatIntervalMs ?? DEFAULT_HEARTBEAT_MS;
-    if (heard && heard.status !== status && Date.now() - heard.at < interval) return;
-    this.#onDaemonStatus(status, deadline, "heartbeat reply");
+    const { status, drainDeadlineAt, cancels } = readHeartbeatReply(reply);
+    for (const d of cancels) this.#onDirective(d);
+    if (this.#directives.contradicts(status, this.#registration?.heartbeatIntervalMs ?? DEFAULT_HEARTBEAT_MS)) return;
+    this.#onDaemonStatus(status, drainDeadlineAt, "heartbeat reply");
   }
 
   #onDaemonStatus(status: DaemonStatus, deadlineAt: number | undefined, source: string): void {
@@ -388,26 +369,9 @@ export class Agent extends EventEmitter<AgentEvents> {
     // 4. Deregister, close.
     this.#leases.stop();
     await Promise.all([this.#directives.stop(), this.#heartbeat.stop()]);
-    if (this.#link.generation > 0) await this.#deregister();
+    if (this.#link.generation > 0) await this.#link.deregister(this.name);
     this.#close();
     this.#life.to("stopped");
-  }
-
-  async #deregister(): Promise<void> {
-    const deadline = Date.now() + this.#o.rpcTimeoutMs;
-    for (let attempt = 0; ; attempt++) {
-      try {
-        await this.#link.clientAt(attempt).deregister({ name: this.name }, { timeoutMs: Math.max(1, deadline - Date.now()) });
-        this.#log.info("deregistered");
-        return;
-      } catch (err) {
-        if (!isTransient(err) || Date.now() >= deadline) {
-          this.#log.warn({ err: errorText(err) }, "could not deregister: the daemon marks this agent inactive once its heartbeats stop");
-          return;
-        }
-        await sleep(Math.min(backoffDelay(attempt, this.#o.reconnect), Math.max(0, deadline - Date.now())));
-      }
-    }
   }
 
   #fail(err: AgentFailedError): void {

@@ -3,16 +3,38 @@
  * they are issued. The stream ends when its daemon shuts down, and fails when the connection does;
  * either way it is opened again (after the link recovered, with backoff while it keeps failing).
  * Heartbeat replies carry the same directives, so a gap costs at most one heartbeat interval.
+ *
+ * The stream is the freshest word on the agent's status: a heartbeat reply comes on another
+ * connection, through the heartbeat thread, and may have been answered before a drain or undrain
+ * the stream has since told of. `contradicts()` says when a reply's status is such older news.
  */
 import type { Logger } from "pino";
 import { backoffDelay, sleep } from "./backoff.js";
-import type { Directive } from "./gen/aiflow/cluster/v1/agent_pb.js";
+import { timestampMs } from "@bufbuild/protobuf/wkt";
+import type { Directive, HeartbeatResponse } from "./gen/aiflow/cluster/v1/agent_pb.js";
 import { errorText, type Link } from "./link.js";
 import type { ResolvedOptions } from "./options.js";
+import { statusFromWire, type DaemonStatus } from "./wire.js";
+
+/**
+ * A heartbeat reply's status is current; the status directives it carries are history (kept for
+ * agents without a stream), so only their drain deadline is used. Its cancels apply as they come.
+ */
+export function readHeartbeatReply(reply: HeartbeatResponse): { status: DaemonStatus; drainDeadlineAt: number | undefined; cancels: Directive[] } {
+  let drainDeadlineAt: number | undefined;
+  const cancels: Directive[] = [];
+  for (const d of reply.directives) {
+    if (d.kind.case === "cancel") cancels.push(d);
+    else if (d.kind.case === "status" && d.kind.value.drainDeadline) drainDeadlineAt = timestampMs(d.kind.value.drainDeadline);
+  }
+  return { status: statusFromWire(reply.status), drainDeadlineAt, cancels };
+}
 
 export class DirectiveFollower {
   readonly #stop = new AbortController();
   #loop: Promise<void> | undefined;
+  /** The status the stream last said, and when. */
+  #heard: { status: DaemonStatus; at: number } | undefined;
 
   constructor(
     private readonly link: Link,
@@ -23,6 +45,11 @@ export class DirectiveFollower {
 
   start(): void {
     this.#loop ??= this.#run();
+  }
+
+  /** Whether `status` (from a reply) differs from what the stream said less than `withinMs` ago. */
+  contradicts(status: DaemonStatus, withinMs: number): boolean {
+    return this.#heard !== undefined && this.#heard.status !== status && Date.now() - this.#heard.at < withinMs;
   }
 
   async stop(): Promise<void> {
@@ -38,7 +65,10 @@ export class DirectiveFollower {
       try {
         for await (const res of this.link.client.watchDirectives({ name: this.opts.name }, { signal })) {
           failures = 0;
-          if (res.directive) this.onDirective(res.directive);
+          const d = res.directive;
+          if (!d) continue;
+          if (d.kind.case === "status") this.#heard = { status: statusFromWire(d.kind.value.status), at: Date.now() };
+          this.onDirective(d);
         }
         this.log.debug("directive stream ended by the daemon: reopening");
       } catch (err) {

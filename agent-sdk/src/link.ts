@@ -84,6 +84,27 @@ export class Link {
     return this.#targets[(this.#current + offset) % this.#targets.length]!.client;
   }
 
+  /**
+   * Deregisters `name`, going round the daemons within rpcTimeoutMs; a daemon that cannot be told
+   * marks the agent inactive anyway once its heartbeats stop, so this never fails.
+   */
+  async deregister(name: string): Promise<void> {
+    const deadline = Date.now() + this.#opts.rpcTimeoutMs;
+    for (let attempt = 0; ; attempt++) {
+      try {
+        await this.clientAt(attempt).deregister({ name }, { timeoutMs: Math.max(1, deadline - Date.now()) });
+        this.#log.info("deregistered");
+        return;
+      } catch (err) {
+        if (!isTransient(err) || Date.now() >= deadline) {
+          this.#log.warn({ err: errorText(err) }, "could not deregister: the daemon marks this agent inactive once its heartbeats stop");
+          return;
+        }
+        await sleep(Math.min(backoffDelay(attempt, this.#opts.reconnect), Math.max(0, deadline - Date.now())));
+      }
+    }
+  }
+
   /** Bumped by every successful registration; 0 until the first. */
   get generation(): number {
     return this.#generation;
