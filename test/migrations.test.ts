@@ -1,7 +1,8 @@
 import { afterAll, describe, expect, it } from "vitest";
 import pg from "pg";
 import { loadMigrations, migrate, MigrationError } from "../src/db/migrate.js";
-import { silentLogger } from "../src/log.js";
+import { createLogger, silentLogger } from "../src/log.js";
+import { scanJson } from "../src/services/json-text.js";
 import { databaseUrl } from "./support/database-url.js";
 import { uniqueSchema } from "./support/db.js";
 
@@ -120,5 +121,18 @@ describe("migrations", () => {
     expect(err).toBeInstanceOf(MigrationError);
     expect((err as Error).message).toContain(`at migration ${known + 1}`);
     expect((err as Error).message).toContain(`(${known})`);
+  });
+});
+
+describe("the migration log", () => {
+  it("names each applied migration in lines that hold every key once (log parsers keep one of two)", async () => {
+    const lines: string[] = [];
+    const captured = createLogger({ level: "info", destination: { write: (s: string) => void lines.push(s) } });
+    await migrate(url(), { schema: fresh("mlog"), prefix: "aiflow_" }, captured);
+    const applied = lines.map((l) => JSON.parse(l) as { msg: string; migration?: string }).filter((l) => l.msg === "migration applied");
+    expect(applied.length).toBeGreaterThan(0);
+    expect(applied.every((l) => typeof l.migration === "string")).toBe(true);
+    // The edge's JSON check refuses duplicate keys.
+    for (const l of lines) expect(() => scanJson(l, "log line")).not.toThrow();
   });
 });

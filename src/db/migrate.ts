@@ -93,7 +93,7 @@ export async function migrate(url: string, naming: Naming, log: Logger, migratio
         throw new MigrationError(`migration ${m.version}_${m.name} failed: ${(err as Error).message}`, { cause: err });
       }
       applied.push(m.version);
-      log.info({ version: m.version, name: m.name, schema: naming.schema, prefix: naming.prefix }, "migration applied");
+      log.info({ version: m.version, migration: m.name, schema: naming.schema, prefix: naming.prefix }, "migration applied");
     }
     return { applied, current: newest };
   } finally {
