@@ -122,6 +122,45 @@ describe("an agent token limited to tenant tA", () => {
   });
 });
 
+describe("an agent's scope cached on one daemon", () => {
+  it("never lets a claim answer a limited token with an item outside its tenants, even while the cache is stale", async () => {
+    await must(agents, "Register", { name: "f1-stale", metadata: { tenants: ["tA"], engineKinds: ["f1st"] } }, T.agentTA);
+    expect(await claim("f1-stale", T.agentTA)).toEqual([]);
+    // Behind the daemon's back (no registration, no directive): its cached scope still says tA.
+    await db.raw(`UPDATE ${db.schema}.aiflow_agent SET metadata = jsonb_set(metadata, '{tenants}', '["tB"]') WHERE name = 'f1-stale'`);
+    const id = await enqueue("tB", "f1st");
+    expect(await claim("f1-stale", T.agentTA)).toEqual([]);
+    expect(await row(id)).toMatchObject({ status: "pending", agent_id: null, lease_token: null });
+  });
+
+  it("is dropped when the agent registers for other tenants through another daemon", async () => {
+    const other = await startTestDaemon({ schema: db.schema, config: { tokens: [parseTokenSpec(`agent:${T.agent}`, "t")] } });
+    const otherAgents = new (loadService("aiflow/cluster/v1/agent.proto", "aiflow.cluster.v1.AgentService"))(other.address, grpc.credentials.createInsecure());
+    try {
+      await must(agents, "Register", { name: "f1-moved", metadata: { tenants: ["tA"], engineKinds: ["f1m"] } }, T.agentTA);
+      // This daemon now holds the agent's scope (tA) in its cache.
+      expect(await claim("f1-moved", T.agentTA)).toEqual([]);
+      await must(otherAgents, "Register", { name: "f1-moved", metadata: { tenants: ["tB"], engineKinds: ["f1m"] } }, T.agent);
+      const id = await enqueue("tB", "f1m");
+      // The registration's status directive reaches this daemon over NOTIFY; until it has, a claim
+      // may still pass the check, but its reply never carries a tB item to the tA token.
+      for (;;) {
+        const [err, res] = await unary<{ items: Item[] }>(agents, "Claim", { name: "f1-moved", maxItems: 10 }, T.agentTA);
+        expect(res?.items ?? []).toEqual([]);
+        if (err) {
+          expect(err.code).toBe(grpc.status.PERMISSION_DENIED);
+          expect(err.details).toContain("'tB'");
+          break;
+        }
+      }
+      expect(await row(id)).toMatchObject({ status: "pending", agent_id: null });
+    } finally {
+      otherAgents.close();
+      await other.stop();
+    }
+  });
+});
+
 describe("an ops token limited to tenant tA", () => {
   it("sees only tA's agents, items and queue stats", async () => {
     await register("f2-a", ["tA"], ["f2"]);

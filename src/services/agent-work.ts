@@ -2,6 +2,11 @@
  * AgentService's work RPCs (role `agent`): long-poll claims, lease extension, fenced completion,
  * failure and release. Every batch answers per item; a stale lease token refuses that item with
  * FAILED_PRECONDITION and changes nothing about it.
+ *
+ * A token limited to some tenants acts only as agents all of whose registered tenants it holds:
+ * checked on every call against the agent's cached scope (no statement of its own), and again on
+ * what a claim returns, since a registration elsewhere may change the scope before this daemon
+ * hears of it; its fenced writes match only items of its tenants.
  */
 import { durationMs, type Duration } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
