@@ -134,4 +134,26 @@ describe("beacons of several daemons", () => {
       await watcher.end();
     }
   });
+
+  it("a daemon that starts later hears of the ones already running at once (they answer its announcement), so its rings reach them", async () => {
+    const channel = db.tables.channel("beacon_late");
+    const listeners = [new PgListener(db.url, silentLogger()), new PgListener(db.url, silentLogger())];
+    await Promise.all(listeners.map((l) => l.start()));
+    const early = new Beacon(db.pool, channel, "daemon-early", 1, silentLogger());
+    const late = new Beacon(db.pool, channel, "daemon-late", 1, silentLogger());
+    try {
+      await early.start(listeners[0]!);
+      await late.start(listeners[1]!);
+      // Well before the next ping (every 5 s), which is all it had to go on otherwise.
+      await vi.waitFor(() => expect(late.hasPeers).toBe(true), { timeout: 1_000 });
+      const waiter = early.arm(new Set(["t|k"]));
+      late.ring(["t|k"]);
+      expect(await waiter.wait(5_000, [never])).toBe(true);
+      waiter.disarm();
+    } finally {
+      await late.stop();
+      await early.stop();
+      await Promise.all(listeners.map((l) => l.stop()));
+    }
+  });
 });

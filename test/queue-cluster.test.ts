@@ -301,7 +301,7 @@ describe("wake-ups cross daemons", () => {
     const res = await wait.promise;
     expect(wait.settledAt()! - start).toBeLessThan(PROMPT_MS);
     expect(res.done).toBe(true);
-    expect(res.items.map((i) => [i.id, i.status, i.resultJson])).toEqual([[id, WorkItemStatus.COMPLETED, '{"answer":42}']]);
+    expect(res.items.map((i) => [i.id, i.status, JSON.parse(i.resultJson)])).toEqual([[id, WorkItemStatus.COMPLETED, { answer: 42 }]]);
 
     // Waiting for a run that is already finished answers at once.
     const run = await p.q.wait({ tenantKey: tenant, runId: "run-1", timeout: durationFromMs(10_000) }, p.call);

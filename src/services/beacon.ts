@@ -8,7 +8,8 @@
  * told the keys and wake every matching waiter.
  *
  * Other daemons are only told when there are any: each beacon announces itself when it starts (and
- * when its listener reconnects) and then every PEER_PING_MS, and a beacon that has heard no other
+ * when its listener reconnects) and then every PEER_PING_MS, answers the first announcement it hears
+ * from a daemon with its own (so a daemon that starts later knows of it at once), and a beacon that has heard no other
  * daemon for PEER_TTL_MS keeps its rings local. A lone daemon (the common deployment) then sends no
  * NOTIFY at all where it sent one per window: at 1,000 enqueues a second, 200 statements a second,
  * each also a signal to every listening connection. A ping lost or late costs at most the claims'
@@ -58,6 +59,8 @@ export class Beacon {
   readonly #self: string;
   /** Until when (Date.now() ms) another daemon is known to listen on this channel. */
   #peersUntil = 0;
+  /** Each daemon heard from, until when it counts as listening. */
+  readonly #peers = new Map<string, number>();
   #ping: NodeJS.Timeout | undefined;
 
   constructor(
@@ -75,7 +78,13 @@ export class Beacon {
       try {
         const msg = JSON.parse(payload) as { from: string; keys: string[] };
         if (msg.from === this.#self) return;
-        this.#peersUntil = Date.now() + PEER_TTL_MS;
+        const now = Date.now();
+        this.#peersUntil = now + PEER_TTL_MS;
+        // A daemon heard for the first time (just started) has not heard this one, which announced
+        // before it listened: answer at once, or its rings stay local until the next ping.
+        if ((this.#peers.get(msg.from) ?? 0) < now) void this.#announce();
+        this.#peers.set(msg.from, now + PEER_TTL_MS);
+        if (this.#peers.size > 1024) for (const [peer, until] of this.#peers) if (until < now) this.#peers.delete(peer);
         if (msg.keys.length > 0) this.#wakeLocal(msg.keys);
       } catch {
         this.#wakeLocal([ANY]);

@@ -326,7 +326,7 @@ export const STATEMENT = {
   /** The claim. */
   claim: "WITH agent AS",
   /** Reads of items by id (Wait). */
-  select: "SELECT * FROM",
+  select: "SELECT id, tenant_key, engine_id",
   /** Enqueue's insert (its rows come from a CTE). */
   insert: "WITH v AS",
 } as const;
