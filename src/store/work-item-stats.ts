@@ -7,7 +7,7 @@ import { msToNs } from "../clock.js";
 import { z } from "zod";
 import { withDbErrors } from "../db/errors.js";
 import type { Tables } from "../db/tables.js";
-import { ITEM_STATUSES, workItemRow, type WorkItemRow } from "./work-items.js";
+import { ITEM_COLUMNS, ITEM_STATUSES, workItemRow, type WorkItemRow } from "./work-items.js";
 
 const depthRow = z.object({ tenant_key: z.string(), engine_kind: z.string(), status: z.enum(ITEM_STATUSES), n: z.bigint() });
 
@@ -44,7 +44,7 @@ export class WorkItemStatsStore {
   dispatchedTo(agent: string): Promise<readonly WorkItemRow[]> {
     const w = this.t.id("work_item");
     return withDbErrors(() =>
-      this.db.any(sql.type(workItemRow)`SELECT * FROM ${w} WHERE agent_id = ${agent} AND status = 'dispatched' ORDER BY dispatched_at, id`),
+      this.db.any(sql.type(workItemRow)`SELECT ${ITEM_COLUMNS} FROM ${w} WHERE agent_id = ${agent} AND status = 'dispatched' ORDER BY dispatched_at, id`),
     );
   }
 }

@@ -21,6 +21,7 @@ import { z } from "zod";
 import { withDbErrors } from "../db/errors.js";
 import type { Tables } from "../db/tables.js";
 import { canTakeWork } from "./agents.js";
+import { budgeted, cutPage, pageSizes, type Page } from "./paging.js";
 
 export const ITEM_STATUSES = ["pending", "dispatched", "completed", "failed", "cancelled"] as const;
 export type ItemStatus = (typeof ITEM_STATUSES)[number];
@@ -35,7 +36,8 @@ export const workItemRow = z.object({
   task_id: z.string().nullable(),
   task_name: z.string().nullable(),
   worker_params: z.record(z.unknown()).nullable(),
-  payload: z.unknown().nullable(),
+  /** JSON text as jsonb writes it (see ITEM_COLUMNS). */
+  payload: z.string().nullable(),
   status: z.enum(ITEM_STATUSES),
   priority: z.number().nullable(),
   agent_id: z.string().nullable(),
@@ -48,13 +50,22 @@ export const workItemRow = z.object({
   max_retries: z.number().nullable(),
   error: z.string().nullable(),
   lease_token: z.string().nullable(),
-  result: z.unknown().nullable(),
+  /** JSON text as jsonb writes it (see ITEM_COLUMNS). */
+  result: z.string().nullable(),
   idempotency_key: z.string().nullable(),
   affinity_key: z.string().nullable(),
   createdon: z.number(),
   updatedon: z.number().nullable(),
 });
 export type WorkItemRow = z.infer<typeof workItemRow>;
+
+/**
+ * workItemRow's columns. The JSON ones are read as the text jsonb writes, never parsed here: parsed
+ * and written again they lose digits past 2^53 and cost a stack frame per level of nesting.
+ */
+export const ITEM_COLUMNS = sql.fragment`id, tenant_key, engine_id, engine_kind, parent_work_item_id, run_id, task_id, task_name, worker_params,
+  payload::text AS payload, status, priority, agent_id, dispatched_at, completed_at, lease_expires_at, leased_by, next_attempt_at,
+  retry_count, max_retries, error, lease_token, result::text AS result, idempotency_key, affinity_key, createdon, updatedon`;
 
 export interface NewItem {
   engineKind: string;
@@ -129,6 +140,12 @@ export interface Requeued {
 const byIds = (ids: readonly string[]) => sql.fragment`w.id = ANY(${sql.array(ids, "text")})`;
 
 /**
+ * A fenced write by a caller whose token is limited to some tenants touches only their items. The
+ * services refuse such a caller for an agent of other tenants before any write; this holds even so.
+ */
+const withinTenants = (tenants: readonly string[] | null) => (tenants ? sql.fragment`AND w.tenant_key = ANY(${sql.array([...tenants], "text")})` : sql.fragment``);
+
+/**
  * The id of a claim's n-th new binding (n from 1, at most 32,767): the claim's fresh ULID with the
  * three leading characters of its random part replaced by n in Crockford base 32, so a claim draws
  * one ULID rather than one for every item it might bind (it cannot know before the statement how
@@ -139,12 +156,6 @@ const byIds = (ids: readonly string[]) => sql.fragment`w.id = ANY(${sql.array(id
  */
 const CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
 const bindingId = (seed: string, n: ReturnType<typeof sql.fragment>) =>
-/**
- * A fenced write by a caller whose token is limited to some tenants touches only their items. The
- * services refuse such a caller for an agent of other tenants before any write; this holds even so.
- */
-const withinTenants = (tenants: readonly string[] | null) => (tenants ? sql.fragment`AND w.tenant_key = ANY(${sql.array([...tenants], "text")})` : sql.fragment``);
-
   sql.fragment`overlay(${seed}::text placing substr(${CROCKFORD}, (${n} / 1024 % 32)::int + 1, 1) || substr(${CROCKFORD}, (${n} / 32 % 32)::int + 1, 1) || substr(${CROCKFORD}, (${n} % 32)::int + 1, 1) from 11 for 3)`;
 
 /** A fenced completion's bound values (see #completeCtes), one array per column. */
@@ -261,8 +272,8 @@ const HANDED_COLUMNS = sql.join(
 );
 
 export interface ListFilter {
-  /** Undefined: every tenant (operators only). */
-  tenant?: string;
+  /** Undefined: every tenant (operators without a tenant limit only). */
+  tenants?: readonly string[];
   statuses: ItemStatus[];
   engineKind?: string;
   runId?: string;
@@ -271,7 +282,14 @@ export interface ListFilter {
   /** Keyset cursor: the last row of the previous page. */
   after?: { priority: number; createdon: number; id: string };
   limit: number;
+  /**
+   * The page's payload and result bytes: rows are taken while they fit, and always at least one
+   * (./paging.ts).
+   */
+  maxBytes: number;
 }
+
+
 
 export class WorkItemStore {
   constructor(
@@ -598,6 +616,7 @@ export class WorkItemStore {
         UPDATE ${w} w SET lease_expires_at = ${msToNs(nowMs + ttlMs)}, updatedby = ${agent}, updatedon = ${ts(nowMs)}
           FROM unnest(${sql.array(leases.map((l) => l.id), "text")}, ${sql.array(leases.map((l) => l.token), "text")}) AS v(id, token)
          WHERE ${byIds(leases.map((l) => l.id))} AND w.id = v.id AND w.lease_token = v.token AND w.status = 'dispatched' AND w.agent_id = ${agent}
+           ${withinTenants(tenants)}
         RETURNING w.id`);
   }
 
@@ -616,7 +635,6 @@ export class WorkItemStore {
    * the items still held under their tokens, `recompleted` finds those this agent already completed
    * under the same tokens. A completion is idempotent, so a report whose answer was lost (the call
    * failed after the commit: a daemon restart, a dropped connection, a claim carrying it cut short)
-           ${withinTenants(tenants)}
    * is answered ok when it is sent again, not "lease lost". Both read the statement's snapshot, so an
    * item completed by `completing` is not found again by `recompleted`. The completed row keeps its
    * token for that; no fenced write matches a row that is not dispatched.
@@ -625,6 +643,7 @@ export class WorkItemStore {
     const w = this.t.id("work_item");
     const v = sql.fragment`unnest(${sql.array(p.doneIds, "text")}, ${sql.array(p.doneTokens, "text")}, ${sql.array(p.doneResults, "jsonb")}) AS v(id, token, result)`;
     const ids = byIds(p.doneIds);
+    const within = p.tenants ? sql.fragment`AND w.tenant_key = ANY(${sql.array(p.tenants as unknown as readonly string[], "text")})` : sql.fragment``;
     return sql.fragment`completing AS (
         UPDATE ${w} w SET status = 'completed', completed_at = ${p.nowNs}, result = v.result, lease_expires_at = NULL,
                           updatedby = ${p.agent}, updatedon = ${tsAt(p.now)}
@@ -643,10 +662,10 @@ export class WorkItemStore {
    * failed (a dead letter) and keeps the error.
    */
   fail(
-    const within = p.tenants ? sql.fragment`AND w.tenant_key = ANY(${sql.array(p.tenants as unknown as readonly string[], "text")})` : sql.fragment``;
     agent: string,
     items: readonly { id: string; token: string; error: string; retryable: boolean; delayMs: number | null }[],
     nowMs: number,
+    tenants: readonly string[] | null = null,
   ): Promise<readonly Requeued[]> {
     const w = this.t.id("work_item");
     const retry = sql.fragment`(v.retryable AND w.retry_count < w.max_retries)`;
@@ -662,10 +681,10 @@ export class WorkItemStore {
                       ${sql.array(items.map((i) => i.retryable), "bool")}, ${sql.array(items.map((i) => (i.delayMs === null ? null : String(msToNs(i.delayMs)))), "int8")})
                AS v(id, token, error, retryable, delay_ns)
          WHERE ${byIds(items.map((i) => i.id))} AND w.id = v.id AND w.lease_token = v.token AND w.status = 'dispatched' AND w.agent_id = ${agent}
+           ${withinTenants(tenants)}
         RETURNING w.id, w.status, ${agent}::text AS agent, v.token`);
   }
 
-    tenants: readonly string[] | null = null,
   /** Gives fenced items back without spending an attempt. */
   release(agent: string, leases: readonly { id: string; token: string }[], nowMs: number, tenants: readonly string[] | null = null): Promise<readonly string[]> {
     const w = this.t.id("work_item");
@@ -674,6 +693,7 @@ export class WorkItemStore {
                           next_attempt_at = ${msToNs(nowMs)}, updatedby = ${agent}, updatedon = ${ts(nowMs)}
           FROM unnest(${sql.array(leases.map((l) => l.id), "text")}, ${sql.array(leases.map((l) => l.token), "text")}) AS v(id, token)
          WHERE ${byIds(leases.map((l) => l.id))} AND w.id = v.id AND w.lease_token = v.token AND w.status = 'dispatched' AND w.agent_id = ${agent}
+           ${withinTenants(tenants)}
         RETURNING w.id`);
   }
 
@@ -681,7 +701,6 @@ export class WorkItemStore {
   requeueExpired(nowMs: number, by: string, limit = 1000): Promise<readonly Requeued[]> {
     return this.#requeue(sql.fragment`status = 'dispatched' AND lease_expires_at < ${msToNs(nowMs)}`, "lease expired", nowMs, by, true, limit);
   }
-           ${withinTenants(tenants)}
 
   /** Everything an agent holds goes back at once (it went inactive), an attempt spent. */
   requeueAgent(agent: string, nowMs: number, by: string, reason: string): Promise<readonly Requeued[]> {
@@ -693,7 +712,6 @@ export class WorkItemStore {
     return this.#requeue(sql.fragment`status = 'dispatched' AND agent_id = ${agent}`, reason, nowMs, by, false, 100_000);
   }
 
-           ${withinTenants(tenants)}
   #requeue(where: FragmentSqlToken, reason: string, nowMs: number, by: string, spendAttempt: boolean, limit: number): Promise<readonly Requeued[]> {
     const w = this.t.id("work_item");
     const retry = spendAttempt ? sql.fragment`(w.retry_count < w.max_retries)` : sql.fragment`true`;
@@ -776,7 +794,7 @@ export class WorkItemStore {
   get(tenant: string | null, id: string): Promise<WorkItemRow | null> {
     const w = this.t.id("work_item");
     const scope = tenant === null ? sql.fragment`true` : sql.fragment`tenant_key = ${tenant}`;
-    return withDbErrors(() => this.db.maybeOne(sql.type(workItemRow)`SELECT * FROM ${w} WHERE ${scope} AND id = ${id}`));
+    return withDbErrors(() => this.db.maybeOne(sql.type(workItemRow)`SELECT ${ITEM_COLUMNS} FROM ${w} WHERE ${scope} AND id = ${id}`));
   }
 
   /** Items by ids or run, for Wait. */
@@ -784,7 +802,7 @@ export class WorkItemStore {
     const w = this.t.id("work_item");
     return withDbErrors(() =>
       this.db.any(sql.type(workItemRow)`
-        SELECT * FROM ${w} WHERE tenant_key = ${tenant}
+        SELECT ${ITEM_COLUMNS} FROM ${w} WHERE tenant_key = ${tenant}
            AND (id = ANY(${sql.array([...ids], "text")}) ${runId ? sql.fragment`OR run_id = ${runId}` : sql.fragment``})
          ORDER BY priority, createdon, id`),
     );
@@ -801,20 +819,22 @@ export class WorkItemStore {
     });
   }
 
-  /** One page in dispatch order (priority, createdon, id), keyset-paged. */
-  list(f: ListFilter): Promise<readonly WorkItemRow[]> {
+  /** One page in dispatch order (priority, createdon, id), keyset-paged, within f.limit rows and f.maxBytes. */
+  list(f: ListFilter): Promise<Page<WorkItemRow>> {
     const w = this.t.id("work_item");
-    const conds = [f.tenant ? sql.fragment`tenant_key = ${f.tenant}` : sql.fragment`true`];
+    const conds = [
+      f.tenants === undefined ? sql.fragment`true` : f.tenants.length === 1 ? sql.fragment`tenant_key = ${f.tenants[0]!}` : sql.fragment`tenant_key = ANY(${sql.array([...f.tenants], "text")})`,
+    ];
     if (f.statuses.length > 0) conds.push(sql.fragment`status = ANY(${sql.array(f.statuses, "text")})`);
     if (f.engineKind) conds.push(sql.fragment`engine_kind = ${f.engineKind}`);
     if (f.runId) conds.push(sql.fragment`run_id = ${f.runId}`);
     if (f.parentId) conds.push(sql.fragment`parent_work_item_id = ${f.parentId}`);
     if (f.agent) conds.push(sql.fragment`agent_id = ${f.agent}`);
     if (f.after) conds.push(sql.fragment`(priority, createdon, id) > (${f.after.priority}, ${ts(f.after.createdon)}, ${f.after.id})`);
-    return withDbErrors(() =>
-      this.db.any(sql.type(workItemRow)`
-        SELECT * FROM ${w} WHERE ${sql.join(conds, sql.fragment` AND `)} ORDER BY priority, createdon, id LIMIT ${f.limit}`),
-    );
+    const order = sql.fragment`priority, createdon, id`;
+    const inner = sql.fragment`SELECT ${ITEM_COLUMNS} FROM ${w} WHERE ${sql.join(conds, sql.fragment` AND `)} ORDER BY ${order} LIMIT ${f.limit + 1}`;
+    const size = sql.fragment`coalesce(octet_length(payload), 0) + coalesce(octet_length(result), 0)`;
+    return withDbErrors(async () => cutPage(await this.db.any(sql.type(workItemRow.merge(pageSizes))`${budgeted(inner, order, size, f.maxBytes)}`), f.limit, f.maxBytes));
   }
 
   /**
