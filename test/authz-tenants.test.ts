@@ -18,6 +18,7 @@ const T = {
   engine: "t-engine-all",
   ops: "t-ops-all-1",
   opsTA: "t-ops-ta-1",
+  opsTATC: "t-ops-ta-tc",
 } as const;
 
 let db: TestDb;
@@ -50,6 +51,7 @@ beforeAll(async () => {
         parseTokenSpec(`engine:${T.engine}`, "t"),
         parseTokenSpec(`ops:${T.ops}`, "t"),
         parseTokenSpec(`ops:${T.opsTA}:tA`, "t"),
+        parseTokenSpec(`ops:${T.opsTATC}:tA,tC`, "t"),
       ],
     },
   });
@@ -239,6 +241,20 @@ describe("an ops token limited to tenant tA", () => {
       expect(err?.details, method).toContain("fleet-wide");
     }
     expect((await unary(ops, "ListBindings", {}, T.ops))[0]).toBeNull();
+  });
+});
+
+describe("an ops token limited to several tenants", () => {
+  it("lists the items of all its tenants and no others when it names none, and refuses one outside them", async () => {
+    const mine = [await enqueue("tA"), await enqueue("tC")];
+    const other = await enqueue("tB");
+    const listed = await must<{ items: Item[] }>(ops, "ListItems", { pageSize: 1000 }, T.opsTATC);
+    const ids = listed.items.map((i) => i.id);
+    for (const id of mine) expect(ids).toContain(id);
+    expect(ids).not.toContain(other);
+    expect(new Set(listed.items.map((i) => i.tenantKey))).toEqual(new Set(["tA", "tC"]));
+    const [err] = await unary(ops, "ListItems", { tenantKey: "tB" }, T.opsTATC);
+    expect(err?.code).toBe(grpc.status.PERMISSION_DENIED);
   });
 });
 

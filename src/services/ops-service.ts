@@ -59,15 +59,13 @@ function assertFleetWide(caller: Identity): void {
 }
 
 /** The one tenant a tenant-scoped ops read covers: the named one (within the limit), else the limit's only tenant. */
-function tenantScope(caller: Identity, raw: string): string | undefined {
+function tenantScope(caller: Identity, raw: string): string[] | undefined {
   if (raw) {
     const tenant = identifier(raw, "tenant_key");
     assertTenant(caller, tenant);
-    return tenant;
+    return [tenant];
   }
-  if (!caller.tenants) return undefined;
-  if (caller.tenants.size === 1) return [...caller.tenants][0];
-  throw invalidArgument("tenant_key", `is required with a token limited to several tenants (${[...caller.tenants].map((t) => `'${t}'`).join(", ")})`);
+  return caller.tenants ? [...caller.tenants] : undefined;
 }
 
 const tagsOf = (tags: Record<string, string>, field: string) => {

@@ -66,7 +66,7 @@ export function queueServiceImpl(core: QueueCore, draining: AbortSignal): Servic
     },
 
     async listItems(req, ctx) {
-      return listItemsPage(store, tenantOf(req.tenantKey, ctx), req);
+      return listItemsPage(store, [tenantOf(req.tenantKey, ctx)], req);
     },
 
     async wait(req, ctx) {
@@ -140,10 +140,10 @@ function newItem(it: EnqueueItem, i: number, nowMs: number, payloadMax: number):
   };
 }
 
-/** One page of items in dispatch order; shared by QueueService and OpsService. */
-export async function listItemsPage(store: WorkItemStore, tenant: string | undefined, req: ListItemsQuery) {
+/** One page of items in dispatch order, of these tenants (undefined: every tenant); shared by QueueService and OpsService. */
+export async function listItemsPage(store: WorkItemStore, tenants: readonly string[] | undefined, req: ListItemsQuery) {
   const limit = Math.min(req.pageSize || 100, 1000);
-  const { rows, more } = await store.list({ ...listFilter(req), tenant, limit, maxBytes: LIST_PAGE_BYTES, after: req.pageToken ? decodeCursor(req.pageToken, listCursor) : undefined });
+  const { rows, more } = await store.list({ ...listFilter(req), tenants, limit, maxBytes: LIST_PAGE_BYTES, after: req.pageToken ? decodeCursor(req.pageToken, listCursor) : undefined });
   const last = rows.at(-1);
   return {
     items: rows.map(workItemToWire),
