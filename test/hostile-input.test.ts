@@ -171,11 +171,19 @@ describe("JSON that would poison reads", () => {
     expect(err.rawMessage).not.toContain("sk-live");
   });
 
-  it("exponents count as the digits jsonb writes out: a payload small as sent but huge as stored is RESOURCE_EXHAUSTED", async () => {
-    const payloadJson = `[${Array.from({ length: 2000 }, () => "1e999").join(",")}]`;
-    expect(payloadJson.length).toBeLessThan(PAYLOAD_MAX);
-    const err = await errorOf(p.enqueue("exp1", [{ engineKind: "dag", payloadJson }]));
+  it("exponents count as the digits jsonb writes out: a payload or result small as sent but huge as stored is RESOURCE_EXHAUSTED", async () => {
+    const huge = `[${Array.from({ length: 2000 }, () => "1e999").join(",")}]`;
+    expect(huge.length).toBeLessThan(PAYLOAD_MAX);
+    const err = await errorOf(p.enqueue("exp1", [{ engineKind: "dag", payloadJson: huge }]));
     expect(err.code).toBe(Code.ResourceExhausted);
+    const id = await p.one("exp1", { engineKind: "dag" });
+    const a = await agentFor("exp1");
+    const [item] = await a.claim(1);
+    const refused = await errorOf(
+      a.conn.agent.complete({ name: a.name, items: [{ workItemId: id, leaseToken: item!.leaseToken, resultJson: huge }] }, { headers: { authorization: `Bearer ${TOKENS.agent}` } }),
+    );
+    expect(refused.code).toBe(Code.ResourceExhausted);
+    expect(refused.rawMessage).toContain("items[0].result_json");
   });
 });
 

@@ -20,7 +20,7 @@ import { agentStatusToWire } from "./convert.js";
 import { workKey, type QueueCore } from "./queue-core.js";
 import type { ClaimedRow, Completion } from "../store/work-items.js";
 import type { Handed } from "./handoff.js";
-import { agentName, identifier, jsonOrNull, optionalText, withinBytes } from "./validate.js";
+import { agentName, identifier, jsonOrNull, optionalText } from "./validate.js";
 import { claimedItemToWire, fencedOutcomes, newDispatch } from "./work-item-wire.js";
 
 export interface AgentWorkDeps {
@@ -93,8 +93,7 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
   /** Completions as the store takes them; field names the list in errors (items, completions). */
   const completionsOf = (items: readonly { workItemId: string; leaseToken: string; resultJson: string }[], field: string): Completion[] =>
     items.map((c, i) => {
-      const resultJson = jsonOrNull(c.resultJson, `${field}[${i}].result_json`);
-      if (resultJson) withinBytes(resultJson, `${field}[${i}].result_json`, config.payloadMaxBytes);
+      const resultJson = jsonOrNull(c.resultJson, `${field}[${i}].result_json`, config.payloadMaxBytes);
       return { id: identifier(c.workItemId, `${field}[${i}].work_item_id`), token: identifier(c.leaseToken, `${field}[${i}].lease_token`), resultJson };
     });
   const completed = (items: readonly Completion[], done: readonly string[]) => {

@@ -93,6 +93,6 @@ export function tagMap(raw: Record<string, string>, field: string, maxEntries = 
  * Optional JSON text: empty is null; otherwise checked as ./json-text.ts describes (INVALID_ARGUMENT)
  * and at most `maxBytes` as stored (RESOURCE_EXHAUSTED). Returns the text as given.
  */
-export function jsonOrNull(raw: string, field: string, maxBytes = Number.MAX_SAFE_INTEGER): string | null {
+export function jsonOrNull(raw: string, field: string, maxBytes: number): string | null {
   return jsonText(raw, field, maxBytes);
 }
