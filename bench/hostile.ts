@@ -254,16 +254,32 @@ const streams: Probe = async (d) => {
   return out;
 };
 
-/** As many idle connections as the probe's own fd limit allows, each having sent its preface. */
+/**
+ * 24,000 idle connections, each having sent its preface: more than the daemon's fd limit here
+ * (20,000), opened from two child processes since the probe has that limit too.
+ */
 const connections: Probe = async (d) => {
-  const target = 19_000;
-  const conns: Raw[] = [];
-  for (let i = 0; i < target; i += 500) conns.push(...(await Promise.all(Array.from({ length: Math.min(500, target - i) }, () => rawConnect(d.port)))));
-  await sleep(5000);
-  const out = { attempted: target, openAfter5s: conns.filter((c) => !c.closed).length };
-  for (const c of conns) c.socket.destroy();
-  return out;
+  const children = [0, 1].map(() => spawn(process.execPath, ["--import", "tsx", import.meta.filename, "--connect-child", String(d.port), "12000"], { stdio: ["ignore", "pipe", "inherit"] }));
+  const reports = await Promise.all(
+    children.map(async (c) => {
+      let out = "";
+      c.stdout!.on("data", (b: Buffer) => (out += b.toString()));
+      await once(c, "exit");
+      return JSON.parse(out) as { connected: number; openAfter5s: number };
+    }),
+  );
+  return { attempted: 24_000, connected: reports.reduce((n, r) => n + r.connected, 0), openAfter5s: reports.reduce((n, r) => n + r.openAfter5s, 0) };
 };
+
+/** The child of `connections`: opens N raw connections, waits 5 s, reports, exits. */
+async function connectChild(port: number, n: number): Promise<void> {
+  const conns: Raw[] = [];
+  for (let i = 0; i < n; i += 500) conns.push(...(await Promise.all(Array.from({ length: Math.min(500, n - i) }, () => rawConnect(port)))));
+  const connected = conns.filter((c) => !c.closed).length;
+  await sleep(5000);
+  process.stdout.write(JSON.stringify({ connected, openAfter5s: conns.filter((c) => !c.closed).length }));
+  process.exit(0);
+}
 
 /** 50 connections each opening and at once resetting 3,000 streams; then they stay connected. */
 const rapidReset: Probe = async (d) => {
@@ -289,28 +305,35 @@ const rapidReset: Probe = async (d) => {
   return out;
 };
 
-/** 20 parallel unauthenticated Connect-JSON Enqueues of 3 MB of nested arrays, three rounds. */
+/** 20 workers, each sending unauthenticated 3 MB Connect-JSON Enqueues of nested arrays, one after another, for 15 s. */
 const nestedJson: Probe = async (d) => {
   const depth = 1_500_000;
   const body = Buffer.from(`{"tenantKey":"default","items":[{"payloadJson":"x"}],"x":${"[".repeat(depth)}${"]".repeat(depth)}}`);
   const statuses: Record<string, number> = {};
+  const count = (k: string) => (statuses[k] = (statuses[k] ?? 0) + 1);
   const s = http2.connect(`http://127.0.0.1:${d.port}`);
   s.on("error", () => {});
-  for (let round = 0; round < 3; round++)
-    await Promise.all(
-      Array.from({ length: 20 }, () =>
-        new Promise<void>((done) => {
-          const req = s.request({ ":method": "POST", ":path": "/aiflow.cluster.v1.QueueService/Enqueue", "content-type": "application/json", "content-length": String(body.length) });
-          req.on("response", (h) => (statuses[String(h[":status"])] = (statuses[String(h[":status"])] ?? 0) + 1));
-          req.on("error", () => {});
-          req.on("close", () => done());
-          req.resume();
-          req.end(body);
-        }),
-      ),
-    );
+  const until = performance.now() + 15_000;
+  const one = () =>
+    new Promise<void>((done) => {
+      const req = s.request({ ":method": "POST", ":path": "/aiflow.cluster.v1.QueueService/Enqueue", "content-type": "application/json", "content-length": String(body.length) });
+      let status = "no response";
+      req.on("response", (h) => (status = String(h[":status"])));
+      req.on("error", () => {});
+      req.on("close", () => {
+        count(status);
+        done();
+      });
+      req.resume();
+      req.end(body);
+    });
+  await Promise.all(
+    Array.from({ length: 20 }, async () => {
+      while (performance.now() < until) await one();
+    }),
+  );
   s.destroy();
-  return { requests: 60, bodyBytes: body.length, httpStatuses: statuses };
+  return { workers: 20, bodyBytes: body.length, httpStatuses: statuses };
 };
 
 /** 200 clients (a connection each), each enqueuing two items of 1 MB payload at once. */
@@ -377,6 +400,8 @@ const healthWatches: Probe = async (d) => {
 };
 
 const PROBES: Record<string, Probe> = { streams, connections, rapidReset, nestedJson, bigEnqueues, healthWatches };
+
+if (arg("--connect-child")) await connectChild(Number(arg("--connect-child")), Number(args[args.indexOf("--connect-child") + 2]));
 
 for (const [name, probe] of Object.entries(PROBES)) {
   if (ONLY && !ONLY.includes(name)) continue;

@@ -54,7 +54,9 @@ function unfinished(headers: http2.OutgoingHttpHeaders, body: Buffer, opts: { lo
     req.on("response", (h) => (head = h));
     req.on("data", (c: Buffer) => chunks.push(c));
     req.on("error", reject);
-    req.on("close", () => {
+    // The answer's end, not the stream's close: the server reads and drops the rest of a refused
+    // body for a while, and this body never ends.
+    req.on("end", () => {
       session.destroy();
       resolve({ status: Number(head[":status"]), headers: head, body: Buffer.concat(chunks).toString() });
     });
@@ -103,6 +105,26 @@ describe("refusing on the request headers", () => {
     expect(stream.status).toBe(200);
     expect(stream.body.charCodeAt(0)).toBe(2);
     expect(JSON.parse(stream.body.slice(5))).toEqual({ error: { code: "unauthenticated", message: "missing bearer token: send 'authorization: Bearer <token>'" } });
+  });
+
+  it("drops the rest of a refused body rather than resetting it, so a Node client's session survives many refusals", async () => {
+    // A stream reset while a Node client still writes keeps the unsent bytes counted against that
+    // client's session memory (10 MB by default); past it the session refuses every new stream.
+    // From an address of its own, so that these failures do not throttle the other tests' calls.
+    const session = http2.connect(`http://${daemon.address}`, { createConnection: () => net.connect({ host: "127.0.0.1", port: daemon.port, localAddress: "127.0.0.4" }) });
+    const body = Buffer.alloc(1_000_000, 32);
+    const statuses: number[] = [];
+    // One after another: in parallel, the client's own buffered writes alone would pass that limit.
+    for (let i = 0; i < 18; i++) {
+      const req = session.request({ ":method": "POST", ":path": ENQUEUE, "content-type": "application/json", "content-length": String(body.length) });
+      req.on("error", () => {});
+      req.on("response", (h) => statuses.push(Number(h[":status"])));
+      req.resume();
+      req.end(body);
+      await once(req, "close");
+    }
+    expect(statuses).toEqual(Array(18).fill(401));
+    session.close();
   });
 
   it("a Connect GET is refused on its headers too", async () => {

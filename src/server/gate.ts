@@ -40,22 +40,32 @@ export interface GateOptions {
 
 const HEALTH_WATCH = `/${Health.typeName}/Watch`;
 
-/** Returns a 'stream' listener: true when it answered the stream itself, false to pass it on. */
-export function createGate(opts: GateOptions): (stream: ServerHttp2Stream, headers: IncomingHttpHeaders) => boolean {
+export interface Gate {
+  /** The 'stream' listener: true when it answered the stream itself, false to pass it on. */
+  (stream: ServerHttp2Stream, headers: IncomingHttpHeaders): boolean;
+  /**
+   * Tells the gate the direct path (grpc-unary.ts) serves this stream: that path stops reading a body
+   * the gate answered, so a refusal part way can discard the rest instead of resetting the stream.
+   */
+  direct(stream: ServerHttp2Stream): void;
+}
+
+export function createGate(opts: GateOptions): Gate {
   const failures = new AuthFailures(opts.clock, opts.authFailureLimit, opts.authFailureWindowMs);
   const budget = new ByteBudget(opts.maxInflightBytes);
   const watches = new WatchCaps(opts.healthWatchMax, opts.healthWatchMaxPerAddress);
   const { stats, log } = opts;
+  const direct = new WeakSet<ServerHttp2Stream>();
 
-  return (stream, headers) => {
-    const address = stream.session?.socket?.remoteAddress ?? "unknown";
+  const gate = (stream: ServerHttp2Stream, headers: IncomingHttpHeaders): boolean => {
+    const address = addressOf(stream);
     const path = headers[":path"] ?? "";
     const { service, method } = splitPath(path);
     const needed = opts.access.get(service);
     if (needed !== undefined && needed !== "public") {
       if (failures.throttled(address)) {
         stats.authThrottled++;
-        refuse(stream, headers, new ConnectError("too many failed authentications from this address; try again later", Code.ResourceExhausted));
+        refuse(stream, headers, new ConnectError("too many failed authentications from this address; try again later", Code.ResourceExhausted), opts.bodyTimeoutMs);
         return true;
       }
       const decision = opts.auth.check(opts.access, service, method, headerText(headers.authorization));
@@ -64,7 +74,7 @@ export function createGate(opts: GateOptions): (stream: ServerHttp2Stream, heade
         log.warn({ remote: address, reason: decision.reason, service, method }, "call refused: authentication failed");
         if ((decision.reason === "missing" || decision.reason === "unknown") && failures.record(address))
           log.warn({ remote: address, limit: opts.authFailureLimit, windowMs: opts.authFailureWindowMs }, "address over the failed-authentication limit: refusing its calls until the window ends");
-        refuse(stream, headers, decision.error);
+        refuse(stream, headers, decision.error, opts.bodyTimeoutMs);
         return true;
       }
     }
@@ -72,26 +82,30 @@ export function createGate(opts: GateOptions): (stream: ServerHttp2Stream, heade
       const full = watches.acquire(address);
       if (full) {
         stats.healthWatchRefused++;
-        refuse(stream, headers, new ConnectError(`too many Health.Watch streams ${full}; use Check, or watch again later`, Code.ResourceExhausted));
+        refuse(stream, headers, new ConnectError(`too many Health.Watch streams ${full}; use Check, or watch again later`, Code.ResourceExhausted), opts.bodyTimeoutMs);
         return true;
       }
       stream.once("close", () => watches.release(address));
     }
-    return !admitBody(stream, headers, budget, opts);
+    return !admitBody(stream, headers, budget, opts, direct);
   };
+  return Object.assign(gate, { direct: (stream: ServerHttp2Stream) => void direct.add(stream) });
 }
 
 /** Reserves the body's bytes as they arrive (or its declared length at once); false when refused. */
-function admitBody(stream: ServerHttp2Stream, headers: IncomingHttpHeaders, budget: ByteBudget, opts: GateOptions): boolean {
-  const overBudget = () => {
+function admitBody(stream: ServerHttp2Stream, headers: IncomingHttpHeaders, budget: ByteBudget, opts: GateOptions, direct: WeakSet<ServerHttp2Stream>): boolean {
+  // A stream refused before a handler has it, or one the direct path reads, has the rest of its
+  // body discarded (refuse.ts says why that beats a reset); connect-node would go on buffering a
+  // body it reads, so its streams are reset.
+  const overBudget = (discardMs?: number) => {
     opts.stats.inflightRefused++;
-    refuse(stream, headers, new ConnectError(`the daemon holds ${opts.maxInflightBytes} bytes of requests in flight; try again later`, Code.ResourceExhausted));
+    refuse(stream, headers, new ConnectError(`the daemon holds ${opts.maxInflightBytes} bytes of requests in flight; try again later`, Code.ResourceExhausted), discardMs);
   };
   const declared = Number(headers["content-length"] ?? 0);
   let held = 0;
   if (declared > 0) {
     if (!budget.reserve(declared)) {
-      overBudget();
+      overBudget(opts.bodyTimeoutMs);
       return false;
     }
     held = declared;
@@ -105,7 +119,7 @@ function admitBody(stream: ServerHttp2Stream, headers: IncomingHttpHeaders, budg
     if (budget.reserve(received - held)) held = received;
     else {
       done();
-      overBudget();
+      overBudget(direct.has(stream) ? opts.bodyTimeoutMs : undefined);
     }
   };
   const timer = setTimeout(() => {
@@ -165,6 +179,16 @@ class WatchCaps {
     if (mine === 0) this.#byAddress.delete(address);
     else this.#byAddress.set(address, mine);
   }
+}
+
+/** A session's peer address, read once: its socket is a proxy, and every call asks. */
+const addresses = new WeakMap<object, string>();
+function addressOf(stream: ServerHttp2Stream): string {
+  const session = stream.session;
+  if (!session) return "unknown";
+  let a = addresses.get(session);
+  if (a === undefined) addresses.set(session, (a = session.socket?.remoteAddress ?? "unknown"));
+  return a;
 }
 
 /** "/pkg.Service/Method" (a Connect GET has a query after it). */

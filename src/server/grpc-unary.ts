@@ -361,6 +361,8 @@ function readBody(stream: ServerHttp2Stream, max: number, cancel: Cancel): Promi
       reject(e);
     };
     const onData = (chunk: Buffer) => {
+      // Answered already, part way through its body (gate.ts refused it): the rest is discarded.
+      if (stream.headersSent) return fail(new ConnectError("the call was refused while its body was read", Code.ResourceExhausted));
       size += chunk.length;
       if (size > max + 5) fail(new ConnectError(`message larger than ${max} bytes`, Code.ResourceExhausted));
       else chunks.push(chunk);

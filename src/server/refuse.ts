@@ -2,8 +2,12 @@
  * Answers a call with an error before anything has read its body, in the protocol the caller speaks:
  * gRPC and gRPC-Web as a trailers-only response (grpc-status in the one HEADERS frame), Connect unary
  * (and GET) as an HTTP error status with Connect's JSON error body, Connect streaming as an end-stream
- * message. A request still sending its body is then reset with NO_ERROR, which tells the client to
- * stop sending (RFC 9113 §8.1) without turning the answer into a failure of the stream.
+ * message. What a request still sends of its body is read and discarded until it ends, for at most
+ * `discardMs`; then (or at once, with no `discardMs`) the stream is reset with NO_ERROR, which tells
+ * the client to stop sending (RFC 9113 §8.1) without turning the answer into a failure.
+ * Discarding first matters to Node clients (grpc-js among them): a stream reset while they still
+ * write keeps its unsent bytes counted against their session memory, and after about 10 MB of that
+ * their session refuses every new stream (ENHANCE_YOUR_CALM).
  */
 import http2, { type IncomingHttpHeaders, type ServerHttp2Stream } from "node:http2";
 import { nodeHeaders } from "@aiflow/agent-sdk/codec";
@@ -11,7 +15,7 @@ import type { ConnectError } from "@connectrpc/connect";
 import { setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import { codeToHttpStatus, endStreamFlag, errorToJson } from "@connectrpc/connect/protocol-connect";
 
-export function refuse(stream: ServerHttp2Stream, headers: IncomingHttpHeaders, err: ConnectError): void {
+export function refuse(stream: ServerHttp2Stream, headers: IncomingHttpHeaders, err: ConnectError, discardMs?: number): void {
   // A reset from the client emits 'error'; unheard, that would be an uncaught exception.
   stream.on("error", ignore);
   if (stream.destroyed || stream.closed) return;
@@ -32,12 +36,17 @@ export function refuse(stream: ServerHttp2Stream, headers: IncomingHttpHeaders, 
       stream.end(JSON.stringify(errorToJson(err, undefined)));
     }
   }
-  if (!stream.endAfterHeaders) {
-    // Whatever of the body still arrives is discarded, so the connection's flow-control window is
-    // not left full of bytes nobody reads.
-    stream.resume();
+  if (stream.endAfterHeaders || stream.readableEnded) return;
+  // Whatever of the body still arrives is read and dropped, so the connection's flow-control
+  // window is not left full of bytes nobody reads.
+  stream.resume();
+  if (discardMs === undefined) {
     stream.close(http2.constants.NGHTTP2_NO_ERROR);
+    return;
   }
+  const timer = setTimeout(() => stream.close(http2.constants.NGHTTP2_NO_ERROR), discardMs);
+  timer.unref();
+  stream.once("close", () => clearTimeout(timer));
 }
 
 const ignore = () => {};

@@ -92,7 +92,16 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   });
   const server = http2.createServer(http2ServerOptions(limits));
   // The gate answers refused calls before either path reads their bodies.
-  routeStreams(server, (stream, headers) => gate(stream, headers) || fast(stream, headers), (req, res) => void handler(req, res));
+  routeStreams(
+    server,
+    (stream, headers) => {
+      if (gate(stream, headers)) return true;
+      if (!fast(stream, headers)) return false;
+      gate.direct(stream);
+      return true;
+    },
+    (req, res) => void handler(req, res),
+  );
   const guard = guardSessions(server, limits, opts.log, stats);
   // RPCs are small request/response exchanges: without TCP_NODELAY, Nagle's algorithm holds a reply
   // back until the peer's delayed ACK (tens of milliseconds per call).
