@@ -220,18 +220,10 @@ describe("replies that stay readable", () => {
     const ids: string[] = [];
     // One call each: a call's message is capped at twice the payload limit.
     for (let i = 0; i < 7; i++) ids.push(await p.one("page1", { engineKind: "dag", payloadJson: big(i) }));
-    const seen: string[] = [];
-    let token = "";
-    let pages = 0;
-    do {
-      const res = await p.q.listItems({ tenantKey: "page1", pageSize: 1000, pageToken: token }, p.call);
-      const bytes = res.items.reduce((n, it) => n + Buffer.byteLength(it.payloadJson), 0);
-      expect(res.items.length).toBeGreaterThan(0);
-      if (res.items.length > 1) expect(bytes).toBeLessThanOrEqual(LIST_PAGE_BYTES);
-      seen.push(...res.items.map((i) => i.id));
-      token = res.nextPageToken;
-      pages++;
-    } while (token && pages < 20);
+    const { seen, pages } = await pageThrough(LIST_PAGE_BYTES, async (pageToken) => {
+      const res = await p.q.listItems({ tenantKey: "page1", pageSize: 1000, pageToken }, p.call);
+      return { rows: res.items.map((i) => ({ id: i.id, bytes: Buffer.byteLength(i.payloadJson) })), next: res.nextPageToken };
+    });
     expect(seen.length).toBe(ids.length);
     expect(new Set(seen)).toEqual(new Set(ids));
     expect(pages).toBeGreaterThan(2);
@@ -256,20 +248,31 @@ describe("replies that stay readable", () => {
       );
       ids.push(res.firing!.id);
     }
-    const seen: string[] = [];
-    let token = "";
-    let pages = 0;
-    do {
-      const res = await firings.client.listFirings({ tenantKey: "page2", pageSize: 500, pageToken: token }, firings.call);
-      const bytes = res.firings.reduce((n, f) => n + Buffer.byteLength(f.payload), 0);
-      expect(res.firings.length).toBeGreaterThan(0);
-      if (res.firings.length > 1) expect(bytes).toBeLessThanOrEqual(FIRING_PAGE_BYTES);
-      seen.push(...res.firings.map((f) => f.id));
-      token = res.nextPageToken;
-      pages++;
-    } while (token && pages < 20);
+    const { seen, pages } = await pageThrough(FIRING_PAGE_BYTES, async (pageToken) => {
+      const res = await firings.client.listFirings({ tenantKey: "page2", pageSize: 500, pageToken }, firings.call);
+      return { rows: res.firings.map((f) => ({ id: f.id, bytes: Buffer.byteLength(f.payload) })), next: res.nextPageToken };
+    });
     expect(seen.length).toBe(ids.length);
     expect(new Set(seen)).toEqual(new Set(ids));
     expect(pages).toBeGreaterThan(1);
   });
 });
+
+/**
+ * Reads every page, checking that each holds at least one row and, when it holds more, at most
+ * `budget` bytes. Returns the ids in the order read and how many pages it took.
+ */
+async function pageThrough(budget: number, page: (token: string) => Promise<{ rows: { id: string; bytes: number }[]; next: string }>) {
+  const seen: string[] = [];
+  let token = "";
+  let pages = 0;
+  do {
+    const { rows, next } = await page(token);
+    expect(rows.length).toBeGreaterThan(0);
+    if (rows.length > 1) expect(rows.reduce((n, r) => n + r.bytes, 0)).toBeLessThanOrEqual(budget);
+    seen.push(...rows.map((r) => r.id));
+    token = next;
+    pages++;
+  } while (token && pages < 20);
+  return { seen, pages };
+}

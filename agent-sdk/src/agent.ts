@@ -313,10 +313,7 @@ export class Agent extends EventEmitter<AgentEvents> {
     const current = () => epoch === this.#drainEpoch && !this.#leaving && this.#life.state === "draining";
     this.#life.to("draining");
     this.#tighten(deadlineAt);
-    this.#work.releaseWaiting();
-    const deadlineInMs = Number.isFinite(this.#deadlineAt) ? Math.max(0, this.#deadlineAt - Date.now()) : null;
-    this.#log.info({ why, inFlight: this.#work.busy, deadlineInMs }, "draining: claiming nothing more");
-    this.#armDeadline();
+    this.#startDraining(why);
     await this.#claimer.stop();
     await this.#work.nothingRunning();
     if (!current()) return;
@@ -338,6 +335,14 @@ export class Agent extends EventEmitter<AgentEvents> {
     this.#claimer.start();
   }
 
+  /** What every drain does first: items claimed ahead would not start before it ends, so others run them now. */
+  #startDraining(why: string): void {
+    this.#work.releaseWaiting();
+    const deadlineInMs = Number.isFinite(this.#deadlineAt) ? Math.max(0, this.#deadlineAt - Date.now()) : null;
+    this.#log.info({ why, inFlight: this.#work.busy, deadlineInMs }, "draining: claiming nothing more");
+    this.#armDeadline();
+  }
+
   #armDeadline(): void {
     clearTimeout(this.#deadlineTimer);
     if (!Number.isFinite(this.#deadlineAt)) return;
@@ -353,11 +358,7 @@ export class Agent extends EventEmitter<AgentEvents> {
     }
     // From running; a drain already under way (the daemon's) or a pause carries on from where it is.
     if (from !== "draining" && from !== "paused") this.#life.to("draining");
-    // Items claimed ahead would not start before the drain ends: others can run them now.
-    this.#work.releaseWaiting();
-    const deadlineInMs = Number.isFinite(this.#deadlineAt) ? Math.max(0, this.#deadlineAt - Date.now()) : null;
-    this.#log.info({ why, inFlight: this.#work.busy, deadlineInMs }, "draining: claiming nothing more");
-    this.#armDeadline();
+    this.#startDraining(why);
     // 1. Stop claiming.
     await this.#claimer.stop();
     // 2. Wait for in-flight items; the deadline aborts and gives back what still runs.
