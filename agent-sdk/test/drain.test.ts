@@ -11,7 +11,7 @@ import { OpsService } from "../../src/gen/aiflow/cluster/v1/ops_pb.js";
 import { agentRow } from "../../test/support/agents.js";
 import { bearer, startTestDaemon, TOKENS } from "../../test/support/daemon.js";
 import { createTestDb, type TestDb } from "../../test/support/db.js";
-import type { Agent, AgentState } from "../src/index.js";
+import type { Agent, AgentOptions, AgentState } from "../src/index.js";
 import { callLog, deferred, finished, Producer, testAgent, until, WorkItemStatus } from "./support.js";
 
 let db: TestDb;
@@ -122,54 +122,26 @@ describe("agent.drain()", () => {
 });
 
 describe("the daemon's drain directive", () => {
-  it("with onDaemonDrain 'exit', OpsService.DrainAgent: the agent stops claiming, finishes its item, reports it and deregisters", async () => {
-    const ops = createClient(OpsService, createGrpcTransport({ baseUrl: `http://${daemon.address}` }));
+  const ops = () => createClient(OpsService, createGrpcTransport({ baseUrl: `http://${daemon.address}` }));
+  const opsCall = { headers: bearer(TOKENS.ops) };
+
+  /**
+   * A running agent of one engine kind whose handler holds the first item it runs until `gate`
+   * opens (later items finish at once), its calls logged and its states recorded from `running` on.
+   */
+  async function gatedAgent(kind: string, extra: Partial<AgentOptions> = {}) {
     const calls = callLog();
     const gate = deferred();
     const running = deferred();
+    let held = false;
     const agent = testAgent(daemon.address, {
-      engineKinds: ["ops-drained"],
-      onDaemonDrain: "exit",
+      engineKinds: [kind],
       interceptors: [calls.interceptor],
+      ...extra,
       handlers: {
-        "ops-drained": async () => {
-          running.resolve();
-          await gate.promise;
-          return "finished while draining";
-        },
-      },
-    });
-    const ended = agent.run();
-    await until("registered", () => agent.state === "running");
-    const states = recordStates(agent);
-    const [id] = await producer.enqueue([{ engineKind: "ops-drained" }]);
-    await running.promise;
-
-    await ops.drainAgent({ name: agent.name, reason: "rolling deploy" }, { headers: bearer(TOKENS.ops) });
-    await until("the agent follows the directive", () => agent.state === "draining");
-    const claimsAtDrain = calls.count("Claim");
-    gate.resolve();
-    await ended;
-
-    expect(states).toEqual(["running", "draining", "drained", "stopped"]);
-    expect(await producer.get(id!)).toMatchObject({ status: WorkItemStatus.COMPLETED, resultJson: JSON.stringify("finished while draining") });
-    expect(calls.count("Claim")).toBe(claimsAtDrain);
-    expect(calls.calls.at(-1)?.method).toBe("Deregister");
-    expect((await agentRow(db, agent.name))?.status).toBe("inactive");
-  });
-
-  it("by default the agent pauses once its work is done, stays registered and heartbeating, and an undrain makes it claim again", async () => {
-    const ops = createClient(OpsService, createGrpcTransport({ baseUrl: `http://${daemon.address}` }));
-    const opsCall = { headers: bearer(TOKENS.ops) };
-    const calls = callLog();
-    const gate = deferred();
-    const running = deferred();
-    const agent = testAgent(daemon.address, {
-      engineKinds: ["ops-paused"],
-      interceptors: [calls.interceptor],
-      handlers: {
-        "ops-paused": async (item) => {
-          if ((item.payload as { first?: boolean } | null)?.first) {
+        [kind]: async (item) => {
+          if (!held) {
+            held = true;
             running.resolve();
             await gate.promise;
           }
@@ -177,13 +149,35 @@ describe("the daemon's drain directive", () => {
         },
       },
     });
-    void agent.run();
+    const ended = agent.run();
     await until("registered", () => agent.state === "running");
-    const states = recordStates(agent);
-    const [first] = await producer.enqueue([{ engineKind: "ops-paused", payloadJson: JSON.stringify({ first: true }) }]);
-    await running.promise;
+    return { agent, calls, gate, running: running.promise, ended, states: recordStates(agent) };
+  }
 
-    await ops.drainAgent({ name: agent.name, reason: "rolling deploy" }, opsCall);
+  it("with onDaemonDrain 'exit', OpsService.DrainAgent: the agent stops claiming, finishes its item, reports it and deregisters", async () => {
+    const { agent, calls, gate, running, ended, states } = await gatedAgent("ops-drained", { onDaemonDrain: "exit" });
+    const [id] = await producer.enqueue([{ engineKind: "ops-drained" }]);
+    await running;
+
+    await ops().drainAgent({ name: agent.name, reason: "rolling deploy" }, opsCall);
+    await until("the agent follows the directive", () => agent.state === "draining");
+    const claimsAtDrain = calls.count("Claim");
+    gate.resolve();
+    await ended;
+
+    expect(states).toEqual(["running", "draining", "drained", "stopped"]);
+    expect(await producer.get(id!)).toMatchObject({ status: WorkItemStatus.COMPLETED, resultJson: JSON.stringify(`ran ${id}`) });
+    expect(calls.count("Claim")).toBe(claimsAtDrain);
+    expect(calls.calls.at(-1)?.method).toBe("Deregister");
+    expect((await agentRow(db, agent.name))?.status).toBe("inactive");
+  });
+
+  it("by default the agent pauses once its work is done, stays registered and heartbeating, and an undrain makes it claim again", async () => {
+    const { agent, calls, gate, running, states } = await gatedAgent("ops-paused");
+    const [first] = await producer.enqueue([{ engineKind: "ops-paused" }]);
+    await running;
+
+    await ops().drainAgent({ name: agent.name, reason: "rolling deploy" }, opsCall);
     await until("the agent follows the directive", () => agent.state === "draining");
     gate.resolve();
     await until("the agent pauses once its item is reported", () => agent.state === "paused");
@@ -197,7 +191,7 @@ describe("the daemon's drain directive", () => {
     await until("it keeps heartbeating while paused", async () => ((await agentRow(db, agent.name))!.updatedon as Date) > seen);
     expect(await producer.get(second!)).toMatchObject({ status: WorkItemStatus.PENDING });
 
-    await ops.undrainAgent({ name: agent.name }, opsCall);
+    await ops().undrainAgent({ name: agent.name }, opsCall);
     const done = await finished(agent, second!);
     expect(done.outcome.kind).toBe("completed");
     expect(agent.state).toBe("running");
@@ -206,36 +200,18 @@ describe("the daemon's drain directive", () => {
   });
 
   it("an undrain while the drain is still finishing work resumes at once; the process's own drain from paused stops the agent", async () => {
-    const ops = createClient(OpsService, createGrpcTransport({ baseUrl: `http://${daemon.address}` }));
-    const opsCall = { headers: bearer(TOKENS.ops) };
-    const calls = callLog();
-    const gate = deferred();
-    const running = deferred();
-    const agent = testAgent(daemon.address, {
-      engineKinds: ["ops-undrained"],
-      interceptors: [calls.interceptor],
-      handlers: {
-        "ops-undrained": async () => {
-          running.resolve();
-          await gate.promise;
-          return "done";
-        },
-      },
-    });
-    const ended = agent.run();
-    await until("registered", () => agent.state === "running");
-    const states = recordStates(agent);
+    const { agent, calls, gate, running, ended, states } = await gatedAgent("ops-undrained");
     const [id] = await producer.enqueue([{ engineKind: "ops-undrained" }]);
-    await running.promise;
-    await ops.drainAgent({ name: agent.name }, opsCall);
+    await running;
+    await ops().drainAgent({ name: agent.name }, opsCall);
     await until("draining", () => agent.state === "draining");
-    await ops.undrainAgent({ name: agent.name }, opsCall);
+    await ops().undrainAgent({ name: agent.name }, opsCall);
     await until("running again while its item still runs", () => agent.state === "running");
     expect(agent.inFlight).toBe(1);
     gate.resolve();
     await finished(agent, id!);
     // A new drain pauses it; then the process's own drain stops it from there.
-    await ops.drainAgent({ name: agent.name }, opsCall);
+    await ops().drainAgent({ name: agent.name }, opsCall);
     await until("paused", () => agent.state === "paused");
     await agent.drain();
     await ended;
