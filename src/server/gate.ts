@@ -5,9 +5,9 @@
  *   there, with the interceptor's own error (Authenticator.check decides for both), and logged at
  *   warn with the address and the reason, never the token;
  * - an address over --auth-failure-limit has its token-needing calls refused until its window ends;
- * - request bodies held by calls in flight stay within --max-inflight-bytes daemon-wide: a call that
- *   would pass it is answered RESOURCE_EXHAUSTED and its body discarded, and what a call holds is
- *   released when its stream closes (its reply sent or it was cancelled);
+ * - request bodies held by calls in flight stay within --max-inflight-bytes daemon-wide (one budget:
+ *   the direct path reserves from it as it reads, `body` watches connect-node's streams): a call that
+ *   would pass it is answered RESOURCE_EXHAUSTED, and what a call holds is released when it ends;
  * - a body must be complete within --http2-body-timeout of its headers;
  * - Health.Watch, the one stream open to anyone, is capped per address and in total.
  * The interceptor stays the second line: tenant and agent checks need the message and run in handlers.
@@ -21,6 +21,7 @@ import type { Clock } from "../clock.js";
 import type { Logger } from "../log.js";
 import type { Access, Authenticator } from "./auth.js";
 import { AuthFailures } from "./auth-failures.js";
+import type { BodyBudget } from "./grpc-unary.js";
 import { refuse } from "./refuse.js";
 import type { ServerStats } from "./stats.js";
 
@@ -41,21 +42,30 @@ export interface GateOptions {
 const HEALTH_WATCH = `/${Health.typeName}/Watch`;
 
 export interface Gate {
-  /** The 'stream' listener: true when it answered the stream itself, false to pass it on. */
+  /** The 'stream' listener's first step: true when it answered the stream itself, false to pass it on. */
   (stream: ServerHttp2Stream, headers: IncomingHttpHeaders): boolean;
   /**
-   * Tells the gate the direct path (grpc-unary.ts) serves this stream: that path stops reading a body
-   * the gate answered, so a refusal part way can discard the rest instead of resetting the stream.
+   * For a stream connect-node will read: holds its body to the budget and its time; true when it
+   * refused it (on its declared length) instead.
    */
-  direct(stream: ServerHttp2Stream): void;
+  body(stream: ServerHttp2Stream, headers: IncomingHttpHeaders): boolean;
+  /** The same budget for the direct path (grpc-unary.ts), which reserves as it reads. */
+  readonly budget: BodyBudget;
 }
 
 export function createGate(opts: GateOptions): Gate {
   const failures = new AuthFailures(opts.clock, opts.authFailureLimit, opts.authFailureWindowMs);
-  const budget = new ByteBudget(opts.maxInflightBytes);
+  const bytes = new ByteBudget(opts.maxInflightBytes);
   const watches = new WatchCaps(opts.healthWatchMax, opts.healthWatchMaxPerAddress);
   const { stats, log } = opts;
-  const direct = new WeakSet<ServerHttp2Stream>();
+  const overBudget = () => new ConnectError(`the daemon holds ${opts.maxInflightBytes} bytes of requests in flight; try again later`, Code.ResourceExhausted);
+  const budget: BodyBudget = {
+    reserve: (n) => bytes.reserve(n),
+    release: (n) => bytes.release(n),
+    bodyTimeoutMs: opts.bodyTimeoutMs,
+    refused: (why) => void (why === "bytes" ? stats.inflightRefused++ : stats.bodyTimeouts++),
+    overBudget,
+  };
 
   const gate = (stream: ServerHttp2Stream, headers: IncomingHttpHeaders): boolean => {
     const address = addressOf(stream);
@@ -87,55 +97,56 @@ export function createGate(opts: GateOptions): Gate {
       }
       stream.once("close", () => watches.release(address));
     }
-    return !admitBody(stream, headers, budget, opts, direct);
+    return false;
   };
-  return Object.assign(gate, { direct: (stream: ServerHttp2Stream) => void direct.add(stream) });
-}
 
-/** Reserves the body's bytes as they arrive (or its declared length at once); false when refused. */
-function admitBody(stream: ServerHttp2Stream, headers: IncomingHttpHeaders, budget: ByteBudget, opts: GateOptions, direct: WeakSet<ServerHttp2Stream>): boolean {
-  // A stream refused before a handler has it, or one the direct path reads, has the rest of its
-  // body discarded (refuse.ts says why that beats a reset); connect-node would go on buffering a
-  // body it reads, so its streams are reset.
-  const overBudget = (discardMs?: number) => {
-    opts.stats.inflightRefused++;
-    refuse(stream, headers, new ConnectError(`the daemon holds ${opts.maxInflightBytes} bytes of requests in flight; try again later`, Code.ResourceExhausted), discardMs);
-  };
-  const declared = Number(headers["content-length"] ?? 0);
-  let held = 0;
-  if (declared > 0) {
-    if (!budget.reserve(declared)) {
-      overBudget(opts.bodyTimeoutMs);
-      return false;
+  /**
+   * Reserves the body's declared length at once, and what arrives past it as it arrives. Refused on
+   * its declared length, no handler has the stream and the rest of its body is discarded (refuse.ts
+   * says why that beats a reset); refused part way, connect-node is reading it and would buffer on,
+   * so the stream is reset.
+   */
+  const body = (stream: ServerHttp2Stream, headers: IncomingHttpHeaders): boolean => {
+    const declared = Number(headers["content-length"] ?? 0);
+    let held = 0;
+    if (declared > 0) {
+      if (!bytes.reserve(declared)) {
+        stats.inflightRefused++;
+        refuse(stream, headers, overBudget(), opts.bodyTimeoutMs);
+        return true;
+      }
+      held = declared;
     }
-    held = declared;
-  }
-  stream.once("close", () => budget.release(held));
-  if (stream.endAfterHeaders) return true;
-  let received = 0;
-  const onData = (chunk: Buffer) => {
-    received += chunk.length;
-    if (received <= held) return;
-    if (budget.reserve(received - held)) held = received;
-    else {
+    stream.once("close", () => bytes.release(held));
+    if (stream.endAfterHeaders) return false;
+    let received = 0;
+    const onData = (chunk: Buffer) => {
+      received += chunk.length;
+      if (received <= held) return;
+      if (bytes.reserve(received - held)) held = received;
+      else {
+        done();
+        stats.inflightRefused++;
+        refuse(stream, headers, overBudget());
+      }
+    };
+    const timer = setTimeout(() => {
       done();
-      overBudget(direct.has(stream) ? opts.bodyTimeoutMs : undefined);
-    }
+      stats.bodyTimeouts++;
+      refuse(stream, headers, new ConnectError(`the request body did not arrive within ${opts.bodyTimeoutMs}ms`, Code.DeadlineExceeded));
+    }, opts.bodyTimeoutMs);
+    timer.unref();
+    const done = () => {
+      clearTimeout(timer);
+      stream.off("data", onData);
+    };
+    stream.on("data", onData);
+    stream.once("end", done);
+    stream.once("close", done);
+    return false;
   };
-  const timer = setTimeout(() => {
-    done();
-    opts.stats.bodyTimeouts++;
-    refuse(stream, headers, new ConnectError(`the request body did not arrive within ${opts.bodyTimeoutMs}ms`, Code.DeadlineExceeded));
-  }, opts.bodyTimeoutMs);
-  timer.unref();
-  const done = () => {
-    clearTimeout(timer);
-    stream.off("data", onData);
-  };
-  stream.on("data", onData);
-  stream.once("end", done);
-  stream.once("close", done);
-  return true;
+
+  return Object.assign(gate, { body, budget });
 }
 
 /** Bytes held by calls in flight, daemon-wide. */

@@ -28,9 +28,24 @@ import { parseTimeout, setTrailerStatus } from "@connectrpc/connect/protocol-grp
 
 export type UnarySpec = Extract<MethodImplSpec, { kind: "unary" }>;
 
+/**
+ * The daemon-wide hold on request bodies (gate.ts): this path reserves each chunk as it arrives and
+ * releases the call's bytes when the call ends, and a body must be complete within bodyTimeoutMs.
+ */
+export interface BodyBudget {
+  reserve(bytes: number): boolean;
+  release(bytes: number): void;
+  readonly bodyTimeoutMs: number;
+  /** Told of each call refused over the budget or for a late body (for the counters). */
+  refused(why: "bytes" | "timeout"): void;
+  /** The refusal over the budget (one message for both paths). */
+  overBudget(): ConnectError;
+}
+
 export interface GrpcUnaryOptions {
   interceptors: readonly Interceptor[];
   readMaxBytes: number;
+  budget?: BodyBudget;
   /** Aborted when the server stops for good: handlers still running see their signal abort. */
   shutdownSignal: AbortSignal;
 }
@@ -320,9 +335,10 @@ async function serve(
   const { spec } = fast;
   const timeout = parseTimeout(headerText(headers, "grpc-timeout"), Number.MAX_SAFE_INTEGER);
   const { ctx, end } = callContext(spec, stream, headers, url, timeout.timeoutMs, inflight, opts.shutdownSignal);
+  const held: Held = { bytes: 0, late: false };
   try {
     if (timeout.error) throw timeout.error;
-    const input = fast.decode(unwrap(await readBody(stream, opts.readMaxBytes, ctx.cancel), opts.readMaxBytes));
+    const input = fast.decode(unwrap(await readBody(stream, opts.readMaxBytes, ctx.cancel, opts.budget, held), opts.readMaxBytes));
     const output = await invoke(spec, ctx, input as never, interceptors);
     const body = fast.frame(output);
     if (stream.destroyed || stream.closed) return;
@@ -337,7 +353,11 @@ async function serve(
     if (stream.destroyed || stream.closed || stream.headersSent) return;
     // A trailers-only response: status and message in the one HEADERS frame that ends the stream.
     stream.respond({ ...nodeHeaders(ctx.responseHeader), ...nodeHeaders(status), ":status": 200, "content-type": contentType }, { endStream: true });
+    // A body still trickling in after its time is cut; a refused one is otherwise read to its end
+    // and dropped (readBody resumed the stream), which a Node client needs (refuse.ts says why).
+    if (held.late) stream.close(http2.constants.NGHTTP2_NO_ERROR);
   } finally {
+    if (held.bytes > 0) opts.budget!.release(held.bytes);
     // Releases the deadline timer and the close listener; the signal, if made, is left as it is
     // (nothing listens on a finished call's signal, and aborting it would build an exception per call).
     end();
@@ -348,11 +368,25 @@ function protocolError(err: unknown): ConnectError {
   return new ConnectError(`could not read the request message: ${err instanceof Error ? err.message : String(err)}`, Code.Internal);
 }
 
-function readBody(stream: ServerHttp2Stream, max: number, cancel: Cancel): Promise<Buffer> {
+/** What a call holds of the budget, released when it ends; `late`: its body missed its time. */
+interface Held {
+  bytes: number;
+  late: boolean;
+}
+
+function readBody(stream: ServerHttp2Stream, max: number, cancel: Cancel, budget: BodyBudget | undefined, held: Held): Promise<Buffer> {
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     let size = 0;
+    const timer = budget
+      ? setTimeout(() => {
+          held.late = true;
+          budget.refused("timeout");
+          fail(new ConnectError(`the request body did not arrive within ${budget.bodyTimeoutMs}ms`, Code.DeadlineExceeded));
+        }, budget.bodyTimeoutMs)
+      : undefined;
     const fail = (e: unknown) => {
+      clearTimeout(timer);
       cancel.watch(undefined);
       stream.off("data", onData);
       stream.off("error", onError);
@@ -361,16 +395,22 @@ function readBody(stream: ServerHttp2Stream, max: number, cancel: Cancel): Promi
       reject(e);
     };
     const onData = (chunk: Buffer) => {
-      // Answered already, part way through its body (gate.ts refused it): the rest is discarded.
-      if (stream.headersSent) return fail(new ConnectError("the call was refused while its body was read", Code.ResourceExhausted));
       size += chunk.length;
-      if (size > max + 5) fail(new ConnectError(`message larger than ${max} bytes`, Code.ResourceExhausted));
-      else chunks.push(chunk);
+      if (size > max + 5) return fail(new ConnectError(`message larger than ${max} bytes`, Code.ResourceExhausted));
+      if (budget) {
+        if (!budget.reserve(chunk.length)) {
+          budget.refused("bytes");
+          return fail(budget.overBudget());
+        }
+        held.bytes += chunk.length;
+      }
+      chunks.push(chunk);
     };
     const onError = (e: Error) => fail(new ConnectError(e.message, Code.Canceled));
     stream.on("data", onData);
     stream.once("error", onError);
     stream.once("end", () => {
+      clearTimeout(timer);
       cancel.watch(undefined);
       stream.off("error", onError);
       resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks));

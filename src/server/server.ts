@@ -74,7 +74,6 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     compressMinBytes: 64 * 1024,
   });
   const readMaxBytes = opts.readMaxBytes ?? 8 * 1024 * 1024;
-  const fast = grpcUnaryFastPath(unary, { interceptors: opts.interceptors, readMaxBytes, shutdownSignal: hardStop.signal });
   const stats = newServerStats();
   const { limits } = opts;
   const gate = createGate({
@@ -90,18 +89,12 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     healthWatchMax: limits.healthWatchMax,
     healthWatchMaxPerAddress: limits.healthWatchMaxPerAddress,
   });
+  const fast = grpcUnaryFastPath(unary, { interceptors: opts.interceptors, readMaxBytes, shutdownSignal: hardStop.signal, budget: gate.budget });
   const server = http2.createServer(http2ServerOptions(limits));
   // The gate answers refused calls before either path reads their bodies.
-  routeStreams(
-    server,
-    (stream, headers) => {
-      if (gate(stream, headers)) return true;
-      if (!fast(stream, headers)) return false;
-      gate.direct(stream);
-      return true;
-    },
-    (req, res) => void handler(req, res),
-  );
+  // The gate answers refused calls before either path reads their bodies; the direct path holds its
+  // bodies to the gate's budget itself, connect-node's are watched by the gate.
+  routeStreams(server, (stream, headers) => gate(stream, headers) || fast(stream, headers) || gate.body(stream, headers), (req, res) => void handler(req, res));
   const guard = guardSessions(server, limits, opts.log, stats);
   // RPCs are small request/response exchanges: without TCP_NODELAY, Nagle's algorithm holds a reply
   // back until the peer's delayed ACK (tens of milliseconds per call).
