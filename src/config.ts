@@ -135,7 +135,7 @@ const SETTINGS = {
   embeddedPort: { flag: "--embedded-port", env: ["AIFLOW_EMBEDDED_PORT"], default: "7432", help: "port of the embedded Postgres (loopback only)", parse: int(1024, 65535) },
   schema: { flag: "--schema", env: ["AIFLOW_SCHEMA"], default: "public", help: "Postgres schema that holds the tables", parse: identifier },
   tablePrefix: { flag: "--table-prefix", env: ["AIFLOW_TABLE_PREFIX"], default: "aiflow_", help: "prefix of every table and index name", parse: identifier },
-  dbPoolSize: { flag: "--db-pool-size", env: ["AIFLOW_DB_POOL_SIZE"], default: "10", help: "maximum Postgres connections of this instance", parse: int(2, 500) },
+  dbPoolSize: { flag: "--db-pool-size", env: ["AIFLOW_DB_POOL_SIZE"], default: "10", help: "Postgres connections of each of this instance's two pools (queries, and the queue's prepared statements): it opens up to twice this, plus one for LISTEN", parse: int(2, 500) },
   dbConnectTimeout: {
     flag: "--db-connect-timeout",
     env: ["AIFLOW_DB_CONNECT_TIMEOUT"],

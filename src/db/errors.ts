@@ -12,14 +12,30 @@ import {
 } from "slonik";
 import { AppError } from "../domain/errors.js";
 
+/**
+ * SQLSTATEs after which the same statement can succeed shortly: the server shutting down or
+ * restarting (57P01-57P03), out of connections (53300), a serialization failure or deadlock
+ * (40001, 40P01); with class 08 (connection exceptions) they are UNAVAILABLE.
+ */
+const UNAVAILABLE_STATES: ReadonlySet<string> = new Set(["57P01", "57P02", "57P03", "53300", "40001", "40P01"]);
+
 export function interpretDbError(err: unknown): unknown {
   if (err instanceof UniqueIntegrityConstraintViolationError)
     return new AppError("already_exists", `already exists (${err.constraint})`, { cause: err });
   if (err instanceof ForeignKeyIntegrityConstraintViolationError || err instanceof NotNullIntegrityConstraintViolationError || err instanceof CheckIntegrityConstraintViolationError)
     return new AppError("invalid_argument", `rejected by the database (${(err as { constraint?: string }).constraint ?? "constraint"})`, { cause: err });
   if (err instanceof ConnectionError) return new AppError("unavailable", "database unavailable, retry shortly", { cause: err });
+  // The hot pool's statements (./prepared.ts) fail with pg's own errors, which carry only a SQLSTATE.
+  const state = sqlState(err);
+  if (state !== undefined) {
+    const constraint = (err as { constraint?: string }).constraint ?? (err as { cause?: { constraint?: string } }).cause?.constraint;
+    if (state === "23505") return new AppError("already_exists", `already exists (${constraint ?? "unique"})`, { cause: err });
+    if (state.startsWith("23")) return new AppError("invalid_argument", `rejected by the database (${constraint ?? "constraint"})`, { cause: err });
+    if (UNAVAILABLE_STATES.has(state) || state.startsWith("08")) return new AppError("unavailable", "database unavailable, retry shortly", { cause: err });
+    if (state === "57014") return new AppError("unavailable", "database did not answer in time, retry shortly", { cause: err });
+  }
   const code = (err as { cause?: { code?: string }; code?: string })?.cause?.code ?? (err as { code?: string })?.code;
-  if (code === "57P01" || code === "08006" || code === "08001" || code === "ECONNREFUSED" || code === "ECONNRESET")
+  if (code === "ECONNREFUSED" || code === "ECONNRESET")
     return new AppError("unavailable", "database unavailable, retry shortly", { cause: err });
   // pg's own client-side timeouts carry no code, only these messages.
   const message = (err as { message?: unknown })?.message;
@@ -28,10 +44,14 @@ export function interpretDbError(err: unknown): unknown {
   return err;
 }
 
-/** The SQLSTATE of a database error (slonik's or pg's), or undefined. */
+/**
+ * The SQLSTATE of a database error, or undefined: the code of the server's error (it has a
+ * severity, which a socket error's errno code such as EPIPE has not), found through the causes
+ * that slonik's and our own errors wrap it in.
+ */
 export function sqlState(err: unknown): string | undefined {
-  for (let e = err as { code?: unknown; cause?: unknown } | undefined, depth = 0; e && depth < 4; e = e.cause as typeof e, depth++)
-    if (typeof e.code === "string" && /^[0-9A-Z]{5}$/.test(e.code)) return e.code;
+  for (let e = err as { code?: unknown; severity?: unknown; cause?: unknown } | undefined, depth = 0; e && depth < 4; e = e.cause as typeof e, depth++)
+    if (typeof e.code === "string" && typeof e.severity === "string" && /^[0-9A-Z]{5}$/.test(e.code)) return e.code;
   return undefined;
 }
 
