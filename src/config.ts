@@ -272,6 +272,8 @@ export interface Config extends Omit<Parsed, "tokens" | "instanceId"> {
 export interface ParsedArgs {
   command: string | undefined;
   help: boolean;
+  /** `--version` was given. */
+  version: boolean;
   config: Config;
   /** Arguments that were not settings, after the command. */
   rest: string[];
@@ -283,11 +285,16 @@ export function parseArgs(argv: readonly string[], env: NodeJS.ProcessEnv = proc
   const fromFlags = new Map<keyof Settings, string[]>();
   let command: string | undefined;
   let help = false;
+  let version = false;
   const rest: string[] = [];
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i]!;
     if (arg === "--help" || arg === "-h") {
       help = true;
+      continue;
+    }
+    if (arg === "--version") {
+      version = true;
       continue;
     }
     if (arg.startsWith("--")) {
@@ -330,7 +337,7 @@ export function parseArgs(argv: readonly string[], env: NodeJS.ProcessEnv = proc
   // A heartbeat buffered for longer than the liveness window would let a live agent be marked inactive.
   if (config.heartbeatFlush >= config.livenessIntervals * config.heartbeatInterval)
     throw new ConfigError("--heartbeat-flush", "must be shorter than --liveness-intervals × --heartbeat-interval");
-  return { command, help, config, rest };
+  return { command, help, version, config, rest };
 }
 
 function readTokensFile(path: string): TokenGrant[] {

@@ -17,6 +17,7 @@ import { errorInterceptor } from "./server/errors.js";
 import { startServer, type RunningServer, type ServerLimits } from "./server/server.js";
 import type { ServerStats } from "./server/stats.js";
 import { buildServices, type Background, type Services } from "./services/index.js";
+import { VERSION } from "./version.js";
 
 export interface Daemon {
   readonly address: string;
@@ -83,7 +84,7 @@ export async function startDaemon(config: Config, { log, clock = systemClock }: 
     server.draining.addEventListener("abort", () => draining.abort());
     cleanups.push(() => server.close(config.shutdownGrace));
     cleanups.push(async () => services.onShutdown());
-    log.info({ address: `http://${server.address}`, instance: config.instanceId }, "aiflowd serving gRPC");
+    log.info({ address: `http://${server.address}`, instance: config.instanceId, version: VERSION }, "aiflowd serving gRPC");
 
     let stopping: Promise<void> | undefined;
     return {

@@ -1,3 +1,4 @@
+import { readFileSync } from "node:fs";
 import { execFile } from "node:child_process";
 import { promisify } from "node:util";
 import { describe, expect, it } from "vitest";
@@ -114,5 +115,11 @@ describe("config", () => {
     expect(r.code).toBe(0);
     for (const s of ["--listen", "AIFLOW_LISTEN", "--database-url", "DATABASE_URL", "--data-dir", "--token", "AIFLOW_TOKENS", "--table-prefix", "127.0.0.1:7400"])
       expect(r.stdout).toContain(s);
+  });
+
+  it("aiflowd --version prints the package's version and exits 0", async () => {
+    const pkg = JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")) as { version: string };
+    const r = await cli(["--version"]);
+    expect(r).toMatchObject({ code: 0, stdout: `aiflowd ${pkg.version}\n` });
   });
 });

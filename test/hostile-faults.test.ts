@@ -10,6 +10,7 @@ import { FakeClock } from "../src/clock.js";
 import { defaultConfig } from "../src/config.js";
 import { startDaemon, type Daemon } from "../src/daemon.js";
 import { createLogger } from "../src/log.js";
+import { VERSION } from "../src/version.js";
 import { DirectiveHub } from "../src/services/directives.js";
 import { HeartbeatBuffer } from "../src/services/heartbeats.js";
 import { AgentStore } from "../src/store/agents.js";
@@ -129,6 +130,8 @@ describe("an unreachable database at start-up", () => {
     try {
       expect(opened).toBe(true);
       expect(captured.lines().some((l) => l.msg === "database reachable")).toBe(true);
+      // The daemon says which version is serving.
+      expect(captured.lines().find((l) => l.msg === "aiflowd serving gRPC")?.version).toBe(VERSION);
     } finally {
       await started.stop();
       await new Promise<void>((r) => (proxy ? proxy.close(() => r()) : r()));

@@ -4,7 +4,6 @@
  * defaults and exit codes, from which `--help` is written.
  * Exit codes: 0 success, 1 the daemon refused or failed, 2 usage, 3 a drain deadline gave work back.
  */
-import { readFileSync } from "node:fs";
 import { createClient, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { OpsService } from "../gen/aiflow/cluster/v1/ops_pb.js";
@@ -16,11 +15,10 @@ import { durationFlag, flagKinds, type Command } from "./ctl/command.js";
 import { explain } from "./ctl/errors.js";
 import { commandHelp, GLOBAL, mainHelp } from "./ctl/help.js";
 import { workCommands } from "./ctl/work.js";
+import { VERSION } from "../version.js";
 
 const COMMANDS: readonly Command[] = [...agentCommands, ...workCommands, ...bindingCommands];
 
-/** This package's version, as `--version` prints it. */
-export const VERSION = (JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string }).version;
 
 export async function main(argv: readonly string[], env = process.env, out = (t: string) => process.stdout.write(t + "\n")): Promise<number> {
   const name = argv.find((a) => !a.startsWith("--") && !isGlobalValue(argv, a));

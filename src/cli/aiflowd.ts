@@ -9,6 +9,7 @@ import { startDaemon } from "../daemon.js";
 import { startEmbeddedPostgres } from "../db/embedded.js";
 import { migrate, MigrationError } from "../db/migrate.js";
 import { createLogger, type Logger } from "../log.js";
+import { VERSION } from "../version.js";
 
 const USAGE = `aiflowd — gRPC agent-coordination daemon
 
@@ -16,6 +17,7 @@ Usage:
   aiflowd [serve] [flags]    serve gRPC (starts an embedded Postgres when no database URL is given)
   aiflowd migrate [flags]    apply pending schema migrations and exit
   aiflowd --help             this text
+  aiflowd --version          the version
 
 Every flag can also be set by the environment variable next to it; flags win.
 Durations: 500ms, 30s, 5m, 2h, 7d.
@@ -34,7 +36,11 @@ async function main(argv: string[]): Promise<number> {
     }
     throw err;
   }
-  const { command = "serve", help, config, rest } = parsed;
+  const { command = "serve", help, version, config, rest } = parsed;
+  if (version) {
+    process.stdout.write(`aiflowd ${VERSION}\n`);
+    return 0;
+  }
   if (help) {
     process.stdout.write(USAGE + settingsHelp() + "\n");
     return 0;
