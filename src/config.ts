@@ -5,17 +5,10 @@
  */
 import { hostname } from "node:os";
 import { readFileSync } from "node:fs";
+import { ConfigError } from "./domain/errors.js";
 import { parseTokenSpec, parseTokensFile, type TokenGrant } from "./server/tokens.js";
 
-export class ConfigError extends Error {
-  constructor(
-    readonly setting: string,
-    message: string,
-  ) {
-    super(`invalid ${setting}: ${message}`);
-    this.name = "ConfigError";
-  }
-}
+export { ConfigError };
 
 type Parser<T> = (raw: string, flag: string) => T;
 

@@ -13,7 +13,7 @@ import { FakeClock, msToNs } from "../src/clock.js";
 import type { Daemon } from "../src/daemon.js";
 import { Handoff } from "../src/services/handoff.js";
 import type { Armed } from "../src/services/beacon.js";
-import { workKey } from "../src/services/queue-core.js";
+import { workKey } from "../src/services/work-keys.js";
 import type { EnqueueRow, NewItem } from "../src/store/work-items.js";
 import { bearer, startTestDaemon, TOKENS } from "./support/daemon.js";
 import { createTestDb, type TestDb } from "./support/db.js";

@@ -28,3 +28,14 @@ export const notFound = (message: string) => new AppError("not_found", message);
 export const failedPrecondition = (message: string) => new AppError("failed_precondition", message);
 export const permissionDenied = (message: string) => new AppError("permission_denied", message);
 export const resourceExhausted = (message: string) => new AppError("resource_exhausted", message);
+
+/** A setting (flag or environment variable) with a bad value; the CLI prints it on one line and exits 2. */
+export class ConfigError extends Error {
+  constructor(
+    readonly setting: string,
+    message: string,
+  ) {
+    super(`invalid ${setting}: ${message}`);
+    this.name = "ConfigError";
+  }
+}

@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
-import { ConfigError } from "../config.js";
-import { isIdentifierText } from "../services/validate.js";
+import { ConfigError } from "../domain/errors.js";
+import { isIdentifierText } from "../domain/names.js";
 
 export const ROLES = ["agent", "engine", "ops"] as const;
 export type Role = (typeof ROLES)[number];

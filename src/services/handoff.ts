@@ -17,7 +17,7 @@
 import { msToNs } from "../clock.js";
 import type { ClaimedRow, EnqueueResult, EnqueueRow, HandoffInput } from "../store/work-items.js";
 import type { Armed } from "./beacon.js";
-import { workKey } from "./queue-core.js";
+import { workKey } from "./work-keys.js";
 import { newDispatch, type Dispatch } from "./work-item-wire.js";
 
 /** What a slot's claim got: the rows and the dispatch they went under. */

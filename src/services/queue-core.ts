@@ -11,15 +11,9 @@ import type { Beacon } from "./beacon.js";
 import { identifier, optionalText } from "./validate.js";
 import { EnqueueBatcher } from "./enqueue-batcher.js";
 import { Handoff } from "./handoff.js";
+import { keyParts, workKey } from "./work-keys.js";
 import type { DirectiveHub, DirectiveMessage } from "./directives.js";
 import type { MaintenanceTask } from "./maintenance.js";
-
-/** Beacon key for claimable work of one tenant and engine kind. */
-export const workKey = (tenant: string, kind: string) => `${tenant}\u0000${kind}`;
-const keyParts = (key: string) => {
-  const i = key.indexOf("\u0000");
-  return { tenant: key.slice(0, i), kind: key.slice(i + 1) };
-};
 
 /**
  * How often (by the clock) waiting claims re-check without a wake-up, for work whose notification

@@ -7,7 +7,8 @@ import { invalidArgument, notFound, resourceExhausted } from "../domain/errors.j
 import type { EnqueueItem, ListItemsRequest, QueueService } from "../gen/aiflow/cluster/v1/queue_pb.js";
 import { assertTenant, callerOf } from "../server/auth.js";
 import { WorkItemStore, type ItemStatus, type NewItem } from "../store/work-items.js";
-import { workKey, type QueueCore } from "./queue-core.js";
+import type { QueueCore } from "./queue-core.js";
+import { workKey } from "./work-keys.js";
 import { identifier, inRange, jsonOrNull, optionalText, storableTimestamp, tagMap } from "./validate.js";
 import { itemStatusFromWire, TERMINAL, workItemToWire } from "./work-item-wire.js";
 import { z } from "zod";

@@ -6,18 +6,15 @@ import type { HandlerContext } from "@connectrpc/connect";
 import { invalidArgument, resourceExhausted } from "../domain/errors.js";
 import { assertAgent, callerOf, type Identity } from "../server/auth.js";
 import { jsonText } from "./json-text.js";
+import { isIdentifierText } from "../domain/names.js";
 
-const NAME = /^[A-Za-z0-9._:-]+$/;
-
-/** Whether `v` is made only of identifier characters (the tokens file's agent patterns use it too). */
-export const isIdentifierText = (v: string): boolean => NAME.test(v);
 
 /** Agent names, tenant keys, engine kinds and similar identifiers: trimmed, 1-128 of [A-Za-z0-9._:-]. */
 export function identifier(raw: string, field: string): string {
   const v = raw.trim();
   if (v.length === 0) throw invalidArgument(field, "is required");
   if (v.length > 128) throw invalidArgument(field, `is ${v.length} characters; the limit is 128`);
-  if (!NAME.test(v)) throw invalidArgument(field, `'${v.slice(0, 40)}' may only contain letters, digits and . _ : -`);
+  if (!isIdentifierText(v)) throw invalidArgument(field, `'${v.slice(0, 40)}' may only contain letters, digits and . _ : -`);
   return v;
 }
 

@@ -1,0 +1,5 @@
+/** What an identifier may be made of: agent names, tenant keys, engine kinds, tag keys, ids. */
+const NAME = /^[A-Za-z0-9._:-]+$/;
+
+/** Whether `v` is made only of identifier characters (the tokens file's agent patterns use it too). */
+export const isIdentifierText = (v: string): boolean => NAME.test(v);
