@@ -20,6 +20,8 @@ import { Health, HealthCheckRequestSchema, HealthCheckResponseSchema, HealthChec
 import { startTestDaemon, TOKENS } from "./support/daemon.js";
 import { createTestDb, type TestDb } from "./support/db.js";
 import { serverNow, STATEMENT, untilStatementRan } from "./support/queue.js";
+import type { Logger } from "../src/log.js";
+import { captureLog } from "./support/agents.js";
 
 let db: TestDb;
 let daemon: Daemon;
@@ -108,8 +110,11 @@ describe("the direct gRPC unary path", () => {
   it("gives framing, decoding and size errors a clear status, and serves on", async () => {
     const ok = toBinary(HealthCheckRequestSchema, create(HealthCheckRequestSchema));
     expect(await call(HEALTH, frame(ok, 1))).toMatchObject({ status: Code.Internal, message: "protocol error: a compressed message without grpc-encoding" });
-    expect(await call(HEALTH, Buffer.concat([frame(ok), frame(ok)]))).toMatchObject({ status: Code.Internal, message: "protocol error: a unary request needs exactly one message" });
-    expect(await call(HEALTH, Buffer.alloc(0))).toMatchObject({ status: Code.Internal, message: "protocol error: a unary request needs exactly one message" });
+    // Cardinality violations are UNIMPLEMENTED (the gRPC status-code table); a message cut short is a protocol error.
+    expect(await call(HEALTH, Buffer.concat([frame(ok), frame(ok)]))).toMatchObject({ status: Code.Unimplemented, message: "a unary request needs exactly one message; it had more" });
+    expect(await call(HEALTH, Buffer.alloc(0))).toMatchObject({ status: Code.Unimplemented, message: "a unary request needs exactly one message; it had none" });
+    expect(await call(HEALTH, frame(ok).subarray(0, 3))).toMatchObject({ status: Code.Internal, message: "protocol error: the request message was cut short" });
+    expect(await call(HEALTH, Buffer.concat([frame(Buffer.from([8, 1, 16]))]).subarray(0, 6))).toMatchObject({ status: Code.Internal, message: "protocol error: the request message was cut short" });
     expect((await call(HEALTH, frame(Buffer.from([0xff, 0xff, 0xff])))).status).toBe(Code.Internal);
     const huge = Buffer.alloc(5);
     huge.writeUInt32BE(64 * 1024 * 1024, 1);
@@ -200,10 +205,10 @@ describe("the direct gRPC unary path", () => {
  * A bare HTTP/2 server whose Health calls take the direct path (check answers them), every other
  * stream going to `request`; and a client session on it. close() ends both.
  */
-async function directHealthServer(opts: { check?: ServiceImpl<typeof Health>["check"]; request?: (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void; shutdownSignal?: AbortSignal; interceptors?: Interceptor[] } = {}) {
+async function directHealthServer(opts: { check?: ServiceImpl<typeof Health>["check"]; request?: (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void; shutdownSignal?: AbortSignal; interceptors?: Interceptor[]; log?: Logger } = {}) {
   const specs = new Map<string, UnarySpec>();
   connectNodeAdapter({ routes: recordUnary((router) => router.service(Health, { check: opts.check ?? (() => ({ status: Serving.SERVING })), async *watch() {} }), specs) });
-  const fast = grpcUnaryFastPath(specs, { interceptors: opts.interceptors ?? [], readMaxBytes: 1 << 20, shutdownSignal: opts.shutdownSignal ?? new AbortController().signal });
+  const fast = grpcUnaryFastPath(specs, { interceptors: opts.interceptors ?? [], readMaxBytes: 1 << 20, shutdownSignal: opts.shutdownSignal ?? new AbortController().signal, log: opts.log });
   const server = http2.createServer();
   routeStreams(server, fast, opts.request ?? ((_req, res) => res.writeHead(404).end()));
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
@@ -244,6 +249,25 @@ describe("routing a server's streams", () => {
   });
 });
 
+describe("a reply that cannot be encoded", () => {
+  it("is logged with a reference and answered INTERNAL with that reference, not as a bad request", async () => {
+    const captured = captureLog("error");
+    // A bigint where the reply's enum wants a number: the codec refuses it.
+    const { on, close } = await directHealthServer({ check: () => ({ status: 1n as unknown as Serving }), log: captured.log });
+    try {
+      const res = await call(HEALTH, frame(toBinary(HealthCheckRequestSchema, create(HealthCheckRequestSchema))), {}, { on });
+      expect(res.status).toBe(Code.Internal);
+      const ref = /^internal error \(ref ([0-9a-f-]{36})\)$/.exec(res.message)?.[1];
+      expect(ref).toBeDefined();
+      expect(res.message).not.toContain("could not read the request");
+      const [line] = captured.lines().filter((l) => l.msg === "could not encode a reply");
+      expect(line).toMatchObject({ ref, method: HEALTH });
+    } finally {
+      await close();
+    }
+  });
+});
+
 describe("direct gRPC path: finished streams", () => {
   // Node keeps a finished stream alive through young-generation collections (until the next full
   // one), and with it everything its listeners reach: the request's body, the call's signal.
@@ -254,7 +278,7 @@ describe("direct gRPC path: finished streams", () => {
     server.on("stream", (stream: http2.ServerHttp2Stream) => closed.push(once(stream, "close").then(() => stream)));
     try {
       expect((await call(HEALTH, frame(toBinary(HealthCheckRequestSchema, create(HealthCheckRequestSchema))), {}, { on })).status).toBe(0);
-      expect((await call(HEALTH, Buffer.alloc(0), {}, { on })).status).toBe(Code.Internal);
+      expect((await call(HEALTH, Buffer.alloc(0), {}, { on })).status).toBe(Code.Unimplemented);
       const streams = await Promise.all(closed);
       expect(streams).toHaveLength(2);
       for (const stream of streams) expect(stream.eventNames()).toEqual([]);

@@ -8,6 +8,7 @@
  * and status trailers, and a handler context of its own whose signal is made only when read. Everything else (gRPC-Web, Connect, JSON,
  * compression, streaming, anything malformed enough to need connect's answer) goes to connect-node.
  */
+import { randomUUID } from "node:crypto";
 import http2, { type Http2ServerRequest, type Http2ServerResponse, type IncomingHttpHeaders, type ServerHttp2Stream } from "node:http2";
 import { create, fromBinary, isMessage, toBinary, type DescMessage } from "@bufbuild/protobuf";
 import { compileCodec, nodeHeaders, webHeaders } from "@aiflow/agent-sdk/codec";
@@ -25,6 +26,8 @@ import {
   type UnaryResponse,
 } from "@connectrpc/connect";
 import { parseTimeout, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
+
+import type { Logger } from "../log.js";
 
 export type UnarySpec = Extract<MethodImplSpec, { kind: "unary" }>;
 
@@ -48,6 +51,8 @@ export interface GrpcUnaryOptions {
   budget?: BodyBudget;
   /** Aborted when the server stops for good: handlers still running see their signal abort. */
   shutdownSignal: AbortSignal;
+  /** Where a reply that cannot be encoded is logged (a bug of ours, not of the request). */
+  log?: Logger;
 }
 
 const CONTENT_TYPES = new Set(["application/grpc", "application/grpc+proto"]);
@@ -340,7 +345,7 @@ async function serve(
     if (timeout.error) throw timeout.error;
     const input = fast.decode(unwrap(await readBody(stream, opts.readMaxBytes, ctx.cancel, opts.budget, held), opts.readMaxBytes));
     const output = await invoke(spec, ctx, input as never, interceptors);
-    const body = fast.frame(output);
+    const body = encodeReply(fast, output, url, opts.log);
     if (stream.destroyed || stream.closed) return;
     const trailers = { ...nodeHeaders(ctx.responseTrailer), "grpc-status": "0" };
     stream.once("wantTrailers", () => stream.sendTrailers(trailers));
@@ -361,6 +366,17 @@ async function serve(
     // Releases the deadline timer and the close listener; the signal, if made, is left as it is
     // (nothing listens on a finished call's signal, and aborting it would build an exception per call).
     end();
+  }
+}
+
+/** The reply framed; a reply the codec refuses is our bug: logged with a reference, INTERNAL on the wire. */
+function encodeReply(fast: FastMethod, output: unknown, path: string, log: Logger | undefined): Buffer {
+  try {
+    return fast.frame(output);
+  } catch (err) {
+    const ref = randomUUID();
+    log?.error({ err, method: path, ref }, "could not encode a reply");
+    throw new ConnectError(`internal error (ref ${ref})`, Code.Internal);
   }
 }
 
@@ -421,12 +437,18 @@ function readBody(stream: ServerHttp2Stream, max: number, cancel: Cancel, budget
 }
 
 /** The one enveloped message of a unary request. */
+/**
+ * The one enveloped message of a unary request. None, or more than one, is a cardinality violation,
+ * which the gRPC status-code table answers UNIMPLEMENTED; a message cut short is a protocol error.
+ */
 function unwrap(body: Buffer, max: number): Uint8Array {
-  if (body.length < 5) throw new ConnectError("protocol error: a unary request needs exactly one message", Code.Internal);
+  if (body.length === 0) throw new ConnectError("a unary request needs exactly one message; it had none", Code.Unimplemented);
+  if (body.length < 5) throw new ConnectError("protocol error: the request message was cut short", Code.Internal);
   if ((body[0]! & 1) === 1) throw new ConnectError("protocol error: a compressed message without grpc-encoding", Code.Internal);
   const length = body.readUInt32BE(1);
   if (length > max) throw new ConnectError(`message larger than ${max} bytes`, Code.ResourceExhausted);
-  if (body.length !== 5 + length) throw new ConnectError("protocol error: a unary request needs exactly one message", Code.Internal);
+  if (body.length < 5 + length) throw new ConnectError("protocol error: the request message was cut short", Code.Internal);
+  if (body.length > 5 + length) throw new ConnectError("a unary request needs exactly one message; it had more", Code.Unimplemented);
   return body.subarray(5);
 }
 

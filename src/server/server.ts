@@ -89,7 +89,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     healthWatchMax: limits.healthWatchMax,
     healthWatchMaxPerAddress: limits.healthWatchMaxPerAddress,
   });
-  const fast = grpcUnaryFastPath(unary, { interceptors: opts.interceptors, readMaxBytes, shutdownSignal: hardStop.signal, budget: gate.budget });
+  const fast = grpcUnaryFastPath(unary, { interceptors: opts.interceptors, readMaxBytes, shutdownSignal: hardStop.signal, budget: gate.budget, log: opts.log });
   const server = http2.createServer(http2ServerOptions(limits));
   // The gate answers refused calls before either path reads their bodies.
   // The gate answers refused calls before either path reads their bodies; the direct path holds its
