@@ -187,6 +187,13 @@ const SETTINGS = {
     parse: int(1, 1_000_000),
   },
   backoffBase: { flag: "--backoff-base", env: ["AIFLOW_BACKOFF_BASE"], default: "1s", help: "retry backoff base (full jitter: rand(0, min(cap, base*2^retry)))", parse: duration(0) },
+  grpcFastPath: {
+    flag: "--grpc-fast-path",
+    env: ["AIFLOW_GRPC_FAST_PATH"],
+    default: "on",
+    help: "on: plain gRPC unary calls are served straight from the HTTP/2 stream (src/server/grpc-unary.ts); off: connect-node serves every call",
+    parse: oneOf(["on", "off"]),
+  },
   backoffJitter: { flag: "--backoff-jitter", env: ["AIFLOW_BACKOFF_JITTER"], default: "full", help: "full (random in [0, bound]) or none (exactly the bound)", parse: oneOf(["full", "none"]) },
   enqueueWindow: {
     flag: "--enqueue-window",

@@ -80,6 +80,7 @@ export async function startDaemon(config: Config, { log, clock = systemClock }: 
       auth: { authenticator: auth, access: services.access },
       limits: serverLimits(config),
       clock,
+      fastPath: config.grpcFastPath === "on",
     });
     server.draining.addEventListener("abort", () => draining.abort());
     cleanups.push(() => server.close(config.shutdownGrace));

@@ -9,7 +9,7 @@
  * side may be new, restarted, or may have marked this agent inactive meanwhile.
  */
 import { Code, ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
-import { Http2SessionManager } from "@connectrpc/connect-node";
+import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import type { Logger } from "pino";
 import { backoffDelay, sleep } from "./backoff.js";
 import { AgentFailedError } from "./errors.js";
@@ -60,7 +60,8 @@ export class Link {
       const url = baseUrl(address);
       // Pings find a dead connection while a long-poll or the directive stream waits on it.
       const session = new Http2SessionManager(url, { pingIntervalMs: 10_000, pingTimeoutMs: 5_000 });
-      const transport = createSdkGrpcTransport({ baseUrl: url, sessionManager: session, interceptors: [...auth, ...opts.interceptors] });
+      const transportOptions = { baseUrl: url, sessionManager: session, interceptors: [...auth, ...opts.interceptors] };
+      const transport = opts.fastTransport ? createSdkGrpcTransport(transportOptions) : createGrpcTransport(transportOptions);
       return { address, session, client: createClient(AgentService, transport) };
     });
   }

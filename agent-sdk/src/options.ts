@@ -88,6 +88,12 @@ export interface AgentOptions {
    * @default []
    */
   interceptors?: readonly Interceptor[];
+  /**
+   * Unary calls over the SDK's own HTTP/2 exchange with its compiled codec (grpc-transport.ts);
+   * false: over connect-node's gRPC transport, as streams always are.
+   * @default true
+   */
+  fastTransport?: boolean;
 }
 
 export interface ResolvedOptions {
@@ -116,6 +122,7 @@ export interface ResolvedOptions {
   rpcTimeoutMs: number;
   reconnect: Required<BackoffOptions>;
   interceptors: Interceptor[];
+  fastTransport: boolean;
 }
 
 const IDENT = /^[A-Za-z0-9._:-]{1,128}$/;
@@ -176,6 +183,7 @@ export function resolveOptions(o: AgentOptions): ResolvedOptions {
       maxDelayMs: positive("reconnect.maxDelayMs", o.reconnect?.maxDelayMs, 10_000, 1),
     },
     interceptors: [...(o.interceptors ?? [])],
+    fastTransport: o.fastTransport ?? true,
   };
 }
 

@@ -26,6 +26,26 @@ afterAll(async () => {
   await db?.drop();
 });
 
+describe("without either fast path", () => {
+  it("an agent over connect-node's transport, against a daemon that serves every call through connect-node, runs and reports its items", async () => {
+    const plain = await startTestDaemon({ schema: db.schema, config: { grpcFastPath: "off", heartbeatInterval: 500, heartbeatFlush: 50 } });
+    const plainProducer = new Producer(plain.address, "t1");
+    const calls = callLog();
+    const agent = testAgent(plain.address, { engineKinds: ["plain-path"], fastTransport: false, interceptors: [calls.interceptor], handlers: { "plain-path": async (item) => ({ twice: (item.payload as { n: number }).n * 2 }) } });
+    try {
+      await agent.start();
+      const ids = await plainProducer.enqueue([1, 2, 3].map((n) => ({ engineKind: "plain-path", payloadJson: JSON.stringify({ n }) })));
+      const done = await plainProducer.waitDone(ids);
+      expect(done.map((d) => [d.status, JSON.parse(d.resultJson)])).toEqual([1, 2, 3].map((n) => [WorkItemStatus.COMPLETED, { twice: n * 2 }]));
+      expect(calls.count("Claim")).toBeGreaterThan(0);
+    } finally {
+      await agent.stop();
+      plainProducer.close();
+      await plain.stop();
+    }
+  });
+});
+
 describe("happy path", () => {
   it("registers, runs the item's handler with the typed item, completes it with the result, and deregisters on stop", async () => {
     const seen: WorkItem[] = [];

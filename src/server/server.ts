@@ -41,6 +41,8 @@ export interface ServerOptions {
   limits: ServerLimits;
   /** Times the failed-authentication windows. */
   clock: Clock;
+  /** Serve plain gRPC unary calls straight from the stream (./grpc-unary.ts); false: connect-node serves all. */
+  fastPath?: boolean;
 }
 
 export interface RunningServer {
@@ -91,10 +93,10 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   });
   const fast = grpcUnaryFastPath(unary, { interceptors: opts.interceptors, readMaxBytes, shutdownSignal: hardStop.signal, budget: gate.budget, log: opts.log });
   const server = http2.createServer(http2ServerOptions(limits));
-  // The gate answers refused calls before either path reads their bodies.
   // The gate answers refused calls before either path reads their bodies; the direct path holds its
   // bodies to the gate's budget itself, connect-node's are watched by the gate.
-  routeStreams(server, (stream, headers) => gate(stream, headers) || fast(stream, headers) || gate.body(stream, headers), (req, res) => void handler(req, res));
+  const direct = opts.fastPath === false ? () => false : fast;
+  routeStreams(server, (stream, headers) => gate(stream, headers) || direct(stream, headers) || gate.body(stream, headers), (req, res) => void handler(req, res));
   const guard = guardSessions(server, limits, opts.log, stats);
   // RPCs are small request/response exchanges: without TCP_NODELAY, Nagle's algorithm holds a reply
   // back until the peer's delayed ACK (tens of milliseconds per call).
