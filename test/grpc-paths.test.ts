@@ -15,6 +15,7 @@ import { HealthCheckRequestSchema } from "../src/gen/grpc/health/v1/health_pb.js
 import { EnqueueRequestSchema } from "../src/gen/aiflow/cluster/v1/queue_pb.js";
 import { startTestDaemon, TOKENS } from "./support/daemon.js";
 import { createTestDb, type TestDb } from "./support/db.js";
+import { grpcMessage as frame } from "./support/wire.js";
 
 const PAYLOAD_MAX = 64 * 1024;
 let db: TestDb;
@@ -33,13 +34,6 @@ afterAll(async () => {
   await db?.drop();
 });
 
-const frame = (bytes: Uint8Array, flags = 0) => {
-  const b = Buffer.alloc(5 + bytes.length);
-  b[0] = flags;
-  b.writeUInt32BE(bytes.length, 1);
-  b.set(bytes, 5);
-  return b;
-};
 
 interface Answer {
   status: number;

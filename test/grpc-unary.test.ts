@@ -22,6 +22,7 @@ import { createTestDb, type TestDb } from "./support/db.js";
 import { serverNow, STATEMENT, untilStatementRan } from "./support/queue.js";
 import type { Logger } from "../src/log.js";
 import { captureLog } from "./support/agents.js";
+import { grpcMessage as frame } from "./support/wire.js";
 
 let db: TestDb;
 let daemon: Daemon;
@@ -47,13 +48,6 @@ interface Answer {
   message: string;
 }
 
-const frame = (bytes: Uint8Array, flags = 0) => {
-  const b = Buffer.alloc(5 + bytes.byteLength);
-  b[0] = flags;
-  b.writeUInt32BE(bytes.byteLength, 1);
-  b.set(bytes, 5);
-  return b;
-};
 
 function call(path: string, body: Buffer, headers: Record<string, string> = {}, opts: { cancelAfterMs?: number; on?: http2.ClientHttp2Session } = {}): Promise<Answer> {
   return new Promise((resolve, reject) => {

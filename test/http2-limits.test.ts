@@ -11,6 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Daemon } from "../src/daemon.js";
 import { startTestDaemon, TOKENS } from "./support/daemon.js";
 import { createTestDb, type TestDb } from "./support/db.js";
+import { h2Frame as frame, PREFACE } from "./support/wire.js";
 
 let db: TestDb;
 let daemon: Daemon;
@@ -38,15 +39,6 @@ afterAll(async () => {
   await db?.drop();
 });
 
-const PREFACE = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
-const frame = (type: number, flags: number, stream: number, payload: Buffer = Buffer.alloc(0)) => {
-  const h = Buffer.alloc(9);
-  h.writeUIntBE(payload.length, 0, 3);
-  h[3] = type;
-  h[4] = flags;
-  h.writeUInt32BE(stream, 5);
-  return Buffer.concat([h, payload]);
-};
 const TYPE = { data: 0, headers: 1, rst: 3, settings: 4, ping: 6, goaway: 7, continuation: 9 } as const;
 const END_STREAM = 1;
 const END_HEADERS = 4;
