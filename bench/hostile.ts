@@ -18,6 +18,7 @@ import { performance } from "node:perf_hooks";
 import { resolve } from "node:path";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { EnqueueRequestSchema } from "../src/gen/aiflow/cluster/v1/queue_pb.js";
+import { sql } from "./pg.js";
 
 const args = process.argv.slice(2);
 const arg = (name: string) => {
@@ -407,7 +408,8 @@ if (arg("--connect-child")) await connectChild(Number(arg("--connect-child")), N
 
 for (const [name, probe] of Object.entries(PROBES)) {
   if (ONLY && !ONLY.includes(name)) continue;
-  const d = await startDaemon(`hostile_${name.toLowerCase()}`);
+  const schema = `hostile_${name.toLowerCase()}`;
+  const d = await startDaemon(schema);
   await sleep(1000);
   const m = monitor(d);
   const t0 = performance.now();
@@ -421,4 +423,6 @@ for (const [name, probe] of Object.entries(PROBES)) {
   const metrics = await m.stop();
   console.log(JSON.stringify({ label: LABEL, probe: name, seconds, ...metrics, ...result }));
   await stopDaemon(d);
+  // Each probe's daemon migrates a schema of its own; nothing of it outlives the probe.
+  await sql(DATABASE_URL!, `DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
 }
