@@ -116,3 +116,10 @@ export function tenantsOutside(identity: Identity, tenants: Iterable<string>): s
   const limit = identity.tenants;
   return limit ? [...tenants].filter((t) => !limit.has(t)) : [];
 }
+
+/** Refuses a tenant-limited caller an agent that serves tenants outside its limit (the agent and ops services alike). */
+export function assertAgentTenants(identity: Identity, agent: string, tenants: Iterable<string>): void {
+  const outside = tenantsOutside(identity, tenants);
+  if (outside.length > 0)
+    throw new ConnectError(`agent '${agent}' serves tenant(s) ${outside.map((t) => `'${t}'`).join(", ")}, which this token may not act for`, Code.PermissionDenied);
+}

@@ -21,22 +21,26 @@ import type { Clock } from "../clock.js";
 import type { Logger } from "../log.js";
 import type { Access, Authenticator } from "./auth.js";
 import { AuthFailures } from "./auth-failures.js";
-import type { BodyBudget } from "./grpc-unary.js";
+import { headerText, type BodyBudget } from "./grpc-unary.js";
 import { refuse } from "./refuse.js";
 import type { ServerStats } from "./stats.js";
 
-export interface GateOptions {
-  auth: Authenticator;
-  access: ReadonlyMap<string, Access>;
-  log: Logger;
-  clock: Clock;
-  stats: ServerStats;
+/** The limits the gate holds callers to (config.ts documents each setting and its default). */
+export interface GateLimits {
   maxInflightBytes: number;
   bodyTimeoutMs: number;
   authFailureLimit: number;
   authFailureWindowMs: number;
   healthWatchMax: number;
   healthWatchMaxPerAddress: number;
+}
+
+export interface GateOptions extends GateLimits {
+  auth: Authenticator;
+  access: ReadonlyMap<string, Access>;
+  log: Logger;
+  clock: Clock;
+  stats: ServerStats;
 }
 
 const HEALTH_WATCH = `/${Health.typeName}/Watch`;
@@ -78,7 +82,7 @@ export function createGate(opts: GateOptions): Gate {
         refuse(stream, headers, new ConnectError("too many failed authentications from this address; try again later", Code.ResourceExhausted), opts.bodyTimeoutMs);
         return true;
       }
-      const decision = opts.auth.check(opts.access, service, method, headerText(headers.authorization));
+      const decision = opts.auth.check(opts.access, service, method, headerText(headers, "authorization"));
       if (!decision.ok) {
         stats.authFailures[decision.reason]++;
         log.warn({ remote: address, reason: decision.reason, service, method }, "call refused: authentication failed");
@@ -208,8 +212,4 @@ function splitPath(path: string): { service: string; method: string } {
   const p = q < 0 ? path : path.slice(0, q);
   const slash = p.lastIndexOf("/");
   return { service: p.slice(1, slash), method: p.slice(slash + 1) };
-}
-
-function headerText(v: string | string[] | undefined): string | undefined {
-  return Array.isArray(v) ? v.join(", ") : v;
 }

@@ -436,7 +436,6 @@ function readBody(stream: ServerHttp2Stream, max: number, cancel: Cancel, budget
   });
 }
 
-/** The one enveloped message of a unary request. */
 /**
  * The one enveloped message of a unary request. None, or more than one, is a cardinality violation,
  * which the gRPC status-code table answers UNIMPLEMENTED; a message cut short is a protocol error.
@@ -452,7 +451,8 @@ function unwrap(body: Buffer, max: number): Uint8Array {
   return body.subarray(5);
 }
 
-function headerText(h: IncomingHttpHeaders, name: string): string | null {
+/** A request header as one string (repeated values joined as HTTP does), or null. */
+export function headerText(h: IncomingHttpHeaders, name: string): string | null {
   const v = h[name];
   return v === undefined ? null : Array.isArray(v) ? v.join(", ") : v;
 }

@@ -10,7 +10,7 @@ import type { ConnectRouter, Interceptor } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { grpcUnaryFastPath, recordUnary, routeStreams, type UnarySpec } from "./grpc-unary.js";
 import type { Access, Authenticator } from "./auth.js";
-import { createGate } from "./gate.js";
+import { createGate, type GateLimits } from "./gate.js";
 import { limitWatchLifetime } from "./health.js";
 import { guardSessions, http2ServerOptions, type Http2Limits } from "./http2-limits.js";
 import { newServerStats, type ServerStats } from "./stats.js";
@@ -18,13 +18,7 @@ import type { Clock } from "../clock.js";
 import type { Logger } from "../log.js";
 
 /** Every limit the server holds callers to (config.ts documents each setting and its default). */
-export interface ServerLimits extends Http2Limits {
-  maxInflightBytes: number;
-  bodyTimeoutMs: number;
-  authFailureLimit: number;
-  authFailureWindowMs: number;
-  healthWatchMax: number;
-  healthWatchMaxPerAddress: number;
+export interface ServerLimits extends Http2Limits, GateLimits {
   healthWatchLifetimeMs: number;
 }
 
@@ -78,19 +72,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   const readMaxBytes = opts.readMaxBytes ?? 8 * 1024 * 1024;
   const stats = newServerStats();
   const { limits } = opts;
-  const gate = createGate({
-    auth: opts.auth.authenticator,
-    access: opts.auth.access,
-    log: opts.log,
-    clock: opts.clock,
-    stats,
-    maxInflightBytes: limits.maxInflightBytes,
-    bodyTimeoutMs: limits.bodyTimeoutMs,
-    authFailureLimit: limits.authFailureLimit,
-    authFailureWindowMs: limits.authFailureWindowMs,
-    healthWatchMax: limits.healthWatchMax,
-    healthWatchMaxPerAddress: limits.healthWatchMaxPerAddress,
-  });
+  const gate = createGate({ ...limits, auth: opts.auth.authenticator, access: opts.auth.access, log: opts.log, clock: opts.clock, stats });
   const fast = grpcUnaryFastPath(unary, { interceptors: opts.interceptors, readMaxBytes, shutdownSignal: hardStop.signal, budget: gate.budget, log: opts.log });
   const server = http2.createServer(http2ServerOptions(limits));
   // The gate answers refused calls before either path reads their bodies; the direct path holds its

@@ -9,7 +9,7 @@ import type { Clock } from "../clock.js";
 import type { Config } from "../config.js";
 import { invalidArgument, notFound, permissionDenied } from "../domain/errors.js";
 import { AgentService, AgentType, type AgentMetrics, type RegisterRequest } from "../gen/aiflow/cluster/v1/agent_pb.js";
-import { callerOf, tenantsOutside, type Identity } from "../server/auth.js";
+import { assertAgentTenants, callerOf, tenantsOutside, type Identity } from "../server/auth.js";
 import { REGISTER_FIELDS, type AgentStore, type RegisterInput } from "../store/agents.js";
 import { agentStatusToWire, directiveToWire } from "./convert.js";
 import type { AgentScope, DirectiveHub, DirectiveMessage, KnownAgent } from "./directives.js";
@@ -75,8 +75,7 @@ export async function assertAgentWithin(caller: Identity, name: string, scopeOf:
 }
 
 export function assertScopeWithin(caller: Identity, name: string, scope: AgentScope): void {
-  const outside = tenantsOutside(caller, scope.tenants);
-  if (outside.length > 0) throw permissionDenied(`agent '${name}' serves tenant(s) ${quoted(outside)}, which this token may not act for`);
+  assertAgentTenants(caller, name, scope.tenants);
 }
 
 const quoted = (xs: readonly string[]) => xs.map((x) => `'${x}'`).join(", ");

@@ -8,7 +8,7 @@
  * what a claim returns, since a registration elsewhere may change the scope before this daemon
  * hears of it; its fenced writes match only items of its tenants.
  */
-import { durationMs, type Duration } from "@bufbuild/protobuf/wkt";
+import { durationMs } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
 import { newId } from "../util/ids.js";
 import { invalidArgument, resourceExhausted } from "../domain/errors.js";
@@ -21,7 +21,7 @@ import type { QueueCore } from "./queue-core.js";
 import { workKey } from "./work-keys.js";
 import type { ClaimedRow, Completion } from "../store/work-items.js";
 import type { Handed } from "./handoff.js";
-import { agentName, identifier, jsonOrNull, optionalText } from "./validate.js";
+import { agentName, delayMs, identifier, jsonOrNull, optionalText } from "./validate.js";
 import { claimedItemToWire, fencedOutcomes, newDispatch } from "./work-item-wire.js";
 
 export interface AgentWorkDeps {
@@ -34,8 +34,6 @@ export interface AgentWorkDeps {
 }
 
 const MAX_BATCH = 10_000;
-/** A Fail's own retry delay may be at most a year: beyond it is a mistake (and past epoch-ns bigint, an overflow). */
-const MAX_RETRY_DELAY_MS = 365 * 24 * 3600_000;
 
 export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentService>, "claim" | "extendLease" | "complete" | "fail" | "release"> {
   const { core } = d;
@@ -212,7 +210,7 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
             if (rows.length > 0) parts.push({ rows: [...rows], dispatch });
             remaining = deadline - Date.now();
             // No timer of its own: a lost NOTIFY is covered by the daemon's one fallback re-check
-            // (QueueCore.fallbackTask), which rings the keys that have due items.
+            // (QueueCore.dueTask), which rings the keys that have due items.
             if (rows.length === 0 && remaining > 0 && !ctx.signal.aborted && !d.draining.aborted) await armed.wait(remaining, [ctx.signal, d.draining]);
           } catch (err) {
             // Items handed over meanwhile would otherwise wait for their leases to run out.
@@ -260,7 +258,7 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
         token: identifier(f.leaseToken, `items[${i}].lease_token`),
         error: optionalText(f.error, `items[${i}].error`, 8192) ?? "failed without a message",
         retryable: f.retryable,
-        delayMs: f.retryDelay ? retryDelayMs(f.retryDelay, `items[${i}].retry_delay`) : null,
+        delayMs: f.retryDelay ? delayMs(f.retryDelay, `items[${i}].retry_delay`) : null,
       }));
       await assertAgentWithin(caller, name, scopeOf);
       const rows = await store.fail(name, items, clock.nowMs(), limitOf(caller));
@@ -276,11 +274,4 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
       return { outcomes: fencedOutcomes(leases.map((l) => l.id), await release(name, leases, limitOf(caller))) };
     },
   };
-}
-
-/** A Fail's retry delay in ms: not negative (0), at most MAX_RETRY_DELAY_MS, else INVALID_ARGUMENT naming the field. */
-function retryDelayMs(d: Duration, field: string): number {
-  const ms = durationMs(d);
-  if (!Number.isFinite(ms) || ms > MAX_RETRY_DELAY_MS) throw invalidArgument(field, `${d.seconds}s is more than the limit of 365 days`);
-  return Math.max(0, ms);
 }

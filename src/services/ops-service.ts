@@ -9,14 +9,14 @@
  * work). Affinity bindings carry no tenant and may route any tenant's work, so they are fleet-wide:
  * a limited token is refused them.
  */
-import { durationFromMs, durationMs, timestampFromMs, type Duration } from "@bufbuild/protobuf/wkt";
+import { durationFromMs, timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { z } from "zod";
 import { decodeCursor, encodeCursor } from "./cursor.js";
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { AuditLog } from "../audit.js";
 import { failedPrecondition, invalidArgument, notFound, permissionDenied } from "../domain/errors.js";
 import { OpsService } from "../gen/aiflow/cluster/v1/ops_pb.js";
-import { assertTenant, callerOf, tenantsOutside, type Identity } from "../server/auth.js";
+import { assertAgentTenants, assertTenant, callerOf, tenantsOutside, type Identity } from "../server/auth.js";
 import type { AffinityBindingStore, BindingRow } from "../store/affinity-bindings.js";
 import type { AgentOpsStore, AgentStatus, AgentWithLoad } from "../store/agents.js";
 import type { WorkItemStatsStore } from "../store/work-item-stats.js";
@@ -27,7 +27,7 @@ import { agentSummary } from "./agent-wire.js";
 import type { MaintenanceTask } from "./maintenance.js";
 import type { QueueCore } from "./queue-core.js";
 import { listItemsPage } from "./queue-service.js";
-import { identifier, optionalText } from "./validate.js";
+import { delayMs, identifier, optionalText } from "./validate.js";
 import { itemStatusToWire, workItemToWire } from "./work-item-wire.js";
 
 export interface OpsDeps {
@@ -38,8 +38,6 @@ export interface OpsDeps {
   bindings: AffinityBindingStore;
 }
 
-/** A drain's deadline may be at most a year away: beyond it is a mistake (and past epoch-ns bigint, an overflow). */
-const MAX_DRAIN_DEADLINE_MS = 365 * 24 * 3600_000;
 
 const tenantsOfRow = (r: AgentWithLoad): string[] => {
   const t = (r.metadata as { tenants?: unknown } | null)?.tenants;
@@ -47,18 +45,13 @@ const tenantsOfRow = (r: AgentWithLoad): string[] => {
 };
 const withinLimit = (caller: Identity, r: AgentWithLoad) => tenantsOutside(caller, tenantsOfRow(r)).length === 0;
 
-/** Refuses a tenant-limited token an agent that serves other tenants. */
-function assertAgentRow(caller: Identity, r: AgentWithLoad): void {
-  const outside = tenantsOutside(caller, tenantsOfRow(r));
-  if (outside.length > 0) throw permissionDenied(`agent '${r.name}' serves tenant(s) ${outside.map((t) => `'${t}'`).join(", ")}, which this token may not act for`);
-}
 
 /** Bindings are fleet-wide (no tenant): only a token without a tenant limit may read or move them. */
 function assertFleetWide(caller: Identity): void {
   if (caller.tenants) throw permissionDenied("affinity bindings are fleet-wide (they carry no tenant): use an ops token without a tenant limit");
 }
 
-/** The one tenant a tenant-scoped ops read covers: the named one (within the limit), else the limit's only tenant. */
+/** The tenants a tenant-scoped ops read covers: the named one (within the limit), else the limit's (undefined: every tenant). */
 function tenantScope(caller: Identity, raw: string): string[] | undefined {
   if (raw) {
     const tenant = identifier(raw, "tenant_key");
@@ -88,7 +81,7 @@ export function opsServiceImpl(d: OpsDeps): ServiceImpl<typeof OpsService> {
   const agentFor = async (caller: Identity, name: string) => {
     const [row] = await agentOps.list({ statuses: [], tags: {}, names: [name], includeRemoved: false });
     if (!row) throw notFound(`agent '${name}' not found`);
-    assertAgentRow(caller, row);
+    assertAgentTenants(caller, row.name, tenantsOfRow(row));
     return row;
   };
 
@@ -123,7 +116,7 @@ export function opsServiceImpl(d: OpsDeps): ServiceImpl<typeof OpsService> {
       const caller = callerOf(ctx);
       const reason = optionalText(req.reason, "reason", 1024) ?? "drained by an operator";
       const now = clock.nowMs();
-      const deadline = req.deadline ? now + drainDeadlineMs(req.deadline) : null;
+      const deadline = req.deadline ? now + delayMs(req.deadline, "deadline") : null;
       let names: string[];
       if (req.name) {
         names = [(await agentFor(caller, identifier(req.name, "name"))).name];
@@ -261,12 +254,6 @@ export function opsServiceImpl(d: OpsDeps): ServiceImpl<typeof OpsService> {
   };
 }
 
-/** A drain deadline's offset in ms: not negative (0), at most MAX_DRAIN_DEADLINE_MS, else INVALID_ARGUMENT naming the field. */
-function drainDeadlineMs(d: Duration): number {
-  const ms = durationMs(d);
-  if (!Number.isFinite(ms) || ms > MAX_DRAIN_DEADLINE_MS) throw invalidArgument("deadline", `${d.seconds}s is more than the limit of 365 days`);
-  return Math.max(0, ms);
-}
 
 /** Runs work on one transaction with queue and registry stores bound to it. */
 export type ReleaseTransaction = <T>(fn: (store: WorkItemStore, ops: AgentOpsStore) => Promise<T>) => Promise<T>;

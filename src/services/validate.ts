@@ -2,10 +2,10 @@
  * Input validation at the edge. Every failure is INVALID_ARGUMENT naming the field, raised before
  * anything is written, so a refused call changes nothing.
  */
+import { durationMs, type Duration } from "@bufbuild/protobuf/wkt";
 import type { HandlerContext } from "@connectrpc/connect";
 import { invalidArgument, resourceExhausted } from "../domain/errors.js";
 import { assertAgent, callerOf, type Identity } from "../server/auth.js";
-import { jsonText } from "./json-text.js";
 import { isIdentifierText } from "../domain/names.js";
 
 
@@ -70,11 +70,14 @@ export function storableTimestamp(t: { seconds: bigint; nanos: number }, field: 
   return Number(t.seconds) * 1000 + Math.floor(t.nanos / 1_000_000);
 }
 
-/** A Duration of at most `maxMs` (and not negative), in milliseconds. */
-export function durationWithin(d: { seconds: bigint; nanos: number }, field: string, maxMs: number): number {
-  const ms = Number(d.seconds) * 1000 + Math.trunc(d.nanos / 1_000_000);
-  if (!Number.isFinite(ms) || ms < 0 || ms > maxMs) throw invalidArgument(field, `${d.seconds} s is outside 0..${Math.floor(maxMs / 1000)} s`);
-  return ms;
+/** The longest delay a caller may ask for (a retry's, a drain's deadline): beyond it is a mistake, and past epoch-ns bigint an overflow. */
+export const MAX_DELAY_MS = 365 * 24 * 3600_000;
+
+/** A delay in milliseconds: a negative one is none (0); one over MAX_DELAY_MS is INVALID_ARGUMENT naming the field. */
+export function delayMs(d: Duration, field: string): number {
+  const ms = durationMs(d);
+  if (!Number.isFinite(ms) || ms > MAX_DELAY_MS) throw invalidArgument(field, `${d.seconds}s is more than the limit of 365 days`);
+  return Math.max(0, ms);
 }
 
 /** A map of tag → value (selectors): at most `maxEntries`, keys identifiers, values short text. */
@@ -90,6 +93,4 @@ export function tagMap(raw: Record<string, string>, field: string, maxEntries = 
  * Optional JSON text: empty is null; otherwise checked as ./json-text.ts describes (INVALID_ARGUMENT)
  * and at most `maxBytes` as stored (RESOURCE_EXHAUSTED). Returns the text as given.
  */
-export function jsonOrNull(raw: string, field: string, maxBytes: number): string | null {
-  return jsonText(raw, field, maxBytes);
-}
+export { jsonText as jsonOrNull } from "./json-text.js";
