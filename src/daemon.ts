@@ -16,7 +16,7 @@ import { Authenticator } from "./server/auth.js";
 import { errorInterceptor } from "./server/errors.js";
 import { startServer, type RunningServer, type ServerLimits } from "./server/server.js";
 import type { ServerStats } from "./server/stats.js";
-import { buildServices, type Background, type Services } from "./services/index.js";
+import { buildServices, type Background, type Services } from "./rpc/services.js";
 import { VERSION } from "./version.js";
 
 export interface Daemon {

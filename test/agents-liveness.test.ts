@@ -8,7 +8,7 @@ import pg from "pg";
 import { FakeClock } from "../src/clock.js";
 import type { Daemon } from "../src/daemon.js";
 import { silentLogger } from "../src/log.js";
-import { DirectiveHub } from "../src/services/directives.js";
+import { DirectiveHub } from "../src/fleet/directives.js";
 import {
   agentClient,
   agentRow,

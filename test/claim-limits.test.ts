@@ -10,10 +10,10 @@ import { defaultConfig } from "../src/config.js";
 import type { Daemon } from "../src/daemon.js";
 import { silentLogger } from "../src/log.js";
 import { parseTokenSpec } from "../src/server/tokens.js";
-import { Beacon } from "../src/services/beacon.js";
-import type { DirectiveHub } from "../src/services/directives.js";
-import { FALLBACK_CHECK_MS, QueueCore } from "../src/services/queue-core.js";
-import { workKey } from "../src/services/work-keys.js";
+import { Wakeups } from "../src/queue/wakeups.js";
+import type { DirectiveHub } from "../src/fleet/directives.js";
+import { FALLBACK_CHECK_MS, WorkQueue } from "../src/queue/work-queue.js";
+import { workKey } from "../src/queue/work-keys.js";
 import { WorkItemStore } from "../src/store/work-items.js";
 import { openCountingPool, type CountingPool } from "./support/counting-pool.js";
 import { startTestDaemon, testTokens, TOKENS } from "./support/daemon.js";
@@ -135,10 +135,10 @@ describe("the fallback re-check", () => {
   it("is one statement for a thousand waiting claims, and rings only the keys that have due items", async () => {
     const local = new FakeClock(Date.UTC(2026, 7, 1));
     const store = new WorkItemStore(counting.pool, db.tables, { baseMs: 1000, capMs: 1000, jitter: false });
-    const work = new Beacon(counting.pool, "unused", "test", 0, silentLogger());
-    const done = new Beacon(counting.pool, "unused", "test", 0, silentLogger());
+    const work = new Wakeups(counting.pool, "unused", "test", 0, silentLogger());
+    const done = new Wakeups(counting.pool, "unused", "test", 0, silentLogger());
     const config = defaultConfig({ databaseUrl: db.url, schema: db.schema, listen: { host: "127.0.0.1", port: 0 } });
-    const core = new QueueCore(store, {} as DirectiveHub, work, done, local, config, silentLogger());
+    const core = new WorkQueue(store, {} as DirectiveHub, work, done, local, config, silentLogger());
     const task = core.dueTask();
 
     const hot = new Set([workKey("th", "hot")]);

@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { FakeClock } from "../src/clock.js";
 import { PgListener } from "../src/db/notify.js";
 import { silentLogger } from "../src/log.js";
-import { DirectiveHub, type DirectiveMessage } from "../src/services/directives.js";
+import { DirectiveHub, type DirectiveMessage } from "../src/fleet/directives.js";
 import { createTestDb, type TestDb } from "./support/db.js";
 
 let db: TestDb;

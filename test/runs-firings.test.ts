@@ -12,7 +12,7 @@ import {
   type ListFiringsRequest,
   type RecordFiringRequest,
 } from "../src/gen/aiflow/cluster/v1/runs_pb.js";
-import { RETENTION_SWEEP_EVERY_MS } from "../src/services/runs-service.js";
+import { RETENTION_SWEEP_EVERY_MS } from "../src/rpc/runs-service.js";
 import { createTestDb, type TestDb } from "./support/db.js";
 import { startTestDaemon, TOKENS } from "./support/daemon.js";
 

@@ -4,9 +4,9 @@
  */
 import { durationMs, type Duration } from "@bufbuild/protobuf/wkt";
 import type { HandlerContext } from "@connectrpc/connect";
-import { invalidArgument, resourceExhausted } from "../domain/errors.js";
-import { assertAgent, callerOf, type Identity } from "../server/auth.js";
-import { isIdentifierText } from "../domain/names.js";
+import { invalidArgument, resourceExhausted } from "../../domain/errors.js";
+import { assertAgent, callerOf, type Identity } from "../../server/auth.js";
+import { isIdentifierText } from "../../domain/names.js";
 
 
 /** Agent names, tenant keys, engine kinds and similar identifiers: trimmed, 1-128 of [A-Za-z0-9._:-]. */

@@ -10,15 +10,15 @@
  * without a statement of its own.
  *
  * Only plain items are offered: due now, with neither a selector nor an affinity key (those need the
- * claim's full rules). A slot that is offered items stops waiting for wake-ups (its beacon waiter is
+ * claim's full rules). A slot that is offered items stops waiting for wake-ups (its wake-up waiter is
  * disarmed, so rings go to others), and its claim waits for the insert's outcome: the rows it got,
  * or none (the statement refused the offer, or failed), after which it claims as before.
  */
 import { msToNs } from "../clock.js";
 import type { ClaimedRow, EnqueueResult, EnqueueRow, HandoffInput } from "../store/work-items.js";
-import type { Armed } from "./beacon.js";
+import type { Armed } from "./wakeups.js";
 import { workKey } from "./work-keys.js";
-import { newDispatch, type Dispatch } from "./work-item-wire.js";
+import { newDispatch, type Dispatch } from "./dispatch.js";
 
 /** What a slot's claim got: the rows and the dispatch they went under. */
 export interface Handed {
@@ -28,7 +28,7 @@ export interface Handed {
 
 interface Slot {
   agent: string;
-  /** Beacon keys of the work the agent serves (tenant and engine kind); null: any. */
+  /** Wakeups keys of the work the agent serves (tenant and engine kind); null: any. */
   keys: ReadonlySet<string> | null;
   capacity: number;
   armed: Armed;
@@ -44,7 +44,7 @@ export interface Reservation {
   settle(results: readonly EnqueueResult[] | undefined): void;
 }
 
-export class Handoff {
+export class WaitingClaims {
   readonly #open = new Set<Slot>();
 
   constructor(
@@ -53,7 +53,7 @@ export class Handoff {
     private readonly nowMs: () => number,
   ) {}
 
-  /** A waiting claim's slot; `armed` is the claim's beacon waiter, disarmed when the slot is offered items. */
+  /** A waiting claim's slot; `armed` is the claim's wake-up waiter, disarmed when the slot is offered items. */
   open(agent: string, keys: ReadonlySet<string> | null, capacity: number, armed: Armed): Slot {
     const slot: Slot = { agent, keys, capacity: Math.max(1, capacity), armed, state: "open" };
     this.#open.add(slot);

@@ -7,7 +7,7 @@ import type { Logger } from "../log.js";
 import type { AgentStore } from "../store/agents.js";
 import type { EngineStore } from "../store/engines.js";
 import type { DirectiveHub } from "./directives.js";
-import type { MaintenanceTask } from "./maintenance.js";
+import type { MaintenanceTask } from "../maintenance.js";
 
 /** Agents whose last heartbeat is older than livenessIntervals × heartbeatInterval go inactive. */
 export function agentLivenessTask(deps: {

@@ -2,29 +2,29 @@ import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { PgListener } from "../src/db/notify.js";
 import { silentLogger } from "../src/log.js";
-import { Beacon } from "../src/services/beacon.js";
+import { Wakeups } from "../src/queue/wakeups.js";
 import { createTestDb, type TestDb } from "./support/db.js";
 
 let db: TestDb;
-let beacon: Beacon;
+let wakeups: Wakeups;
 
 beforeAll(async () => {
   db = await createTestDb({ migrate: false });
-  beacon = new Beacon(db.pool, db.tables.channel("beacon_test"), "beacon-test", 1, silentLogger());
+  wakeups = new Wakeups(db.pool, db.tables.channel("beacon_test"), "wakeups-test", 1, silentLogger());
 });
 afterAll(async () => {
-  await beacon?.stop();
+  await wakeups?.stop();
   await db?.drop();
 });
 
 const never = new AbortController().signal;
 
-describe("beacon", () => {
+describe("wake-ups", () => {
   it("a ring with a limit wakes only that many matching waiters, the longest-waiting first", async () => {
-    const a = beacon.arm(new Set(["t|k"]));
-    const b = beacon.arm(new Set(["t|k"]));
-    const other = beacon.arm(new Set(["t|other"]));
-    beacon.ring(["t|k"], 1);
+    const a = wakeups.arm(new Set(["t|k"]));
+    const b = wakeups.arm(new Set(["t|k"]));
+    const other = wakeups.arm(new Set(["t|other"]));
+    wakeups.ring(["t|k"], 1);
     expect(await a.wait(1_000, [never])).toBe(true);
     // b and other were not rung: their waits end at the (short) timeout.
     expect(await b.wait(20, [never])).toBe(false);
@@ -33,11 +33,11 @@ describe("beacon", () => {
   });
 
   it("a ring without a limit wakes every matching waiter, and only matching ones", async () => {
-    const a = beacon.arm(new Set(["t|k"]));
-    const b = beacon.arm(new Set(["t|k"]));
-    const any = beacon.arm(null);
-    const other = beacon.arm(new Set(["t|other"]));
-    beacon.ring(["t|k"]);
+    const a = wakeups.arm(new Set(["t|k"]));
+    const b = wakeups.arm(new Set(["t|k"]));
+    const any = wakeups.arm(null);
+    const other = wakeups.arm(new Set(["t|other"]));
+    wakeups.ring(["t|k"]);
     expect(await a.wait(1_000, [never])).toBe(true);
     expect(await b.wait(1_000, [never])).toBe(true);
     expect(await any.wait(1_000, [never])).toBe(true);
@@ -47,12 +47,12 @@ describe("beacon", () => {
 
   it("a waiter woken from its wait counts for as many items as it takes: rings of the same tick go to it before others are woken", async () => {
     const k = new Set(["t|k"]);
-    const a = beacon.arm(k, 3);
-    const b = beacon.arm(k, 3);
-    const c = beacon.arm(k, 3);
+    const a = wakeups.arm(k, 3);
+    const b = wakeups.arm(k, 3);
+    const c = wakeups.arm(k, 3);
     const [wa, wb, wc] = [a.wait(1_000, [never]), b.wait(1_000, [never]), c.wait(50, [never])];
     // Five single-item rings: a takes three, b the other two; c sleeps on.
-    for (let i = 0; i < 5; i++) beacon.ring(["t|k"], 1);
+    for (let i = 0; i < 5; i++) wakeups.ring(["t|k"], 1);
     expect(await wa).toBe(true);
     expect(await wb).toBe(true);
     expect(await wc).toBe(false);
@@ -61,33 +61,33 @@ describe("beacon", () => {
 
   it("a waiter rung while it looks counts for one item (its look may have missed them), so the next ring wakes another", async () => {
     const k = new Set(["t|k"]);
-    const looking = beacon.arm(k, 10);
-    const waiting = beacon.arm(k, 10);
+    const looking = wakeups.arm(k, 10);
+    const waiting = wakeups.arm(k, 10);
     const w = waiting.wait(50, [never]);
-    beacon.ring(["t|k"], 1);
+    wakeups.ring(["t|k"], 1);
     expect(await w).toBe(false);
     const again = waiting.wait(1_000, [never]);
-    beacon.ring(["t|k"], 1);
+    wakeups.ring(["t|k"], 1);
     expect(await again).toBe(true);
     expect(await looking.wait(0, [never])).toBe(true);
     for (const x of [looking, waiting]) x.disarm();
   });
 
   it("a ring that lands between arming and waiting is not lost", async () => {
-    const a = beacon.arm(new Set(["t|k"]));
-    beacon.ring(["t|k"], 1);
+    const a = wakeups.arm(new Set(["t|k"]));
+    wakeups.ring(["t|k"], 1);
     expect(await a.wait(0, [never])).toBe(true);
     a.disarm();
   });
 
   it("a disarmed waiter's wait ends at once, also when it was disarmed before it began waiting, and rings pass it by", async () => {
     const k = new Set(["t|k"]);
-    const early = beacon.arm(k);
-    const later = beacon.arm(k);
+    const early = wakeups.arm(k);
+    const later = wakeups.arm(k);
     early.disarm();
     // A 10-minute wait that must end now: nothing would wake a waiter that is no longer armed.
     expect(await early.wait(600_000, [never])).toBe(false);
-    beacon.ring(["t|k"], 1);
+    wakeups.ring(["t|k"], 1);
     expect(await later.wait(1_000, [never])).toBe(true);
     later.disarm();
   });
@@ -104,8 +104,8 @@ describe("beacons of several daemons", () => {
     watcher.on("notification", (n) => (n.payload === "marker" ? marker() : heard.push(JSON.parse(n.payload!))));
     const listeners = [new PgListener(db.url, silentLogger()), new PgListener(db.url, silentLogger())];
     await Promise.all(listeners.map((l) => l.start()));
-    const a = new Beacon(db.pool, channel, "daemon-a", 1, silentLogger());
-    const b = new Beacon(db.pool, channel, "daemon-b", 1, silentLogger());
+    const a = new Wakeups(db.pool, channel, "daemon-a", 1, silentLogger());
+    const b = new Wakeups(db.pool, channel, "daemon-b", 1, silentLogger());
     try {
       await a.start(listeners[0]!);
       expect(a.hasPeers).toBe(false);
@@ -119,7 +119,7 @@ describe("beacons of several daemons", () => {
       expect(heard.map((m) => m.keys)).toEqual([[]]);
       expect(heard[0]!.from).toMatch(/^daemon-a\//);
 
-      const a2 = new Beacon(db.pool, channel, "daemon-a", 1, silentLogger());
+      const a2 = new Wakeups(db.pool, channel, "daemon-a", 1, silentLogger());
       await a2.start(listeners[0]!);
       await b.start(listeners[1]!);
       await vi.waitFor(() => expect(a2.hasPeers).toBe(true));
@@ -139,8 +139,8 @@ describe("beacons of several daemons", () => {
     const channel = db.tables.channel("beacon_late");
     const listeners = [new PgListener(db.url, silentLogger()), new PgListener(db.url, silentLogger())];
     await Promise.all(listeners.map((l) => l.start()));
-    const early = new Beacon(db.pool, channel, "daemon-early", 1, silentLogger());
-    const late = new Beacon(db.pool, channel, "daemon-late", 1, silentLogger());
+    const early = new Wakeups(db.pool, channel, "daemon-early", 1, silentLogger());
+    const late = new Wakeups(db.pool, channel, "daemon-late", 1, silentLogger());
     try {
       await early.start(listeners[0]!);
       await late.start(listeners[1]!);

@@ -4,8 +4,8 @@
  * runs it at once, and each reads time from the clock, so tests call `runOnce()` after moving a
  * fake clock instead of sleeping.
  */
-import type { Clock } from "../clock.js";
-import type { Logger } from "../log.js";
+import type { Clock } from "./clock.js";
+import type { Logger } from "./log.js";
 
 export interface MaintenanceTask {
   name: string;

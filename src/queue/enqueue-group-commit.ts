@@ -3,7 +3,7 @@
  * written together in one statement when it returns, so a thousand single-item Enqueue calls a
  * second cost a few dozen statements rather than a thousand. A batch that fails is retried call by
  * call, so one call's bad row cannot fail its neighbours. Each statement offers its plain rows to
- * claims waiting for them (./handoff.ts).
+ * claims waiting for them (./waiting-claims.ts).
  *
  * Under sustained load the statements are paced: one starts at most once per window (`--enqueue-window`).
  * Unpaced, the next insert starts the moment the last returns, so a steady trickle of calls keeps a
@@ -15,7 +15,7 @@
 import { performance } from "node:perf_hooks";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { EnqueueResult, EnqueueRow, WorkItemStore } from "../store/work-items.js";
-import type { Handoff } from "./handoff.js";
+import type { WaitingClaims } from "./waiting-claims.js";
 
 type Result = EnqueueResult[];
 
@@ -42,7 +42,7 @@ export interface BatcherOptions {
   timer?: PaceTimer;
 }
 
-export class EnqueueBatcher {
+export class EnqueueGroupCommit {
   #queue: Waiting[] = [];
   #queuedRows = 0;
   #busy = false;
@@ -53,7 +53,7 @@ export class EnqueueBatcher {
 
   constructor(
     private readonly store: WorkItemStore,
-    private readonly handoff?: Handoff,
+    private readonly handoff?: WaitingClaims,
     options: BatcherOptions = {},
   ) {
     this.#windowMs = options.windowMs ?? 0;

@@ -1,10 +1,9 @@
 /** Work items between the store's rows and the wire. */
-import { randomUUID } from "node:crypto";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { Code } from "@connectrpc/connect";
 import { WorkItemStatus, type ItemOutcomeSchema, type WorkItemSchema } from "../gen/aiflow/cluster/v1/work_item_pb.js";
 import type { ClaimedRow, ItemStatus, WorkItemRow } from "../store/work-items.js";
-import { msToNs } from "../clock.js";
+import { timestampInit, type Dispatch } from "../queue/dispatch.js";
 
 const STATUS: Record<ItemStatus, WorkItemStatus> = {
   pending: WorkItemStatus.PENDING,
@@ -21,18 +20,6 @@ export function itemStatusFromWire(s: WorkItemStatus): ItemStatus | undefined {
 }
 
 export const TERMINAL: ReadonlySet<ItemStatus> = new Set(["completed", "failed", "cancelled"]);
-
-/**
- * A Timestamp as an init shape. timestampFromMs() creates a message through protobuf-es's reflective
- * create(), and connect creates the whole reply from init shapes anyway, so that was a second
- * creation per timestamp.
- */
-type TimestampInit = { seconds: bigint; nanos: number };
-
-export const timestampInit = (ms: number): TimestampInit => {
-  const whole = Math.round(ms);
-  return { seconds: BigInt(Math.floor(whole / 1000)), nanos: (((whole % 1000) + 1000) % 1000) * 1_000_000 };
-};
 
 export function workItemToWire(r: WorkItemRow): MessageInitShape<typeof WorkItemSchema> {
   const selector = (r.worker_params?.selector ?? {}) as Record<string, string>;
@@ -66,29 +53,6 @@ export function workItemToWire(r: WorkItemRow): MessageInitShape<typeof WorkItem
     idempotencyKey: r.idempotency_key ?? "",
     createdOn: timestampInit(r.createdon),
     updatedOn: r.updatedon === null ? undefined : timestampInit(r.updatedon),
-  };
-}
-
-/** What a claim set on every item it took, so the rows need not read it back. */
-export interface Dispatch {
-  agent: string;
-  instance: string;
-  leaseToken: string;
-  dispatchedAtNs: bigint;
-  leaseExpiresAtNs: bigint;
-  /** The claim's time, as every claimed item's updated_on (made once per claim). */
-  updatedOn: TimestampInit;
-}
-
-/** A new dispatch to `agent` at `nowMs`: a fresh lease token, and the lease running `leaseTtlMs` from now. */
-export function newDispatch(agent: string, instance: string, nowMs: number, leaseTtlMs: number): Dispatch {
-  return {
-    agent,
-    instance,
-    leaseToken: randomUUID(),
-    dispatchedAtNs: msToNs(nowMs),
-    leaseExpiresAtNs: msToNs(nowMs + leaseTtlMs),
-    updatedOn: timestampInit(nowMs),
   };
 }
 

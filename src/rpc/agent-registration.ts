@@ -11,10 +11,10 @@ import { invalidArgument, notFound, permissionDenied } from "../domain/errors.js
 import { AgentService, AgentType, type AgentMetrics, type RegisterRequest } from "../gen/aiflow/cluster/v1/agent_pb.js";
 import { assertAgentTenants, callerOf, tenantsOutside, type Identity } from "../server/auth.js";
 import { REGISTER_FIELDS, type AgentStore, type RegisterInput } from "../store/agents.js";
-import { agentStatusToWire, directiveToWire } from "./convert.js";
-import type { AgentScope, DirectiveHub, DirectiveMessage, KnownAgent } from "./directives.js";
-import type { HeartbeatBuffer } from "./heartbeats.js";
-import { agentName, identifier, identifiers, inRange, optionalText, withinBytes } from "./validate.js";
+import { agentStatusToWire, directiveToWire } from "./agent-messages.js";
+import type { AgentScope, DirectiveHub, DirectiveMessage, KnownAgent } from "../fleet/directives.js";
+import type { HeartbeatBuffer } from "../fleet/heartbeat-buffer.js";
+import { agentName, identifier, identifiers, inRange, optionalText, withinBytes } from "./input/validate.js";
 import { pushStream } from "../util/push-stream.js";
 
 export interface AgentServiceDeps {

@@ -1,6 +1,6 @@
 /** Opaque page tokens for keyset paging: base64url JSON of the last row's sort key. */
 import type { z } from "zod";
-import { invalidArgument } from "../domain/errors.js";
+import { invalidArgument } from "../../domain/errors.js";
 
 export function encodeCursor(key: Record<string, string | number>): string {
   return Buffer.from(JSON.stringify(key)).toString("base64url");

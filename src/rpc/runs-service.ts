@@ -40,8 +40,8 @@ import type {
   TriggerFiringStore,
   TriggerType as StoredType,
 } from "../store/trigger-firings.js";
-import type { MaintenanceTask } from "./maintenance.js";
-import { identifier, optionalText } from "./validate.js";
+import type { MaintenanceTask } from "../maintenance.js";
+import { identifier, optionalText } from "./input/validate.js";
 
 /** Lists return this many rows when page_size is 0, and never more than PAGE_MAX. */
 export const PAGE_DEFAULT = 50;

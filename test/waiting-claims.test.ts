@@ -11,9 +11,9 @@ import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import pg from "pg";
 import { FakeClock, msToNs } from "../src/clock.js";
 import type { Daemon } from "../src/daemon.js";
-import { Handoff } from "../src/services/handoff.js";
-import type { Armed } from "../src/services/beacon.js";
-import { workKey } from "../src/services/work-keys.js";
+import { WaitingClaims } from "../src/queue/waiting-claims.js";
+import type { Armed } from "../src/queue/wakeups.js";
+import { workKey } from "../src/queue/work-keys.js";
 import type { EnqueueRow, NewItem } from "../src/store/work-items.js";
 import { bearer, startTestDaemon, TOKENS } from "./support/daemon.js";
 import { createTestDb, type TestDb } from "./support/db.js";
@@ -216,7 +216,7 @@ describe("a claim already waiting", () => {
 describe("offers", () => {
   const open: Armed = { wait: async () => false, disarm: () => {} };
   const rows = (...items: NewItem[]): EnqueueRow[] => items.map((it, i) => ({ id: `R${i}`, tenant: "t", engineId: "e", by: "p", nowMs: 0, item: it }));
-  const handoff = () => new Handoff("inst", 1_000, () => 5_000);
+  const handoff = () => new WaitingClaims("inst", 1_000, () => 5_000);
 
   it("go to open slots of the row's key, longest waiting first, each up to its capacity, in claim order", () => {
     const h = handoff();

@@ -7,14 +7,14 @@
  * wait is not lost. A ring may wake only as many local waiters as it has work for; other daemons are
  * told the keys and wake every matching waiter.
  *
- * Other daemons are only told when there are any: each beacon announces itself when it starts (and
+ * Other daemons are only told when there are any: each daemon announces itself when it starts (and
  * when its listener reconnects) and then every PEER_PING_MS, answers the first announcement it hears
- * from a daemon with its own (so a daemon that starts later knows of it at once), and a beacon that has heard no other
+ * from a daemon with its own (so a daemon that starts later knows of it at once), and a daemon that has heard no other
  * daemon for PEER_TTL_MS keeps its rings local. A lone daemon (the common deployment) then sends no
  * NOTIFY at all where it sent one per window: at 1,000 enqueues a second, 200 statements a second,
  * each also a signal to every listening connection. A ping lost or late costs at most the claims'
  * fallback re-check: one statement per daemon every few seconds over the keys waiters wait on
- * (QueueCore's due-wake task), which rings the keys that have due work; waiters keep no timer of
+ * (WorkQueue's due-wake task), which rings the keys that have due work; waiters keep no timer of
  * their own, so a thousand idle claims cost that one statement, not a thousand.
  */
 import { randomUUID } from "node:crypto";
@@ -47,12 +47,12 @@ interface Waiter {
   resolve?: (rung: boolean) => void;
 }
 
-export class Beacon {
+export class Wakeups {
   readonly #waiters = new Set<Waiter>();
   #outgoing = new Set<string>();
   #timer: NodeJS.Timeout | undefined;
   /**
-   * Who sent a notification, to skip our own (we woke our waiters when we rang). Unique per beacon,
+   * Who sent a notification, to skip our own (we woke our waiters when we rang). Unique per daemon,
    * not the configured instance id: two daemons given the same id (or the default HOST:PORT with
    * port 0) must still wake each other.
    */

@@ -4,7 +4,7 @@ import type { MessageInitShape } from "@bufbuild/protobuf";
 import { AgentStatus } from "../gen/aiflow/cluster/v1/common_pb.js";
 import type { DirectiveSchema } from "../gen/aiflow/cluster/v1/agent_pb.js";
 import type { AgentStatus as StoredStatus } from "../store/agents.js";
-import type { DirectiveMessage } from "./directives.js";
+import type { DirectiveMessage } from "../fleet/directives.js";
 
 const STATUS: Record<StoredStatus, AgentStatus> = {
   active: AgentStatus.ACTIVE,

@@ -1,6 +1,6 @@
-/** The keys claims wait on and rings wake (./beacon.ts): one per tenant × engine kind. */
+/** The keys claims wait on and rings wake (./wakeups.ts): one per tenant × engine kind. */
 
-/** Beacon key for claimable work of one tenant and engine kind. */
+/** Wakeups key for claimable work of one tenant and engine kind. */
 export const workKey = (tenant: string, kind: string) => `${tenant}\u0000${kind}`;
 
 /** The tenant and engine kind of a workKey. */

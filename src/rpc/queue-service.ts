@@ -7,12 +7,12 @@ import { invalidArgument, notFound, resourceExhausted } from "../domain/errors.j
 import type { EnqueueItem, ListItemsRequest, QueueService } from "../gen/aiflow/cluster/v1/queue_pb.js";
 import { assertTenant, callerOf } from "../server/auth.js";
 import { WorkItemStore, type ItemStatus, type NewItem } from "../store/work-items.js";
-import type { QueueCore } from "./queue-core.js";
-import { workKey } from "./work-keys.js";
-import { identifier, inRange, jsonOrNull, optionalText, storableTimestamp, tagMap } from "./validate.js";
-import { itemStatusFromWire, TERMINAL, workItemToWire } from "./work-item-wire.js";
+import type { WorkQueue } from "../queue/work-queue.js";
+import { workKey } from "../queue/work-keys.js";
+import { identifier, inRange, jsonOrNull, optionalText, storableTimestamp, tagMap } from "./input/validate.js";
+import { itemStatusFromWire, TERMINAL, workItemToWire } from "./work-item-messages.js";
 import { z } from "zod";
-import { decodeCursor, encodeCursor } from "./cursor.js";
+import { decodeCursor, encodeCursor } from "./input/page-tokens.js";
 
 const listCursor = z.object({ priority: z.number().int(), createdon: z.number(), id: z.string() });
 
@@ -26,7 +26,7 @@ const MAX_WAIT_IDS = 1_000;
  */
 export const LIST_PAGE_BYTES = 3 * 1024 * 1024;
 
-export function queueServiceImpl(core: QueueCore, draining: AbortSignal): ServiceImpl<typeof QueueService> {
+export function queueServiceImpl(core: WorkQueue, draining: AbortSignal): ServiceImpl<typeof QueueService> {
   const { store, clock, config } = core;
 
   const tenantOf = (raw: string, ctx: Parameters<ServiceImpl<typeof QueueService>["getItem"]>[1]) => {
@@ -107,7 +107,7 @@ export function queueServiceImpl(core: QueueCore, draining: AbortSignal): Servic
  * claim statement per idle agent per item); items with a selector or an affinity key only some
  * agents may take, so those wake every matching claim.
  */
-function wakeClaims(core: QueueCore, tenant: string, items: readonly NewItem[]): void {
+function wakeClaims(core: WorkQueue, tenant: string, items: readonly NewItem[]): void {
   const plain = new Map<string, number>();
   const picky = new Set<string>();
   for (const i of items) {

@@ -1,12 +1,12 @@
 /**
- * The Enqueue group commit and its pacing (src/services/enqueue-batcher.ts), over the real store on a
+ * The Enqueue group commit and its pacing (src/queue/enqueue-group-commit.ts), over the real store on a
  * pool that counts its statements. Time is a fake PaceTimer: its clock moves only when a test moves
  * it, and a paced wait is a promise the test releases, so "waits the rest of the window" is asserted
  * as the wait the batcher asked for. A store whose inserts can be held lets a test add calls while a
  * statement is in flight, which is when pacing applies.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { EnqueueBatcher, MAX_ROWS, type PaceTimer } from "../src/services/enqueue-batcher.js";
+import { EnqueueGroupCommit, MAX_ROWS, type PaceTimer } from "../src/queue/enqueue-group-commit.js";
 import { WorkItemStore, type EnqueueResult, type EnqueueRow, type HandoffInput } from "../src/store/work-items.js";
 import { newId } from "../src/util/ids.js";
 import { openCountingPool, type CountingPool } from "./support/counting-pool.js";
@@ -100,7 +100,7 @@ const setup = (windowMs: number) => {
   const store = new HeldStore(counting.pool, db.tables, { baseMs: 1000, capMs: 60_000, jitter: false });
   const timer = new FakeTimer();
   counting.reset();
-  return { store, timer, batcher: new EnqueueBatcher(store, undefined, { windowMs, timer }) };
+  return { store, timer, batcher: new EnqueueGroupCommit(store, undefined, { windowMs, timer }) };
 };
 
 const names = async (results: Promise<EnqueueResult[]>[]) => {
@@ -109,7 +109,7 @@ const names = async (results: Promise<EnqueueResult[]>[]) => {
   return rows.map((r) => r.task_name);
 };
 
-describe("EnqueueBatcher", () => {
+describe("EnqueueGroupCommit", () => {
   it("writes a call that finds it idle at once, also right after the last statement (a producer awaiting each answer is not paced)", async () => {
     const { store, timer, batcher } = setup(8);
     const first = await batcher.submit([row("seq-1")]);

@@ -14,18 +14,19 @@ import { newId } from "../util/ids.js";
 import { invalidArgument, resourceExhausted } from "../domain/errors.js";
 import type { AgentService } from "../gen/aiflow/cluster/v1/agent_pb.js";
 import { callerOf, type Identity } from "../server/auth.js";
-import { agentScopeLoader, assertAgentWithin, assertScopeWithin } from "./agent-service.js";
-import type { AgentScope, KnownAgent } from "./directives.js";
-import { agentStatusToWire } from "./convert.js";
-import type { QueueCore } from "./queue-core.js";
-import { workKey } from "./work-keys.js";
+import { agentScopeLoader, assertAgentWithin, assertScopeWithin } from "./agent-registration.js";
+import type { AgentScope, KnownAgent } from "../fleet/directives.js";
+import { agentStatusToWire } from "./agent-messages.js";
+import type { WorkQueue } from "../queue/work-queue.js";
+import { workKey } from "../queue/work-keys.js";
 import type { ClaimedRow, Completion } from "../store/work-items.js";
-import type { Handed } from "./handoff.js";
-import { agentName, delayMs, identifier, jsonOrNull, optionalText } from "./validate.js";
-import { claimedItemToWire, fencedOutcomes, newDispatch } from "./work-item-wire.js";
+import type { Handed } from "../queue/waiting-claims.js";
+import { agentName, delayMs, identifier, jsonOrNull, optionalText } from "./input/validate.js";
+import { claimedItemToWire, fencedOutcomes } from "./work-item-messages.js";
+import { newDispatch } from "../queue/dispatch.js";
 
 export interface AgentWorkDeps {
-  core: QueueCore;
+  core: WorkQueue;
   /** The tenants and engine kinds an agent serves, so its claims wait only for work it can take. */
   scope(name: string): Promise<AgentScope | null>;
   /** The agent's cached status (from the directive hub), loading it when unknown. */
@@ -41,7 +42,7 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
 
   /** The agent's scope, cached by the directive hub (a re-registration drops it on every daemon). */
   const scopeOf = agentScopeLoader(core.hub, d.scope);
-  /** Beacon keys of a scope, made once per cached scope. */
+  /** Wakeups keys of a scope, made once per cached scope. */
   const keysOf = new WeakMap<AgentScope, ReadonlySet<string>>();
   const claimKeys = (scope: AgentScope): ReadonlySet<string> => {
     let keys = keysOf.get(scope);
@@ -181,7 +182,7 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
           }
           // Armed before the query, so an enqueue landing between the query and the wait still wakes
           // us; and its slot is open from here on, so the inserts meanwhile may hand it their items
-          // (./handoff.ts) while its statement runs and while it waits.
+          // (../queue/waiting-claims.ts) while its statement runs and while it waits.
           const scope = await scopeOf(name);
           assertScopeWithin(caller, name, scope);
           const keys = claimKeys(scope);
@@ -210,7 +211,7 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
             if (rows.length > 0) parts.push({ rows: [...rows], dispatch });
             remaining = deadline - Date.now();
             // No timer of its own: a lost NOTIFY is covered by the daemon's one fallback re-check
-            // (QueueCore.dueTask), which rings the keys that have due items.
+            // (WorkQueue.dueTask), which rings the keys that have due items.
             if (rows.length === 0 && remaining > 0 && !ctx.signal.aborted && !d.draining.aborted) await armed.wait(remaining, [ctx.signal, d.draining]);
           } catch (err) {
             // Items handed over meanwhile would otherwise wait for their leases to run out.

@@ -31,16 +31,16 @@ import { EngineStore } from "../store/engines.js";
 import { EngineRunStore } from "../store/engine-runs.js";
 import { TriggerFiringStore } from "../store/trigger-firings.js";
 import { WorkItemStore } from "../store/work-items.js";
-import { agentServiceImpl, knownAgentLoader } from "./agent-service.js";
+import { agentServiceImpl, knownAgentLoader } from "./agent-registration.js";
 import { agentWorkImpl } from "./agent-work.js";
-import { Beacon } from "./beacon.js";
-import { QueueCore } from "./queue-core.js";
+import { Wakeups } from "../queue/wakeups.js";
+import { WorkQueue } from "../queue/work-queue.js";
 import { queueServiceImpl } from "./queue-service.js";
 import { drainDeadlineTask, opsServiceImpl } from "./ops-service.js";
-import { DirectiveHub } from "./directives.js";
-import { HeartbeatBuffer } from "./heartbeats.js";
-import { agentLivenessTask, engineLivenessTask } from "./liveness.js";
-import { Maintenance } from "./maintenance.js";
+import { DirectiveHub } from "../fleet/directives.js";
+import { HeartbeatBuffer } from "../fleet/heartbeat-buffer.js";
+import { agentLivenessTask, engineLivenessTask } from "../fleet/liveness.js";
+import { Maintenance } from "../maintenance.js";
 import { firingRetentionTask, runDirectoryServiceImpl, triggerFiringServiceImpl } from "./runs-service.js";
 
 export interface ServiceDeps {
@@ -92,14 +92,14 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
   const hot = new PreparedQueries(deps.databaseUrl, config.dbPoolSize);
   const backoff = { baseMs: config.backoffBase, capMs: config.backoffCap, jitter: config.backoffJitter === "full" };
   const workItems = new WorkItemStore(pool, tables, backoff, hot);
-  const work = new Beacon(pool, tables.channel("work"), config.instanceId, config.notifyWindow, log);
+  const work = new Wakeups(pool, tables.channel("work"), config.instanceId, config.notifyWindow, log);
   // Completions come in a stream while agents work, and only Wait calls on other daemons need to hear
   // of them: a longer window turns a NOTIFY per few ms (each a statement, and a signal to every
   // listening connection) into a few per second. This daemon's own Wait calls wake at once.
-  const done = new Beacon(pool, tables.channel("done"), config.instanceId, config.doneNotifyWindow, log);
+  const done = new Wakeups(pool, tables.channel("done"), config.instanceId, config.doneNotifyWindow, log);
   await work.start(listener);
   await done.start(listener);
-  const core = new QueueCore(workItems, hub, work, done, clock, config, log.child({ component: "queue" }));
+  const core = new WorkQueue(workItems, hub, work, done, clock, config, log.child({ component: "queue" }));
   const onAgentGone = (name: string) => core.agentGone(name);
   const known = knownAgentLoader(agents, hub);
 

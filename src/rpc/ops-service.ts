@@ -11,7 +11,7 @@
  */
 import { durationFromMs, timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { z } from "zod";
-import { decodeCursor, encodeCursor } from "./cursor.js";
+import { decodeCursor, encodeCursor } from "./input/page-tokens.js";
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { AuditLog } from "../audit.js";
 import { failedPrecondition, invalidArgument, notFound, permissionDenied } from "../domain/errors.js";
@@ -22,16 +22,16 @@ import type { AgentOpsStore, AgentStatus, AgentWithLoad } from "../store/agents.
 import type { WorkItemStatsStore } from "../store/work-item-stats.js";
 import type { WorkItemStore } from "../store/work-items.js";
 import { compareVersions } from "../util/version.js";
-import { agentStatusFromWire } from "./convert.js";
-import { agentSummary } from "./agent-wire.js";
-import type { MaintenanceTask } from "./maintenance.js";
-import type { QueueCore } from "./queue-core.js";
+import { agentStatusFromWire } from "./agent-messages.js";
+import { agentSummary } from "./agent-summary.js";
+import type { MaintenanceTask } from "../maintenance.js";
+import type { WorkQueue } from "../queue/work-queue.js";
 import { listItemsPage } from "./queue-service.js";
-import { delayMs, identifier, optionalText } from "./validate.js";
-import { itemStatusToWire, workItemToWire } from "./work-item-wire.js";
+import { delayMs, identifier, optionalText } from "./input/validate.js";
+import { itemStatusToWire, workItemToWire } from "./work-item-messages.js";
 
 export interface OpsDeps {
-  core: QueueCore;
+  core: WorkQueue;
   agentOps: AgentOpsStore;
   stats: WorkItemStatsStore;
   audit: AuditLog;
@@ -281,7 +281,7 @@ function bindingToWire(b: BindingRow) {
  * The release and its count in the drain's progress commit together: nobody ever sees the work gone
  * but not yet counted as released (a `drain --wait` would call that a clean drain).
  */
-export function drainDeadlineTask(core: QueueCore, agentOps: AgentOpsStore, inTransaction: ReleaseTransaction): MaintenanceTask {
+export function drainDeadlineTask(core: WorkQueue, agentOps: AgentOpsStore, inTransaction: ReleaseTransaction): MaintenanceTask {
   return {
     name: "drain-deadline",
     async run(now) {

@@ -1,5 +1,5 @@
 /**
- * What the queue's services and sweeps share: the store, the two beacons (work became claimable;
+ * What the queue's services and sweeps share: the store, the two wake-up channels (work became claimable;
  * work finished) and the directives that tell agents to stop work they no longer hold.
  */
 import type { Clock } from "../clock.js";
@@ -7,13 +7,13 @@ import type { Config } from "../config.js";
 import type { Logger } from "../log.js";
 import type { Requeued, WorkItemStore } from "../store/work-items.js";
 import { invalidArgument } from "../domain/errors.js";
-import type { Beacon } from "./beacon.js";
-import { identifier, optionalText } from "./validate.js";
-import { EnqueueBatcher } from "./enqueue-batcher.js";
-import { Handoff } from "./handoff.js";
+import type { Wakeups } from "./wakeups.js";
+import { identifier, optionalText } from "../rpc/input/validate.js";
+import { EnqueueGroupCommit } from "./enqueue-group-commit.js";
+import { WaitingClaims } from "./waiting-claims.js";
 import { keyParts, workKey } from "./work-keys.js";
-import type { DirectiveHub, DirectiveMessage } from "./directives.js";
-import type { MaintenanceTask } from "./maintenance.js";
+import type { DirectiveHub, DirectiveMessage } from "../fleet/directives.js";
+import type { MaintenanceTask } from "../maintenance.js";
 
 /**
  * How often (by the clock) waiting claims re-check without a wake-up, for work whose notification
@@ -21,25 +21,25 @@ import type { MaintenanceTask } from "./maintenance.js";
  */
 export const FALLBACK_CHECK_MS = 5_000;
 
-export class QueueCore {
+export class WorkQueue {
   /** Enqueue calls share insert statements (group commit). */
-  readonly enqueuer: EnqueueBatcher;
+  readonly enqueuer: EnqueueGroupCommit;
   /** Waiting claims, offered new items by the enqueuer's inserts. */
-  readonly handoff: Handoff;
+  readonly handoff: WaitingClaims;
 
   constructor(
     readonly store: WorkItemStore,
     readonly hub: DirectiveHub,
     /** Rung when items become claimable. */
-    readonly work: Beacon,
+    readonly work: Wakeups,
     /** Rung (per tenant) when items finish. */
-    readonly done: Beacon,
+    readonly done: Wakeups,
     readonly clock: Clock,
     readonly config: Config,
     readonly log: Logger,
   ) {
-    this.handoff = new Handoff(config.instanceId, config.leaseTtl, () => clock.nowMs());
-    this.enqueuer = new EnqueueBatcher(store, this.handoff, { windowMs: config.enqueueWindow });
+    this.handoff = new WaitingClaims(config.instanceId, config.leaseTtl, () => clock.nowMs());
+    this.enqueuer = new EnqueueGroupCommit(store, this.handoff, { windowMs: config.enqueueWindow });
   }
 
   /** Tells each former holder to stop the items taken from it. */
