@@ -14,6 +14,7 @@ ENV NODE_ENV=production
 # Only the manifests, so this layer is rebuilt only when dependencies change. The workspace
 # manifest is needed for `npm ci` to accept the lockfile.
 COPY package.json package-lock.json ./
+COPY wire/package.json wire/
 COPY agent-sdk/package.json agent-sdk/
 RUN npm ci --omit=dev --no-audit --no-fund \
  && npm cache clean --force \
@@ -32,9 +33,10 @@ WORKDIR /app
 RUN mkdir -p /var/lib/aiflowd && chown node:node /var/lib/aiflowd
 COPY --from=deps /app/node_modules ./node_modules
 COPY package.json tsconfig.json ./
+COPY wire/package.json wire/
 COPY agent-sdk/package.json agent-sdk/
-# The daemon's gRPC fast path uses the SDK's compiled protobuf codec (@aiflow/agent-sdk/codec).
-COPY agent-sdk/src/codec/ agent-sdk/src/codec/
+# The wire stack (generated protos, codec, direct gRPC path), a workspace package of its own.
+COPY wire/src/ wire/src/
 COPY bin/ bin/
 COPY src/ src/
 COPY scripts/healthcheck.mjs scripts/

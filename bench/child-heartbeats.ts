@@ -8,8 +8,8 @@
  */
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
-import { AgentService } from "../src/gen/aiflow/cluster/v1/agent_pb.js";
-import { AgentStatus } from "../src/gen/aiflow/cluster/v1/common_pb.js";
+import { AgentService } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
+import { AgentStatus } from "@aiflow/wire/gen/aiflow/cluster/v1/common_pb.js";
 import { nowMs } from "./clock.js";
 import { exitWith } from "./child-exit.js";
 

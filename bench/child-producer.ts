@@ -5,8 +5,8 @@
  */
 import { createClient, type Interceptor } from "@connectrpc/connect";
 import { Http2SessionManager } from "@connectrpc/connect-node";
-import { QueueService } from "../agent-sdk/src/gen/aiflow/cluster/v1/queue_pb.js";
-import { createSdkGrpcTransport } from "../agent-sdk/src/grpc-transport.js";
+import { QueueService } from "@aiflow/wire/gen/aiflow/cluster/v1/queue_pb.js";
+import { createSdkGrpcTransport } from "@aiflow/wire/client";
 import pg from "pg";
 import { openLoop } from "./baseline.js";
 import { nowMs } from "./clock.js";

@@ -17,7 +17,7 @@ import net from "node:net";
 import { performance } from "node:perf_hooks";
 import { resolve } from "node:path";
 import { create, toBinary } from "@bufbuild/protobuf";
-import { EnqueueRequestSchema } from "../src/gen/aiflow/cluster/v1/queue_pb.js";
+import { EnqueueRequestSchema } from "@aiflow/wire/gen/aiflow/cluster/v1/queue_pb.js";
 import { sql } from "./pg.js";
 
 const args = process.argv.slice(2);

@@ -1,7 +1,7 @@
 /** The benchmark's measurements. Each returns a flat figure set; run.ts prints them. */
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
-import { QueueService } from "../src/gen/aiflow/cluster/v1/queue_pb.js";
+import { QueueService } from "@aiflow/wire/gen/aiflow/cluster/v1/queue_pb.js";
 import { baselineDrainSpan, dropBaseline, fillBaseline, releaseBaseline, resetBaseline, waitBaselineDone } from "./baseline.js";
 import { nowMs } from "./clock.js";
 import { committedTransactions, KIND, NODE_TUNING, TENANT, TOKENS, type Database, type DaemonProc } from "./env.js";

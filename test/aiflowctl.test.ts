@@ -10,13 +10,13 @@ import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { Code } from "@connectrpc/connect";
 import type { Daemon } from "../src/daemon.js";
-import { AgentStatus } from "../src/gen/aiflow/cluster/v1/common_pb.js";
-import { WorkItemStatus } from "../src/gen/aiflow/cluster/v1/work_item_pb.js";
+import { AgentStatus } from "@aiflow/wire/gen/aiflow/cluster/v1/common_pb.js";
+import { WorkItemStatus } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
 import { startTestDaemon, TOKENS } from "./support/daemon.js";
 import { createTestDb, type TestDb } from "./support/db.js";
 import { freePort } from "./support/free-port.js";
 import { Closers, opsSession, OpsProducer, OpsTestAgent, sorted, type Session } from "./support/ops.js";
-import type { OpsService } from "../src/gen/aiflow/cluster/v1/ops_pb.js";
+import type { OpsService } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 
 const CLI = fileURLToPath(new URL("../bin/aiflowctl.js", import.meta.url));
 /**

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { Code, ConnectError, createClient, createRouterTransport } from "@connectrpc/connect";
-import { Health, HealthCheckResponse_ServingStatus } from "../src/gen/grpc/health/v1/health_pb.js";
+import { Health, HealthCheckResponse_ServingStatus } from "@aiflow/wire/gen/grpc/health/v1/health_pb.js";
 import { Authenticator, callerOf, assertTenant, type Access } from "../src/server/auth.js";
 import { parseTokenSpec } from "../src/server/tokens.js";
 

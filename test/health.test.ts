@@ -6,7 +6,7 @@ import { connectNodeAdapter, createGrpcTransport, Http2SessionManager } from "@c
 import * as grpc from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Health, HealthCheckResponse_ServingStatus as Status } from "../src/gen/grpc/health/v1/health_pb.js";
+import { Health, HealthCheckResponse_ServingStatus as Status } from "@aiflow/wire/gen/grpc/health/v1/health_pb.js";
 import { HealthState, healthRoutes, limitWatchLifetime, type HealthListener } from "../src/server/health.js";
 
 const HEALTH_PROTO = fileURLToPath(new URL("../proto/grpc/health/v1/health.proto", import.meta.url));

@@ -8,8 +8,8 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { FakeClock } from "../src/clock.js";
 import type { Daemon } from "../src/daemon.js";
-import { OpsService } from "../src/gen/aiflow/cluster/v1/ops_pb.js";
-import { FiringAction, FiringOutcome, RunDirectoryService, TriggerFiringService, TriggerType } from "../src/gen/aiflow/cluster/v1/runs_pb.js";
+import { OpsService } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
+import { FiringAction, FiringOutcome, RunDirectoryService, TriggerFiringService, TriggerType } from "@aiflow/wire/gen/aiflow/cluster/v1/runs_pb.js";
 import { FIRING_PAGE_BYTES } from "../src/rpc/runs-service.js";
 import { MAX_JSON_DEPTH } from "../src/rpc/input/json-text.js";
 import { LIST_PAGE_BYTES } from "../src/rpc/queue-service.js";
@@ -67,7 +67,7 @@ describe("control characters", () => {
   });
 
   it("a control character in a registration field is INVALID_ARGUMENT", async () => {
-    const a = new Session(daemon.address, (await import("../src/gen/aiflow/cluster/v1/agent_pb.js")).AgentService, TOKENS.agent);
+    const a = new Session(daemon.address, (await import("@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js")).AgentService, TOKENS.agent);
     closers.push(() => a.close());
     const code = await codeOf(a.client.register({ name: "cc2-agent", agentVersion: "1.0\u0007", metadata: { tenants: ["cc2"], engineKinds: ["dag"] } }, a.call));
     expect(code).toBe(Code.InvalidArgument);

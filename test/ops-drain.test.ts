@@ -8,14 +8,14 @@ import { durationFromMs, durationMs, timestampMs } from "@bufbuild/protobuf/wkt"
 import { Code, ConnectError } from "@connectrpc/connect";
 import { FakeClock } from "../src/clock.js";
 import type { Daemon } from "../src/daemon.js";
-import type { Directive } from "../src/gen/aiflow/cluster/v1/agent_pb.js";
-import { AgentStatus } from "../src/gen/aiflow/cluster/v1/common_pb.js";
-import type { AgentSummary } from "../src/gen/aiflow/cluster/v1/ops_pb.js";
-import { WorkItemStatus } from "../src/gen/aiflow/cluster/v1/work_item_pb.js";
+import type { Directive } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
+import { AgentStatus } from "@aiflow/wire/gen/aiflow/cluster/v1/common_pb.js";
+import type { AgentSummary } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
+import { WorkItemStatus } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
 import { startTestDaemon } from "./support/daemon.js";
 import { createTestDb, type TestDb } from "./support/db.js";
 import { Closers, codeOf, opsSession, OpsProducer, OpsTestAgent, refusal, sorted, type AgentOptions, type Session } from "./support/ops.js";
-import type { OpsService } from "../src/gen/aiflow/cluster/v1/ops_pb.js";
+import type { OpsService } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 
 const clock = new FakeClock(Date.UTC(2026, 3, 1));
 const closers = new Closers();

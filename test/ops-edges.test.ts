@@ -3,7 +3,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { durationFromMs, timestampMs } from "@bufbuild/protobuf/wkt";
 import { FakeClock } from "../src/clock.js";
 import type { Daemon } from "../src/daemon.js";
-import { QueueService } from "../src/gen/aiflow/cluster/v1/queue_pb.js";
+import { QueueService } from "@aiflow/wire/gen/aiflow/cluster/v1/queue_pb.js";
 import { createTestDb, type TestDb } from "./support/db.js";
 import { startTestDaemon, TOKENS } from "./support/daemon.js";
 import { OpsProducer, OpsTestAgent, opsSession, Session } from "./support/ops.js";

@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { FakeClock } from "../src/clock.js";
 import type { Daemon } from "../src/daemon.js";
-import { WorkItemStatus } from "../src/gen/aiflow/cluster/v1/work_item_pb.js";
+import { WorkItemStatus } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
 import { startTestDaemon } from "./support/daemon.js";
 import { createTestDb, type TestDb } from "./support/db.js";
 import { itemRows, Producer, serverNow, STATEMENT, statusCounts, TestAgent, track, untilStatementRan, type WorkItem } from "./support/queue.js";

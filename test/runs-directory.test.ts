@@ -3,7 +3,7 @@ import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { FakeClock } from "../src/clock.js";
 import type { Daemon } from "../src/daemon.js";
-import { RunDirectoryService, RunState, type ListRunsRequest, type RecordRunRequest } from "../src/gen/aiflow/cluster/v1/runs_pb.js";
+import { RunDirectoryService, RunState, type ListRunsRequest, type RecordRunRequest } from "@aiflow/wire/gen/aiflow/cluster/v1/runs_pb.js";
 import { createTestDb, type TestDb } from "./support/db.js";
 import { startTestDaemon, TOKENS } from "./support/daemon.js";
 

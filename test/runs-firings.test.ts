@@ -11,7 +11,7 @@ import {
   TriggerType,
   type ListFiringsRequest,
   type RecordFiringRequest,
-} from "../src/gen/aiflow/cluster/v1/runs_pb.js";
+} from "@aiflow/wire/gen/aiflow/cluster/v1/runs_pb.js";
 import { RETENTION_SWEEP_EVERY_MS } from "../src/rpc/runs-service.js";
 import { createTestDb, type TestDb } from "./support/db.js";
 import { startTestDaemon, TOKENS } from "./support/daemon.js";

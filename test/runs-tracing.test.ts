@@ -8,7 +8,7 @@ import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { FakeClock, msToNs } from "../src/clock.js";
 import type { Daemon } from "../src/daemon.js";
-import { FiringAction, FiringOutcome, RunDirectoryService, TriggerFiringService, TriggerType } from "../src/gen/aiflow/cluster/v1/runs_pb.js";
+import { FiringAction, FiringOutcome, RunDirectoryService, TriggerFiringService, TriggerType } from "@aiflow/wire/gen/aiflow/cluster/v1/runs_pb.js";
 import { createTestDb, type TestDb } from "./support/db.js";
 import { startTestDaemon, TOKENS } from "./support/daemon.js";
 

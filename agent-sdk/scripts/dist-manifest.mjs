@@ -23,7 +23,7 @@ const manifest = {
   engines: src.engines,
   main: "./index.js",
   types: "./index.d.ts",
-  exports: { ".": entry("index"), "./codec": entry("codec/index") },
+  exports: { ".": entry("index") },
   dependencies: src.dependencies,
 };
 writeFileSync(join(out, "package.json"), `${JSON.stringify(manifest, null, 2)}\n`);

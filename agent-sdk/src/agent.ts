@@ -25,7 +25,7 @@ import { ClaimAhead } from "./claim-ahead.js";
 import { Claimer } from "./claimer.js";
 import { DirectiveFollower, readHeartbeatReply } from "./directives.js";
 import { AgentFailedError } from "./errors.js";
-import { AgentType, type Directive, type HeartbeatResponse } from "./gen/aiflow/cluster/v1/agent_pb.js";
+import { AgentType, type Directive, type HeartbeatResponse } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
 import { HeartbeatThread } from "./liveness/heartbeat.js";
 import { LeaseKeeper } from "./leases.js";
 import { isTerminal, Lifecycle, type AgentState } from "./lifecycle.js";

@@ -14,7 +14,7 @@
  * finish at once have their completions ride that claim instead of a Complete call of their own.
  */
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
-import type { WorkItem as WireItem } from "./gen/aiflow/cluster/v1/work_item_pb.js";
+import type { WorkItem as WireItem } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
 import type { Link } from "./link.js";
 import type { ResolvedOptions } from "./options.js";
 import { backoffDelay, sleep } from "./backoff.js";

@@ -11,7 +11,7 @@
 import type { Logger } from "pino";
 import { backoffDelay, sleep } from "./backoff.js";
 import { timestampMs } from "@bufbuild/protobuf/wkt";
-import type { Directive, HeartbeatResponse } from "./gen/aiflow/cluster/v1/agent_pb.js";
+import type { Directive, HeartbeatResponse } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
 import { errorText, type Link } from "./link.js";
 import type { ResolvedOptions } from "./options.js";
 import { statusFromWire, type DaemonStatus } from "./wire.js";

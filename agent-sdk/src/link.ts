@@ -13,8 +13,8 @@ import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-no
 import type { Logger } from "pino";
 import { backoffDelay, sleep } from "./backoff.js";
 import { AgentFailedError } from "./errors.js";
-import { createSdkGrpcTransport } from "./grpc-transport.js";
-import { AgentService } from "./gen/aiflow/cluster/v1/agent_pb.js";
+import { createSdkGrpcTransport } from "@aiflow/wire/client";
+import { AgentService } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
 import { baseUrl, type ResolvedOptions } from "./options.js";
 
 export type AgentClient = Client<typeof AgentService>;

@@ -14,7 +14,7 @@ import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import { backoffDelay, sleep } from "./backoff.js";
-import type { ItemOutcome as WireOutcome } from "./gen/aiflow/cluster/v1/work_item_pb.js";
+import type { ItemOutcome as WireOutcome } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
 import { errorText, type Link } from "./link.js";
 import type { ResolvedOptions } from "./options.js";
 import type { Report } from "./run.js";

@@ -1,7 +1,7 @@
 /** Between the generated wire types and what the SDK hands out. */
 import { timestampDate } from "@bufbuild/protobuf/wkt";
-import { AgentStatus } from "./gen/aiflow/cluster/v1/common_pb.js";
-import type { WorkItem as WireItem } from "./gen/aiflow/cluster/v1/work_item_pb.js";
+import { AgentStatus } from "@aiflow/wire/gen/aiflow/cluster/v1/common_pb.js";
+import type { WorkItem as WireItem } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
 import type { WorkItem } from "./types.js";
 
 export type DaemonStatus = "active" | "draining" | "inactive" | "unknown";

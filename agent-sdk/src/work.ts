@@ -10,7 +10,7 @@ import { Code } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import type { ClaimAhead } from "./claim-ahead.js";
 import type { AbortKind } from "./errors.js";
-import type { WorkItem as WireItem } from "./gen/aiflow/cluster/v1/work_item_pb.js";
+import type { WorkItem as WireItem } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
 import { describeHandlers, resolveHandler } from "./handlers.js";
 import { errorText } from "./link.js";
 import type { ResolvedOptions } from "./options.js";

@@ -7,7 +7,7 @@ import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Daemon } from "../../src/daemon.js";
-import { OpsService } from "../../src/gen/aiflow/cluster/v1/ops_pb.js";
+import { OpsService } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 import { agentRow } from "../../test/support/agents.js";
 import { bearer, startTestDaemon, TOKENS } from "../../test/support/daemon.js";
 import { createTestDb, type TestDb } from "../../test/support/db.js";

@@ -17,7 +17,7 @@ import { bearer, TOKENS } from "../../test/support/daemon.js";
 import { databaseUrl } from "../../test/support/database-url.js";
 import { createTestDb, type TestDb } from "../../test/support/db.js";
 import { freePort } from "../../test/support/free-port.js";
-import { AgentService } from "../src/gen/aiflow/cluster/v1/agent_pb.js";
+import { AgentService } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
 import type { Registration } from "../src/index.js";
 import { agentName, Producer, testAgent, WorkItemStatus } from "./support.js";
 

@@ -11,8 +11,8 @@ import { pino, type Logger } from "pino";
 import { afterEach } from "vitest";
 import { bearer, TOKENS } from "../../test/support/daemon.js";
 import { createAgent, type Agent, type AgentOptions, type ItemOutcome, type WorkItem } from "../src/index.js";
-import { QueueService, type EnqueueItemSchema } from "../src/gen/aiflow/cluster/v1/queue_pb.js";
-import { WorkItemStatus, type WorkItem as WireItem } from "../src/gen/aiflow/cluster/v1/work_item_pb.js";
+import { QueueService, type EnqueueItemSchema } from "@aiflow/wire/gen/aiflow/cluster/v1/queue_pb.js";
+import { WorkItemStatus, type WorkItem as WireItem } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
 
 export { WorkItemStatus, type WireItem };
 

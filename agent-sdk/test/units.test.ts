@@ -7,7 +7,7 @@ import { describe, expect, it } from "vitest";
 import { backoffDelay } from "../src/backoff.js";
 import { ClaimAhead } from "../src/claim-ahead.js";
 import { Claimer } from "../src/claimer.js";
-import { AgentStatus } from "../src/gen/aiflow/cluster/v1/common_pb.js";
+import { AgentStatus } from "@aiflow/wire/gen/aiflow/cluster/v1/common_pb.js";
 import type { Link } from "../src/link.js";
 import { describeHandlers, resolveHandler } from "../src/handlers.js";
 import { NonRetryableError, RetryableError, type Handlers, type WorkItem } from "../src/index.js";

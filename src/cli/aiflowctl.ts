@@ -6,8 +6,8 @@
  */
 import { createClient, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
-import { OpsService } from "../gen/aiflow/cluster/v1/ops_pb.js";
-import { QueueService } from "../gen/aiflow/cluster/v1/queue_pb.js";
+import { OpsService } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
+import { QueueService } from "@aiflow/wire/gen/aiflow/cluster/v1/queue_pb.js";
 import { agentCommands } from "./ctl/agents.js";
 import { parseFlags, UsageError } from "./ctl/args.js";
 import { bindingCommands } from "./ctl/bindings.js";

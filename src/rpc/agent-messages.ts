@@ -1,8 +1,8 @@
 /** Conversions between stored values and wire enums/messages, shared by the services. */
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import { AgentStatus } from "../gen/aiflow/cluster/v1/common_pb.js";
-import type { DirectiveSchema } from "../gen/aiflow/cluster/v1/agent_pb.js";
+import { AgentStatus } from "@aiflow/wire/gen/aiflow/cluster/v1/common_pb.js";
+import type { DirectiveSchema } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
 import type { AgentStatus as StoredStatus } from "../store/agents.js";
 import type { DirectiveMessage } from "../fleet/directives.js";
 

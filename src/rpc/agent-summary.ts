@@ -2,8 +2,8 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { JsonObject } from "@bufbuild/protobuf";
 import { durationFromMs, timestampFromMs } from "@bufbuild/protobuf/wkt";
-import { AgentType } from "../gen/aiflow/cluster/v1/agent_pb.js";
-import type { AgentSummarySchema, DrainProgressSchema } from "../gen/aiflow/cluster/v1/ops_pb.js";
+import { AgentType } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
+import type { AgentSummarySchema, DrainProgressSchema } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 import { drainSchema, type AgentWithLoad, type DrainState } from "../store/agents.js";
 import { agentStatusToWire } from "./agent-messages.js";
 

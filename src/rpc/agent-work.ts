@@ -12,7 +12,7 @@ import { durationMs } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
 import { newId } from "../util/ids.js";
 import { invalidArgument, resourceExhausted } from "../domain/errors.js";
-import type { AgentService } from "../gen/aiflow/cluster/v1/agent_pb.js";
+import type { AgentService } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
 import { callerOf, type Identity } from "../server/auth.js";
 import { agentScopeLoader, assertAgentWithin, assertScopeWithin } from "./agent-registration.js";
 import type { AgentScope, KnownAgent } from "../fleet/directives.js";

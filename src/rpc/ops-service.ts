@@ -15,7 +15,7 @@ import { decodeCursor, encodeCursor } from "./input/page-tokens.js";
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { AuditLog } from "../audit.js";
 import { failedPrecondition, invalidArgument, notFound, permissionDenied } from "../domain/errors.js";
-import { OpsService } from "../gen/aiflow/cluster/v1/ops_pb.js";
+import { OpsService } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 import { assertAgentTenants, assertTenant, callerOf, tenantsOutside, type Identity } from "../server/auth.js";
 import type { AffinityBindingStore, BindingRow } from "../store/affinity-bindings.js";
 import type { AgentOpsStore, AgentStatus, AgentWithLoad } from "../store/agents.js";

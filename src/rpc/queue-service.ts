@@ -4,7 +4,7 @@
 import { durationMs } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
 import { invalidArgument, notFound, resourceExhausted } from "../domain/errors.js";
-import type { EnqueueItem, ListItemsRequest, QueueService } from "../gen/aiflow/cluster/v1/queue_pb.js";
+import type { EnqueueItem, ListItemsRequest, QueueService } from "@aiflow/wire/gen/aiflow/cluster/v1/queue_pb.js";
 import { assertTenant, callerOf } from "../server/auth.js";
 import { WorkItemStore, type ItemStatus, type NewItem } from "../store/work-items.js";
 import type { WorkQueue } from "../queue/work-queue.js";

@@ -27,7 +27,7 @@ import {
   type RecordFiringRequest,
   type RecordRunRequest,
   type TriggerFiringSchema,
-} from "../gen/aiflow/cluster/v1/runs_pb.js";
+} from "@aiflow/wire/gen/aiflow/cluster/v1/runs_pb.js";
 import type { Logger } from "../log.js";
 import { assertTenant, callerOf } from "../server/auth.js";
 import type { EngineRunRow, EngineRunStore, RunFacts, RunFilter } from "../store/engine-runs.js";

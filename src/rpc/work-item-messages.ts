@@ -1,7 +1,7 @@
 /** Work items between the store's rows and the wire. */
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { Code } from "@connectrpc/connect";
-import { WorkItemStatus, type ItemOutcomeSchema, type WorkItemSchema } from "../gen/aiflow/cluster/v1/work_item_pb.js";
+import { WorkItemStatus, type ItemOutcomeSchema, type WorkItemSchema } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
 import type { ClaimedRow, ItemStatus, WorkItemRow } from "../store/work-items.js";
 import { timestampInit, type Dispatch } from "../queue/dispatch.js";
 

@@ -16,12 +16,13 @@
  */
 import type { IncomingHttpHeaders, ServerHttp2Stream } from "node:http2";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { Health } from "../gen/grpc/health/v1/health_pb.js";
+import { Health } from "@aiflow/wire/gen/grpc/health/v1/health_pb.js";
 import type { Clock } from "../clock.js";
 import type { Logger } from "../log.js";
 import type { Access, Authenticator } from "./auth.js";
 import { AuthFailures } from "./auth-failures.js";
-import { headerText, type BodyBudget } from "./grpc-unary.js";
+import { headerText } from "@aiflow/wire/headers";
+import type { BodyBudget } from "@aiflow/wire/server";
 import { refuse } from "./refuse.js";
 import type { ServerStats } from "./stats.js";
 

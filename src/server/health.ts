@@ -5,7 +5,7 @@
  */
 import type { ConnectRouter, HandlerContext } from "@connectrpc/connect";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { Health, HealthCheckResponse_ServingStatus as ServingStatus } from "../gen/grpc/health/v1/health_pb.js";
+import { Health, HealthCheckResponse_ServingStatus as ServingStatus } from "@aiflow/wire/gen/grpc/health/v1/health_pb.js";
 
 /** Told about every status change, and once when the state shuts down (after which nothing more is sent). */
 export interface HealthListener {

@@ -9,9 +9,9 @@ import { nestedTypes } from "@bufbuild/protobuf/reflect";
 import { FileDescriptorProtoSchema } from "@bufbuild/protobuf/wkt";
 import type { ConnectRouter } from "@connectrpc/connect";
 import { Code } from "@connectrpc/connect";
-import { file_grpc_health_v1_health } from "../gen/grpc/health/v1/health_pb.js";
-import * as v1 from "../gen/grpc/reflection/v1/reflection_pb.js";
-import * as v1alpha from "../gen/grpc/reflection/v1alpha/reflection_pb.js";
+import { file_grpc_health_v1_health } from "@aiflow/wire/gen/grpc/health/v1/health_pb.js";
+import * as v1 from "@aiflow/wire/gen/grpc/reflection/v1/reflection_pb.js";
+import * as v1alpha from "@aiflow/wire/gen/grpc/reflection/v1alpha/reflection_pb.js";
 
 /**
  * The request as both protocol versions shape it. v1 and v1alpha messages differ only in $typeName,

@@ -10,7 +10,7 @@
  * their session refuses every new stream (ENHANCE_YOUR_CALM).
  */
 import http2, { type IncomingHttpHeaders, type ServerHttp2Stream } from "node:http2";
-import { nodeHeaders } from "@aiflow/agent-sdk/codec";
+import { nodeHeaders } from "@aiflow/wire/headers";
 import type { ConnectError } from "@connectrpc/connect";
 import { setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import { codeToHttpStatus, endStreamFlag, errorToJson } from "@connectrpc/connect/protocol-connect";

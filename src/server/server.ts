@@ -8,7 +8,7 @@ import http2 from "node:http2";
 import type { AddressInfo, Socket } from "node:net";
 import type { ConnectRouter, Interceptor } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
-import { grpcUnaryFastPath, recordUnary, routeStreams, type UnarySpec } from "./grpc-unary.js";
+import { grpcUnaryFastPath, recordUnary, routeStreams, type UnarySpec } from "@aiflow/wire/server";
 import type { Access, Authenticator } from "./auth.js";
 import { createGate, type GateLimits } from "./gate.js";
 import { limitWatchLifetime } from "./health.js";

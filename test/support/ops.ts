@@ -7,11 +7,11 @@ import type { MessageInitShape } from "@bufbuild/protobuf";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { ConnectError, createClient, type Client } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
-import { AgentService, type Directive } from "../../src/gen/aiflow/cluster/v1/agent_pb.js";
+import { AgentService, type Directive } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
 import type { DescService } from "@bufbuild/protobuf";
-import { OpsService } from "../../src/gen/aiflow/cluster/v1/ops_pb.js";
-import { QueueService, type EnqueueItemSchema } from "../../src/gen/aiflow/cluster/v1/queue_pb.js";
-import type { ItemOutcome, WorkItem } from "../../src/gen/aiflow/cluster/v1/work_item_pb.js";
+import { OpsService } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
+import { QueueService, type EnqueueItemSchema } from "@aiflow/wire/gen/aiflow/cluster/v1/queue_pb.js";
+import type { ItemOutcome, WorkItem } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
 import { bearer, TOKENS } from "./daemon.js";
 
 export type { WorkItem };

@@ -10,7 +10,7 @@ import { FileDescriptorSetSchema } from "@bufbuild/protobuf/wkt";
 import { Code } from "@connectrpc/connect";
 import { Worker } from "node:worker_threads";
 import type { Logger } from "pino";
-import { file_aiflow_cluster_v1_agent, HeartbeatResponseSchema, type HeartbeatResponse } from "../gen/aiflow/cluster/v1/agent_pb.js";
+import { file_aiflow_cluster_v1_agent, HeartbeatResponseSchema, type HeartbeatResponse } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
 import { baseUrl, type ResolvedOptions } from "../options.js";
 import type { FromThread, ThreadInit, ToThread } from "./protocol.js";
 

@@ -1,6 +1,6 @@
 /** aiflowctl's fleet commands: agents, agent, drain, undrain, remove. */
 import { durationFromMs, durationMs, timestampMs } from "@bufbuild/protobuf/wkt";
-import { AgentStatus } from "../../gen/aiflow/cluster/v1/common_pb.js";
+import { AgentStatus } from "@aiflow/wire/gen/aiflow/cluster/v1/common_pb.js";
 import {
   DrainAgentResponseSchema,
   GetAgentResponseSchema,
@@ -8,7 +8,7 @@ import {
   RemoveAgentResponseSchema,
   UndrainAgentResponseSchema,
   type AgentSummary,
-} from "../../gen/aiflow/cluster/v1/ops_pb.js";
+} from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 import { keyValues, UsageError } from "./args.js";
 import { durationFlag, one, printJson, type Command, type Ctx } from "./command.js";
 import { enumName, humanDuration, paint, status, table } from "./format.js";

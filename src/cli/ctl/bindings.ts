@@ -1,6 +1,6 @@
 /** aiflowctl's affinity-binding commands: bindings list, unbind, rebind. */
 import { timestampMs } from "@bufbuild/protobuf/wkt";
-import { ListBindingsResponseSchema, RebindResponseSchema, UnbindResponseSchema, type Binding } from "../../gen/aiflow/cluster/v1/ops_pb.js";
+import { ListBindingsResponseSchema, RebindResponseSchema, UnbindResponseSchema, type Binding } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 import { UsageError } from "./args.js";
 import { printJson, wholeFlag, type Command } from "./command.js";
 import { table } from "./format.js";

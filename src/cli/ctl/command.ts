@@ -6,9 +6,9 @@
 import { toJson, type DescMessage, type MessageShape } from "@bufbuild/protobuf";
 import type { createClient } from "@connectrpc/connect";
 import { parseDuration } from "../../config.js";
-import type { OpsService } from "../../gen/aiflow/cluster/v1/ops_pb.js";
-import type { QueueService } from "../../gen/aiflow/cluster/v1/queue_pb.js";
-import { WorkItemStatus } from "../../gen/aiflow/cluster/v1/work_item_pb.js";
+import type { OpsService } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
+import type { QueueService } from "@aiflow/wire/gen/aiflow/cluster/v1/queue_pb.js";
+import { WorkItemStatus } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
 import { UsageError, type Parsed } from "./args.js";
 
 export interface Flag {

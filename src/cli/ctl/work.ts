@@ -6,9 +6,9 @@ import {
   OpsServiceListItemsResponseSchema,
   QueueStatsResponseSchema,
   RedriveItemsResponseSchema,
-} from "../../gen/aiflow/cluster/v1/ops_pb.js";
-import { EnqueueResponseSchema } from "../../gen/aiflow/cluster/v1/queue_pb.js";
-import { WorkItemStatus, type WorkItem } from "../../gen/aiflow/cluster/v1/work_item_pb.js";
+} from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
+import { EnqueueResponseSchema } from "@aiflow/wire/gen/aiflow/cluster/v1/queue_pb.js";
+import { WorkItemStatus, type WorkItem } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
 import { UsageError } from "./args.js";
 import { durationFlag, printJson, statusesOf, wholeFlag, type Command } from "./command.js";
 import { enumName, humanDuration, status, table } from "./format.js";

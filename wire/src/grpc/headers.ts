@@ -27,3 +27,9 @@ export function nodeHeaders(h: Headers): OutgoingHttpHeaders {
   });
   return out;
 }
+
+/** A request header as one string (repeated values joined as HTTP does), or null. */
+export function headerText(h: IncomingHttpHeaders, name: string): string | null {
+  const v = h[name];
+  return v === undefined ? null : Array.isArray(v) ? v.join(", ") : v;
+}

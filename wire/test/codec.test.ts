@@ -8,13 +8,13 @@ import { FileDescriptorProtoSchema, TimestampSchema, DurationSchema } from "@buf
 import { describe, expect, it } from "vitest";
 import { compileCodec } from "../src/codec/index.js";
 import { RESHAPED_TYPES } from "../src/codec/compile.js";
-import { file_aiflow_cluster_v1_agent } from "../src/gen/aiflow/cluster/v1/agent_pb.js";
-import { file_aiflow_cluster_v1_common } from "../src/gen/aiflow/cluster/v1/common_pb.js";
-import { file_aiflow_cluster_v1_ops } from "../src/gen/aiflow/cluster/v1/ops_pb.js";
-import { file_aiflow_cluster_v1_queue } from "../src/gen/aiflow/cluster/v1/queue_pb.js";
-import { file_aiflow_cluster_v1_runs } from "../src/gen/aiflow/cluster/v1/runs_pb.js";
-import { ClaimRequestSchema, ClaimResponseSchema, CompleteRequestSchema, HeartbeatRequestSchema } from "../src/gen/aiflow/cluster/v1/agent_pb.js";
-import { file_aiflow_cluster_v1_work_item, WorkItemSchema } from "../src/gen/aiflow/cluster/v1/work_item_pb.js";
+import { file_aiflow_cluster_v1_agent } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
+import { file_aiflow_cluster_v1_common } from "@aiflow/wire/gen/aiflow/cluster/v1/common_pb.js";
+import { file_aiflow_cluster_v1_ops } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
+import { file_aiflow_cluster_v1_queue } from "@aiflow/wire/gen/aiflow/cluster/v1/queue_pb.js";
+import { file_aiflow_cluster_v1_runs } from "@aiflow/wire/gen/aiflow/cluster/v1/runs_pb.js";
+import { ClaimRequestSchema, ClaimResponseSchema, CompleteRequestSchema, HeartbeatRequestSchema } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
+import { file_aiflow_cluster_v1_work_item, WorkItemSchema } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
 
 /** A seeded generator, so a failure names a case that can be replayed. */
 function rng(seed: number): () => number {

@@ -10,8 +10,8 @@ import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient, type Interceptor } from "@connectrpc/connect";
 import { Http2SessionManager } from "@connectrpc/connect-node";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { AgentService, ClaimRequestSchema, ClaimResponseSchema } from "../src/gen/aiflow/cluster/v1/agent_pb.js";
-import { createSdkGrpcTransport } from "../src/grpc-transport.js";
+import { AgentService, ClaimRequestSchema, ClaimResponseSchema } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
+import { createSdkGrpcTransport } from "../src/client/transport.js";
 
 type Script = (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders, body: Buffer) => void;
 

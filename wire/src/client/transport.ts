@@ -16,7 +16,8 @@ import { Code, ConnectError, createContextValues, type ContextValues, type Inter
 import { createGrpcTransport, type Http2SessionManager } from "@connectrpc/connect-node";
 import { createMethodUrl } from "@connectrpc/connect/protocol";
 import { headerGrpcStatus, requestHeader, validateResponse, validateTrailer } from "@connectrpc/connect/protocol-grpc";
-import { compileCodec, nodeHeaders, webHeaders, type Codec } from "./codec/index.js";
+import { compileCodec, type Codec } from "../codec/index.js";
+import { nodeHeaders, webHeaders } from "../grpc/headers.js";
 
 export interface GrpcTransportOptions {
   baseUrl: string;

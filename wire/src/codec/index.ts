@@ -1,0 +1,1 @@
+export { compileCodec, type Codec } from "./compile.js";
