@@ -1,6 +1,5 @@
 #!/usr/bin/env node
-// Runs the TypeScript entry point through tsx's loader, so the CLI needs no build step.
-import { register } from "tsx/esm/api";
+// The operators' CLI, compiled (dist/ is made by `npm run build`).
+import { runCompiled } from "./compiled.js";
 
-register();
-await import("../src/cli/aiflowctl-main.ts");
+await runCompiled("cli/aiflowctl-main.js");

@@ -1,6 +1,5 @@
 #!/usr/bin/env node
-// Runs the TypeScript entry point through tsx's loader, so the installed daemon needs no build step.
-import { register } from "tsx/esm/api";
+// The daemon, compiled (dist/ is made by `npm run build`; the image and CI build it).
+import { runCompiled } from "./compiled.js";
 
-register();
-await import("../src/cli/aiflowd.ts");
+await runCompiled("cli/aiflowd.js");

@@ -1,12 +1,16 @@
 /**
- * The compiled SDK as a worker binary outside this repository uses it: built with the package's own
- * build (tsconfig.build.json and its manifest), installed under node_modules by name, imported from
- * plain JavaScript and run on plain `node`, without a TypeScript loader.
+ * The SDK as a worker binary outside this repository gets it: `npm pack` (whose prepack builds it),
+ * the tarball unpacked into a scratch project's node_modules as npm installs it, and a worker in
+ * plain JavaScript importing it by name and running on plain `node`, without a TypeScript loader.
+ * The scratch project lives outside the repository and gets only the dependencies the packed
+ * manifest declares (linked from this repository's node_modules, so no registry is needed): a file
+ * the tarball lacks, or an undeclared dependency, fails the worker.
  */
 import { execFile } from "node:child_process";
 import { once } from "node:events";
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -16,9 +20,8 @@ import { agentName, until, WorkItemStatus } from "./support.js";
 import { workerProcessFixture } from "./worker-process.js";
 
 const run = promisify(execFile);
-const SDK = fileURLToPath(new URL("..", import.meta.url));
 const ROOT = fileURLToPath(new URL("../..", import.meta.url));
-const f = workerProcessFixture("sdkbuild");
+const f = workerProcessFixture("sdkpack");
 let scratch: string;
 
 /** A worker binary in plain JavaScript: one handler, and SIGTERM drains it (handleSignals). */
@@ -38,29 +41,50 @@ await agent.run();
 `;
 
 beforeAll(() => {
-  // Inside the repository, so that the package's dependencies resolve from its node_modules.
-  mkdirSync(join(ROOT, ".tmp"), { recursive: true });
-  scratch = mkdtempSync(join(ROOT, ".tmp", "sdk-build-"));
+  scratch = mkdtempSync(join(tmpdir(), "aiflow-sdk-pack-"));
 });
 afterAll(() => {
   if (scratch) rmSync(scratch, { recursive: true, force: true });
 });
 
-describe("the compiled SDK", () => {
-  it("builds to a package that a plain-JavaScript worker imports by name and runs on plain node", { timeout: 120_000 }, async () => {
+interface Manifest {
+  name: string;
+  exports: Record<string, { types: string; default: string }>;
+  dependencies: Record<string, string>;
+  files: string[];
+}
+
+describe("the packed SDK", () => {
+  it("packs to a tarball that a plain-JavaScript worker installs, imports by name and runs on plain node", { timeout: 180_000 }, async () => {
+    const npm = process.env.npm_execpath ? [process.execPath, [process.env.npm_execpath]] as const : ["npm", []] as const;
+    const { stdout } = await run(npm[0], [...npm[1], "pack", "-w", "@aiflow/agent-sdk", "--pack-destination", scratch, "--json"], { cwd: ROOT, maxBuffer: 64 * 1024 * 1024 });
+    const [packed] = JSON.parse(stdout.slice(stdout.indexOf("[\n  {"))) as { filename: string; files: { path: string }[] }[];
+    const paths = packed!.files.map((f) => f.path);
+    // Built files only: no TypeScript sources, no tests, the wire package bundled in, the heartbeat thread there.
+    expect(paths.filter((p) => p.endsWith(".ts") && !p.endsWith(".d.ts"))).toEqual([]);
+    expect(paths).toContain("README.md");
+    expect(paths).toContain("dist/liveness/thread.js");
+    expect(paths).toContain("dist/wire/codec/index.js");
+    expect(paths.some((p) => p.startsWith("dist/wire/server/"))).toBe(false);
+
     const pkg = join(scratch, "node_modules", "@aiflow", "agent-sdk");
-    await run(process.execPath, [join(ROOT, "node_modules", "typescript", "bin", "tsc"), "-p", join(SDK, "tsconfig.build.json"), "--outDir", pkg]);
-    await run(process.execPath, [join(SDK, "scripts", "dist-manifest.mjs"), pkg]);
-    const manifest = JSON.parse(readFileSync(join(pkg, "package.json"), "utf8")) as { exports: Record<string, { default: string }> };
-    expect(manifest.exports["."]?.default).toBe("./index.js");
-    // The heartbeat thread (plain JavaScript, loaded by URL) travels with it.
-    expect(readFileSync(join(pkg, "liveness", "thread.js"), "utf8").length).toBeGreaterThan(0);
+    mkdirSync(pkg, { recursive: true });
+    await run("tar", ["-xzf", join(scratch, packed!.filename), "-C", pkg, "--strip-components=1"]);
+    const manifest = JSON.parse(readFileSync(join(pkg, "package.json"), "utf8")) as Manifest;
+    expect(manifest.exports["."]).toEqual({ types: "./dist/index.d.ts", default: "./dist/index.js" });
+    expect(Object.keys(manifest.dependencies)).not.toContain("@aiflow/wire");
+    for (const dep of Object.keys(manifest.dependencies)) {
+      mkdirSync(dirname(join(scratch, "node_modules", dep)), { recursive: true });
+      symlinkSync(join(ROOT, "node_modules", dep), join(scratch, "node_modules", dep), "dir");
+    }
+    expect(readdirSync(join(pkg, "dist")).length).toBeGreaterThan(0);
+    writeFileSync(join(scratch, "package.json"), JSON.stringify({ name: "scratch-worker", private: true, type: "module" }));
 
     writeFileSync(join(scratch, "worker.mjs"), WORKER);
-    const name = agentName("built");
-    // No --import tsx: if anything in the compiled package still needed TypeScript, this would fail.
+    const name = agentName("packed");
+    // Plain node: if anything in the package still needed TypeScript or this repository, this would fail.
     const worker = f.spawnWorker([join(scratch, "worker.mjs"), f.daemon.address, TOKENS.agent, name], scratch);
-    await until("the built worker registered", async () => (await agentRow(f.db, name))?.status === "active", 30_000);
+    await until("the packed worker registered", async () => (await agentRow(f.db, name))?.status === "active", 30_000);
 
     const [good, bad] = await f.producer.enqueue([
       { engineKind: "plain", payloadJson: JSON.stringify({ n: 21 }) },

@@ -3,7 +3,12 @@
  * otherwise an embedded Postgres is started in a fresh temp dir on a free port for this run.
  * Test files read the URL with databaseUrl() from ./database-url.ts. TEST_LOG_LEVEL (default "warn")
  * sets how much of the embedded server's log reaches stderr.
+ *
+ * It first builds the daemon (scripts/build.mjs daemon, incremental), because the tests that run
+ * `bin/aiflowd.js` and `bin/aiflowctl.js` as operators do run the compiled JavaScript.
  */
+import { execFileSync } from "node:child_process";
+import { fileURLToPath } from "node:url";
 import { pino } from "pino";
 import type { TestProject } from "vitest/node";
 import { startEmbeddedPostgres } from "../../src/db/embedded.js";
@@ -17,6 +22,12 @@ declare module "vitest" {
 }
 
 export default async function setup(project: TestProject): Promise<(() => Promise<void>) | undefined> {
+  try {
+    execFileSync(process.execPath, [fileURLToPath(new URL("../../scripts/build.mjs", import.meta.url)), "daemon"], { stdio: ["ignore", "ignore", "inherit"] });
+  } catch {
+    // tsc still emits what it can; the type errors it printed fail `npm run typecheck` (and CI).
+    process.stderr.write("global setup: the daemon's build reported errors (above); tests run what it emitted\n");
+  }
   const given = process.env.DATABASE_URL;
   if (given) {
     project.provide("databaseUrl", given);
