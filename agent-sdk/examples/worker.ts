@@ -4,16 +4,7 @@
  *   npx tsx agent-sdk/examples/worker.ts --address 127.0.0.1:7400 --token "$AIFLOW_AGENT_TOKEN" \
  *     --name worker-1 --tenants acme,globex --slots 4
  *
- * Every flag has an environment variable; flags win:
- *   --address ADDR       AIFLOW_ADDRESS        daemon host:port; repeat the flag or separate by commas to fail over
- *   --token TOKEN        AIFLOW_AGENT_TOKEN    bearer token with the agent role
- *   --name NAME          AIFLOW_AGENT_NAME     the agent's stable name (default: this host's name)
- *   --tenants A,B        AIFLOW_TENANTS        tenant keys to take work from (default: default)
- *   --engine-kind KIND   AIFLOW_ENGINE_KIND    engine kind these handlers run (default: test)
- *   --slots N            AIFLOW_SLOTS          items run at once (default: 4)
- *   --prefetch N         AIFLOW_PREFETCH       most items claimed ahead of free slots, for quick handlers; 0 = off (default: 3 × slots, at most 256 − slots)
- *   --grace MS           AIFLOW_GRACE_MS       drain time on SIGTERM/SIGINT before in-flight work is given back (default: 30000)
- *   --log-level LEVEL    AIFLOW_LOG_LEVEL      pino level (default: info)
+ * Flags and their environment variables: USAGE below (`--help` prints it).
  *
  * SIGTERM or SIGINT drains: nothing new is claimed, running items finish within the grace time,
  * then the agent deregisters and the process exits 0. A second signal stops at once. Exit code 1
@@ -24,6 +15,28 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { parseArgs } from "node:util";
 import { pino } from "pino";
 import { createAgent, NonRetryableError, type Handler } from "@aiflow/agent-sdk";
+
+const VERSION = "example-1.0.0";
+
+const USAGE = `example worker — runs aiflowd work items with the agent SDK
+
+Usage: worker [flags]
+
+Every flag has an environment variable; flags win:
+  --address ADDR       AIFLOW_ADDRESS        daemon host:port; repeat the flag or separate by commas to fail over
+  --token TOKEN        AIFLOW_AGENT_TOKEN    bearer token with the agent role
+  --name NAME          AIFLOW_AGENT_NAME     the agent's stable name (default: this host's name)
+  --tenants A,B        AIFLOW_TENANTS        tenant keys to take work from (default: default)
+  --engine-kind KIND   AIFLOW_ENGINE_KIND    engine kind these handlers run (default: test)
+  --slots N            AIFLOW_SLOTS          items run at once (default: 4)
+  --prefetch N         AIFLOW_PREFETCH       most items claimed ahead of free slots, for quick handlers; 0 = off (default: 3 × slots, at most 256 − slots)
+  --grace MS           AIFLOW_GRACE_MS       drain time on SIGTERM/SIGINT before in-flight work is given back (default: 30000)
+  --log-level LEVEL    AIFLOW_LOG_LEVEL      pino level (default: info)
+  --help               this text
+  --version            the version
+
+Exit codes: 0 drained and stopped, 1 the daemon refused the agent, 2 a bad flag.
+`;
 
 /** `{ "text": "..." }` → the text, upper-cased. */
 const shout: Handler<{ text?: unknown }> = async (item) => {
@@ -54,6 +67,8 @@ function config() {
       prefetch: { type: "string" },
       grace: { type: "string" },
       "log-level": { type: "string" },
+      help: { type: "boolean", short: "h" },
+      version: { type: "boolean" },
     },
   });
   const env = process.env;
@@ -67,6 +82,8 @@ function config() {
   // Unset means the SDK's default, which depends on the slots.
   const prefetch = values.prefetch ?? env.AIFLOW_PREFETCH;
   return {
+    help: values.help === true,
+    version: values.version === true,
     addresses,
     token: values.token ?? env.AIFLOW_AGENT_TOKEN,
     name: values.name ?? env.AIFLOW_AGENT_NAME ?? hostname(),
@@ -84,6 +101,10 @@ async function main(): Promise<number> {
   let agent: ReturnType<typeof createAgent>;
   try {
     c = config();
+    if (c.help || c.version) {
+      process.stdout.write(c.help ? USAGE : `${VERSION}\n`);
+      return 0;
+    }
     agent = createAgent({
       addresses: c.addresses,
       token: c.token,
@@ -94,7 +115,7 @@ async function main(): Promise<number> {
       handlers: { [c.engineKind]: { shout, wait, "*": echo } },
       gracefulShutdownMs: c.graceMs,
       handleSignals: true,
-      agentVersion: "example-1.0.0",
+      agentVersion: VERSION,
       logger: pino({ name: "example-worker", level: c.logLevel }),
     });
   } catch (err) {
