@@ -22,8 +22,8 @@ import type { AgentOpsStore, AgentStatus, AgentWithLoad } from "../store/agents.
 import type { WorkItemStatsStore } from "../store/work-item-stats.js";
 import type { WorkItemStore } from "../store/work-items.js";
 import { compareVersions } from "../util/version.js";
-import { agentStatusFromWire } from "./agent-messages.js";
-import { agentSummary } from "./agent-summary.js";
+import { agentStatusFromWire } from "./agent-service/messages.js";
+import { agentSummary } from "./ops-messages.js";
 import type { MaintenanceTask } from "../maintenance.js";
 import type { WorkQueue } from "../queue/work-queue.js";
 import { listItemsPage } from "./queue-service.js";

@@ -3,8 +3,8 @@ import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { AgentStatus } from "@aiflow/wire/gen/aiflow/cluster/v1/common_pb.js";
 import type { DirectiveSchema } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
-import type { AgentStatus as StoredStatus } from "../store/agents.js";
-import type { DirectiveMessage } from "../fleet/directives.js";
+import type { AgentStatus as StoredStatus } from "../../store/agents.js";
+import type { DirectiveMessage } from "../../fleet/directives.js";
 
 const STATUS: Record<StoredStatus, AgentStatus> = {
   active: AgentStatus.ACTIVE,

@@ -5,7 +5,7 @@ import { durationFromMs, timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { AgentType } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
 import type { AgentSummarySchema, DrainProgressSchema } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 import { drainSchema, type AgentWithLoad, type DrainState } from "../store/agents.js";
-import { agentStatusToWire } from "./agent-messages.js";
+import { agentStatusToWire } from "./agent-service/messages.js";
 
 const TYPES: Record<string, AgentType> = { remote: AgentType.REMOTE, local: AgentType.LOCAL };
 

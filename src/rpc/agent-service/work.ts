@@ -10,20 +10,20 @@
  */
 import { durationMs } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
-import { newId } from "../util/ids.js";
-import { invalidArgument, resourceExhausted } from "../domain/errors.js";
+import { newId } from "../../util/ids.js";
+import { invalidArgument, resourceExhausted } from "../../domain/errors.js";
 import type { AgentService } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
-import { callerOf, type Identity } from "../server/auth.js";
-import { agentScopeLoader, assertAgentWithin, assertScopeWithin } from "./agent-registration.js";
-import type { AgentScope, KnownAgent } from "../fleet/directives.js";
-import { agentStatusToWire } from "./agent-messages.js";
-import type { WorkQueue } from "../queue/work-queue.js";
-import { workKey } from "../queue/work-keys.js";
-import type { ClaimedRow, Completion } from "../store/work-items.js";
-import type { Handed } from "../queue/waiting-claims.js";
-import { agentName, delayMs, identifier, jsonOrNull, optionalText } from "./input/validate.js";
-import { claimedItemToWire, fencedOutcomes } from "./work-item-messages.js";
-import { newDispatch } from "../queue/dispatch.js";
+import { callerOf, type Identity } from "../../server/auth.js";
+import { agentScopeLoader, assertAgentWithin, assertScopeWithin } from "./registration.js";
+import type { AgentScope, KnownAgent } from "../../fleet/directives.js";
+import { agentStatusToWire } from "./messages.js";
+import type { WorkQueue } from "../../queue/work-queue.js";
+import { workKey } from "../../queue/work-keys.js";
+import type { ClaimedRow, Completion } from "../../store/work-items.js";
+import type { Handed } from "../../queue/waiting-claims.js";
+import { agentName, delayMs, identifier, jsonOrNull, optionalText } from "../input/validate.js";
+import { claimedItemToWire, fencedOutcomes } from "../work-item-messages.js";
+import { newDispatch } from "../../queue/dispatch.js";
 
 export interface AgentWorkDeps {
   core: WorkQueue;
@@ -182,7 +182,7 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
           }
           // Armed before the query, so an enqueue landing between the query and the wait still wakes
           // us; and its slot is open from here on, so the inserts meanwhile may hand it their items
-          // (../queue/waiting-claims.ts) while its statement runs and while it waits.
+          // (../../queue/waiting-claims.ts) while its statement runs and while it waits.
           const scope = await scopeOf(name);
           assertScopeWithin(caller, name, scope);
           const keys = claimKeys(scope);

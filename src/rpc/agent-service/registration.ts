@@ -4,18 +4,18 @@
  */
 import type { ServiceImpl } from "@connectrpc/connect";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
-import type { AuditLog } from "../audit.js";
-import type { Clock } from "../clock.js";
-import type { Config } from "../config.js";
-import { invalidArgument, notFound, permissionDenied } from "../domain/errors.js";
+import type { AuditLog } from "../../audit.js";
+import type { Clock } from "../../clock.js";
+import type { Config } from "../../config.js";
+import { invalidArgument, notFound, permissionDenied } from "../../domain/errors.js";
 import { AgentService, AgentType, type AgentMetrics, type RegisterRequest } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
-import { assertAgentTenants, callerOf, tenantsOutside, type Identity } from "../server/auth.js";
-import { REGISTER_FIELDS, type AgentStore, type RegisterInput } from "../store/agents.js";
-import { agentStatusToWire, directiveToWire } from "./agent-messages.js";
-import type { AgentScope, DirectiveHub, DirectiveMessage, KnownAgent } from "../fleet/directives.js";
-import type { HeartbeatBuffer } from "../fleet/heartbeat-buffer.js";
-import { agentName, identifier, identifiers, inRange, optionalText, withinBytes } from "./input/validate.js";
-import { pushStream } from "../util/push-stream.js";
+import { assertAgentTenants, callerOf, tenantsOutside, type Identity } from "../../server/auth.js";
+import { REGISTER_FIELDS, type AgentStore, type RegisterInput } from "../../store/agents.js";
+import { agentStatusToWire, directiveToWire } from "./messages.js";
+import type { AgentScope, DirectiveHub, DirectiveMessage, KnownAgent } from "../../fleet/directives.js";
+import type { HeartbeatBuffer } from "../../fleet/heartbeat-buffer.js";
+import { agentName, identifier, identifiers, inRange, optionalText, withinBytes } from "../input/validate.js";
+import { pushStream } from "../../util/push-stream.js";
 
 export interface AgentServiceDeps {
   config: Config;
