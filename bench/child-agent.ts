@@ -12,7 +12,7 @@ import { createAgent } from "../agent-sdk/src/index.js";
 import { nowMs } from "./clock.js";
 import { exitWith } from "./child-exit.js";
 
-const [address, token, name, slotsRaw, tenant, kind, prefetchRaw] = process.argv.slice(2);
+const [address, token, name, slotsRaw, tenant, kind, prefetchRaw, transport] = process.argv.slice(2);
 const latencies: number[] = [];
 let handled = 0;
 /** Each GC pause: when it started (wall ms) and how long it took (ms). */
@@ -42,6 +42,7 @@ const agent = createAgent({
   prefetch: prefetchRaw ? Number(prefetchRaw) : undefined,
   logger: pino({ level: "warn" }),
   interceptors: [timing],
+  fastTransport: transport !== "slow",
   handlers: {
     [kind!]: async (item) => {
       const started = nowMs();

@@ -18,8 +18,10 @@ export const HELP = `npm run bench -- [options]
   --hb-agents N      simulated agents for the heartbeat cost (default 1000)
   --hb-duration D    heartbeat phase length (default 10s)
   --drain-warmup N   items the drain's agents take first, uncounted (default 4000)
-  --only LIST        comma list of: enqueue,drain,latency,heartbeat (default all);
-                     latency includes the HTTP/2 floor (a bare Node HTTP/2 exchange at --rate)
+  --only LIST        comma list of: enqueue,drain,latency,heartbeat (default all), fast-path;
+                     latency includes the HTTP/2 floor (a bare Node HTTP/2 exchange at --rate);
+                     fast-path (only when named) drains twice in the run, with the daemon's
+                     --grpc-fast-path and the SDK's fastTransport on, then both off
   --smoke            a tiny run (seconds) to check the benchmark works`;
 
 /**
@@ -33,6 +35,8 @@ export const WARMUP_MS = 20_000;
 export class BenchArgError extends Error {}
 
 const SECTIONS = ["enqueue", "drain", "latency", "heartbeat"];
+/** Sections run only when --only names them. */
+const OPT_IN = ["fast-path"];
 
 const count = (raw: string, flag: string, min = 1): number => {
   if (!/^\d+$/.test(raw) || Number(raw) < min) throw new BenchArgError(`${flag} needs a whole number ≥ ${min}, not '${raw}'`);
@@ -73,8 +77,8 @@ export function parseOptions(argv: readonly string[]): { o: Options; only: Set<s
       case "--drain-warmup": o.drainWarmup = count(value(), flag, 0); break;
       case "--only": {
         only = new Set(value().split(","));
-        const unknown = [...only].filter((s) => !SECTIONS.includes(s));
-        if (unknown.length > 0) throw new BenchArgError(`--only takes a comma list of ${SECTIONS.join(", ")}; not '${unknown.join(",")}'`);
+        const unknown = [...only].filter((s) => !SECTIONS.includes(s) && !OPT_IN.includes(s));
+        if (unknown.length > 0) throw new BenchArgError(`--only takes a comma list of ${[...SECTIONS, ...OPT_IN].join(", ")}; not '${unknown.join(",")}'`);
         break;
       }
       case "--smoke":

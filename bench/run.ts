@@ -5,7 +5,7 @@
  */
 import { dropBaseline } from "./baseline.js";
 import { openDatabase, openOwnDatabase, startDaemonProc, type DaemonProc } from "./env.js";
-import { drainBaseline, drainOurs, enqueueRate, settleDatabase, heartbeatCost, latencyBaseline, latencyOurs, rpcFigures, startAgents, stopAgents } from "./sections.js";
+import { clearCompleted, drainBaseline, drainOurs, enqueueRate, settleDatabase, heartbeatCost, latencyBaseline, latencyOurs, rpcFigures, startAgents, stopAgents } from "./sections.js";
 import { http2Floor, perItem } from "./floor.js";
 import { gcFigures, latencyRatio, ratio } from "./stats.js";
 import { BenchArgError, HELP, parseOptions } from "./options.js";
@@ -68,6 +68,26 @@ try {
     emit("http2_floor", { ...(await http2Floor(o)), ...perItem(ours, o.rate) });
   }
   if (agents) await Promise.all(agents.map((a) => a.stop()));
+  if (only.has("fast-path")) {
+    // The same drain twice in this run: both fast paths on, then the daemons restarted with
+    // --grpc-fast-path=off and the agents with fastTransport off (connect-node at both ends).
+    const figures: Record<string, Record<string, number | string>> = {};
+    for (const mode of ["on", "off"] as const) {
+      const set = mode === "on" ? daemons : await Promise.all(daemons.map((_, i) => startDaemonProc(db, o.daemons + 1 + i, { AIFLOW_GRPC_FAST_PATH: "off" })));
+      try {
+        progress(`fast paths ${mode}: enqueueing ${o.items} items, draining with ${o.agents} agents × ${o.slots} slots`);
+        await clearCompleted(db);
+        await enqueueRate(db, set, o.items);
+        const run = await drainOurs(db, set, { ...o, fastTransport: mode === "on" });
+        const { rpcs } = await stopAgents(run.agents);
+        figures[mode] = { ...run.figures, ...rpcFigures(rpcs) };
+        emit(`drain_fast_path_${mode}`, figures[mode]!);
+      } finally {
+        if (mode === "off") await Promise.all(set.map((d) => d.child.stop()));
+      }
+    }
+    emit("fast_path_ratio", { on_items_per_s: figures.on!.items_per_s!, off_items_per_s: figures.off!.items_per_s!, on_over_off: ratio(Number(figures.on!.items_per_s), Number(figures.off!.items_per_s)) });
+  }
   if (only.has("heartbeat")) {
     progress(`heartbeats of ${o.hbAgents} simulated agents for ${o.hbDurationMs / 1000}s`);
     // Its own database and daemon where the role may create one: the statements are counted

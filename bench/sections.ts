@@ -26,6 +26,8 @@ export interface Options {
   /** Items the drain's agents take first, uncounted, so the counted drain runs on warm processes. */
   drainWarmup: number;
   baselineWorkers: number;
+  /** The SDK agents' fastTransport (the daemon's --grpc-fast-path is set where it starts). */
+  fastTransport?: boolean;
 }
 
 type Figures = Record<string, number | string>;
@@ -52,9 +54,9 @@ export async function enqueueRate(db: Database, daemons: DaemonProc[], items: nu
   return { items, batch, seconds: round(ms / 1000, 3), items_per_s: round(items / (ms / 1000), 0) };
 }
 
-export async function startAgents(daemons: DaemonProc[], o: Pick<Options, "agents" | "slots" | "prefetch">, tag: string): Promise<Child[]> {
+export async function startAgents(daemons: DaemonProc[], o: Pick<Options, "agents" | "slots" | "prefetch" | "fastTransport">, tag: string): Promise<Child[]> {
   const agents = Array.from({ length: o.agents }, (_, i) =>
-    startChild("bench/child-agent.ts", [daemons[i % daemons.length]!.address, TOKENS.agent, `bench-${tag}-${i}`, String(o.slots), TENANT, KIND, o.prefetch === undefined ? "" : String(o.prefetch)], {
+    startChild("bench/child-agent.ts", [daemons[i % daemons.length]!.address, TOKENS.agent, `bench-${tag}-${i}`, String(o.slots), TENANT, KIND, o.prefetch === undefined ? "" : String(o.prefetch), o.fastTransport === false ? "slow" : "fast"], {
       nodeArgs: NODE_TUNING,
       ready: (l) => l.includes('"ready"'),
     }),
@@ -132,6 +134,11 @@ function waitForDrained(db: Database, timeoutMs: number): Promise<void> {
  * item (as enqueued, as held, as released: each update of the due time writes one), and every claim
  * walks the dead entries of the items claimed before it.
  */
+/** Deletes finished items, so that a drain counts only its own. */
+export async function clearCompleted(db: Database): Promise<void> {
+  await sql(db.url, `DELETE FROM ${workTable(db)} WHERE status = 'completed'`);
+}
+
 export async function drainOurs(db: Database, daemons: DaemonProc[], o: Options): Promise<{ figures: Figures; agents: Child[] }> {
   await sql(db.url, `UPDATE ${workTable(db)} SET status = 'cancelled' WHERE status = 'pending'`);
   const agents = await startAgents(daemons, o, "drain");
