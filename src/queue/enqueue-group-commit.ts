@@ -53,7 +53,7 @@ export class EnqueueGroupCommit {
 
   constructor(
     private readonly store: WorkItemStore,
-    private readonly handoff?: WaitingClaims,
+    private readonly waitingClaims?: WaitingClaims,
     options: BatcherOptions = {},
   ) {
     this.#windowMs = options.windowMs ?? 0;
@@ -96,7 +96,7 @@ export class EnqueueGroupCommit {
 
   async #write(batch: Waiting[]): Promise<void> {
     const rows = batch.flatMap((w) => w.rows);
-    const offers = this.handoff?.reserve(rows);
+    const offers = this.waitingClaims?.reserve(rows);
     let results: Result;
     try {
       // Read when the statement returns, before any caller is answered (their next calls would count).

@@ -25,7 +25,7 @@ export class WorkQueue {
   /** Enqueue calls share insert statements (group commit). */
   readonly enqueuer: EnqueueGroupCommit;
   /** Waiting claims, offered new items by the enqueuer's inserts. */
-  readonly handoff: WaitingClaims;
+  readonly waitingClaims: WaitingClaims;
 
   constructor(
     readonly store: WorkItemStore,
@@ -38,8 +38,8 @@ export class WorkQueue {
     readonly config: Config,
     readonly log: Logger,
   ) {
-    this.handoff = new WaitingClaims(config.instanceId, config.leaseTtl, () => clock.nowMs());
-    this.enqueuer = new EnqueueGroupCommit(store, this.handoff, { windowMs: config.enqueueWindow });
+    this.waitingClaims = new WaitingClaims(config.instanceId, config.leaseTtl, () => clock.nowMs());
+    this.enqueuer = new EnqueueGroupCommit(store, this.waitingClaims, { windowMs: config.enqueueWindow });
   }
 
   /** Tells each former holder to stop the items taken from it. */

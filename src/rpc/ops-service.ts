@@ -31,7 +31,7 @@ import { delayMs, identifier, optionalText } from "./input/validate.js";
 import { itemStatusToWire, workItemToWire } from "./work-item-messages.js";
 
 export interface OpsDeps {
-  core: WorkQueue;
+  queue: WorkQueue;
   agentOps: AgentOpsStore;
   stats: WorkItemStatsStore;
   audit: AuditLog;
@@ -68,8 +68,8 @@ const tagsOf = (tags: Record<string, string>, field: string) => {
 };
 
 export function opsServiceImpl(d: OpsDeps): ServiceImpl<typeof OpsService> {
-  const { core, agentOps } = d;
-  const { clock, hub, store } = core;
+  const { queue, agentOps } = d;
+  const { clock, hub, store } = queue;
 
   const summaries = async (names: readonly string[]) => {
     const rows = await agentOps.list({ statuses: [], tags: {}, names: [...names], includeRemoved: false });
@@ -164,8 +164,8 @@ export function opsServiceImpl(d: OpsDeps): ServiceImpl<typeof OpsService> {
       // Removed first, so the agent cannot claim between the release and the removal.
       const row = await agentOps.remove(name, now, caller.principal);
       const released = await store.releaseAgent(name, now, caller.principal, `agent '${name}' removed`);
-      await core.revoke(released, "agent removed");
-      if (released.length > 0) core.work.ring(["*"]);
+      await queue.revoke(released, "agent removed");
+      if (released.length > 0) queue.work.ring(["*"]);
       if (row) d.audit.record({ table: "agent", action: "delete", ids: [row.id], fields: ["status", "deletedby", "deletedon", "updatedby", "updatedon"], by: caller.principal, at: now });
       hub.forget(name);
       await hub.publish(name, statusDirective("inactive", "removed", null));
@@ -208,7 +208,7 @@ export function opsServiceImpl(d: OpsDeps): ServiceImpl<typeof OpsService> {
       const caller = callerOf(ctx);
       const tenant = identifier(req.tenantKey, "tenant_key");
       assertTenant(caller, tenant);
-      return { cancelledIds: await core.cancel(tenant, req, caller.principal) };
+      return { cancelledIds: await queue.cancel(tenant, req, caller.principal) };
     },
 
     async listBindings(req, ctx) {
@@ -234,7 +234,7 @@ export function opsServiceImpl(d: OpsDeps): ServiceImpl<typeof OpsService> {
     async rebind(req, ctx) {
       assertFleetWide(callerOf(ctx));
       const row = await d.bindings.rebind(affinityKey(req.affinityKey), identifier(req.agentId, "agent_id"), clock.nowMs(), callerOf(ctx).principal);
-      core.work.ring(["*"]);
+      queue.work.ring(["*"]);
       return { binding: bindingToWire(row) };
     },
 
@@ -248,7 +248,7 @@ export function opsServiceImpl(d: OpsDeps): ServiceImpl<typeof OpsService> {
       const scopes: (string | null)[] = tenant ? [tenant] : caller.tenants ? [...caller.tenants] : [null];
       const ids: string[] = [];
       for (const t of scopes) ids.push(...(await store.redrive(t, target, clock.nowMs(), caller.principal)));
-      if (ids.length > 0) core.work.ring(["*"]);
+      if (ids.length > 0) queue.work.ring(["*"]);
       return { redrivenIds: [...ids] };
     },
   };
@@ -281,7 +281,7 @@ function bindingToWire(b: BindingRow) {
  * The release and its count in the drain's progress commit together: nobody ever sees the work gone
  * but not yet counted as released (a `drain --wait` would call that a clean drain).
  */
-export function drainDeadlineTask(core: WorkQueue, agentOps: AgentOpsStore, inTransaction: ReleaseTransaction): MaintenanceTask {
+export function drainDeadlineTask(queue: WorkQueue, agentOps: AgentOpsStore, inTransaction: ReleaseTransaction): MaintenanceTask {
   return {
     name: "drain-deadline",
     async run(now) {
@@ -292,9 +292,9 @@ export function drainDeadlineTask(core: WorkQueue, agentOps: AgentOpsStore, inTr
           return released;
         });
         if (rows.length === 0) continue;
-        core.log.warn({ agent: name, items: rows.length }, "drain deadline passed: work given back to the queue");
-        await core.revoke(rows, "drain deadline passed");
-        core.work.ring(["*"]);
+        queue.log.warn({ agent: name, items: rows.length }, "drain deadline passed: work given back to the queue");
+        await queue.revoke(rows, "drain deadline passed");
+        queue.work.ring(["*"]);
       }
     },
   };

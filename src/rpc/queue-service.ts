@@ -26,8 +26,8 @@ const MAX_WAIT_IDS = 1_000;
  */
 export const LIST_PAGE_BYTES = 3 * 1024 * 1024;
 
-export function queueServiceImpl(core: WorkQueue, draining: AbortSignal): ServiceImpl<typeof QueueService> {
-  const { store, clock, config } = core;
+export function queueServiceImpl(queue: WorkQueue, draining: AbortSignal): ServiceImpl<typeof QueueService> {
+  const { store, clock, config } = queue;
 
   const tenantOf = (raw: string, ctx: Parameters<ServiceImpl<typeof QueueService>["getItem"]>[1]) => {
     const tenant = identifier(raw, "tenant_key");
@@ -50,9 +50,9 @@ export function queueServiceImpl(core: WorkQueue, draining: AbortSignal): Servic
         if (missing.length > 0) throw invalidArgument("parent_work_item_id", `no item '${missing[0]}' in tenant '${tenant}'`);
       }
       const engineId = optionalText(req.engineId, "engine_id", 256) ?? caller.principal;
-      const results = await core.enqueuer.submit(WorkItemStore.rows(tenant, engineId, items, now, caller.principal));
+      const results = await queue.enqueuer.submit(WorkItemStore.rows(tenant, engineId, items, now, caller.principal));
       // Items handed to a waiting claim are taken; the rest wake claims.
-      wakeClaims(core, tenant, items.filter((_, i) => !results[i]!.claimed));
+      wakeClaims(queue, tenant, items.filter((_, i) => !results[i]!.claimed));
       return { results: results.map((r) => ({ id: r.id, existing: r.existing })) };
     },
 
@@ -78,7 +78,7 @@ export function queueServiceImpl(core: WorkQueue, draining: AbortSignal): Servic
       if (ids.length === 0 && !runId) throw invalidArgument("ids", "name items or a run_id to wait for");
       const deadline = Date.now() + Math.min(req.timeout ? durationMs(req.timeout) : 0, MAX_WAIT_MS);
       for (;;) {
-        const armed = core.done.arm(null);
+        const armed = queue.done.arm(null);
         try {
           const rows = await store.find(tenant, ids, runId);
           const unknown = ids.filter((id) => !rows.some((r) => r.id === id));
@@ -96,7 +96,7 @@ export function queueServiceImpl(core: WorkQueue, draining: AbortSignal): Servic
     async cancel(req, ctx) {
       const tenant = tenantOf(req.tenantKey, ctx);
       const caller = callerOf(ctx);
-      return { cancelledIds: await core.cancel(tenant, req, caller.principal) };
+      return { cancelledIds: await queue.cancel(tenant, req, caller.principal) };
     },
   };
 }
@@ -107,7 +107,7 @@ export function queueServiceImpl(core: WorkQueue, draining: AbortSignal): Servic
  * claim statement per idle agent per item); items with a selector or an affinity key only some
  * agents may take, so those wake every matching claim.
  */
-function wakeClaims(core: WorkQueue, tenant: string, items: readonly NewItem[]): void {
+function wakeClaims(queue: WorkQueue, tenant: string, items: readonly NewItem[]): void {
   const plain = new Map<string, number>();
   const picky = new Set<string>();
   for (const i of items) {
@@ -115,8 +115,8 @@ function wakeClaims(core: WorkQueue, tenant: string, items: readonly NewItem[]):
     if (i.workerParams) picky.add(key);
     else plain.set(key, (plain.get(key) ?? 0) + 1);
   }
-  for (const [key, n] of plain) core.work.ring([key], n);
-  if (picky.size > 0) core.work.ring([...picky]);
+  for (const [key, n] of plain) queue.work.ring([key], n);
+  if (picky.size > 0) queue.work.ring([...picky]);
 }
 
 function newItem(it: EnqueueItem, i: number, nowMs: number, payloadMax: number): NewItem {

@@ -99,19 +99,19 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
   const done = new Wakeups(pool, tables.channel("done"), config.instanceId, config.doneNotifyWindow, log);
   await work.start(listener);
   await done.start(listener);
-  const core = new WorkQueue(workItems, hub, work, done, clock, config, log.child({ component: "queue" }));
-  const onAgentGone = (name: string) => core.agentGone(name);
+  const queue = new WorkQueue(workItems, hub, work, done, clock, config, log.child({ component: "queue" }));
+  const onAgentGone = (name: string) => queue.agentGone(name);
   const known = knownAgentLoader(agents, hub);
 
   const maintenance = new Maintenance(clock, log.child({ component: "maintenance" }));
   maintenance.add(engineLivenessTask({ config, engines, log }));
   maintenance.add(agentLivenessTask({ config, agents, hub, audit, log, onAgentGone }));
-  maintenance.add(core.expiryTask());
-  maintenance.add(core.dueTask());
-  maintenance.add(core.strandedTask());
+  maintenance.add(queue.expiryTask());
+  maintenance.add(queue.dueTask());
+  maintenance.add(queue.strandedTask());
   const agentOps = new AgentOpsStore(pool, tables);
   maintenance.add(
-    drainDeadlineTask(core, agentOps, (fn) => pool.transaction((tx) => fn(new WorkItemStore(tx, tables, backoff), new AgentOpsStore(tx, tables)))),
+    drainDeadlineTask(queue, agentOps, (fn) => pool.transaction((tx) => fn(new WorkItemStore(tx, tables, backoff), new AgentOpsStore(tx, tables)))),
   );
   const bindings = new AffinityBindingStore(pool, tables);
   maintenance.add({ name: "affinity-cleanup", run: (now) => bindings.cleanup(now, config.affinityIdle) });
@@ -134,14 +134,14 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
       mount: (r) =>
         r.service(AgentService, {
           ...agentServiceImpl({ config, clock, agents, hub, heartbeats, audit, draining: deps.draining, onAgentGone }),
-          ...agentWorkImpl({ core, known, scope: (name) => agents.workScope(name), draining: deps.draining }),
+          ...agentWorkImpl({ queue, known, scope: (name) => agents.workScope(name), draining: deps.draining }),
         }),
     },
-    { services: [QueueService], access: "engine", mount: (r) => r.service(QueueService, queueServiceImpl(core, deps.draining)) },
+    { services: [QueueService], access: "engine", mount: (r) => r.service(QueueService, queueServiceImpl(queue, deps.draining)) },
     {
       services: [OpsService],
       access: "ops",
-      mount: (r) => r.service(OpsService, opsServiceImpl({ core, agentOps, stats: new WorkItemStatsStore(pool, tables), audit, bindings })),
+      mount: (r) => r.service(OpsService, opsServiceImpl({ queue, agentOps, stats: new WorkItemStatsStore(pool, tables), audit, bindings })),
     },
     {
       services: [RunDirectoryService, TriggerFiringService],

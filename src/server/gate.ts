@@ -1,5 +1,5 @@
 /**
- * The check every stream passes on its request headers, before either path (grpc-unary.ts or
+ * The check every stream passes on its request headers, before either path (wire/src/server/unary-fast-path.ts or
  * connect-node) reads a byte of its body. It guarantees:
  * - a call that needs a token and has none, an unknown one or one of the wrong role is answered
  *   there, with the interceptor's own error (Authenticator.check decides for both), and logged at
@@ -54,7 +54,7 @@ export interface Gate {
    * refused it (on its declared length) instead.
    */
   body(stream: ServerHttp2Stream, headers: IncomingHttpHeaders): boolean;
-  /** The same budget for the direct path (grpc-unary.ts), which reserves as it reads. */
+  /** The same budget for the direct path (wire/src/server/unary-fast-path.ts), which reserves as it reads. */
   readonly budget: BodyBudget;
 }
 

@@ -35,7 +35,7 @@ export interface ServerOptions {
   limits: ServerLimits;
   /** Times the failed-authentication windows. */
   clock: Clock;
-  /** Serve plain gRPC unary calls straight from the stream (./grpc-unary.ts); false: connect-node serves all. */
+  /** Serve plain gRPC unary calls straight from the stream (wire/src/server/unary-fast-path.ts); false: connect-node serves all. */
   fastPath?: boolean;
 }
 

@@ -26,7 +26,7 @@ import { claimedItemToWire, fencedOutcomes } from "../work-item-messages.js";
 import { newDispatch } from "../../queue/dispatch.js";
 
 export interface AgentWorkDeps {
-  core: WorkQueue;
+  queue: WorkQueue;
   /** The tenants and engine kinds an agent serves, so its claims wait only for work it can take. */
   scope(name: string): Promise<AgentScope | null>;
   /** The agent's cached status (from the directive hub), loading it when unknown. */
@@ -37,11 +37,11 @@ export interface AgentWorkDeps {
 const MAX_BATCH = 10_000;
 
 export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentService>, "claim" | "extendLease" | "complete" | "fail" | "release"> {
-  const { core } = d;
-  const { config, clock, store } = core;
+  const { queue } = d;
+  const { config, clock, store } = queue;
 
   /** The agent's scope, cached by the directive hub (a re-registration drops it on every daemon). */
-  const scopeOf = agentScopeLoader(core.hub, d.scope);
+  const scopeOf = agentScopeLoader(queue.hub, d.scope);
   /** Wakeups keys of a scope, made once per cached scope. */
   const keysOf = new WeakMap<AgentScope, ReadonlySet<string>>();
   const claimKeys = (scope: AgentScope): ReadonlySet<string> => {
@@ -97,7 +97,7 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
       return { id: identifier(c.workItemId, `${field}[${i}].work_item_id`), token: identifier(c.leaseToken, `${field}[${i}].lease_token`), resultJson };
     });
   const completed = (items: readonly Completion[], done: readonly string[]) => {
-    if (done.length > 0) core.done.ring(["*"]);
+    if (done.length > 0) queue.done.ring(["*"]);
     return fencedOutcomes(items.map((i) => i.id), done);
   };
   const leaseRefs = (refs: readonly { workItemId: string; leaseToken: string }[], field: string) =>
@@ -106,7 +106,7 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
   /** Fenced items back to the queue without spending an attempt, waking claims for them; answers the ids released. */
   const release = async (name: string, leases: readonly { id: string; token: string }[], tenants: readonly string[] | null = null) => {
     const released = await store.release(name, leases, clock.nowMs(), tenants);
-    if (released.length > 0) core.work.ring(["*"]);
+    if (released.length > 0) queue.work.ring(["*"]);
     return released;
   };
 
@@ -186,8 +186,8 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
           const scope = await scopeOf(name);
           assertScopeWithin(caller, name, scope);
           const keys = claimKeys(scope);
-          const armed = core.work.arm(keys, max);
-          const slot = core.handoff.open(name, keys, max, armed);
+          const armed = queue.work.arm(keys, max);
+          const slot = queue.waitingClaims.open(name, keys, max, armed);
           const parts: Handed[] = [];
           let remaining = 0;
           try {
@@ -215,16 +215,16 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
             if (rows.length === 0 && remaining > 0 && !ctx.signal.aborted && !d.draining.aborted) await armed.wait(remaining, [ctx.signal, d.draining]);
           } catch (err) {
             // Items handed over meanwhile would otherwise wait for their leases to run out.
-            const handed = await core.handoff.close(slot);
+            const handed = await queue.waitingClaims.close(slot);
             if (handed)
               await giveBack(name, [handed]).catch((e: unknown) =>
-                core.log.warn({ err: e instanceof Error ? e.message : String(e), agent: name, items: handed.rows.length }, "could not give back items handed to a failed claim; they return when their leases expire"),
+                queue.log.warn({ err: e instanceof Error ? e.message : String(e), agent: name, items: handed.rows.length }, "could not give back items handed to a failed claim; they return when their leases expire"),
               );
             throw err;
           } finally {
             armed.disarm();
           }
-          const handed = await core.handoff.close(slot);
+          const handed = await queue.waitingClaims.close(slot);
           if (handed) parts.push(handed);
           if (parts.length > 0 || remaining <= 0 || ctx.signal.aborted || d.draining.aborted) return await answer(name, max, parts, state.status, completionOutcomes, ctx.signal, caller);
         }
@@ -263,7 +263,7 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
       }));
       await assertAgentWithin(caller, name, scopeOf);
       const rows = await store.fail(name, items, clock.nowMs(), limitOf(caller));
-      if (rows.some((r) => r.status === "failed")) core.done.ring(["*"]);
+      if (rows.some((r) => r.status === "failed")) queue.done.ring(["*"]);
       return { outcomes: fencedOutcomes(items.map((i) => i.id), rows.map((r) => r.id)) };
     },
 
