@@ -1,5 +1,5 @@
 /**
- * The direct gRPC path (src/server/grpc-unary.ts) and connect-node answer the same requests alike:
+ * The direct gRPC path (wire/src/server/unary-fast-path.ts) and connect-node answer the same requests alike:
  * one daemon with the direct path, one with `--grpc-fast-path=off`, the same raw HTTP/2 requests
  * to both (valid, malformed, oversized, with and without grpc-timeout, with -bin metadata, gzip),
  * and the status codes and messages compared. Refusals of a malformed request agree on the code;

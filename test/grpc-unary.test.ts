@@ -1,5 +1,5 @@
 /**
- * The direct gRPC unary path (src/server/grpc-unary.ts), spoken to byte by byte over a raw HTTP/2
+ * The direct gRPC unary path (wire/src/server/unary-fast-path.ts), spoken to byte by byte over a raw HTTP/2
  * client: answers and refusals as gRPC status trailers, framing and size errors with a clear status
  * (and the daemon serving on, through clients that reset their streams), deadlines and cancellation
  * reaching the handler, the same methods still served over gRPC-Web and Connect by connect-node, and

@@ -1,5 +1,5 @@
 /**
- * New items handed straight to a waiting claim by the insert that writes them (src/services/handoff.ts),
+ * New items handed straight to a waiting claim by the insert that writes them (src/queue/waiting-claims.ts),
  * end to end on one daemon over real HTTP/2 and a real Postgres, and the offer rules on their own.
  *
  * A handed item is told apart from a claimed one by its row version: an Enqueue of two items to a
