@@ -14,7 +14,8 @@ import type { Daemon } from "../src/daemon.js";
 import { keyed, plain, Reader } from "./support/affinity.js";
 import { startTestDaemon } from "./support/daemon.js";
 import { createTestDb, type TestDb } from "./support/db.js";
-import { Closers, OpsProducer, OpsTestAgent, show, type ItemInit, type WorkItem } from "./support/ops.js";
+import { Closers } from "./support/kit.js";
+import { OpsProducer, OpsTestAgent, show, type ItemInit, type WorkItem } from "./support/ops.js";
 
 const clock = new FakeClock(Date.UTC(2026, 5, 1));
 const closers = new Closers();

@@ -15,7 +15,6 @@ import {
   captureLog,
   ok,
   registerRequest,
-  until,
   watchDirectives,
   type CapturedLog,
   type DirectiveStream,
@@ -25,6 +24,7 @@ import {
 import { startTestDaemon } from "./support/daemon.js";
 import { createTestDb, type TestDb } from "./support/db.js";
 import type { grpc } from "./support/grpc-js.js";
+import { until } from "./support/kit.js";
 
 const HEARTBEAT_MS = 5_000;
 const WINDOW_MS = 3 * HEARTBEAT_MS; // livenessIntervals (default 3) × heartbeatInterval (default 5s)

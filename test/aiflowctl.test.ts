@@ -15,7 +15,8 @@ import { WorkItemStatus } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.
 import { startTestDaemon, TOKENS } from "./support/daemon.js";
 import { createTestDb, type TestDb } from "./support/db.js";
 import { freePort } from "./support/free-port.js";
-import { Closers, opsSession, OpsProducer, OpsTestAgent, sorted, type Session } from "./support/ops.js";
+import { Closers, type Session } from "./support/kit.js";
+import { opsSession, OpsProducer, OpsTestAgent, sorted } from "./support/ops.js";
 import type { OpsService } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 
 const CLI = fileURLToPath(new URL("../bin/aiflowctl.js", import.meta.url));

@@ -15,8 +15,8 @@ import { MAX_JSON_DEPTH } from "../src/rpc/input/json-text.js";
 import { LIST_PAGE_BYTES } from "../src/rpc/queue-service.js";
 import { startTestDaemon, TOKENS } from "./support/daemon.js";
 import { createTestDb, type TestDb } from "./support/db.js";
-import { Session } from "./support/ops.js";
-import { codeOf, Producer, TestAgent } from "./support/queue.js";
+import { codeOf, Session } from "./support/kit.js";
+import { Producer, TestAgent } from "./support/queue.js";
 
 const PAYLOAD_MAX = 1024 * 1024;
 const clock = new FakeClock(Date.UTC(2026, 3, 1));

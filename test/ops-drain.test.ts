@@ -14,7 +14,8 @@ import type { AgentSummary } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js"
 import { WorkItemStatus } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
 import { startTestDaemon } from "./support/daemon.js";
 import { createTestDb, type TestDb } from "./support/db.js";
-import { Closers, codeOf, opsSession, OpsProducer, OpsTestAgent, refusal, sorted, type AgentOptions, type Session } from "./support/ops.js";
+import { Closers, codeOf, refusal, type Session } from "./support/kit.js";
+import { opsSession, OpsProducer, OpsTestAgent, sorted, type AgentOptions } from "./support/ops.js";
 import type { OpsService } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 
 const clock = new FakeClock(Date.UTC(2026, 3, 1));

@@ -6,7 +6,8 @@ import type { Daemon } from "../src/daemon.js";
 import { QueueService } from "@aiflow/wire/gen/aiflow/cluster/v1/queue_pb.js";
 import { createTestDb, type TestDb } from "./support/db.js";
 import { startTestDaemon, TOKENS } from "./support/daemon.js";
-import { OpsProducer, OpsTestAgent, opsSession, Session } from "./support/ops.js";
+import { Session } from "./support/kit.js";
+import { OpsProducer, OpsTestAgent, opsSession } from "./support/ops.js";
 
 let db: TestDb;
 let daemon: Daemon;

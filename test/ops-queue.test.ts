@@ -13,7 +13,8 @@ import type { OpsService, QueueStatsResponse } from "@aiflow/wire/gen/aiflow/clu
 import { WorkItemStatus } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
 import { startTestDaemon } from "./support/daemon.js";
 import { createTestDb, type TestDb } from "./support/db.js";
-import { Closers, codeOf, opsSession, OpsProducer, OpsTestAgent, sorted, type Session } from "./support/ops.js";
+import { Closers, codeOf, type Session } from "./support/kit.js";
+import { opsSession, OpsProducer, OpsTestAgent, sorted } from "./support/ops.js";
 
 const clock = new FakeClock(Date.UTC(2026, 4, 1));
 const closers = new Closers();

@@ -1,11 +1,92 @@
 /**
- * Fixture for the affinity tests: items that name an affinity key, raw readers of the binding table,
- * a lock held on a binding row from a connection of the test's own (to line up racing claims
- * deterministically), and a wait for a number of statements blocked on locks.
+ * Fixture for the affinity tests: the daemon of an affinity-*.test.ts file with its policy, items
+ * that name an affinity key, raw readers of the binding table, and a lock held on a binding row from
+ * a connection of the test's own (to line up racing claims deterministically, with untilLockWait
+ * from queue.ts).
  */
 import pg from "pg";
+import { beforeAll } from "vitest";
+import { FakeClock } from "../../src/clock.js";
+import type { Config } from "../../src/config.js";
+import type { Daemon } from "../../src/daemon.js";
+import { OpsService } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 import type { TestDb } from "./db.js";
-import type { ItemInit } from "./ops.js";
+import { useTestDaemon, type Closers, type Session } from "./kit.js";
+import { opsSession, OpsProducer, OpsTestAgent, sorted, type AgentOptions, type ItemInit, type WorkItem } from "./ops.js";
+import { itemRow } from "./queue.js";
+
+export const GRACE = 60_000;
+export const IDLE = 600_000;
+/** Backoff of an item an agent gave back by leaving: exactly base × 2^retries (no jitter). */
+export const BACKOFF = 1_000;
+
+const config = (instanceId: string, policy: "hold" | "rebind"): Partial<Config> => ({
+  instanceId,
+  sweepInterval: 3_600_000,
+  heartbeatFlush: 3_600_000,
+  heartbeatInterval: 86_400_000,
+  leaseTtl: 86_400_000,
+  affinityPolicy: policy,
+  affinityGrace: GRACE,
+  affinityIdle: IDLE,
+  backoffJitter: "none",
+  backoffBase: BACKOFF,
+});
+
+/**
+ * A daemon running one affinity policy with its grace, on a schema of the file's own, with a fake
+ * clock that only moves when a test moves it. Nothing runs on a timer (the tests call
+ * maintenance.runOnce()); agents never miss a heartbeat and leases never run out while the clock moves.
+ */
+export interface AffinityEnv {
+  readonly db: TestDb;
+  readonly daemon: Daemon;
+  readonly clock: FakeClock;
+  readonly ops: Session<typeof OpsService>;
+  readonly producer: OpsProducer;
+  readonly closers: Closers;
+}
+
+export function useAffinityDaemon(label: string, policy: "hold" | "rebind"): AffinityEnv {
+  const clock = new FakeClock(Date.UTC(2026, 4, 1));
+  const fx = useTestDaemon({ label, clock, config: config(`aff-${policy}`, policy) });
+  let clients: { ops: Session<typeof OpsService>; producer: OpsProducer } | undefined;
+  beforeAll(() => {
+    clients = { ops: fx.closers.add(opsSession(fx.address)), producer: fx.closers.add(new OpsProducer(fx.address)) };
+  });
+  const made = () => {
+    if (!clients) throw new Error("the clients are made in beforeAll");
+    return clients;
+  };
+  return {
+    get db() {
+      return fx.db;
+    },
+    get daemon() {
+      return fx.daemon;
+    },
+    clock,
+    get ops() {
+      return made().ops;
+    },
+    get producer() {
+      return made().producer;
+    },
+    closers: fx.closers,
+  };
+}
+
+/** A registered agent (engine kind "k" unless told), closed after the file's tests. */
+export const agent = async (e: AffinityEnv, name: string, opts: Partial<AgentOptions> & { tenants: string[] }) =>
+  e.closers.add(await OpsTestAgent.register(e.daemon.address, name, { engineKinds: ["k"], ...opts }));
+export const deregister = (a: OpsTestAgent) => a.s.client.deregister({ name: a.name }, a.s.call);
+export const enqueue = (e: AffinityEnv, tenant: string, items: ItemInit[]) => e.producer.enqueue(tenant, items);
+/** Ids of items, sorted. */
+export const ids = (items: readonly WorkItem[]) => sorted(items.map((i) => i.id));
+/** The keys GetAgent lists for an agent. */
+export const keysOf = async (e: AffinityEnv, name: string) => (await e.ops.client.getAgent({ name }, e.ops.call)).affinityKeys;
+export const statuses = async (e: AffinityEnv, itemIds: readonly string[]) => Promise.all(itemIds.map(async (id) => (await itemRow(e.db, id)).status));
+export const at = (ms: number) => new Date(ms);
 
 export interface BindingDbRow {
   id: string;
@@ -82,24 +163,6 @@ export async function lockBinding(db: TestDb, key: string): Promise<HeldLock> {
       }
     },
   };
-}
-
-/**
- * Resolves once at least `n` statements on this schema that start with `startsWith` wait for a lock:
- * how a test knows that racing claims have taken their snapshots and queue on a row, without sleeping.
- */
-export async function untilLockWaiters(db: TestDb, startsWith: string, n: number, timeoutMs = 10_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const [row] = await db.raw<{ n: number }>(
-      `SELECT count(*)::int AS n FROM pg_stat_activity
-        WHERE ltrim(query, E' \\n\\t') LIKE $1 AND query LIKE $2 AND wait_event_type = 'Lock'`,
-      [`${startsWith}%`, `%${db.schema}%`],
-    );
-    if (row!.n >= n) return;
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs}ms waiting for ${n} statement(s) '${startsWith}…' to wait for a lock (${row!.n} do)`);
-    await new Promise((r) => setTimeout(r, 5));
-  }
 }
 
 /** Reads the queue and binding tables on one connection kept open (for tests that read in a loop). */

@@ -179,13 +179,3 @@ export async function agentRow(db: TestDb, name: string): Promise<AgentDbRow | u
 export async function agentRows(db: TestDb, namePrefix = ""): Promise<AgentDbRow[]> {
   return db.raw<AgentDbRow & Record<string, unknown>>(`SELECT * FROM ${db.tables.qualified("agent")} WHERE name LIKE $1 ORDER BY name`, [`${namePrefix}%`]);
 }
-
-/** Waits for a condition checked against the database (not a sleep: it returns as soon as it holds). */
-export async function until(what: string, check: () => Promise<boolean>, timeoutMs = 10_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    if (await check()) return;
-    if (Date.now() > deadline) throw new Error(`timed out waiting until ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}

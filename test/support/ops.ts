@@ -1,52 +1,19 @@
 /**
- * Fixture for the ops tests: connect-es clients (one HTTP/2 session each, closed by `close()`) for
- * OpsService, an agent that registers with a version and tags and then claims, completes, fails and
- * extends, a producer, and a WatchDirectives stream read by awaiting the directive a test expects.
+ * Fixture for the ops tests: an OpsService session (kit.ts), an agent that registers with a version
+ * and tags and then claims, completes, fails and extends, a producer, and a WatchDirectives stream
+ * read by awaiting the directive a test expects.
  */
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
-import { ConnectError, createClient, type Client } from "@connectrpc/connect";
-import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import { ConnectError } from "@connectrpc/connect";
 import { AgentService, type Directive } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
-import type { DescService } from "@bufbuild/protobuf";
 import { OpsService } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 import { QueueService, type EnqueueItemSchema } from "@aiflow/wire/gen/aiflow/cluster/v1/queue_pb.js";
 import type { ItemOutcome, WorkItem } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
-import { bearer, TOKENS } from "./daemon.js";
+import { TOKENS } from "./daemon.js";
+import { Session } from "./kit.js";
 
 export type { WorkItem };
-
-/** Everything a test opened, closed in reverse order by `closeAll()`. */
-export class Closers {
-  readonly #fns: (() => unknown)[] = [];
-
-  add<T extends { close(): unknown }>(x: T): T {
-    this.#fns.push(() => x.close());
-    return x;
-  }
-
-  async closeAll(): Promise<void> {
-    for (const f of this.#fns.splice(0).reverse()) await f();
-  }
-}
-
-/** A client of one service on an HTTP/2 session of its own, sending one bearer token. */
-export class Session<S extends DescService> {
-  readonly #session: Http2SessionManager;
-  readonly client: Client<S>;
-  readonly call: { headers: Record<string, string> };
-
-  constructor(address: string, service: S, token: string) {
-    const baseUrl = `http://${address}`;
-    this.#session = new Http2SessionManager(baseUrl);
-    this.client = createClient(service, createGrpcTransport({ baseUrl, sessionManager: this.#session }));
-    this.call = { headers: bearer(token) };
-  }
-
-  close(): void {
-    this.#session.abort();
-  }
-}
 
 export const opsSession = (address: string) => new Session(address, OpsService, TOKENS.ops);
 
@@ -237,26 +204,6 @@ export class OpsProducer {
 
 /** JSON for messages in failure text (int64 fields are bigint). */
 export const show = (x: unknown) => JSON.stringify(x, (_, v: unknown) => (typeof v === "bigint" ? String(v) : v));
-
-/** The gRPC code a call failed with (or "ok"), for asserting refusals. */
-export async function codeOf(p: Promise<unknown>): Promise<number | "ok"> {
-  try {
-    await p;
-    return "ok";
-  } catch (err) {
-    return ConnectError.from(err).code;
-  }
-}
-
-/** The refusal a call failed with; fails the test when it succeeded. */
-export async function refusal(p: Promise<unknown>): Promise<ConnectError> {
-  try {
-    await p;
-  } catch (err) {
-    return ConnectError.from(err);
-  }
-  throw new Error("expected the call to be refused, but it succeeded");
-}
 
 /** Ids sorted, for order-free comparison. */
 export const sorted = (ids: Iterable<string>) => [...ids].sort();

@@ -1,12 +1,11 @@
 /**
- * Fixture for the work-queue tests: connect-es clients over a connection of their own (one HTTP/2
- * session per agent or producer, closed by `close()`), agents that register and then claim, complete,
+ * Fixture for the work-queue tests: connect-es clients over a connection of their own (one per agent
+ * or producer, closed by `close()`), agents that register and then claim, complete,
  * fail, extend and release, producers that enqueue and read back, and raw readers of the queue table.
  */
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { durationFromMs, timestampFromMs } from "@bufbuild/protobuf/wkt";
-import { createClient, type Client } from "@connectrpc/connect";
-import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import type { Client } from "@connectrpc/connect";
 import { AgentService, type CancelDirective, type Directive } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
 import type { AgentStatus } from "@aiflow/wire/gen/aiflow/cluster/v1/common_pb.js";
 import { QueueService, type EnqueueItemSchema } from "@aiflow/wire/gen/aiflow/cluster/v1/queue_pb.js";
@@ -14,6 +13,7 @@ import type { ItemOutcome, WorkItem } from "@aiflow/wire/gen/aiflow/cluster/v1/w
 import type { NewItem } from "../../src/store/work-items.js";
 import { bearer, TOKENS } from "./daemon.js";
 import type { TestDb } from "./db.js";
+import { Connection, until } from "./kit.js";
 
 export type { WorkItem };
 
@@ -34,22 +34,20 @@ export const newItem = (over: Partial<NewItem> = {}): NewItem => ({
   ...over,
 });
 
-/** One HTTP/2 connection to a daemon, with both clients on it. */
+/** One HTTP/2 connection to a daemon (kit.ts), with both clients on it. */
 export class Conn {
-  readonly #session: Http2SessionManager;
+  readonly #conn: Connection;
   readonly agent: Client<typeof AgentService>;
   readonly queue: Client<typeof QueueService>;
 
   constructor(address: string) {
-    const baseUrl = `http://${address}`;
-    this.#session = new Http2SessionManager(baseUrl);
-    const transport = createGrpcTransport({ baseUrl, sessionManager: this.#session });
-    this.agent = createClient(AgentService, transport);
-    this.queue = createClient(QueueService, transport);
+    this.#conn = new Connection(address);
+    this.agent = this.#conn.client(AgentService);
+    this.queue = this.#conn.client(QueueService);
   }
 
   close(): void {
-    this.#session.abort();
+    this.#conn.close();
   }
 }
 
@@ -268,8 +266,6 @@ export class Producer {
 
 export const notBefore = (ms: number) => timestampFromMs(ms);
 
-export { codeOf } from "./ops.js";
-
 export interface ItemDbRow {
   id: string;
   tenant_key: string;
@@ -338,15 +334,6 @@ const activity = (db: TestDb, startsWith: string, extra: string, values: unknown
     [`${startsWith}%`, `%${db.schema}%`, ...values],
   );
 
-async function until(what: string, check: () => Promise<boolean>, timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    if (await check()) return;
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs}ms waiting until ${what}`);
-    await new Promise((r) => setTimeout(r, 5));
-  }
-}
-
 /**
  * Resolves once a statement on this schema that starts with `startsWith` has run to completion on
  * some connection after `sinceServerTime` (a clock_timestamp() read from the server): how a test
@@ -356,9 +343,12 @@ export function untilStatementRan(db: TestDb, startsWith: string, sinceServerTim
   return until(`a statement '${startsWith}…' ran`, async () => (await activity(db, startsWith, "state = 'idle' AND query_start >= $3", [sinceServerTime]))[0]!.n > 0, timeoutMs);
 }
 
-/** Resolves once a statement on this schema that starts with `startsWith` is blocked on a lock. */
-export function untilLockWait(db: TestDb, startsWith: string, timeoutMs = 10_000): Promise<void> {
-  return until(`a statement '${startsWith}…' waits for a lock`, async () => (await activity(db, startsWith, "wait_event_type = 'Lock'", []))[0]!.n > 0, timeoutMs);
+/**
+ * Resolves once at least `n` statements on this schema that start with `startsWith` are blocked on a
+ * lock: how a test knows that racing statements have taken their snapshots and queue on a row.
+ */
+export function untilLockWait(db: TestDb, startsWith: string, n = 1, timeoutMs = 10_000): Promise<void> {
+  return until(`${n} statement(s) '${startsWith}…' wait for a lock`, async () => (await activity(db, startsWith, "wait_event_type = 'Lock'", []))[0]!.n >= n, timeoutMs);
 }
 
 export async function serverNow(db: TestDb): Promise<Date> {
@@ -366,10 +356,10 @@ export async function serverNow(db: TestDb): Promise<Date> {
   return row!.t;
 }
 
-/** Observes a promise: whether it settled yet, and when. */
-export function track<T>(p: Promise<T>): { promise: Promise<T>; settled: () => boolean; settledAt: () => number | undefined } {
-  let at: number | undefined;
-  const promise = p.finally(() => (at = performance.now()));
-  return { promise, settled: () => at !== undefined, settledAt: () => at };
+/** Observes a promise: whether it settled yet. */
+export function track<T>(p: Promise<T>): { promise: Promise<T>; settled: () => boolean } {
+  let settled = false;
+  const promise = p.finally(() => (settled = true));
+  return { promise, settled: () => settled };
 }
 

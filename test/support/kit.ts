@@ -1,0 +1,203 @@
+/**
+ * The kit the daemon's tests and the SDK's tests share:
+ *
+ * - `until(what, check)` waits for a condition by checking it every few milliseconds: it returns as
+ *   soon as the condition holds, and fails, naming it, only after a timeout a working system never
+ *   comes near. It is not a sleep: nothing waits for time to pass.
+ * - `codeOf(call)` is the gRPC code a call was refused with ("ok" when it was not); `refusal(call)`
+ *   is the error itself, and fails the test when the call succeeded.
+ * - `Connection` is one HTTP/2 connection to a daemon that connect-es clients share; `Session` is a
+ *   client of one service on a connection of its own with the bearer header for its calls.
+ * - `useTestDb(label)` and `useTestDaemon(options)` set up, before a file's tests, a migrated schema
+ *   of the file's own and a daemon on it, and take down after them what the file opened, in reverse
+ *   order: the connections, the daemons, then the schema.
+ */
+import type { DescService } from "@bufbuild/protobuf";
+import { Code, ConnectError, createClient, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
+import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import { afterAll, beforeAll } from "vitest";
+import type { Daemon } from "../../src/daemon.js";
+import { bearer, startTestDaemon, type TestDaemonOptions } from "./daemon.js";
+import { createTestDb, type TestDb } from "./db.js";
+
+/** Resolves once `check` holds (checked at once, then every `everyMs`); fails after `timeoutMs`. */
+export async function until(what: string, check: () => boolean | Promise<boolean>, timeoutMs = 10_000, everyMs = 5): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs}ms waiting until ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, everyMs));
+  }
+}
+
+/** The gRPC code a call was refused with, or "ok" when it succeeded. */
+export async function codeOf(call: Promise<unknown>): Promise<Code | "ok"> {
+  try {
+    await call;
+    return "ok";
+  } catch (err) {
+    return ConnectError.from(err).code;
+  }
+}
+
+/** The error a call was refused with; fails the test when the call succeeded. */
+export async function refusal(call: Promise<unknown>): Promise<ConnectError> {
+  try {
+    await call;
+  } catch (err) {
+    return ConnectError.from(err);
+  }
+  throw new Error("expected the call to be refused, but it succeeded");
+}
+
+/** Sets a bearer token on every call. */
+export const withToken =
+  (token: string): Interceptor =>
+  (next) =>
+  (req) => {
+    for (const [k, v] of Object.entries(bearer(token))) req.header.set(k, v);
+    return next(req);
+  };
+
+/** One HTTP/2 connection to a daemon (gRPC over connect-node); every client made on it shares it. */
+export class Connection {
+  readonly #session: Http2SessionManager;
+  readonly transport: Transport;
+
+  /** With `token`, every call sends it; otherwise calls pass their own headers. */
+  constructor(address: string, opts: { token?: string; interceptors?: Interceptor[] } = {}) {
+    const baseUrl = `http://${address}`;
+    this.#session = new Http2SessionManager(baseUrl);
+    const interceptors = [...(opts.token === undefined ? [] : [withToken(opts.token)]), ...(opts.interceptors ?? [])];
+    this.transport = createGrpcTransport({ baseUrl, sessionManager: this.#session, interceptors });
+  }
+
+  client<S extends DescService>(service: S): Client<S> {
+    return createClient(service, this.transport);
+  }
+
+  close(): void {
+    this.#session.abort();
+  }
+}
+
+/** A client of one service on a connection of its own; `call` carries the bearer header for `token`. */
+export class Session<S extends DescService> {
+  readonly #conn: Connection;
+  readonly client: Client<S>;
+  readonly call: { headers: Record<string, string> };
+
+  constructor(address: string, service: S, token: string) {
+    this.#conn = new Connection(address);
+    this.client = this.#conn.client(service);
+    this.call = { headers: bearer(token) };
+  }
+
+  close(): void {
+    this.#conn.close();
+  }
+}
+
+/** What a test file opened: taken down after its tests, the last opened first. */
+export class Closers {
+  readonly #fns: (() => unknown)[] = [];
+
+  /** Closes `x` with the rest; returns it. */
+  add<T extends { close(): unknown }>(x: T): T {
+    this.#fns.push(() => x.close());
+    return x;
+  }
+
+  /** Runs `fn` with the rest. */
+  defer(fn: () => unknown): void {
+    this.#fns.push(fn);
+  }
+
+  async closeAll(): Promise<void> {
+    for (const f of this.#fns.splice(0).reverse()) await f();
+  }
+}
+
+const notYet = (what: string): never => {
+  throw new Error(`${what} is set up in beforeAll: use it inside a test or a hook`);
+};
+
+/** A migrated schema of the file's own (see useTestDb), and what runs on it. */
+export interface DbFixture {
+  readonly db: TestDb;
+  /** Taken down after the file's tests (connections before the daemons they talk to). */
+  readonly closers: Closers;
+  /** Starts a daemon on the file's schema; it is stopped after the file's tests. */
+  startDaemon(opts?: Omit<TestDaemonOptions, "schema">): Promise<Daemon>;
+  /** A client of `service` at `address` on a connection of its own (sending `token` on every call when given), closed after the file's tests. */
+  clientAt<S extends DescService>(address: string, service: S, token?: string): Client<S>;
+}
+
+/** Before the file's tests: a migrated schema of its own. After them: what it opened, then the schema. */
+export function useTestDb(label: string, opts: { prefix?: string } = {}): DbFixture {
+  let db: TestDb | undefined;
+  const closers = new Closers();
+  beforeAll(async () => {
+    db = await createTestDb({ label, prefix: opts.prefix });
+  });
+  afterAll(async () => {
+    await closers.closeAll();
+    await db?.drop();
+  });
+  const fixture: DbFixture = {
+    get db() {
+      return db ?? notYet("the test database");
+    },
+    closers,
+    async startDaemon(o = {}) {
+      const daemon = await startTestDaemon({ prefix: opts.prefix, ...o, schema: fixture.db.schema });
+      closers.defer(() => daemon.stop());
+      return daemon;
+    },
+    clientAt(address, service, token) {
+      return closers.add(new Connection(address, { token })).client(service);
+    },
+  };
+  return fixture;
+}
+
+export interface DaemonFixture extends DbFixture {
+  readonly daemon: Daemon;
+  /** The daemon's host:port. */
+  readonly address: string;
+  /** A client of `service` on a connection of its own to the daemon (sending `token` on every call when given), closed after the file's tests. */
+  client<S extends DescService>(service: S, token?: string): Client<S>;
+}
+
+export interface DaemonFixtureOptions extends Omit<TestDaemonOptions, "schema" | "config"> {
+  /** Names the schema (`<label>_<random>`). */
+  label: string;
+  /** The daemon's configuration; a function is called when the daemon starts. */
+  config?: TestDaemonOptions["config"] | (() => TestDaemonOptions["config"]);
+}
+
+/** Before the file's tests: a migrated schema of its own and a daemon on it; both gone after them. */
+export function useTestDaemon(opts: DaemonFixtureOptions): DaemonFixture {
+  const { label, config, ...rest } = opts;
+  const base = useTestDb(label, { prefix: opts.prefix });
+  let daemon: Daemon | undefined;
+  beforeAll(async () => {
+    daemon = await base.startDaemon({ ...rest, config: typeof config === "function" ? config() : config });
+  });
+  return {
+    get db() {
+      return base.db;
+    },
+    closers: base.closers,
+    startDaemon: base.startDaemon,
+    clientAt: base.clientAt,
+    get daemon() {
+      return daemon ?? notYet("the test daemon");
+    },
+    get address() {
+      return (daemon ?? notYet("the test daemon")).address;
+    },
+    client(service, token) {
+      return base.clientAt((daemon ?? notYet("the test daemon")).address, service, token);
+    },
+  };
+}
