@@ -6,7 +6,7 @@
  * claim that takes one leaves both rows as the insert wrote them (one xmin) when the first was handed
  * over, while a claim statement would have rewritten the first one (a newer xmin).
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import pg from "pg";
 import { FakeClock, msToNs } from "../src/clock.js";
@@ -15,38 +15,25 @@ import { WaitingClaims } from "../src/queue/waiting-claims.js";
 import type { Armed } from "../src/queue/wakeups.js";
 import { workKey } from "../src/queue/work-keys.js";
 import type { EnqueueRow, NewItem } from "../src/store/work-items.js";
-import { bearer, startTestDaemon, TOKENS } from "./support/daemon.js";
-import { createTestDb, type TestDb } from "./support/db.js";
+import { bearer, TOKENS } from "./support/daemon.js";
+import type { TestDb } from "./support/db.js";
+import { until, useTestDaemon } from "./support/kit.js";
 import { itemRow, newItem, notBefore, nsText, Producer, serverNow, statusCounts, STATEMENT, TestAgent, track, untilLockWait, untilStatementRan } from "./support/queue.js";
 
 const LEASE = 30_000;
 const clock = new FakeClock(Date.UTC(2026, 5, 1));
+const fx = useTestDaemon({ label: "handoff", clock, config: { instanceId: "handoff", sweepInterval: 3_600_000, heartbeatFlush: 3_600_000, leaseTtl: LEASE } });
+const closers = fx.closers;
 let db: TestDb;
 let daemon: Daemon;
 let p: Producer;
-const closers: (() => unknown)[] = [];
 
-beforeAll(async () => {
-  db = await createTestDb({ label: "handoff" });
-  daemon = await startTestDaemon({
-    schema: db.schema,
-    clock,
-    config: { instanceId: "handoff", sweepInterval: 3_600_000, heartbeatFlush: 3_600_000, leaseTtl: LEASE },
-  });
-  p = new Producer(daemon.address);
-});
-afterAll(async () => {
-  for (const c of closers.reverse()) await c();
-  p?.close();
-  await daemon?.stop();
-  await db?.drop();
+beforeAll(() => {
+  ({ db, daemon } = fx);
+  p = closers.add(new Producer(daemon.address));
 });
 
-const agent = async (name: string, tenant: string) => {
-  const a = await TestAgent.register(daemon.address, name, { tenants: [tenant], engineKinds: ["dag"] });
-  closers.push(() => a.close());
-  return a;
-};
+const agent = async (name: string, tenant: string) => closers.add(await TestAgent.register(daemon.address, name, { tenants: [tenant], engineKinds: ["dag"] }));
 
 /** A claim of one item that waits up to `waitMs`, resolved once it looked at the table and waits. */
 const waitingClaim = async (a: TestAgent, waitMs = 10_000) => {
@@ -60,7 +47,7 @@ const waitingClaim = async (a: TestAgent, waitMs = 10_000) => {
 const otherTransaction = async () => {
   const other = new pg.Client({ connectionString: db.url });
   await other.connect();
-  closers.push(() => other.end());
+  closers.defer(() => other.end());
   await other.query("BEGIN");
   return other;
 };
@@ -205,9 +192,8 @@ describe("a claim already waiting", () => {
     await other.query("ROLLBACK");
     const id = await enqueued;
 
-    const deadline = Date.now() + 10_000;
-    let row = await itemRow(db, id);
-    while (row.status !== "pending" && Date.now() < deadline) row = await itemRow(db, id);
+    await until("the item handed to the cancelled claim is given back", async () => (await itemRow(db, id)).status === "pending");
+    const row = await itemRow(db, id);
     expect(row).toMatchObject({ status: "pending", agent_id: null, lease_token: null, retry_count: 0 });
     expect(row.updatedby).toBe("hand-gone-1");
   });

@@ -3,30 +3,25 @@
  * same — stop claiming, let in-flight items finish within the deadline (then abort and give back
  * what still runs), report, deregister. The call log shows the order on the wire.
  */
-import { createClient } from "@connectrpc/connect";
-import { createGrpcTransport } from "@connectrpc/connect-node";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { Client } from "@connectrpc/connect";
+import { beforeAll, describe, expect, it } from "vitest";
 import type { Daemon } from "../../src/daemon.js";
 import { OpsService } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 import { agentRow } from "../../test/support/agents.js";
-import { bearer, startTestDaemon, TOKENS } from "../../test/support/daemon.js";
-import { createTestDb, type TestDb } from "../../test/support/db.js";
+import { bearer, TOKENS } from "../../test/support/daemon.js";
+import type { TestDb } from "../../test/support/db.js";
+import { useTestDaemon } from "../../test/support/kit.js";
 import type { Agent, AgentOptions, AgentState } from "../src/index.js";
 import { callLog, deferred, finished, Producer, testAgent, until, WorkItemStatus } from "./support.js";
 
+const fx = useTestDaemon({ label: "sdkdrain", config: { heartbeatInterval: 300, heartbeatFlush: 50, sweepInterval: 50 } });
 let db: TestDb;
 let daemon: Daemon;
 let producer: Producer;
 
-beforeAll(async () => {
-  db = await createTestDb({ label: "sdkdrain" });
-  daemon = await startTestDaemon({ schema: db.schema, config: { heartbeatInterval: 300, heartbeatFlush: 50, sweepInterval: 50 } });
-  producer = new Producer(daemon.address, "t1");
-});
-afterAll(async () => {
-  producer?.close();
-  await daemon?.stop();
-  await db?.drop();
+beforeAll(() => {
+  ({ db, daemon } = fx);
+  producer = fx.closers.add(new Producer(daemon.address, "t1"));
 });
 
 function recordStates(agent: Agent): AgentState[] {
@@ -82,14 +77,17 @@ describe("agent.drain()", () => {
 
   it("at the deadline, what still runs is aborted and given back to the queue without spending an attempt", async () => {
     const calls = callLog();
-    const started = deferred();
+    const started = deferred<AbortSignal>();
     const reason = deferred<unknown>();
     const agent = testAgent(daemon.address, {
       engineKinds: ["stubborn"],
+      // One slot stays free, so a claim is out waiting for work when the drain begins.
+      slots: 2,
+      prefetch: 0,
       interceptors: [calls.interceptor],
       handlers: {
         stubborn: async (_item, ctx) => {
-          started.resolve();
+          started.resolve(ctx.signal);
           await new Promise((resolve) => ctx.signal.addEventListener("abort", resolve));
           reason.resolve(ctx.signal.reason);
           return "ignored";
@@ -98,12 +96,20 @@ describe("agent.drain()", () => {
     });
     await agent.start();
     const [id] = await producer.enqueue([{ engineKind: "stubborn", maxRetries: 2 }]);
-    await started.promise;
+    const signal = await started.promise;
+    await until("a claim waits for more work", () => calls.out("Claim") === 1);
     const outcome = finished(agent, id!);
-    const t0 = Date.now();
-    await agent.drain({ deadline: 200 });
 
-    expect(Date.now() - t0).toBeGreaterThanOrEqual(190);
+    // Before its deadline (an hour off) the drain stops claiming, its waiting claim cancelled, and
+    // then only waits: the handler runs on.
+    const drained = agent.drain({ deadline: 3_600_000 });
+    await until("the drain has stopped claiming", () => agent.state === "draining" && calls.out("Claim") === 0);
+    expect(signal.aborted).toBe(false);
+    expect(agent.inFlight).toBe(1);
+    // The deadline comes: a drain asked for now moves it there (a deadline only ever moves earlier).
+    void agent.drain({ deadline: 0 });
+    await drained;
+
     expect(await reason.promise).toMatchObject({ name: "WorkAbortedError", kind: "drain-deadline" });
     expect((await outcome).outcome).toEqual({ kind: "released" });
     expect(agent.state).toBe("stopped");
@@ -122,7 +128,8 @@ describe("agent.drain()", () => {
 });
 
 describe("the daemon's drain directive", () => {
-  const ops = () => createClient(OpsService, createGrpcTransport({ baseUrl: `http://${daemon.address}` }));
+  let opsClient: Client<typeof OpsService> | undefined;
+  const ops = () => (opsClient ??= fx.client(OpsService));
   const opsCall = { headers: bearer(TOKENS.ops) };
 
   /**

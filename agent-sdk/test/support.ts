@@ -1,37 +1,34 @@
 /**
- * What the SDK tests share: a producer (QueueService over a connection of its own, engine token),
- * agents built with test-friendly timings that are stopped after each test, an interceptor that
- * counts the agent's calls, and small waits that return as soon as their condition holds.
+ * What the SDK tests share besides the kit (../../test/support/kit.ts, whose `until` is re-exported
+ * here): a producer (QueueService over a connection of its own, engine token), agents built with
+ * test-friendly timings that are stopped after each test, an interceptor that logs the agent's calls
+ * and how each ended, a logger that keeps its lines, and waits on the agent's events.
  */
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
-import { createClient, type Client, type Interceptor } from "@connectrpc/connect";
-import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import { ConnectError, type Client, type Code, type Interceptor } from "@connectrpc/connect";
 import { pino, type Logger } from "pino";
 import { afterEach } from "vitest";
-import { bearer, TOKENS } from "../../test/support/daemon.js";
+import { TOKENS } from "../../test/support/daemon.js";
+import { Connection } from "../../test/support/kit.js";
 import { createAgent, type Agent, type AgentOptions, type ItemOutcome, type WorkItem } from "../src/index.js";
 import { QueueService, type EnqueueItemSchema } from "@aiflow/wire/gen/aiflow/cluster/v1/queue_pb.js";
 import { WorkItemStatus, type WorkItem as WireItem } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
 
 export { WorkItemStatus, type WireItem };
+export { until } from "../../test/support/kit.js";
 
 /** A producer: QueueService with the engine token, on a connection of its own. */
 export class Producer {
-  readonly #session: Http2SessionManager;
+  readonly #conn: Connection;
   readonly queue: Client<typeof QueueService>;
 
   constructor(
     address: string,
     readonly tenant: string,
   ) {
-    const baseUrl = `http://${address}`;
-    this.#session = new Http2SessionManager(baseUrl);
-    const auth: Interceptor = (next) => (req) => {
-      for (const [k, v] of Object.entries(bearer(TOKENS.engine))) req.header.set(k, v);
-      return next(req);
-    };
-    this.queue = createClient(QueueService, createGrpcTransport({ baseUrl, sessionManager: this.#session, interceptors: [auth] }));
+    this.#conn = new Connection(address, { token: TOKENS.engine });
+    this.queue = this.#conn.client(QueueService);
   }
 
   async enqueue(items: MessageInitShape<typeof EnqueueItemSchema>[]): Promise<string[]> {
@@ -56,24 +53,42 @@ export class Producer {
   }
 
   close(): void {
-    this.#session.abort();
+    this.#conn.close();
   }
 }
 
-/** Counts the agent's calls by method name (Claim, Complete, Fail, ...), with the request of each. */
-export function callLog(): { interceptor: Interceptor; calls: { method: string; message: unknown }[]; count(method: string): number } {
-  const calls: { method: string; message: unknown }[] = [];
+/** One call the agent made: its method, its request (unary calls), and how it ended once it has. */
+export interface LoggedCall {
+  method: string;
+  message: unknown;
+  /** "ok", or the code it failed with; undefined while the call is out. */
+  ended?: "ok" | Code;
+}
+
+/** Logs the agent's calls by method name (Claim, Complete, Fail, ...), with the request of each and how it ended. */
+export function callLog(): { interceptor: Interceptor; calls: LoggedCall[]; count(method: string): number; out(method: string): number } {
+  const calls: LoggedCall[] = [];
   return {
     interceptor: (next) => async (req) => {
-      calls.push({ method: req.method.name, message: req.stream ? undefined : req.message });
-      return next(req);
+      const call: LoggedCall = { method: req.method.name, message: req.stream ? undefined : req.message };
+      calls.push(call);
+      try {
+        const res = await next(req);
+        call.ended = "ok";
+        return res;
+      } catch (err) {
+        call.ended = ConnectError.from(err).code;
+        throw err;
+      }
     },
     calls,
     count: (method) => calls.filter((c) => c.method === method).length,
+    /** Calls of `method` still out (a stream counts as ended once its response began). */
+    out: (method) => calls.filter((c) => c.method === method && c.ended === undefined).length,
   };
 }
 
-/** A logger that keeps its lines, to look at when a test fails (TEST_LOG_LEVEL=debug prints them). */
+/** The agents' logger: silent unless TEST_LOG_LEVEL asks for lines (on stderr), to look at when a test fails. */
 export function testLogger(): Logger {
   const level = process.env.TEST_LOG_LEVEL ?? "silent";
   return pino({ level }, pino.destination(2));
@@ -130,13 +145,4 @@ export function deferred<T = void>(): { promise: Promise<T>; resolve: (v: T) => 
   let resolve!: (v: T) => void;
   const promise = new Promise<T>((r) => (resolve = r));
   return { promise, resolve };
-}
-
-/** Polls `check` every 10ms until it holds; fails after `timeoutMs`. */
-export async function until(what: string, check: () => boolean | Promise<boolean>, timeoutMs = 10_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting until ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
 }
