@@ -9,13 +9,16 @@
  * any (past its max_items, the handed ones go back), and a claim handed items while it waits answers
  * without a statement of its own.
  *
- * Only plain items are offered: due now, with neither a selector nor an affinity key (those need the
- * claim's full rules). A slot that is offered items stops waiting for wake-ups (its wake-up waiter is
- * disarmed, so rings go to others), and its claim waits for the insert's outcome: the rows it got,
+ * Only plain items are offered: due now, with neither worker params nor an affinity key (those need
+ * the claim's full rules). What an offer may carry, and the order it keeps, come from the claim rule
+ * (../store/work-items/claim-rule.ts: dueNow, offerable, byClaimOrder, comesFirst), which the insert
+ * then applies in full. A slot that is offered items stops waiting for wake-ups (its wake-up waiter
+ * is disarmed, so rings go to others), and its claim waits for the insert's outcome: the rows it got,
  * or none (the statement refused the offer, or failed), after which it claims as before.
  */
 import { msToNs } from "../clock.js";
 import type { ClaimedRow, EnqueueResult, EnqueueRow, HandoffInput } from "../store/work-items.js";
+import { byClaimOrder, comesFirst, dueNow, offerable } from "../store/work-items/claim-rule.js";
 import type { Armed } from "./wakeups.js";
 import { workKey } from "./work-keys.js";
 import { newDispatch, type Dispatch } from "./dispatch.js";
@@ -75,8 +78,8 @@ export class WaitingClaims {
 
   /**
    * Offers the plain rows of an insert to open slots, the longest-waiting first, each up to its
-   * capacity, in the order a claim takes them (priority, then arrival). A row of a key is not offered
-   * when a row of the same batch that is not offered could come before it (same or higher priority).
+   * capacity, in claim order. A row of a key is not offered when a due row of the same batch that is
+   * not offered comes first (claim-rule.ts: the same or a higher priority).
    */
   reserve(rows: readonly EnqueueRow[]): Reservation | undefined {
     if (this.#open.size === 0) return undefined;
@@ -86,14 +89,15 @@ export class WaitingClaims {
     const blocked = new Map<string, number>();
     const plain: number[] = [];
     rows.forEach((r, i) => {
-      if (r.item.notBeforeNs > nowNs) return;
-      if (r.item.workerParams || r.item.affinityKey) {
+      // A row not yet due is taken by no claim now, so it comes first for nothing.
+      if (!dueNow(r.item, nowNs)) return;
+      if (!offerable(r.item)) {
         const key = workKey(r.tenant, r.item.engineKind);
         blocked.set(key, Math.min(blocked.get(key) ?? Infinity, r.item.priority));
       } else plain.push(i);
     });
     if (plain.length === 0) return undefined;
-    plain.sort((x, y) => rows[x]!.item.priority - rows[y]!.item.priority || x - y);
+    plain.sort(byClaimOrder(rows));
     const agents: (string | null)[] = rows.map(() => null);
     const tokens: (string | null)[] = rows.map(() => null);
     const taken = new Map<Slot, { dispatch: Dispatch; rows: number[] }>();
@@ -101,7 +105,7 @@ export class WaitingClaims {
     for (const i of plain) {
       const r = rows[i]!;
       const key = workKey(r.tenant, r.item.engineKind);
-      if (r.item.priority >= (blocked.get(key) ?? Infinity)) continue;
+      if (comesFirst(blocked.get(key), r.item.priority)) continue;
       const slot = this.#slotFor(key, left);
       if (!slot) {
         // No slot left for this key: the rows after this one (not before it in claim order) stay pending too.

@@ -1,0 +1,151 @@
+/**
+ * The claim: one atomic statement. A CTE picks the items the claim rule (./claim-rule.ts) lets this
+ * agent take, in claim order, with FOR UPDATE SKIP LOCKED, binds or moves their affinity keys, and an
+ * UPDATE … RETURNING dispatches them under one fresh lease token. Several daemons share the queue;
+ * no read here is followed by a write in another statement.
+ */
+import { sql } from "slonik";
+import { msToNs } from "../../clock.js";
+import type { Markers } from "../../db/statement-shapes.js";
+import { tsAt, tsSeconds } from "../../db/values.js";
+import { claimingAgentCte, claimOrder, CLAIMING_AGENT, keyAllows, movable, pendingAndDue, serves, tableItem } from "./claim-rule.js";
+import { CLAIMED_COLUMNS, CLAIMED_NULLS, type ClaimedRow } from "./columns.js";
+import type { ItemsContext } from "./context.js";
+import { completeCtes, completionParams, type Completion, type CompletionParams } from "./fenced-writes.js";
+
+export interface ClaimInput {
+  agent: string;
+  /** The daemon instance granting the lease (stored in leased_by). */
+  instance: string;
+  max: number;
+  nowMs: number;
+  leaseTtlMs: number;
+  affinity: { policy: "hold" | "rebind"; graceMs: number };
+  /** A fresh ULID: the bindings this claim creates take their ids from it (see bindingId). */
+  bindingSeed: string;
+  /**
+   * The fencing token of this dispatch, shared by the items it takes: a token names one dispatch of
+   * an item (every write checks id and token together), and a redispatch is another claim with
+   * another token. One per claim rather than one per row keeps a random draw per item out of the
+   * statement.
+   */
+  leaseToken: string;
+  /** Items the agent finished, completed (fenced, as complete() does) in the claim's statement. */
+  completions?: readonly Completion[];
+}
+
+/**
+ * The id of a claim's n-th new binding (n from 1, at most 32,767): the claim's fresh ULID with the
+ * three leading characters of its random part replaced by n in Crockford base 32, so a claim draws
+ * one ULID rather than one for every item it might bind (it cannot know before the statement how
+ * many keys it binds, and drawing `max` ids per claim was about a tenth of a busy daemon's allocations).
+ * Still a ULID of the claim's time; distinct within the claim by n, and from other claims' ids by
+ * the time and the remaining 65 random bits (a monotonic factory's ids of one millisecond differ in
+ * their last characters, which stay).
+ */
+const CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+const bindingId = (seed: string, n: ReturnType<typeof sql.fragment>) =>
+  sql.fragment`overlay(${seed}::text placing substr(${CROCKFORD}, (${n} / 1024 % 32)::int + 1, 1) || substr(${CROCKFORD}, (${n} / 32 % 32)::int + 1, 1) || substr(${CROCKFORD}, (${n} % 32)::int + 1, 1) from 11 for 3)`;
+
+/**
+ * The claim. Only an ACTIVE agent claims; it takes pending items of the tenants and engine kinds it
+ * registered with, whose next attempt is due, and whose selector its tags satisfy, in claim order
+ * (the claim rule, ./claim-rule.ts).
+ *
+ * Affinity, in the same statement: an item whose key is unbound binds it to this agent
+ * (INSERT … ON CONFLICT DO NOTHING — of two racing claims, one insert wins and the loser dispatches
+ * none of the key's items); an item whose key is bound to this agent is taken only after this
+ * statement has updated the binding row (bumping updatedon), and an item whose key is bound to
+ * another agent only when the key is movable (claim-rule.ts: that agent cannot take work, the grace
+ * has passed since the key's last dispatch, none of the key's items is in flight, and the policy is
+ * rebind) — by moving the binding row. Both paths write the binding row, so they serialise on its
+ * lock, and Postgres re-checks the UPDATE's conditions against the committed row: a dispatch and a
+ * move of one key can never both succeed, and no two agents ever hold items of one key at once.
+ *
+ * A move is a compare-and-swap on the binding row's version (xmin) as this statement's snapshot
+ * read it. After a lock wait the re-check sees the new row but answers the agent and in-flight
+ * subqueries from the old snapshot, and `updatedon` cannot stand in for a version: it is the
+ * writer's clock reading, taken before its statement ran, so a dispatch that waited on this lock
+ * past the grace stamps a time already older than the grace (as does one from a daemon whose clock
+ * lags). Any write to the row since the snapshot changes xmin, so such a move matches nothing and a
+ * later claim decides afresh.
+ */
+export async function claim(q: ItemsContext, c: ClaimInput): Promise<{ claimed: ClaimedRow[]; completed: string[] }> {
+  const w = q.t.id("work_item");
+  const a = q.t.id("agent");
+  const b = q.t.id("affinity_binding");
+  const completions = c.completions ?? [];
+  const max = Math.trunc(c.max);
+  const params = {
+    agent: c.agent,
+    instance: c.instance,
+    leaseToken: c.leaseToken,
+    bindingSeed: c.bindingSeed,
+    nowNs: msToNs(c.nowMs),
+    leaseExpiresNs: msToNs(c.nowMs) + msToNs(c.leaseTtlMs),
+    now: tsSeconds(c.nowMs),
+    graceEdge: tsSeconds(c.nowMs - c.affinity.graceMs),
+    rebind: c.affinity.policy === "rebind",
+    ...(completions.length > 0 ? completionParams(completions) : {}),
+  };
+  const token = q.shapes.token(`claim:${completions.length > 0 ? "completing" : "plain"}:${max}`, params, (p) => {
+    // Completions ride in the same statement: a data-modifying CTE sees the claim's snapshot, and the
+    // items it completes are dispatched ones, which the claim's scan (pending only) never reads.
+    const done =
+      "doneIds" in p
+        ? sql.fragment`${completeCtes(q, p as Markers<typeof params & CompletionParams>)}, done AS (SELECT id FROM completing UNION ALL SELECT id FROM recompleted), `
+        : sql.fragment``;
+    const graceEdge = tsAt(p.graceEdge);
+    return sql.unsafe`
+        WITH ${done}agent AS MATERIALIZED (
+          ${claimingAgentCte(a, p.agent)}
+        ), picked AS (
+          -- A single-table scan in the claim index's order, so LIMIT stops it early; the agent's
+          -- lists are computed once (InitPlans) and an agent that may not claim scans nothing.
+          SELECT w.id, w.affinity_key FROM ${w} w
+           WHERE EXISTS (SELECT 1 FROM agent)
+             AND ${pendingAndDue("w", p.nowNs)}
+             AND ${serves(CLAIMING_AGENT, tableItem("w"))}
+             AND ${keyAllows("w", { items: w, bindings: b, agents: a, agent: p.agent, rebind: p.rebind, graceEdge })}
+           ORDER BY ${claimOrder("w")}
+           LIMIT ${sql.literalValue(String(max))}
+           FOR UPDATE OF w SKIP LOCKED
+        ), keys AS (
+          -- v: the binding row's version in this statement's snapshot (NULL when the key is unbound).
+          SELECT d.k, bk.xmin::text AS v, row_number() OVER (ORDER BY d.k) AS n
+            FROM (SELECT DISTINCT affinity_key AS k FROM picked WHERE affinity_key IS NOT NULL) d
+            LEFT JOIN ${b} bk ON bk.affinity_key = d.k
+        ), pinned AS (
+          INSERT INTO ${b} (id, affinity_key, agent_id, createdby, createdon, updatedby, updatedon)
+          SELECT ${bindingId(p.bindingSeed, sql.fragment`keys.n`)}, keys.k, ${p.agent}, ${p.agent}, ${tsAt(p.now)}, ${p.agent}, ${tsAt(p.now)} FROM keys
+          ON CONFLICT (affinity_key) DO NOTHING
+          RETURNING affinity_key
+        ), held AS (
+          UPDATE ${b} bb SET agent_id = ${p.agent}, updatedby = ${p.agent}, updatedon = ${tsAt(p.now)}
+            FROM keys
+           WHERE bb.affinity_key = keys.k
+             AND (bb.agent_id = ${p.agent}
+                  OR ${movable({ agents: a, items: w, rebind: p.rebind, graceEdge, key: sql.fragment`bb.affinity_key`, version: sql.fragment`keys.v` })})
+          RETURNING bb.affinity_key
+        ), claimed AS (
+        UPDATE ${w} w
+           SET status = 'dispatched', agent_id = ${p.agent}, leased_by = ${p.instance}, dispatched_at = ${p.nowNs},
+               lease_expires_at = ${p.leaseExpiresNs}, lease_token = ${p.leaseToken},
+               updatedby = ${p.agent}, updatedon = ${tsAt(p.now)}
+          FROM picked
+         WHERE w.id = picked.id
+           AND (picked.affinity_key IS NULL
+                OR picked.affinity_key IN (SELECT affinity_key FROM pinned)
+                OR picked.affinity_key IN (SELECT affinity_key FROM held))
+        RETURNING ${CLAIMED_COLUMNS}
+        )
+        SELECT false AS done, claimed.* FROM claimed
+        ${"doneIds" in p ? sql.fragment`UNION ALL SELECT true, done.id, ${CLAIMED_NULLS} FROM done` : sql.fragment``}`;
+  });
+  const rows = await q.hotRaw<ClaimedRow & { done: boolean }>(token);
+  const claimed: ClaimedRow[] = [];
+  const completed: string[] = [];
+  for (const r of rows) if (r.done) completed.push(r.id);
+  else claimed.push(r);
+  return { claimed, completed };
+}

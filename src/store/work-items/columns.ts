@@ -1,0 +1,130 @@
+/**
+ * The work item's row as the statements read it back: the full row (reads, stats), the claimed
+ * columns (a claim's or a handing insert's RETURNING list), and the small rows of the writes.
+ */
+import { sql, type FragmentSqlToken } from "slonik";
+import { z } from "zod";
+
+export const ITEM_STATUSES = ["pending", "dispatched", "completed", "failed", "cancelled"] as const;
+export type ItemStatus = (typeof ITEM_STATUSES)[number];
+
+export const workItemRow = z.object({
+  id: z.string(),
+  tenant_key: z.string(),
+  engine_id: z.string(),
+  engine_kind: z.string(),
+  parent_work_item_id: z.string().nullable(),
+  run_id: z.string().nullable(),
+  task_id: z.string().nullable(),
+  task_name: z.string().nullable(),
+  worker_params: z.record(z.unknown()).nullable(),
+  /** JSON text as jsonb writes it (see ITEM_COLUMNS). */
+  payload: z.string().nullable(),
+  status: z.enum(ITEM_STATUSES),
+  priority: z.number().nullable(),
+  agent_id: z.string().nullable(),
+  dispatched_at: z.bigint().nullable(),
+  completed_at: z.bigint().nullable(),
+  lease_expires_at: z.bigint().nullable(),
+  leased_by: z.string().nullable(),
+  next_attempt_at: z.bigint().nullable(),
+  retry_count: z.number().nullable(),
+  max_retries: z.number().nullable(),
+  error: z.string().nullable(),
+  lease_token: z.string().nullable(),
+  /** JSON text as jsonb writes it (see ITEM_COLUMNS). */
+  result: z.string().nullable(),
+  idempotency_key: z.string().nullable(),
+  affinity_key: z.string().nullable(),
+  createdon: z.number(),
+  updatedon: z.number().nullable(),
+});
+export type WorkItemRow = z.infer<typeof workItemRow>;
+
+/**
+ * workItemRow's columns. The JSON ones are read as the text jsonb writes, never parsed here: parsed
+ * and written again they lose digits past 2^53 and cost a stack frame per level of nesting.
+ */
+export const ITEM_COLUMNS = sql.fragment`id, tenant_key, engine_id, engine_kind, parent_work_item_id, run_id, task_id, task_name, worker_params,
+  payload::text AS payload, status, priority, agent_id, dispatched_at, completed_at, lease_expires_at, leased_by, next_attempt_at,
+  retry_count, max_retries, error, lease_token, result::text AS result, idempotency_key, affinity_key, createdon, updatedon`;
+
+/**
+ * What a claim reads back: only the columns the claimed item's wire form needs and the claim did not
+ * set itself (status, holder, lease and times are the claim's own values). JSON comes back as text,
+ * which goes on the wire as it is (no parse and re-stringify per item), and these rows skip the zod
+ * check: the statement's casts fix every column's type, and this runs once per dispatched item.
+ */
+export interface ClaimedRow {
+  id: string;
+  tenant_key: string;
+  engine_id: string;
+  engine_kind: string;
+  parent_work_item_id: string | null;
+  run_id: string | null;
+  task_id: string | null;
+  task_name: string | null;
+  /** worker_params -> 'selector' as JSON text. */
+  selector: string | null;
+  /** payload as JSON text. */
+  payload: string | null;
+  priority: number | null;
+  next_attempt_at: bigint | null;
+  retry_count: number | null;
+  max_retries: number | null;
+  error: string | null;
+  idempotency_key: string | null;
+  affinity_key: string | null;
+  /** createdon in epoch milliseconds. */
+  createdon_ms: number;
+}
+
+/** The claim's RETURNING list: per ClaimedRow column its expression over `w` and its name, `id` first. */
+const CLAIMED: readonly [FragmentSqlToken, string][] = [
+  [sql.fragment`w.id`, "id"],
+  [sql.fragment`w.tenant_key`, "tenant_key"],
+  [sql.fragment`w.engine_id`, "engine_id"],
+  [sql.fragment`w.engine_kind`, "engine_kind"],
+  [sql.fragment`w.parent_work_item_id`, "parent_work_item_id"],
+  [sql.fragment`w.run_id`, "run_id"],
+  [sql.fragment`w.task_id`, "task_id"],
+  [sql.fragment`w.task_name`, "task_name"],
+  [sql.fragment`(w.worker_params -> 'selector')::text`, "selector"],
+  [sql.fragment`w.payload::text`, "payload"],
+  [sql.fragment`w.priority`, "priority"],
+  [sql.fragment`w.next_attempt_at`, "next_attempt_at"],
+  [sql.fragment`w.retry_count`, "retry_count"],
+  [sql.fragment`w.max_retries`, "max_retries"],
+  [sql.fragment`w.error`, "error"],
+  [sql.fragment`w.idempotency_key`, "idempotency_key"],
+  [sql.fragment`w.affinity_key`, "affinity_key"],
+  [sql.fragment`(extract(epoch FROM w.createdon) * 1000)::float8`, "createdon_ms"],
+];
+export const CLAIMED_COLUMNS = sql.join(
+  CLAIMED.map(([expr, name]) => sql.fragment`${expr} AS ${sql.identifier([name])}`),
+  sql.fragment`, `,
+);
+/** A completion's row in the claim's result: its id, then a NULL for each other claimed column. */
+export const CLAIMED_NULLS = sql.join(CLAIMED.slice(1).map(() => sql.fragment`NULL`), sql.fragment`, `);
+/**
+ * An insert's RETURNING list: the id, whether the row went in handed over, and the claimed columns
+ * of those that did only (a bulk Enqueue would otherwise read back every payload it just sent).
+ */
+export const HANDED_COLUMNS = sql.join(
+  [
+    sql.fragment`w.id`,
+    sql.fragment`w.status = 'dispatched' AS handed`,
+    ...CLAIMED.slice(1).map(([expr, name]) => sql.fragment`CASE WHEN w.status = 'dispatched' THEN ${expr} END AS ${sql.identifier([name])}`),
+  ],
+  sql.fragment`, `,
+);
+
+/** An item given back to the queue or finished by a sweep, with what its holder had. */
+export interface Requeued {
+  id: string;
+  status: ItemStatus;
+  agent: string | null;
+  token: string | null;
+}
+export const requeuedRow = z.object({ id: z.string(), status: z.enum(ITEM_STATUSES), agent: z.string().nullable(), token: z.string().nullable() });
+export const idRow = z.object({ id: z.string() });

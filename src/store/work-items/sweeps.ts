@@ -1,0 +1,113 @@
+/**
+ * The daemon's own passes over the queue: leases that ran out, an agent's items given back when it
+ * goes inactive or its drain deadline passes, items stranded by their affinity key, and the due
+ * checks that wake waiting claims. Each write returns items to `pending` (or fails them) in one
+ * statement, and only from the state it names, so a sweep and a fenced write of one item never
+ * both succeed.
+ */
+import { sql, type FragmentSqlToken } from "slonik";
+import { z } from "zod";
+import { msToNs } from "../../clock.js";
+import { withDbErrors } from "../../db/errors.js";
+import { ts } from "../../db/values.js";
+import { canTakeWork } from "../agents.js";
+import { agentLists, serves, tableItem } from "./claim-rule.js";
+import { idRow, requeuedRow, type Requeued } from "./columns.js";
+import type { ItemsContext } from "./context.js";
+
+/** The expiry sweep: dispatched items whose lease ran out go back (an attempt spent) or fail. */
+export function requeueExpired(q: ItemsContext, nowMs: number, by: string, limit: number): Promise<readonly Requeued[]> {
+  return requeue(q, sql.fragment`status = 'dispatched' AND lease_expires_at < ${msToNs(nowMs)}`, "lease expired", nowMs, by, true, limit);
+}
+
+/** Everything an agent holds goes back at once (it went inactive), an attempt spent. */
+export function requeueAgent(q: ItemsContext, agent: string, nowMs: number, by: string, reason: string): Promise<readonly Requeued[]> {
+  return requeue(q, sql.fragment`status = 'dispatched' AND agent_id = ${agent}`, reason, nowMs, by, true, 100_000);
+}
+
+/** Everything an agent holds goes back without spending an attempt (a drain deadline passed). */
+export function releaseAgent(q: ItemsContext, agent: string, nowMs: number, by: string, reason: string): Promise<readonly Requeued[]> {
+  return requeue(q, sql.fragment`status = 'dispatched' AND agent_id = ${agent}`, reason, nowMs, by, false, 100_000);
+}
+
+function requeue(q: ItemsContext, where: FragmentSqlToken, reason: string, nowMs: number, by: string, spendAttempt: boolean, limit: number): Promise<readonly Requeued[]> {
+  const w = q.t.id("work_item");
+  const retry = spendAttempt ? sql.fragment`(w.retry_count < w.max_retries)` : sql.fragment`true`;
+  const nowNs = msToNs(nowMs);
+  return withDbErrors(() =>
+    q.db.any(sql.type(requeuedRow)`
+        WITH gone AS (
+          SELECT id, agent_id, lease_token FROM ${w} WHERE ${where} ORDER BY id LIMIT ${limit} FOR UPDATE SKIP LOCKED
+        )
+        UPDATE ${w} w SET
+               status = CASE WHEN ${retry} THEN 'pending' ELSE 'failed' END,
+               retry_count = CASE WHEN ${retry} AND ${spendAttempt} THEN w.retry_count + 1 ELSE w.retry_count END,
+               next_attempt_at = CASE WHEN ${retry} THEN ${nowNs}::bigint + ${spendAttempt ? q.backoffNs(sql.fragment`w.retry_count`) : sql.fragment`0`} ELSE w.next_attempt_at END,
+               completed_at = CASE WHEN ${retry} THEN NULL ELSE ${nowNs}::bigint END,
+               agent_id = CASE WHEN ${retry} THEN NULL ELSE w.agent_id END,
+               error = CASE WHEN ${spendAttempt} THEN ${reason} ELSE w.error END,
+               lease_expires_at = NULL, lease_token = NULL, dispatched_at = NULL, updatedby = ${by}, updatedon = ${ts(nowMs)}
+          FROM gone
+         WHERE w.id = gone.id
+        RETURNING w.id, w.status, gone.agent_id AS agent, gone.lease_token AS token`),
+  );
+}
+
+/**
+ * Items stranded by their affinity key become dead letters once they have waited longer than the
+ * grace: always when the key's agent is active but may not run the item (terms 3 and 4 of the claim
+ * rule, ./claim-rule.ts: a binding never routes work to an agent that may not run it, and the key
+ * does not move while its agent is active); under the hold policy also when the agent cannot take work.
+ */
+export function failStranded(q: ItemsContext, nowMs: number, affinity: { policy: "hold" | "rebind"; graceMs: number }, by: string): Promise<readonly string[]> {
+  const w = q.t.id("work_item");
+  const a = q.t.id("agent");
+  const b = q.t.id("affinity_binding");
+  const hold = affinity.policy === "hold";
+  // The key's agent exists and may take work (ba is LEFT JOINed: the name test keeps a missing
+  // agent false rather than NULL, so NOT of it holds).
+  const holderCanWork = sql.fragment`(ba.name IS NOT NULL AND ${canTakeWork("ba")})`;
+  const holderMayRun = sql.fragment`(${serves(agentLists("ba"), tableItem("w"))})`;
+  return withDbErrors(() =>
+    q.db.anyFirst(sql.type(idRow)`
+        UPDATE ${w} w
+           SET status = 'failed', completed_at = ${msToNs(nowMs)}::bigint, updatedby = ${by}, updatedon = ${ts(nowMs)},
+               error = format('affinity key %s is bound to agent %s, which %s', w.affinity_key, bb.agent_id,
+                              CASE WHEN NOT ${holderCanWork}
+                                   THEN 'cannot take work (policy hold); unbind or rebind the key, then redrive'
+                                   ELSE 'may not run it (tenant, engine kind or selector); rebind the key, then redrive' END)
+          FROM ${b} bb LEFT JOIN ${a} ba ON ba.name = bb.agent_id
+         WHERE w.status = 'pending' AND w.affinity_key = bb.affinity_key
+           AND w.next_attempt_at < ${msToNs(nowMs - affinity.graceMs)}::bigint
+           AND ((${holderCanWork} AND NOT ${holderMayRun})
+                OR (${hold} AND NOT ${holderCanWork} AND bb.updatedon < ${ts(nowMs - affinity.graceMs)}))
+        RETURNING w.id`),
+  );
+}
+
+const dueKeyRow = z.object({ tenant_key: z.string(), engine_kind: z.string() });
+
+/**
+ * Of these (tenant, engine kind) pairs, those with a pending item due at nowMs: one statement for
+ * every claim this daemon has waiting (the fallback re-check), however many there are.
+ */
+export function dueKeys(q: ItemsContext, pairs: readonly { tenant: string; kind: string }[], nowMs: number): Promise<readonly { tenant_key: string; engine_kind: string }[]> {
+  if (pairs.length === 0) return Promise.resolve([]);
+  const w = q.t.id("work_item");
+  return withDbErrors(() =>
+    q.db.any(sql.type(dueKeyRow)`
+        SELECT k.t AS tenant_key, k.e AS engine_kind
+          FROM unnest(${sql.array(pairs.map((p) => p.tenant), "text")}, ${sql.array(pairs.map((p) => p.kind), "text")}) AS k(t, e)
+         WHERE EXISTS (SELECT 1 FROM ${w} WHERE status = 'pending' AND tenant_key = k.t AND engine_kind = k.e AND next_attempt_at <= ${msToNs(nowMs)})`),
+  );
+}
+
+/** (tenant, engine kind) pairs with pending items that became due in (sinceMs, nowMs]: wake their claims. */
+export function dueSince(q: ItemsContext, sinceMs: number, nowMs: number): Promise<readonly { tenant_key: string; engine_kind: string }[]> {
+  const w = q.t.id("work_item");
+  return withDbErrors(() =>
+    q.db.any(sql.type(dueKeyRow)`
+        SELECT DISTINCT tenant_key, engine_kind FROM ${w}
+         WHERE status = 'pending' AND next_attempt_at > ${msToNs(sinceMs)} AND next_attempt_at <= ${msToNs(nowMs)}`),
+  );
+}
