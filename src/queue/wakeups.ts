@@ -21,6 +21,7 @@ import { randomUUID } from "node:crypto";
 import type { DatabasePool } from "slonik";
 import { notify, type PgListener } from "../db/notify.js";
 import type { Logger } from "../log.js";
+import { onAbort } from "../util/on-abort.js";
 
 /** The wildcard key: wakes every waiter. */
 export const ANY = "*";
@@ -135,13 +136,12 @@ export class Wakeups {
         return new Promise<boolean>((resolve) => {
           const done = (rung: boolean) => {
             clearTimeout(timer);
-            for (const s of signals) s.removeEventListener("abort", onAbort);
+            for (const off of offs) off();
             w.resolve = undefined;
             resolve(rung);
           };
-          const onAbort = () => done(false);
           const timer = setTimeout(() => done(false), timeoutMs);
-          for (const s of signals) s.addEventListener("abort", onAbort);
+          const offs = signals.map((s) => onAbort(s, () => done(false)));
           w.resolve = done;
         });
       },

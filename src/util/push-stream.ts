@@ -1,3 +1,5 @@
+import { onAbort } from "./on-abort.js";
+
 /**
  * Turns a push subscription into an async generator for a server stream: values are queued as they
  * arrive and the generator ends when any of the signals aborts (client gone, daemon shutting down).
@@ -13,7 +15,7 @@ export async function* pushStream<T>(subscribe: (push: (value: T) => void) => ()
     queue.push(v);
     poke();
   });
-  for (const s of signals) s.addEventListener("abort", poke);
+  const offs = signals.map((s) => onAbort(s, poke));
   try {
     for (;;) {
       while (queue.length > 0) yield queue.shift()!;
@@ -22,6 +24,6 @@ export async function* pushStream<T>(subscribe: (push: (value: T) => void) => ()
     }
   } finally {
     unsubscribe();
-    for (const s of signals) s.removeEventListener("abort", poke);
+    for (const off of offs) off();
   }
 }

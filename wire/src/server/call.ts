@@ -61,8 +61,8 @@ export class Cancel {
 export class CallContext implements HandlerContext {
   readonly protocolName = "grpc";
   readonly requestMethod = "POST";
-  readonly responseHeader = new Headers();
-  readonly responseTrailer = new Headers();
+  readonly responseHeader: Headers = new Headers();
+  readonly responseTrailer: Headers = new Headers();
   readonly service: HandlerContext["service"];
 
   constructor(
