@@ -26,7 +26,7 @@ describe("benchmark options", () => {
     [["--items", "lots"], /--items needs a whole number ≥ 1, not 'lots'/],
     [["--agents", "0"], /--agents needs a whole number ≥ 1/],
     [["--warmup", "soon"], /--warmup/],
-    [["--only", "drain,latncy"], /--only takes a comma list of enqueue, drain, latency, heartbeat; not 'latncy'/],
+    [["--only", "drain,latncy"], /--only takes a comma list of enqueue, drain, latency, heartbeat, fast-path; not 'latncy'/],
     [["--itmes", "5"], /unknown option --itmes/],
   ])("refuses %j with a message naming the option", (argv, message) => {
     expect(() => parseOptions(argv)).toThrow(BenchArgError);
@@ -144,9 +144,15 @@ describe("benchmark process lifecycle", () => {
   });
 });
 
+/**
+ * --smoke made smaller still: the run's length is its processes starting (a daemon, agents, producers
+ * and baseline workers for each section) and the heartbeat section's fixed idle window, not the work.
+ */
+const TINY = ["--smoke", "--items", "50", "--drain-warmup", "10", "--agents", "1", "--slots", "4", "--rate", "20", "--warmup", "0", "--hb-agents", "5", "--hb-duration", "1s"];
+
 describe("benchmark smoke run", () => {
   it("runs every section end to end on a tiny workload and prints each figure set", { timeout: 180_000 }, async () => {
-    const { stdout } = await run(process.execPath, ["--import", "tsx", "bench/run.ts", "--smoke"], {
+    const { stdout } = await run(process.execPath, ["--import", "tsx", "bench/run.ts", ...TINY], {
       env: { ...process.env, DATABASE_URL: databaseUrl(), NO_COLOR: "1" },
       maxBuffer: 16 * 1024 * 1024,
     });
@@ -157,7 +163,7 @@ describe("benchmark smoke run", () => {
     const names = sets.map((s) => s.bench);
     expect(names).toEqual(["enqueue", "drain", "drain_baseline", "drain_ratio", "latency", "latency_baseline", "latency_ratio", "http2_floor", "heartbeat"]);
     const drain = sets.find((s) => s.bench === "drain")!;
-    expect(drain.items).toBe(300);
+    expect(drain.items).toBe(50);
     expect(typeof drain.items_per_s).toBe("number");
     const latency = sets.find((s) => s.bench === "latency")!;
     expect(typeof latency.p99_ms).toBe("number");
