@@ -4,6 +4,8 @@
  * are (they surface as INTERNAL, with the cause logged).
  */
 import {
+  BackendTerminatedError,
+  BackendTerminatedUnexpectedlyError,
   CheckIntegrityConstraintViolationError,
   ConnectionError,
   ForeignKeyIntegrityConstraintViolationError,
@@ -24,7 +26,8 @@ export function interpretDbError(err: unknown): unknown {
     return new AppError("already_exists", `already exists (${err.constraint})`, { cause: err });
   if (err instanceof ForeignKeyIntegrityConstraintViolationError || err instanceof NotNullIntegrityConstraintViolationError || err instanceof CheckIntegrityConstraintViolationError)
     return new AppError("invalid_argument", `rejected by the database (${(err as { constraint?: string }).constraint ?? "constraint"})`, { cause: err });
-  if (err instanceof ConnectionError) return new AppError("unavailable", "database unavailable, retry shortly", { cause: err });
+  if (err instanceof ConnectionError || err instanceof BackendTerminatedError || err instanceof BackendTerminatedUnexpectedlyError)
+    return new AppError("unavailable", "database unavailable, retry shortly", { cause: err });
   // The hot pool's statements (./prepared.ts) fail with pg's own errors, which carry only a SQLSTATE.
   const state = sqlState(err);
   if (state !== undefined) {
@@ -34,15 +37,22 @@ export function interpretDbError(err: unknown): unknown {
     if (UNAVAILABLE_STATES.has(state) || state.startsWith("08")) return new AppError("unavailable", "database unavailable, retry shortly", { cause: err });
     if (state === "57014") return new AppError("unavailable", "database did not answer in time, retry shortly", { cause: err });
   }
-  const code = (err as { cause?: { code?: string }; code?: string })?.cause?.code ?? (err as { code?: string })?.code;
-  if (code === "ECONNREFUSED" || code === "ECONNRESET")
-    return new AppError("unavailable", "database unavailable, retry shortly", { cause: err });
-  // pg's own client-side timeouts carry no code, only these messages.
-  const message = (err as { message?: unknown })?.message;
-  if (message === "Query read timeout" || message === "Connection terminated due to connection timeout")
-    return new AppError("unavailable", "database did not answer in time, retry shortly", { cause: err });
+  for (let e = err as { code?: unknown; message?: unknown; cause?: unknown } | undefined, depth = 0; e && depth < 4; e = e.cause as typeof e, depth++) {
+    if (typeof e.code === "string" && SOCKET_CODES.has(e.code)) return new AppError("unavailable", "database unavailable, retry shortly", { cause: err });
+    // pg's own client-side failures carry no code, only these messages.
+    if (e.message === "Query read timeout" || e.message === "Connection terminated due to connection timeout")
+      return new AppError("unavailable", "database did not answer in time, retry shortly", { cause: err });
+    if (typeof e.message === "string" && CLOSED_MESSAGES.some((m) => e.message === m))
+      return new AppError("unavailable", "database unavailable, retry shortly", { cause: err });
+  }
   return err;
 }
+
+/** Socket errors on the way to Postgres: it is down, restarting, or the path to it is. */
+const SOCKET_CODES: ReadonlySet<string> = new Set(["ECONNREFUSED", "ECONNRESET", "EPIPE", "ETIMEDOUT", "EHOSTUNREACH", "ENETUNREACH", "ENOTFOUND", "EAI_AGAIN"]);
+
+/** What pg says when a connection closes under it (a server restart, a cut network path). */
+const CLOSED_MESSAGES = ["Connection terminated unexpectedly", "Connection terminated", "Client has encountered a connection error and is not queryable"];
 
 /**
  * The SQLSTATE of a database error, or undefined: the code of the server's error (it has a

@@ -4,7 +4,9 @@ import net from "node:net";
  * A TCP proxy on loopback in front of a real server, for tests of what a client does when the path
  * to its server goes silent: freeze() stops carrying bytes on the connections open now without
  * closing them (as a dropped flow or a hung server looks to the client), while new connections
- * still pass.
+ * still pass. cut() closes the open connections, and refuse() makes new ones fail as a server
+ * that is down ("close": accepted, then closed at once) or starting up ("starting-up": a Postgres
+ * FATAL 57P03 in answer to the startup packet) fails them.
  */
 export interface TcpProxy {
   /** The server's URL (as given to startTcpProxy), through the proxy. */
@@ -12,7 +14,20 @@ export interface TcpProxy {
   /** Connections opened through the proxy so far. */
   readonly opened: number;
   freeze(): void;
+  /** Closes every connection open now (as a server that went away closes them). */
+  cut(): void;
+  /** How new connections fail from now on; null: they pass again. */
+  refuse(how: "close" | "starting-up" | null): void;
   close(): Promise<void>;
+}
+
+/** A Postgres ErrorResponse ('E'): severity FATAL, the SQLSTATE and its message. */
+function pgFatal(code: string, message: string): Buffer {
+  const fields = Buffer.from(`SFATAL\0VFATAL\0C${code}\0M${message}\0\0`);
+  const head = Buffer.alloc(5);
+  head.write("E", 0);
+  head.writeUInt32BE(4 + fields.length, 1);
+  return Buffer.concat([head, fields]);
 }
 
 /** A proxy in front of the server at `url` (a postgres:// URL or any with a host and port). */
@@ -23,8 +38,16 @@ export async function startTcpProxy(url: string): Promise<TcpProxy> {
   const open = new Set<[net.Socket, net.Socket]>();
   const frozen = new Set<[net.Socket, net.Socket]>();
   let opened = 0;
+  let refusing: "close" | "starting-up" | null = null;
   const server = net.createServer((down) => {
     opened++;
+    if (refusing === "close") return void down.destroy();
+    if (refusing === "starting-up") {
+      // Answers the startup packet (or an SSL request) as a Postgres that is starting up does.
+      down.once("data", () => down.end(pgFatal("57P03", "the database system is starting up")));
+      down.on("error", () => {});
+      return;
+    }
     const up = net.connect(port, host);
     const pair: [net.Socket, net.Socket] = [down, up];
     open.add(pair);
@@ -56,6 +79,17 @@ export async function startTcpProxy(url: string): Promise<TcpProxy> {
         open.delete(pair);
         frozen.add(pair);
       }
+    },
+    cut() {
+      for (const [down, up] of [...open, ...frozen]) {
+        down.destroy();
+        up.destroy();
+      }
+      open.clear();
+      frozen.clear();
+    },
+    refuse(how) {
+      refusing = how;
     },
     async close() {
       for (const [down, up] of [...open, ...frozen]) {
