@@ -1,8 +1,9 @@
 import { describe, expect, it } from "vitest";
-import { Code, ConnectError, createClient, createRouterTransport } from "@connectrpc/connect";
+import { Code, createClient, createRouterTransport } from "@connectrpc/connect";
 import { Health, HealthCheckResponse_ServingStatus } from "@aiflow/wire/gen/grpc/health/v1/health_pb.js";
 import { Authenticator, callerOf, assertTenant, type Access } from "../src/server/auth.js";
 import { parseTokenSpec } from "../src/server/tokens.js";
+import { codeOf, refusal } from "./support/kit.js";
 
 // Health stands in for a protected service here: the access map, not the service, decides who may call.
 function clientFor(access: Access, grants = [parseTokenSpec("ops:ops-secret-1", "t"), parseTokenSpec("agent:agent-secret-1:t1", "t")]) {
@@ -25,19 +26,17 @@ function clientFor(access: Access, grants = [parseTokenSpec("ops:ops-secret-1", 
   return { client: createClient(Health, transport), seen };
 }
 
-const code = (p: Promise<unknown>) => p.then(() => Code[0] as string, (e) => Code[ConnectError.from(e).code]);
-
 describe("auth", () => {
   it("no token is UNAUTHENTICATED, an unknown token too", async () => {
     const { client } = clientFor("ops");
-    expect(await code(client.check({}))).toBe("Unauthenticated");
-    expect(await code(client.check({}, { headers: { authorization: "Bearer not-a-token" } }))).toBe("Unauthenticated");
-    expect(await code(client.check({}, { headers: { authorization: "Basic b3BzOm9wcw==" } }))).toBe("Unauthenticated");
+    expect(await codeOf(client.check({}))).toBe(Code.Unauthenticated);
+    expect(await codeOf(client.check({}, { headers: { authorization: "Bearer not-a-token" } }))).toBe(Code.Unauthenticated);
+    expect(await codeOf(client.check({}, { headers: { authorization: "Basic b3BzOm9wcw==" } }))).toBe(Code.Unauthenticated);
   });
 
   it("a token of the wrong role is PERMISSION_DENIED; the right role passes with its identity", async () => {
     const { client, seen } = clientFor("ops");
-    expect(await code(client.check({}, { headers: { authorization: "Bearer agent-secret-1" } }))).toBe("PermissionDenied");
+    expect(await codeOf(client.check({}, { headers: { authorization: "Bearer agent-secret-1" } }))).toBe(Code.PermissionDenied);
     const ok = await client.check({}, { headers: { authorization: "Bearer ops-secret-1" } });
     expect(ok.status).toBe(HealthCheckResponse_ServingStatus.SERVING);
     expect(seen[0]).toMatch(/^ops-/);
@@ -45,9 +44,9 @@ describe("auth", () => {
 
   it("a token limited to other tenants is PERMISSION_DENIED", async () => {
     const { client } = clientFor("any", [parseTokenSpec("engine:engine-secret:t2", "t")]);
-    const err = await client.check({}, { headers: { authorization: "Bearer engine-secret" } }).catch((e) => ConnectError.from(e));
-    expect((err as ConnectError).code).toBe(Code.PermissionDenied);
-    expect((err as ConnectError).rawMessage).toContain("t1");
+    const err = await refusal(client.check({}, { headers: { authorization: "Bearer engine-secret" } }));
+    expect(err.code).toBe(Code.PermissionDenied);
+    expect(err.rawMessage).toContain("t1");
   });
 
   it("public services need no token", async () => {
@@ -61,7 +60,7 @@ describe("auth", () => {
       router: { interceptors: [auth.interceptor(new Map())] },
     });
     const client = createClient(Health, transport);
-    expect(await code(client.check({}, { headers: { authorization: "Bearer ops-secret-1" } }))).toBe("PermissionDenied");
+    expect(await codeOf(client.check({}, { headers: { authorization: "Bearer ops-secret-1" } }))).toBe(Code.PermissionDenied);
   });
 
   it("with no tokens configured every role is open", async () => {

@@ -1,23 +1,16 @@
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createClient } from "@connectrpc/connect";
-import { createGrpcTransport } from "@connectrpc/connect-node";
+import { beforeAll, describe, expect, it } from "vitest";
 import { Health, HealthCheckResponse_ServingStatus } from "@aiflow/wire/gen/grpc/health/v1/health_pb.js";
 import type { Daemon } from "../src/daemon.js";
-import { createTestDb, type TestDb } from "./support/db.js";
-import { startTestDaemon, TOKENS } from "./support/daemon.js";
+import type { TestDb } from "./support/db.js";
+import { TOKENS } from "./support/daemon.js";
 import { grpc, loadService, unary } from "./support/grpc-js.js";
+import { useTestDaemon } from "./support/kit.js";
 
+// The daemon migrates the schema itself.
+const fx = useTestDaemon({ label: "daemon", migrate: false });
 let db: TestDb;
 let daemon: Daemon;
-
-beforeAll(async () => {
-  db = await createTestDb({ migrate: false });
-  daemon = await startTestDaemon({ schema: db.schema });
-});
-afterAll(async () => {
-  await daemon?.stop();
-  await db?.drop();
-});
+beforeAll(() => void ({ db, daemon } = fx));
 
 describe("daemon over real HTTP/2", () => {
   it("answers Health/Check from a stock grpc-js client without a token", async () => {
@@ -30,7 +23,7 @@ describe("daemon over real HTTP/2", () => {
   });
 
   it("answers Health/Check from our connect client", async () => {
-    const client = createClient(Health, createGrpcTransport({ baseUrl: `http://${daemon.address}` }));
+    const client = fx.client(Health);
     expect((await client.check({ service: "" })).status).toBe(HealthCheckResponse_ServingStatus.SERVING);
     expect((await client.check({ service: "grpc.health.v1.Health" })).status).toBe(HealthCheckResponse_ServingStatus.SERVING);
   });
@@ -67,8 +60,8 @@ describe("daemon over real HTTP/2", () => {
 
 describe("graceful shutdown", () => {
   it("ends Health/Watch streams with NOT_SERVING, then stops accepting calls", async () => {
-    const other = await startTestDaemon({ schema: db.schema });
-    const client = createClient(Health, createGrpcTransport({ baseUrl: `http://${other.address}` }));
+    const other = await fx.startDaemon();
+    const client = fx.clientAt(other.address, Health);
     const statuses: HealthCheckResponse_ServingStatus[] = [];
     const watching = (async () => {
       for await (const m of client.watch({ service: "" })) {

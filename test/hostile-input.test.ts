@@ -3,8 +3,8 @@
  * refused at the edge with INVALID_ARGUMENT (or RESOURCE_EXHAUSTED for size) and changes nothing,
  * or is stored and comes back number for number on every read path. None of it may answer INTERNAL.
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Code, ConnectError } from "@connectrpc/connect";
+import { beforeAll, describe, expect, it } from "vitest";
+import { Code } from "@connectrpc/connect";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { FakeClock } from "../src/clock.js";
 import type { Daemon } from "../src/daemon.js";
@@ -13,46 +13,29 @@ import { FiringAction, FiringOutcome, RunDirectoryService, TriggerFiringService,
 import { FIRING_PAGE_BYTES } from "../src/rpc/runs-service.js";
 import { MAX_JSON_DEPTH } from "../src/rpc/input/json-text.js";
 import { LIST_PAGE_BYTES } from "../src/rpc/queue-service.js";
-import { startTestDaemon, TOKENS } from "./support/daemon.js";
-import { createTestDb, type TestDb } from "./support/db.js";
-import { codeOf, Session } from "./support/kit.js";
+import { TOKENS } from "./support/daemon.js";
+import type { TestDb } from "./support/db.js";
+import { codeOf, refusal, Session, useTestDaemon } from "./support/kit.js";
 import { Producer, TestAgent } from "./support/queue.js";
 
 const PAYLOAD_MAX = 1024 * 1024;
 const clock = new FakeClock(Date.UTC(2026, 3, 1));
+const fx = useTestDaemon({ label: "hostile", clock, config: { payloadMaxBytes: PAYLOAD_MAX } });
+const closers = fx.closers;
 let db: TestDb;
 let daemon: Daemon;
 let p: Producer;
-const closers: (() => unknown)[] = [];
 
-beforeAll(async () => {
-  db = await createTestDb({ label: "hostile" });
-  daemon = await startTestDaemon({ schema: db.schema, clock, config: { payloadMaxBytes: PAYLOAD_MAX } });
-  p = new Producer(daemon.address);
-  closers.push(() => p.close());
-});
-
-afterAll(async () => {
-  for (const c of closers) await c();
-  await daemon?.stop();
-  await db?.drop();
+beforeAll(() => {
+  ({ db, daemon } = fx);
+  p = closers.add(new Producer(daemon.address));
 });
 
 async function agentFor(tenant: string, name = `${tenant}-agent`): Promise<TestAgent> {
-  const a = await TestAgent.register(daemon.address, name, { tenants: [tenant], engineKinds: ["dag"] });
-  closers.push(() => a.close());
-  return a;
+  return closers.add(await TestAgent.register(daemon.address, name, { tenants: [tenant], engineKinds: ["dag"] }));
 }
 
 const nested = (depth: number) => "[".repeat(depth) + "]".repeat(depth);
-const errorOf = async (p: Promise<unknown>) => {
-  try {
-    await p;
-  } catch (err) {
-    return ConnectError.from(err);
-  }
-  throw new Error("the call succeeded");
-};
 
 describe("control characters", () => {
   it("a NUL in a heartbeat's disk mount is INVALID_ARGUMENT and nothing is buffered", async () => {
@@ -61,14 +44,14 @@ describe("control characters", () => {
       { name: a.name, metrics: { cpuUtilization: 1, memoryUsedBytes: 1n, memoryTotalBytes: 2n, disks: [{ mount: "/data\u0000x", freeBytes: 1n, totalBytes: 2n }], gpus: [] } },
       { headers: { authorization: `Bearer ${TOKENS.agent}` } },
     );
-    const err = await errorOf(bad);
+    const err = await refusal(bad);
     expect(err.code).toBe(Code.InvalidArgument);
     expect(err.rawMessage).toContain("metrics.disks[0].mount");
   });
 
   it("a control character in a registration field is INVALID_ARGUMENT", async () => {
     const a = new Session(daemon.address, (await import("@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js")).AgentService, TOKENS.agent);
-    closers.push(() => a.close());
+    closers.add(a);
     const code = await codeOf(a.client.register({ name: "cc2-agent", agentVersion: "1.0\u0007", metadata: { tenants: ["cc2"], engineKinds: ["dag"] } }, a.call));
     expect(code).toBe(Code.InvalidArgument);
   });
@@ -77,7 +60,7 @@ describe("control characters", () => {
 describe("values past what the columns hold", () => {
   it("a not_before past 2262 (or before 1970) is INVALID_ARGUMENT", async () => {
     for (const seconds of [10_000_000_000n, -1n]) {
-      const err = await errorOf(p.enqueue("range1", [{ engineKind: "dag", notBefore: { seconds, nanos: 0 } }]));
+      const err = await refusal(p.enqueue("range1", [{ engineKind: "dag", notBefore: { seconds, nanos: 0 } }]));
       expect(err.code).toBe(Code.InvalidArgument);
       expect(err.rawMessage).toContain("items[0].not_before");
     }
@@ -88,7 +71,7 @@ describe("values past what the columns hold", () => {
     const ops = new Session(daemon.address, OpsService, TOKENS.ops);
     const runs = new Session(daemon.address, RunDirectoryService, TOKENS.engine);
     const firings = new Session(daemon.address, TriggerFiringService, TOKENS.engine);
-    closers.push(() => ops.close(), () => runs.close(), () => firings.close());
+    for (const s of [ops, runs, firings]) closers.add(s);
     const items = [
       forge({ priority: 0, createdon: 1e300, id: "x" }),
       forge({ priority: 0.5, createdon: 1, id: "x" }),
@@ -116,7 +99,7 @@ describe("values past what the columns hold", () => {
 
   it("a selector of more than 64 entries is INVALID_ARGUMENT", async () => {
     const selector = Object.fromEntries(Array.from({ length: 65 }, (_, i) => [`k${i}`, "v"]));
-    const err = await errorOf(p.enqueue("sel1", [{ engineKind: "dag", workerParams: { selector } }]));
+    const err = await refusal(p.enqueue("sel1", [{ engineKind: "dag", workerParams: { selector } }]));
     expect(err.code).toBe(Code.InvalidArgument);
     expect(err.rawMessage).toContain("worker_params.selector");
   });
@@ -129,17 +112,18 @@ describe("values past what the columns hold", () => {
 
 describe("JSON that would poison reads", () => {
   it(`a payload or result nested deeper than ${MAX_JSON_DEPTH} levels is INVALID_ARGUMENT; one at the limit round-trips`, async () => {
-    const err = await errorOf(p.enqueue("deep1", [{ engineKind: "dag", payloadJson: nested(10_000) }]));
+    const err = await refusal(p.enqueue("deep1", [{ engineKind: "dag", payloadJson: nested(10_000) }]));
     expect(err.code).toBe(Code.InvalidArgument);
     expect(err.rawMessage).toContain("nested more than");
     const id = await p.one("deep1", { engineKind: "dag", payloadJson: nested(MAX_JSON_DEPTH) });
     const a = await agentFor("deep1");
     const [item] = await a.claim(1);
     expect(item!.id).toBe(id);
-    const [outcome] = await a.conn.agent
-      .complete({ name: a.name, items: [{ workItemId: id, leaseToken: item!.leaseToken, resultJson: nested(MAX_JSON_DEPTH + 1) }] }, { headers: { authorization: `Bearer ${TOKENS.agent}` } })
-      .then((r) => r.outcomes, (e: unknown) => [ConnectError.from(e)]);
-    expect(outcome instanceof ConnectError ? outcome.code : "ok").toBe(Code.InvalidArgument);
+    const tooDeep = a.conn.agent.complete(
+      { name: a.name, items: [{ workItemId: id, leaseToken: item!.leaseToken, resultJson: nested(MAX_JSON_DEPTH + 1) }] },
+      { headers: { authorization: `Bearer ${TOKENS.agent}` } },
+    );
+    expect(await codeOf(tooDeep)).toBe(Code.InvalidArgument);
     expect((await a.complete([item!], undefined))[0]!.ok).toBe(true);
     expect((await p.item("deep1", id)).payloadJson.replace(/\s/g, "")).toBe(nested(MAX_JSON_DEPTH));
     const listed = await p.q.listItems({ tenantKey: "deep1" }, p.call);
@@ -156,7 +140,7 @@ describe("JSON that would poison reads", () => {
       ['{"a": tru}', "position 6"],
     ];
     for (const [payloadJson, says] of cases) {
-      const err = await errorOf(p.enqueue("bad1", [{ engineKind: "dag", payloadJson }]));
+      const err = await refusal(p.enqueue("bad1", [{ engineKind: "dag", payloadJson }]));
       expect(err.code, payloadJson).toBe(Code.InvalidArgument);
       expect(err.rawMessage, payloadJson).toContain(says);
     }
@@ -166,7 +150,7 @@ describe("JSON that would poison reads", () => {
 
   it("an error about bad JSON never echoes the text", async () => {
     // JSON.parse's own message would quote this one.
-    const err = await errorOf(p.enqueue("bad2", [{ engineKind: "dag", payloadJson: "sk-live-abc" }]));
+    const err = await refusal(p.enqueue("bad2", [{ engineKind: "dag", payloadJson: "sk-live-abc" }]));
     expect(err.code).toBe(Code.InvalidArgument);
     expect(err.rawMessage).not.toContain("sk-live");
   });
@@ -174,12 +158,12 @@ describe("JSON that would poison reads", () => {
   it("exponents count as the digits jsonb writes out: a payload or result small as sent but huge as stored is RESOURCE_EXHAUSTED", async () => {
     const huge = `[${Array.from({ length: 2000 }, () => "1e999").join(",")}]`;
     expect(huge.length).toBeLessThan(PAYLOAD_MAX);
-    const err = await errorOf(p.enqueue("exp1", [{ engineKind: "dag", payloadJson: huge }]));
+    const err = await refusal(p.enqueue("exp1", [{ engineKind: "dag", payloadJson: huge }]));
     expect(err.code).toBe(Code.ResourceExhausted);
     const id = await p.one("exp1", { engineKind: "dag" });
     const a = await agentFor("exp1");
     const [item] = await a.claim(1);
-    const refused = await errorOf(
+    const refused = await refusal(
       a.conn.agent.complete({ name: a.name, items: [{ workItemId: id, leaseToken: item!.leaseToken, resultJson: huge }] }, { headers: { authorization: `Bearer ${TOKENS.agent}` } }),
     );
     expect(refused.code).toBe(Code.ResourceExhausted);
@@ -205,7 +189,7 @@ describe("numbers come back as they went in", () => {
     const listed = (await p.q.listItems({ tenantKey: "num1" }, p.call)).items[0]!;
     const waited = (await p.q.wait({ tenantKey: "num1", ids: [id], timeout: durationFromMs(0) }, p.call)).items[0]!;
     const ops = new Session(daemon.address, OpsService, TOKENS.ops);
-    closers.push(() => ops.close());
+    closers.add(ops);
     const opsGot = (await ops.client.getItem({ id }, ops.call)).item!;
     for (const it of [got, listed, waited, opsGot]) {
       expect(numbers(it.payloadJson)).toEqual(numbers(payload));
@@ -231,7 +215,7 @@ describe("replies that stay readable", () => {
 
   it(`a ListFirings page holds at most ${FIRING_PAGE_BYTES} bytes of payloads; paging still sees every firing once`, async () => {
     const firings = new Session(daemon.address, TriggerFiringService, TOKENS.engine);
-    closers.push(() => firings.close());
+    closers.add(firings);
     const ids: string[] = [];
     for (let i = 0; i < 5; i++) {
       const res = await firings.client.recordFiring(

@@ -1,41 +1,27 @@
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Code, ConnectError, createClient } from "@connectrpc/connect";
-import { createGrpcTransport } from "@connectrpc/connect-node";
+import { beforeAll, describe, expect, it } from "vitest";
+import { Code, type Client } from "@connectrpc/connect";
 import { FakeClock } from "../src/clock.js";
-import type { Daemon } from "../src/daemon.js";
 import { RunDirectoryService, RunState, type ListRunsRequest, type RecordRunRequest } from "@aiflow/wire/gen/aiflow/cluster/v1/runs_pb.js";
-import { createTestDb, type TestDb } from "./support/db.js";
-import { startTestDaemon, TOKENS } from "./support/daemon.js";
+import { TOKENS } from "./support/daemon.js";
+import type { TestDb } from "./support/db.js";
+import { codeOf, refusal, useTestDaemon } from "./support/kit.js";
 
-let db: TestDb;
-let daemon: Daemon;
 const clock = new FakeClock();
-let client: ReturnType<typeof createClient<typeof RunDirectoryService>>;
+// The daemon migrates the schema itself.
+const fx = useTestDaemon({ label: "runs", migrate: false, clock });
+let db: TestDb;
+let client: Client<typeof RunDirectoryService>;
 
 const as = (token: string) => ({ headers: { authorization: `Bearer ${token}` } });
 const engine = as(TOKENS.engine);
-
-async function codeOf(p: Promise<unknown>): Promise<Code | "ok"> {
-  try {
-    await p;
-    return "ok";
-  } catch (err) {
-    return ConnectError.from(err).code;
-  }
-}
 
 type Rec = Partial<Omit<RecordRunRequest, "$typeName" | "$unknown">>;
 type ListReq = Partial<Omit<ListRunsRequest, "$typeName" | "$unknown">>;
 const record = (r: Rec, opts = engine) => client.recordRun({ tenantKey: "t1", engineKind: "dag", ...r }, opts);
 
-beforeAll(async () => {
-  db = await createTestDb({ migrate: false, label: "runs" });
-  daemon = await startTestDaemon({ schema: db.schema, clock });
-  client = createClient(RunDirectoryService, createGrpcTransport({ baseUrl: `http://${daemon.address}` }));
-});
-afterAll(async () => {
-  await daemon?.stop();
-  await db?.drop();
+beforeAll(() => {
+  db = fx.db;
+  client = fx.client(RunDirectoryService);
 });
 
 describe("RecordRun merges", () => {
@@ -102,10 +88,9 @@ describe("RecordRun merges", () => {
     await record({ runId: "m5", definitionId: "deploy" });
     const before = (await client.getRun({ tenantKey: "t1", runId: "m5" }, engine)).run;
     // A different definition, even alongside a gap it could have filled.
-    const err = await record({ runId: "m5", definitionId: "other", triggeredBy: "on-push" }).catch((e: unknown) => ConnectError.from(e));
-    expect(err).toBeInstanceOf(ConnectError);
-    expect((err as ConnectError).code).toBe(Code.FailedPrecondition);
-    expect((err as ConnectError).rawMessage).toContain("definition_id 'deploy' (this write says 'other')");
+    const err = await refusal(record({ runId: "m5", definitionId: "other", triggeredBy: "on-push" }));
+    expect(err.code).toBe(Code.FailedPrecondition);
+    expect(err.rawMessage).toContain("definition_id 'deploy' (this write says 'other')");
     expect(await codeOf(record({ runId: "m5", engineKind: "graph" }))).toBe(Code.FailedPrecondition);
     await record({ runId: "m5", parentRunId: "p1", triggerFiringId: "F" });
     expect(await codeOf(record({ runId: "m5", parentRunId: "p2" }))).toBe(Code.FailedPrecondition);

@@ -1,6 +1,5 @@
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Code, ConnectError, createClient } from "@connectrpc/connect";
-import { createGrpcTransport } from "@connectrpc/connect-node";
+import { beforeAll, describe, expect, it } from "vitest";
+import { Code, type Client } from "@connectrpc/connect";
 import { FakeClock, msToNs } from "../src/clock.js";
 import type { Daemon } from "../src/daemon.js";
 import {
@@ -13,44 +12,38 @@ import {
   type RecordFiringRequest,
 } from "@aiflow/wire/gen/aiflow/cluster/v1/runs_pb.js";
 import { RETENTION_SWEEP_EVERY_MS } from "../src/rpc/runs-service.js";
-import { createTestDb, type TestDb } from "./support/db.js";
-import { startTestDaemon, TOKENS } from "./support/daemon.js";
+import type { TestDb } from "./support/db.js";
+import { TOKENS } from "./support/daemon.js";
+import { codeOf, useTestDaemon } from "./support/kit.js";
 
 const DAY = 86_400_000;
 const PAYLOAD_MAX = 2048;
 
+const clock = new FakeClock();
+const fx = useTestDaemon({
+  label: "firings",
+  // A prefix other than aiflow_, to be sure nothing names the default; and the daemon migrates.
+  prefix: "fx_",
+  migrate: false,
+  clock,
+  // (The long sweep interval keeps the background timer from running a sweep at a clock value the test did not choose.)
+  config: { payloadMaxBytes: PAYLOAD_MAX, firingRetention: 30, sweepInterval: 3_600_000 },
+});
 let db: TestDb;
 let daemon: Daemon;
-const clock = new FakeClock();
-let client: ReturnType<typeof createClient<typeof TriggerFiringService>>;
+let client: Client<typeof TriggerFiringService>;
 
 const as = (token: string) => ({ headers: { authorization: `Bearer ${token}` } });
 const engine = as(TOKENS.engine);
-
-async function codeOf(p: Promise<unknown>): Promise<Code | "ok"> {
-  try {
-    await p;
-    return "ok";
-  } catch (err) {
-    return ConnectError.from(err).code;
-  }
-}
 
 type Rec = Partial<Omit<RecordFiringRequest, "$typeName" | "$unknown">>;
 type ListReq = Partial<Omit<ListFiringsRequest, "$typeName" | "$unknown">>;
 const fire = (r: Rec, opts = engine) =>
   client.recordFiring({ tenantKey: "t1", triggerName: "on-push", outcome: FiringOutcome.REFUSED, ...r }, opts).then((res) => res.firing!);
 
-beforeAll(async () => {
-  // A prefix other than aiflow_, to be sure nothing names the default.
-  db = await createTestDb({ migrate: false, label: "firings", prefix: "fx_" });
-  daemon = await startTestDaemon({ schema: db.schema, prefix: "fx_", clock, config: { payloadMaxBytes: PAYLOAD_MAX, firingRetention: 30, sweepInterval: 3_600_000 } });
-  // (The long sweep interval keeps the background timer from running a sweep at a clock value the test did not choose.)
-  client = createClient(TriggerFiringService, createGrpcTransport({ baseUrl: `http://${daemon.address}` }));
-});
-afterAll(async () => {
-  await daemon?.stop();
-  await db?.drop();
+beforeAll(() => {
+  ({ db, daemon } = fx);
+  client = fx.client(TriggerFiringService);
 });
 
 describe("RecordFiring", () => {

@@ -3,18 +3,17 @@
  * (table names substituted for this test's schema and prefix) against rows written only through the
  * RPCs, the way an engine and a trigger would write them.
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createClient } from "@connectrpc/connect";
-import { createGrpcTransport } from "@connectrpc/connect-node";
+import { beforeAll, describe, expect, it } from "vitest";
 import { FakeClock, msToNs } from "../src/clock.js";
-import type { Daemon } from "../src/daemon.js";
 import { FiringAction, FiringOutcome, RunDirectoryService, TriggerFiringService, TriggerType } from "@aiflow/wire/gen/aiflow/cluster/v1/runs_pb.js";
-import { createTestDb, type TestDb } from "./support/db.js";
-import { startTestDaemon, TOKENS } from "./support/daemon.js";
+import type { TestDb } from "./support/db.js";
+import { TOKENS } from "./support/daemon.js";
+import { Connection, useTestDaemon } from "./support/kit.js";
 
-let db: TestDb;
-let daemon: Daemon;
 const clock = new FakeClock();
+// The daemon migrates the schema itself, with a prefix of its own.
+const fx = useTestDaemon({ label: "trace", prefix: "tr_", migrate: false, clock });
+let db: TestDb;
 const opts = { headers: { authorization: `Bearer ${TOKENS.engine}` } };
 const T = "acme";
 /** The clock at the first firing, epoch ns. */
@@ -24,11 +23,10 @@ const PUSH_1 = '{"ref":"refs/heads/main","after":"aaa111"}';
 const PUSH_2 = '{ "ref": "refs/heads/main", "after": "bbb222" }';
 
 beforeAll(async () => {
-  db = await createTestDb({ migrate: false, label: "trace", prefix: "tr_" });
-  daemon = await startTestDaemon({ schema: db.schema, prefix: "tr_", clock });
-  const transport = createGrpcTransport({ baseUrl: `http://${daemon.address}` });
-  const runs = createClient(RunDirectoryService, transport);
-  const firings = createClient(TriggerFiringService, transport);
+  db = fx.db;
+  const conn = fx.closers.add(new Connection(fx.address));
+  const runs = conn.client(RunDirectoryService);
+  const firings = conn.client(TriggerFiringService);
   const t0 = clock.nowMs();
   t0Ns = msToNs(t0);
   const step = () => clock.advance(1000);
@@ -76,10 +74,6 @@ beforeAll(async () => {
     { tenantKey: T, triggerName: "nightly", triggerType: TriggerType.CRON, action: FiringAction.START, definitionId: "report", outcome: FiringOutcome.FAILED, error: "engine unavailable", firedOn: msToNs(clock.nowMs()) },
     opts,
   );
-});
-afterAll(async () => {
-  await daemon?.stop();
-  await db?.drop();
 });
 
 describe("tracing a run back to what caused it", () => {

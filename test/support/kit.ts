@@ -132,12 +132,19 @@ export interface DbFixture {
   clientAt<S extends DescService>(address: string, service: S, token?: string): Client<S>;
 }
 
+export interface TestDbOptions {
+  /** The table prefix (default aiflow_). */
+  prefix?: string;
+  /** false: the schema is left empty, for a daemon to migrate when it starts. */
+  migrate?: boolean;
+}
+
 /** Before the file's tests: a migrated schema of its own. After them: what it opened, then the schema. */
-export function useTestDb(label: string, opts: { prefix?: string } = {}): DbFixture {
+export function useTestDb(label: string, opts: TestDbOptions = {}): DbFixture {
   let db: TestDb | undefined;
   const closers = new Closers();
   beforeAll(async () => {
-    db = await createTestDb({ label, prefix: opts.prefix });
+    db = await createTestDb({ label, prefix: opts.prefix, migrate: opts.migrate });
   });
   afterAll(async () => {
     await closers.closeAll();
@@ -168,7 +175,7 @@ export interface DaemonFixture extends DbFixture {
   client<S extends DescService>(service: S, token?: string): Client<S>;
 }
 
-export interface DaemonFixtureOptions extends Omit<TestDaemonOptions, "schema" | "config"> {
+export interface DaemonFixtureOptions extends Omit<TestDaemonOptions, "schema" | "config">, Pick<TestDbOptions, "migrate"> {
   /** Names the schema (`<label>_<random>`). */
   label: string;
   /** The daemon's configuration; a function is called when the daemon starts. */
@@ -177,8 +184,8 @@ export interface DaemonFixtureOptions extends Omit<TestDaemonOptions, "schema" |
 
 /** Before the file's tests: a migrated schema of its own and a daemon on it; both gone after them. */
 export function useTestDaemon(opts: DaemonFixtureOptions): DaemonFixture {
-  const { label, config, ...rest } = opts;
-  const base = useTestDb(label, { prefix: opts.prefix });
+  const { label, config, migrate, ...rest } = opts;
+  const base = useTestDb(label, { prefix: opts.prefix, migrate });
   let daemon: Daemon | undefined;
   beforeAll(async () => {
     daemon = await base.startDaemon({ ...rest, config: typeof config === "function" ? config() : config });
