@@ -8,13 +8,15 @@ import { FakeClock } from "../src/clock.js";
 import type { Daemon } from "../src/daemon.js";
 import { fingerprint } from "../src/server/tokens.js";
 import { agentClient, call, captureLog, ok, ULID, type CapturedLog, type RegisterReply } from "./support/agents.js";
-import { startTestDaemon, TOKENS } from "./support/daemon.js";
-import { createTestDb, type TestDb } from "./support/db.js";
+import { TOKENS } from "./support/daemon.js";
+import type { TestDb } from "./support/db.js";
+import { useTestDaemon } from "./support/kit.js";
 import { grpc } from "./support/grpc-js.js";
 
 const clock = new FakeClock(Date.UTC(2026, 5, 1));
+const captured: CapturedLog = captureLog("trace");
+const fx = useTestDaemon({ label: "agaudit", clock, log: captured.log, config: { instanceId: "audit-daemon", heartbeatFlush: 3_600_000, sweepInterval: 3_600_000 } });
 let db: TestDb;
-let captured: CapturedLog;
 let daemon: Daemon;
 let client: grpc.Client;
 
@@ -42,17 +44,11 @@ const IN_FLIGHT = 3141592653;
 const METRIC_STRINGS = ["42.424242", "987654321987", "999888777666555", "111222333444", "222333444555666", "77.7777", "31415926535", "27182818284590", String(IN_FLIGHT)];
 const ALLOWED_KEYS = ["level", "time", "pid", "hostname", "name", "stream", "table", "action", "ids", "fields", "by", "at", "msg"];
 
-beforeAll(async () => {
-  db = await createTestDb({ label: "agaudit" });
-  captured = captureLog("trace");
-  daemon = await startTestDaemon({ schema: db.schema, clock, log: captured.log, config: { instanceId: "audit-daemon", heartbeatFlush: 3_600_000, sweepInterval: 3_600_000 } });
+beforeAll(() => {
+  ({ db, daemon } = fx);
   client = agentClient(daemon.address);
 });
-afterAll(async () => {
-  client?.close();
-  await daemon?.stop();
-  await db?.drop();
-});
+afterAll(() => client?.close());
 
 describe("audit of aiflow_agent", () => {
   it("records create, update (register, heartbeat, sweep) and deregister with ids and field names only", async () => {

@@ -7,43 +7,40 @@ import { FakeClock } from "../src/clock.js";
 import type { Daemon } from "../src/daemon.js";
 import { parseTokenSpec, parseTokensFile } from "../src/server/tokens.js";
 import { agentClient, agentRow, agentRows, call, ok, registerRequest, ULID, watchDirectives, type HeartbeatReply, type RegisterReply } from "./support/agents.js";
-import { startTestDaemon, testTokens, TOKENS } from "./support/daemon.js";
-import { createTestDb, type TestDb } from "./support/db.js";
+import { testTokens, TOKENS } from "./support/daemon.js";
+import type { TestDb } from "./support/db.js";
+import { useTestDaemon } from "./support/kit.js";
 import { grpc } from "./support/grpc-js.js";
 
 const AGENT_T1 = "agent-t1-only-token";
 /** An agent token that may act only as agents named gpu-… or exactly e2e-solo. */
 const AGENT_GPU = "agent-gpu-names-token";
 const clock = new FakeClock(Date.UTC(2026, 1, 1));
+const fx = useTestDaemon({
+  label: "age2e",
+  clock,
+  config: {
+    instanceId: "e2e-daemon",
+    // The timers never fire during the test: flushes and sweeps happen when the test says.
+    heartbeatFlush: 3_600_000,
+    sweepInterval: 3_600_000,
+    metadataMaxBytes: 2048,
+    tokens: [
+      ...testTokens(),
+      parseTokenSpec(`agent:${AGENT_T1}:t1`, "test"),
+      ...parseTokensFile(JSON.stringify([{ role: "agent", token: AGENT_GPU, name: "gpu-pool", agents: ["gpu-*", "e2e-solo"] }]), "test"),
+    ],
+  },
+});
 let db: TestDb;
 let daemon: Daemon;
 let client: grpc.Client;
 
-beforeAll(async () => {
-  db = await createTestDb({ label: "age2e" });
-  daemon = await startTestDaemon({
-    schema: db.schema,
-    clock,
-    config: {
-      instanceId: "e2e-daemon",
-      // The timers never fire during the test: flushes and sweeps happen when the test says.
-      heartbeatFlush: 3_600_000,
-      sweepInterval: 3_600_000,
-      metadataMaxBytes: 2048,
-      tokens: [
-        ...testTokens(),
-        parseTokenSpec(`agent:${AGENT_T1}:t1`, "test"),
-        ...parseTokensFile(JSON.stringify([{ role: "agent", token: AGENT_GPU, name: "gpu-pool", agents: ["gpu-*", "e2e-solo"] }]), "test"),
-      ],
-    },
-  });
+beforeAll(() => {
+  ({ db, daemon } = fx);
   client = agentClient(daemon.address);
 });
-afterAll(async () => {
-  client?.close();
-  await daemon?.stop();
-  await db?.drop();
-});
+afterAll(() => client?.close());
 
 const register = (name: string, extra: Record<string, unknown> = {}) => ok<RegisterReply>(client, "register", registerRequest(name, extra));
 const heartbeat = (name: string, extra: Record<string, unknown> = {}) => ok<HeartbeatReply>(client, "heartbeat", { name, ...extra });

@@ -7,15 +7,15 @@ import { execFile, spawn } from "node:child_process";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { fileURLToPath } from "node:url";
-import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { beforeAll, describe, expect, it, vi } from "vitest";
 import { Code } from "@connectrpc/connect";
 import type { Daemon } from "../src/daemon.js";
 import { AgentStatus } from "@aiflow/wire/gen/aiflow/cluster/v1/common_pb.js";
 import { WorkItemStatus } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
-import { startTestDaemon, TOKENS } from "./support/daemon.js";
-import { createTestDb, type TestDb } from "./support/db.js";
+import { TOKENS } from "./support/daemon.js";
+import type { TestDb } from "./support/db.js";
 import { freePort } from "./support/free-port.js";
-import { Closers, type Session } from "./support/kit.js";
+import { useTestDaemon, type Session } from "./support/kit.js";
 import { opsSession, OpsProducer, OpsTestAgent, sorted } from "./support/ops.js";
 import type { OpsService } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 
@@ -26,30 +26,25 @@ const CLI = fileURLToPath(new URL("../bin/aiflowctl.js", import.meta.url));
  */
 const CLI_TIMEOUT_MS = 60_000;
 vi.setConfig({ testTimeout: 120_000 });
-const closers = new Closers();
+const fx = useTestDaemon({
+  label: "ctl",
+  config: {
+    instanceId: "ctl",
+    sweepInterval: 50,
+    // The test agents never heartbeat; they must not be found dead during the test.
+    heartbeatInterval: 3_600_000,
+  },
+});
+const closers = fx.closers;
 let db: TestDb;
 let daemon: Daemon;
 let ops: Session<typeof OpsService>;
 let producer: OpsProducer;
 
-beforeAll(async () => {
-  db = await createTestDb({ label: "ctl" });
-  daemon = await startTestDaemon({
-    schema: db.schema,
-    config: {
-      instanceId: "ctl",
-      sweepInterval: 50,
-      // The test agents never heartbeat; they must not be found dead during the test.
-      heartbeatInterval: 3_600_000,
-    },
-  });
+beforeAll(() => {
+  ({ db, daemon } = fx);
   ops = closers.add(opsSession(daemon.address));
   producer = closers.add(new OpsProducer(daemon.address));
-});
-afterAll(async () => {
-  await closers.closeAll();
-  await daemon?.stop();
-  await db?.drop();
 });
 
 interface Run {

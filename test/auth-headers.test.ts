@@ -7,27 +7,18 @@
 import { once } from "node:events";
 import http2 from "node:http2";
 import net from "node:net";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import { FakeClock } from "../src/clock.js";
 import type { Daemon } from "../src/daemon.js";
 import { captureLog, type CapturedLog } from "./support/agents.js";
-import { startTestDaemon, TOKENS } from "./support/daemon.js";
-import { createTestDb, type TestDb } from "./support/db.js";
+import { TOKENS } from "./support/daemon.js";
+import { useTestDaemon } from "./support/kit.js";
 
-let db: TestDb;
-let daemon: Daemon;
-let log: CapturedLog;
 const clock = new FakeClock();
-
-beforeAll(async () => {
-  db = await createTestDb({ label: "authhdr" });
-  log = captureLog("warn");
-  daemon = await startTestDaemon({ schema: db.schema, clock, log: log.log, config: { authFailureLimit: 20, authFailureWindow: 60_000 } });
-});
-afterAll(async () => {
-  await daemon?.stop();
-  await db?.drop();
-});
+const log: CapturedLog = captureLog("warn");
+const fx = useTestDaemon({ label: "authhdr", clock, log: log.log, config: { authFailureLimit: 20, authFailureWindow: 60_000 } });
+let daemon: Daemon;
+beforeAll(() => void ({ daemon } = fx));
 
 const ENQUEUE = "/aiflow.cluster.v1.QueueService/Enqueue";
 /** Part of a gRPC message that says it is 1 MB long: the rest never comes. */

@@ -16,8 +16,8 @@ import { Health } from "@aiflow/wire/gen/grpc/health/v1/health_pb.js";
 import { ServerReflection } from "@aiflow/wire/gen/grpc/reflection/v1/reflection_pb.js";
 import { ServerReflection as ServerReflectionAlpha } from "@aiflow/wire/gen/grpc/reflection/v1alpha/reflection_pb.js";
 import { parseTokenSpec, type TokenGrant } from "../src/server/tokens.js";
-import { startTestDaemon } from "./support/daemon.js";
-import { createTestDb, type TestDb } from "./support/db.js";
+import type { TestDb } from "./support/db.js";
+import { useTestDaemon } from "./support/kit.js";
 import { grpc, loadService, metadata, unary } from "./support/grpc-js.js";
 
 const TOKEN = {
@@ -170,6 +170,7 @@ function callCode(client: grpc.Client, method: string, kind: "unary" | "server_s
   });
 }
 
+const fx = useTestDaemon({ label: "authz", config: () => ({ tokens: grants() }) });
 let db: TestDb;
 let daemon: Daemon;
 const clients = new Map<string, grpc.Client>();
@@ -178,8 +179,7 @@ const fixture = {} as Fixture;
 const clientOf = (typeName: string) => clients.get(typeName)!;
 
 beforeAll(async () => {
-  db = await createTestDb({ label: "authz" });
-  daemon = await startTestDaemon({ schema: db.schema, config: { tokens: grants() } });
+  ({ db, daemon } = fx);
   for (const { service, proto } of SERVICES) {
     const Client = loadService(proto, service.typeName);
     clients.set(service.typeName, new Client(daemon.address, grpc.credentials.createInsecure()));
@@ -207,10 +207,8 @@ beforeAll(async () => {
   fixture.cancelByOps = await pending();
 }, 60_000);
 
-afterAll(async () => {
+afterAll(() => {
   for (const c of clients.values()) c.close();
-  await daemon?.stop();
-  await db?.drop();
 });
 
 describe("authorization matrix", () => {

@@ -8,8 +8,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Daemon } from "../src/daemon.js";
 import { parseTokenSpec } from "../src/server/tokens.js";
 import { WorkItemStore } from "../src/store/work-items.js";
-import { startTestDaemon } from "./support/daemon.js";
-import { createTestDb, type TestDb } from "./support/db.js";
+import type { TestDb } from "./support/db.js";
+import { useTestDaemon } from "./support/kit.js";
 import { grpc, loadService, unary } from "./support/grpc-js.js";
 
 const T = {
@@ -21,6 +21,19 @@ const T = {
   opsTATC: "t-ops-ta-tc",
 } as const;
 
+const fx = useTestDaemon({
+  label: "authz_t",
+  config: {
+    tokens: [
+      parseTokenSpec(`agent:${T.agent}`, "t"),
+      parseTokenSpec(`agent:${T.agentTA}:tA`, "t"),
+      parseTokenSpec(`engine:${T.engine}`, "t"),
+      parseTokenSpec(`ops:${T.ops}`, "t"),
+      parseTokenSpec(`ops:${T.opsTA}:tA`, "t"),
+      parseTokenSpec(`ops:${T.opsTATC}:tA,tC`, "t"),
+    ],
+  },
+});
 let db: TestDb;
 let daemon: Daemon;
 let agents: grpc.Client;
@@ -40,31 +53,16 @@ const enqueue = async (tenant: string, kind = "dag", extra: object = {}) =>
 const claim = async (name: string, token: string = T.agent) => (await must<{ items: Item[] }>(agents, "Claim", { name, maxItems: 10 }, token)).items;
 const row = async (id: string) => (await db.raw<{ status: string; agent_id: string | null; lease_token: string | null }>(`SELECT status, agent_id, lease_token FROM ${db.schema}.aiflow_work_item WHERE id = $1`, [id]))[0]!;
 
-beforeAll(async () => {
-  db = await createTestDb({ label: "authz_t" });
-  daemon = await startTestDaemon({
-    schema: db.schema,
-    config: {
-      tokens: [
-        parseTokenSpec(`agent:${T.agent}`, "t"),
-        parseTokenSpec(`agent:${T.agentTA}:tA`, "t"),
-        parseTokenSpec(`engine:${T.engine}`, "t"),
-        parseTokenSpec(`ops:${T.ops}`, "t"),
-        parseTokenSpec(`ops:${T.opsTA}:tA`, "t"),
-        parseTokenSpec(`ops:${T.opsTATC}:tA,tC`, "t"),
-      ],
-    },
-  });
+beforeAll(() => {
+  ({ db, daemon } = fx);
   const client = (proto: string, service: string) => new (loadService(proto, service))(daemon.address, grpc.credentials.createInsecure());
   agents = client("aiflow/cluster/v1/agent.proto", "aiflow.cluster.v1.AgentService");
   queue = client("aiflow/cluster/v1/queue.proto", "aiflow.cluster.v1.QueueService");
   ops = client("aiflow/cluster/v1/ops.proto", "aiflow.cluster.v1.OpsService");
-}, 60_000);
+});
 
-afterAll(async () => {
+afterAll(() => {
   for (const c of [agents, queue, ops]) c?.close();
-  await daemon?.stop();
-  await db?.drop();
 });
 
 describe("an agent token limited to tenant tA", () => {
@@ -136,7 +134,7 @@ describe("an agent's scope cached on one daemon", () => {
   });
 
   it("is dropped when the agent registers for other tenants through another daemon", async () => {
-    const other = await startTestDaemon({ schema: db.schema, config: { tokens: [parseTokenSpec(`agent:${T.agent}`, "t")] } });
+    const other = await fx.startDaemon({ config: { tokens: [parseTokenSpec(`agent:${T.agent}`, "t")] } });
     const otherAgents = new (loadService("aiflow/cluster/v1/agent.proto", "aiflow.cluster.v1.AgentService"))(other.address, grpc.credentials.createInsecure());
     try {
       await must(agents, "Register", { name: "f1-moved", metadata: { tenants: ["tA"], engineKinds: ["f1m"] } }, T.agentTA);

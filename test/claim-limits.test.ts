@@ -16,13 +16,19 @@ import { FALLBACK_CHECK_MS, WorkQueue } from "../src/queue/work-queue.js";
 import { workKey } from "../src/queue/work-keys.js";
 import { WorkItemStore } from "../src/store/work-items.js";
 import { openCountingPool, type CountingPool } from "./support/counting-pool.js";
-import { startTestDaemon, testTokens, TOKENS } from "./support/daemon.js";
-import { createTestDb, type TestDb } from "./support/db.js";
+import { testTokens, TOKENS } from "./support/daemon.js";
+import type { TestDb } from "./support/db.js";
+import { useTestDaemon } from "./support/kit.js";
 import { grpc, loadService, unary } from "./support/grpc-js.js";
 import { newItem, serverNow, STATEMENT, untilStatementRan } from "./support/queue.js";
 
 const CAP_TOKEN = "cap-token-123";
 const clock = new FakeClock(Date.UTC(2026, 6, 1));
+const fx = useTestDaemon({
+  label: "claim_limits",
+  clock,
+  config: { tokens: [...testTokens(), parseTokenSpec(`agent:${CAP_TOKEN}`, "t")], claimMaxWaitingPerAgent: 2, claimMaxWaitingPerToken: 3 },
+});
 let db: TestDb;
 let daemon: Daemon;
 let agents: grpc.Client;
@@ -46,23 +52,16 @@ async function firstSettled<T>(calls: Promise<T>[]): Promise<{ first: T; rest: P
   return { first: await calls[i]!, rest: calls.filter((_, j) => j !== i) };
 }
 
-beforeAll(async () => {
-  db = await createTestDb({ label: "claim_limits" });
-  daemon = await startTestDaemon({
-    schema: db.schema,
-    clock,
-    config: { tokens: [...testTokens(), parseTokenSpec(`agent:${CAP_TOKEN}`, "t")], claimMaxWaitingPerAgent: 2, claimMaxWaitingPerToken: 3 },
-  });
+beforeAll(() => {
+  ({ db, daemon } = fx);
   const client = (proto: string, service: string) => new (loadService(proto, service))(daemon.address, grpc.credentials.createInsecure());
   agents = client("aiflow/cluster/v1/agent.proto", "aiflow.cluster.v1.AgentService");
   queue = client("aiflow/cluster/v1/queue.proto", "aiflow.cluster.v1.QueueService");
-}, 60_000);
+});
 
-afterAll(async () => {
+afterAll(() => {
   agents?.close();
   queue?.close();
-  await daemon?.stop();
-  await db?.drop();
 });
 
 describe("waiting claims", () => {

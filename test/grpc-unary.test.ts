@@ -12,32 +12,29 @@ import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import type { AddressInfo } from "node:net";
 import { Code, ConnectError, createClient, createContextKey, createContextValues, type Interceptor, type ServiceImpl } from "@connectrpc/connect";
 import { connectNodeAdapter, createConnectTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
-import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { grpcUnaryFastPath, recordUnary, routeStreams, type UnarySpec } from "@aiflow/wire/server";
 import type { Daemon } from "../src/daemon.js";
 import { AgentService, ClaimRequestSchema, ClaimResponseSchema, RegisterRequestSchema } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
 import { Health, HealthCheckRequestSchema, HealthCheckResponseSchema, HealthCheckResponse_ServingStatus as Serving } from "@aiflow/wire/gen/grpc/health/v1/health_pb.js";
-import { startTestDaemon, TOKENS } from "./support/daemon.js";
-import { createTestDb, type TestDb } from "./support/db.js";
+import { TOKENS } from "./support/daemon.js";
+import type { TestDb } from "./support/db.js";
+import { until, useTestDaemon } from "./support/kit.js";
 import { serverNow, STATEMENT, untilStatementRan } from "./support/queue.js";
 import type { Logger } from "../src/log.js";
 import { captureLog } from "./support/agents.js";
 import { grpcMessage as frame } from "./support/wire.js";
 
+const fx = useTestDaemon({ label: "gunary", config: { tenants: ["t1"] } });
 let db: TestDb;
 let daemon: Daemon;
 let session: http2.ClientHttp2Session;
 
-beforeAll(async () => {
-  db = await createTestDb({ label: "gunary" });
-  daemon = await startTestDaemon({ schema: db.schema, config: { tenants: ["t1"] } });
+beforeAll(() => {
+  ({ db, daemon } = fx);
   session = http2.connect(`http://${daemon.address}`);
 });
-afterAll(async () => {
-  session?.close();
-  await daemon?.stop();
-  await db?.drop();
-});
+afterAll(() => session?.close());
 
 interface Answer {
   headers: http2.IncomingHttpHeaders;
@@ -324,7 +321,7 @@ describe("direct gRPC path: the handler's context", () => {
         const early = ctx.signal;
         entered();
         await clientGone;
-        await vi.waitFor(() => expect(early.aborted).toBe(true));
+        await until("the first signal is aborted too", () => early.aborted);
         reasons.push(early.reason, ctx.signal.reason);
         throw new ConnectError("gone", Code.Canceled);
       },
@@ -334,7 +331,7 @@ describe("direct gRPC path: the handler's context", () => {
       await inHandler;
       await answer;
       gone();
-      await vi.waitFor(() => expect(reasons).toHaveLength(2));
+      await until("the handler saw both signals aborted", () => reasons.length === 2);
       expect(reasons.map((r) => ConnectError.from(r).code)).toEqual([Code.Canceled, Code.Canceled]);
     } finally {
       await close();
@@ -385,8 +382,10 @@ describe("direct gRPC path: the handler's context", () => {
     });
     try {
       const answer = call(HEALTH, frame(toBinary(HealthCheckRequestSchema, create(HealthCheckRequestSchema))), { "grpc-timeout": "60S" }, { on });
-      await vi.waitFor(() => expect(seen.timeoutMs).toBeDefined());
-      expect(seen.timeoutMs).toBeGreaterThan(59_000);
+      await until("the handler runs", () => seen.timeoutMs !== undefined);
+      // The handler's deadline is the header's minute, less what passed since the call began (less
+      // than the test's own timeout): not the server's default, nor another unit.
+      expect(seen.timeoutMs).toBeGreaterThan(60_000 - 30_000);
       expect(seen.timeoutMs).toBeLessThanOrEqual(60_000);
       shutdown.abort(new ConnectError("the server is stopping", Code.Unavailable));
       expect((await answer).status).toBe(Code.Unavailable);

@@ -8,25 +8,14 @@
 import { once } from "node:events";
 import http2 from "node:http2";
 import net from "node:net";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import type { Daemon } from "../src/daemon.js";
-import { startTestDaemon, TOKENS } from "./support/daemon.js";
-import { createTestDb, type TestDb } from "./support/db.js";
+import { TOKENS } from "./support/daemon.js";
+import { useTestDaemon } from "./support/kit.js";
 
-let db: TestDb;
+const fx = useTestDaemon({ label: "h2gate", config: { maxInflightBytes: 100_000, http2BodyTimeout: 300, healthWatchMaxPerAddress: 2, healthWatchMax: 3 } });
 let daemon: Daemon;
-
-beforeAll(async () => {
-  db = await createTestDb({ label: "h2gate" });
-  daemon = await startTestDaemon({
-    schema: db.schema,
-    config: { maxInflightBytes: 100_000, http2BodyTimeout: 300, healthWatchMaxPerAddress: 2, healthWatchMax: 3 },
-  });
-});
-afterAll(async () => {
-  await daemon?.stop();
-  await db?.drop();
-});
+beforeAll(() => void ({ daemon } = fx));
 
 const ENQUEUE = "/aiflow.cluster.v1.QueueService/Enqueue";
 const WATCH = "/grpc.health.v1.Health/Watch";

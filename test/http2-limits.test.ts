@@ -7,37 +7,29 @@
 import { once } from "node:events";
 import http2 from "node:http2";
 import net from "node:net";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import type { Daemon } from "../src/daemon.js";
-import { startTestDaemon, TOKENS } from "./support/daemon.js";
-import { createTestDb, type TestDb } from "./support/db.js";
+import { TOKENS } from "./support/daemon.js";
+import { useTestDaemon } from "./support/kit.js";
 import { h2Frame as frame, PREFACE } from "./support/wire.js";
 
-let db: TestDb;
+const fx = useTestDaemon({
+  label: "h2limits",
+  config: {
+    maxConnections: 20,
+    http2MaxConcurrentStreams: 10,
+    http2PrefaceTimeout: 200,
+    http2HeadersTimeout: 300,
+    http2IdleTimeout: 300,
+    http2KeepaliveInterval: 200,
+    http2KeepaliveTimeout: 200,
+    http2MaxResets: 10,
+    http2ResetWindow: 60_000,
+    http2GoawayGrace: 200,
+  },
+});
 let daemon: Daemon;
-
-beforeAll(async () => {
-  db = await createTestDb({ label: "h2limits" });
-  daemon = await startTestDaemon({
-    schema: db.schema,
-    config: {
-      maxConnections: 20,
-      http2MaxConcurrentStreams: 10,
-      http2PrefaceTimeout: 200,
-      http2HeadersTimeout: 300,
-      http2IdleTimeout: 300,
-      http2KeepaliveInterval: 200,
-      http2KeepaliveTimeout: 200,
-      http2MaxResets: 10,
-      http2ResetWindow: 60_000,
-      http2GoawayGrace: 200,
-    },
-  });
-});
-afterAll(async () => {
-  await daemon?.stop();
-  await db?.drop();
-});
+beforeAll(() => void ({ daemon } = fx));
 
 const TYPE = { data: 0, headers: 1, rst: 3, settings: 4, ping: 6, goaway: 7, continuation: 9 } as const;
 const END_STREAM = 1;
