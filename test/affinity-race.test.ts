@@ -8,17 +8,17 @@
  * agents ever held items of the key at once. Then the holder (and, racing it, everybody else) keeps
  * claiming and completing until the key is drained.
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import { FakeClock } from "../src/clock.js";
 import type { Daemon } from "../src/daemon.js";
 import { keyed, plain, Reader } from "./support/affinity.js";
-import { startTestDaemon } from "./support/daemon.js";
-import { createTestDb, type TestDb } from "./support/db.js";
-import { Closers } from "./support/kit.js";
+import type { TestDb } from "./support/db.js";
+import { useTestDb } from "./support/kit.js";
 import { OpsProducer, OpsTestAgent, show, type ItemInit, type WorkItem } from "./support/ops.js";
 
 const clock = new FakeClock(Date.UTC(2026, 5, 1));
-const closers = new Closers();
+const fx = useTestDb("affrace");
+const closers = fx.closers;
 let db: TestDb;
 let A: Daemon;
 let B: Daemon;
@@ -46,24 +46,14 @@ const config = (instanceId: string) => ({
 });
 
 beforeAll(async () => {
-  db = await createTestDb({ label: "affrace" });
-  [A, B] = await Promise.all([
-    startTestDaemon({ schema: db.schema, clock, config: config("aff-race-a") }),
-    startTestDaemon({ schema: db.schema, clock, config: config("aff-race-b") }),
-  ]);
+  db = fx.db;
+  [A, B] = await Promise.all([fx.startDaemon({ clock, config: config("aff-race-a") }), fx.startDaemon({ clock, config: config("aff-race-b") })]);
   const daemons = [A, B];
   agents = await Promise.all(
     Array.from({ length: 6 }, async (_, i) => closers.add(await OpsTestAgent.register(daemons[i % 2]!.address, `racer-${i}`, { tenants: [TENANT], engineKinds: ["k"] }))),
   );
   producer = closers.add(new OpsProducer(A.address));
-  reader = await Reader.open(db);
-});
-afterAll(async () => {
-  await reader?.close();
-  await closers.closeAll();
-  await A?.stop();
-  await B?.stop();
-  await db?.drop();
+  reader = closers.add(await Reader.open(db));
 });
 
 const keyOf = (i: WorkItem) => i.workerParams?.affinityKey ?? "";

@@ -3,18 +3,20 @@
  * stopped on a clean exit, and finds instances that stopped keeping alive stale. Each daemon has a
  * fake clock of its own, so "an instance that hangs" is a daemon whose clock stands still.
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import { FakeClock } from "../src/clock.js";
 import type { Daemon } from "../src/daemon.js";
 import { ULID } from "./support/agents.js";
-import { startTestDaemon } from "./support/daemon.js";
-import { createTestDb, type TestDb } from "./support/db.js";
+import type { TestDb } from "./support/db.js";
+import { useTestDb } from "./support/kit.js";
 
 const HEARTBEAT_MS = 5_000;
 const WINDOW_MS = 3 * HEARTBEAT_MS;
 const T0 = Date.UTC(2026, 4, 1);
 const clockA = new FakeClock(T0);
 const clockB = new FakeClock(T0);
+// Daemons started on the schema are stopped after the file's tests (a stop is idempotent).
+const fx = useTestDb("agengine");
 let db: TestDb;
 let a: Daemon | undefined;
 let b: Daemon | undefined;
@@ -41,18 +43,13 @@ const insertEngine = (engineid: string, tenant: string, status: string, updatedM
     [engineid, tenant, status, new Date(updatedMs)],
   );
 
-beforeAll(async () => {
-  db = await createTestDb({ label: "agengine" });
-});
-afterAll(async () => {
-  await a?.stop();
-  await b?.stop();
-  await db?.drop();
+beforeAll(() => {
+  db = fx.db;
 });
 
 describe("aiflow_engine", () => {
   it("a daemon records itself as running for each tenant it serves", async () => {
-    a = await startTestDaemon({ schema: db.schema, clock: clockA, config: config("engine-a", ["t1", "t2"]) });
+    a = await fx.startDaemon({ clock: clockA, config: config("engine-a", ["t1", "t2"]) });
     const rows = await engines("engine-a");
     expect(rows.map((r) => [r.tenantkey, r.status, r.createdby, r.updatedon.getTime()])).toEqual([
       ["t1", "running", "engine-a", T0],
@@ -76,7 +73,7 @@ describe("aiflow_engine", () => {
     await insertEngine("engine-recent", "t1", "running", T0 - 1_000);
     await insertEngine("engine-gone", "t1", "stopped", T0 - 10 * WINDOW_MS);
     clockB.set(T0);
-    b = await startTestDaemon({ schema: db.schema, clock: clockB, config: config("engine-b", ["t1"]) });
+    b = await fx.startDaemon({ clock: clockB, config: config("engine-b", ["t1"]) });
     // B swept once as it started.
     expect(await statuses("engine-dead")).toEqual([
       ["t1", "stale"],
@@ -134,7 +131,7 @@ describe("aiflow_engine", () => {
 
   it("restarting under the same instance id reuses its rows", async () => {
     clockA.set(clockB.nowMs());
-    a = await startTestDaemon({ schema: db.schema, clock: clockA, config: config("engine-a", ["t1", "t2"]) });
+    a = await fx.startDaemon({ clock: clockA, config: config("engine-a", ["t1", "t2"]) });
     const rows = await engines("engine-a");
     expect(rows.map((r) => [r.tenantkey, r.status])).toEqual([
       ["t1", "running"],

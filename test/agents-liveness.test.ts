@@ -21,19 +21,19 @@ import {
   type HeartbeatReply,
   type RegisterReply,
 } from "./support/agents.js";
-import { startTestDaemon } from "./support/daemon.js";
-import { createTestDb, type TestDb } from "./support/db.js";
+import type { TestDb } from "./support/db.js";
 import type { grpc } from "./support/grpc-js.js";
-import { until } from "./support/kit.js";
+import { until, useTestDb } from "./support/kit.js";
 
 const HEARTBEAT_MS = 5_000;
 const WINDOW_MS = 3 * HEARTBEAT_MS; // livenessIntervals (default 3) × heartbeatInterval (default 5s)
 const PARKED = 3_600_000;
 
 const clock = new FakeClock(Date.UTC(2026, 2, 1));
+const fx = useTestDb("aglive");
+const logA: CapturedLog = captureLog();
+const logB: CapturedLog = captureLog();
 let db: TestDb;
-let logA: CapturedLog;
-let logB: CapturedLog;
 let a: Daemon;
 let b: Daemon;
 let clientA: grpc.Client;
@@ -41,12 +41,10 @@ let clientB: grpc.Client;
 const streams: DirectiveStream[] = [];
 
 beforeAll(async () => {
-  db = await createTestDb({ label: "aglive" });
-  logA = captureLog();
-  logB = captureLog();
+  db = fx.db;
   const config = (instanceId: string) => ({ instanceId, heartbeatInterval: HEARTBEAT_MS, livenessIntervals: 3, heartbeatFlush: PARKED, sweepInterval: PARKED });
-  a = await startTestDaemon({ schema: db.schema, clock, log: logA.log, config: config("live-a") });
-  b = await startTestDaemon({ schema: db.schema, clock, log: logB.log, config: config("live-b") });
+  a = await fx.startDaemon({ clock, log: logA.log, config: config("live-a") });
+  b = await fx.startDaemon({ clock, log: logB.log, config: config("live-b") });
   clientA = agentClient(a.address);
   clientB = agentClient(b.address);
 });
@@ -54,9 +52,6 @@ afterAll(async () => {
   for (const s of streams) s.close();
   clientA?.close();
   clientB?.close();
-  await a?.stop();
-  await b?.stop();
-  await db?.drop();
 });
 
 const register = (client: grpc.Client, name: string) => ok<RegisterReply>(client, "register", registerRequest(name));

@@ -3,7 +3,7 @@
  * agents' heartbeats, a secret in the log, or a start-up that gives up at once.
  */
 import net from "node:net";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import { sql } from "slonik";
 import { AuditLog } from "../src/audit.js";
 import { FakeClock } from "../src/clock.js";
@@ -15,24 +15,17 @@ import { DirectiveHub } from "../src/fleet/directives.js";
 import { HeartbeatBuffer } from "../src/fleet/heartbeat-buffer.js";
 import { AgentStore } from "../src/store/agents.js";
 import { agentClient, captureLog, ok, registerRequest } from "./support/agents.js";
-import { startTestDaemon, testTokens } from "./support/daemon.js";
+import { testTokens } from "./support/daemon.js";
 import { databaseUrl } from "./support/database-url.js";
 import { createTestDb, type TestDb } from "./support/db.js";
 import { freePort } from "./support/free-port.js";
+import { useTestDaemon } from "./support/kit.js";
 
 const clock = new FakeClock(Date.UTC(2026, 3, 1));
+const fx = useTestDaemon({ label: "hfault", clock });
 let db: TestDb;
 let daemon: Daemon;
-
-beforeAll(async () => {
-  db = await createTestDb({ label: "hfault" });
-  daemon = await startTestDaemon({ schema: db.schema, clock });
-});
-
-afterAll(async () => {
-  await daemon?.stop();
-  await db?.drop();
-});
+beforeAll(() => void ({ db, daemon } = fx));
 
 describe("a heartbeat the database refuses", () => {
   it("is dropped and logged alone; every other agent's beat in the same flush is written", async () => {

@@ -3,7 +3,7 @@
  * that only maintenance.runOnce() reads for deadlines (the timers never fire during the test).
  * Every test uses a tenant of its own, so agents of one test never see another's items.
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import { durationFromMs, durationMs, timestampMs } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { FakeClock } from "../src/clock.js";
@@ -12,40 +12,34 @@ import type { Directive } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
 import { AgentStatus } from "@aiflow/wire/gen/aiflow/cluster/v1/common_pb.js";
 import type { AgentSummary } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 import { WorkItemStatus } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
-import { startTestDaemon } from "./support/daemon.js";
-import { createTestDb, type TestDb } from "./support/db.js";
-import { Closers, codeOf, refusal, type Session } from "./support/kit.js";
+import type { TestDb } from "./support/db.js";
+import { codeOf, refusal, type Session, useTestDaemon } from "./support/kit.js";
 import { opsSession, OpsProducer, OpsTestAgent, sorted, type AgentOptions } from "./support/ops.js";
 import type { OpsService } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 
 const clock = new FakeClock(Date.UTC(2026, 3, 1));
-const closers = new Closers();
+const fx = useTestDaemon({
+  label: "opsdrain",
+  clock,
+  config: {
+    instanceId: "ops-drain",
+    // Nothing runs on a timer: the test calls maintenance.runOnce() after moving the clock.
+    sweepInterval: 3_600_000,
+    heartbeatFlush: 3_600_000,
+    // Agents here never heartbeat; moving the clock must not make them miss heartbeats.
+    heartbeatInterval: 3_600_000,
+  },
+});
+const closers = fx.closers;
 let db: TestDb;
 let daemon: Daemon;
 let ops: Session<typeof OpsService>;
 let producer: OpsProducer;
 
-beforeAll(async () => {
-  db = await createTestDb({ label: "opsdrain" });
-  daemon = await startTestDaemon({
-    schema: db.schema,
-    clock,
-    config: {
-      instanceId: "ops-drain",
-      // Nothing runs on a timer: the test calls maintenance.runOnce() after moving the clock.
-      sweepInterval: 3_600_000,
-      heartbeatFlush: 3_600_000,
-      // Agents here never heartbeat; moving the clock must not make them miss heartbeats.
-      heartbeatInterval: 3_600_000,
-    },
-  });
+beforeAll(() => {
+  ({ db, daemon } = fx);
   ops = closers.add(opsSession(daemon.address));
   producer = closers.add(new OpsProducer(daemon.address));
-});
-afterAll(async () => {
-  await closers.closeAll();
-  await daemon?.stop();
-  await db?.drop();
 });
 
 const agent = async (name: string, opts: Partial<AgentOptions> & { tenants: string[] }) =>

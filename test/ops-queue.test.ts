@@ -3,7 +3,7 @@
  * fake clock): QueueStats figures against a queue built to known counts, ListItems across tenants,
  * GetItem, CancelItems, and RedriveItems putting dead letters back with a fresh retry budget.
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import { durationMs } from "@bufbuild/protobuf/wkt";
 import { Code } from "@connectrpc/connect";
 import { FakeClock } from "../src/clock.js";
@@ -11,32 +11,26 @@ import type { Daemon } from "../src/daemon.js";
 import { AgentStatus } from "@aiflow/wire/gen/aiflow/cluster/v1/common_pb.js";
 import type { OpsService, QueueStatsResponse } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 import { WorkItemStatus } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
-import { startTestDaemon } from "./support/daemon.js";
-import { createTestDb, type TestDb } from "./support/db.js";
-import { Closers, codeOf, type Session } from "./support/kit.js";
+import type { TestDb } from "./support/db.js";
+import { codeOf, type Session, useTestDaemon } from "./support/kit.js";
 import { opsSession, OpsProducer, OpsTestAgent, sorted } from "./support/ops.js";
 
 const clock = new FakeClock(Date.UTC(2026, 4, 1));
-const closers = new Closers();
+const fx = useTestDaemon({
+  label: "opsqueue",
+  clock,
+  config: { instanceId: "ops-queue", sweepInterval: 3_600_000, heartbeatFlush: 3_600_000, heartbeatInterval: 3_600_000 },
+});
+const closers = fx.closers;
 let db: TestDb;
 let daemon: Daemon;
 let ops: Session<typeof OpsService>;
 let producer: OpsProducer;
 
-beforeAll(async () => {
-  db = await createTestDb({ label: "opsqueue" });
-  daemon = await startTestDaemon({
-    schema: db.schema,
-    clock,
-    config: { instanceId: "ops-queue", sweepInterval: 3_600_000, heartbeatFlush: 3_600_000, heartbeatInterval: 3_600_000 },
-  });
+beforeAll(() => {
+  ({ db, daemon } = fx);
   ops = closers.add(opsSession(daemon.address));
   producer = closers.add(new OpsProducer(daemon.address));
-});
-afterAll(async () => {
-  await closers.closeAll();
-  await daemon?.stop();
-  await db?.drop();
 });
 
 const agent = async (name: string, tenants: string[], engineKinds = ["k"]) => closers.add(await OpsTestAgent.register(daemon.address, name, { tenants, engineKinds }));

@@ -4,6 +4,7 @@ import { PgListener } from "../src/db/notify.js";
 import { silentLogger } from "../src/log.js";
 import { Wakeups } from "../src/queue/wakeups.js";
 import { createTestDb, type TestDb } from "./support/db.js";
+import { until } from "./support/kit.js";
 
 let db: TestDb;
 let wakeups: Wakeups;
@@ -122,7 +123,7 @@ describe("beacons of several daemons", () => {
       const a2 = new Wakeups(db.pool, channel, "daemon-a", 1, silentLogger());
       await a2.start(listeners[0]!);
       await b.start(listeners[1]!);
-      await vi.waitFor(() => expect(a2.hasPeers).toBe(true));
+      await until("daemon a has heard daemon b announce itself", () => a2.hasPeers);
       const waiter = b.arm(new Set(["t|k"]));
       a2.ring(["t|k"]);
       expect(await waiter.wait(5_000, [never])).toBe(true);
@@ -139,13 +140,15 @@ describe("beacons of several daemons", () => {
     const channel = db.tables.channel("beacon_late");
     const listeners = [new PgListener(db.url, silentLogger()), new PgListener(db.url, silentLogger())];
     await Promise.all(listeners.map((l) => l.start()));
+    // The daemons' pings (every 5 s) run on intervals that never fire here: the early daemon's
+    // answer to the late one's announcement is all the late one can hear.
+    vi.useFakeTimers({ toFake: ["setInterval", "clearInterval"] });
     const early = new Wakeups(db.pool, channel, "daemon-early", 1, silentLogger());
     const late = new Wakeups(db.pool, channel, "daemon-late", 1, silentLogger());
     try {
       await early.start(listeners[0]!);
       await late.start(listeners[1]!);
-      // Well before the next ping (every 5 s), which is all it had to go on otherwise.
-      await vi.waitFor(() => expect(late.hasPeers).toBe(true), { timeout: 1_000 });
+      await until("the late daemon has heard of the early one", () => late.hasPeers);
       const waiter = early.arm(new Set(["t|k"]));
       late.ring(["t|k"]);
       expect(await waiter.wait(5_000, [never])).toBe(true);
@@ -153,6 +156,7 @@ describe("beacons of several daemons", () => {
     } finally {
       await late.stop();
       await early.stop();
+      vi.useRealTimers();
       await Promise.all(listeners.map((l) => l.stop()));
     }
   });

@@ -6,17 +6,18 @@
  * test moves the clock past the TTL and runs the sweep, or takes the lease away in the database,
  * so what happens and when is decided by the test, not by timing.
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import { FakeClock } from "../../src/clock.js";
 import type { Daemon } from "../../src/daemon.js";
-import { startTestDaemon } from "../../test/support/daemon.js";
-import { createTestDb, type TestDb } from "../../test/support/db.js";
+import type { TestDb } from "../../test/support/db.js";
+import { useTestDb } from "../../test/support/kit.js";
 import { WorkAbortedError } from "../src/index.js";
 import { callLog, deferred, finished, Producer, testAgent, until, WorkItemStatus } from "./support.js";
 
 const clock = new FakeClock(Date.UTC(2026, 2, 1));
+const fakeTime = useTestDb("sdklease");
+const realTime = useTestDb("sdklease_rt");
 let db: TestDb;
-let realDb: TestDb;
 /** Lease TTL 30s: no renewal happens while a test runs (they come every 10s of real time). */
 let sweeping: Daemon;
 /** Lease TTL 300ms: renewals every 100ms. */
@@ -25,16 +26,12 @@ let renewing: Daemon;
 let realtime: Daemon;
 
 beforeAll(async () => {
-  [db, realDb] = await Promise.all([createTestDb({ label: "sdklease" }), createTestDb({ label: "sdklease_rt" })]);
+  db = fakeTime.db;
   // Heartbeats every minute: moving the fake clock past a lease TTL must not also make the agent look dead.
   const fake = { heartbeatInterval: 60_000, sweepInterval: 3_600_000, heartbeatFlush: 3_600_000 };
-  sweeping = await startTestDaemon({ schema: db.schema, clock, config: { ...fake, instanceId: "sweeping", leaseTtl: 30_000 } });
-  renewing = await startTestDaemon({ schema: db.schema, clock, config: { ...fake, instanceId: "renewing", leaseTtl: 300 } });
-  realtime = await startTestDaemon({ schema: realDb.schema, config: { instanceId: "realtime", leaseTtl: 300, sweepInterval: 50, heartbeatInterval: 1_000 } });
-});
-afterAll(async () => {
-  await Promise.all([sweeping?.stop(), renewing?.stop(), realtime?.stop()]);
-  await Promise.all([db?.drop(), realDb?.drop()]);
+  sweeping = await fakeTime.startDaemon({ clock, config: { ...fake, instanceId: "sweeping", leaseTtl: 30_000 } });
+  renewing = await fakeTime.startDaemon({ clock, config: { ...fake, instanceId: "renewing", leaseTtl: 300 } });
+  realtime = await realTime.startDaemon({ config: { instanceId: "realtime", leaseTtl: 300, sweepInterval: 50, heartbeatInterval: 1_000 } });
 });
 
 /** A handler that waits for its signal, then returns anyway (as careless code would). */

@@ -4,26 +4,19 @@
  * drain begins, and drops a waiting item that is cancelled.
  */
 import type { Interceptor } from "@connectrpc/connect";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import type { Daemon } from "../../src/daemon.js";
-import { startTestDaemon } from "../../test/support/daemon.js";
-import { createTestDb, type TestDb } from "../../test/support/db.js";
+import { useTestDaemon } from "../../test/support/kit.js";
 import type { Agent, ItemOutcome } from "../src/index.js";
 import { callLog, deferred, finished, Producer, testAgent, until, WorkItemStatus } from "./support.js";
 
-let db: TestDb;
+const fx = useTestDaemon({ label: "sdkprefetch", config: { heartbeatInterval: 500, heartbeatFlush: 50, sweepInterval: 50 } });
 let daemon: Daemon;
 let producer: Producer;
 
-beforeAll(async () => {
-  db = await createTestDb({ label: "sdkprefetch" });
-  daemon = await startTestDaemon({ schema: db.schema, config: { heartbeatInterval: 500, heartbeatFlush: 50, sweepInterval: 50 } });
-  producer = new Producer(daemon.address, "t1");
-});
-afterAll(async () => {
-  producer?.close();
-  await daemon?.stop();
-  await db?.drop();
+beforeAll(() => {
+  daemon = fx.daemon;
+  producer = fx.closers.add(new Producer(daemon.address, "t1"));
 });
 
 /** Records how many items each claim reply brought. */

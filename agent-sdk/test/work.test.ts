@@ -3,32 +3,27 @@
  * through QueueService and sees what the agent reported; the agent's own calls are counted by an
  * interceptor to show what it did and did not send.
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import type { Daemon } from "../../src/daemon.js";
 import { agentRow } from "../../test/support/agents.js";
-import { startTestDaemon } from "../../test/support/daemon.js";
-import { createTestDb, type TestDb } from "../../test/support/db.js";
+import type { TestDb } from "../../test/support/db.js";
+import { useTestDaemon } from "../../test/support/kit.js";
 import { AgentFailedError, NonRetryableError, RetryableError, type AgentState, type WorkItem } from "../src/index.js";
 import { callLog, deferred, finished, Producer, testAgent, until, WorkItemStatus } from "./support.js";
 
+const fx = useTestDaemon({ label: "sdkwork", config: { backoffBase: 10, backoffCap: 20, backoffJitter: "none", heartbeatInterval: 500, heartbeatFlush: 50, sweepInterval: 50 } });
 let db: TestDb;
 let daemon: Daemon;
 let producer: Producer;
 
-beforeAll(async () => {
-  db = await createTestDb({ label: "sdkwork" });
-  daemon = await startTestDaemon({ schema: db.schema, config: { backoffBase: 10, backoffCap: 20, backoffJitter: "none", heartbeatInterval: 500, heartbeatFlush: 50, sweepInterval: 50 } });
-  producer = new Producer(daemon.address, "t1");
-});
-afterAll(async () => {
-  producer?.close();
-  await daemon?.stop();
-  await db?.drop();
+beforeAll(() => {
+  ({ db, daemon } = fx);
+  producer = fx.closers.add(new Producer(daemon.address, "t1"));
 });
 
 describe("without either fast path", () => {
   it("an agent over connect-node's transport, against a daemon that serves every call through connect-node, runs and reports its items", async () => {
-    const plain = await startTestDaemon({ schema: db.schema, config: { grpcFastPath: "off", heartbeatInterval: 500, heartbeatFlush: 50 } });
+    const plain = await fx.startDaemon({ config: { grpcFastPath: "off", heartbeatInterval: 500, heartbeatFlush: 50 } });
     const plainProducer = new Producer(plain.address, "t1");
     const calls = callLog();
     const agent = testAgent(plain.address, { engineKinds: ["plain-path"], fastTransport: false, interceptors: [calls.interceptor], handlers: { "plain-path": async (item) => ({ twice: (item.payload as { n: number }).n * 2 }) } });
