@@ -82,9 +82,12 @@ describe("benchmark arithmetic", () => {
 
   it("sends at the asked rate without waiting for slow calls (open loop)", async () => {
     let started = 0;
+    let allStarted!: () => void;
+    const last = new Promise<void>((resolve) => (allStarted = resolve));
     const sent = await openLoop(200, 250, () => {
-      started++;
-      return new Promise((r) => setTimeout(r, 100));
+      if (++started === 50) allStarted();
+      // No call finishes before the last one has started: a loop that waited for its calls would never start it.
+      return last;
     });
     expect(sent).toBe(50);
     expect(started).toBe(50);
