@@ -13,7 +13,6 @@ import type { Daemon } from "../src/daemon.js";
 import { AgentStatus } from "@aiflow/wire/gen/aiflow/cluster/v1/common_pb.js";
 import { WorkItemStatus } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
 import { TOKENS } from "./support/daemon.js";
-import type { TestDb } from "./support/db.js";
 import { freePort } from "./support/free-port.js";
 import { useTestDaemon, type Session } from "./support/kit.js";
 import { opsSession, OpsProducer, OpsTestAgent, sorted } from "./support/ops.js";
@@ -36,13 +35,12 @@ const fx = useTestDaemon({
   },
 });
 const closers = fx.closers;
-let db: TestDb;
 let daemon: Daemon;
 let ops: Session<typeof OpsService>;
 let producer: OpsProducer;
 
 beforeAll(() => {
-  ({ db, daemon } = fx);
+  daemon = fx.daemon;
   ops = closers.add(opsSession(daemon.address));
   producer = closers.add(new OpsProducer(daemon.address));
 });

@@ -16,7 +16,6 @@ import { Health } from "@aiflow/wire/gen/grpc/health/v1/health_pb.js";
 import { ServerReflection } from "@aiflow/wire/gen/grpc/reflection/v1/reflection_pb.js";
 import { ServerReflection as ServerReflectionAlpha } from "@aiflow/wire/gen/grpc/reflection/v1alpha/reflection_pb.js";
 import { parseTokenSpec, type TokenGrant } from "../src/server/tokens.js";
-import type { TestDb } from "./support/db.js";
 import { useTestDaemon } from "./support/kit.js";
 import { grpc, loadService, metadata, unary } from "./support/grpc-js.js";
 
@@ -171,7 +170,6 @@ function callCode(client: grpc.Client, method: string, kind: "unary" | "server_s
 }
 
 const fx = useTestDaemon({ label: "authz", config: () => ({ tokens: grants() }) });
-let db: TestDb;
 let daemon: Daemon;
 const clients = new Map<string, grpc.Client>();
 const fixture = {} as Fixture;
@@ -179,7 +177,7 @@ const fixture = {} as Fixture;
 const clientOf = (typeName: string) => clients.get(typeName)!;
 
 beforeAll(async () => {
-  ({ db, daemon } = fx);
+  daemon = fx.daemon;
   for (const { service, proto } of SERVICES) {
     const Client = loadService(proto, service.typeName);
     clients.set(service.typeName, new Client(daemon.address, grpc.credentials.createInsecure()));

@@ -14,7 +14,6 @@ import { FIRING_PAGE_BYTES } from "../src/rpc/runs-service.js";
 import { MAX_JSON_DEPTH } from "../src/rpc/input/json-text.js";
 import { LIST_PAGE_BYTES } from "../src/rpc/queue-service.js";
 import { TOKENS } from "./support/daemon.js";
-import type { TestDb } from "./support/db.js";
 import { codeOf, refusal, Session, useTestDaemon } from "./support/kit.js";
 import { Producer, TestAgent } from "./support/queue.js";
 
@@ -22,12 +21,11 @@ const PAYLOAD_MAX = 1024 * 1024;
 const clock = new FakeClock(Date.UTC(2026, 3, 1));
 const fx = useTestDaemon({ label: "hostile", clock, config: { payloadMaxBytes: PAYLOAD_MAX } });
 const closers = fx.closers;
-let db: TestDb;
 let daemon: Daemon;
 let p: Producer;
 
 beforeAll(() => {
-  ({ db, daemon } = fx);
+  daemon = fx.daemon;
   p = closers.add(new Producer(daemon.address));
 });
 

@@ -21,7 +21,7 @@ const ops = () => closers.add(opsSession(daemon.address));
 
 describe("ops edges", () => {
   it("a re-drain without a deadline keeps the deadline already set", async () => {
-    const agent = closers.add(await OpsTestAgent.register(daemon.address, "edge-redrain", { tenants: ["t1"], engineKinds: ["k"] }));
+    closers.add(await OpsTestAgent.register(daemon.address, "edge-redrain", { tenants: ["t1"], engineKinds: ["k"] }));
     const o = ops();
     const first = await o.client.drainAgent({ name: "edge-redrain", deadline: durationFromMs(600_000), reason: "first" }, o.call);
     const deadline = timestampMs(first.agents[0]!.drain!.deadline!);

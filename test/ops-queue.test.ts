@@ -11,7 +11,6 @@ import type { Daemon } from "../src/daemon.js";
 import { AgentStatus } from "@aiflow/wire/gen/aiflow/cluster/v1/common_pb.js";
 import type { OpsService, QueueStatsResponse } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 import { WorkItemStatus } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
-import type { TestDb } from "./support/db.js";
 import { codeOf, type Session, useTestDaemon } from "./support/kit.js";
 import { opsSession, OpsProducer, OpsTestAgent, sorted } from "./support/ops.js";
 
@@ -22,13 +21,12 @@ const fx = useTestDaemon({
   config: { instanceId: "ops-queue", sweepInterval: 3_600_000, heartbeatFlush: 3_600_000, heartbeatInterval: 3_600_000 },
 });
 const closers = fx.closers;
-let db: TestDb;
 let daemon: Daemon;
 let ops: Session<typeof OpsService>;
 let producer: OpsProducer;
 
 beforeAll(() => {
-  ({ db, daemon } = fx);
+  daemon = fx.daemon;
   ops = closers.add(opsSession(daemon.address));
   producer = closers.add(new OpsProducer(daemon.address));
 });

@@ -11,7 +11,7 @@ import { TOKENS } from "./support/daemon.js";
 import type { TestDb } from "./support/db.js";
 import { codeOf } from "./support/kit.js";
 import { countItems, itemRow, Producer } from "./support/queue.js";
-import { ids, oks, useQueueDaemon } from "./support/queue-daemon.js";
+import { oks, useQueueDaemon } from "./support/queue-daemon.js";
 
 const fx = useQueueDaemon("qrefuse");
 const { agent, closers } = fx;
