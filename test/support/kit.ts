@@ -112,8 +112,11 @@ export class Closers {
     this.#fns.push(fn);
   }
 
+  /** Runs every closer, even after one failed; then fails with the first failure. */
   async closeAll(): Promise<void> {
-    for (const f of this.#fns.splice(0).reverse()) await f();
+    const failures: unknown[] = [];
+    for (const f of this.#fns.splice(0).reverse()) await Promise.resolve().then(f).catch((err: unknown) => failures.push(err));
+    if (failures.length > 0) throw failures[0];
   }
 }
 
@@ -147,8 +150,11 @@ export function useTestDb(label: string, opts: TestDbOptions = {}): DbFixture {
     db = await createTestDb({ label, prefix: opts.prefix, migrate: opts.migrate });
   });
   afterAll(async () => {
-    await closers.closeAll();
-    await db?.drop();
+    try {
+      await closers.closeAll();
+    } finally {
+      await db?.drop();
+    }
   });
   const fixture: DbFixture = {
     get db() {
