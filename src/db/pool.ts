@@ -4,6 +4,7 @@
  * not fit a double) and timestamptz as epoch milliseconds.
  */
 import { createPool, SchemaValidationError, type DatabasePool, type Interceptor } from "slonik";
+import { Admission, admitted, SLONIK_ROOM } from "./admission.js";
 import type { Logger } from "../log.js";
 
 const resultParser: Interceptor = {
@@ -30,10 +31,11 @@ export interface PoolOptions {
  */
 export const POOL_LIMITS = { statementMs: 60_000, idleMs: 30_000, connectMs: 5_000 } as const;
 
+/** The pool, at most `maxConnections` connections at once (kept by ./admission.ts: it says why). */
 export async function openPool(opts: PoolOptions): Promise<DatabasePool> {
-  return createPool(withApplicationName(opts.url, opts.applicationName ?? "aiflowd"), {
+  const pool = await createPool(withApplicationName(opts.url, opts.applicationName ?? "aiflowd"), {
     interceptors: [resultParser, ...(opts.interceptors ?? [])],
-    maximumPoolSize: opts.maxConnections,
+    maximumPoolSize: SLONIK_ROOM,
     // Stack capture costs more than most of our queries; errors carry the SQL already.
     captureStackTrace: false,
     // The default reset runs DISCARD ALL on every release, which drops prepared plans; we keep no
@@ -43,6 +45,7 @@ export async function openPool(opts: PoolOptions): Promise<DatabasePool> {
     idleTimeout: POOL_LIMITS.idleMs,
     connectionTimeout: POOL_LIMITS.connectMs,
   });
+  return admitted(pool, new Admission(opts.maxConnections));
 }
 
 /**
