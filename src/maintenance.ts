@@ -5,6 +5,7 @@
  * fake clock instead of sleeping.
  */
 import type { Clock } from "./clock.js";
+import { OutageLog } from "./db/outage-log.js";
 import type { Logger } from "./log.js";
 
 export interface MaintenanceTask {
@@ -18,11 +19,14 @@ export class Maintenance {
   #running: Promise<void> | undefined;
   /** A run requested while another was in progress (shared by every such request). */
   #queued: Promise<void> | undefined;
+  readonly #outage: OutageLog;
 
   constructor(
     private readonly clock: Clock,
     private readonly log: Logger,
-  ) {}
+  ) {
+    this.#outage = new OutageLog(log, "database unavailable: maintenance tasks wait for it");
+  }
 
   add(task: MaintenanceTask): void {
     this.#tasks.push(task);
@@ -54,7 +58,7 @@ export class Maintenance {
       try {
         await t.run(now);
       } catch (err) {
-        this.log.error({ err, task: t.name }, "maintenance task failed");
+        if (!this.#outage.note(err, { task: t.name })) this.log.error({ err, task: t.name }, "maintenance task failed");
       }
     }
   }

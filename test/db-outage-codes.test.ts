@@ -3,7 +3,8 @@
  * answers UNAVAILABLE — the retryable code — with a sentence, never INTERNAL; the daemon logs it as
  * one warning line without a stack, and serves again once the database is back. The daemon reaches
  * Postgres through a loopback proxy that can cut its connections and fail new ones as a server that
- * is down ("Connection terminated unexpectedly") or starting up (FATAL 57P03) fails them.
+ * is down ("Connection terminated unexpectedly") or starting up (FATAL 57P03) fails them. Its
+ * sweeps run every 50 ms, so the calls compete with them for the two connections of its pool.
  */
 import { Code } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -24,7 +25,7 @@ let daemon: Daemon;
 beforeAll(async () => {
   proxy = await startTcpProxy(f.db.url);
   f.closers.defer(() => proxy.close());
-  daemon = await f.startDaemon({ log: captured.log, config: { databaseUrl: proxy.url, dbPoolSize: 2, heartbeatInterval: 60_000 } });
+  daemon = await f.startDaemon({ log: captured.log, config: { databaseUrl: proxy.url, dbPoolSize: 2, heartbeatInterval: 60_000, sweepInterval: 50, heartbeatFlush: 50 } });
 });
 
 const queue = () => f.clientAt(daemon.address, QueueService, TOKENS.engine);

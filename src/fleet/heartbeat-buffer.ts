@@ -8,6 +8,7 @@ import type { AuditLog } from "../audit.js";
 import { refusedForContent } from "../db/errors.js";
 import type { Clock } from "../clock.js";
 import type { Logger } from "../log.js";
+import { OutageLog } from "../db/outage-log.js";
 import type { AgentStore, HeartbeatWrite } from "../store/agents.js";
 import type { DirectiveHub } from "./directives.js";
 
@@ -24,7 +25,12 @@ export class HeartbeatBuffer {
     private readonly audit: AuditLog,
     private readonly clock: Clock,
     private readonly log: Logger,
-  ) {}
+  ) {
+    this.#outage = new OutageLog(log, "database unavailable: heartbeats stay buffered until it is back");
+  }
+
+  /** A flush the database's absence failed keeps its batch for the next (see #write); logged as such. */
+  readonly #outage: OutageLog;
 
   add(write: HeartbeatWrite): void {
     this.#pending.set(write.name, write);
@@ -41,7 +47,9 @@ export class HeartbeatBuffer {
 
   start(intervalMs: number): void {
     this.#timer = setInterval(() => {
-      this.flush().catch((err) => this.log.error({ err }, "heartbeat flush failed"));
+      this.flush().catch((err) => {
+        if (!this.#outage.note(err)) this.log.error({ err }, "heartbeat flush failed");
+      });
     }, intervalMs);
     this.#timer.unref();
   }

@@ -9,8 +9,12 @@ import { randomUUID } from "node:crypto";
 import { Code, ConnectError, type Interceptor, type StreamResponse, type UnaryResponse } from "@connectrpc/connect";
 import type { DescMessage } from "@bufbuild/protobuf";
 import { interpretDbError } from "../db/errors.js";
+import { OutageLog } from "../db/outage-log.js";
 import { AppError, type ErrorKind } from "../domain/errors.js";
 import type { Logger } from "../log.js";
+
+/** How soon a client may retry a call the database's absence failed. */
+export const RETRY_PUSHBACK_MS = 250;
 
 const CODES: Record<ErrorKind, Code> = {
   invalid_argument: Code.InvalidArgument,
@@ -26,8 +30,11 @@ const CODES: Record<ErrorKind, Code> = {
 function toConnectError(err: unknown, log: Logger, outage: OutageLog, method: string): ConnectError {
   if (err instanceof ConnectError) return err;
   if (err instanceof AppError) {
-    if (err.kind === "unavailable") outage.note(log, method, err);
-    return new ConnectError(err.message, CODES[err.kind]);
+    if (err.kind !== "unavailable") return new ConnectError(err.message, CODES[err.kind]);
+    outage.note(err, { method });
+    // The daemon is up and says when to try again (gRPC's retry pushback): a client can tell this
+    // from a daemon it cannot reach, and come back within moments of the database.
+    return new ConnectError(err.message, Code.Unavailable, { "grpc-retry-pushback-ms": String(RETRY_PUSHBACK_MS) });
   }
   const mapped = interpretDbError(err);
   if (mapped instanceof AppError) return toConnectError(mapped, log, outage, method);
@@ -36,27 +43,8 @@ function toConnectError(err: unknown, log: Logger, outage: OutageLog, method: st
   return new ConnectError(`internal error (ref ${ref})`, Code.Internal);
 }
 
-/**
- * Calls answered UNAVAILABLE because the database is away: a warning line when the first comes, and
- * then at most one a second with how many came since, so an outage under load logs a few lines.
- */
-class OutageLog {
-  #lastAt = -Infinity;
-  #since = 0;
-
-  note(log: Logger, method: string, err: AppError): void {
-    this.#since++;
-    const now = performance.now();
-    if (now - this.#lastAt < 1_000) return;
-    this.#lastAt = now;
-    const cause = err.cause instanceof Error ? err.cause.message : undefined;
-    log.warn({ method, reason: err.message, cause, calls: this.#since }, "database unavailable: answered UNAVAILABLE");
-    this.#since = 0;
-  }
-}
-
 export function errorInterceptor(log: Logger): Interceptor {
-  const outage = new OutageLog();
+  const outage = new OutageLog(log, "database unavailable: answered UNAVAILABLE");
   return (next) => async (req) => {
     const method = `${req.service.typeName}/${req.method.name}`;
     let res: UnaryResponse<DescMessage, DescMessage> | StreamResponse<DescMessage, DescMessage>;
