@@ -1,4 +1,8 @@
-/** Capped exponential backoff with jitter, and a sleep that an AbortSignal cuts short. */
+/**
+ * Capped exponential backoff with jitter, the daemon's own word on when to retry, and a sleep that
+ * an AbortSignal cuts short.
+ */
+import { ConnectError } from "@connectrpc/connect";
 
 export interface BackoffOptions {
   /** Delay after the first failure. @default 200 */
@@ -15,6 +19,32 @@ export interface BackoffOptions {
 export function backoffDelay(attempt: number, opts: Required<BackoffOptions>, random: () => number = Math.random): number {
   const bound = Math.min(opts.maxDelayMs, opts.initialDelayMs * 2 ** Math.min(attempt, 30));
   return Math.round(bound / 2 + random() * (bound / 2));
+}
+
+/** The most a daemon's pushback is followed for: beyond it, the backoff's growth takes over again. */
+const PUSHBACK_CAP_MS = 2_000;
+
+/**
+ * The retry pushback a daemon answered with (gRPC's `grpc-retry-pushback-ms` trailer), in ms: the
+ * daemon is up and says when to try again (its database is away, say). Undefined when there was
+ * none — the call did not reach a daemon, or the daemon gave no advice.
+ */
+export function pushbackMs(err: unknown): number | undefined {
+  const raw = ConnectError.from(err).metadata.get("grpc-retry-pushback-ms");
+  if (raw === null || !/^\d{1,9}$/.test(raw)) return undefined;
+  return Number(raw);
+}
+
+/**
+ * How long to wait before retry `attempt` (0-based) after `err`: the daemon's pushback when it gave
+ * one (a short, flat schedule with a little jitter, capped, so an agent is back within moments of
+ * the daemon's database), else the capped exponential backoff.
+ */
+export function retryDelay(err: unknown, attempt: number, opts: Required<BackoffOptions>, random: () => number = Math.random): number {
+  const pushback = pushbackMs(err);
+  if (pushback === undefined) return backoffDelay(attempt, opts, random);
+  const base = Math.min(pushback, PUSHBACK_CAP_MS, opts.maxDelayMs);
+  return Math.round(base + random() * (base / 4));
 }
 
 /** Resolves after `ms`, or at once when `signal` aborts (never rejects). */

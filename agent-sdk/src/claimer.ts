@@ -17,7 +17,7 @@ import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import type { WorkItem as WireItem } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
 import type { Link } from "./link.js";
 import type { ResolvedOptions } from "./options.js";
-import { backoffDelay, sleep } from "./backoff.js";
+import { retryDelay, sleep } from "./backoff.js";
 import { statusFromWire, type DaemonStatus } from "./wire.js";
 import type { Lent } from "./reporter.js";
 
@@ -124,7 +124,7 @@ export class Claimer {
         if (signal.aborted) return;
         if (!(await this.#recover(generation, err, signal))) return;
         // Recovery registers again; a claim that keeps failing after that must not spin.
-        if (failures++ > 0) await sleep(backoffDelay(failures - 2, this.opts.reconnect), signal);
+        if (failures++ > 0) await sleep(retryDelay(err, failures - 2, this.opts.reconnect), signal);
         continue;
       }
       failures = 0;

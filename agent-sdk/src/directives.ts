@@ -9,7 +9,7 @@
  * the stream has since told of. `contradicts()` says when a reply's status is such older news.
  */
 import type { Logger } from "pino";
-import { backoffDelay, sleep } from "./backoff.js";
+import { retryDelay, sleep } from "./backoff.js";
 import { timestampMs } from "@bufbuild/protobuf/wkt";
 import type { Directive, HeartbeatResponse } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
 import { errorText, type Link } from "./link.js";
@@ -62,6 +62,7 @@ export class DirectiveFollower {
     let failures = 0;
     while (!signal.aborted) {
       const generation = this.link.generation;
+      let failed: unknown;
       try {
         for await (const res of this.link.client.watchDirectives({ name: this.opts.name }, { signal })) {
           failures = 0;
@@ -73,6 +74,7 @@ export class DirectiveFollower {
         this.log.debug("directive stream ended by the daemon: reopening");
       } catch (err) {
         if (signal.aborted) return;
+        failed = err;
         this.log.debug({ err: errorText(err) }, "directive stream failed");
         try {
           await this.link.recover(generation, err, signal);
@@ -80,7 +82,7 @@ export class DirectiveFollower {
           return;
         }
       }
-      await sleep(backoffDelay(failures++, this.opts.reconnect), signal);
+      await sleep(retryDelay(failed, failures++, this.opts.reconnect), signal);
     }
   }
 }

@@ -11,7 +11,7 @@
 import { Code, ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import type { Logger } from "pino";
-import { backoffDelay, sleep } from "./backoff.js";
+import { pushbackMs, retryDelay, sleep } from "./backoff.js";
 import { AgentFailedError } from "./errors.js";
 import { createSdkGrpcTransport } from "@aiflow/wire/client";
 import { AgentService } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
@@ -101,7 +101,7 @@ export class Link {
           this.#log.warn({ err: errorText(err) }, "could not deregister: the daemon marks this agent inactive once its heartbeats stop");
           return;
         }
-        await sleep(Math.min(backoffDelay(attempt, this.#opts.reconnect), Math.max(0, deadline - Date.now())));
+        await sleep(Math.min(retryDelay(err, attempt, this.#opts.reconnect), Math.max(0, deadline - Date.now())));
       }
     }
   }
@@ -163,12 +163,15 @@ export class Link {
             this.#hooks.onFatal(this.#fatal);
             throw this.#fatal;
           }
-          last = err;
-          this.#log.debug({ address: target.address, err: errorText(err) }, "daemon unreachable");
+          // A daemon that answered with a retry pushback is up; the last round's word is theirs.
+          if (last === undefined || pushbackMs(last) === undefined || pushbackMs(err) !== undefined) last = err;
+          this.#log.debug({ address: target.address, err: errorText(err) }, pushbackMs(err) === undefined ? "daemon unreachable" : "daemon answered: retry later");
         }
       }
-      const delay = backoffDelay(round, this.#opts.reconnect);
-      this.#log.warn({ addresses: this.#opts.addresses, err: errorText(last), retryInMs: delay }, "no daemon reachable: retrying");
+      const delay = retryDelay(last, round, this.#opts.reconnect);
+      if (pushbackMs(last) !== undefined)
+        this.#log.warn({ addresses: this.#opts.addresses, err: errorText(last), retryInMs: delay }, "a daemon is reachable but cannot register this agent now (its database is unavailable): retrying");
+      else this.#log.warn({ addresses: this.#opts.addresses, err: errorText(last), retryInMs: delay }, "no daemon reachable: retrying");
       await sleep(delay, this.#closed.signal);
     }
   }

@@ -13,7 +13,7 @@
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Logger } from "pino";
-import { backoffDelay, sleep } from "./backoff.js";
+import { retryDelay, sleep } from "./backoff.js";
 import type { ItemOutcome as WireOutcome } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
 import { errorText, type Link } from "./link.js";
 import type { ResolvedOptions } from "./options.js";
@@ -187,7 +187,7 @@ export class Reporter {
           return settleAll(batch, gaveUp(errorText(fatal)));
         }
         // A daemon that answers but keeps failing the call (its database is down, say) is not hammered.
-        if (attempt > 0) await sleep(backoffDelay(attempt - 1, this.opts.reconnect), this.#giveUp.signal);
+        if (attempt > 0) await sleep(retryDelay(err, attempt - 1, this.opts.reconnect), this.#giveUp.signal);
       }
     }
   }
