@@ -30,6 +30,7 @@ export function cancel(
                   OR id = ANY(${sql.array(target.parentIds, "text")})
                   OR parent_work_item_id = ANY(${sql.array(target.parentIds, "text")})
                   ${runClause})
+           ORDER BY id
            FOR UPDATE
         )
         UPDATE ${w} w SET status = 'cancelled', completed_at = ${msToNs(nowMs)}, error = ${reason}, lease_expires_at = NULL, lease_token = NULL,

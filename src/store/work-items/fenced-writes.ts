@@ -3,6 +3,12 @@
  * fenced: it matches a row only by id and lease token together, while the row is dispatched to that
  * agent, so a zombie agent's late write (its lease expired and the item went to another) matches no
  * row and changes nothing. Completion is also carried by a claim's statement (./claim.ts).
+ *
+ * Each takes its rows' locks in id order: its input is sorted by id, and every plan of these
+ * statements (the input driving the table's index, or the index's ANY scan driving the join) visits
+ * rows in the input's order or in the index's, which are the same. Two writes of one agent's items
+ * (an extension and a claim carrying completions, from two daemons) then never wait on each other
+ * in a cycle, which Postgres would end by killing one as a deadlock.
  */
 import { sql, type FragmentSqlToken, type QuerySqlToken } from "slonik";
 import { msToNs } from "../../clock.js";
@@ -10,6 +16,11 @@ import type { Markers } from "../../db/statement-shapes.js";
 import { ts, tsAt, tsSeconds } from "../../db/values.js";
 import { idRow, requeuedRow, type Requeued } from "./columns.js";
 import type { ItemsContext } from "./context.js";
+
+/** `items` in id order (a copy): the order every multi-row write on the queue locks rows in. */
+export function inIdOrder<T extends { id: string }>(items: readonly T[]): T[] {
+  return [...items].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+}
 
 /** A fenced completion: the item, the token it was dispatched under, and its result as JSON text. */
 export interface Completion {
@@ -38,22 +49,22 @@ export interface CompletionParams {
   doneTokens: string[];
   doneResults: (string | null)[];
 }
-export const completionParams = (items: readonly Completion[]): CompletionParams => ({
-  doneIds: items.map((i) => i.id),
-  doneTokens: items.map((i) => i.token),
-  doneResults: items.map((i) => i.resultJson),
-});
+export const completionParams = (unordered: readonly Completion[]): CompletionParams => {
+  const items = inIdOrder(unordered);
+  return { doneIds: items.map((i) => i.id), doneTokens: items.map((i) => i.token), doneResults: items.map((i) => i.resultJson) };
+};
 
 /** Extends the leases the agent still holds; returns their ids. */
 export function extend(
   q: ItemsContext,
   agent: string,
-  leases: readonly { id: string; token: string }[],
+  unordered: readonly { id: string; token: string }[],
   nowMs: number,
   ttlMs: number,
   tenants: readonly string[] | null,
 ): Promise<readonly string[]> {
   const w = q.t.id("work_item");
+  const leases = inIdOrder(unordered);
   return q.hotIds(sql.type(idRow)`
         UPDATE ${w} w SET lease_expires_at = ${msToNs(nowMs + ttlMs)}, updatedby = ${agent}, updatedon = ${ts(nowMs)}
           FROM unnest(${sql.array(leases.map((l) => l.id), "text")}, ${sql.array(leases.map((l) => l.token), "text")}) AS v(id, token)
@@ -106,11 +117,12 @@ export function completeCtes(q: ItemsContext, p: Markers<CompletionParams & { ag
 export function fail(
   q: ItemsContext,
   agent: string,
-  items: readonly { id: string; token: string; error: string; retryable: boolean; delayMs: number | null }[],
+  unordered: readonly { id: string; token: string; error: string; retryable: boolean; delayMs: number | null }[],
   nowMs: number,
   tenants: readonly string[] | null,
 ): Promise<readonly Requeued[]> {
   const w = q.t.id("work_item");
+  const items = inIdOrder(unordered);
   const retry = sql.fragment`(v.retryable AND w.retry_count < w.max_retries)`;
   return q.hotRows(sql.type(requeuedRow)`
         UPDATE ${w} w SET
@@ -129,8 +141,9 @@ export function fail(
 }
 
 /** Gives fenced items back without spending an attempt. */
-export function release(q: ItemsContext, agent: string, leases: readonly { id: string; token: string }[], nowMs: number, tenants: readonly string[] | null): Promise<readonly string[]> {
+export function release(q: ItemsContext, agent: string, unordered: readonly { id: string; token: string }[], nowMs: number, tenants: readonly string[] | null): Promise<readonly string[]> {
   const w = q.t.id("work_item");
+  const leases = inIdOrder(unordered);
   return q.hotIds(sql.type(idRow)`
         UPDATE ${w} w SET status = 'pending', agent_id = NULL, lease_expires_at = NULL, lease_token = NULL, dispatched_at = NULL,
                           next_attempt_at = ${msToNs(nowMs)}, updatedby = ${agent}, updatedon = ${ts(nowMs)}
