@@ -186,6 +186,13 @@ const SETTINGS = {
     help: "waiting (long-poll) claims all agents of one token may hold on this daemon; more are RESOURCE_EXHAUSTED",
     parse: int(1, 1_000_000),
   },
+  maxRedeliveries: {
+    flag: "--max-redeliveries",
+    env: ["AIFLOW_MAX_REDELIVERIES"],
+    default: "3",
+    help: "times an item goes back to the queue after a lost lease (its agent died, hung, was cut off or went inactive) before it fails, unless its Enqueue says; lost leases spend none of max_retries",
+    parse: int(0, 1000),
+  },
   backoffBase: { flag: "--backoff-base", env: ["AIFLOW_BACKOFF_BASE"], default: "1s", help: "retry backoff base (full jitter: rand(0, min(cap, base*2^retry)))", parse: duration(0) },
   grpcFastPath: {
     flag: "--grpc-fast-path",

@@ -211,7 +211,7 @@ describe("expiry sweeps on every daemon", () => {
     expect(rows).toHaveLength(N);
     for (const r of rows) {
       if (completed.has(r.id)) expect(r).toMatchObject({ status: "completed", retry_count: 0, result: { late: true }, agent_id: "sweep-holder" });
-      else expect(r).toMatchObject({ status: "pending", retry_count: 1, result: null, error: "lease expired", agent_id: null });
+      else expect(r).toMatchObject({ status: "pending", retry_count: 0, redelivery_count: 1, result: null, error: "lease expired", agent_id: null });
     }
     const counts = await statusCounts(db, tenant);
     expect((counts.completed ?? 0) + (counts.pending ?? 0)).toBe(N);

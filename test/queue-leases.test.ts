@@ -33,14 +33,15 @@ describe("fencing", () => {
     expect(first).toMatchObject({ id, agentId: "zombie-a", leasedBy: "queue-sem", leaseExpiresAtNs: BigInt(nsText(claimedAt + LEASE)) });
 
     // A pauses past its lease (its heartbeats still arrive: it is alive, just stuck). The sweep
-    // takes the item back, an attempt spent, due again after the first backoff.
+    // takes the item back, a redelivery spent (not one of its retries), due again after the first backoff.
     clock.advance(LEASE + 1);
     await keepAlive([za, zb]);
     await daemon.maintenance.runOnce();
     const now = clock.nowMs();
     expect(await itemRow(db, id)).toMatchObject({
       status: "pending",
-      retry_count: 1,
+      retry_count: 0,
+      redelivery_count: 1,
       agent_id: null,
       lease_token: null,
       error: "lease expired",
@@ -51,7 +52,7 @@ describe("fencing", () => {
     expect(await zb.claim(1)).toEqual([]);
     clock.advance(BASE);
     const [second] = await zb.claim(1);
-    expect(second).toMatchObject({ id, agentId: "zombie-b", retryCount: 1 });
+    expect(second).toMatchObject({ id, agentId: "zombie-b", retryCount: 0, redeliveryCount: 1 });
     expect(second!.leaseToken).not.toBe(first!.leaseToken);
 
     // The zombie wakes up and reports; every fenced call is refused and changes nothing.
@@ -67,7 +68,7 @@ describe("fencing", () => {
 
     expect(oks(await zb.complete([second!], { by: "zombie-b" }))).toEqual([true]);
     expect(oks(await za.complete([first!], { by: "zombie-a" }))).toEqual([false]);
-    expect(await itemRow(db, id)).toMatchObject({ status: "completed", agent_id: "zombie-b", result: { by: "zombie-b" }, lease_token: second!.leaseToken, retry_count: 1 });
+    expect(await itemRow(db, id)).toMatchObject({ status: "completed", agent_id: "zombie-b", result: { by: "zombie-b" }, lease_token: second!.leaseToken, retry_count: 0, redelivery_count: 1 });
     const read = await p.item(t, id);
     expect(read).toMatchObject({ status: WorkItemStatus.COMPLETED, agentId: "zombie-b" });
     expect(JSON.parse(read.resultJson)).toEqual({ by: "zombie-b" });
@@ -127,7 +128,8 @@ describe("agent liveness", () => {
     for (const id of held)
       expect(await itemRow(db, id)).toMatchObject({
         status: "pending",
-        retry_count: 1,
+        retry_count: 0,
+        redelivery_count: 1,
         agent_id: null,
         lease_token: null,
         error: "agent 'liveness-gone' went inactive",
@@ -162,7 +164,7 @@ describe("ExtendLease", () => {
     await keepAlive([a]);
     await daemon.maintenance.runOnce();
     expect(await itemRow(db, kept.id)).toMatchObject({ status: "dispatched", lease_token: kept.leaseToken, agent_id: "extend-1" });
-    expect(await itemRow(db, lapsed.id)).toMatchObject({ status: "pending", retry_count: 1, error: "lease expired" });
+    expect(await itemRow(db, lapsed.id)).toMatchObject({ status: "pending", retry_count: 0, redelivery_count: 1, error: "lease expired" });
     expect((await itemRow(db, cancelled.id)).status).toBe("cancelled");
     expect(oks(await a.complete([kept]))).toEqual([true]);
   });

@@ -7,7 +7,9 @@
  */
 import { beforeAll, describe, expect, it } from "vitest";
 import type { Daemon } from "../src/daemon.js";
+import { Code } from "@connectrpc/connect";
 import { WorkItemStatus } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
+import { refusal } from "./support/kit.js";
 import type { TestDb } from "./support/db.js";
 import { itemRow, nsText, type Producer, statusCounts } from "./support/queue.js";
 import { BASE, CAP, LEASE, ids, oks, useQueueDaemon } from "./support/queue-daemon.js";
@@ -78,19 +80,45 @@ describe("retries, backoff and dead letters", () => {
     expect(ids(await a.claim(3))).toEqual([delayed]);
   });
 
-  it("an expired lease with no retries left makes the item a dead letter", async () => {
+  it("an expired lease spends a redelivery, never a retry; once its redeliveries are spent the item is a dead letter that says so", async () => {
     const t = "expiry-dead";
     const a = await agent("expiry-dead-1", { tenants: [t] });
-    const id = await p.one(t, { engineKind: "dag", maxRetries: 0 });
+    const id = await p.one(t, { engineKind: "dag", maxRetries: 0, maxRedeliveries: 1 });
     await a.claim(1);
     clock.advance(LEASE + 1);
     await keepAlive([a]);
     await daemon.maintenance.runOnce();
-    expect(await itemRow(db, id)).toMatchObject({ status: "failed", retry_count: 0, error: "lease expired", completed_at: nsText(clock.nowMs()), lease_token: null });
+    // Its agent lost it (with max_retries 0, spending a retry would have failed it).
+    expect(await itemRow(db, id)).toMatchObject({ status: "pending", retry_count: 0, redelivery_count: 1, max_redeliveries: 1, error: "lease expired" });
+    clock.advance(BASE);
+    expect(ids(await a.claim(1))).toEqual([id]);
+    clock.advance(LEASE + 1);
+    await keepAlive([a]);
+    await daemon.maintenance.runOnce();
+    expect(await itemRow(db, id)).toMatchObject({
+      status: "failed",
+      retry_count: 0,
+      redelivery_count: 2,
+      error: "lost its lease 2 times (lease expired): the agents running it died, hung or were cut off",
+      completed_at: nsText(clock.nowMs()),
+      lease_token: null,
+    });
     // A producer waiting for it hears that it finished.
     const res = await p.q.wait({ tenantKey: t, ids: [id] }, p.call);
     expect(res).toMatchObject({ done: true });
-    expect(res.items[0]!.status).toBe(WorkItemStatus.FAILED);
+    expect(res.items[0]).toMatchObject({ status: WorkItemStatus.FAILED, redeliveryCount: 2, maxRedeliveries: 1 });
+  });
+
+  it("an item's redelivery budget is the daemon's --max-redeliveries unless its Enqueue says, from 0 to 1000", async () => {
+    const t = "redelivery-budget";
+    const [byDefault, none] = await p.enqueue(t, [{ engineKind: "dag" }, { engineKind: "dag", maxRedeliveries: 0 }]);
+    expect((await itemRow(db, byDefault!.id)).max_redeliveries).toBe(3);
+    expect((await itemRow(db, none!.id)).max_redeliveries).toBe(0);
+    for (const bad of [-1, 1001]) {
+      const err = await refusal(p.enqueue(t, [{ engineKind: "dag", maxRedeliveries: bad }]));
+      expect(err.code).toBe(Code.InvalidArgument);
+      expect(err.rawMessage).toContain("items[0].max_redeliveries");
+    }
   });
 
   it("redrive puts chosen dead letters back to pending with a fresh retry budget, and touches nothing else", async () => {

@@ -19,6 +19,11 @@ export interface WorkItem<Payload = unknown> {
   attempt: number;
   /** Retries allowed after the first attempt. */
   maxRetries: number;
+  /**
+   * Times the item came back after an agent running it lost its lease (died, hung, was cut off):
+   * not its own failures, which `attempt` counts. Above 0, an earlier run may have done part of the work.
+   */
+  redeliveries: number;
   /** Lower runs first. */
   priority: number;
   /** The tag requirements the producer set. */

@@ -34,6 +34,7 @@ export function itemFromWire(w: WireItem): WorkItem {
     parentId: opt(w.parentWorkItemId),
     payload: w.payloadJson === "" ? null : (JSON.parse(w.payloadJson) as unknown),
     attempt: w.retryCount + 1,
+    redeliveries: w.redeliveryCount,
     maxRetries: w.maxRetries,
     priority: w.priority,
     selector: { ...(w.workerParams?.selector ?? {}) },

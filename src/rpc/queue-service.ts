@@ -7,6 +7,7 @@ import { invalidArgument, notFound, resourceExhausted } from "../domain/errors.j
 import type { EnqueueItem, ListItemsRequest, QueueService } from "@aiflow/wire/gen/aiflow/cluster/v1/queue_pb.js";
 import { assertTenant, callerOf } from "../server/auth.js";
 import { WorkItemStore, type ItemStatus, type NewItem } from "../store/work-items.js";
+import type { Config } from "../config.js";
 import type { WorkQueue } from "../queue/work-queue.js";
 import { workKey } from "../queue/work-keys.js";
 import { identifier, inRange, jsonOrNull, optionalText, storableTimestamp, tagMap } from "./input/validate.js";
@@ -42,7 +43,7 @@ export function queueServiceImpl(queue: WorkQueue, draining: AbortSignal): Servi
       if (req.items.length === 0) throw invalidArgument("items", "needs at least one item");
       if (req.items.length > MAX_ENQUEUE) throw resourceExhausted(`items: ${req.items.length} in one call; the limit is ${MAX_ENQUEUE}`);
       const now = clock.nowMs();
-      const items = req.items.map((it, i) => newItem(it, i, now, config.payloadMaxBytes));
+      const items = req.items.map((it, i) => newItem(it, i, now, config));
       const parents = [...new Set(items.map((i) => i.parentId).filter((p): p is string => p !== null))];
       if (parents.length > 0) {
         const found = await store.find(tenant, parents, null);
@@ -119,9 +120,9 @@ function wakeClaims(queue: WorkQueue, tenant: string, items: readonly NewItem[])
   if (picky.size > 0) queue.work.ring([...picky]);
 }
 
-function newItem(it: EnqueueItem, i: number, nowMs: number, payloadMax: number): NewItem {
+function newItem(it: EnqueueItem, i: number, nowMs: number, config: Pick<Config, "payloadMaxBytes" | "maxRedeliveries">): NewItem {
   const f = (name: string) => `items[${i}].${name}`;
-  const payloadJson = jsonOrNull(it.payloadJson, f("payload_json"), payloadMax);
+  const payloadJson = jsonOrNull(it.payloadJson, f("payload_json"), config.payloadMaxBytes);
   const selector = tagMap(it.workerParams?.selector ?? {}, f("worker_params.selector"));
   const notBeforeMs = it.notBefore ? storableTimestamp(it.notBefore, f("not_before")) : nowMs;
   const affinityKey = optionalText(it.workerParams?.affinityKey ?? "", f("worker_params.affinity_key"), 512);
@@ -134,6 +135,7 @@ function newItem(it: EnqueueItem, i: number, nowMs: number, payloadMax: number):
     payloadJson,
     priority: inRange(it.priority, f("priority"), 0, 1_000_000),
     maxRetries: inRange(it.maxRetries, f("max_retries"), 0, 1000),
+    maxRedeliveries: it.maxRedeliveries === undefined ? config.maxRedeliveries : inRange(it.maxRedeliveries, f("max_redeliveries"), 0, 1000),
     notBeforeNs: BigInt(Math.max(notBeforeMs, 0)) * 1_000_000n,
     parentId: it.parentWorkItemId ? identifier(it.parentWorkItemId, f("parent_work_item_id")) : null,
     idempotencyKey: optionalText(it.idempotencyKey, f("idempotency_key"), 256),

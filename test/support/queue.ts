@@ -27,6 +27,7 @@ export const newItem = (over: Partial<NewItem> = {}): NewItem => ({
   payloadJson: null,
   priority: 0,
   maxRetries: 0,
+  maxRedeliveries: 3,
   notBeforeNs: 0n,
   parentId: null,
   idempotencyKey: null,
@@ -282,6 +283,8 @@ export interface ItemDbRow {
   next_attempt_at: string | null;
   retry_count: number | null;
   max_retries: number | null;
+  redelivery_count: number;
+  max_redeliveries: number;
   error: string | null;
   result: unknown;
   idempotency_key: string | null;

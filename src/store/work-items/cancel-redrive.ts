@@ -56,7 +56,7 @@ export function redrive(
     : sql.fragment`(id = ANY(${sql.array(target.ids, "text")}) ${target.runId ? sql.fragment`OR run_id = ${target.runId}` : sql.fragment``})`;
   return withDbErrors(() =>
     q.db.anyFirst(sql.type(idRow)`
-        UPDATE ${w} SET status = 'pending', retry_count = 0, next_attempt_at = ${msToNs(nowMs)}, completed_at = NULL, agent_id = NULL,
+        UPDATE ${w} SET status = 'pending', retry_count = 0, redelivery_count = 0, next_attempt_at = ${msToNs(nowMs)}, completed_at = NULL, agent_id = NULL,
                         updatedby = ${by}, updatedon = ${ts(nowMs)}
          WHERE status = 'failed' ${tenantClause} AND ${which}
         RETURNING id`),

@@ -30,6 +30,8 @@ export const workItemRow = z.object({
   next_attempt_at: z.bigint().nullable(),
   retry_count: z.number().nullable(),
   max_retries: z.number().nullable(),
+  redelivery_count: z.number(),
+  max_redeliveries: z.number(),
   error: z.string().nullable(),
   lease_token: z.string().nullable(),
   /** JSON text as jsonb writes it (see ITEM_COLUMNS). */
@@ -47,7 +49,7 @@ export type WorkItemRow = z.infer<typeof workItemRow>;
  */
 export const ITEM_COLUMNS = sql.fragment`id, tenant_key, engine_id, engine_kind, parent_work_item_id, run_id, task_id, task_name, worker_params,
   payload::text AS payload, status, priority, agent_id, dispatched_at, completed_at, lease_expires_at, leased_by, next_attempt_at,
-  retry_count, max_retries, error, lease_token, result::text AS result, idempotency_key, affinity_key, createdon, updatedon`;
+  retry_count, max_retries, redelivery_count, max_redeliveries, error, lease_token, result::text AS result, idempotency_key, affinity_key, createdon, updatedon`;
 
 /**
  * What a claim reads back: only the columns the claimed item's wire form needs and the claim did not
@@ -72,6 +74,8 @@ export interface ClaimedRow {
   next_attempt_at: bigint | null;
   retry_count: number | null;
   max_retries: number | null;
+  redelivery_count: number;
+  max_redeliveries: number;
   error: string | null;
   idempotency_key: string | null;
   affinity_key: string | null;
@@ -95,6 +99,8 @@ const CLAIMED: readonly [FragmentSqlToken, string][] = [
   [sql.fragment`w.next_attempt_at`, "next_attempt_at"],
   [sql.fragment`w.retry_count`, "retry_count"],
   [sql.fragment`w.max_retries`, "max_retries"],
+  [sql.fragment`w.redelivery_count`, "redelivery_count"],
+  [sql.fragment`w.max_redeliveries`, "max_redeliveries"],
   [sql.fragment`w.error`, "error"],
   [sql.fragment`w.idempotency_key`, "idempotency_key"],
   [sql.fragment`w.affinity_key`, "affinity_key"],

@@ -25,6 +25,8 @@ export interface NewItem {
   payloadJson: string | null;
   priority: number;
   maxRetries: number;
+  /** Times the item may be redelivered after a lost lease (migration 0006 says why). */
+  maxRedeliveries: number;
   /** Epoch ns; the item is not claimable before it. */
   notBeforeNs: bigint;
   parentId: string | null;
@@ -105,6 +107,7 @@ export async function enqueueRows(q: ItemsContext, rows: readonly EnqueueRow[], 
     priorities: col((r) => r.item.priority),
     notBefores: col((r) => String(r.item.notBeforeNs)),
     maxRetries: col((r) => r.item.maxRetries),
+    maxRedeliveries: col((r) => r.item.maxRedeliveries),
     idems: col((r) => r.item.idempotencyKey),
     affinities: col((r) => r.item.affinityKey),
   };
@@ -150,11 +153,11 @@ export async function enqueueRows(q: ItemsContext, rows: readonly EnqueueRow[], 
       : sql.fragment``;
     const handed = sql.fragment`hd.ok IS TRUE`;
     const values = h
-      ? sql.fragment`CASE WHEN ${handed} THEN 'dispatched' ELSE 'pending' END, v.priority, v.next_attempt_at, 0, v.max_retries, v.idem, v.affinity,
+      ? sql.fragment`CASE WHEN ${handed} THEN 'dispatched' ELSE 'pending' END, v.priority, v.next_attempt_at, 0, v.max_retries, v.max_redeliveries, v.idem, v.affinity,
                v.by, v.at, CASE WHEN ${handed} THEN v.hand_agent ELSE v.by END, CASE WHEN ${handed} THEN ${tsAt(h.now)} ELSE v.at END,
                CASE WHEN ${handed} THEN v.hand_agent END, CASE WHEN ${handed} THEN ${h.instance} END, CASE WHEN ${handed} THEN ${h.nowNs}::bigint END,
                CASE WHEN ${handed} THEN ${h.leaseExpiresNs}::bigint END, CASE WHEN ${handed} THEN v.hand_token END`
-      : sql.fragment`'pending', v.priority, v.next_attempt_at, 0, v.max_retries, v.idem, v.affinity, v.by, v.at, v.by, v.at`;
+      : sql.fragment`'pending', v.priority, v.next_attempt_at, 0, v.max_retries, v.max_redeliveries, v.idem, v.affinity, v.by, v.at, v.by, v.at`;
     const handColumns = h ? sql.fragment`, agent_id, leased_by, dispatched_at, lease_expires_at, lease_token` : sql.fragment``;
     const returning = h ? HANDED_COLUMNS : sql.fragment`w.id`;
     return sql.type(idRow)`
@@ -163,13 +166,13 @@ export async function enqueueRows(q: ItemsContext, rows: readonly EnqueueRow[], 
             ${sql.array(p.bys, "text")}, ${sql.array(p.ats, "timestamptz")}, ${sql.array(p.kinds, "text")}, ${sql.array(p.parents, "text")},
             ${sql.array(p.runIds, "text")}, ${sql.array(p.taskIds, "text")}, ${sql.array(p.taskNames, "text")},
             ${sql.array(p.workerParams, "jsonb")}, ${sql.array(p.payloads, "jsonb")}, ${sql.array(p.priorities, "int4")}, ${sql.array(p.notBefores, "int8")},
-            ${sql.array(p.maxRetries, "int4")}, ${sql.array(p.idems, "text")}, ${sql.array(p.affinities, "text")}${handArrays})
+            ${sql.array(p.maxRetries, "int4")}, ${sql.array(p.maxRedeliveries, "int4")}, ${sql.array(p.idems, "text")}, ${sql.array(p.affinities, "text")}${handArrays})
           WITH ORDINALITY AS v(id, tenant, engine_id, by, at, engine_kind, parent, run_id, task_id, task_name, worker_params, payload,
-                               priority, next_attempt_at, max_retries, idem, affinity${handNames}, ord)
+                               priority, next_attempt_at, max_retries, max_redeliveries, idem, affinity${handNames}, ord)
         )
         -- The table is named within pg_stat_activity's first 1 KiB of the statement (tests find it there).
         INSERT INTO ${w} AS w (id, tenant_key, engine_id, engine_kind, parent_work_item_id, run_id, task_id, task_name, worker_params, payload,
-                          status, priority, next_attempt_at, retry_count, max_retries, idempotency_key, affinity_key, createdby, createdon, updatedby, updatedon${handColumns})
+                          status, priority, next_attempt_at, retry_count, max_retries, max_redeliveries, idempotency_key, affinity_key, createdby, createdon, updatedby, updatedon${handColumns})
         SELECT v.id, v.tenant, v.engine_id, v.engine_kind, v.parent, v.run_id, v.task_id, v.task_name, v.worker_params, v.payload,
                ${values}
           FROM v${check}

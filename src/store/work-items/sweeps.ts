@@ -15,24 +15,31 @@ import { agentLists, serves, tableItem } from "./claim-rule.js";
 import { idRow, requeuedRow, type Requeued } from "./columns.js";
 import type { ItemsContext } from "./context.js";
 
-/** The expiry sweep: dispatched items whose lease ran out go back (an attempt spent) or fail. */
+/**
+ * The expiry sweep: dispatched items whose lease ran out go back, one redelivery spent, or fail once
+ * their redeliveries are spent. A lease runs out because its agent died, hung or was cut off: the
+ * fleet failing, not the work, so the work's own retries (retry_count) are left as they were.
+ */
 export function requeueExpired(q: ItemsContext, nowMs: number, by: string, limit: number): Promise<readonly Requeued[]> {
   return requeue(q, sql.fragment`status = 'dispatched' AND lease_expires_at < ${msToNs(nowMs)}`, "lease expired", nowMs, by, true, limit);
 }
 
-/** Everything an agent holds goes back at once (it went inactive), an attempt spent. */
+/** Everything an agent holds goes back at once (it went inactive), one redelivery spent on each. */
 export function requeueAgent(q: ItemsContext, agent: string, nowMs: number, by: string, reason: string): Promise<readonly Requeued[]> {
   return requeue(q, sql.fragment`status = 'dispatched' AND agent_id = ${agent}`, reason, nowMs, by, true, 100_000);
 }
 
-/** Everything an agent holds goes back without spending an attempt (a drain deadline passed). */
+/** Everything an agent holds goes back spending nothing (a drain deadline passed: an operator's call). */
 export function releaseAgent(q: ItemsContext, agent: string, nowMs: number, by: string, reason: string): Promise<readonly Requeued[]> {
   return requeue(q, sql.fragment`status = 'dispatched' AND agent_id = ${agent}`, reason, nowMs, by, false, 100_000);
 }
 
-function requeue(q: ItemsContext, where: FragmentSqlToken, reason: string, nowMs: number, by: string, spendAttempt: boolean, limit: number): Promise<readonly Requeued[]> {
+function requeue(q: ItemsContext, where: FragmentSqlToken, reason: string, nowMs: number, by: string, lostLease: boolean, limit: number): Promise<readonly Requeued[]> {
   const w = q.t.id("work_item");
-  const retry = spendAttempt ? sql.fragment`(w.retry_count < w.max_retries)` : sql.fragment`true`;
+  const retry = lostLease ? sql.fragment`(w.redelivery_count < w.max_redeliveries)` : sql.fragment`true`;
+  // A dead letter says what happened: every agent that ran it lost it (a poison item, or a fleet
+  // that keeps dying); the last holder's reason is kept in the sentence.
+  const spent = sql.fragment`format('lost its lease %s times (%s): the agents running it died, hung or were cut off', w.redelivery_count + 1, ${reason}::text)`;
   const nowNs = msToNs(nowMs);
   return withDbErrors(() =>
     q.db.any(sql.type(requeuedRow)`
@@ -41,11 +48,11 @@ function requeue(q: ItemsContext, where: FragmentSqlToken, reason: string, nowMs
         )
         UPDATE ${w} w SET
                status = CASE WHEN ${retry} THEN 'pending' ELSE 'failed' END,
-               retry_count = CASE WHEN ${retry} AND ${spendAttempt} THEN w.retry_count + 1 ELSE w.retry_count END,
-               next_attempt_at = CASE WHEN ${retry} THEN ${nowNs}::bigint + ${spendAttempt ? q.backoffNs(sql.fragment`w.retry_count`) : sql.fragment`0`} ELSE w.next_attempt_at END,
+               redelivery_count = CASE WHEN ${lostLease} THEN w.redelivery_count + 1 ELSE w.redelivery_count END,
+               next_attempt_at = CASE WHEN ${retry} THEN ${nowNs}::bigint + ${lostLease ? q.backoffNs(sql.fragment`w.redelivery_count`) : sql.fragment`0`} ELSE w.next_attempt_at END,
                completed_at = CASE WHEN ${retry} THEN NULL ELSE ${nowNs}::bigint END,
                agent_id = CASE WHEN ${retry} THEN NULL ELSE w.agent_id END,
-               error = CASE WHEN ${spendAttempt} THEN ${reason} ELSE w.error END,
+               error = CASE WHEN NOT ${lostLease} THEN w.error WHEN ${retry} THEN ${reason} ELSE ${spent} END,
                lease_expires_at = NULL, lease_token = NULL, dispatched_at = NULL, updatedby = ${by}, updatedon = ${ts(nowMs)}
           FROM gone
          WHERE w.id = gone.id
