@@ -33,7 +33,7 @@ describe("rebind policy", () => {
 
     await deregister(a);
     // Its item went back at once (an attempt spent, due after the backoff).
-    expect(await itemRow(R.db, items[0]!)).toMatchObject({ status: "pending", agent_id: null, retry_count: 1 });
+    expect(await itemRow(R.db, items[0]!)).toMatchObject({ status: "pending", agent_id: null, retry_count: 0, redelivery_count: 1 });
 
     // B claims fine, but nothing of the key.
     const [other] = await enqueue(R, t, [plain("k")]);

@@ -72,7 +72,7 @@ describe("lease lost mid-handler", () => {
     await until("the handler returned", () => agent.inFlight === 0);
     expect(reportedIds(calls)).not.toContain(id);
     // Back in the queue with an attempt spent; the late result went nowhere.
-    expect(await producer.get(id!)).toMatchObject({ status: WorkItemStatus.PENDING, retryCount: 1, resultJson: "", agentId: "" });
+    expect(await producer.get(id!)).toMatchObject({ status: WorkItemStatus.PENDING, retryCount: 0, redeliveryCount: 1, resultJson: "", agentId: "" });
     producer.close();
   });
 
