@@ -23,6 +23,8 @@ export interface Options {
   hbDurationMs: number;
   /** Heartbeats before the counted window, so the registrations' late-published counts stay out of it. */
   hbSettleMs: number;
+  /** The idle window before the heartbeats, whose statement rate is subtracted from theirs. */
+  hbIdleMs: number;
   /** Items the drain's agents take first, uncounted, so the counted drain runs on warm processes. */
   drainWarmup: number;
   baselineWorkers: number;
@@ -309,7 +311,7 @@ export async function latencyBaseline(db: Database, o: Options): Promise<Figures
 
 /** 1,000 simulated agents beating once a second: database statements per second, and daemon CPU. */
 export async function heartbeatCost(db: Database, daemon: DaemonProc, o: Options): Promise<Figures> {
-  const idleMs = 5_000;
+  const idleMs = o.hbIdleMs;
   const idleStart = await committedTransactions(db.url);
   await new Promise((r) => setTimeout(r, idleMs));
   const idleRate = ((await committedTransactions(db.url)) - idleStart - 2) / (idleMs / 1000);

@@ -149,7 +149,7 @@ describe("benchmark process lifecycle", () => {
 
 /**
  * --smoke made smaller still: the run's length is its processes starting (a daemon, agents, producers
- * and baseline workers for each section) and the heartbeat section's fixed idle window, not the work.
+ * and baseline workers for each section), not the work; its heartbeat idle window is a second.
  */
 const TINY = ["--smoke", "--items", "50", "--drain-warmup", "10", "--agents", "1", "--slots", "4", "--rate", "20", "--warmup", "0", "--hb-agents", "5", "--hb-duration", "1s"];
 
