@@ -2,16 +2,23 @@
  * The query pool through an outage (src/db/admission.ts says why it keeps its own limit): with more
  * callers than connections while the database is away, every caller is answered — none waits for
  * a connection that no failed attempt will ever hand it — and once the database is back the pool
- * serves again at its full size, however many connections died under a query meanwhile.
+ * serves again at its full size, however many connections died under a query meanwhile. And a
+ * path to the server that goes silent (a dropped flow: the proxy stops carrying bytes without
+ * closing) fails the operations on it once they go unanswered past the pool's silence limit,
+ * instead of hanging them; the pool serves on new connections.
  */
 import { sql, type DatabasePool } from "slonik";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { interpretDbError } from "../src/db/errors.js";
 import { openPool } from "../src/db/pool.js";
+import { AppError } from "../src/domain/errors.js";
 import { databaseUrl } from "./support/database-url.js";
 import { until } from "./support/kit.js";
 import { startTcpProxy, type TcpProxy } from "./support/tcp-proxy.js";
 
 const SIZE = 2;
+/** The silence limit here (the daemon's is 65 s, past the server's statement timeout). */
+const SILENT_MS = 2_000;
 const APP = `aiflowd-test-pool-outage-${process.pid}`;
 let proxy: TcpProxy;
 let pool: DatabasePool;
@@ -65,5 +72,27 @@ describe("the query pool through an outage", () => {
     while (!settled) most = Math.max(most, await running("at_once"));
     await Promise.all(opened);
     expect(most).toBe(SIZE);
+  });
+
+  it("fails the operations on a path that went silent once they go unanswered past the limit, and serves on new connections", async () => {
+    const path = await startTcpProxy(databaseUrl());
+    const quiet = await openPool({ url: path.url, maxConnections: SIZE, silentMs: SILENT_MS });
+    try {
+      const ask = () => quiet.oneFirst(sql.unsafe`SELECT 1`);
+      // Both connections open and idle, then the path freezes under them.
+      await Promise.all(Array.from({ length: SIZE }, () => quiet.query(sql.unsafe`SELECT pg_sleep(0.05)`)));
+      path.freeze();
+      const silent = await Promise.allSettled(Array.from({ length: SIZE }, ask));
+      for (const r of silent) {
+        expect(r.status).toBe("rejected");
+        const mapped = interpretDbError((r as PromiseRejectedResult).reason);
+        expect(mapped).toBeInstanceOf(AppError);
+        expect((mapped as AppError).kind).toBe("unavailable");
+      }
+      expect(await Promise.all(Array.from({ length: 3 * SIZE }, ask))).toEqual(Array(3 * SIZE).fill(1));
+    } finally {
+      await path.close();
+      await quiet.end();
+    }
   });
 });

@@ -37,18 +37,42 @@ const TAKES_CONNECTION: ReadonlySet<string | symbol> = new Set([
   "transaction",
 ]);
 
+/**
+ * What an operation is answered when its connection's path to the server went silent (a dropped
+ * flow, a hung host): nothing else ends it, because the client side of pg has no read timeout here
+ * and the server's statement timeout cannot reach a client that does not hear it. The operation is
+ * abandoned to its dead connection, and its place handed on.
+ */
+export class DatabaseSilentError extends Error {
+  override name = "DatabaseSilentError";
+  constructor(ms: number) {
+    super(`Query read timeout: the database did not answer within ${ms} ms`);
+  }
+}
+
 export class Admission {
   #active = 0;
   readonly #queue: (() => void)[] = [];
 
-  constructor(readonly limit: number) {}
+  /** `silentMs`: how long an operation may go unanswered before it is abandoned (see DatabaseSilentError). */
+  constructor(
+    readonly limit: number,
+    readonly silentMs: number,
+  ) {}
 
   async run<T>(fn: () => Promise<T>): Promise<T> {
     if (this.#active >= this.limit) await new Promise<void>((resolve) => this.#queue.push(resolve));
     else this.#active++;
+    let timer: NodeJS.Timeout | undefined;
     try {
-      return await fn();
+      return await Promise.race([
+        fn(),
+        new Promise<never>((_, reject) => {
+          timer = setTimeout(() => reject(new DatabaseSilentError(this.silentMs)), this.silentMs);
+        }),
+      ]);
     } finally {
+      clearTimeout(timer);
       // The place goes straight to the next in line (the count stays), or is given back.
       const next = this.#queue.shift();
       if (next) next();

@@ -40,7 +40,7 @@ export function interpretDbError(err: unknown): unknown {
   for (let e = err as { code?: unknown; message?: unknown; cause?: unknown } | undefined, depth = 0; e && depth < 4; e = e.cause as typeof e, depth++) {
     if (typeof e.code === "string" && SOCKET_CODES.has(e.code)) return new AppError("unavailable", "database unavailable, retry shortly", { cause: err });
     // pg's own client-side failures carry no code, only these messages.
-    if (e.message === "Query read timeout" || e.message === "Connection terminated due to connection timeout")
+    if (e.message === "Query read timeout" || e.message === "Connection terminated due to connection timeout" || (e as { name?: unknown }).name === "DatabaseSilentError")
       return new AppError("unavailable", "database did not answer in time, retry shortly", { cause: err });
     if (typeof e.message === "string" && CLOSED_MESSAGES.some((m) => e.message === m))
       return new AppError("unavailable", "database unavailable, retry shortly", { cause: err });

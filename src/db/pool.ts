@@ -23,13 +23,16 @@ export interface PoolOptions {
   applicationName?: string;
   /** Extra interceptors, run after the result parser (tests count statements with one). */
   interceptors?: readonly Interceptor[];
+  /** How long an operation may go unanswered before its path counts as dead (default POOL_LIMITS.silentMs). */
+  silentMs?: number;
 }
 
 /**
  * Limits both pools keep (this one and the hot pool, ./prepared.ts): the server ends a statement after
- * a minute, an idle connection is closed after 30 s, and opening one may take 5 s.
+ * a minute, an idle connection is closed after 30 s, and opening one may take 5 s. An operation still
+ * unanswered 5 s after the server would have ended it has lost its path to the server (silentMs).
  */
-export const POOL_LIMITS = { statementMs: 60_000, idleMs: 30_000, connectMs: 5_000 } as const;
+export const POOL_LIMITS = { statementMs: 60_000, idleMs: 30_000, connectMs: 5_000, silentMs: 65_000 } as const;
 
 /** The pool, at most `maxConnections` connections at once (kept by ./admission.ts: it says why). */
 export async function openPool(opts: PoolOptions): Promise<DatabasePool> {
@@ -45,7 +48,7 @@ export async function openPool(opts: PoolOptions): Promise<DatabasePool> {
     idleTimeout: POOL_LIMITS.idleMs,
     connectionTimeout: POOL_LIMITS.connectMs,
   });
-  return admitted(pool, new Admission(opts.maxConnections));
+  return admitted(pool, new Admission(opts.maxConnections, opts.silentMs ?? POOL_LIMITS.silentMs));
 }
 
 /**
