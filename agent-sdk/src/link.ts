@@ -9,11 +9,12 @@
  * side may be new, restarted, or may have marked this agent inactive meanwhile.
  */
 import { Code, ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
-import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import { createGrpcTransport } from "@connectrpc/connect-node";
 import type { Logger } from "pino";
 import { pushbackMs, retryDelay, sleep } from "./backoff.js";
 import { AgentFailedError } from "./errors.js";
 import { createSdkGrpcTransport } from "@aiflow/wire/client";
+import { GuardedSessionManager } from "@aiflow/wire/client/session-manager";
 import { AgentService } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
 import { baseUrl, type ResolvedOptions } from "./options.js";
 
@@ -28,7 +29,7 @@ export const errorText = (err: unknown) => (err instanceof Error ? err.message :
 
 interface Target {
   address: string;
-  session: Http2SessionManager;
+  session: GuardedSessionManager;
   client: AgentClient;
 }
 
@@ -59,7 +60,7 @@ export class Link {
     this.#targets = opts.addresses.map((address) => {
       const url = baseUrl(address);
       // Pings find a dead connection while a long-poll or the directive stream waits on it.
-      const session = new Http2SessionManager(url, { pingIntervalMs: 10_000, pingTimeoutMs: 5_000 });
+      const session = new GuardedSessionManager(url, { pingIntervalMs: opts.keepalive.intervalMs, pingTimeoutMs: opts.keepalive.timeoutMs });
       const transportOptions = { baseUrl: url, sessionManager: session, interceptors: [...auth, ...opts.interceptors] };
       const transport = opts.fastTransport ? createSdkGrpcTransport(transportOptions) : createGrpcTransport(transportOptions);
       return { address, session, client: createClient(AgentService, transport) };

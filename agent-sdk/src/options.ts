@@ -83,6 +83,13 @@ export interface AgentOptions {
   /** Reconnect delays: capped exponential backoff with jitter. @default { initialDelayMs: 200, maxDelayMs: 10000 } */
   reconnect?: BackoffOptions;
   /**
+   * HTTP/2 pings on the connection to the daemon: one every `intervalMs`, and a connection whose
+   * ping goes unanswered for `timeoutMs` is taken for dead (a half-open path: a dropped flow, a
+   * hung host), closed, and the agent reconnects, also while a long-poll claim waits on it.
+   * @default { intervalMs: 10000, timeoutMs: 5000 }
+   */
+  keepalive?: { intervalMs?: number; timeoutMs?: number };
+  /**
    * Connect interceptors for every call of the main connection (tracing, metrics). The heartbeat
    * thread has a connection of its own and does not run them.
    * @default []
@@ -121,6 +128,7 @@ export interface ResolvedOptions {
   reportMaxBatch: number;
   rpcTimeoutMs: number;
   reconnect: Required<BackoffOptions>;
+  keepalive: { intervalMs: number; timeoutMs: number };
   interceptors: Interceptor[];
   fastTransport: boolean;
 }
@@ -181,6 +189,10 @@ export function resolveOptions(o: AgentOptions): ResolvedOptions {
     reconnect: {
       initialDelayMs: positive("reconnect.initialDelayMs", o.reconnect?.initialDelayMs, 200, 1),
       maxDelayMs: positive("reconnect.maxDelayMs", o.reconnect?.maxDelayMs, 10_000, 1),
+    },
+    keepalive: {
+      intervalMs: positive("keepalive.intervalMs", o.keepalive?.intervalMs, 10_000, 1),
+      timeoutMs: positive("keepalive.timeoutMs", o.keepalive?.timeoutMs, 5_000, 1),
     },
     interceptors: [...(o.interceptors ?? [])],
     fastTransport: o.fastTransport ?? true,
