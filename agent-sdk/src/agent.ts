@@ -1,7 +1,7 @@
 /**
- * The agent: registers, heartbeats from its own thread, claims work for its free slots, runs the
- * handlers, renews their leases, reports outcomes in batches, follows the daemon's directives, and
- * survives the daemon going away (see link.ts).
+ * The agent: registers, heartbeats and renews its leases from a thread of their own (leases.ts),
+ * claims work for its free slots, runs the handlers, reports outcomes in batches, follows the
+ * daemon's directives, and survives the daemon going away (see link.ts).
  *
  * Shutdown always runs in this order, whatever started it (drain(), stop(), a signal, the daemon
  * with `onDaemonDrain: "exit"`):
@@ -122,8 +122,18 @@ export class Agent extends EventEmitter<AgentEvents> {
         this.#heartbeat.setInFlight(busy);
         this.#claimer.nudge();
       },
+      leasesTaken: (runs) => this.#leases.taken(runs),
+      leaseDropped: (run) => this.#leases.dropped(run),
     }, ahead);
-    this.#leases = new LeaseKeeper(this.#link, this.#o, () => this.#work.held(), (run, message) => this.#work.leaseLost(run, message), this.#log);
+    this.#heartbeat = new HeartbeatThread(this.#o, this.#log, {
+      onReply: (reply) => this.#onHeartbeatReply(reply),
+      onNotFound: () => this.#reregister("the daemon does not know this agent"),
+      onReady: () => this.#leases.threadReady(),
+      onDown: () => this.#leases.threadDown(),
+      onLeasesLost: (leases) => this.#leases.lost(leases),
+      held: () => this.#leases.leases(),
+    });
+    this.#leases = new LeaseKeeper(this.#link, this.#o, this.#heartbeat, () => this.#work.held(), (run, message) => this.#work.leaseLost(run, message), this.#log);
     this.#claimer = new Claimer(this.#link, this.#o, {
       room: () => this.#work.room,
       answeredAtOnce: (ms) => ahead.claimTook(ms),
@@ -133,10 +143,6 @@ export class Agent extends EventEmitter<AgentEvents> {
     });
     this.#reporter.holdForClaim(() => this.#claimer.refilling);
     this.#directives = new DirectiveFollower(this.#link, this.#o, (d) => this.#onDirective(d), this.#log);
-    this.#heartbeat = new HeartbeatThread(this.#o, this.#log, {
-      onReply: (reply) => this.#onHeartbeatReply(reply),
-      onNotFound: () => this.#reregister("the daemon does not know this agent"),
-    });
   }
 
   get state(): AgentState {

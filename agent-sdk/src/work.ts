@@ -26,6 +26,10 @@ export interface WorkHooks {
   slotFreed(busy: number): void;
   /** A handler started. */
   slotTaken(busy: number): void;
+  /** Items claimed hold these leases now; called before any of their handlers starts. */
+  leasesTaken(runs: readonly Run[]): void;
+  /** This lease is held no more (its run was given back or finished); may come twice for one run. */
+  leaseDropped(run: Run): void;
 }
 
 export class Work {
@@ -61,6 +65,7 @@ export class Work {
 
   /** Starts the claimed items, or gives them back at once when `accepting` is false. */
   accept(items: readonly WireItem[], accepting: boolean): void {
+    const taken: Run[] = [];
     for (const w of items) {
       if (!accepting) {
         this.log.info({ item: w.id }, "claimed while shutting down: giving it back");
@@ -78,6 +83,12 @@ export class Work {
       }
       const run = new Run(item, w.leaseToken);
       this.#runs.set(item.id, run);
+      taken.push(run);
+    }
+    if (taken.length === 0) return;
+    // Before any handler starts: one that blocks the event loop at once must find its lease kept.
+    this.hooks.leasesTaken(taken);
+    for (const run of taken) {
       if (this.#busy < this.opts.slots) void this.#execute(run);
       else {
         run.phase = "waiting";
@@ -111,6 +122,7 @@ export class Work {
 
   #release(run: Run, message: string): void {
     run.phase = "releasing";
+    this.hooks.leaseDropped(run);
     run.abort("drain-deadline", message);
     const release: Report = { kind: "release", id: run.item.id, token: run.token };
     void this.reporter.submit(release).then((r) => this.#finish(run, outcomeOf(release, r)));
@@ -184,6 +196,7 @@ export class Work {
     if (run.phase === "finished") return;
     run.phase = "finished";
     this.#runs.delete(run.item.id);
+    this.hooks.leaseDropped(run);
     const fields = { item: run.item.id, outcome };
     if (outcome.kind === "completed") this.log.debug(fields, "item completed");
     else if (outcome.kind === "failed" || outcome.kind === "released") this.log.info(fields, `item ${outcome.kind}`);

@@ -1,14 +1,20 @@
 /**
  * Leases: a handler whose lease is lost is aborted and nothing is reported for it; a handler that
- * runs for several lease TTLs keeps its lease through renewals.
+ * runs for several lease TTLs keeps its lease through renewals, which the heartbeat thread makes
+ * (on a connection of its own, so the call logs here see none) except while it is down, when the
+ * main thread makes them until a restarted thread is ready. blocked-handler.test.ts shows what
+ * that buys: a handler blocking the event loop keeps its lease.
  *
  * The lost-lease tests run on daemons with a fake clock whose sweeps never fire on their own: the
  * test moves the clock past the TTL and runs the sweep, or takes the lease away in the database,
  * so what happens and when is decided by the test, not by timing.
  */
+import type { Worker } from "node:worker_threads";
 import { beforeAll, describe, expect, it } from "vitest";
 import { FakeClock } from "../../src/clock.js";
 import type { Daemon } from "../../src/daemon.js";
+import { captureLog } from "../../test/support/agents.js";
+import { TOKENS } from "../../test/support/daemon.js";
 import type { TestDb } from "../../test/support/db.js";
 import { useTestDb } from "../../test/support/kit.js";
 import { WorkAbortedError } from "../src/index.js";
@@ -24,6 +30,8 @@ let sweeping: Daemon;
 let renewing: Daemon;
 /** A real clock and sweeps every 50ms. */
 let realtime: Daemon;
+/** The same, with a lease TTL that outlasts a heartbeat thread's death by far. */
+let handover: Daemon;
 
 beforeAll(async () => {
   db = fakeTime.db;
@@ -32,6 +40,7 @@ beforeAll(async () => {
   sweeping = await fakeTime.startDaemon({ clock, config: { ...fake, instanceId: "sweeping", leaseTtl: 30_000 } });
   renewing = await fakeTime.startDaemon({ clock, config: { ...fake, instanceId: "renewing", leaseTtl: 300 } });
   realtime = await realTime.startDaemon({ config: { instanceId: "realtime", leaseTtl: 300, sweepInterval: 50, heartbeatInterval: 1_000 } });
+  handover = await realTime.startDaemon({ config: { instanceId: "handover", leaseTtl: 1_500, sweepInterval: 50, heartbeatInterval: 1_000 } });
 });
 
 /** A handler that waits for its signal, then returns anyway (as careless code would). */
@@ -94,8 +103,8 @@ describe("lease lost mid-handler", () => {
     expect(reason).toMatchObject({ name: "WorkAbortedError", kind: "lease-lost" });
     expect((reason as Error).message).toMatch(/^lease lost/);
     expect((await outcome).outcome.kind).toBe("lease-lost");
-    const lostRenewal = calls.calls.find((c) => c.method === "ExtendLease" && (c.message as { leases: { workItemId: string }[] }).leases.some((l) => l.workItemId === id));
-    expect(lostRenewal).toBeDefined();
+    // The renewal that found the lease lost was the heartbeat thread's.
+    expect(calls.count("ExtendLease")).toBe(0);
     await until("the handler returned", () => agent.inFlight === 0);
     expect(reportedIds(calls)).not.toContain(id);
     expect(await producer.get(id!)).toMatchObject({ status: WorkItemStatus.DISPATCHED, resultJson: "" });
@@ -117,9 +126,81 @@ describe("lease renewal", () => {
     await agent.start();
     const [id] = await producer.enqueue([{ engineKind: "slow" }]);
     const [done] = await producer.waitDone([id!]);
-    // Four TTLs with sweeps every 50ms: only renewals kept it.
+    // Four TTLs with sweeps every 50ms: only renewals kept it, and all of them came from the heartbeat thread.
     expect(done).toMatchObject({ status: WorkItemStatus.COMPLETED, retryCount: 0, resultJson: JSON.stringify("done") });
-    expect(calls.count("ExtendLease")).toBeGreaterThanOrEqual(8);
+    expect(calls.count("ExtendLease")).toBe(0);
     producer.close();
   });
+
+  it("while the heartbeat thread is down the main thread renews, and it hands renewal back to the restarted thread", async () => {
+    const threads: Worker[] = [];
+    const spawned = (w: Worker) => threads.push(w);
+    process.on("worker", spawned);
+    try {
+      const producer = new Producer(handover.address, "t1");
+      const calls = callLog();
+      const log = captureLog("debug");
+      const started = deferred();
+      const gate = deferred();
+      const agent = testAgent(handover.address, {
+        engineKinds: ["orphaned"],
+        interceptors: [calls.interceptor],
+        logger: log.log,
+        handlers: {
+          orphaned: async () => {
+            started.resolve();
+            await gate.promise;
+            return "done";
+          },
+        },
+      });
+      await agent.start();
+      expect(threads).toHaveLength(1);
+      const [id] = await producer.enqueue([{ engineKind: "orphaned" }]);
+      await started.promise;
+      await renewedTimes(id!, 2);
+      expect(calls.count("ExtendLease")).toBe(0);
+
+      await threads[0]!.terminate();
+      const renewalsOf = () => calls.calls.filter((c) => c.method === "ExtendLease" && c.ended === "ok" && (c.message as { leases: { workItemId: string }[] }).leases.some((l) => l.workItemId === id));
+      await until("the main thread renewed the lease twice", () => renewalsOf().length >= 2);
+      await until("a restarted thread took renewal back", () => log.lines().some((l) => l.msg === "the heartbeat thread is back: it renews the leases again"));
+      expect(threads).toHaveLength(2);
+      const byMainThread = calls.count("ExtendLease");
+      // The restarted thread was handed the lease: it keeps it alone.
+      await renewedTimes(id!, 3);
+      expect(calls.count("ExtendLease")).toBe(byMainThread);
+
+      gate.resolve();
+      const [done] = await producer.waitDone([id!]);
+      expect(done).toMatchObject({ status: WorkItemStatus.COMPLETED, retryCount: 0, redeliveryCount: 0, agentId: agent.name, resultJson: JSON.stringify("done") });
+      // Neither the bearer token nor the fencing token is ever logged, whichever thread renewed.
+      const token = (await rtDb().raw<{ lease_token: string }>(`SELECT lease_token FROM ${rtDb().tables.qualified("work_item")} WHERE id = $1`, [id]))[0]?.lease_token;
+      expect(token).toBeTruthy();
+      const lines = log.raw().join("\n");
+      expect(lines).not.toContain(token);
+      expect(lines).not.toContain(TOKENS.agent);
+      producer.close();
+    } finally {
+      process.off("worker", spawned);
+    }
+  });
 });
+
+const rtDb = () => realTime.db;
+
+/**
+ * Resolves once the lease of item `id` (on the real-time daemons' schema) has been renewed `times` times
+ * from now, as its row shows; fails at once if the item is no longer held.
+ */
+async function renewedTimes(id: string, times: number): Promise<void> {
+  const seen = new Set<string>();
+  let first: string | undefined;
+  await until(`the lease of ${id} was renewed ${times} times`, async () => {
+    const [row] = await rtDb().raw<{ status: string; lease_expires_at: string }>(`SELECT status, lease_expires_at FROM ${rtDb().tables.qualified("work_item")} WHERE id = $1`, [id]);
+    if (row?.status !== "dispatched") throw new Error(`item ${id} is ${row?.status ?? "gone"}: its lease was lost`);
+    first ??= row.lease_expires_at;
+    if (row.lease_expires_at !== first) seen.add(row.lease_expires_at);
+    return seen.size >= times;
+  });
+}

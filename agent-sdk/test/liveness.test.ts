@@ -6,74 +6,28 @@
  * The daemon runs in a child process here: in this process it would share the blocked event loop
  * with the handler and could neither take heartbeats nor sweep.
  */
-import { spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { once } from "node:events";
-import { fileURLToPath } from "node:url";
+import { spawnSync } from "node:child_process";
 import { Worker } from "node:worker_threads";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import { agentRow } from "../../test/support/agents.js";
 import { TOKENS } from "../../test/support/daemon.js";
-import { databaseUrl } from "../../test/support/database-url.js";
 import type { TestDb } from "../../test/support/db.js";
-import { freePort } from "../../test/support/free-port.js";
 import { until, useTestDb } from "../../test/support/kit.js";
 import { AgentService } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
 import type { Registration } from "../src/index.js";
+import { useChildDaemon } from "./daemon-process.js";
 import { agentName, Producer, testAgent, WorkItemStatus } from "./support.js";
 
-const ROOT = fileURLToPath(new URL("../..", import.meta.url));
 const HEARTBEAT_MS = 300;
 /** Heartbeats that must land while the event loop is blocked: ten intervals; the daemon marks an agent inactive after three. */
 const BEATS = 10;
 
 const fx = useTestDb("sdklive");
 let db: TestDb;
-let daemon: ChildProcess;
-let address: string;
-
-/** Starts `aiflowd serve` in a child process and resolves once it serves. */
-async function spawnDaemon(schema: string, port: number): Promise<ChildProcess> {
-  const flags = {
-    "--listen": `127.0.0.1:${port}`,
-    "--database-url": databaseUrl(),
-    "--schema": schema,
-    "--instance-id": "liveness-child",
-    "--heartbeat-interval": `${HEARTBEAT_MS}ms`,
-    "--heartbeat-flush": "50ms",
-    "--sweep-interval": "50ms",
-    "--lease-ttl": "20s",
-    "--log-level": "info",
-  };
-  const args = ["--import", "tsx", "src/cli/aiflowd.ts", "serve", ...Object.entries(flags).flat(), "--token", `agent:${TOKENS.agent}`, "--token", `engine:${TOKENS.engine}`];
-  const child = spawn(process.execPath, args, { cwd: ROOT, stdio: ["ignore", "pipe", "inherit"], env: { ...process.env, NO_COLOR: "1" } });
-  let out = "";
-  await new Promise<void>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`aiflowd did not start within 30s:\n${out}`)), 30_000);
-    child.stdout!.on("data", (chunk: Buffer) => {
-      out += chunk.toString();
-      if (out.includes("aiflowd serving gRPC")) {
-        clearTimeout(timer);
-        resolve();
-      }
-    });
-    child.once("exit", (code) => reject(new Error(`aiflowd exited with ${code}:\n${out}`)));
-  });
-  child.stdout!.resume();
-  return child;
-}
-
-beforeAll(async () => {
+beforeAll(() => {
   db = fx.db;
-  const port = await freePort();
-  daemon = await spawnDaemon(db.schema, port);
-  address = `127.0.0.1:${port}`;
 });
-afterAll(async () => {
-  if (daemon && daemon.exitCode === null) {
-    daemon.kill("SIGTERM");
-    await once(daemon, "exit");
-  }
-});
+const daemon = useChildDaemon(() => fx.db.schema, "liveness-child", { heartbeatInterval: `${HEARTBEAT_MS}ms`, leaseTtl: "20s" });
 
 interface Seen {
   /** Times the agent's row took a heartbeat (its updatedon moved) while this thread was blocked. */
@@ -124,12 +78,12 @@ function blockUntilSeen(agent: string, control: string, beats: number, capMs = 1
 
 describe("busy event loop", () => {
   it("a handler blocking the event loop for ten heartbeat intervals does not get the agent marked inactive", async () => {
-    const producer = new Producer(address, "t1");
+    const producer = new Producer(daemon.address(), "t1");
     // A control: registered the same way, but never heartbeats.
     const control = agentName("control");
     let seen: Seen | undefined;
     const registrations: Registration[] = [];
-    const agent = testAgent(address, {
+    const agent = testAgent(daemon.address(), {
       engineKinds: ["busy"],
       handlers: {
         busy: () => {
@@ -142,7 +96,7 @@ describe("busy event loop", () => {
     agent.on("registered", (r) => registrations.push(r));
     await agent.start();
     expect(agent.registration?.heartbeatIntervalMs).toBe(HEARTBEAT_MS);
-    await fx.clientAt(address, AgentService, TOKENS.agent).register({ name: control, metadata: { slots: 1, tenants: ["t1"], engineKinds: ["none"] } });
+    await fx.clientAt(daemon.address(), AgentService, TOKENS.agent).register({ name: control, metadata: { slots: 1, tenants: ["t1"], engineKinds: ["none"] } });
 
     const [id] = await producer.enqueue([{ engineKind: "busy" }]);
     const [done] = await producer.waitDone([id!], 30_000);
@@ -161,7 +115,7 @@ describe("busy event loop", () => {
   });
 
   it("heartbeats carry metrics measured by the SDK: CPU, memory, disks, and GPUs only when nvidia-smi reports them", async () => {
-    const agent = testAgent(address, { engineKinds: ["metrics"], mounts: ["/", "/definitely/not/a/mount"], handlers: { metrics: () => undefined } });
+    const agent = testAgent(daemon.address(), { engineKinds: ["metrics"], mounts: ["/", "/definitely/not/a/mount"], handlers: { metrics: () => undefined } });
     await agent.start();
     let metrics = null as Record<string, unknown> | null;
     await until("a heartbeat landed", async () => (metrics = (await agentRow(db, agent.name))?.metrics ?? null) !== null);

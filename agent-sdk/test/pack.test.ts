@@ -64,6 +64,7 @@ describe("the packed SDK", () => {
     expect(paths.filter((p) => p.endsWith(".ts") && !p.endsWith(".d.ts"))).toEqual([]);
     expect(paths).toContain("README.md");
     expect(paths).toContain("dist/liveness/thread.js");
+    expect(paths).toContain("dist/liveness/renewals.js");
     expect(paths).toContain("dist/wire/codec/index.js");
     expect(paths.some((p) => p.startsWith("dist/wire/server/"))).toBe(false);
 

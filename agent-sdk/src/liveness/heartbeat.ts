@@ -1,9 +1,17 @@
 /**
  * The main thread's side of the heartbeat thread (thread.js): spawns it before the agent registers
  * and waits until it is ready (loading its modules can take seconds on a loaded host, longer than a
- * short liveness window), tells it to start beating once registered, keeps it told of the interval
- * and the number of items in flight, and hands its replies to the agent. A thread that dies later
- * is started again: liveness must not end because of one bad beat.
+ * short liveness window), tells it to start beating once registered, keeps it told of the interval,
+ * the number of items in flight and the leases the agent holds, and hands its replies and lost
+ * leases to the agent. Which thread renews the leases is the LeaseKeeper's call (leases.ts).
+ *
+ * A thread that dies is started again, after saying so (`onDown`), and handed every lease the agent
+ * holds at that moment; it says when it is ready (`onReady`) like the first. Liveness must not end
+ * because of one bad beat.
+ *
+ * Leases taken reach the thread at once, before any handler of theirs starts (one that blocks the
+ * event loop from its first line must find its lease renewed); leases dropped go together once per
+ * turn of the event loop, since a drop that is late costs only a renewal refused as lost.
  */
 import { create, fromBinary, toBinary, type DescFile } from "@bufbuild/protobuf";
 import { FileDescriptorSetSchema } from "@bufbuild/protobuf/wkt";
@@ -12,12 +20,20 @@ import { Worker } from "node:worker_threads";
 import type { Logger } from "pino";
 import { file_aiflow_cluster_v1_agent, HeartbeatResponseSchema, type HeartbeatResponse } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
 import { baseUrl, type ResolvedOptions } from "../options.js";
-import type { FromThread, ThreadInit, ToThread } from "./protocol.js";
+import type { FromThread, Lease, LostLease, ThreadInit, ToThread } from "./protocol.js";
 
 export interface HeartbeatHooks {
   onReply(reply: HeartbeatResponse): void;
   /** The daemon does not know this agent (its row is gone): register again. */
   onNotFound(): void;
+  /** A thread (the first, or one started again) is ready to beat and renew. */
+  onReady(): void;
+  /** The thread died; another is starting. */
+  onDown(): void;
+  /** The daemon said these leases are no longer held. */
+  onLeasesLost(leases: LostLease[]): void;
+  /** Every lease the agent holds now, for a thread started again. */
+  held(): Lease[];
 }
 
 const THREAD = new URL("./thread.js", import.meta.url);
@@ -31,6 +47,10 @@ export class HeartbeatThread {
   #stopped = false;
   /** Consecutive failed beats, to warn once per outage rather than on every beat. */
   #failures = 0;
+  /** Consecutive failed renewal rounds, likewise. */
+  #renewalFailures = 0;
+  #drops: Lease[] = [];
+  #dropFlush: NodeJS.Immediate | undefined;
 
   constructor(
     private readonly opts: ResolvedOptions,
@@ -81,8 +101,28 @@ export class HeartbeatThread {
     Atomics.store(this.#inFlight, 0, count);
   }
 
+  /** The thread renews the leases it holds every third of `ttlMs`, first at the daemon at `addressIndex`; 0 stops it. */
+  renew(ttlMs: number, addressIndex: number): void {
+    this.#post({ type: "renew", ttlMs, addressIndex });
+  }
+
+  /** Leases claimed: posted at once. */
+  hold(leases: Lease[]): void {
+    if (leases.length === 0) return;
+    // Drops first: one of them may name an earlier dispatch of an item these hold again.
+    this.#flushDrops();
+    this.#post({ type: "hold", leases });
+  }
+
+  /** A lease no longer held (its item finished or was given back). */
+  drop(lease: Lease): void {
+    this.#drops.push(lease);
+    this.#dropFlush ??= setImmediate(() => this.#flushDrops());
+  }
+
   async stop(): Promise<void> {
     this.#stopped = true;
+    clearImmediate(this.#dropFlush);
     const w = this.#worker;
     this.#worker = undefined;
     await w?.terminate();
@@ -92,23 +132,52 @@ export class HeartbeatThread {
     this.#worker?.postMessage(m);
   }
 
+  #flushDrops(): void {
+    clearImmediate(this.#dropFlush);
+    this.#dropFlush = undefined;
+    if (this.#drops.length === 0) return;
+    this.#post({ type: "drop", leases: this.#drops });
+    this.#drops = [];
+  }
+
   #spawn(): Worker {
     const worker = new Worker(THREAD, { workerData: this.#init, name: `aiflow-heartbeat-${this.opts.name}` });
     this.#worker = worker;
     if (this.#started) this.#post({ type: "start", ...this.#started });
+    // What the agent holds now; what it takes and drops from here on follows in order.
+    this.#drops = [];
+    this.hold(this.hooks.held());
     worker.on("message", (m: FromThread) => this.#receive(m));
     worker.on("error", (err) => this.log.error({ err }, "heartbeat thread crashed"));
     worker.on("exit", (code) => {
       if (this.#worker !== worker || this.#stopped) return;
       this.#worker = undefined;
       this.log.error({ code }, "heartbeat thread exited: starting it again");
+      this.hooks.onDown();
       setTimeout(() => this.#stopped || this.#spawn(), RESTART_DELAY_MS).unref();
     });
     return worker;
   }
 
   #receive(m: FromThread): void {
-    if (this.#stopped || m.type === "ready") return;
+    if (this.#stopped) return;
+    if (m.type === "ready") {
+      this.hooks.onReady();
+      return;
+    }
+    if (m.type === "lost") {
+      this.hooks.onLeasesLost(m.leases);
+      return;
+    }
+    if (m.type === "renewed") {
+      if (this.#renewalFailures > 0) this.log.info({ failedRounds: this.#renewalFailures }, "lease renewals reach the daemon again");
+      this.#renewalFailures = 0;
+      return;
+    }
+    if (m.type === "renewalFailed") {
+      if (this.#renewalFailures++ === 0) this.log.warn({ address: m.address, err: m.message, leases: m.leases }, "lease renewal failed: retrying next tick");
+      return;
+    }
     if (m.type === "reply") {
       if (this.#failures > 0) this.log.info({ failedBeats: this.#failures }, "heartbeats reach the daemon again");
       this.#failures = 0;

@@ -2,8 +2,9 @@
 /**
  * The heartbeat thread. It beats on a connection of its own, at the interval the daemon gave, with
  * metrics it measures itself, so the agent stays alive in the daemon's eyes while task code blocks
- * the main thread's event loop. Replies go to the main thread as bytes; when it is busy they queue
- * there, and the beats go on.
+ * the main thread's event loop; and over the same connection it renews the leases the agent holds
+ * (renewals.js), so that such code keeps its item too. Replies and lost leases go to the main
+ * thread as messages; when it is busy they queue there, and the beats and renewals go on.
  *
  * The agent spawns it before registering and waits for it to say it is ready (modules loaded, the
  * first metrics sample taken: that can take seconds on a loaded host), so the first beat follows
@@ -15,17 +16,15 @@
  */
 import { createFileRegistry, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { FileDescriptorSetSchema } from "@bufbuild/protobuf/wkt";
-import { Code, ConnectError } from "@connectrpc/connect";
+import { ConnectError } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { parentPort, workerData } from "node:worker_threads";
 import { MetricsSampler } from "./metrics.js";
+import { Renewals, TRANSIENT } from "./renewals.js";
 
 /** @typedef {import("./protocol.js").ThreadInit} ThreadInit */
 /** @typedef {import("./protocol.js").ToThread} ToThread */
 /** @typedef {import("./protocol.js").FromThread} FromThread */
-
-/** Failures after which the next daemon is tried. */
-const TRANSIENT = new Set([Code.Unavailable, Code.Unknown, Code.Internal, Code.DeadlineExceeded, Code.Aborted, Code.ResourceExhausted, Code.Canceled]);
 
 const port = parentPort;
 if (!port) throw new Error("thread.js runs as a worker thread of the agent");
@@ -33,13 +32,31 @@ if (!port) throw new Error("thread.js runs as a worker thread of the agent");
 const init = workerData;
 
 const registry = createFileRegistry(fromBinary(FileDescriptorSetSchema, init.descriptorSet));
-const found = registry.getService("aiflow.cluster.v1.AgentService")?.method.heartbeat;
-if (!found || found.methodKind !== "unary") throw new Error("the descriptor set lacks AgentService.Heartbeat");
-// Checked just above; DescMethod does not narrow by methodKind.
-const heartbeat = /** @type {import("@bufbuild/protobuf").DescMethodUnary} */ (found);
+/** @param {string} name */
+function unaryMethod(name) {
+  const found = registry.getService("aiflow.cluster.v1.AgentService")?.methods.find((m) => m.name === name);
+  if (!found || found.methodKind !== "unary") throw new Error(`the descriptor set lacks AgentService.${name}`);
+  // Checked just above; DescMethod does not narrow by methodKind.
+  return /** @type {import("@bufbuild/protobuf").DescMethodUnary} */ (found);
+}
+const heartbeat = unaryMethod("Heartbeat");
+const extendLease = unaryMethod("ExtendLease");
 
 const transports = init.baseUrls.map((baseUrl) => createGrpcTransport({ baseUrl }));
+// The agent's bearer token travels in this header only: nothing here logs or posts it.
 const headers = init.token ? { authorization: `Bearer ${init.token}` } : undefined;
+const renewals = new Renewals(
+  transports.map((transport, i) => ({
+    address: init.baseUrls[i] ?? "",
+    async extendLease(leases, timeoutMs) {
+      const res = await transport.unary(extendLease, undefined, timeoutMs, headers, { name: init.name, leases });
+      // An ExtendLeaseResponse of the descriptor set: its fields under their protobuf-es names.
+      return /** @type {{ outcomes: import("./renewals.js").Outcome[] }} */ (/** @type {unknown} */ (res.message)).outcomes;
+    },
+  })),
+  init.rpcTimeoutMs,
+  (message) => post(message),
+);
 const sampler = new MetricsSampler(init.mounts);
 let current = 0;
 let intervalMs = 0;
@@ -62,7 +79,9 @@ port.on("message", (/** @type {ToThread} */ m) => {
     if (beating) return;
     clearTimeout(timer);
     timer = setTimeout(beat, intervalMs);
-  }
+  } else if (m.type === "renew") renewals.renewEvery(m.ttlMs, m.addressIndex);
+  else if (m.type === "hold") renewals.hold(m.leases);
+  else if (m.type === "drop") renewals.drop(m.leases);
 });
 
 // The first sample finds out whether there is a GPU and sets the CPU baseline.
