@@ -1,0 +1,72 @@
+/**
+ * Child process of the chaos run: one SDK agent given every daemon's address (the SDK fails over).
+ * Its handler sleeps a short random time, honouring the abort signal, and then records the run.
+ *
+ * It writes its testimony to a JSON-lines file that survives a kill -9, because each line is
+ * appended synchronously before the handler returns:
+ *   {"run":ID,"attempt":A,"redeliveries":R,"pid":P}   a handler run that finished (its result was offered)
+ *   {"outcome":KIND,"id":ID}                          what the SDK said became of it (completed, lease-lost, …)
+ *   {"rpcError":CODE,"method":M}                      an error answer on the agent's main connection
+ * The parent counts executions and refused (zombie) completions from these lines, and compares
+ * them with the database; nothing here is trusted for the invariants themselves.
+ *
+ *   tsx bench/chaos/child-agent.ts ADDRESSES(comma) TOKEN NAME TENANT KIND SLOTS MIN_MS MAX_MS RECORD_FILE LOG_FILE
+ */
+import { appendFileSync } from "node:fs";
+import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
+import { pino } from "pino";
+import { createAgent } from "../../agent-sdk/src/index.js";
+
+const [addresses, token, name, tenant, kind, slotsRaw, minRaw, maxRaw, recordFile, logFile] = process.argv.slice(2);
+const minMs = Number(minRaw);
+const maxMs = Number(maxRaw);
+const record = (line: object) => appendFileSync(recordFile!, `${JSON.stringify(line)}\n`);
+
+const errors: Interceptor = (next) => async (req) => {
+  try {
+    return await next(req);
+  } catch (err) {
+    const code = ConnectError.from(err).code;
+    // An aborted call is the SDK cancelling its own long-poll (a stop, a failover), not an answer.
+    if (code !== Code.Canceled) record({ rpcError: Code[code], method: req.method.localName });
+    throw err;
+  }
+};
+
+/** Resolves after ms, or rejects with the signal's reason once it aborts (the lease is gone). */
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal.aborted) return reject(signal.reason);
+    const timer = setTimeout(resolve, ms);
+    signal.addEventListener("abort", () => (clearTimeout(timer), reject(signal.reason)), { once: true });
+  });
+}
+
+const agent = createAgent({
+  addresses: addresses!.split(","),
+  token,
+  name: name!,
+  tenants: [tenant!],
+  engineKinds: [kind!],
+  slots: Number(slotsRaw),
+  logger: pino({ level: "info" }, pino.destination({ dest: logFile!, sync: false })),
+  interceptors: [errors],
+  // Failover and reconnects should follow a restarted daemon within about a second.
+  reconnect: { initialDelayMs: 100, maxDelayMs: 1000 },
+  keepalive: { intervalMs: 2000, timeoutMs: 2000 },
+  rpcTimeoutMs: 5000,
+  handlers: {
+    [kind!]: async (item, ctx) => {
+      await sleep(minMs + Math.random() * (maxMs - minMs), ctx.signal);
+      record({ run: item.id, attempt: item.attempt, redeliveries: item.redeliveries, pid: process.pid });
+      return null;
+    },
+  },
+});
+agent.on("itemFinished", (item, outcome) => record({ outcome: outcome.kind, id: item.id }));
+await agent.start();
+process.once("SIGTERM", async () => {
+  await agent.stop();
+  process.exit(0);
+});
+console.log(JSON.stringify({ ready: true, name }));

@@ -1,0 +1,176 @@
+/**
+ * The chaos run's processes: daemons on fixed ports (a restarted one comes back at the same address,
+ * which the agents already list) and agents under fixed names (a replacement takes its
+ * predecessor's name, as a restarted worker would). Every exit the run did not cause is recorded as
+ * a crash, and the process is started again so the run goes on measuring everything else.
+ */
+import { appendFileSync } from "node:fs";
+import { join } from "node:path";
+import { DAEMON_NODE_TUNING, NODE_TUNING } from "../env.js";
+import { startChild, type Child } from "../proc.js";
+
+export const TOKEN = "chaos-agent-token";
+export const ENGINE_TOKEN = "chaos-engine-token";
+export const TENANT = "chaos";
+export const KIND = "chaos";
+
+export interface Crash {
+  process: string;
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  atMs: number;
+}
+
+export interface FleetOptions {
+  dir: string;
+  dbUrl: string;
+  ports: readonly number[];
+  agents: number;
+  slots: number;
+  handlerMs: readonly [number, number];
+  daemonEnv: Record<string, string>;
+}
+
+interface Slot {
+  name: string;
+  child: Child | undefined;
+  generation: number;
+  /** Set just before the run itself ends this process, so that its exit is not a crash. */
+  expectExit: boolean;
+}
+
+export class Fleet {
+  readonly crashes: Crash[] = [];
+  /** Per agent name, when it had no live registered process: [from, to) in epoch ms (to undefined: still). */
+  readonly agentGaps = new Map<string, [number, number | undefined][]>();
+  readonly #o: FleetOptions;
+  readonly #daemons: Slot[];
+  readonly #agents: Slot[];
+  #closing = false;
+
+  constructor(o: FleetOptions) {
+    this.#o = o;
+    this.#daemons = o.ports.map((_, i) => ({ name: `chaos-daemon-${i}`, child: undefined, generation: 0, expectExit: false }));
+    this.#agents = Array.from({ length: o.agents }, (_, i) => ({ name: `chaos-agent-${i}`, child: undefined, generation: 0, expectExit: false }));
+  }
+
+  get addresses(): string[] {
+    return this.#o.ports.map((p) => `127.0.0.1:${p}`);
+  }
+
+  get agentNames(): string[] {
+    return this.#agents.map((a) => a.name);
+  }
+
+  /** Files every agent process wrote its runs and outcomes to. */
+  recordFiles(): string[] {
+    return this.#agents.flatMap((a) => Array.from({ length: a.generation }, (_, g) => join(this.#o.dir, `${a.name}.g${g}.jsonl`)));
+  }
+
+  auditFiles(): string[] {
+    return this.#daemons.flatMap((d) => Array.from({ length: d.generation }, (_, g) => join(this.#o.dir, `${d.name}.g${g}.audit.jsonl`)));
+  }
+
+  /** Every daemon's stdout and stderr lines are kept here, for a failed run's post-mortem. */
+  #logTo(child: Child, file: string): void {
+    child.onLine((line) => appendFileSync(file, `${line}\n`));
+  }
+
+  async startDaemon(i: number): Promise<void> {
+    const d = this.#daemons[i]!;
+    const g = d.generation++;
+    const child = startChild("bin/aiflowd.js", ["serve"], {
+      nodeArgs: DAEMON_NODE_TUNING,
+      stderr: "inherit",
+      env: {
+        DATABASE_URL: this.#o.dbUrl,
+        AIFLOW_LISTEN: this.addresses[i]!,
+        AIFLOW_INSTANCE_ID: d.name,
+        AIFLOW_TENANTS: TENANT,
+        AIFLOW_TOKENS: `agent:${TOKEN};engine:${ENGINE_TOKEN}`,
+        AIFLOW_AUDIT_LOG: join(this.#o.dir, `${d.name}.g${g}.audit.jsonl`),
+        AIFLOW_LOG_LEVEL: "info",
+        NO_COLOR: "1",
+        ...this.#o.daemonEnv,
+      },
+      ready: (line) => line.includes("aiflowd serving gRPC"),
+    });
+    this.#watch(d, child);
+    this.#logTo(child, join(this.#o.dir, `${d.name}.g${g}.log`));
+    await child.ready;
+  }
+
+  async startAgent(i: number): Promise<void> {
+    const a = this.#agents[i]!;
+    const g = a.generation++;
+    const [min, max] = this.#o.handlerMs;
+    const file = (ext: string) => join(this.#o.dir, `${a.name}.g${g}.${ext}`);
+    const child = startChild(
+      "bench/chaos/child-agent.ts",
+      [this.addresses.join(","), TOKEN, a.name, TENANT, KIND, String(this.#o.slots), String(min), String(max), file("jsonl"), file("log")],
+      { nodeArgs: NODE_TUNING, stderr: "inherit", ready: (line) => line.includes('"ready":true') },
+    );
+    this.#watch(a, child);
+    await child.ready;
+    const gaps = this.agentGaps.get(a.name);
+    const open = gaps?.at(-1);
+    if (open && open[1] === undefined) open[1] = Date.now();
+  }
+
+  /** kill -9 of agent i; a replacement under the same name is started at once. */
+  async killAgent(i: number): Promise<void> {
+    const a = this.#agents[i]!;
+    await this.#kill(a);
+    await this.startAgent(i);
+  }
+
+  async killDaemon(i: number): Promise<void> {
+    await this.#kill(this.#daemons[i]!);
+    await this.startDaemon(i);
+  }
+
+  agentIndex(name: string): number {
+    return this.#agents.findIndex((a) => a.name === name);
+  }
+
+  async #kill(s: Slot): Promise<void> {
+    const child = s.child!;
+    s.expectExit = true;
+    if (this.#agents.includes(s)) this.#gapStarts(s.name);
+    child.proc.kill("SIGKILL");
+    await child.exited;
+  }
+
+  #gapStarts(name: string): void {
+    const gaps = this.agentGaps.get(name) ?? [];
+    gaps.push([Date.now(), undefined]);
+    this.agentGaps.set(name, gaps);
+  }
+
+  #watch(s: Slot, child: Child): void {
+    s.child = child;
+    s.expectExit = false;
+    child.proc.once("exit", (code, signal) => {
+      if (s.expectExit || this.#closing) return;
+      this.crashes.push({ process: `${s.name} (generation ${s.generation - 1}, pid ${child.pid})`, code, signal, atMs: Date.now() });
+      const isAgent = this.#agents.includes(s);
+      if (isAgent) this.#gapStarts(s.name);
+      const i = isAgent ? this.#agents.indexOf(s) : this.#daemons.indexOf(s);
+      // Started again so the run keeps measuring; the crash itself fails the run.
+      setTimeout(() => void (isAgent ? this.startAgent(i) : this.startDaemon(i)).catch(() => {}), 500);
+    });
+  }
+
+  /** Agents first (they deregister through a daemon), then daemons; SIGKILL after a grace. */
+  async stop(): Promise<void> {
+    this.#closing = true;
+    await Promise.all(this.#agents.map((a) => a.child?.stop(5000)));
+    await Promise.all(this.#daemons.map((d) => d.child?.stop(10_000)));
+  }
+
+  /** For a synchronous exit path (Ctrl-C): SIGKILL to everything still running. */
+  killAllNow(): void {
+    this.#closing = true;
+    for (const s of [...this.#agents, ...this.#daemons]) if (s.child && s.child.proc.exitCode === null) s.child.proc.kill("SIGKILL");
+  }
+}
