@@ -26,9 +26,11 @@ const errors: Interceptor = (next) => async (req) => {
   try {
     return await next(req);
   } catch (err) {
-    const code = ConnectError.from(err).code;
-    // An aborted call is the SDK cancelling its own long-poll (a stop, a failover), not an answer.
-    if (code !== Code.Canceled) record({ rpcError: Code[code], method: req.method.localName });
+    const e = ConnectError.from(err);
+    // An aborted call is the SDK cancelling its own long-poll (a stop, a failover), not an answer;
+    // a stream reset by a dying connection reads as INTERNAL on the client but is no daemon's answer.
+    const reset = e.code === Code.Internal && /http\/2 stream closed/.test(e.rawMessage);
+    if (e.code !== Code.Canceled) record({ rpcError: reset ? "StreamReset" : Code[e.code], method: req.method.localName });
     throw err;
   }
 };

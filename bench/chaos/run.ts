@@ -101,8 +101,8 @@ async function main(o: Options): Promise<number> {
   line({ figures: "setup", dir, postgresPort: pgPort, why: "an embedded Postgres of the run's own: a server it may stop and restart", ...o });
   let fleet: Fleet | undefined;
   let passed = false;
-  // proc.ts's own handler (registered at the first child) kills children and exits; this one runs
-  // first and also stops Postgres and removes the run's directory, synchronously.
+  // Ctrl-C: kill every child, stop Postgres (immediate) and remove the run's directory, all
+  // synchronously, before proc.ts's own handler (which only kills children) could exit first.
   const onSignal = () => {
     fleet?.killAllNow();
     try {
@@ -114,6 +114,7 @@ async function main(o: Options): Promise<number> {
       // Postgres was not running.
     }
     rmSync(dir, { recursive: true, force: true });
+    process.exit(130);
   };
   process.prependListener("SIGINT", onSignal);
   process.prependListener("SIGTERM", onSignal);
@@ -172,7 +173,7 @@ async function main(o: Options): Promise<number> {
         await postgres.start();
       }
       const liftedAt = Date.now();
-      recoveries.push({ kind, target, ...(await recovery(query, o.agents, faultAt, liftedAt)) });
+      recoveries.push({ kind, target, at: new Date(faultAt).toISOString(), ...(await recovery(query, o.agents, faultAt, liftedAt)) });
       line({ figures: "fault", ...recoveries.at(-1) });
     }
 
