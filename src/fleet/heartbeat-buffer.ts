@@ -14,6 +14,12 @@ import type { DirectiveHub } from "./directives.js";
 
 export class HeartbeatBuffer {
   #pending = new Map<string, HeartbeatWrite>();
+  /**
+   * For each agent whose beat this daemon wrote, that beat's receive time: when the agent's row
+   * still shows it, this daemon wrote the agent's last beat, and holds any newer one (see
+   * ownBeatsBefore).
+   */
+  readonly #written = new Map<string, number>();
   #timer: NodeJS.Timeout | undefined;
   #flushing: Promise<void> | undefined;
   /** A flush requested while another was writing (shared by every such request). */
@@ -39,6 +45,23 @@ export class HeartbeatBuffer {
   /** Drops a buffered heartbeat (the agent deregistered; its last beat must not land after). */
   discard(name: string): void {
     this.#pending.delete(name);
+    this.#written.delete(name);
+  }
+
+  /**
+   * The beats this daemon wrote that arrived before `before`, one per agent with the time it
+   * arrived, for the liveness sweep: an agent whose row still shows that time has its last beat
+   * from here, so only this daemon can hold a newer one (an agent that moves to another daemon
+   * registers there first, which rewrites its row). Forgets those that arrived before
+   * `forgetBefore`: an agent forgotten here is judged as one whose last beat came from elsewhere.
+   */
+  ownBeatsBefore(before: number, forgetBefore: number): { name: string; at: number }[] {
+    const own: { name: string; at: number }[] = [];
+    for (const [name, at] of this.#written) {
+      if (at < forgetBefore) this.#written.delete(name);
+      else if (at < before) own.push({ name, at });
+    }
+    return own;
   }
 
   get size(): number {
@@ -100,8 +123,14 @@ export class HeartbeatBuffer {
       const rows = await this.agents.writeHeartbeats(batch);
       for (const r of rows) this.hub.remember(r.name, { status: r.status, drain: r.drain });
       const written = new Set(rows.map((r) => r.name));
-      // Agents removed since they beat: forget them so their next heartbeat answers NOT_FOUND.
-      for (const b of batch) if (!written.has(b.name)) this.hub.forget(b.name);
+      for (const b of batch) {
+        if (written.has(b.name)) this.#written.set(b.name, b.at);
+        else {
+          // Removed since it beat: forgotten, so that its next heartbeat answers NOT_FOUND.
+          this.hub.forget(b.name);
+          this.#written.delete(b.name);
+        }
+      }
       this.audit.record({ table: "agent", action: "update", ids: rows.map((r) => r.id), fields: ["metrics", "updatedon", "updatedby"], by: "heartbeat", at: this.clock.nowMs() });
     } catch (err) {
       if (!refusedForContent(err)) throw err;

@@ -104,8 +104,9 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
   const known = knownAgentLoader(agents, hub);
 
   const maintenance = new Maintenance(clock, log.child({ component: "maintenance" }));
-  maintenance.add(engineLivenessTask({ config, engines, log }));
-  maintenance.add(agentLivenessTask({ config, agents, hub, audit, log, onAgentGone }));
+  // Engine liveness first: it writes this instance's buffered heartbeats before the agent sweep judges them.
+  maintenance.add(engineLivenessTask({ config, engines, heartbeats, log }));
+  maintenance.add(agentLivenessTask({ config, agents, hub, audit, heartbeats, log, onAgentGone }));
   maintenance.add(queue.expiryTask());
   maintenance.add(queue.dueTask());
   maintenance.add(queue.strandedTask());

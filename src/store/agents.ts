@@ -75,10 +75,22 @@ const registered = z.object({ id: z.string(), status: z.enum(["active", "drainin
 const nameStatus = z.object({ id: z.string(), name: z.string(), status: z.enum(["active", "draining", "inactive"]), drain: drainSchema.nullable() });
 export type NameStatus = z.infer<typeof nameStatus>;
 
+/** What the liveness sweep knows of the daemons that may hold unwritten beats (see markStaleInactive). */
+export interface SweepHolders {
+  /** The sweeping daemon instance (its aiflow_engine.engineid); null: none. */
+  self: string | null;
+  /** The agents whose last written beat the sweeping daemon wrote, with that beat's time. */
+  ownBeats: readonly { name: string; at: number }[];
+  /** A daemon whose keepalive is older than this is presumed dead; null: none is. */
+  presumedDeadBeforeMs: number | null;
+}
+
+const NO_HOLDERS: SweepHolders = { self: null, ownBeats: [], presumedDeadBeforeMs: null };
+
 export interface HeartbeatWrite {
   name: string;
   metrics: Record<string, unknown>;
-  /** Epoch ms the heartbeat arrived. */
+  /** Epoch ms the heartbeat arrived at the daemon (not when it could be written): what updatedon records. */
   at: number;
 }
 
@@ -166,14 +178,34 @@ export class AgentStore {
   /**
    * The liveness sweep: one statement, safe when every daemon runs it at once (row locks serialise
    * the updates and the re-checked WHERE skips rows another sweep already flipped).
+   *
+   * An agent whose last sign of life is older than `staleBeforeMs` goes inactive unless a daemon
+   * may still hold a newer beat of it, unwritten: a daemon that is running or stale (a clean stop
+   * writes what it holds), not presumed dead, whose keepalive (aiflow_engine.updatedon: the time up
+   * to which it has written every beat it received) is older than the agent's deadline (last sign
+   * of life + window). Which daemons may: only the sweeping one when it wrote the agent's last beat
+   * (`holders.ownBeats`); any, when another did. A last write that was no heartbeat (updatedby is
+   * not the agent's name: a registration, a deregistration) is judged by its time alone.
    */
-  markStaleInactive(nowMs: number, staleBeforeMs: number): Promise<readonly { id: string; name: string }[]> {
+  markStaleInactive(nowMs: number, staleBeforeMs: number, holders: SweepHolders = NO_HOLDERS): Promise<readonly { id: string; name: string }[]> {
     const agent = this.t.id("agent");
+    const engine = this.t.id("engine");
+    const own = holders.ownBeats;
+    const alive = holders.presumedDeadBeforeMs === null ? sql.fragment`` : sql.fragment`AND max(e.updatedon) >= ${ts(holders.presumedDeadBeforeMs)}`;
     return withDbErrors(() =>
       this.db.any(sql.type(z.object({ id: z.string(), name: z.string() }))`
-        UPDATE ${agent} SET status = 'inactive', updatedby = 'liveness-sweep', updatedon = ${ts(nowMs)}
-         WHERE status IN ('active', 'draining') AND deletedon IS NULL AND updatedon < ${ts(staleBeforeMs)}
-        RETURNING id, name`),
+        WITH own AS (
+          SELECT * FROM unnest(${sql.array(own.map((o) => o.name), "text")},
+                               ${sql.array(own.map((o) => new Date(o.at).toISOString()), "timestamptz")}) AS o(name, at))
+        UPDATE ${agent} AS a SET status = 'inactive', updatedby = 'liveness-sweep', updatedon = ${ts(nowMs)}
+         WHERE a.status IN ('active', 'draining') AND a.deletedon IS NULL AND a.updatedon < ${ts(staleBeforeMs)}
+           AND (a.updatedby IS DISTINCT FROM a.name OR NOT EXISTS (
+                 SELECT 1 FROM ${engine} e
+                  WHERE e.status IN ('running', 'stale')
+                    AND (e.engineid = ${holders.self}::text OR NOT EXISTS (SELECT 1 FROM own WHERE own.name = a.name AND own.at = a.updatedon))
+                  GROUP BY e.engineid
+                 HAVING max(e.updatedon) < a.updatedon + (${ts(nowMs)} - ${ts(staleBeforeMs)}) ${alive}))
+        RETURNING a.id, a.name`),
     );
   }
 

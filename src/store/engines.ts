@@ -1,6 +1,11 @@
 /**
  * SQL for aiflow_engine: each daemon instance records itself once per tenant it serves, keeps the
  * rows alive, marks them stopped on a clean exit, and finds dead instances stale.
+ *
+ * A row's updatedon is written by its own instance only: the time up to which that instance has
+ * written every heartbeat it received (it keeps alive only after flushing them). The agent liveness
+ * sweep reads it to tell whether an instance may still hold an agent's newer beats, so marking an
+ * instance stale leaves it alone.
  */
 import { sql, type CommonQueryMethods } from "slonik";
 import { ts } from "../db/values.js";
@@ -21,7 +26,10 @@ export class EngineStore {
     private readonly t: Tables,
   ) {}
 
-  /** Records (or refreshes) this instance as running for each tenant, in one statement. */
+  /**
+   * Records (or refreshes) this instance as running for each tenant, in one statement. `nowMs` must
+   * be a time before which every heartbeat this instance received is written.
+   */
   async keepAlive(engineId: string, tenants: readonly string[], nowMs: number): Promise<void> {
     if (tenants.length === 0) return;
     const engine = this.t.id("engine");
@@ -41,12 +49,15 @@ export class EngineStore {
     );
   }
 
-  /** Instances that stopped keeping alive are stale; one statement, safe concurrently. */
-  markStale(nowMs: number, staleBeforeMs: number, by: string): Promise<readonly EngineRow[]> {
+  /**
+   * Instances that stopped keeping alive are stale; one statement, safe concurrently. updatedon
+   * keeps the instance's last keepalive (see the file's opening comment).
+   */
+  markStale(staleBeforeMs: number, by: string): Promise<readonly EngineRow[]> {
     const engine = this.t.id("engine");
     return withDbErrors(() =>
       this.db.any(sql.type(engineRow)`
-        UPDATE ${engine} SET status = 'stale', updatedby = ${by}, updatedon = ${ts(nowMs)}
+        UPDATE ${engine} SET status = 'stale', updatedby = ${by}
          WHERE status = 'running' AND updatedon < ${ts(staleBeforeMs)}
         RETURNING tenantkey, engineid, status, updatedon`),
     );
