@@ -39,13 +39,8 @@ describe("chaos run, small", () => {
       agentsNotActiveAtEnd: [],
       crashes: 0,
     });
-    // Not asserted today: no live agent marked inactive. A daemon killed -9 while agents heartbeat
-    // to it can leave them unwritten for longer than the run's 3 s liveness window (their next
-    // beats wait in the next daemon's flush buffer), and a sweep marks them inactive while they
-    // live: seen with `npm run chaos -- --seed 7` (issue 29). The run reports it and exits 1; here
-    // that is the one failure tolerated until the liveness fix lands.
-    const broken = invariants!.broken as string[];
-    expect(broken.filter((b) => !b.startsWith("live agents marked inactive")), result.stdout).toEqual([]);
-    expect(result.code, result.stdout).toBe(broken.length === 0 ? 0 : 1);
+    expect(invariants!.broken, result.stdout).toEqual([]);
+    expect(invariants!.inactiveMarkedLive, result.stdout).toBe(0);
+    expect(result.code, result.stdout).toBe(0);
   });
 });
