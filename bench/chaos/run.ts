@@ -13,6 +13,7 @@ import { Fleet, KIND, TENANT, ENGINE_TOKEN } from "./fleet.js";
 import { ChaosPostgres } from "./postgres.js";
 import { produce, type ProducerFigures } from "./producer.js";
 import { broken, readAgentRecords, verify } from "./verify.js";
+import { mulberry32 as prng } from "../../test/support/prng.js";
 
 const HELP = `npm run chaos -- [options]
   --seed N        seed of the fault schedule and every random choice in it (default: the time)
@@ -62,17 +63,6 @@ function parseOptions(argv: string[]): Options | "help" {
 
 class ArgError extends Error {}
 
-/** mulberry32: a small seeded PRNG, so a seed replays the same schedule and choices. */
-function prng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** Daemon timings: short, so that faults recover within seconds; the liveness window is 3 × 1 s. */
 const HEARTBEAT_MS = 1000;

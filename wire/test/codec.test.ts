@@ -15,18 +15,8 @@ import { file_aiflow_cluster_v1_queue } from "@aiflow/wire/gen/aiflow/cluster/v1
 import { file_aiflow_cluster_v1_runs } from "@aiflow/wire/gen/aiflow/cluster/v1/runs_pb.js";
 import { ClaimRequestSchema, ClaimResponseSchema, CompleteRequestSchema, HeartbeatRequestSchema } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
 import { file_aiflow_cluster_v1_work_item, WorkItemSchema } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
+import { mulberry32 as rng } from "../../test/support/prng.js";
 
-/** A seeded generator, so a failure names a case that can be replayed. */
-function rng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const SAMPLES = ["", "a", "work-01", "é", "名前", "🙂 emoji", "\u{10ffff}", "x".repeat(70), "ü".repeat(80), "lone \ud800 surrogate"];
 
