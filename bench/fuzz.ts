@@ -4,7 +4,8 @@
  * a daemon process of its own (this tree, against DATABASE_URL, in a schema of its own that is
  * dropped afterwards), so a crash is seen as the process exiting, with the case that was in flight.
  *   DATABASE_URL=postgres://… npx tsx bench/fuzz.ts --cases 100000 --seed 7
- *   npx tsx bench/fuzz.ts --target codec --seed 7 --case 1234      (replays one case, and prints it)
+ *   npx tsx bench/fuzz.ts --target codec --seed 7 --case 1234      (replays one case, and prints it,
+ *                                                                   naming the known defect it hits)
  * Prints JSON lines: each failure as it is found, progress every --every cases, and a summary per
  * target (counts by answer, time, known defects hit, and the failing cases to replay with --case).
  */
@@ -147,8 +148,9 @@ async function fuzzDaemon(): Promise<number> {
     if (ONE !== undefined) {
       const c = requestCase(SEED, ONE, TOKENS, limits);
       const a = await send(client, c);
-      print({ fuzz: "daemon", replay: describeCase(c, a), why: judge(c, a) ?? "passes", daemonErrors: d.errors });
-      return judge(c, a) ? 1 : 0;
+      const why = judge(c, a);
+      print({ fuzz: "daemon", replay: describeCase(c, a), why: why ?? "passes", known: why && knownRequest(c, a, why), daemonErrors: d.errors });
+      return why ? 1 : 0;
     }
     const knownHits: Failure[] = [];
     let logged = 0;
@@ -188,7 +190,7 @@ async function fuzzCodec(): Promise<number> {
   if (ONE !== undefined) {
     const c = decodeCase(SEED, ONE, limits);
     const r = checkDecode(c);
-    print({ fuzz: "codec", replay: { seed: SEED, case: ONE, type: c.desc.typeName, mutations: c.mutations, bytes: Buffer.from(c.bytes).toString("hex") }, outcome: r.outcome, why: r.why ?? "passes" });
+    print({ fuzz: "codec", replay: { seed: SEED, case: ONE, type: c.desc.typeName, mutations: c.mutations, bytes: Buffer.from(c.bytes).toString("hex") }, outcome: r.outcome, why: r.why ?? "passes", known: r.why && knownDecode(r.why) });
     return r.why ? 1 : 0;
   }
   const knownHits: DecodeReport["failures"] = [];
@@ -210,7 +212,7 @@ async function fuzzClient(): Promise<number> {
       const c = replyCase(SEED, ONE, limits);
       const { sdk, reference } = await playCase(server, c);
       const why = checkCall(c, sdk, reference);
-      print({ fuzz: "client", replay: { seed: SEED, case: ONE, ...describeReply(c, sdk, reference) }, why: why ?? "passes" });
+      print({ fuzz: "client", replay: { seed: SEED, case: ONE, ...describeReply(c, sdk, reference) }, why: why ?? "passes", known: why && knownReply(c, why) });
       return why ? 1 : 0;
     }
     const knownHits: ClientFailure[] = [];
