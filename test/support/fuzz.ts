@@ -12,26 +12,23 @@
  * - every mutator bounds what it makes (`Limits.maxBytes`): a case is a probe, never a load test.
  */
 import { create, toBinary, type DescField, type DescMessage } from "@bufbuild/protobuf";
+import { mulberry32 } from "./prng.js";
 
-/** mulberry32: a 32-bit state, a full period, good enough mixing for choosing mutations. */
+/** Choices for mutations, from the one seeded PRNG (./prng.ts): a seed replays its cases. */
 export class Rng {
-  #s: number;
+  readonly #next: () => number;
 
   constructor(seed: number) {
-    this.#s = seed >>> 0;
+    this.#next = mulberry32(seed);
   }
 
   u32(): number {
-    this.#s = (this.#s + 0x6d2b79f5) >>> 0;
-    let t = this.#s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return (t ^ (t >>> 14)) >>> 0;
+    return Math.floor(this.#next() * 4294967296) >>> 0;
   }
 
   /** In [0, 1). */
   float(): number {
-    return this.u32() / 4294967296;
+    return this.#next();
   }
 
   /** In [0, n). */
