@@ -14,19 +14,17 @@ export const TIMER_MAX_MS = 2 ** 31 - 1;
 export const KNOWN = {
   /**
    * A grpc-timeout that parses to more than TIMER_MAX_MS (597H, 35792M, 2147484S: past about 24.8 days)
-   * is armed with setTimeout as is, both on the direct path (wire/src/server/call.ts) and in
-   * connect-node, so the call is cut DEADLINE_EXCEEDED after 1 ms instead of running.
+   * is armed with setTimeout as is in connect-node, so the call is cut DEADLINE_EXCEEDED after 1 ms
+   * instead of running. (The direct path, wire/src/server/call.ts, runs such a call without a timer.)
    */
   deadlineOverflow: "a grpc-timeout past 2^31-1 ms fires after 1 ms",
   /**
    * An error message with a lone surrogate in it cannot be sent: connect's setTrailerStatus puts it
-   * through encodeURIComponent, which throws URIError. Such messages come from caller text cut by
-   * UTF-16 index (src/rpc/input/validate.ts quotes `v.slice(0, 40)`, json-text.ts a duplicate key's
-   * first 40) or quoted by V8 (JSON.parse's "Unexpected token" names half of a pair when a gRPC+JSON
-   * body starts with one). The direct path then resets the stream INTERNAL_ERROR without a status
-   * (serve's last-resort catch in wire/src/server/unary-fast-path.ts); connect-node never answers at
-   * all: the stream stays open, whatever its deadline, until the client gives up. Over gRPC+JSON the
-   * public Health/Check does it with no token.
+   * through encodeURIComponent, which throws URIError. The handlers' refusals are made sendable at the
+   * error seam (src/server/errors.ts: the half pair becomes U+FFFD); what is left is connect-node's
+   * own decoding error, made before any interceptor: JSON.parse's "Unexpected token" names half of a
+   * pair when a gRPC+JSON body starts with one, and connect-node never answers at all (the stream
+   * stays open, whatever its deadline). Over gRPC+JSON the public Health/Check does it with no token.
    */
   loneSurrogate: "an error message holding half a surrogate pair is never sent",
   /**

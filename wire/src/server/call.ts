@@ -112,10 +112,16 @@ class CallRequest implements UnaryRequest {
 }
 
 /** A call's context: its deadline timer and its stream's close, both ending in its Cancel. */
+/** The longest delay setTimeout honours; a longer one fires after 1 ms. */
+const TIMER_MAX_MS = 2 ** 31 - 1;
+
 export function callContext(spec: UnarySpec, stream: ServerHttp2Stream, headers: IncomingHttpHeaders, url: string, timeoutMs: number | undefined, inflight: Set<Cancel>, shutdown: AbortSignal): { ctx: CallContext; end(): void } {
   const cancel = new Cancel(inflight);
   const deadlineAt = timeoutMs === undefined ? undefined : Date.now() + timeoutMs;
-  const timer = timeoutMs === undefined ? undefined : setTimeout(() => cancel.cancel(new ConnectError("the operation timed out", Code.DeadlineExceeded)), timeoutMs);
+  // A deadline past what a timer holds (2^31-1 ms, about 24.8 days; "597H" is a valid grpc-timeout)
+  // would fire at once if armed as it is: such a call runs without a timer, as one with no deadline.
+  const timer =
+    timeoutMs === undefined || timeoutMs > TIMER_MAX_MS ? undefined : setTimeout(() => cancel.cancel(new ConnectError("the operation timed out", Code.DeadlineExceeded)), timeoutMs);
   const onClose = () => cancel.cancel(shutdown.aborted ? shutdown.reason : new ConnectError("the client cancelled the call", Code.Canceled));
   stream.once("close", onClose);
   return {
