@@ -148,6 +148,7 @@ export class Link {
     const n = this.#targets.length;
     for (let round = 0; ; round++) {
       let last: unknown;
+      let reachable = false;
       for (let i = 0; i < n; i++) {
         if (this.#closed.signal.aborted) return;
         const index = (this.#current + i) % n;
@@ -164,15 +165,17 @@ export class Link {
             this.#hooks.onFatal(this.#fatal);
             throw this.#fatal;
           }
-          // A daemon that answered with a retry pushback is up; the last round's word is theirs.
-          if (last === undefined || pushbackMs(last) === undefined || pushbackMs(err) !== undefined) last = err;
-          this.#log.debug({ address: target.address, err: errorText(err) }, pushbackMs(err) === undefined ? "daemon unreachable" : "daemon answered: retry later");
+          // A daemon that answered with a retry pushback is up: the round's word is the last such answer.
+          const answered = pushbackMs(err) !== undefined;
+          if (answered || !reachable) last = err;
+          reachable ||= answered;
+          this.#log.debug({ address: target.address, err: errorText(err) }, answered ? "daemon answered: retry later" : "daemon unreachable");
         }
       }
       const delay = retryDelay(last, round, this.#opts.reconnect);
-      if (pushbackMs(last) !== undefined)
-        this.#log.warn({ addresses: this.#opts.addresses, err: errorText(last), retryInMs: delay }, "a daemon is reachable but cannot register this agent now (its database is unavailable): retrying");
-      else this.#log.warn({ addresses: this.#opts.addresses, err: errorText(last), retryInMs: delay }, "no daemon reachable: retrying");
+      const fields = { addresses: this.#opts.addresses, err: errorText(last), retryInMs: delay };
+      if (reachable) this.#log.warn(fields, "a daemon is reachable but cannot register this agent now (its database is unavailable): retrying");
+      else this.#log.warn(fields, "no daemon reachable: retrying");
       await sleep(delay, this.#closed.signal);
     }
   }

@@ -13,8 +13,7 @@
  * (its failed destroy is reported again), which here ends quietly: there is nothing left to close.
  */
 import type { DatabasePool } from "slonik";
-import { AppError } from "../domain/errors.js";
-import { interpretDbError } from "./errors.js";
+import { databaseAway } from "./errors.js";
 
 /** slonik's own maximum: far above any limit, so dead connections it keeps counting never fill it. */
 export const SLONIK_ROOM = 10_000;
@@ -101,6 +100,5 @@ export function admitted(pool: DatabasePool, admission: Admission): DatabasePool
 
 /** Rethrows `err` unless it says a connection was lost (the database away): nothing is left to end. */
 function quietIfConnectionLost(err: unknown): void {
-  const mapped = interpretDbError(err);
-  if (!(mapped instanceof AppError && mapped.kind === "unavailable")) throw err;
+  if (!databaseAway(err)) throw err;
 }

@@ -75,6 +75,12 @@ export function refusedForContent(err: unknown): boolean {
   return state !== undefined && (state.startsWith("22") || state.startsWith("23"));
 }
 
+/** The UNAVAILABLE error `err` means when it says the database is away (down, restarting, unreachable, silent); else undefined. */
+export function databaseAway(err: unknown): AppError | undefined {
+  const mapped = err instanceof AppError ? err : interpretDbError(err);
+  return mapped instanceof AppError && mapped.kind === "unavailable" ? mapped : undefined;
+}
+
 export async function withDbErrors<T>(fn: () => Promise<T>): Promise<T> {
   try {
     return await fn();

@@ -3,9 +3,8 @@
  * then at most one a second per log site with how many failures it stands for, so an outage under
  * load (every call, sweep and flush failing) costs a few lines, not thousands.
  */
-import { AppError } from "../domain/errors.js";
 import type { Logger } from "../log.js";
-import { interpretDbError } from "./errors.js";
+import { databaseAway } from "./errors.js";
 
 export class OutageLog {
   #lastAt = -Infinity;
@@ -19,8 +18,8 @@ export class OutageLog {
 
   /** Logs `err` if it says the database is away, and returns true; false (nothing logged) otherwise. */
   note(err: unknown, fields: Record<string, unknown> = {}): boolean {
-    const mapped = err instanceof AppError ? err : interpretDbError(err);
-    if (!(mapped instanceof AppError && mapped.kind === "unavailable")) return false;
+    const mapped = databaseAway(err);
+    if (!mapped) return false;
     this.#since++;
     const now = performance.now();
     if (now - this.#lastAt < this.everyMs) return true;

@@ -38,9 +38,9 @@ const sendable = (message: string) => message.replace(LONE_SURROGATE, "\uFFFD");
 
 function toConnectError(err: unknown, log: Logger, outage: OutageLog, method: string): ConnectError {
   if (err instanceof ConnectError) {
-    LONE_SURROGATE.lastIndex = 0;
-    if (!LONE_SURROGATE.test(err.rawMessage)) return err;
-    const fixed = new ConnectError(sendable(err.rawMessage), err.code, err.metadata);
+    const message = sendable(err.rawMessage);
+    if (message === err.rawMessage) return err;
+    const fixed = new ConnectError(message, err.code, err.metadata);
     fixed.details = err.details;
     return fixed;
   }
