@@ -4,10 +4,9 @@
  * a daemon process of its own (this tree, against DATABASE_URL, in a schema of its own that is
  * dropped afterwards), so a crash is seen as the process exiting, with the case that was in flight.
  *   DATABASE_URL=postgres://… npx tsx bench/fuzz.ts --cases 100000 --seed 7
- *   npx tsx bench/fuzz.ts --target codec --seed 7 --case 1234      (replays one case, and prints it,
- *                                                                   naming the known defect it hits)
+ *   npx tsx bench/fuzz.ts --target codec --seed 7 --case 1234      (replays one case, and prints it)
  * Prints JSON lines: each failure as it is found, progress every --every cases, and a summary per
- * target (counts by answer, time, known defects hit, and the failing cases to replay with --case).
+ * target (counts by answer, time, and the failing cases to replay with --case).
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { once } from "node:events";
@@ -16,10 +15,9 @@ import { performance } from "node:perf_hooks";
 import { createInterface } from "node:readline";
 import { sql } from "./pg.js";
 import { CI_LIMITS, type Limits } from "../test/support/fuzz.js";
-import { checkDecode, decodeCase, runDecodeCases, type DecodeReport } from "../test/support/fuzz-codec.js";
-import { checkCall, describeReply, HostileServer, playCase, replyCase, runClientCases, type ClientFailure } from "../test/support/fuzz-client.js";
-import { describeCase, H2Client, judge, requestCase, RowDigest, runCases, send, type Failure, type FuzzTokens } from "../test/support/fuzz-daemon.js";
-import { knownDecode, knownReply, knownRequest } from "../test/support/fuzz-known.js";
+import { checkDecode, decodeCase, runDecodeCases } from "../test/support/fuzz-codec.js";
+import { checkCall, describeReply, HostileServer, playCase, replyCase, runClientCases } from "../test/support/fuzz-client.js";
+import { describeCase, H2Client, judge, requestCase, RowDigest, runCases, send, type FuzzTokens } from "../test/support/fuzz-daemon.js";
 
 const HELP = `DATABASE_URL=postgres://… npx tsx bench/fuzz.ts [options]
   --target T      daemon (default), codec, client, or all
@@ -76,9 +74,6 @@ async function chunks(name: string, run: (first: number, count: number) => Promi
   }
   return { cases: done, failures, ms: Math.round(performance.now() - t0) };
 }
-
-/** How many times each known defect was hit. */
-const tally = (hits: { why: string }[]) => hits.reduce<Record<string, number>>((t, h) => ((t[h.why.split(": ")[0]!] = (t[h.why.split(": ")[0]!] ?? 0) + 1), t), {});
 
 // ---- daemon ----------------------------------------------------------------------------------
 
@@ -149,14 +144,13 @@ async function fuzzDaemon(): Promise<number> {
       const c = requestCase(SEED, ONE, TOKENS, limits);
       const a = await send(client, c);
       const why = judge(c, a);
-      print({ fuzz: "daemon", replay: describeCase(c, a), why: why ?? "passes", known: why && knownRequest(c, a, why), daemonErrors: d.errors });
+      print({ fuzz: "daemon", replay: describeCase(c, a), why: why ?? "passes", daemonErrors: d.errors });
       return why ? 1 : 0;
     }
-    const knownHits: Failure[] = [];
     let logged = 0;
     const answers: Record<string, number> = {};
     const summary = await chunks("daemon", async (first, count) => {
-      const r = await runCases({ seed: SEED, first, count, client, tokens: TOKENS, limits, rows, known: knownRequest, knownHits, stop: () => exited !== null, onFailure: print });
+      const r = await runCases({ seed: SEED, first, count, client, tokens: TOKENS, limits, rows, stop: () => exited !== null, onFailure: print });
       for (const [k, v] of Object.entries(r.answers)) answers[k] = (answers[k] ?? 0) + v;
       // What the daemon logged at error level during the chunk, named by the chunk's cases.
       const errors = d.errors.slice(logged).map((line) => ({ fuzz: "daemon", seed: SEED, cases: [first, first + r.cases - 1], why: "the daemon logged an error", line }));
@@ -170,8 +164,8 @@ async function fuzzDaemon(): Promise<number> {
       return { cases: r.cases, failures: [...r.failures, ...errors] };
     });
     failures = summary.failures;
-    // Warnings on its stderr (TimeoutOverflowWarning for KNOWN.deadlineOverflow, say) are counted, not failures.
-    print({ fuzz: "daemon", seed: SEED, ...summary, answers, known: tally(knownHits), daemonWarnings: d.warnings });
+    // Warnings on its stderr (a TimeoutOverflowWarning, say) are counted, not failures.
+    print({ fuzz: "daemon", seed: SEED, ...summary, answers, daemonWarnings: d.warnings });
   } finally {
     client.close();
     await rows.close();
@@ -190,18 +184,17 @@ async function fuzzCodec(): Promise<number> {
   if (ONE !== undefined) {
     const c = decodeCase(SEED, ONE, limits);
     const r = checkDecode(c);
-    print({ fuzz: "codec", replay: { seed: SEED, case: ONE, type: c.desc.typeName, mutations: c.mutations, bytes: Buffer.from(c.bytes).toString("hex") }, outcome: r.outcome, why: r.why ?? "passes", known: r.why && knownDecode(r.why) });
+    print({ fuzz: "codec", replay: { seed: SEED, case: ONE, type: c.desc.typeName, mutations: c.mutations, bytes: Buffer.from(c.bytes).toString("hex") }, outcome: r.outcome, why: r.why ?? "passes" });
     return r.why ? 1 : 0;
   }
-  const knownHits: DecodeReport["failures"] = [];
   const outcomes: Record<string, number> = {};
   const summary = await chunks("codec", async (first, count) => {
-    const r = runDecodeCases({ seed: SEED, first, count, limits, known: knownDecode, knownHits });
+    const r = runDecodeCases({ seed: SEED, first, count, limits });
     for (const [k, v] of Object.entries(r.outcomes)) outcomes[k] = (outcomes[k] ?? 0) + v;
     for (const f of r.failures) print({ fuzz: "codec", ...f });
     return r;
   });
-  print({ fuzz: "codec", seed: SEED, ...summary, outcomes, known: tally(knownHits) });
+  print({ fuzz: "codec", seed: SEED, ...summary, outcomes });
   return summary.failures;
 }
 
@@ -212,18 +205,17 @@ async function fuzzClient(): Promise<number> {
       const c = replyCase(SEED, ONE, limits);
       const { sdk, reference } = await playCase(server, c);
       const why = checkCall(c, sdk, reference);
-      print({ fuzz: "client", replay: { seed: SEED, case: ONE, ...describeReply(c, sdk, reference) }, why: why ?? "passes", known: why && knownReply(c, why) });
+      print({ fuzz: "client", replay: { seed: SEED, case: ONE, ...describeReply(c, sdk, reference) }, why: why ?? "passes" });
       return why ? 1 : 0;
     }
-    const knownHits: ClientFailure[] = [];
     const ends: Record<string, number> = {};
     const summary = await chunks("client", async (first, count) => {
-      const r = await runClientCases({ seed: SEED, first, count, limits, server, known: knownReply, knownHits });
+      const r = await runClientCases({ seed: SEED, first, count, limits, server });
       for (const [k, v] of Object.entries(r.ends)) ends[k] = (ends[k] ?? 0) + v;
       for (const f of r.failures) print({ fuzz: "client", ...f });
       return r;
     });
-    print({ fuzz: "client", seed: SEED, ...summary, ends, known: tally(knownHits) });
+    print({ fuzz: "client", seed: SEED, ...summary, ends });
     return summary.failures;
   } finally {
     await server.close();

@@ -8,6 +8,7 @@
 import { randomUUID } from "node:crypto";
 import { Code, ConnectError, type Interceptor, type StreamResponse, type UnaryResponse } from "@connectrpc/connect";
 import type { DescMessage } from "@bufbuild/protobuf";
+import { wellFormed } from "@aiflow/wire/text";
 import { interpretDbError } from "../db/errors.js";
 import { OutageLog } from "../db/outage-log.js";
 import { AppError, type ErrorKind } from "../domain/errors.js";
@@ -27,25 +28,18 @@ const CODES: Record<ErrorKind, Code> = {
   unavailable: Code.Unavailable,
 };
 
-/** Half of a surrogate pair: what cutting caller text by UTF-16 index can leave at the cut. */
-const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g;
-
-/**
- * A message every client can be sent: a lone surrogate cannot be percent-encoded into grpc-message
- * (connect's encodeURIComponent throws, and the call would end without a status), so it becomes U+FFFD.
- */
-const sendable = (message: string) => message.replace(LONE_SURROGATE, "\uFFFD");
-
 function toConnectError(err: unknown, log: Logger, outage: OutageLog, method: string): ConnectError {
   if (err instanceof ConnectError) {
-    const message = sendable(err.rawMessage);
+    // A message every client can be sent: a lone surrogate (cutting caller text by UTF-16 index can
+    // leave one) cannot be percent-encoded into grpc-message, and the call would end without a status.
+    const message = wellFormed(err.rawMessage);
     if (message === err.rawMessage) return err;
     const fixed = new ConnectError(message, err.code, err.metadata);
     fixed.details = err.details;
     return fixed;
   }
   if (err instanceof AppError) {
-    if (err.kind !== "unavailable") return new ConnectError(sendable(err.message), CODES[err.kind]);
+    if (err.kind !== "unavailable") return new ConnectError(wellFormed(err.message), CODES[err.kind]);
     outage.note(err, { method });
     // The daemon is up and says when to try again (gRPC's retry pushback): a client can tell this
     // from a daemon it cannot reach, and come back within moments of the database.

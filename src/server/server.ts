@@ -7,8 +7,7 @@ import { setMaxListeners } from "node:events";
 import http2 from "node:http2";
 import type { AddressInfo, Socket } from "node:net";
 import type { ConnectRouter, Interceptor } from "@connectrpc/connect";
-import { connectNodeAdapter } from "@connectrpc/connect-node";
-import { grpcUnaryFastPath, recordUnary, routeStreams, type UnarySpec } from "@aiflow/wire/server";
+import { connectHandler, grpcUnaryFastPath, recordUnary, routeStreams, type UnarySpec } from "@aiflow/wire/server";
 import type { Access, Authenticator } from "./auth.js";
 import { createGate, type GateLimits } from "./gate.js";
 import { limitWatchLifetime } from "./health.js";
@@ -58,7 +57,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   // a busy daemon has hundreds of listeners on them: not a leak, and Node's warning at 11 is noise.
   setMaxListeners(0, drain.signal, hardStop.signal);
   const unary = new Map<string, UnarySpec>();
-  const handler = connectNodeAdapter({
+  const handler = connectHandler({
     routes: recordUnary(limitWatchLifetime(opts.routes, opts.limits.healthWatchLifetimeMs), unary),
     interceptors: opts.interceptors,
     grpc: true,
@@ -68,6 +67,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     readMaxBytes: opts.readMaxBytes ?? 8 * 1024 * 1024,
     // Agents and daemons sit on fast networks: gzip costs more CPU than it saves below this size.
     compressMinBytes: 64 * 1024,
+    log: opts.log,
   });
   const readMaxBytes = opts.readMaxBytes ?? 8 * 1024 * 1024;
   const stats = newServerStats();
@@ -78,7 +78,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   // The gate answers refused calls before either path reads their bodies; the direct path holds its
   // bodies to the gate's budget itself, connect-node's are watched by the gate.
   const direct = opts.fastPath === false ? () => false : fast;
-  routeStreams(server, (stream, headers) => gate(stream, headers) || direct(stream, headers) || gate.body(stream, headers), (req, res) => void handler(req, res));
+  routeStreams(server, (stream, headers) => gate(stream, headers) || direct(stream, headers) || gate.body(stream, headers), handler);
   const guard = guardSessions(server, limits, opts.log, stats);
   // RPCs are small request/response exchanges: without TCP_NODELAY, Nagle's algorithm holds a reply
   // back until the peer's delayed ACK (tens of milliseconds per call).

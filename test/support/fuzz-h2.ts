@@ -131,6 +131,15 @@ function decodeMessage(s: string): string {
   }
 }
 
+/**
+ * The call succeeded: grpc-status 0, or a Connect unary reply (no envelope: a mutation that drops
+ * the gRPC envelope of a Connect unary request makes it well-formed) with HTTP 200.
+ */
+export function succeeded(a: Answer): boolean {
+  if (a.grpcStatus !== undefined) return a.grpcStatus === "0";
+  return a.kind === "response" && a.httpStatus === 200 && /^application\/(proto|json)/.test(a.contentType ?? "");
+}
+
 /** A short name of the answer's kind, for the counts. */
 export function answerClass(a: Answer): string {
   if (a.kind !== "response") return a.kind === "reset" ? `reset ${a.rstCode}` : a.kind;

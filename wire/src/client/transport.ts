@@ -3,11 +3,12 @@
  * HTTP/2 session. connect-node's gRPC transport runs every call through generic async-iterable
  * plumbing and protobuf-es's reflective codec; in the drain benchmark that was most of an agent's
  * CPU (an agent's calls are unary: claim, complete, heartbeat, extend). Here a unary call encodes its
- * request with the compiled codec (./codec), writes one frame, collects the reply and its trailers
- * and decodes once. It keeps connect's semantics: interceptors wrap the call as connect applies
- * them, deadlines and cancels end it as connect's runUnaryCall does (errors are ConnectErrors), and
- * the gRPC request headers and the response and trailer validation are connect's own. Streaming calls, and unary calls whose messages have no
- * compiled codec, go through connect-node's gRPC transport on the same session.
+ * request with the compiled codec (../codec; protobuf-es's for the few messages it does not cover),
+ * writes one frame, collects the reply and its trailers and decodes once. It keeps connect's
+ * semantics: interceptors wrap the call as connect applies them, deadlines and cancels end it as
+ * connect's runUnaryCall does (errors are ConnectErrors), and the request headers are connect's own;
+ * a reply's status is read as the gRPC spec says (./status.ts), where connect reads it otherwise.
+ * Streaming calls go through connect-node's gRPC transport on the same session.
  */
 import { setMaxListeners } from "node:events";
 import http2 from "node:http2";
@@ -15,9 +16,10 @@ import type { DescMessage, DescMethodStreaming, DescMethodUnary, MessageInitShap
 import { Code, ConnectError, createContextValues, type ContextValues, type Interceptor, type Transport, type UnaryRequest, type UnaryResponse } from "@connectrpc/connect";
 import { createGrpcTransport, type Http2SessionManager } from "@connectrpc/connect-node";
 import { createMethodUrl } from "@connectrpc/connect/protocol";
-import { headerGrpcStatus, requestHeader, validateResponse, validateTrailer } from "@connectrpc/connect/protocol-grpc";
-import { compileCodec, type Codec } from "../codec/index.js";
+import { headerGrpcStatus, requestHeader } from "@connectrpc/connect/protocol-grpc";
+import { codecFor, type Codec } from "../codec/index.js";
 import { nodeHeaders, webHeaders } from "../grpc/headers.js";
+import { responseError, statusError } from "./status.js";
 
 export interface GrpcTransportOptions {
   baseUrl: string;
@@ -39,7 +41,7 @@ setMaxListeners(0, NEVER);
 export function createSdkGrpcTransport(opts: GrpcTransportOptions): Transport {
   const fallback = createGrpcTransport({ baseUrl: opts.baseUrl, sessionManager: opts.sessionManager, interceptors: opts.interceptors, readMaxBytes: opts.readMaxBytes });
   const readMax = opts.readMaxBytes ?? DEFAULT_READ_MAX;
-  const exchangeFn: AnyUnaryFn = (req) => exchange(opts.sessionManager, req, compileCodec(req.method.input)!, compileCodec(req.method.output)!, readMax);
+  const exchangeFn: AnyUnaryFn = (req) => exchange(opts.sessionManager, req, codecFor(req.method.input), codecFor(req.method.output), readMax);
   // The interceptors wrap the exchange once, first one outermost, as connect applies them.
   const chain = opts.interceptors.reduceRight<AnyUnaryFn>((next, interceptor) => interceptor(next as never) as unknown as AnyUnaryFn, exchangeFn);
   const urls = new Map<DescMethodUnary, string>();
@@ -52,9 +54,7 @@ export function createSdkGrpcTransport(opts: GrpcTransportOptions): Transport {
       input: MessageInitShape<I>,
       contextValues?: ContextValues,
     ): Promise<UnaryResponse<I, O>> {
-      const inCodec = compileCodec(method.input);
-      const outCodec = compileCodec(method.output);
-      if (!inCodec || !outCodec) return fallback.unary(method, signal, timeoutMs, header, input, contextValues);
+      const inCodec = codecFor(method.input);
       const timeout = timeoutMs === undefined || timeoutMs <= 0 ? undefined : timeoutMs;
       let url = urls.get(method as DescMethodUnary);
       if (url === undefined) urls.set(method as DescMethodUnary, (url = createMethodUrl(opts.baseUrl, method)));
@@ -218,10 +218,17 @@ function finish<I extends DescMessage, O extends DescMessage>(
 ): UnaryResponse<I, O> {
   const header = webHeaders(headers);
   const trailer = webHeaders(trailers);
-  // Throws for an HTTP status other than 200 (mapped as gRPC does) or a content type that is not gRPC.
-  const { headerError } = validateResponse(status, header);
+  // An HTTP status other than 200 (mapped as gRPC does) or a content type that is not gRPC.
+  const refused = responseError(status, header);
+  if (refused) throw refused;
+  const headerError = statusError(header);
   const message = body.length === 0 ? undefined : readFrame(body, outCodec, readMax);
-  validateTrailer(trailer, header);
+  const trailerError = statusError(trailer);
+  if (trailerError) {
+    header.forEach((value, key) => trailerError.metadata.append(key, value));
+    throw trailerError;
+  }
+  if (!header.has(headerGrpcStatus) && !trailer.has(headerGrpcStatus)) throw new ConnectError("protocol error: missing status", Code.Internal);
   if (message === undefined) {
     if (headerError) throw headerError;
     throw new ConnectError("protocol error: missing output message for unary method", trailer.has(headerGrpcStatus) ? Code.Unimplemented : Code.Unknown);

@@ -193,6 +193,19 @@ export class Reader {
     throw new Error("invalid varint");
   }
 
+  /**
+   * A field's tag: at most 5 bytes and 32 bits (a longer one would be read as another field's), and
+   * never field number 0. protobuf-es refuses the same tags with the same words.
+   */
+  tag(): number {
+    const start = this.pos;
+    const tag = this.uint32();
+    const read = this.pos - start;
+    if (read > 5 || (read === 5 && this.buf[this.pos - 1]! > 0x0f)) throw new Error("illegal tag: varint overflows uint32");
+    if (tag >>> 3 === 0) throw new Error(`illegal tag: field no 0 wire type ${tag & 7}`);
+    return tag;
+  }
+
   /** A 64-bit varint as unsigned 32-bit halves. */
   varint64(): [number, number] {
     const buf = this.buf;
@@ -247,7 +260,15 @@ export class Reader {
 
   /** The end of a length-delimited part that starts here. */
   delimited(): number {
+    const start = this.pos;
     const n = this.uint32();
+    // A length past 32 bits is malformed, never read as its low bits (which would be another
+    // length): past the 5th byte's low 4 bits, every bit the varint carries must be 0.
+    if (this.pos - start > 4) {
+      let high = this.buf[start + 4]! & 0x70;
+      for (let i = start + 5; i < this.pos; i++) high |= this.buf[i]! & 0x7f;
+      if (high !== 0) throw new Error("invalid length: varint overflows uint32");
+    }
     const end = this.pos + n;
     if (end > this.end) this.eof();
     return end;
@@ -331,7 +352,7 @@ export class Reader {
       case WIRE_START_GROUP: {
         if (depth > 100) throw new Error("maximum recursion depth reached");
         for (;;) {
-          const tag = this.uint32();
+          const tag = this.tag();
           if ((tag & 7) === WIRE_END_GROUP) {
             if (tag >>> 3 !== fieldNo) throw new Error("invalid end group tag");
             return;

@@ -264,7 +264,7 @@ function mapField(f: DescField & { fieldKind: "map" }, planOf: PlanOf): { writer
       let k: unknown;
       let v: unknown;
       while (r.pos < end) {
-        const t = r.uint32();
+        const t = r.tag();
         const no = t >>> 3;
         const wt = t & 7;
         if (no === 1) {

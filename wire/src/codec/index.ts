@@ -1,1 +1,2 @@
 export { compileCodec, type Codec } from "./compile.js";
+export { codecFor } from "./any-message.js";

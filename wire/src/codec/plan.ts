@@ -40,10 +40,9 @@ const MAX_DEPTH = 100;
 export function readInto(plan: Plan, r: Reader, end: number, m: Msg, depth: number): void {
   if (depth > MAX_DEPTH) throw new Error("maximum recursion depth reached");
   while (r.pos < end) {
-    const tag = r.uint32();
+    const tag = r.tag();
     const no = tag >>> 3;
     const wire = tag & 7;
-    if (no === 0) throw new Error(`illegal tag: field no 0 wire type ${wire}`);
     const read = plan.readers[no];
     if (read) read(r, wire, m, depth);
     else r.skip(wire, no);

@@ -113,7 +113,7 @@ class CallRequest implements UnaryRequest {
 
 /** A call's context: its deadline timer and its stream's close, both ending in its Cancel. */
 /** The longest delay setTimeout honours; a longer one fires after 1 ms. */
-const TIMER_MAX_MS = 2 ** 31 - 1;
+export const TIMER_MAX_MS = 2 ** 31 - 1;
 
 export function callContext(spec: UnarySpec, stream: ServerHttp2Stream, headers: IncomingHttpHeaders, url: string, timeoutMs: number | undefined, inflight: Set<Cancel>, shutdown: AbortSignal): { ctx: CallContext; end(): void } {
   const cancel = new Cancel(inflight);

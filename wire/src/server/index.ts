@@ -1,3 +1,4 @@
 export { grpcUnaryFastPath, type ErrorLog, type GrpcUnaryOptions } from "./unary-fast-path.js";
+export { connectHandler, type ConnectHandlerOptions } from "./connect-handler.js";
 export { recordUnary, routeStreams, type UnarySpec } from "./routes.js";
 export type { BodyBudget } from "./request-body.js";

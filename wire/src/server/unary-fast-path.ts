@@ -102,10 +102,13 @@ export function grpcUnaryFastPath(specs: ReadonlyMap<string, UnarySpec>, opts: G
     // The call's own listeners (close, read) turn it into a cancelled call.
     stream.on("error", ignore);
     stream.once("close", release);
-    // serve() answers every error itself; this only catches a write to a stream that died between
-    // its checks and the write, which must not become an unhandled rejection (a crash).
-    serve(method, stream, headers, path!, contentType, interceptors, opts, inflight).catch(() => {
-      if (!stream.destroyed) stream.close(http2.constants.NGHTTP2_INTERNAL_ERROR);
+    // serve() answers every error itself; what reaches here is a write to a stream that died between
+    // its checks and the write (nothing to say), or a fault of ours, which is logged and reset. Either
+    // must not become an unhandled rejection (a crash).
+    serve(method, stream, headers, path!, contentType, interceptors, opts, inflight).catch((err: unknown) => {
+      if (stream.destroyed || stream.closed) return;
+      opts.log?.error({ err, method: path }, "a call could not be answered; its stream is reset");
+      stream.close(http2.constants.NGHTTP2_INTERNAL_ERROR);
     });
     return true;
   };
