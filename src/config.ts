@@ -20,9 +20,23 @@ interface Setting<T> {
   parse: Parser<T>;
   /** A repeatable flag collects every occurrence (and splits the env var on whitespace or ';'). */
   repeatable?: boolean;
+  /** A switch: the flag alone means "true" (`--flag=false` and the env var still take a value). */
+  switch?: boolean;
 }
 
 const text: Parser<string> = (raw) => raw;
+
+const bool: Parser<boolean> = (raw, flag) => {
+  if (/^(true|1|yes|on)$/i.test(raw)) return true;
+  if (/^(false|0|no|off)$/i.test(raw)) return false;
+  throw new ConfigError(flag, `'${raw}' is not true or false`);
+};
+
+/** The trust domain of SPIFFE IDs: a DNS-like name (lower-case letters, digits, '.', '-', '_'). */
+const trustDomain: Parser<string> = (raw, flag) => {
+  if (!/^[a-z0-9._-]{1,255}$/.test(raw)) throw new ConfigError(flag, `'${raw}' is not a trust domain (lower-case letters, digits, '.', '-', '_')`);
+  return raw;
+};
 
 /**
  * A Postgres URL as slonik reads it (with the WHATWG URL parser). libpq also takes a Unix socket's
@@ -116,7 +130,26 @@ const list: Parser<string[]> = (raw) =>
     .filter(Boolean);
 
 const SETTINGS = {
-  listen: { flag: "--listen", env: ["AIFLOW_LISTEN"], default: "127.0.0.1:7400", help: "gRPC address to serve (h2c)", parse: listen },
+  listen: { flag: "--listen", env: ["AIFLOW_LISTEN"], default: "127.0.0.1:7400", help: "gRPC address to serve (TLS with --tls-cert; h2c without, on loopback or with --insecure-plaintext)", parse: listen },
+  // Transport security (src/server/tls.ts): HTTP/2 over TLS 1.2+ (ALPN h2), files re-read on change and SIGHUP.
+  tlsCert: { flag: "--tls-cert", env: ["AIFLOW_TLS_CERT"], default: undefined, help: "PEM certificate chain of the gRPC port (with --tls-key)", parse: text },
+  tlsKey: { flag: "--tls-key", env: ["AIFLOW_TLS_KEY"], default: undefined, help: "PEM private key of --tls-cert", parse: text },
+  tlsClientCa: {
+    flag: "--tls-client-ca",
+    env: ["AIFLOW_TLS_CLIENT_CA"],
+    default: undefined,
+    help: "PEM CA bundle: mutual TLS, a client without a certificate it signed is refused in the handshake; a URI SAN spiffe://DOMAIN/ROLE/NAME is the caller's identity",
+    parse: text,
+  },
+  tlsTrustDomain: { flag: "--tls-trust-domain", env: ["AIFLOW_TLS_TRUST_DOMAIN"], default: "aiflow", help: "trust domain of the spiffe:// URIs in client certificates that name a caller", parse: trustDomain },
+  insecurePlaintext: {
+    flag: "--insecure-plaintext",
+    env: ["AIFLOW_INSECURE_PLAINTEXT"],
+    default: "false",
+    help: "serve h2c on a non-loopback address (behind a TLS-terminating proxy); tokens then cross that network in clear",
+    parse: bool,
+    switch: true,
+  },
   databaseUrl: {
     flag: "--database-url",
     env: ["AIFLOW_DATABASE_URL", "DATABASE_URL"],
@@ -309,7 +342,7 @@ export function parseArgs(argv: readonly string[], env: NodeJS.ProcessEnv = proc
       const flag = eq >= 0 ? arg.slice(0, eq) : arg;
       const key = byFlag.get(flag);
       if (!key) throw new ConfigError(flag, "unknown flag (see --help)");
-      const value = eq >= 0 ? arg.slice(eq + 1) : argv[++i];
+      const value = eq >= 0 ? arg.slice(eq + 1) : (SETTINGS[key] as Setting<unknown>).switch ? "true" : argv[++i];
       if (value === undefined) throw new ConfigError(flag, "needs a value");
       fromFlags.set(key, [...(fromFlags.get(key) ?? []), value]);
       continue;
@@ -341,6 +374,9 @@ export function parseArgs(argv: readonly string[], env: NodeJS.ProcessEnv = proc
     instanceId: parsed.instanceId ?? `${hostname()}:${parsed.listen.port === 0 ? `pid${process.pid}` : parsed.listen.port}`,
   };
   if (config.backoffCap < config.backoffBase) throw new ConfigError("--backoff-cap", "is smaller than --backoff-base");
+  if ((config.tlsCert === undefined) !== (config.tlsKey === undefined)) throw new ConfigError(config.tlsCert ? "--tls-key" : "--tls-cert", "--tls-cert and --tls-key go together");
+  if (config.tlsClientCa !== undefined && config.tlsCert === undefined) throw new ConfigError("--tls-client-ca", "mutual TLS needs TLS: give --tls-cert and --tls-key too");
+  if (config.insecurePlaintext && config.tlsCert !== undefined) throw new ConfigError("--insecure-plaintext", "contradicts --tls-cert: say one or the other");
   // A heartbeat buffered for longer than the liveness window would let a live agent be marked inactive.
   if (config.heartbeatFlush >= config.livenessIntervals * config.heartbeatInterval)
     throw new ConfigError("--heartbeat-flush", "must be shorter than --liveness-intervals × --heartbeat-interval");
@@ -360,7 +396,7 @@ function readTokensFile(path: string): TokenGrant[] {
 /** The settings table for --help: flag, env vars, default, description. */
 export function settingsHelp(): string {
   const rows = Object.values(SETTINGS).map((s: Setting<unknown>) => [
-    `${s.flag} ${s.repeatable ? "SPEC" : "VALUE"}`,
+    s.switch ? s.flag : `${s.flag} ${s.repeatable ? "SPEC" : "VALUE"}`,
     s.env.join(", "),
     s.default ?? "",
     s.help,

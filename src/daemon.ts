@@ -16,6 +16,7 @@ import { Authenticator } from "./server/auth.js";
 import { errorInterceptor } from "./server/errors.js";
 import { startServer, type RunningServer, type ServerLimits } from "./server/server.js";
 import type { ServerStats } from "./server/stats.js";
+import type { ReloadOutcome } from "./server/tls.js";
 import { buildServices, type Background, type Services } from "./rpc/services.js";
 import { VERSION } from "./version.js";
 
@@ -29,6 +30,10 @@ export interface Daemon {
   readonly maintenance: Services["maintenance"];
   /** What the server refused or cut, by cause (counters for a metrics exporter). */
   readonly serverStats: ServerStats;
+  /** "https" when the port serves TLS, "http" for h2c. */
+  readonly scheme: "https" | "http";
+  /** Re-reads the TLS certificate, key and client CA (SIGHUP); open connections keep theirs. */
+  reloadTls(): ReloadOutcome;
   /** Graceful stop; idempotent. */
   stop(): Promise<void>;
 }
@@ -41,11 +46,18 @@ export interface DaemonOptions {
 const LOOPBACK = /^(127\.\d+\.\d+\.\d+|::1|localhost)$/;
 
 export async function startDaemon(config: Config, { log, clock = systemClock }: DaemonOptions): Promise<Daemon> {
-  const auth = new Authenticator(config.tokens);
+  const auth = new Authenticator(config.tokens, config.tlsClientCa !== undefined);
+  const loopback = LOOPBACK.test(config.listen.host);
   if (auth.open) {
-    if (!LOOPBACK.test(config.listen.host))
-      throw new ConfigError("--listen", `no tokens are configured, so aiflowd only serves loopback; give --token/--tokens-file to listen on ${config.listen.host}`);
+    if (!loopback)
+      throw new ConfigError("--listen", `no tokens are configured, so aiflowd only serves loopback; give --token/--tokens-file (or --tls-client-ca) to listen on ${config.listen.host}`);
     log.warn("NO TOKENS CONFIGURED: every RPC is open to any local caller; set --token or AIFLOW_TOKENS before exposing this daemon");
+  }
+  // Secure by default: past loopback, tokens must not cross the network in clear.
+  if (config.tlsCert === undefined && !loopback) {
+    if (!config.insecurePlaintext)
+      throw new ConfigError("--listen", `${config.listen.host} is not loopback, so aiflowd serves it over TLS only: give --tls-cert and --tls-key, or --insecure-plaintext when a TLS-terminating proxy sits in front`);
+    log.warn({ listen: config.listen.host }, "--insecure-plaintext: serving h2c on a non-loopback address; bearer tokens cross this network in clear unless a proxy in front terminates TLS");
   }
 
   const embedded: EmbeddedPostgres | undefined = config.databaseUrl
@@ -81,11 +93,15 @@ export async function startDaemon(config: Config, { log, clock = systemClock }: 
       limits: serverLimits(config),
       clock,
       fastPath: config.grpcFastPath === "on",
+      tls: config.tlsCert ? { files: { cert: config.tlsCert, key: config.tlsKey!, clientCa: config.tlsClientCa }, trustDomain: config.tlsTrustDomain } : undefined,
     });
     server.draining.addEventListener("abort", () => draining.abort());
     cleanups.push(() => server.close(config.shutdownGrace));
     cleanups.push(async () => services.onShutdown());
-    log.info({ address: `http://${server.address}`, instance: config.instanceId, version: VERSION }, "aiflowd serving gRPC");
+    log.info(
+      { address: `${server.scheme}://${server.address}`, tls: server.scheme === "https" ? (config.tlsClientCa ? "mutual" : "server") : "off", instance: config.instanceId, version: VERSION },
+      "aiflowd serving gRPC",
+    );
 
     let stopping: Promise<void> | undefined;
     return {
@@ -96,6 +112,8 @@ export async function startDaemon(config: Config, { log, clock = systemClock }: 
       tables,
       maintenance: services.maintenance,
       serverStats: server.stats,
+      scheme: server.scheme,
+      reloadTls: () => server.reloadTls(),
       stop: () => (stopping ??= undo().then(() => log.info("aiflowd stopped"))),
     };
   } catch (err) {

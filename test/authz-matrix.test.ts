@@ -15,7 +15,7 @@ import { RunDirectoryService, TriggerFiringService } from "@aiflow/wire/gen/aifl
 import { Health } from "@aiflow/wire/gen/grpc/health/v1/health_pb.js";
 import { ServerReflection } from "@aiflow/wire/gen/grpc/reflection/v1/reflection_pb.js";
 import { ServerReflection as ServerReflectionAlpha } from "@aiflow/wire/gen/grpc/reflection/v1alpha/reflection_pb.js";
-import { parseTokenSpec, type TokenGrant } from "../src/server/tokens.js";
+import { parseTokenSpec, parseTokensFile, type TokenGrant } from "../src/server/tokens.js";
 import { useTestDaemon } from "./support/kit.js";
 import { grpc, loadService, metadata, unary } from "./support/grpc-js.js";
 
@@ -45,7 +45,7 @@ const LIMITED = new Set<TokenKind>(["agentTA", "agentNames", "engineTA", "opsTA"
 const grants = (): TokenGrant[] => [
   parseTokenSpec(`agent:${TOKEN.agent}`, "t"),
   parseTokenSpec(`agent:${TOKEN.agentTA}:tA`, "t"),
-  { role: "agent", token: TOKEN.agentNames, agents: ["a-*"], name: "agent-names" },
+  ...parseTokensFile(JSON.stringify([{ role: "agent", token: TOKEN.agentNames, agents: ["a-*"], name: "agent-names" }]), "t"),
   parseTokenSpec(`engine:${TOKEN.engine}`, "t"),
   parseTokenSpec(`engine:${TOKEN.engineTA}:tA`, "t"),
   parseTokenSpec(`ops:${TOKEN.ops}`, "t"),

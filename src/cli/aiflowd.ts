@@ -2,6 +2,7 @@
  * aiflowd — the daemon's command line.
  *   aiflowd [serve]   run the daemon (the default)
  *   aiflowd migrate   apply pending migrations and exit
+ *   aiflowd token new ROLE   make a bearer token and its tokens-file entry (./token.ts)
  * Exit codes: 0 clean stop, 1 runtime failure, 2 bad configuration or usage.
  */
 import { ConfigError, parseArgs, settingsHelp, type Config } from "../config.js";
@@ -10,12 +11,14 @@ import { startEmbeddedPostgres } from "../db/embedded.js";
 import { migrate, MigrationError } from "../db/migrate.js";
 import { createLogger, type Logger } from "../log.js";
 import { VERSION } from "../version.js";
+import { tokenCommand } from "./token.js";
 
 const USAGE = `aiflowd — gRPC agent-coordination daemon
 
 Usage:
   aiflowd [serve] [flags]    serve gRPC (starts an embedded Postgres when no database URL is given)
   aiflowd migrate [flags]    apply pending schema migrations and exit
+  aiflowd token new ROLE     make a bearer token and the tokens-file entry for it (aiflowd token --help)
   aiflowd --help             this text
   aiflowd --version          the version
 
@@ -26,6 +29,19 @@ Flags:
 `;
 
 async function main(argv: string[]): Promise<number> {
+  if (argv[0] === "token") {
+    if (argv.includes("--version")) {
+      process.stdout.write(`aiflowd ${VERSION}\n`);
+      return 0;
+    }
+    try {
+      return tokenCommand(argv.slice(1), (text) => process.stdout.write(text));
+    } catch (err) {
+      if (!(err instanceof ConfigError)) throw err;
+      process.stderr.write(`aiflowd: ${err.message}\n`);
+      return 2;
+    }
+  }
   let parsed;
   try {
     parsed = parseArgs(argv);
@@ -95,7 +111,11 @@ async function serve(config: Config, log: Logger): Promise<number> {
   };
   process.on("SIGINT", onSignal);
   process.on("SIGTERM", onSignal);
-  const daemon = await startDaemon(config, { log });
+  // SIGHUP re-reads the TLS files (they are also watched); the reloader logs what it did. In before
+  // the start too: unheard, SIGHUP would end the process.
+  let daemon: Awaited<ReturnType<typeof startDaemon>> | undefined;
+  process.on("SIGHUP", () => void daemon?.reloadTls());
+  daemon = await startDaemon(config, { log });
   await stopAsked;
   await daemon.stop();
   return 0;

@@ -20,6 +20,7 @@ import { Health } from "@aiflow/wire/gen/grpc/health/v1/health_pb.js";
 import type { Clock } from "../clock.js";
 import type { Logger } from "../log.js";
 import type { Access, Authenticator } from "./auth.js";
+import type { PeerIdentities } from "./cert-identity.js";
 import { AuthFailures } from "./auth-failures.js";
 import { headerText } from "@aiflow/wire/headers";
 import type { BodyBudget } from "@aiflow/wire/server";
@@ -38,6 +39,8 @@ export interface GateLimits {
 
 export interface GateOptions extends GateLimits {
   auth: Authenticator;
+  /** Under mutual TLS: what each connection's client certificate says. */
+  peers?: PeerIdentities;
   access: ReadonlyMap<string, Access>;
   log: Logger;
   clock: Clock;
@@ -56,6 +59,10 @@ export interface Gate {
   body(stream: ServerHttp2Stream, headers: IncomingHttpHeaders): boolean;
   /** The same budget for the direct path (wire/src/server/unary-fast-path.ts), which reserves as it reads. */
   readonly budget: BodyBudget;
+  /** A failed authentication outside a call (a refused client certificate): counts as a call's does. */
+  authFailed(address: string): void;
+  /** True while the address is over --auth-failure-limit. */
+  throttled(address: string): boolean;
 }
 
 export function createGate(opts: GateOptions): Gate {
@@ -83,12 +90,11 @@ export function createGate(opts: GateOptions): Gate {
         refuse(stream, headers, new ConnectError("too many failed authentications from this address; try again later", Code.ResourceExhausted), opts.bodyTimeoutMs);
         return true;
       }
-      const decision = opts.auth.check(opts.access, service, method, headerText(headers, "authorization"));
+      const decision = opts.auth.check(opts.access, service, method, headerText(headers, "authorization"), opts.peers?.of(stream.session));
       if (!decision.ok) {
         stats.authFailures[decision.reason]++;
         log.warn({ remote: address, reason: decision.reason, service, method }, "call refused: authentication failed");
-        if ((decision.reason === "missing" || decision.reason === "unknown") && failures.record(address))
-          log.warn({ remote: address, limit: opts.authFailureLimit, windowMs: opts.authFailureWindowMs }, "address over the failed-authentication limit: refusing its calls until the window ends");
+        if (decision.reason === "missing" || decision.reason === "unknown") authFailed(address);
         refuse(stream, headers, decision.error, opts.bodyTimeoutMs);
         return true;
       }
@@ -151,7 +157,12 @@ export function createGate(opts: GateOptions): Gate {
     return false;
   };
 
-  return Object.assign(gate, { body, budget });
+  const authFailed = (address: string) => {
+    if (failures.record(address))
+      log.warn({ remote: address, limit: opts.authFailureLimit, windowMs: opts.authFailureWindowMs }, "address over the failed-authentication limit: refusing its calls until the window ends");
+  };
+
+  return Object.assign(gate, { body, budget, authFailed, throttled: (address: string) => failures.throttled(address) });
 }
 
 /** Bytes held by calls in flight, daemon-wide. */

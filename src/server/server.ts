@@ -1,18 +1,23 @@
 /**
- * The HTTP/2 (h2c) server carrying gRPC, gRPC-Web and Connect. Shutdown is graceful: stop accepting,
+ * The HTTP/2 server carrying gRPC, gRPC-Web and Connect: over TLS (./tls.ts, mutual with a client CA)
+ * or h2c. Shutdown is graceful: stop accepting,
  * tell clients to go away (GOAWAY), let calls in flight finish within the grace period, then cut
  * whatever remains. Long-polls watch `draining` so they return early instead of holding shutdown.
  */
 import { setMaxListeners } from "node:events";
 import http2 from "node:http2";
 import type { AddressInfo, Socket } from "node:net";
+import type { TLSSocket } from "node:tls";
 import type { ConnectRouter, Interceptor } from "@connectrpc/connect";
+import { createContextValues, type ContextValues } from "@connectrpc/connect";
 import { connectHandler, grpcUnaryFastPath, recordUnary, routeStreams, type UnarySpec } from "@aiflow/wire/server";
-import type { Access, Authenticator } from "./auth.js";
-import { createGate, type GateLimits } from "./gate.js";
+import { peerKey, type Access, type Authenticator } from "./auth.js";
+import { PeerIdentities } from "./cert-identity.js";
+import { createGate, type Gate, type GateLimits } from "./gate.js";
 import { limitWatchLifetime } from "./health.js";
 import { guardSessions, http2ServerOptions, type Http2Limits } from "./http2-limits.js";
 import { newServerStats, type ServerStats } from "./stats.js";
+import { readTlsFiles, secureServerOptions, TlsReloader, type ReloadOutcome, type TlsFiles } from "./tls.js";
 import type { Clock } from "../clock.js";
 import type { Logger } from "../log.js";
 
@@ -36,6 +41,8 @@ export interface ServerOptions {
   clock: Clock;
   /** Serve plain gRPC unary calls straight from the stream (wire/src/server/unary-fast-path.ts); false: connect-node serves all. */
   fastPath?: boolean;
+  /** TLS (mutual with `files.clientCa`); absent: h2c. */
+  tls?: { files: TlsFiles; trustDomain: string };
 }
 
 export interface RunningServer {
@@ -46,6 +53,10 @@ export interface RunningServer {
   readonly draining: AbortSignal;
   /** What the server refused or cut, by cause. */
   readonly stats: ServerStats;
+  /** "https" over TLS, "http" for h2c. */
+  readonly scheme: "https" | "http";
+  /** Re-reads the TLS files (SIGHUP); "unchanged" for h2c. */
+  reloadTls(): ReloadOutcome;
   /** Graceful shutdown; resolves once every session is closed. */
   close(graceMs: number): Promise<void>;
 }
@@ -57,6 +68,18 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   // a busy daemon has hundreds of listeners on them: not a leak, and Node's warning at 11 is noise.
   setMaxListeners(0, drain.signal, hardStop.signal);
   const unary = new Map<string, UnarySpec>();
+  const readMaxBytes = opts.readMaxBytes ?? 8 * 1024 * 1024;
+  const stats = newServerStats();
+  const { limits } = opts;
+  // Under mutual TLS each call carries what its connection's certificate says (both paths).
+  const peers = opts.tls?.files.clientCa ? new PeerIdentities(opts.tls.trustDomain) : undefined;
+  const contextValues = peers
+    ? (stream: http2.ServerHttp2Stream): ContextValues => {
+        const values = createContextValues();
+        values.set(peerKey, peers.of(stream.session));
+        return values;
+      }
+    : undefined;
   const handler = connectHandler({
     routes: recordUnary(limitWatchLifetime(opts.routes, opts.limits.healthWatchLifetimeMs), unary),
     interceptors: opts.interceptors,
@@ -64,17 +87,20 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     grpcWeb: true,
     connect: true,
     shutdownSignal: hardStop.signal,
-    readMaxBytes: opts.readMaxBytes ?? 8 * 1024 * 1024,
+    readMaxBytes,
     // Agents and daemons sit on fast networks: gzip costs more CPU than it saves below this size.
     compressMinBytes: 64 * 1024,
     log: opts.log,
+    contextValues,
   });
-  const readMaxBytes = opts.readMaxBytes ?? 8 * 1024 * 1024;
-  const stats = newServerStats();
-  const { limits } = opts;
-  const gate = createGate({ ...limits, auth: opts.auth.authenticator, access: opts.auth.access, log: opts.log, clock: opts.clock, stats });
-  const fast = grpcUnaryFastPath(unary, { interceptors: opts.interceptors, readMaxBytes, shutdownSignal: hardStop.signal, budget: gate.budget, log: opts.log });
-  const server = http2.createServer(http2ServerOptions(limits));
+  const gate = createGate({ ...limits, auth: opts.auth.authenticator, access: opts.auth.access, log: opts.log, clock: opts.clock, stats, peers });
+  const fast = grpcUnaryFastPath(unary, { interceptors: opts.interceptors, readMaxBytes, shutdownSignal: hardStop.signal, budget: gate.budget, log: opts.log, contextValues });
+  const material = opts.tls ? readTlsFiles(opts.tls.files) : undefined;
+  const server = material
+    ? http2.createSecureServer({ ...http2ServerOptions(limits), ...secureServerOptions(material, peers !== undefined, limits.prefaceTimeoutMs) })
+    : http2.createServer(http2ServerOptions(limits));
+  const reloader = material ? new TlsReloader(server as http2.Http2SecureServer, opts.tls!.files, material, opts.log) : undefined;
+  if (material) watchHandshakes(server as http2.Http2SecureServer, peers !== undefined, gate, opts.log, stats);
   // The gate answers refused calls before either path reads their bodies; the direct path holds its
   // bodies to the gate's budget itself, connect-node's are watched by the gate.
   const direct = opts.fastPath === false ? () => false : fast;
@@ -116,7 +142,41 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
       await closed;
       clearTimeout(timer);
       guard.stop();
+      reloader?.stop();
     })());
 
-  return { address, port, draining: drain.signal, stats, close };
+  const scheme = material ? "https" : "http";
+  return { address, port, draining: drain.signal, stats, scheme, reloadTls: () => reloader?.reload() ?? "unchanged", close };
+}
+
+/**
+ * TLS handshakes. Under mutual TLS a client whose certificate did not verify (none, expired, another
+ * CA's) is a failed authentication: its connection is closed as its handshake ends, before HTTP/2
+ * sees a byte of it, and it is logged with the address and the reason, counted, and held to
+ * --auth-failure-limit, past which the address's connections are closed before their handshake
+ * costs anything. (Node's own rejectUnauthorized closes such a socket without saying why or from
+ * where, so the check is made here: HTTP/2's 'secureConnection' listener is taken off and called for
+ * verified connections only, as routeStreams does for 'stream'.) Other failures (plaintext sent to
+ * the TLS port, a timeout) are logged at debug.
+ */
+function watchHandshakes(server: http2.Http2SecureServer, mutual: boolean, gate: Gate, log: Logger, stats: ServerStats): void {
+  server.prependListener("connection", (socket: Socket) => {
+    if (socket.remoteAddress && gate.throttled(socket.remoteAddress)) {
+      stats.authThrottled++;
+      socket.destroy();
+    }
+  });
+  server.on("tlsClientError", (err: NodeJS.ErrnoException, socket: TLSSocket) => log.debug({ remote: socket.remoteAddress, reason: err.code ?? err.message }, "TLS handshake failed"));
+  if (!mutual) return;
+  const http2Listeners = server.listeners("secureConnection") as ((socket: TLSSocket) => void)[];
+  if (http2Listeners.length !== 1) throw new Error(`expected HTTP/2's one 'secureConnection' listener, found ${http2Listeners.length}`);
+  server.removeAllListeners("secureConnection");
+  server.on("secureConnection", (socket: TLSSocket) => {
+    if (socket.authorized) return http2Listeners[0]!.call(server, socket);
+    const remote = socket.remoteAddress ?? "unknown";
+    stats.tlsRefused++;
+    log.warn({ remote, reason: String(socket.authorizationError ?? "no client certificate") }, "connection refused in the TLS handshake: its client certificate is not accepted");
+    gate.authFailed(remote);
+    socket.destroy();
+  });
 }

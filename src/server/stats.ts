@@ -7,8 +7,10 @@ import type { AuthFailure } from "./auth.js";
 export interface ServerStats {
   /** Calls refused on their headers, by why (the token is never recorded). */
   authFailures: Record<AuthFailure, number>;
-  /** Calls refused because their address had too many failed authentications. */
+  /** Calls (and, over TLS, connections) refused because their address had too many failed authentications. */
   authThrottled: number;
+  /** TLS handshakes refused on the client's certificate (none, expired, not signed by --tls-client-ca). */
+  tlsRefused: number;
   /** Calls refused because the daemon held --max-inflight-bytes of request bodies. */
   inflightRefused: number;
   /** Health.Watch streams refused over a cap. */
@@ -30,8 +32,9 @@ export interface ServerStats {
 
 export function newServerStats(): ServerStats {
   return {
-    authFailures: { missing: 0, unknown: 0, role: 0, unserved: 0 },
+    authFailures: { missing: 0, unknown: 0, role: 0, unserved: 0, certificate: 0, disagree: 0 },
     authThrottled: 0,
+    tlsRefused: 0,
     inflightRefused: 0,
     healthWatchRefused: 0,
     connectionsRefused: 0,

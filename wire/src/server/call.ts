@@ -4,7 +4,7 @@
  */
 import type { ServerHttp2Stream, IncomingHttpHeaders } from "node:http2";
 import { create, isMessage, type DescMessage } from "@bufbuild/protobuf";
-import { Code, ConnectError, createContextValues, type ContextValues, type HandlerContext, type Interceptor, type UnaryRequest, type UnaryResponse } from "@connectrpc/connect";
+import { Code, ConnectError, type ContextValues, type HandlerContext, type Interceptor, type UnaryRequest, type UnaryResponse } from "@connectrpc/connect";
 import { webHeaders } from "../grpc/headers.js";
 import type { UnarySpec } from "./routes.js";
 
@@ -115,7 +115,16 @@ class CallRequest implements UnaryRequest {
 /** The longest delay setTimeout honours; a longer one fires after 1 ms. */
 export const TIMER_MAX_MS = 2 ** 31 - 1;
 
-export function callContext(spec: UnarySpec, stream: ServerHttp2Stream, headers: IncomingHttpHeaders, url: string, timeoutMs: number | undefined, inflight: Set<Cancel>, shutdown: AbortSignal): { ctx: CallContext; end(): void } {
+export function callContext(
+  spec: UnarySpec,
+  stream: ServerHttp2Stream,
+  headers: IncomingHttpHeaders,
+  url: string,
+  timeoutMs: number | undefined,
+  inflight: Set<Cancel>,
+  shutdown: AbortSignal,
+  values: ContextValues,
+): { ctx: CallContext; end(): void } {
   const cancel = new Cancel(inflight);
   const deadlineAt = timeoutMs === undefined ? undefined : Date.now() + timeoutMs;
   // A deadline past what a timer holds (2^31-1 ms, about 24.8 days; "597H" is a valid grpc-timeout)
@@ -125,7 +134,7 @@ export function callContext(spec: UnarySpec, stream: ServerHttp2Stream, headers:
   const onClose = () => cancel.cancel(shutdown.aborted ? shutdown.reason : new ConnectError("the client cancelled the call", Code.Canceled));
   stream.once("close", onClose);
   return {
-    ctx: new CallContext(spec.method, url, webHeaders(headers), createContextValues(), cancel, deadlineAt),
+    ctx: new CallContext(spec.method, url, webHeaders(headers), values, cancel, deadlineAt),
     end() {
       clearTimeout(timer);
       stream.off("close", onClose);

@@ -10,9 +10,9 @@
  * - a deadline past what a timer holds (2^31-1 ms, about 24.8 days) is dropped, so the call runs as
  *   one with no deadline, as on the direct path, instead of being cut after 1 ms.
  */
-import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
+import type { Http2ServerRequest, Http2ServerResponse, ServerHttp2Stream } from "node:http2";
 import http2 from "node:http2";
-import { Code, ConnectError, createConnectRouter, type ConnectRouter, type ConnectRouterOptions } from "@connectrpc/connect";
+import { Code, ConnectError, createConnectRouter, type ConnectRouter, type ConnectRouterOptions, type ContextValues } from "@connectrpc/connect";
 import { compressionBrotli, compressionGzip, universalRequestFromNodeRequest, universalResponseToNodeResponse } from "@connectrpc/connect-node";
 import { parseTimeout } from "@connectrpc/connect/protocol-grpc";
 import { hasLoneSurrogate, wellFormed } from "../grpc/text.js";
@@ -22,10 +22,12 @@ import { TIMER_MAX_MS } from "./call.js";
 export interface ConnectHandlerOptions extends ConnectRouterOptions {
   routes: (router: ConnectRouter) => void;
   log?: ErrorLog;
+  /** The context values a call starts with (what the server knows of its connection); default: none. */
+  contextValues?: (stream: ServerHttp2Stream) => ContextValues;
 }
 
 export function connectHandler(opts: ConnectHandlerOptions): (req: Http2ServerRequest, res: Http2ServerResponse) => void {
-  const { routes, log, ...routerOptions } = opts;
+  const { routes, log, contextValues, ...routerOptions } = opts;
   const router = createConnectRouter({
     // connectNodeAdapter's default.
     acceptCompression: [compressionGzip, compressionBrotli],
@@ -43,7 +45,7 @@ export function connectHandler(opts: ConnectHandlerOptions): (req: Http2ServerRe
       res.end();
       return;
     }
-    const uReq = universalRequestFromNodeRequest(req, res, undefined, undefined);
+    const uReq = universalRequestFromNodeRequest(req, res, undefined, contextValues?.(req.stream));
     dropTimerOverflow(uReq.header);
     handler(uReq)
       .then((uRes) => universalResponseToNodeResponse(uRes, res))

@@ -11,7 +11,7 @@
 import { randomUUID } from "node:crypto";
 import http2, { type IncomingHttpHeaders, type ServerHttp2Stream } from "node:http2";
 import { fromBinary, toBinary } from "@bufbuild/protobuf";
-import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
+import { Code, ConnectError, createContextValues, type ContextValues, type Interceptor } from "@connectrpc/connect";
 import { parseTimeout, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import { compileCodec } from "../codec/index.js";
 import { headerText, nodeHeaders } from "../grpc/headers.js";
@@ -32,6 +32,8 @@ export interface GrpcUnaryOptions {
   shutdownSignal: AbortSignal;
   /** Where a reply that cannot be encoded is logged (a bug of ours, not of the request). */
   log?: ErrorLog;
+  /** The context values a call starts with (what the server knows of its connection); default: none. */
+  contextValues?: (stream: ServerHttp2Stream) => ContextValues;
 }
 
 const CONTENT_TYPES = new Set(["application/grpc", "application/grpc+proto"]);
@@ -137,7 +139,7 @@ async function serve(
 ): Promise<void> {
   const { spec } = fast;
   const timeout = parseTimeout(headerText(headers, "grpc-timeout"), Number.MAX_SAFE_INTEGER);
-  const { ctx, end } = callContext(spec, stream, headers, url, timeout.timeoutMs, inflight, opts.shutdownSignal);
+  const { ctx, end } = callContext(spec, stream, headers, url, timeout.timeoutMs, inflight, opts.shutdownSignal, opts.contextValues?.(stream) ?? createContextValues());
   const held: Held = { bytes: 0, late: false };
   try {
     if (timeout.error) throw timeout.error;
