@@ -1,19 +1,24 @@
 #!/usr/bin/env node
-// gRPC health probe for aiflowd with no dependencies: one grpc.health.v1.Health/Check call over h2c,
-// using only node:http2, so the production image needs neither grpc_health_probe nor @grpc/grpc-js.
+// gRPC health probe for aiflowd with no dependencies: one grpc.health.v1.Health/Check call over h2c
+// or TLS, using only node:http2, so the production image needs neither grpc_health_probe nor
+// @grpc/grpc-js.
 //
 //   node scripts/healthcheck.mjs [HOST:PORT] [SERVICE]
 //
 // HOST:PORT defaults to $AIFLOW_LISTEN (a wildcard host such as 0.0.0.0 or :: is probed on loopback),
 // else 127.0.0.1:7400. SERVICE defaults to "" (the server as a whole). The call gives up after
 // $AIFLOW_HEALTHCHECK_TIMEOUT (milliseconds, default 3000).
+// TLS: $AIFLOW_HEALTHCHECK_CA (a PEM file) makes the probe speak TLS and trust that CA; under mutual
+// TLS give it a client certificate too, $AIFLOW_HEALTHCHECK_CERT and $AIFLOW_HEALTHCHECK_KEY.
 // Exit 0: the answer was SERVING. Exit 1: anything else; one line on stderr says why.
+import { readFileSync } from "node:fs";
 import http2 from "node:http2";
 
 const STATUS = ["UNKNOWN", "SERVING", "NOT_SERVING", "SERVICE_UNKNOWN"];
 const timeoutMs = Number(process.env.AIFLOW_HEALTHCHECK_TIMEOUT) || 3000;
 const target = process.argv[2] || process.env.AIFLOW_LISTEN || "127.0.0.1:7400";
 const service = process.argv[3] ?? "";
+const tls = Boolean(process.env.AIFLOW_HEALTHCHECK_CA);
 
 function fail(reason) {
   process.stderr.write(`unhealthy: ${reason}\n`);
@@ -27,7 +32,7 @@ function authority(addr) {
   let host = m[1] ?? m[2];
   if (host === "0.0.0.0") host = "127.0.0.1";
   if (host === "::" || host === "0:0:0:0:0:0:0:0") host = "::1";
-  return `http://${host.includes(":") ? `[${host}]` : host}:${m[3]}`;
+  return `${tls ? "https" : "http"}://${host.includes(":") ? `[${host}]` : host}:${m[3]}`;
 }
 
 /** HealthCheckRequest { string service = 1; } in a gRPC length-prefixed frame (uncompressed). */
@@ -75,10 +80,23 @@ function servingStatus(msg) {
   return status;
 }
 
+function tlsOptions() {
+  const file = (env) => {
+    try {
+      return readFileSync(process.env[env]);
+    } catch (err) {
+      fail(`$${env}: cannot read ${process.env[env]}: ${err.code ?? err.message}`);
+    }
+  };
+  const opts = { ca: file("AIFLOW_HEALTHCHECK_CA") };
+  if (process.env.AIFLOW_HEALTHCHECK_CERT) Object.assign(opts, { cert: file("AIFLOW_HEALTHCHECK_CERT"), key: file("AIFLOW_HEALTHCHECK_KEY") });
+  return opts;
+}
+
 const timer = setTimeout(() => fail(`no answer from ${target} within ${timeoutMs}ms`), timeoutMs);
 timer.unref();
 
-const session = http2.connect(authority(target));
+const session = http2.connect(authority(target), tls ? tlsOptions() : {});
 session.on("error", (err) => fail(`${target}: ${err.code ?? err.message}`));
 session.setTimeout(timeoutMs, () => fail(`${target}: session idle for ${timeoutMs}ms`));
 
