@@ -158,7 +158,8 @@ function exchange<I extends DescMessage, O extends DescMessage>(
       stream = s;
       // From here on a stream error (a reset, a write after the peer ended) settles the call, or,
       // once it is settled, is dropped: an 'error' without a listener would crash the process.
-      s.on("error", (e) => fail(errorFromReset(s.rstCode) ?? e));
+      // The reset's code, with what reset it as its cause (a TLS alert that ended the session, say).
+      s.on("error", (e) => fail(errorFromReset(s.rstCode, e) ?? e));
       if (settled) {
         s.close(http2.constants.NGHTTP2_CANCEL);
         return;
@@ -252,21 +253,22 @@ function readFrame<O extends DescMessage>(body: Buffer, outCodec: Codec<O>, read
 }
 
 /** What an HTTP/2 reset means for gRPC (https://github.com/grpc/grpc/blob/master/doc/PROTOCOL-HTTP2.md#errors). */
-function errorFromReset(rstCode: number | undefined): ConnectError | undefined {
+function errorFromReset(rstCode: number | undefined, cause?: unknown): ConnectError | undefined {
   const c = http2.constants;
   if (rstCode === undefined || rstCode === c.NGHTTP2_NO_ERROR) return undefined;
   const message = `http/2 stream closed with error code 0x${rstCode.toString(16)}`;
+  const error = (code: Code) => new ConnectError(message, code, undefined, undefined, cause);
   switch (rstCode) {
     case c.NGHTTP2_REFUSED_STREAM:
-      return new ConnectError(message, Code.Unavailable);
+      return error(Code.Unavailable);
     case c.NGHTTP2_CANCEL:
-      return new ConnectError(message, Code.Canceled);
+      return error(Code.Canceled);
     case c.NGHTTP2_ENHANCE_YOUR_CALM:
-      return new ConnectError(message, Code.ResourceExhausted);
+      return error(Code.ResourceExhausted);
     case c.NGHTTP2_INADEQUATE_SECURITY:
-      return new ConnectError(message, Code.PermissionDenied);
+      return error(Code.PermissionDenied);
     default:
-      return new ConnectError(message, Code.Internal);
+      return error(Code.Internal);
   }
 }
 
