@@ -43,6 +43,8 @@ const agent = createAgent({
   logger: pino({ level: "warn" }),
   interceptors: [timing],
   fastTransport: transport !== "slow",
+  // Over TLS (npm run bench -- --tls): the address is https:// and this is the CA to trust.
+  tls: process.env.BENCH_TLS_CA ? { ca: process.env.BENCH_TLS_CA } : undefined,
   handlers: {
     [kind!]: async (item) => {
       const started = nowMs();

@@ -3,6 +3,7 @@
  * does not share an event loop with what is measured. Items sent during the warm-up carry
  * measure:false. Prints {"ready":true}, then {"sent":N} when done.
  */
+import { readFileSync } from "node:fs";
 import { createClient, type Interceptor } from "@connectrpc/connect";
 import { Http2SessionManager } from "@connectrpc/connect-node";
 import { QueueService } from "@aiflow/wire/gen/aiflow/cluster/v1/queue_pb.js";
@@ -32,8 +33,9 @@ if (mode === "baseline") {
   // the compiled codec): the lightest Node client we have, and the producer shares the machine with
   // what it measures. A stock grpc-js client took about a quarter more CPU per call (34 % of a core
   // at 1,000 calls/s against 28 %); stock clients' interop is what the end-to-end tests check.
-  const url = `http://${target}`;
-  const session = new Http2SessionManager(url);
+  // target is the daemon's URL; over TLS (https://) BENCH_TLS_CA is the CA to trust.
+  const url = target!;
+  const session = new Http2SessionManager(url, undefined, process.env.BENCH_TLS_CA ? { ca: readFileSync(process.env.BENCH_TLS_CA) } : undefined);
   const auth: Interceptor = (next) => (req) => {
     req.header.set("authorization", `Bearer ${token}`);
     return next(req);

@@ -1,6 +1,7 @@
 /** What the benchmark stands on: a database (given or embedded), daemon processes, and helpers. */
+import { execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { mkdtempSync, rmSync, chmodSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, chmodSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -95,11 +96,36 @@ export async function committedTransactions(url: string): Promise<number> {
 }
 
 export interface DaemonProc {
+  /** host:port */
   address: string;
+  /** https://host:port over TLS, http://host:port for h2c. */
+  url: string;
+  /** Over TLS: the CA its certificate chains to. */
+  tls?: BenchTls;
   child: Child;
 }
 
-export async function startDaemonProc(db: Database, index: number, extraEnv: Record<string, string> = {}): Promise<DaemonProc> {
+/** A CA and a server certificate for 127.0.0.1, made by scripts/dev-certs.sh in a temp dir. */
+export interface BenchTls {
+  cert: string;
+  key: string;
+  /** The CA's file, and its PEM. */
+  ca: string;
+  caPem: Buffer;
+  remove(): void;
+}
+
+export function makeBenchTls(): BenchTls {
+  const dir = mkdtempSync(join(tmpdir(), "aiflowd-bench-tls-"));
+  execFileSync("sh", ["scripts/dev-certs.sh", dir], { stdio: ["ignore", "ignore", "pipe"] });
+  const ca = join(dir, "ca.crt");
+  return { cert: join(dir, "server.crt"), key: join(dir, "server.key"), ca, caPem: readFileSync(ca), remove: () => rmSync(dir, { recursive: true, force: true }) };
+}
+
+/** The environment a child client needs to trust a daemon (bench/child-agent.ts, child-producer.ts). */
+export const clientTlsEnv = (d: DaemonProc): Record<string, string> => (d.tls ? { BENCH_TLS_CA: d.tls.ca } : {});
+
+export async function startDaemonProc(db: Database, index: number, extraEnv: Record<string, string> = {}, tls?: BenchTls): Promise<DaemonProc> {
   const port = await freePort();
   const child = startChild("bin/aiflowd.js", ["serve"], {
     nodeArgs: DAEMON_NODE_TUNING,
@@ -112,10 +138,12 @@ export async function startDaemonProc(db: Database, index: number, extraEnv: Rec
       AIFLOW_TOKENS: `agent:${TOKENS.agent};engine:${TOKENS.engine};ops:${TOKENS.ops}`,
       AIFLOW_LOG_LEVEL: "info",
       NO_COLOR: "1",
+      ...(tls ? { AIFLOW_TLS_CERT: tls.cert, AIFLOW_TLS_KEY: tls.key } : {}),
       ...extraEnv,
     },
     ready: (line) => line.includes("aiflowd serving gRPC"),
   });
   await child.ready;
-  return { address: `127.0.0.1:${port}`, child };
+  const address = `127.0.0.1:${port}`;
+  return { address, url: `${tls ? "https" : "http"}://${address}`, tls, child };
 }

@@ -22,6 +22,9 @@ export const HELP = `npm run bench -- [options]
                      latency includes the HTTP/2 floor (a bare Node HTTP/2 exchange at --rate);
                      fast-path (only when named) drains twice in the run, with the daemon's
                      --grpc-fast-path and the SDK's fastTransport on, then both off
+  --tls              also run the drain and the steady rate over TLS (daemons of their own, with a
+                     certificate from scripts/dev-certs.sh), after the same sections over h2c, and
+                     print TLS ÷ h2c (implies --only's drain and latency)
   --smoke            a tiny run (seconds) to check the benchmark works`;
 
 /**
@@ -81,6 +84,9 @@ export function parseOptions(argv: readonly string[]): { o: Options; only: Set<s
         if (unknown.length > 0) throw new BenchArgError(`--only takes a comma list of ${[...SECTIONS, ...OPT_IN].join(", ")}; not '${unknown.join(",")}'`);
         break;
       }
+      case "--tls":
+        o.tls = true;
+        break;
       case "--smoke":
         Object.assign(o, { items: 300, agents: 2, slots: 8, rate: 100, durationMs: 1000, warmupMs: 300, hbAgents: 50, hbDurationMs: 2000, hbSettleMs: 500, hbIdleMs: 1000, drainWarmup: 100, baselineWorkers: 4 });
         break;
@@ -88,5 +94,6 @@ export function parseOptions(argv: readonly string[]): { o: Options; only: Set<s
         throw new BenchArgError(`unknown option ${flag} (see --help)`);
     }
   }
+  if (o.tls) for (const s of ["drain", "latency"]) only.add(s);
   return { o, only, help: false };
 }

@@ -4,7 +4,7 @@
  * Starts everything it needs and stops it all. Options: see --help.
  */
 import { dropBaseline } from "./baseline.js";
-import { openDatabase, openOwnDatabase, startDaemonProc, type DaemonProc } from "./env.js";
+import { makeBenchTls, openDatabase, openOwnDatabase, startDaemonProc, type DaemonProc } from "./env.js";
 import { clearCompleted, drainBaseline, drainOurs, enqueueRate, settleDatabase, heartbeatCost, latencyBaseline, latencyOurs, rpcFigures, startAgents, stopAgents } from "./sections.js";
 import { http2Floor, perItem } from "./floor.js";
 import { gcFigures, latencyRatio, ratio } from "./stats.js";
@@ -37,6 +37,8 @@ try {
   progress(`starting ${o.daemons} daemon(s)`);
   for (let i = 0; i < o.daemons; i++) daemons.push(await startDaemonProc(db, i));
   let agents: Awaited<ReturnType<typeof startAgents>> | undefined;
+  /** The h2c figures the TLS sections are compared with. */
+  let h2c: { drain?: number; p50?: number; p99?: number } = {};
 
   if (only.has("enqueue") || only.has("drain")) {
     progress(`enqueueing ${o.items} items in batches`);
@@ -48,6 +50,7 @@ try {
     // The drain's agents report their RPC figures when stopped; the latency run starts its own.
     const { rpcs, gc } = await stopAgents(ours.agents);
     emit("drain", { ...ours.figures, ...rpcFigures(rpcs), ...gcFigures("agents", gc) });
+    h2c.drain = Number(ours.figures.items_per_s);
     progress(`baseline drain with ${o.baselineWorkers} raw SQL workers`);
     const base = await drainBaseline(db, o);
     emit("drain_baseline", base);
@@ -60,6 +63,7 @@ try {
     const ours = await latencyOurs(daemons, agents, o);
     agents = undefined;
     emit("latency", ours);
+    h2c = { ...h2c, p50: Number(ours.p50_ms), p99: Number(ours.p99_ms) };
     progress("baseline latency");
     const base = await latencyBaseline(db, o);
     emit("latency_baseline", base);
@@ -87,6 +91,42 @@ try {
       }
     }
     emit("fast_path_ratio", { on_items_per_s: figures.on!.items_per_s!, off_items_per_s: figures.off!.items_per_s!, on_over_off: ratio(Number(figures.on!.items_per_s), Number(figures.off!.items_per_s)) });
+  }
+  if (o.tls) {
+    // The drain and the steady rate again, over TLS: daemons of their own serving a certificate,
+    // agents and producer trusting its CA. Compared with the h2c sections of this run.
+    const certs = makeBenchTls();
+    const set: DaemonProc[] = [];
+    try {
+      for (let i = 0; i < o.daemons; i++) set.push(await startDaemonProc(db, 100 + i, {}, certs));
+      progress(`TLS: enqueueing ${o.items} items, draining with ${o.agents} agents × ${o.slots} slots`);
+      await clearCompleted(db);
+      await enqueueRate(db, set, o.items);
+      const drain = await drainOurs(db, set, o);
+      const { rpcs, gc } = await stopAgents(drain.agents);
+      emit("drain_tls", { ...drain.figures, ...rpcFigures(rpcs), ...gcFigures("agents", gc) });
+      await settleDatabase(db);
+      const tlsAgents = await startAgents(set, o, "latency-tls");
+      progress(`TLS: steady ${o.rate}/s for ${o.durationMs / 1000}s after ${o.warmupMs / 1000}s warm-up`);
+      const latency = await latencyOurs(set, tlsAgents, o);
+      emit("latency_tls", latency);
+      const p50 = Number(latency.p50_ms);
+      const p99 = Number(latency.p99_ms);
+      emit("tls_ratio", {
+        drain_tls_items_per_s: Number(drain.figures.items_per_s),
+        drain_h2c_items_per_s: h2c.drain!,
+        drain_tls_over_h2c: ratio(Number(drain.figures.items_per_s), h2c.drain!),
+        p50_tls_ms: p50,
+        p50_h2c_ms: h2c.p50!,
+        p50_tls_minus_h2c_ms: Math.round((p50 - h2c.p50!) * 100) / 100,
+        p99_tls_ms: p99,
+        p99_h2c_ms: h2c.p99!,
+        p99_tls_minus_h2c_ms: Math.round((p99 - h2c.p99!) * 100) / 100,
+      });
+    } finally {
+      await Promise.all(set.map((d) => d.child.stop()));
+      certs.remove();
+    }
   }
   if (only.has("heartbeat")) {
     progress(`heartbeats of ${o.hbAgents} simulated agents for ${o.hbDurationMs / 1000}s`);

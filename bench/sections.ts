@@ -4,7 +4,7 @@ import { createGrpcTransport } from "@connectrpc/connect-node";
 import { QueueService } from "@aiflow/wire/gen/aiflow/cluster/v1/queue_pb.js";
 import { baselineDrainSpan, dropBaseline, fillBaseline, releaseBaseline, resetBaseline, waitBaselineDone } from "./baseline.js";
 import { nowMs } from "./clock.js";
-import { committedTransactions, KIND, NODE_TUNING, TENANT, TOKENS, type Database, type DaemonProc } from "./env.js";
+import { clientTlsEnv, committedTransactions, KIND, NODE_TUNING, TENANT, TOKENS, type Database, type DaemonProc } from "./env.js";
 import { pollUntil, sql } from "./pg.js";
 import { cpuMeter, pidsNamed, runLengthMeter, startChild, watchProc, type Child } from "./proc.js";
 import { gcFigures, perSecond, round, summarize } from "./stats.js";
@@ -30,6 +30,8 @@ export interface Options {
   baselineWorkers: number;
   /** The SDK agents' fastTransport (the daemon's --grpc-fast-path is set where it starts). */
   fastTransport?: boolean;
+  /** Run the drain and the steady rate over TLS too (run.ts). */
+  tls?: boolean;
 }
 
 type Figures = Record<string, number | string>;
@@ -39,7 +41,7 @@ const workTable = (db: Database) => `"${db.schema}".aiflow_work_item`;
 
 /** Batch Enqueue of the drain backlog: items per second through the daemon. */
 export async function enqueueRate(db: Database, daemons: DaemonProc[], items: number): Promise<Figures> {
-  const clients = daemons.map((d) => createClient(QueueService, createGrpcTransport({ baseUrl: `http://${d.address}` })));
+  const clients = daemons.map((d) => createClient(QueueService, createGrpcTransport({ baseUrl: d.url, nodeOptions: d.tls ? { ca: d.tls.caPem } : undefined })));
   const batch = 1000;
   const start = nowMs();
   const batches = Array.from({ length: Math.ceil(items / batch) }, (_, i) => Math.min(batch, items - i * batch));
@@ -57,12 +59,14 @@ export async function enqueueRate(db: Database, daemons: DaemonProc[], items: nu
 }
 
 export async function startAgents(daemons: DaemonProc[], o: Pick<Options, "agents" | "slots" | "prefetch" | "fastTransport">, tag: string): Promise<Child[]> {
-  const agents = Array.from({ length: o.agents }, (_, i) =>
-    startChild("bench/child-agent.ts", [daemons[i % daemons.length]!.address, TOKENS.agent, `bench-${tag}-${i}`, String(o.slots), TENANT, KIND, o.prefetch === undefined ? "" : String(o.prefetch), o.fastTransport === false ? "slow" : "fast"], {
+  const agents = Array.from({ length: o.agents }, (_, i) => {
+    const d = daemons[i % daemons.length]!;
+    return startChild("bench/child-agent.ts", [d.url, TOKENS.agent, `bench-${tag}-${i}`, String(o.slots), TENANT, KIND, o.prefetch === undefined ? "" : String(o.prefetch), o.fastTransport === false ? "slow" : "fast"], {
       nodeArgs: NODE_TUNING,
+      env: clientTlsEnv(d),
       ready: (l) => l.includes('"ready"'),
-    }),
-  );
+    });
+  });
   await Promise.all(agents.map((a) => a.ready));
   return agents;
 }
@@ -209,8 +213,8 @@ function cpuPerItem(machineMs: number | null, items: number): Figures {
   return machineMs === null || items === 0 ? {} : { machine_cpu_us_per_item: round((machineMs * 1000) / items, 1) };
 }
 
-function producer(args: string[]): Child {
-  return startChild("bench/child-producer.ts", args, { ready: (l) => l.includes('"ready"') });
+function producer(args: string[], env: Record<string, string> = {}): Child {
+  return startChild("bench/child-producer.ts", args, { env, ready: (l) => l.includes('"ready"') });
 }
 
 async function produced(p: Child): Promise<number> {
@@ -259,7 +263,7 @@ export async function settleDatabase(db: Database): Promise<void> {
 
 /** Steady open-loop single-item Enqueue at `rate`; from issuing Enqueue to the handler starting. */
 export async function latencyOurs(daemons: DaemonProc[], agents: Child[], o: Options): Promise<Figures> {
-  const p = producer(["ours", daemons[0]!.address, String(o.rate), String(o.durationMs), String(o.warmupMs), TOKENS.engine, TENANT, KIND]);
+  const p = producer(["ours", daemons[0]!.url, String(o.rate), String(o.durationMs), String(o.warmupMs), TOKENS.engine, TENANT, KIND], clientTlsEnv(daemons[0]!));
   await p.ready;
   const cpu = cpuShares({ daemons: daemons.map((d) => d.child.pid), agents: agents.map((a) => a.pid), producer: [p.pid] });
   const sent = await produced(p);

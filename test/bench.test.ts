@@ -19,6 +19,10 @@ describe("benchmark options", () => {
     expect([...only]).toEqual(["drain", "latency"]);
     expect(parseOptions(["--smoke"]).o).toMatchObject({ items: 300, durationMs: 1000 });
     expect(parseOptions(["--help"]).help).toBe(true);
+    // --tls compares the drain and the steady rate with their TLS runs, so it brings both along.
+    const tls = parseOptions(["--tls", "--only", "enqueue"]);
+    expect(tls.o.tls).toBe(true);
+    expect([...tls.only].sort()).toEqual(["drain", "enqueue", "latency"]);
   });
 
   it.each([
@@ -151,10 +155,10 @@ describe("benchmark process lifecycle", () => {
  * --smoke made smaller still: the run's length is its processes starting (a daemon, agents, producers
  * and baseline workers for each section), not the work; its heartbeat idle window is a second.
  */
-const TINY = ["--smoke", "--items", "50", "--drain-warmup", "10", "--agents", "1", "--slots", "4", "--rate", "20", "--warmup", "0", "--hb-agents", "5", "--hb-duration", "1s"];
+const TINY = ["--smoke", "--items", "50", "--drain-warmup", "10", "--agents", "1", "--slots", "4", "--rate", "20", "--warmup", "0", "--hb-agents", "5", "--hb-duration", "1s", "--tls"];
 
 describe("benchmark smoke run", () => {
-  it("runs every section end to end on a tiny workload and prints each figure set", { timeout: 180_000 }, async () => {
+  it("runs every section end to end on a tiny workload, over h2c and TLS, and prints each figure set", { timeout: 180_000 }, async () => {
     const { stdout } = await run(process.execPath, ["--import", "tsx", "bench/run.ts", ...TINY], {
       env: { ...process.env, DATABASE_URL: databaseUrl(), NO_COLOR: "1" },
       maxBuffer: 16 * 1024 * 1024,
@@ -164,7 +168,11 @@ describe("benchmark smoke run", () => {
       .filter((l) => l.startsWith("{"))
       .map((l) => JSON.parse(l) as Record<string, unknown>);
     const names = sets.map((s) => s.bench);
-    expect(names).toEqual(["enqueue", "drain", "drain_baseline", "drain_ratio", "latency", "latency_baseline", "latency_ratio", "http2_floor", "heartbeat"]);
+    expect(names).toEqual(["enqueue", "drain", "drain_baseline", "drain_ratio", "latency", "latency_baseline", "latency_ratio", "http2_floor", "drain_tls", "latency_tls", "tls_ratio", "heartbeat"]);
+    expect(sets.find((s) => s.bench === "drain_tls")!.items).toBe(50);
+    const tls = sets.find((s) => s.bench === "tls_ratio")!;
+    expect(tls.drain_tls_over_h2c).toBeGreaterThan(0);
+    expect(typeof tls.p99_tls_minus_h2c_ms).toBe("number");
     const drain = sets.find((s) => s.bench === "drain")!;
     expect(drain.items).toBe(50);
     expect(typeof drain.items_per_s).toBe("number");
