@@ -15,8 +15,9 @@ import { pushbackMs, retryDelay, sleep } from "./backoff.js";
 import { AgentFailedError } from "./errors.js";
 import { createSdkGrpcTransport } from "@aiflow/wire/client";
 import { GuardedSessionManager } from "@aiflow/wire/client/session-manager";
+import { tlsFailure } from "@aiflow/wire/client/tls-failure";
 import { AgentService } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
-import { baseUrl, type ResolvedOptions } from "./options.js";
+import type { ResolvedOptions } from "./options.js";
 
 export type AgentClient = Client<typeof AgentService>;
 
@@ -57,10 +58,13 @@ export class Link {
     this.#log = log;
     this.#hooks = hooks;
     const auth: Interceptor[] = opts.token ? [(next) => (req) => (req.header.set("authorization", `Bearer ${opts.token}`), next(req))] : [];
-    this.#targets = opts.addresses.map((address) => {
-      const url = baseUrl(address);
+    // Each new session, to any daemon, presents the TLS material as its files hold it then (tls.js).
+    const tls = opts.tls;
+    const nodeOptions = tls ? { createConnection: (authority: URL) => tls.connect(authority) } : undefined;
+    this.#targets = opts.addresses.map((address, i) => {
+      const url = opts.urls[i]!;
       // Pings find a dead connection while a long-poll or the directive stream waits on it.
-      const session = new GuardedSessionManager(url, { pingIntervalMs: opts.keepalive.intervalMs, pingTimeoutMs: opts.keepalive.timeoutMs });
+      const session = new GuardedSessionManager(url, { pingIntervalMs: opts.keepalive.intervalMs, pingTimeoutMs: opts.keepalive.timeoutMs }, nodeOptions);
       const transportOptions = { baseUrl: url, sessionManager: session, interceptors: [...auth, ...opts.interceptors] };
       const transport = opts.fastTransport ? createSdkGrpcTransport(transportOptions) : createGrpcTransport(transportOptions);
       return { address, session, client: createClient(AgentService, transport) };
@@ -149,6 +153,8 @@ export class Link {
     for (let round = 0; ; round++) {
       let last: unknown;
       let reachable = false;
+      /** A TLS handshake that failed this round, in words. */
+      let tls: string | undefined;
       for (let i = 0; i < n; i++) {
         if (this.#closed.signal.aborted) return;
         const index = (this.#current + i) % n;
@@ -169,14 +175,30 @@ export class Link {
           const answered = pushbackMs(err) !== undefined;
           if (answered || !reachable) last = err;
           reachable ||= answered;
+          tls ??= tlsWords(err);
           this.#log.debug({ address: target.address, err: errorText(err) }, answered ? "daemon answered: retry later" : "daemon unreachable");
         }
       }
       const delay = retryDelay(last, round, this.#opts.reconnect);
       const fields = { addresses: this.#opts.addresses, err: errorText(last), retryInMs: delay };
       if (reachable) this.#log.warn(fields, "a daemon is reachable but cannot register this agent now (its database is unavailable): retrying");
+      else if (tls) this.#log.warn(fields, `no daemon reachable: ${tls}: retrying`);
       else this.#log.warn(fields, "no daemon reachable: retrying");
       await sleep(delay, this.#closed.signal);
     }
+  }
+}
+
+/** A TLS handshake that failed, said in terms of the agent's `tls` options; undefined for any other failure. */
+function tlsWords(err: unknown): string | undefined {
+  const f = tlsFailure(err);
+  if (!f) return undefined;
+  switch (f.kind) {
+    case "untrusted":
+      return `the TLS handshake failed: the daemon's certificate is not trusted (${f.detail}): give the CA that signed it as tls.ca (and tls.serverName when it names another host)`;
+    case "client-refused":
+      return `the TLS handshake failed: the daemon refused this agent's client certificate (${f.detail}): give tls.cert and tls.key, signed by the CA of the daemon's --tls-client-ca`;
+    case "not-tls":
+      return `the TLS handshake failed: the daemon does not speak TLS there (${f.detail}): is it serving h2c (an http:// address)?`;
   }
 }

@@ -2,18 +2,35 @@
 import type { Interceptor } from "@connectrpc/connect";
 import { pino, type Logger } from "pino";
 import type { BackoffOptions } from "./backoff.js";
+import { TlsMaterial } from "./tls.js";
 import type { Handlers } from "./types.js";
 
 export interface AgentOptions {
-  /** The daemon, as `host:port` or a URL (`http://host:port`; `https://` for TLS). Give this or `addresses`. */
+  /**
+   * The daemon, as `host:port` or a URL: `http://host:port` (h2c), `https://host:port` (TLS). A bare
+   * `host:port` is `http://`, or `https://` when `tls` is given. Give this or `addresses`.
+   */
   address?: string;
   /**
    * Several daemons sharing one database, tried in order: when the current one is unreachable the
    * agent fails over to the next. Give this or `address`.
    */
   addresses?: readonly string[];
-  /** Bearer token with the `agent` role. @default none (only a daemon without tokens accepts that) */
+  /** Bearer token with the `agent` role. @default none (a daemon without tokens, or a client certificate under mutual TLS) */
   token?: string;
+  /**
+   * TLS to the daemons, for every connection (the heartbeat thread's too). A string is a file path,
+   * a Buffer PEM contents. `ca`: the CA bundle the daemons' certificates are checked against
+   * (default: Node's public CAs). `cert` and `key` (together): the client certificate of mutual TLS;
+   * under mTLS its `spiffe://<trust domain>/agent/<name>` URI lets the agent register as `<name>`
+   * (or names under a prefix ending in `*`) with no token. `serverName`: the name the daemons'
+   * certificate must carry (and SNI), when it is not the address's host. Files are read again when
+   * they change, as each new connection is made (a reconnect, a failover), so rotated certificates
+   * are taken up without a restart; a file that does not read or parse then leaves the last good
+   * ones in use, with a warning. Any address given as `http://` contradicts this.
+   * @default none: plaintext h2c, unless an address is `https://`
+   */
+  tls?: { ca?: string | Buffer; cert?: string | Buffer; key?: string | Buffer; serverName?: string };
   /**
    * The agent's name, its identity across restarts: 1-128 characters of `[A-Za-z0-9._:-]`. Two live
    * processes must not share one.
@@ -105,6 +122,12 @@ export interface AgentOptions {
 
 export interface ResolvedOptions {
   addresses: string[];
+  /** The addresses as base URLs (`http://` or `https://`), in the same order. */
+  urls: string[];
+  /** TLS material, read once here; undefined for plaintext (or `https://` with Node's defaults). */
+  tls: TlsMaterial | undefined;
+  /** What `tls` gave, for the heartbeat thread to read (and re-read) itself. */
+  tlsSource: AgentOptions["tls"];
   token: string | undefined;
   name: string;
   tenants: string[];
@@ -157,6 +180,10 @@ export function resolveOptions(o: AgentOptions): ResolvedOptions {
   if (!Number.isInteger(slots) || slots < 1 || slots > 100_000) bad("slots", `must be a whole number in 1..100000, got ${slots}`);
   const prefetch = o.prefetch ?? Math.max(0, Math.min(3 * slots, DAEMON_CLAIM_CAP - slots));
   if (!Number.isInteger(prefetch) || prefetch < 0 || prefetch > 100_000) bad("prefetch", `must be a whole number in 0..100000, got ${prefetch}`);
+  const logger = o.logger ?? pino({ name: "aiflow-agent", level: "info" });
+  const tls = o.tls ? tlsMaterial(o.tls, logger.child({ agent: o.name })) : undefined;
+  for (const a of addresses) if (tls && /^http:\/\//.test(a)) bad(o.address ? "address" : "addresses", `'${a}' is plaintext (http://), but tls is given: write https:// or leave the scheme out`);
+  const urls = addresses.map((a) => baseUrl(a, tls !== undefined));
   const positive = (name: string, v: number | undefined, dflt: number, min = 0) => {
     const n = v ?? dflt;
     if (!Number.isFinite(n) || n < min) bad(name, `must be a number >= ${min}, got ${n}`);
@@ -164,6 +191,9 @@ export function resolveOptions(o: AgentOptions): ResolvedOptions {
   };
   return {
     addresses,
+    urls,
+    tls,
+    tlsSource: o.tls,
     token: o.token || undefined,
     name: o.name,
     tenants: [...o.tenants],
@@ -174,7 +204,7 @@ export function resolveOptions(o: AgentOptions): ResolvedOptions {
     prefetch,
     handlers: o.handlers,
     mounts: [...(o.mounts ?? ["/"])],
-    logger: o.logger ?? pino({ name: "aiflow-agent", level: "info" }),
+    logger,
     gracefulShutdownMs: positive("gracefulShutdownMs", o.gracefulShutdownMs, 30_000),
     handleSignals: o.handleSignals ?? false,
     onDaemonDrain: onDaemonDrain(o.onDaemonDrain),
@@ -203,9 +233,25 @@ function bad(option: string, why: string): never {
   throw new TypeError(`createAgent: ${option} ${why}`);
 }
 
-/** `host:port` or a URL, as a base URL for the transport. */
-export function baseUrl(address: string): string {
-  return /^https?:\/\//.test(address) ? address.replace(/\/+$/, "") : `http://${address}`;
+/** `host:port` or a URL, as a base URL for the transport; a bare address is https:// when TLS is configured. */
+export function baseUrl(address: string, tls = false): string {
+  return /^https?:\/\//.test(address) ? address.replace(/\/+$/, "") : `${tls ? "https" : "http"}://${address}`;
+}
+
+/** The TLS material, read now so that a file missing or malformed fails createAgent, naming the option. */
+function tlsMaterial(t: NonNullable<AgentOptions["tls"]>, logger: Logger): TlsMaterial {
+  if ((t.cert === undefined) !== (t.key === undefined)) bad("tls.cert", `and tls.key go together: give both (got only tls.${t.cert === undefined ? "key" : "cert"})`);
+  if (t.serverName !== undefined && (typeof t.serverName !== "string" || t.serverName === "")) bad("tls.serverName", `must be a host name, got ${JSON.stringify(t.serverName)}`);
+  const material = new TlsMaterial(t, {
+    warn: (message) => logger.warn(`TLS: ${message}`),
+    reloaded: (parts) => logger.info({ parts }, "TLS: files changed: new connections present what they hold now"),
+  });
+  try {
+    material.load();
+  } catch (err) {
+    throw new TypeError(`createAgent: ${(err as Error).message}`);
+  }
+  return material;
 }
 
 function onDaemonDrain(v: AgentOptions["onDaemonDrain"]): "pause" | "exit" {

@@ -19,7 +19,7 @@ import { Code } from "@connectrpc/connect";
 import { Worker } from "node:worker_threads";
 import type { Logger } from "pino";
 import { file_aiflow_cluster_v1_agent, HeartbeatResponseSchema, type HeartbeatResponse } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
-import { baseUrl, type ResolvedOptions } from "../options.js";
+import type { ResolvedOptions } from "../options.js";
 import type { FromThread, Lease, LostLease, ThreadInit, ToThread } from "./protocol.js";
 
 export interface HeartbeatHooks {
@@ -65,7 +65,9 @@ export class HeartbeatThread {
   prepare(): Promise<void> {
     this.#init ??= {
       name: this.opts.name,
-      baseUrls: this.opts.addresses.map(baseUrl),
+      baseUrls: this.opts.urls,
+      // The thread reads the files itself (and again when they change), falling back on these.
+      tls: this.opts.tls ? { source: this.opts.tlsSource ?? {}, initial: this.opts.tls.current() } : undefined,
       token: this.opts.token,
       rpcTimeoutMs: this.opts.rpcTimeoutMs,
       mounts: this.opts.mounts,

@@ -1,4 +1,5 @@
 /** Messages between the agent and its heartbeat thread (thread.js). */
+import type { TlsPem, TlsSource } from "../tls.js";
 
 /** What the thread is spawned with (its workerData). */
 export interface ThreadInit {
@@ -6,6 +7,8 @@ export interface ThreadInit {
   /** Base URLs of the daemons, in failover order. */
   baseUrls: string[];
   token: string | undefined;
+  /** The agent's TLS options, and the material the agent read from them (the thread's fallback). */
+  tls: { source: TlsSource; initial: TlsPem } | undefined;
   rpcTimeoutMs: number;
   mounts: string[];
   /** A google.protobuf.FileDescriptorSet holding agent.proto and its imports, so the thread needs no generated code. */

@@ -21,6 +21,7 @@ import { createGrpcTransport } from "@connectrpc/connect-node";
 import { parentPort, workerData } from "node:worker_threads";
 import { MetricsSampler } from "./metrics.js";
 import { Renewals, TRANSIENT } from "./renewals.js";
+import { TlsMaterial } from "../tls.js";
 
 /** @typedef {import("./protocol.js").ThreadInit} ThreadInit */
 /** @typedef {import("./protocol.js").ToThread} ToThread */
@@ -42,7 +43,10 @@ function unaryMethod(name) {
 const heartbeat = unaryMethod("Heartbeat");
 const extendLease = unaryMethod("ExtendLease");
 
-const transports = init.baseUrls.map((baseUrl) => createGrpcTransport({ baseUrl }));
+// The agent warns about TLS files that do not read; this thread quietly keeps its last good ones too.
+const tls = init.tls ? new TlsMaterial(init.tls.source, { initial: init.tls.initial }) : undefined;
+const nodeOptions = tls ? { createConnection: (/** @type {URL} */ authority) => tls.connect(authority) } : undefined;
+const transports = init.baseUrls.map((baseUrl) => createGrpcTransport({ baseUrl, nodeOptions }));
 // The agent's bearer token travels in this header only: nothing here logs or posts it.
 const headers = init.token ? { authorization: `Bearer ${init.token}` } : undefined;
 const renewals = new Renewals(
