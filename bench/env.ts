@@ -105,21 +105,32 @@ export interface DaemonProc {
   child: Child;
 }
 
-/** A CA and a server certificate for 127.0.0.1, made by scripts/dev-certs.sh in a temp dir. */
+/**
+ * Development certificates made by scripts/dev-certs.sh in a temp dir: a CA, the daemon's certificate
+ * for 127.0.0.1, and client certificates (`client("agent" | "engine" | "ops")`) for mutual TLS.
+ */
 export interface BenchTls {
   cert: string;
   key: string;
   /** The CA's file, and its PEM. */
   ca: string;
   caPem: Buffer;
+  client(role: "agent" | "engine" | "ops"): { cert: string; key: string };
   remove(): void;
 }
 
 export function makeBenchTls(): BenchTls {
-  const dir = mkdtempSync(join(tmpdir(), "aiflowd-bench-tls-"));
+  const dir = mkdtempSync(join(tmpdir(), "aiflowd-tls-"));
   execFileSync("sh", ["scripts/dev-certs.sh", dir], { stdio: ["ignore", "ignore", "pipe"] });
   const ca = join(dir, "ca.crt");
-  return { cert: join(dir, "server.crt"), key: join(dir, "server.key"), ca, caPem: readFileSync(ca), remove: () => rmSync(dir, { recursive: true, force: true }) };
+  return {
+    cert: join(dir, "server.crt"),
+    key: join(dir, "server.key"),
+    ca,
+    caPem: readFileSync(ca),
+    client: (role) => ({ cert: join(dir, `${role}.crt`), key: join(dir, `${role}.key`) }),
+    remove: () => rmSync(dir, { recursive: true, force: true }),
+  };
 }
 
 /** The environment a child client needs to trust a daemon (bench/child-agent.ts, child-producer.ts). */

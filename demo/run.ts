@@ -1,10 +1,11 @@
 /**
  * npm run demo — the whole system on the embedded database: a daemon, three example agents (the
  * copyable worker in agent-sdk/examples), 10,000 items across two tenants, a live progress bar, one
- * agent drained half-way (its work finishes or moves; nothing is lost), and a summary. It stops
- * everything it started.
+ * agent drained half-way (its work finishes or moves; nothing is lost), and a summary. It runs over
+ * mutual TLS with development certificates (scripts/dev-certs.sh): no bearer tokens, every caller
+ * is named by its client certificate. It stops everything it started.
  */
-import { mkdtempSync, rmSync, chmodSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, chmodSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createClient } from "@connectrpc/connect";
@@ -14,7 +15,7 @@ import { pino } from "pino";
 import { OpsService } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 import { QueueService } from "@aiflow/wire/gen/aiflow/cluster/v1/queue_pb.js";
 import { startEmbeddedPostgres } from "../src/db/embedded.js";
-import { freePort } from "../bench/env.js";
+import { freePort, makeBenchTls } from "../bench/env.js";
 import { sql } from "../bench/pg.js";
 import { startChild, type Child } from "../bench/proc.js";
 import { table } from "../src/cli/ctl/format.js";
@@ -22,24 +23,26 @@ import { Bar } from "./bar.js";
 
 const ITEMS = Number(process.env.DEMO_ITEMS ?? 10_000);
 const TENANTS = ["acme", "globex"];
-const TOKENS = { agent: "demo-agent-token", engine: "demo-engine-token", ops: "demo-ops-token" };
 const say = (msg: string) => process.stderr.write(`demo: ${msg}\n`);
 
 const dir = mkdtempSync(join(tmpdir(), "aiflowd-demo-"));
 chmodSync(dir, 0o755);
 const children: Child[] = [];
 let pgServer: Awaited<ReturnType<typeof startEmbeddedPostgres>> | undefined;
+const certs = makeBenchTls();
 try {
   say("starting an embedded Postgres");
   pgServer = await startEmbeddedPostgres({ dataDir: join(dir, "pg"), port: await freePort(), log: pino({ level: "warn" }) });
   const port = await freePort();
   const address = `127.0.0.1:${port}`;
-  say(`starting aiflowd on ${address}`);
+  say(`starting aiflowd on https://${address} (mutual TLS: callers are named by their certificates)`);
   const daemon = startChild("bin/aiflowd.js", ["serve"], {
     env: {
       DATABASE_URL: pgServer.url,
       AIFLOW_LISTEN: address,
-      AIFLOW_TOKENS: `agent:${TOKENS.agent};engine:${TOKENS.engine};ops:${TOKENS.ops}`,
+      AIFLOW_TLS_CERT: certs.cert,
+      AIFLOW_TLS_KEY: certs.key,
+      AIFLOW_TLS_CLIENT_CA: certs.ca,
       AIFLOW_TENANTS: TENANTS.join(","),
       AIFLOW_LOG_LEVEL: "info",
       AIFLOW_HEARTBEAT_INTERVAL: "1s",
@@ -53,7 +56,9 @@ try {
   const agentNames = ["demo-agent-1", "demo-agent-2", "demo-agent-3"];
   say(`starting ${agentNames.length} example agents (agent-sdk/examples/worker.ts)`);
   for (const name of agentNames) {
-    const agent = startChild("agent-sdk/examples/worker.ts", ["--address", address, "--token", TOKENS.agent, "--name", name, "--tenants", TENANTS.join(","), "--slots", "16", "--grace", "10000"], {
+    // The agent certificate (spiffe://aiflow/agent/*) is its identity: no token.
+    const agentCert = certs.client("agent");
+    const agent = startChild("agent-sdk/examples/worker.ts", ["--address", address, "--tls-ca", certs.ca, "--tls-cert", agentCert.cert, "--tls-key", agentCert.key, "--name", name, "--tenants", TENANTS.join(","), "--slots", "16", "--grace", "10000"], {
       env: { AIFLOW_LOG_LEVEL: "warn" },
       ready: () => true,
       stderr: "ignore",
@@ -63,15 +68,17 @@ try {
     children.push(agent);
   }
 
-  const transport = createGrpcTransport({ baseUrl: `http://${address}` });
-  const queue = createClient(QueueService, transport);
-  const ops = createClient(OpsService, transport);
-  const engine = { headers: { authorization: `Bearer ${TOKENS.engine}` } };
-  const op = { headers: { authorization: `Bearer ${TOKENS.ops}` } };
+  // One client per role, each with that role's certificate (spiffe://aiflow/engine/producer, …/ops/operator).
+  const asRole = (role: "engine" | "ops") => {
+    const c = certs.client(role);
+    return createGrpcTransport({ baseUrl: `https://${address}`, nodeOptions: { ca: certs.caPem, cert: readFileSync(c.cert), key: readFileSync(c.key) } });
+  };
+  const queue = createClient(QueueService, asRole("engine"));
+  const ops = createClient(OpsService, asRole("ops"));
 
   // Wait until the three agents have registered.
   for (;;) {
-    const { agents } = await ops.listAgents({}, op);
+    const { agents } = await ops.listAgents({});
     if (agents.filter((a) => agentNames.includes(a.name)).length === agentNames.length) break;
     await new Promise((r) => setTimeout(r, 100));
   }
@@ -83,21 +90,20 @@ try {
     const tenant = TENANTS[(i / 1000) % TENANTS.length]!;
     await queue.enqueue(
       { tenantKey: tenant, items: Array.from({ length: n }, (_, j) => ({ engineKind: "test", taskName: "wait", runId: `demo-run-${tenant}`, maxRetries: 3, payloadJson: JSON.stringify({ ms: 2 + ((i + j) % 9) }) })) },
-      engine,
     );
   }
 
   const bar = new Bar(ITEMS);
   let drained: string | undefined;
   for (;;) {
-    const stats = await ops.queueStats({}, op);
+    const stats = await ops.queueStats({});
     const finished = stats.depth.filter((d) => d.status >= 3).reduce((n, d) => n + Number(d.count), 0);
-    const { agents } = await ops.listAgents({}, op);
+    const { agents } = await ops.listAgents({});
     const note = agents.map((a) => `${a.name.replace("demo-agent-", "#")}:${a.inFlight}${a.status === 2 ? "(draining)" : ""}`).join(" ");
     bar.update(finished, `in flight ${note}`);
     if (!drained && finished >= ITEMS / 2) {
       drained = agentNames[1]!;
-      await ops.drainAgent({ name: drained, deadline: durationFromMs(5_000), reason: "demo: rolling deploy" }, op);
+      await ops.drainAgent({ name: drained, deadline: durationFromMs(5_000), reason: "demo: rolling deploy" });
       bar.log(`half-way: draining ${drained} (deadline 5s) — its work finishes or moves to the others`);
     }
     if (finished >= ITEMS) break;
@@ -134,4 +140,5 @@ try {
   if (children[0]) await children[0].stop(15_000);
   await pgServer?.stop();
   rmSync(dir, { recursive: true, force: true });
+  certs.remove();
 }

@@ -23,7 +23,10 @@ const USAGE = `example worker — runs aiflowd work items with the agent SDK
 Usage: worker [flags]
 
 Every flag has an environment variable; flags win:
-  --address ADDR       AIFLOW_ADDRESS        daemon host:port; repeat the flag or separate by commas to fail over
+  --address ADDR       AIFLOW_ADDRESS        daemon host:port (or https://host:port); repeat the flag or separate by commas to fail over
+  --tls-ca FILE        AIFLOW_TLS_CA         PEM CA the daemon's certificate chains to: speak TLS (bare addresses become https://)
+  --tls-cert FILE      AIFLOW_TLS_CERT       PEM client certificate, for mutual TLS (a spiffe://…/agent/NAME URI can stand in for --token)
+  --tls-key FILE       AIFLOW_TLS_KEY        its PEM key
   --token TOKEN        AIFLOW_AGENT_TOKEN    bearer token with the agent role
   --name NAME          AIFLOW_AGENT_NAME     the agent's stable name (default: this host's name)
   --tenants A,B        AIFLOW_TENANTS        tenant keys to take work from (default: default)
@@ -60,6 +63,9 @@ function config() {
     options: {
       address: { type: "string", multiple: true },
       token: { type: "string" },
+      "tls-ca": { type: "string" },
+      "tls-cert": { type: "string" },
+      "tls-key": { type: "string" },
       name: { type: "string" },
       tenants: { type: "string" },
       "engine-kind": { type: "string" },
@@ -81,11 +87,16 @@ function config() {
   };
   // Unset means the SDK's default, which depends on the slots.
   const prefetch = values.prefetch ?? env.AIFLOW_PREFETCH;
+  // File paths: the SDK reads them, and reads them again when a rotated certificate changes them.
+  const ca = values["tls-ca"] ?? env.AIFLOW_TLS_CA;
+  const cert = values["tls-cert"] ?? env.AIFLOW_TLS_CERT;
+  const key = values["tls-key"] ?? env.AIFLOW_TLS_KEY;
   return {
     help: values.help === true,
     version: values.version === true,
     addresses,
     token: values.token ?? env.AIFLOW_AGENT_TOKEN,
+    tls: ca || cert || key ? { ca, cert, key } : undefined,
     name: values.name ?? env.AIFLOW_AGENT_NAME ?? hostname(),
     tenants: list(values.tenants ?? env.AIFLOW_TENANTS ?? "default"),
     engineKind: values["engine-kind"] ?? env.AIFLOW_ENGINE_KIND ?? "test",
@@ -108,6 +119,7 @@ async function main(): Promise<number> {
     agent = createAgent({
       addresses: c.addresses,
       token: c.token,
+      tls: c.tls,
       name: c.name,
       tenants: c.tenants,
       slots: c.slots,
