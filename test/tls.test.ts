@@ -68,6 +68,20 @@ describe("a daemon serving TLS (no client CA)", () => {
     expect(r.code).toBe("OK");
   });
 
+  it("negotiates TLS 1.3 and h2, and refuses TLS 1.1", async () => {
+    const handshake = (opts: tls.ConnectionOptions) =>
+      new Promise<{ version: string | null; alpn: string | false } | Error>((resolve) => {
+        const s = tls.connect({ host: "127.0.0.1", port: daemon.port, ca: pki.ca.certPem, servername: "localhost", ALPNProtocols: ["h2"], ...opts }, () => {
+          resolve({ version: s.getProtocol(), alpn: s.alpnProtocol });
+          s.end();
+        });
+        s.on("error", resolve);
+      });
+    expect(await handshake({})).toEqual({ version: "TLSv1.3", alpn: "h2" });
+    expect(await handshake({ minVersion: "TLSv1.2", maxVersion: "TLSv1.2" })).toEqual({ version: "TLSv1.2", alpn: "h2" });
+    expect(await handshake({ minVersion: "TLSv1", maxVersion: "TLSv1.1" })).toBeInstanceOf(Error);
+  });
+
   it("refuses plaintext to the TLS port", async () => {
     const r = await call(OpsClient, daemon.address, grpc.credentials.createInsecure(), "listAgents", {}, TOKENS.ops);
     expect(r.code).toBe("UNAVAILABLE");
