@@ -2,8 +2,12 @@
  * aiflowctl as operators run it: `node bin/aiflowctl.js …` in a child process against a real daemon
  * (real clock, sweeps every 50 ms so drain deadlines act on their own), with `--json` output parsed
  * and checked, exit codes, and one-line error messages. Agents and producers are connect clients.
+ * Daemons of the same schema serving TLS and mutual TLS (certificates from ./support/pki.ts) take
+ * aiflowctl's --tls-* flags, and its handshake failures each get a line naming what to set.
  */
 import { execFile, spawn } from "node:child_process";
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { fileURLToPath } from "node:url";
@@ -16,6 +20,7 @@ import { TOKENS } from "./support/daemon.js";
 import { freePort } from "./support/free-port.js";
 import { useTestDaemon, type Session } from "./support/kit.js";
 import { opsSession, OpsProducer, OpsTestAgent, sorted } from "./support/ops.js";
+import { Pki } from "./support/pki.js";
 import type { OpsService } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 
 const CLI = fileURLToPath(new URL("../bin/aiflowctl.js", import.meta.url));
@@ -355,5 +360,97 @@ describe("drain --wait", () => {
     expect(run.stderrLines().at(-1)).toMatch(/^cli-d: in flight 0\/2, deadline in 0ms, complete, 2 released at deadline$/);
     for (const h of held) expect(await item(h.id)).toMatchObject({ status: WorkItemStatus.PENDING, retryCount: 0 });
     expect((await a.complete(held)).map((o) => o.code)).toEqual([Code.FailedPrecondition, Code.FailedPrecondition]);
+  });
+});
+
+describe("over TLS", () => {
+  const pki = Pki.create();
+  const serverCert = pki.server();
+  const alice = pki.client("alice", { uris: ["spiffe://aiflow/ops/alice"] });
+  const strangerPki = Pki.create("another-ca");
+  const ca = pki.ca.cert;
+  closers.defer(() => (pki.close(), strangerPki.close()));
+  let tlsDaemon: Daemon;
+  let mtlsDaemon: Daemon;
+  beforeAll(async () => {
+    // Daemons of the file's schema serving TLS and mutual TLS: they list the agents the h2c one registered.
+    const config = { sweepInterval: 50, heartbeatInterval: 3_600_000, tlsCert: serverCert.cert, tlsKey: serverCert.key };
+    [tlsDaemon, mtlsDaemon] = await Promise.all([
+      fx.startDaemon({ config: { ...config, instanceId: "ctl-tls" } }),
+      fx.startDaemon({ config: { ...config, instanceId: "ctl-mtls", tlsClientCa: ca } }),
+    ]);
+  });
+
+  /** Runs aiflowctl with exactly `args`, and `extraEnv` on top of a clean environment. */
+  const run = (args: string[], extraEnv: NodeJS.ProcessEnv = {}) =>
+    new Promise<Run>((resolve) =>
+      execFile(process.execPath, [CLI, ...args], { env: { ...env(), ...extraEnv }, timeout: CLI_TIMEOUT_MS }, (err, stdout, stderr) => resolve({ code: err ? (err.code as number) : 0, stdout, stderr })),
+    );
+  const names = (r: Run) => {
+    if (r.code !== 0) throw new Error(`aiflowctl exited ${r.code}: ${r.stderr}`);
+    return (JSON.parse(r.stdout) as { agents: AgentJson[] }).agents.map((a) => a.name);
+  };
+
+  it("agents over TLS with --tls-ca (a bare address becomes https://) or AIFLOW_TLS_CA, and over mutual TLS with an ops certificate and no token", async () => {
+    await agent("tls-listed", ["c7"]);
+    const [help, flag, fromEnv, mutual] = await Promise.all([
+      run(["--help"]),
+      run(["--address", tlsDaemon.address, "--tls-ca", ca, "--token", TOKENS.ops, "agents", "--json"]),
+      run(["--address", `https://${tlsDaemon.address}`, "--token", TOKENS.ops, "agents", "--json"], { AIFLOW_TLS_CA: ca }),
+      run(["--address", mtlsDaemon.address, "--tls-ca", ca, "--tls-cert", alice.cert, "--tls-key", alice.key, "agents", "--json"]),
+    ]);
+    for (const f of ["--tls-ca FILE", "--tls-cert FILE", "--tls-key FILE"]) expect(help.stdout).toContain(f);
+    expect(names(flag)).toContain("tls-listed");
+    expect(names(fromEnv)).toContain("tls-listed");
+    expect(names(mutual)).toContain("tls-listed");
+  });
+
+  it("a daemon certificate not trusted, a file missing, a lone --tls-cert, http:// with TLS flags, TLS to an h2c port: one line naming what to set", async () => {
+    const garbage = join(pki.dir, "garbage.pem");
+    writeFileSync(garbage, "not a certificate\n");
+    const ops = ["--token", TOKENS.ops, "agents"];
+    const [untrusted, otherCa, missing, lone, notPem, plaintext, h2c] = await Promise.all([
+      run(["--address", `https://${tlsDaemon.address}`, ...ops]),
+      run(["--address", tlsDaemon.address, "--tls-ca", strangerPki.ca.cert, ...ops]),
+      run(["--address", tlsDaemon.address, "--tls-ca", join(pki.dir, "nope.crt"), ...ops]),
+      run(["--address", mtlsDaemon.address, "--tls-ca", ca, "--tls-cert", alice.cert, ...ops]),
+      run(["--address", tlsDaemon.address, "--tls-ca", garbage, ...ops]),
+      run(["--address", `http://${tlsDaemon.address}`, "--tls-ca", ca, ...ops]),
+      run(["--address", daemon.address, "--tls-ca", ca, ...ops]),
+    ]);
+    const failed = `aiflowctl: the TLS handshake with ${tlsDaemon.address}`;
+    expect(untrusted.code).toBe(1);
+    expect(untrusted.stderr).toMatch(new RegExp(`^aiflowctl: the TLS handshake with https://${tlsDaemon.address} failed: its certificate is not trusted \\(.+\\): give the CA that signed it with --tls-ca FILE \\(or AIFLOW_TLS_CA\\)\n$`));
+    expect(otherCa.code).toBe(1);
+    expect(otherCa.stderr).toMatch(`${failed} failed: its certificate is not trusted (`);
+    expect(otherCa.stderr).toMatch(`): the CA in --tls-ca (${strangerPki.ca.cert}) did not sign it\n`);
+    expect(missing).toEqual({ code: 2, stdout: "", stderr: `aiflowctl: --tls-ca: cannot read ${join(pki.dir, "nope.crt")} (no such file)\n` });
+    expect(lone).toEqual({ code: 2, stdout: "", stderr: "aiflowctl: --tls-cert and --tls-key go together (got only --tls-cert)\n" });
+    expect(notPem).toEqual({ code: 2, stdout: "", stderr: `aiflowctl: --tls-ca: ${garbage} holds no PEM certificate\n` });
+    expect(plaintext).toEqual({ code: 2, stdout: "", stderr: `aiflowctl: http://${tlsDaemon.address} is plaintext (http://), but TLS flags are given: write https:// or leave the scheme out\n` });
+    expect(h2c.code).toBe(1);
+    expect(h2c.stderr).toMatch(new RegExp(`^aiflowctl: the TLS handshake with ${daemon.address} failed: ${daemon.address} does not speak TLS \\(.+\\): it serves h2c`));
+  });
+
+  it("mutual TLS without a client certificate (or with another CA's), and h2c to a TLS port: the connection closes unanswered, and the line says what to give", async () => {
+    const stranger = strangerPki.client("stranger", { uris: ["spiffe://aiflow/ops/mallory"] });
+    const ops = ["--token", TOKENS.ops, "agents"];
+    const [noCert, otherCert, plainToTls] = await Promise.all([
+      run(["--address", mtlsDaemon.address, "--tls-ca", ca, ...ops]),
+      run(["--address", mtlsDaemon.address, "--tls-ca", ca, "--tls-cert", stranger.cert, "--tls-key", stranger.key, ...ops]),
+      run(["--address", tlsDaemon.address, ...ops]),
+    ]);
+    expect(noCert).toEqual({
+      code: 1,
+      stdout: "",
+      stderr: `aiflowctl: ${mtlsDaemon.address} closed the connection as the TLS handshake ended: under mutual TLS it wants a client certificate: give --tls-cert FILE and --tls-key FILE\n`,
+    });
+    expect(otherCert.code).toBe(1);
+    expect(otherCert.stderr).toMatch(/under mutual TLS, the certificate of --tls-cert is not one it accepts/);
+    expect(plainToTls).toEqual({
+      code: 1,
+      stdout: "",
+      stderr: `aiflowctl: ${tlsDaemon.address} closed the connection without answering: if it serves TLS, give --tls-ca FILE (or AIFLOW_TLS_CA) (--address, AIFLOW_ADDRESS)\n`,
+    });
   });
 });

@@ -14,6 +14,7 @@ import { bindingCommands } from "./ctl/bindings.js";
 import { durationFlag, flagKinds, type Command } from "./ctl/command.js";
 import { explain } from "./ctl/errors.js";
 import { commandHelp, GLOBAL, mainHelp } from "./ctl/help.js";
+import { tlsChoice, type TlsChoice } from "./ctl/tls.js";
 import { workCommands } from "./ctl/work.js";
 import { VERSION } from "../version.js";
 
@@ -43,17 +44,20 @@ export async function main(argv: readonly string[], env = process.env, out = (t:
   const address = args.get("address") ?? env.AIFLOW_ADDRESS ?? "127.0.0.1:7400";
   const token = args.get("token") ?? env.AIFLOW_TOKEN;
   const tokenFrom = args.get("token") !== undefined ? "--token" : env.AIFLOW_TOKEN !== undefined ? "AIFLOW_TOKEN" : undefined;
+  let tls: TlsChoice["given"];
   try {
     const timeoutMs = durationFlag(args, "timeout", "15s");
+    const choice = tlsChoice(address, args, env);
+    tls = choice.given;
     const auth: Interceptor = (next) => (req) => {
       if (token) req.header.set("authorization", `Bearer ${token}`);
       return next(req);
     };
-    const transport = createGrpcTransport({ baseUrl: address.includes("://") ? address : `http://${address}`, interceptors: [auth], defaultTimeoutMs: timeoutMs });
+    const transport = createGrpcTransport({ baseUrl: choice.baseUrl, nodeOptions: choice.nodeOptions, interceptors: [auth], defaultTimeoutMs: timeoutMs });
     return await spec.run({ args, json: args.has("json"), address, ops: createClient(OpsService, transport), queue: createClient(QueueService, transport), out });
   } catch (err) {
     if (err instanceof UsageError) return fail(err.message, 2);
-    const { message, exit } = explain(err, spec, { address, tokenFrom });
+    const { message, exit } = explain(err, spec, { address, tokenFrom, tls });
     return fail(message, exit);
   }
 }

@@ -2,8 +2,11 @@
 import { flagKinds, type Command, type Flag } from "./command.js";
 
 export const GLOBAL_FLAGS: Flag[] = [
-  { name: "address", kind: "value", arg: "HOST:PORT", help: "daemon address (env AIFLOW_ADDRESS)", default: "127.0.0.1:7400" },
-  { name: "token", kind: "value", arg: "TOKEN", help: "bearer token (env AIFLOW_TOKEN): ops role; engine role for enqueue" },
+  { name: "address", kind: "value", arg: "HOST:PORT", help: "daemon address (env AIFLOW_ADDRESS); https://HOST:PORT for TLS, which any --tls-* flag implies", default: "127.0.0.1:7400" },
+  { name: "token", kind: "value", arg: "TOKEN", help: "bearer token (env AIFLOW_TOKEN): ops role; engine role for enqueue; optional under mutual TLS with a certificate naming spiffe://…/ops/NAME" },
+  { name: "tls-ca", kind: "value", arg: "FILE", help: "PEM CA bundle the daemon's certificate is checked against (env AIFLOW_TLS_CA); default: Node's public CAs" },
+  { name: "tls-cert", kind: "value", arg: "FILE", help: "PEM client certificate for mutual TLS, with --tls-key (env AIFLOW_TLS_CERT)" },
+  { name: "tls-key", kind: "value", arg: "FILE", help: "PEM private key of --tls-cert (env AIFLOW_TLS_KEY)" },
   { name: "timeout", kind: "value", arg: "D", help: "how long one call may take", default: "15s" },
   { name: "json", kind: "bool", help: "print data as JSON (every data command)" },
   { name: "help", kind: "bool", help: "this text, or COMMAND --help" },
@@ -23,7 +26,7 @@ export function mainHelp(commands: readonly Command[]): string {
   return [
     "aiflowctl — operate an aiflowd fleet",
     "",
-    "Usage: aiflowctl [--address HOST:PORT] [--token TOKEN] COMMAND [flags]",
+    "Usage: aiflowctl [--address HOST:PORT] [--token TOKEN] [--tls-ca FILE [--tls-cert FILE --tls-key FILE]] COMMAND [flags]",
     "",
     "Commands:",
     ...commands.flatMap((c) => c.usage),
