@@ -70,7 +70,7 @@ describe("a daemon serving TLS (no client CA)", () => {
 
   it("negotiates TLS 1.3 and h2, and refuses TLS 1.1", async () => {
     const handshake = (opts: tls.ConnectionOptions) =>
-      new Promise<{ version: string | null; alpn: string | false } | Error>((resolve) => {
+      new Promise<{ version: string | null; alpn: string | false | null } | Error>((resolve) => {
         const s = tls.connect({ host: "127.0.0.1", port: daemon.port, ca: pki.ca.certPem, servername: "localhost", ALPNProtocols: ["h2"], ...opts }, () => {
           resolve({ version: s.getProtocol(), alpn: s.alpnProtocol });
           s.end();
@@ -115,6 +115,7 @@ describe("a daemon serving mutual TLS", () => {
     const refusals = logs.lines().filter((l) => l.msg === "connection refused in the TLS handshake: its client certificate is not accepted");
     expect(refusals.length).toBeGreaterThanOrEqual(3);
     for (const r of refusals) expect(r).toMatchObject({ remote: "127.0.0.1", reason: expect.any(String) });
+    expect(refusals.slice(-3).map((r) => r.reason)).toEqual(["NO_CLIENT_CERTIFICATE", "CERT_HAS_EXPIRED", "UNABLE_TO_VERIFY_LEAF_SIGNATURE"]);
   });
 
   it("lets an agent certificate for gpu-* register gpu-1 with no token, and not cpu-1", async () => {

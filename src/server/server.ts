@@ -175,7 +175,9 @@ function watchHandshakes(server: http2.Http2SecureServer, mutual: boolean, gate:
     if (socket.authorized) return http2Listeners[0]!.call(server, socket);
     const remote = socket.remoteAddress ?? "unknown";
     stats.tlsRefused++;
-    log.warn({ remote, reason: String(socket.authorizationError ?? "no client certificate") }, "connection refused in the TLS handshake: its client certificate is not accepted");
+    // A client that sent none reads as an issuer not found; say what happened instead.
+    const sent = Object.keys(socket.getPeerCertificate()).length > 0;
+    log.warn({ remote, reason: sent ? String(socket.authorizationError) : "NO_CLIENT_CERTIFICATE" }, "connection refused in the TLS handshake: its client certificate is not accepted");
     gate.authFailed(remote);
     socket.destroy();
   });
