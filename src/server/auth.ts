@@ -40,6 +40,7 @@ export class Authenticator {
   /** By the token's digest: the grant's digest and its identity, both made once (every call needs them). */
   readonly #byHash = new Map<string, { digest: Buffer; identity: Identity }>();
   readonly open: boolean;
+  readonly #missing: string;
 
   /**
    * @param mutualTls client certificates are verified (--tls-client-ca): the daemon is not open even
@@ -54,6 +55,8 @@ export class Authenticator {
       });
     }
     this.open = grants.length === 0 && !mutualTls;
+    // Under mutual TLS a certificate that names the caller would do instead of a token.
+    this.#missing = `missing bearer token: send 'authorization: Bearer <token>'${mutualTls ? ", or a client certificate that names the caller" : ""}`;
   }
 
   /**
@@ -87,7 +90,7 @@ export class Authenticator {
         byToken = this.resolve(m[1]!);
         if (!byToken) return { ok: false, reason: "unknown", error: new ConnectError("unknown bearer token", Code.Unauthenticated) };
       }
-      if (!byToken && !peer) return { ok: false, reason: "missing", error: new ConnectError("missing bearer token: send 'authorization: Bearer <token>', or a client certificate that names the caller", Code.Unauthenticated) };
+      if (!byToken && !peer) return { ok: false, reason: "missing", error: new ConnectError(this.#missing, Code.Unauthenticated) };
       const combined = combine(byToken, peer);
       if (!combined) return { ok: false, reason: "disagree", error: new ConnectError(`the bearer token (role ${[...byToken!.roles][0]}) and the client certificate (${peer!.principal}) name different callers`, Code.PermissionDenied) };
       identity = combined;
