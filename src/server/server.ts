@@ -159,6 +159,9 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
  * verified connections only, as routeStreams does for 'stream'.) Other failures (plaintext sent to
  * the TLS port, a timeout) are logged at debug.
  */
+/** How long a refused TLS client is given to take the close before its socket is destroyed. */
+const REFUSED_CLOSE_MS = 1000;
+
 function watchHandshakes(server: http2.Http2SecureServer, mutual: boolean, gate: Gate, log: Logger, stats: ServerStats): void {
   server.prependListener("connection", (socket: Socket) => {
     if (socket.remoteAddress && gate.throttled(socket.remoteAddress)) {
@@ -179,6 +182,11 @@ function watchHandshakes(server: http2.Http2SecureServer, mutual: boolean, gate:
     const sent = Object.keys(socket.getPeerCertificate()).length > 0;
     log.warn({ remote, reason: sent ? String(socket.authorizationError) : "NO_CLIENT_CERTIFICATE" }, "connection refused in the TLS handshake: its client certificate is not accepted");
     gate.authFailed(remote);
-    socket.destroy();
+    // Closed, not reset: what the client already sent is read and dropped, so the close reaches it
+    // as one (a close with unread bytes would be a TCP reset), and it can tell why it was cut.
+    socket.on("error", () => {});
+    socket.resume();
+    socket.end();
+    setTimeout(() => socket.destroy(), REFUSED_CLOSE_MS).unref();
   });
 }
