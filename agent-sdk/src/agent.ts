@@ -28,11 +28,13 @@ import { AgentFailedError } from "./errors.js";
 import { AgentType, type Directive, type HeartbeatResponse } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
 import { HeartbeatThread } from "./liveness/heartbeat.js";
 import { LeaseKeeper } from "./leases.js";
+import type { AgentMetrics } from "./metrics.js";
 import { isTerminal, Lifecycle, type AgentState } from "./lifecycle.js";
 import { errorText, Link, type AgentClient } from "./link.js";
 import { resolveOptions, type AgentOptions, type ResolvedOptions } from "./options.js";
 import { Reporter } from "./reporter.js";
 import { onShutdownSignals } from "./signals.js";
+import type { Interceptor } from "@connectrpc/connect";
 import type { ItemOutcome, WorkItem } from "./types.js";
 import { statusFromWire, type DaemonStatus } from "./wire.js";
 import { Work } from "./work.js";
@@ -86,6 +88,8 @@ export class Agent extends EventEmitter<AgentEvents> {
   readonly #directives: DirectiveFollower;
   readonly #heartbeat: HeartbeatThread;
   readonly #work: Work;
+  /** Set by start() when `metricsPort` is given. */
+  #metrics: AgentMetrics | undefined;
   #registration: Registration | undefined;
   #error: Error | undefined;
   #starting: Promise<void> | undefined;
@@ -107,16 +111,30 @@ export class Agent extends EventEmitter<AgentEvents> {
       this.#log.info({ state, previous }, `agent ${state}`);
       this.#emit("state", state, previous);
     });
-    this.#link = new Link(this.#o, this.#log, {
-      register: (client, address) => this.#register(client, address),
-      onDisconnected: (err) => this.#emit("disconnected", err),
-      onFatal: (err) => this.#fail(err),
-    });
+    // The transports are made here, the metrics (if any) in start(): this one defers to them.
+    const counted: Interceptor = (next) => (req) => (this.#metrics ? this.#metrics.interceptor(next)(req) : next(req));
+    this.#link = new Link(
+      this.#o,
+      this.#log,
+      {
+        register: (client, address) => this.#register(client, address),
+        onDisconnected: (err) => {
+          this.#metrics?.reconnecting();
+          this.#emit("disconnected", err);
+        },
+        onFatal: (err) => this.#fail(err),
+      },
+      [counted],
+    );
     this.#reporter = new Reporter(this.#link, this.#o, this.#log);
     const ahead = new ClaimAhead(this.#o.slots, this.#o.prefetch);
     this.#work = new Work(this.#o, this.#reporter, this.#log, {
       itemStarted: (item) => this.#emit("itemStarted", item),
-      itemFinished: (item, outcome) => this.#emit("itemFinished", item, outcome),
+      itemFinished: (item, outcome) => {
+        this.#metrics?.itemFinished(item, outcome);
+        this.#emit("itemFinished", item, outcome);
+      },
+      handlerSettled: (item, ms) => this.#metrics?.handlerSettled(item, ms),
       slotTaken: (busy) => this.#heartbeat.setInFlight(busy),
       slotFreed: (busy) => {
         this.#heartbeat.setInFlight(busy);
@@ -137,6 +155,7 @@ export class Agent extends EventEmitter<AgentEvents> {
     this.#claimer = new Claimer(this.#link, this.#o, {
       room: () => this.#work.room,
       answeredAtOnce: (ms) => ahead.claimTook(ms),
+      claimed: (result) => this.#metrics?.claimed(result),
       onItems: (items) => this.#work.accept(items, this.#life.state === "running"),
       onStatus: (status) => this.#onDaemonStatus(status, undefined, "claim reply"),
       lend: (max) => this.#reporter.lend(max),
@@ -162,6 +181,11 @@ export class Agent extends EventEmitter<AgentEvents> {
   /** Handlers running now. */
   get inFlight(): number {
     return this.#work.busy;
+  }
+
+  /** `host:port` of the metrics endpoint once start() opened it (see `metricsPort`); undefined otherwise. */
+  get metricsAddress(): string | undefined {
+    return this.#metrics?.endpoint.address;
   }
 
   /** The current state, then every transition; ends after `stopped` or `failed`. */
@@ -210,6 +234,14 @@ export class Agent extends EventEmitter<AgentEvents> {
         },
       );
     try {
+      await this.#serveMetrics();
+    } catch (err) {
+      const m = this.#o.metrics!;
+      const failed = new AgentFailedError(`agent '${this.name}' cannot serve metrics on ${m.host}:${m.port}: ${listenError(err)}`, { cause: err });
+      this.#fail(failed);
+      throw failed;
+    }
+    try {
       await this.#heartbeat.prepare();
     } catch (err) {
       const failed = new AgentFailedError(`agent '${this.name}' cannot heartbeat: ${errorText(err)}`, { cause: err });
@@ -226,6 +258,16 @@ export class Agent extends EventEmitter<AgentEvents> {
     this.#life.to("running");
     this.#claimer.start();
     if (reg.status === "draining") this.#onDaemonStatus("draining", undefined, "registration");
+  }
+
+  /** Opens the metrics endpoint when `metricsPort` asks for one (prom-client is loaded only then). */
+  async #serveMetrics(): Promise<void> {
+    const at = this.#o.metrics;
+    if (!at) return;
+    const { AgentMetrics } = await import("./metrics.js");
+    this.#metrics = new AgentMetrics({ slots: this.#o.slots, inFlight: () => this.#work.busy });
+    await this.#metrics.endpoint.listen(at.host, at.port);
+    this.#log.info({ address: this.#metrics.endpoint.address }, "serving metrics at /metrics");
   }
 
   async #register(client: AgentClient, address: string): Promise<void> {
@@ -378,6 +420,7 @@ export class Agent extends EventEmitter<AgentEvents> {
     await Promise.all([this.#directives.stop(), this.#heartbeat.stop()]);
     if (this.#link.generation > 0) await this.#link.deregister(this.name);
     this.#close();
+    await this.#metrics?.endpoint.close();
     this.#life.to("stopped");
   }
 
@@ -393,6 +436,7 @@ export class Agent extends EventEmitter<AgentEvents> {
     void this.#directives.stop();
     void this.#heartbeat.stop();
     this.#close();
+    void this.#metrics?.endpoint.close();
   }
 
   #close(): void {
@@ -410,4 +454,13 @@ export class Agent extends EventEmitter<AgentEvents> {
       this.#log.error({ err, event }, "an event listener threw");
     }
   }
+}
+
+/** A listen error in words: the port taken, not allowed, or an address this host does not have. */
+function listenError(err: unknown): string {
+  const code = (err as NodeJS.ErrnoException).code;
+  if (code === "EADDRINUSE") return "the port is in use (EADDRINUSE): give metricsPort a free one, or 0 for any";
+  if (code === "EACCES") return "not allowed to listen there (EACCES)";
+  if (code === "EADDRNOTAVAIL") return "this host has no such address (EADDRNOTAVAIL): check metricsHost";
+  return errorText(err);
 }

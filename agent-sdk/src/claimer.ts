@@ -19,6 +19,7 @@ import type { Link } from "./link.js";
 import type { ResolvedOptions } from "./options.js";
 import { retryDelay, sleep } from "./backoff.js";
 import { statusFromWire, type DaemonStatus } from "./wire.js";
+import type { ClaimResult } from "./metrics.js";
 import type { Lent } from "./reporter.js";
 
 /** How long a claim waits for more slots to free before claiming for the few that are. */
@@ -31,6 +32,8 @@ export interface ClaimerHooks {
   room(): number;
   /** A claim brought all it asked for (so it did not wait for work) after `ms`. */
   answeredAtOnce(ms: number): void;
+  /** A claim came back with items, came back empty, or failed (one cancelled by stop() is none of these). */
+  claimed?(result: ClaimResult): void;
   onItems(items: WireItem[]): void;
   onStatus(status: DaemonStatus): void;
   /** Queued completions for the claim to carry, if any. */
@@ -122,12 +125,14 @@ export class Claimer {
       } catch (err) {
         lent?.giveBack();
         if (signal.aborted) return;
+        this.hooks.claimed?.("error");
         if (!(await this.#recover(generation, err, signal))) return;
         // Recovery registers again; a claim that keeps failing after that must not spin.
         if (failures++ > 0) await sleep(retryDelay(err, failures - 2, this.opts.reconnect), signal);
         continue;
       }
       failures = 0;
+      this.hooks.claimed?.(reply.items.length > 0 ? "items" : "empty");
       this.#full = reply.items.length > 0 && reply.items.length >= want;
       if (this.#full) this.hooks.answeredAtOnce(performance.now() - sent);
       // Handed over even when stopping meanwhile: the agent gives back what it will not run.

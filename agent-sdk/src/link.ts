@@ -53,7 +53,8 @@ export class Link {
   #recovering: Promise<void> | undefined;
   #fatal: AgentFailedError | undefined;
 
-  constructor(opts: ResolvedOptions, log: Logger, hooks: LinkHooks) {
+  /** `interceptors` run outermost, before the token's and `opts.interceptors`. */
+  constructor(opts: ResolvedOptions, log: Logger, hooks: LinkHooks, interceptors: readonly Interceptor[] = []) {
     this.#opts = opts;
     this.#log = log;
     this.#hooks = hooks;
@@ -65,7 +66,7 @@ export class Link {
       const url = opts.urls[i]!;
       // Pings find a dead connection while a long-poll or the directive stream waits on it.
       const session = new GuardedSessionManager(url, { pingIntervalMs: opts.keepalive.intervalMs, pingTimeoutMs: opts.keepalive.timeoutMs }, nodeOptions);
-      const transportOptions = { baseUrl: url, sessionManager: session, interceptors: [...auth, ...opts.interceptors] };
+      const transportOptions = { baseUrl: url, sessionManager: session, interceptors: [...interceptors, ...auth, ...opts.interceptors] };
       const transport = opts.fastTransport ? createSdkGrpcTransport(transportOptions) : createGrpcTransport(transportOptions);
       return { address, session, client: createClient(AgentService, transport) };
     });

@@ -118,6 +118,16 @@ export interface AgentOptions {
    * @default true
    */
   fastTransport?: boolean;
+  /**
+   * Serves the agent's own Prometheus metrics (items, handler seconds, claims, RPC errors,
+   * reconnects, and prom-client's process metrics) at `GET /metrics` on this port, over plain
+   * HTTP without authentication, from start() until the agent stops. 0 takes a free port
+   * (`agent.metricsAddress` says which). A port that cannot be had makes start() fail.
+   * @default none: no metrics endpoint, and prom-client is not loaded
+   */
+  metricsPort?: number;
+  /** The address the metrics endpoint listens on. Anything but loopback exposes it to the network. @default "127.0.0.1" */
+  metricsHost?: string;
 }
 
 export interface ResolvedOptions {
@@ -154,6 +164,8 @@ export interface ResolvedOptions {
   keepalive: { intervalMs: number; timeoutMs: number };
   interceptors: Interceptor[];
   fastTransport: boolean;
+  /** Where the metrics endpoint listens; undefined when there is none. */
+  metrics: { host: string; port: number } | undefined;
 }
 
 const IDENT = /^[A-Za-z0-9._:-]{1,128}$/;
@@ -226,7 +238,18 @@ export function resolveOptions(o: AgentOptions): ResolvedOptions {
     },
     interceptors: [...(o.interceptors ?? [])],
     fastTransport: o.fastTransport ?? true,
+    metrics: metricsListen(o.metricsPort, o.metricsHost),
   };
+}
+
+function metricsListen(port: number | undefined, host: string | undefined): ResolvedOptions["metrics"] {
+  if (port === undefined) {
+    if (host !== undefined) bad("metricsHost", "needs metricsPort: the endpoint is served only when a port is given");
+    return undefined;
+  }
+  if (!Number.isInteger(port) || port < 0 || port > 65_535) bad("metricsPort", `must be a whole number in 0..65535, got ${port}`);
+  if (host !== undefined && (typeof host !== "string" || host === "")) bad("metricsHost", `must be a host name or address, got ${JSON.stringify(host)}`);
+  return { host: host ?? "127.0.0.1", port };
 }
 
 function bad(option: string, why: string): never {

@@ -22,6 +22,8 @@ import { itemFromWire } from "./wire.js";
 export interface WorkHooks {
   itemStarted(item: WorkItem): void;
   itemFinished(item: WorkItem, outcome: ItemOutcome): void;
+  /** The item's handler settled (returned, threw, or ended after an abort) after `ms`. */
+  handlerSettled(item: WorkItem, ms: number): void;
   /** A handler settled: a slot is free, and the count of running handlers changed. */
   slotFreed(busy: number): void;
   /** A handler started. */
@@ -152,8 +154,10 @@ export class Work {
     const handler = resolveHandler(this.opts.handlers, item.engineKind, item.taskName);
     let report: Report;
     const started = performance.now();
-    if (handler) report = await settle(run, handler, ctx);
-    else {
+    if (handler) {
+      report = await settle(run, handler, ctx);
+      this.hooks.handlerSettled(item, performance.now() - started);
+    } else {
       const task = item.taskName === undefined ? "" : ` and task '${item.taskName}'`;
       report = failure(run, `no handler for engine kind '${item.engineKind}'${task} on agent '${this.opts.name}' (it handles: ${describeHandlers(this.opts.handlers)})`, false);
       ctx.log.error({ err: report.kind === "fail" ? report.error : "" }, "no handler: failing the item for good");
