@@ -10,6 +10,7 @@ import { startDaemon } from "../daemon.js";
 import { startEmbeddedPostgres } from "../db/embedded.js";
 import { migrate, MigrationError } from "../db/migrate.js";
 import { createLogger, type Logger } from "../log.js";
+import { startTracing } from "../observability/tracing.js";
 import { VERSION } from "../version.js";
 import { tokenCommand } from "./token.js";
 
@@ -115,9 +116,13 @@ async function serve(config: Config, log: Logger): Promise<number> {
   // the start too: unheard, SIGHUP would end the process.
   let daemon: Awaited<ReturnType<typeof startDaemon>> | undefined;
   process.on("SIGHUP", () => void daemon?.reloadTls());
+  // Before the daemon is built: its interceptor and dispatch spans trace only when a provider is registered then.
+  const tracing = await startTracing({ log, resource: { "service.instance.id": config.instanceId } });
   daemon = await startDaemon(config, { log });
   await stopAsked;
   await daemon.stop();
+  // After the daemon: the spans of its last calls go out before the process exits.
+  await tracing.shutdown();
   return 0;
 }
 

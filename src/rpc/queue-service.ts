@@ -14,6 +14,7 @@ import { identifier, inRange, jsonOrNull, optionalText, storableTimestamp, tagMa
 import { itemStatusFromWire, TERMINAL, workItemToWire } from "./work-item-messages.js";
 import { z } from "zod";
 import { decodeCursor, encodeCursor } from "./input/page-tokens.js";
+import { handedTraceparent } from "../observability/rpc-spans.js";
 
 const listCursor = z.object({ priority: z.number().int(), createdon: z.number(), id: z.string() });
 
@@ -51,7 +52,8 @@ export function queueServiceImpl(queue: WorkQueue, draining: AbortSignal): Servi
         if (missing.length > 0) throw invalidArgument("parent_work_item_id", `no item '${missing[0]}' in tenant '${tenant}'`);
       }
       const engineId = optionalText(req.engineId, "engine_id", 256) ?? caller.principal;
-      const results = await queue.enqueuer.submit(WorkItemStore.rows(tenant, engineId, items, now, caller.principal));
+      // Every item of the call joins its trace: each attempt's handler span is a child of this context.
+      const results = await queue.enqueuer.submit(WorkItemStore.rows(tenant, engineId, items, now, caller.principal, handedTraceparent(ctx)));
       // Items handed to a waiting claim are taken; the rest wake claims.
       wakeClaims(queue, tenant, items.filter((_, i) => !results[i]!.claimed));
       return { results: results.map((r) => ({ id: r.id, existing: r.existing })) };

@@ -53,6 +53,7 @@ export function workItemToWire(r: WorkItemRow): MessageInitShape<typeof WorkItem
     error: r.error ?? "",
     resultJson: r.result ?? "",
     idempotencyKey: r.idempotency_key ?? "",
+    traceContext: r.trace_context ?? "",
     createdOn: timestampInit(r.createdon),
     updatedOn: r.updatedon === null ? undefined : timestampInit(r.updatedon),
   };
@@ -91,6 +92,7 @@ export function claimedItemToWire(r: ClaimedRow, d: Dispatch): MessageInitShape<
     maxRedeliveries: r.max_redeliveries,
     error: r.error ?? "",
     idempotencyKey: r.idempotency_key ?? "",
+    traceContext: r.trace_context ?? "",
     createdOn: timestampInit(r.createdon_ms),
     updatedOn: d.updatedOn,
   };

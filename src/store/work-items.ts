@@ -57,9 +57,9 @@ export class WorkItemStore {
     return enqueueRows(this.#q, rows, handoff);
   }
 
-  /** Rows for enqueueRows from one call's items; ids are made now, so they ascend in arrival order. */
-  static rows(tenant: string, engineId: string, items: readonly NewItem[], nowMs: number, by: string): EnqueueRow[] {
-    return enqueueRowsOf(tenant, engineId, items, nowMs, by);
+  /** Rows for enqueueRows from one call's items (sharing its traceparent); ids are made now, so they ascend in arrival order. */
+  static rows(tenant: string, engineId: string, items: readonly NewItem[], nowMs: number, by: string, traceContext: string | null = null): EnqueueRow[] {
+    return enqueueRowsOf(tenant, engineId, items, nowMs, by, traceContext);
   }
 
   /** The claim, one atomic statement, carrying the agent's completions (./work-items/claim.ts). */

@@ -9,7 +9,7 @@
  * hears of it; its fenced writes match only items of its tenants.
  */
 import { durationMs } from "@bufbuild/protobuf/wkt";
-import type { ServiceImpl } from "@connectrpc/connect";
+import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { newId } from "../../util/ids.js";
 import { invalidArgument, resourceExhausted } from "../../domain/errors.js";
 import type { AgentService } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
@@ -24,6 +24,8 @@ import type { Handed } from "../../queue/waiting-claims.js";
 import { agentName, delayMs, identifier, jsonOrNull, optionalText } from "../input/validate.js";
 import { claimedItemToWire, fencedOutcomes } from "../work-item-messages.js";
 import { newDispatch } from "../../queue/dispatch.js";
+import { dispatchTracer } from "../../observability/dispatch-spans.js";
+import { callSpanKey } from "../../observability/rpc-spans.js";
 
 export interface AgentWorkDeps {
   queue: WorkQueue;
@@ -39,6 +41,8 @@ const MAX_BATCH = 10_000;
 export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentService>, "claim" | "extendLease" | "complete" | "fail" | "release"> {
   const { queue } = d;
   const { config, clock, store } = queue;
+  /** A span per dispatched item in its own trace; undefined while the daemon does not trace. */
+  const traceDispatches = dispatchTracer();
 
   /** The agent's scope, cached by the directive hub (a re-registration drops it on every daemon). */
   const scopeOf = agentScopeLoader(queue.hub, d.scope);
@@ -121,7 +125,16 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
    * call is gone by now (the client cancelled, its deadline passed, the server stops), nobody will
    * read it: the items go back to the queue at once, not when their leases run out.
    */
-  const answer = async (name: string, max: number, parts: Handed[], status: KnownAgent["status"], completionOutcomes: ReturnType<typeof completed>, signal: AbortSignal, caller: Identity) => {
+  const answer = async (
+    name: string,
+    max: number,
+    parts: Handed[],
+    status: KnownAgent["status"],
+    completionOutcomes: ReturnType<typeof completed>,
+    ctx: Pick<HandlerContext, "signal" | "values">,
+    caller: Identity,
+  ) => {
+    const { signal } = ctx;
     if (signal.aborted) {
       await giveBack(name, parts);
       parts = [];
@@ -147,6 +160,7 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
       return { rows: keep, dispatch: p.dispatch };
     });
     await giveBack(name, over);
+    traceDispatches?.(ctx.values.get(callSpanKey), parts);
     const items = parts.flatMap((p) => p.rows.map((r) => claimedItemToWire(r, p.dispatch)));
     return {
       items,
@@ -226,7 +240,7 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
           }
           const handed = await queue.waitingClaims.close(slot);
           if (handed) parts.push(handed);
-          if (parts.length > 0 || remaining <= 0 || ctx.signal.aborted || d.draining.aborted) return await answer(name, max, parts, state.status, completionOutcomes, ctx.signal, caller);
+          if (parts.length > 0 || remaining <= 0 || ctx.signal.aborted || d.draining.aborted) return await answer(name, max, parts, state.status, completionOutcomes, ctx, caller);
         }
       } finally {
         unhold();

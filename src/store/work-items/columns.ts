@@ -38,6 +38,8 @@ export const workItemRow = z.object({
   result: z.string().nullable(),
   idempotency_key: z.string().nullable(),
   affinity_key: z.string().nullable(),
+  /** W3C traceparent of the span that enqueued it (migration 0007). */
+  trace_context: z.string().nullable(),
   createdon: z.number(),
   updatedon: z.number().nullable(),
 });
@@ -49,7 +51,7 @@ export type WorkItemRow = z.infer<typeof workItemRow>;
  */
 export const ITEM_COLUMNS = sql.fragment`id, tenant_key, engine_id, engine_kind, parent_work_item_id, run_id, task_id, task_name, worker_params,
   payload::text AS payload, status, priority, agent_id, dispatched_at, completed_at, lease_expires_at, leased_by, next_attempt_at,
-  retry_count, max_retries, redelivery_count, max_redeliveries, error, lease_token, result::text AS result, idempotency_key, affinity_key, createdon, updatedon`;
+  retry_count, max_retries, redelivery_count, max_redeliveries, error, lease_token, result::text AS result, idempotency_key, affinity_key, trace_context, createdon, updatedon`;
 
 /**
  * What a claim reads back: only the columns the claimed item's wire form needs and the claim did not
@@ -79,6 +81,8 @@ export interface ClaimedRow {
   error: string | null;
   idempotency_key: string | null;
   affinity_key: string | null;
+  /** W3C traceparent of the span that enqueued it: handed to the agent as it is. */
+  trace_context: string | null;
   /** createdon in epoch milliseconds. */
   createdon_ms: number;
 }
@@ -104,6 +108,7 @@ const CLAIMED: readonly [FragmentSqlToken, string][] = [
   [sql.fragment`w.error`, "error"],
   [sql.fragment`w.idempotency_key`, "idempotency_key"],
   [sql.fragment`w.affinity_key`, "affinity_key"],
+  [sql.fragment`w.trace_context`, "trace_context"],
   [sql.fragment`(extract(epoch FROM w.createdon) * 1000)::float8`, "createdon_ms"],
 ];
 export const CLAIMED_COLUMNS = sql.join(
