@@ -14,6 +14,7 @@ import { Tables } from "./db/tables.js";
 import type { Logger } from "./log.js";
 import { Authenticator } from "./server/auth.js";
 import { errorInterceptor } from "./server/errors.js";
+import { rpcSpanInterceptor } from "./observability/rpc-spans.js";
 import { startServer, type RunningServer, type ServerLimits } from "./server/server.js";
 import type { ServerStats } from "./server/stats.js";
 import type { ReloadOutcome } from "./server/tls.js";
@@ -86,7 +87,7 @@ export async function startDaemon(config: Config, { log, clock = systemClock }: 
       host: config.listen.host,
       port: config.listen.port,
       routes: services.routes,
-      interceptors: [errorInterceptor(log), auth.interceptor(services.access)],
+      interceptors: [rpcSpanInterceptor(), errorInterceptor(log), auth.interceptor(services.access)],
       log,
       readMaxBytes: config.payloadMaxBytes * 2 + 1024 * 1024,
       auth: { authenticator: auth, access: services.access },
