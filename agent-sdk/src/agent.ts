@@ -34,6 +34,7 @@ import { errorText, Link, type AgentClient } from "./link.js";
 import { resolveOptions, type AgentOptions, type ResolvedOptions } from "./options.js";
 import { Reporter } from "./reporter.js";
 import { onShutdownSignals } from "./signals.js";
+import { flushTracing, setupTracing } from "./tracing.js";
 import type { Interceptor } from "@connectrpc/connect";
 import type { ItemOutcome, WorkItem } from "./types.js";
 import { statusFromWire, type DaemonStatus } from "./wire.js";
@@ -248,6 +249,8 @@ export class Agent extends EventEmitter<AgentEvents> {
       this.#fail(failed);
       throw failed;
     }
+    // Before the first claim, whose items' spans need the provider; it never throws (./tracing.ts).
+    await setupTracing(this.#log);
     await this.#link.connect();
     // Stopped (or failed) while still connecting: nothing to start.
     if (this.#life.state !== "starting") return;
@@ -420,6 +423,8 @@ export class Agent extends EventEmitter<AgentEvents> {
     await Promise.all([this.#directives.stop(), this.#heartbeat.stop()]);
     if (this.#link.generation > 0) await this.#link.deregister(this.name);
     this.#close();
+    // The last items' spans leave before the process may exit.
+    await flushTracing(this.#o.rpcTimeoutMs);
     await this.#metrics?.endpoint.close();
     this.#life.to("stopped");
   }

@@ -10,6 +10,7 @@
  */
 import type { Logger } from "pino";
 import { NonRetryableError, RetryableError, WorkAbortedError, type AbortKind } from "./errors.js";
+import type { ItemSpans } from "./tracing.js";
 import type { AnyHandler, HandlerContext, WorkItem } from "./types.js";
 
 export type RunPhase = "waiting" | "running" | "reporting" | "releasing" | "finished";
@@ -28,6 +29,8 @@ export class Run {
     readonly item: WorkItem,
     /** The fencing token of this dispatch. */
     readonly token: string,
+    /** This attempt's spans (./tracing.ts); undefined when the agent does not trace. */
+    readonly spans?: ItemSpans,
   ) {}
 
   get signal(): AbortSignal {
@@ -108,8 +111,16 @@ export const failure = (run: Run, error: string, retryable: boolean, retryDelayM
   retryDelayMs,
 });
 
-/** Runs the handler and turns how it settled into a report; never throws. */
+/** Runs the handler (in its span when the agent traces) and turns how it settled into a report; never throws. */
 export async function settle(run: Run, handler: AnyHandler, ctx: HandlerContext): Promise<Report> {
+  if (!run.spans) return settleHandler(run, handler, ctx);
+  const spans = run.spans;
+  const report = await spans.handler(() => settleHandler(run, handler, ctx));
+  spans.handled(report, run.aborted);
+  return report;
+}
+
+async function settleHandler(run: Run, handler: AnyHandler, ctx: HandlerContext): Promise<Report> {
   let result: unknown;
   try {
     result = await handler(run.item, ctx);

@@ -16,6 +16,7 @@ import { errorText } from "./link.js";
 import type { ResolvedOptions } from "./options.js";
 import type { Reporter, ReportResult } from "./reporter.js";
 import { failure, ItemContext, Run, settle, type Report } from "./run.js";
+import { itemTracer } from "./tracing.js";
 import type { ItemOutcome, WorkItem } from "./types.js";
 import { itemFromWire } from "./wire.js";
 
@@ -83,7 +84,7 @@ export class Work {
         void this.reporter.submit({ kind: "fail", id: w.id, token: w.leaseToken, error, retryable: false, retryDelayMs: undefined });
         continue;
       }
-      const run = new Run(item, w.leaseToken);
+      const run = new Run(item, w.leaseToken, itemTracer()?.begin(w, this.opts.name));
       this.#runs.set(item.id, run);
       taken.push(run);
     }
@@ -201,6 +202,7 @@ export class Work {
     run.phase = "finished";
     this.#runs.delete(run.item.id);
     this.hooks.leaseDropped(run);
+    run.spans?.finished(outcome);
     const fields = { item: run.item.id, outcome };
     if (outcome.kind === "completed") this.log.debug(fields, "item completed");
     else if (outcome.kind === "failed" || outcome.kind === "released") this.log.info(fields, `item ${outcome.kind}`);
