@@ -19,8 +19,8 @@ export interface ChildDaemonTimings {
   leaseTtl: string;
 }
 
-/** Starts `aiflowd serve` on `schema` and resolves once it serves. */
-export async function spawnDaemon(schema: string, port: number, instanceId: string, timings: ChildDaemonTimings): Promise<ChildProcess> {
+/** Starts `aiflowd serve` on `schema` and resolves once it serves; `env` adds to this process's environment. */
+export async function spawnDaemon(schema: string, port: number, instanceId: string, timings: ChildDaemonTimings, env: NodeJS.ProcessEnv = {}): Promise<ChildProcess> {
   const flags = {
     "--listen": `127.0.0.1:${port}`,
     "--database-url": databaseUrl(),
@@ -33,7 +33,7 @@ export async function spawnDaemon(schema: string, port: number, instanceId: stri
     "--log-level": "info",
   };
   const args = ["--import", "tsx", "src/cli/aiflowd.ts", "serve", ...Object.entries(flags).flat(), "--token", `agent:${TOKENS.agent}`, "--token", `engine:${TOKENS.engine}`];
-  const child = spawn(process.execPath, args, { cwd: ROOT, stdio: ["ignore", "pipe", "inherit"], env: { ...process.env, NO_COLOR: "1" } });
+  const child = spawn(process.execPath, args, { cwd: ROOT, stdio: ["ignore", "pipe", "inherit"], env: { ...process.env, NO_COLOR: "1", ...env } });
   let out = "";
   await new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`aiflowd did not start within 30s:\n${out}`)), 30_000);
