@@ -6,12 +6,13 @@
  * manifest declares (linked from this repository's node_modules, so no registry is needed): a file
  * the tarball lacks, or an undeclared dependency, fails the worker.
  */
-import { execFile } from "node:child_process";
+import { execFile, spawn } from "node:child_process";
 import { once } from "node:events";
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { createInterface } from "node:readline";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { agentRow } from "../../test/support/agents.js";
@@ -101,5 +102,28 @@ describe("the packed SDK", () => {
     const [code] = (await once(worker, "exit")) as [number | null];
     expect(code).toBe(0);
     expect((await agentRow(f.db, name))?.status).toBe("inactive");
+
+    // Asked to trace, without the optional OpenTelemetry packages (the manifest brings only the API):
+    // one warning naming what to install, and the work runs untraced.
+    const traced = agentName("packed-traced");
+    const lines: string[] = [];
+    const second = spawn(process.execPath, [join(scratch, "worker.mjs"), f.daemon.address, TOKENS.agent, traced], {
+      cwd: scratch,
+      stdio: ["ignore", "pipe", "inherit"],
+      env: { ...process.env, OTEL_TRACES_EXPORTER: "otlp" },
+    });
+    createInterface({ input: second.stdout! }).on("line", (l) => lines.push(l));
+    try {
+      await until("the packed worker asked to trace registered", async () => (await agentRow(f.db, traced))?.status === "active", 30_000);
+      const [id] = await f.producer.enqueue([{ engineKind: "plain", payloadJson: JSON.stringify({ n: 1 }) }]);
+      expect((await f.producer.waitDone([id!]))[0]!.status).toBe(WorkItemStatus.COMPLETED);
+    } finally {
+      if (second.exitCode === null) {
+        second.kill("SIGTERM");
+        await once(second, "exit");
+      }
+    }
+    const tracing = lines.map((l) => JSON.parse(l) as { level: number; msg: string }).filter((l) => l.msg.includes("tracing"));
+    expect(tracing).toEqual([expect.objectContaining({ level: 40, msg: expect.stringContaining("npm install @opentelemetry/sdk-trace-node") })]);
   });
 });
