@@ -177,6 +177,22 @@ describe("templating", () => {
   });
 });
 
+describe("provisioning (deploy/grafana/provisioning, docker-compose.yml)", () => {
+  const read = (path: string) => readFileSync(join(ROOT, path), "utf8");
+
+  it("provisions the data source the dashboard's $datasource starts on", () => {
+    const uid = read("deploy/grafana/provisioning/datasources/prometheus.yml").match(/^\s+uid: (\S+)$/m)?.[1];
+    const datasource = dashboard.templating.list.find((v) => v.name === "datasource") as { current?: { value?: string } };
+    expect(uid).toBe("prometheus");
+    expect(datasource.current?.value).toBe(uid);
+  });
+
+  it("loads the dashboard from where the compose file mounts it", () => {
+    const path = read("deploy/grafana/provisioning/dashboards/aiflowd.yml").match(/^\s+path: (\S+)$/m)?.[1];
+    expect(read("docker-compose.yml")).toContain(`./deploy/grafana/aiflowd-dashboard.json:${path}/aiflowd-dashboard.json:ro`);
+  });
+});
+
 /** A query as Prometheus receives it once Grafana has put in its interval variable. */
 const asSent = (expr: string) => expr.replaceAll("$__rate_interval", "1m");
 
