@@ -25,6 +25,10 @@ export const HELP = `npm run bench -- [options]
   --tls              also run the drain and the steady rate over TLS (daemons of their own, with a
                      certificate from scripts/dev-certs.sh), after the same sections over h2c, and
                      print TLS ÷ h2c (implies --only's drain and latency)
+  --observability    also run the steady rate with traces exported (daemons and agents, OTLP to a
+                     local collector stub) and each daemon's /metrics scraped every second, after
+                     the same section with both off, and print the daemon CPU per item on ÷ off
+                     (implies --only's latency)
   --smoke            a tiny run (seconds) to check the benchmark works`;
 
 /**
@@ -87,6 +91,9 @@ export function parseOptions(argv: readonly string[]): { o: Options; only: Set<s
       case "--tls":
         o.tls = true;
         break;
+      case "--observability":
+        o.observability = true;
+        break;
       case "--smoke":
         Object.assign(o, { items: 300, agents: 2, slots: 8, rate: 100, durationMs: 1000, warmupMs: 300, hbAgents: 50, hbDurationMs: 2000, hbSettleMs: 500, hbIdleMs: 1000, drainWarmup: 100, baselineWorkers: 4 });
         break;
@@ -95,5 +102,6 @@ export function parseOptions(argv: readonly string[]): { o: Options; only: Set<s
     }
   }
   if (o.tls) for (const s of ["drain", "latency"]) only.add(s);
+  if (o.observability) only.add("latency");
   return { o, only, help: false };
 }

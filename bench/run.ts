@@ -4,11 +4,12 @@
  * Starts everything it needs and stops it all. Options: see --help.
  */
 import { dropBaseline } from "./baseline.js";
-import { makeBenchTls, openDatabase, openOwnDatabase, startDaemonProc, type DaemonProc } from "./env.js";
+import { freePort, makeBenchTls, openDatabase, openOwnDatabase, startDaemonProc, type DaemonProc } from "./env.js";
 import { clearCompleted, drainBaseline, drainOurs, enqueueRate, settleDatabase, heartbeatCost, latencyBaseline, latencyOurs, rpcFigures, startAgents, stopAgents } from "./sections.js";
 import { http2Floor, perItem } from "./floor.js";
 import { gcFigures, latencyRatio, ratio } from "./stats.js";
 import { BenchArgError, HELP, parseOptions } from "./options.js";
+import { scrapeEverySecond, startCollectorStub, tracingEnv } from "./observability.js";
 
 const parsed = (() => {
   try {
@@ -37,8 +38,8 @@ try {
   progress(`starting ${o.daemons} daemon(s)`);
   for (let i = 0; i < o.daemons; i++) daemons.push(await startDaemonProc(db, i));
   let agents: Awaited<ReturnType<typeof startAgents>> | undefined;
-  /** The h2c figures the TLS sections are compared with. */
-  let h2c: { drain?: number; p50?: number; p99?: number } = {};
+  /** The h2c figures the TLS and observability sections are compared with. */
+  let h2c: { drain?: number; p50?: number; p99?: number; daemonUsPerItem?: number } = {};
 
   if (only.has("enqueue") || only.has("drain")) {
     progress(`enqueueing ${o.items} items in batches`);
@@ -63,7 +64,7 @@ try {
     const ours = await latencyOurs(daemons, agents, o);
     agents = undefined;
     emit("latency", ours);
-    h2c = { ...h2c, p50: Number(ours.p50_ms), p99: Number(ours.p99_ms) };
+    h2c = { ...h2c, p50: Number(ours.p50_ms), p99: Number(ours.p99_ms), daemonUsPerItem: perItem(ours, o.rate).daemons_us_per_item };
     progress("baseline latency");
     const base = await latencyBaseline(db, o);
     emit("latency_baseline", base);
@@ -126,6 +127,42 @@ try {
     } finally {
       await Promise.all(set.map((d) => d.child.stop()));
       certs.remove();
+    }
+  }
+  if (o.observability) {
+    // The steady rate again with traces and metrics on: daemons of their own exporting spans (and
+    // agents too) to a local collector stub, each daemon's /metrics scraped every second (the
+    // metrics port, --http-listen, as AIFLOW_HTTP_LISTEN). Compared with this run's steady section,
+    // where both were off; a daemon that serves no /metrics shows as scrapes_failed.
+    const stub = await startCollectorStub();
+    const set: DaemonProc[] = [];
+    const metricsUrls: string[] = [];
+    try {
+      for (let i = 0; i < o.daemons; i++) {
+        const metricsPort = await freePort();
+        metricsUrls.push(`http://127.0.0.1:${metricsPort}/metrics`);
+        set.push(await startDaemonProc(db, 200 + i, { ...tracingEnv(stub), AIFLOW_HTTP_LISTEN: `127.0.0.1:${metricsPort}` }));
+      }
+      await settleDatabase(db);
+      const obsAgents = await startAgents(set, o, "latency-observability", tracingEnv(stub));
+      const scraper = scrapeEverySecond(metricsUrls);
+      progress(`observability on: steady ${o.rate}/s for ${o.durationMs / 1000}s after ${o.warmupMs / 1000}s warm-up`);
+      const latency = await latencyOurs(set, obsAgents, o);
+      const scrapes = scraper.stop();
+      emit("latency_observability", { ...latency, ...scrapes, span_exports: stub.requests, span_export_kb: Math.round(stub.bytes / 1024) });
+      const on = perItem(latency, o.rate).daemons_us_per_item!;
+      emit("observability_ratio", {
+        daemon_cpu_us_per_item_on: on,
+        daemon_cpu_us_per_item_off: h2c.daemonUsPerItem!,
+        daemon_cpu_on_over_off: ratio(on, h2c.daemonUsPerItem!),
+        p50_on_ms: Number(latency.p50_ms),
+        p50_off_ms: h2c.p50!,
+        p99_on_ms: Number(latency.p99_ms),
+        p99_off_ms: h2c.p99!,
+      });
+    } finally {
+      await Promise.all(set.map((d) => d.child.stop()));
+      await stub.close();
     }
   }
   if (only.has("heartbeat")) {

@@ -32,6 +32,8 @@ export interface Options {
   fastTransport?: boolean;
   /** Run the drain and the steady rate over TLS too (run.ts). */
   tls?: boolean;
+  /** Run the steady rate with traces exported and metrics scraped too (run.ts, observability.ts). */
+  observability?: boolean;
 }
 
 type Figures = Record<string, number | string>;
@@ -58,12 +60,12 @@ export async function enqueueRate(db: Database, daemons: DaemonProc[], items: nu
   return { items, batch, seconds: round(ms / 1000, 3), items_per_s: round(items / (ms / 1000), 0) };
 }
 
-export async function startAgents(daemons: DaemonProc[], o: Pick<Options, "agents" | "slots" | "prefetch" | "fastTransport">, tag: string): Promise<Child[]> {
+export async function startAgents(daemons: DaemonProc[], o: Pick<Options, "agents" | "slots" | "prefetch" | "fastTransport">, tag: string, env: Record<string, string> = {}): Promise<Child[]> {
   const agents = Array.from({ length: o.agents }, (_, i) => {
     const d = daemons[i % daemons.length]!;
     return startChild("bench/child-agent.ts", [d.url, TOKENS.agent, `bench-${tag}-${i}`, String(o.slots), TENANT, KIND, o.prefetch === undefined ? "" : String(o.prefetch), o.fastTransport === false ? "slow" : "fast"], {
       nodeArgs: NODE_TUNING,
-      env: clientTlsEnv(d),
+      env: { ...clientTlsEnv(d), ...env },
       ready: (l) => l.includes('"ready"'),
     });
   });

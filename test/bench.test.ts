@@ -23,6 +23,10 @@ describe("benchmark options", () => {
     const tls = parseOptions(["--tls", "--only", "enqueue"]);
     expect(tls.o.tls).toBe(true);
     expect([...tls.only].sort()).toEqual(["drain", "enqueue", "latency"]);
+    // --observability compares the steady rate with traces and metrics on against this run's, off.
+    const obs = parseOptions(["--observability", "--only", "drain"]);
+    expect(obs.o.observability).toBe(true);
+    expect([...obs.only].sort()).toEqual(["drain", "latency"]);
   });
 
   it.each([
