@@ -115,6 +115,7 @@ describe("an item's trace", () => {
     // The agent: the queue wait up to that dispatch, then the handler, whose parent chain reaches the producer.
     const [queued] = await spansOf("queued traced", id!);
     expect(queued).toMatchObject({ service: "aiflow-agent", traceId: made.traceId, parentSpanId: enqueue.spanId, endNs: dispatch!.startNs });
+    // Both ends are the item's own stored times (due, dispatched), not clock readings of the agent.
     expect(queued!.startNs).toBeLessThanOrEqual(queued!.endNs);
     const [handle] = await spansOf("handle traced", id!);
     expect(handle).toMatchObject({ service: "aiflow-agent", kind: KIND.consumer, traceId: made.traceId, parentSpanId: enqueue.spanId, status: { code: 0 } });
@@ -136,7 +137,6 @@ describe("an item's trace", () => {
     const [report] = await spansOf("complete traced", id!);
     expect(report).toMatchObject({ traceId: made.traceId, parentSpanId: handle!.spanId });
     expect(report!.attributes["aiflow.outcome"]).toBe("completed");
-    expect(report!.startNs).toBeGreaterThanOrEqual(handle!.endNs);
   });
 
   it("holds every attempt: a retried item shows two handler spans with the same parent, the first failed", async () => {
