@@ -191,8 +191,10 @@ describe("benchmark smoke run", () => {
     expect(heartbeat.own_database).toBe(1);
     expect(await sql(databaseUrl(), "SELECT datname FROM pg_database WHERE datname LIKE 'aiflow\\_bench\\_%'")).toEqual([]);
     const floor = sets.find((s) => s.bench === "http2_floor")!;
-    expect(floor.server_us_per_call).toBeGreaterThan(0);
-    expect(floor.client_us_per_call).toBeGreaterThan(0);
+    // Figures, not values: at 20 calls/s for half a second a process's CPU can be under one tick of
+    // /proc's 10 ms clock, so a figure of 0 is a real reading here.
+    expect(floor.server_us_per_call).toBeGreaterThanOrEqual(0);
+    expect(floor.client_us_per_call).toBeGreaterThanOrEqual(0);
     expect(typeof floor.daemons_us_per_item).toBe("number");
   });
 });
