@@ -24,9 +24,9 @@
  * A later attempt of the same item has the same parent, so retries and redeliveries are further
  * spans of the one trace. An item without a stored context gets a trace of its own.
  */
-import { context, diag, DiagLogLevel, ProxyTracerProvider, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Context, type DiagLogFunction, type HrTime, type Span, type Tracer } from "@opentelemetry/api";
+import { context, diag, DiagLogLevel, ProxyTracerProvider, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Context, type HrTime, type Span, type Tracer } from "@opentelemetry/api";
 import type { Logger } from "pino";
-import { tracesFromEnv, type TracesWanted } from "@aiflow/wire/otel-env";
+import { diagToLog, tracesFromEnv, type TracesWanted } from "@aiflow/wire/otel-env";
 import { parseTraceparent } from "@aiflow/wire/traceparent";
 import type { WorkItem as WireItem } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
 import type { Report } from "./run.js";
@@ -102,23 +102,6 @@ async function install(wanted: Extract<TracesWanted, { on: true }>, log: Logger)
   provider.register();
   installed = provider;
   log.info({ service: resource.attributes["service.name"] }, "tracing on: exporting spans");
-}
-
-/** How often the OpenTelemetry SDK's own complaints (an unreachable collector) reach the log at most. */
-const DIAG_EVERY_MS = 10_000;
-
-function diagToLog(log: Logger) {
-  let last = Number.NEGATIVE_INFINITY;
-  let suppressed = 0;
-  const warn: DiagLogFunction = (message, ...args) => {
-    const now = performance.now();
-    if (now - last < DIAG_EVERY_MS) return void suppressed++;
-    last = now;
-    log.warn({ detail: args.map((a) => (a instanceof Error ? a.message : String(a))).join(" "), suppressed }, `tracing: ${message}`);
-    suppressed = 0;
-  };
-  const quiet: DiagLogFunction = () => {};
-  return { error: warn, warn, info: quiet, debug: quiet, verbose: quiet };
 }
 
 const hrTime = (ns: bigint): HrTime => [Number(ns / 1_000_000_000n), Number(ns % 1_000_000_000n)];

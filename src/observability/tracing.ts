@@ -11,8 +11,8 @@
  * the sampler follows OTEL_TRACES_SAMPLER. A provider the embedding process registered before the
  * daemon started is used as it is.
  */
-import { diag, DiagLogLevel, ProxyTracerProvider, trace, type Attributes, type DiagLogFunction } from "@opentelemetry/api";
-import { tracesFromEnv } from "@aiflow/wire/otel-env";
+import { diag, DiagLogLevel, ProxyTracerProvider, trace, type Attributes } from "@opentelemetry/api";
+import { diagToLog, tracesFromEnv } from "@aiflow/wire/otel-env";
 import { ConfigError } from "../domain/errors.js";
 import type { Logger } from "../log.js";
 import { VERSION } from "../version.js";
@@ -104,23 +104,3 @@ export async function startTracing({ log, env = process.env, serviceName = "aifl
   };
 }
 
-/** How often the SDK's own complaints (an unreachable collector, say) reach the log at most. */
-const DIAG_EVERY_MS = 10_000;
-
-/** The SDK's diagnostics as warnings in the daemon's log, at most one line per DIAG_EVERY_MS. */
-function diagToLog(log: Logger) {
-  let last = Number.NEGATIVE_INFINITY;
-  let dropped = 0;
-  const warn: DiagLogFunction = (message, ...args) => {
-    const now = performance.now();
-    if (now - last < DIAG_EVERY_MS) {
-      dropped++;
-      return;
-    }
-    last = now;
-    log.warn({ detail: args.map((a) => (a instanceof Error ? a.message : String(a))).join(" "), suppressed: dropped }, `tracing: ${message}`);
-    dropped = 0;
-  };
-  const quiet: DiagLogFunction = () => {};
-  return { error: warn, warn, info: quiet, debug: quiet, verbose: quiet };
-}

@@ -11,6 +11,7 @@
  * OTLP over gRPC and the other exporters are not shipped, and asking for them is an error that
  * says what to set instead, rather than traces silently going nowhere.
  */
+import type { DiagLogFunction, DiagLogger } from "@opentelemetry/api";
 
 export type OtlpProtocol = "http/protobuf" | "http/json";
 
@@ -40,4 +41,25 @@ export function tracesFromEnv(env: Readonly<Record<string, string | undefined>>)
     otlp = { protocol };
   }
   return { on: true, otlp, console: exporters.includes("console") };
+}
+
+/** How often the OpenTelemetry SDK's own complaints (an unreachable collector, say) reach the log at most. */
+const DIAG_EVERY_MS = 10_000;
+
+/**
+ * The OpenTelemetry SDK's diagnostics as warnings in a pino log, at most one line per DIAG_EVERY_MS
+ * (with how many were suppressed since), for the daemon and the agent SDK alike.
+ */
+export function diagToLog(log: { warn(fields: object, message: string): void }): DiagLogger {
+  let last = Number.NEGATIVE_INFINITY;
+  let suppressed = 0;
+  const warn: DiagLogFunction = (message, ...args) => {
+    const now = performance.now();
+    if (now - last < DIAG_EVERY_MS) return void suppressed++;
+    last = now;
+    log.warn({ detail: args.map((a) => (a instanceof Error ? a.message : String(a))).join(" "), suppressed }, `tracing: ${message}`);
+    suppressed = 0;
+  };
+  const quiet: DiagLogFunction = () => {};
+  return { error: warn, warn, info: quiet, debug: quiet, verbose: quiet };
 }
