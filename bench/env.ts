@@ -149,6 +149,8 @@ export async function startDaemonProc(db: Database, index: number, extraEnv: Rec
       AIFLOW_TOKENS: `agent:${TOKENS.agent};engine:${TOKENS.engine};ops:${TOKENS.ops}`,
       AIFLOW_LOG_LEVEL: "info",
       NO_COLOR: "1",
+      // Several daemons per host: none takes the default metrics port (the observability section gives each one).
+      AIFLOW_HTTP_LISTEN: "off",
       ...(tls ? { AIFLOW_TLS_CERT: tls.cert, AIFLOW_TLS_KEY: tls.key } : {}),
       ...extraEnv,
     },

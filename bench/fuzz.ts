@@ -103,7 +103,7 @@ async function startDaemon(url: string, schema: string): Promise<Child> {
   // flush or lease expiry within a run, so rows change only by what the cases do.
   const flags = ["--auth-failure-limit", "1000000000", "--claim-max-wait", "200ms", "--heartbeat-flush", "1h", "--sweep-interval", "1h", "--heartbeat-interval", "1h", "--lease-ttl", "1h"];
   const tokens = Object.entries(TOKENS).flatMap(([role, token]) => ["--token", `${role}:${token}`]);
-  const proc = spawn(process.execPath, ["--import", "tsx", "src/cli/aiflowd.ts", "serve", "--listen", `127.0.0.1:${port}`, "--database-url", url, "--schema", schema, "--log-level", "error", ...tokens, ...flags], {
+  const proc = spawn(process.execPath, ["--import", "tsx", "src/cli/aiflowd.ts", "serve", "--listen", `127.0.0.1:${port}`, "--http-listen", "off", "--database-url", url, "--schema", schema, "--log-level", "error", ...tokens, ...flags], {
     stdio: ["ignore", "pipe", "pipe"],
     env: { ...process.env, NODE_ENV: "production" },
   });

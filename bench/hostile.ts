@@ -53,7 +53,7 @@ async function startDaemon(schema: string): Promise<Daemon> {
   const port = await freePort();
   const proc = spawn(
     process.execPath,
-    ["--import", "tsx", "src/cli/aiflowd.ts", "serve", "--listen", `127.0.0.1:${port}`, "--database-url", DATABASE_URL!, "--schema", schema, "--token", `engine:${ENGINE}`, "--log-level", "warn"],
+    ["--import", "tsx", "src/cli/aiflowd.ts", "serve", "--listen", `127.0.0.1:${port}`, "--http-listen", "off", "--database-url", DATABASE_URL!, "--schema", schema, "--token", `engine:${ENGINE}`, "--log-level", "warn"],
     { cwd: TREE, stdio: ["ignore", "pipe", "inherit"], env: { ...process.env, NODE_ENV: "production" } },
   );
   let warnings = 0;

@@ -6,6 +6,7 @@
  * is named by its client certificate. It stops everything it started.
  */
 import { mkdtempSync, readFileSync, rmSync, chmodSync } from "node:fs";
+import { get as httpsGet } from "node:https";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createClient } from "@connectrpc/connect";
@@ -35,6 +36,7 @@ try {
   pgServer = await startEmbeddedPostgres({ dataDir: join(dir, "pg"), port: await freePort(), log: pino({ level: "warn" }) });
   const port = await freePort();
   const address = `127.0.0.1:${port}`;
+  const metricsAddress = `127.0.0.1:${await freePort()}`;
   say(`starting aiflowd on https://${address} (mutual TLS: callers are named by their certificates)`);
   const daemon = startChild("bin/aiflowd.js", ["serve"], {
     env: {
@@ -43,6 +45,7 @@ try {
       AIFLOW_TLS_CERT: certs.cert,
       AIFLOW_TLS_KEY: certs.key,
       AIFLOW_TLS_CLIENT_CA: certs.ca,
+      AIFLOW_HTTP_LISTEN: metricsAddress,
       AIFLOW_TENANTS: TENANTS.join(","),
       AIFLOW_LOG_LEVEL: "info",
       AIFLOW_HEARTBEAT_INTERVAL: "1s",
@@ -133,6 +136,25 @@ try {
       [[String(ITEMS), String(completed), seconds.toFixed(1), (completed / seconds).toFixed(0), String(retries), String(dead), String(ITEMS - completed - dead)]],
     ),
   );
+  // The same run as Prometheus sees it: /metrics over HTTPS, read with the ops certificate.
+  const exposition = await scrape(`https://${metricsAddress}/metrics`, certs.caPem, certs.client("ops"));
+  const sample = (name: string) => exposition.split("\n").filter((l) => l.startsWith(name)).reduce((n, l) => n + Number(l.slice(l.lastIndexOf(" ") + 1)), 0);
+  console.log("");
+  say(`/metrics at https://${metricsAddress}/metrics (ops certificate):`);
+  console.log(
+    table(
+      ["RUNS COMPLETED", "DIRECT HAND-OFFS", "EMPTY CLAIMS", "REDELIVERIES", "gRPC CALLS"],
+      [
+        [
+          String(sample('aiflow_queue_run_seconds_count{engine_kind="test",outcome="completed"}')),
+          String(sample("aiflow_queue_direct_dispatches_total")),
+          String(sample("aiflow_queue_empty_claims_total")),
+          String(sample("aiflow_queue_redeliveries_total")),
+          String(sample("grpc_server_handled_total")),
+        ],
+      ],
+    ),
+  );
   process.exitCode = completed + dead === ITEMS ? 0 : 1;
 } finally {
   say("stopping agents, daemon and Postgres");
@@ -141,4 +163,17 @@ try {
   await pgServer?.stop();
   rmSync(dir, { recursive: true, force: true });
   certs.remove();
+}
+
+/** GET over HTTPS with a client certificate, as a Prometheus scrape under mutual TLS. */
+function scrape(url: string, ca: Buffer, client: { cert: string; key: string }): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const req = httpsGet(url, { ca, cert: readFileSync(client.cert), key: readFileSync(client.key) }, (res) => {
+      let body = "";
+      res.setEncoding("utf8");
+      res.on("data", (c: string) => (body += c));
+      res.on("end", () => (res.statusCode === 200 ? resolve(body) : reject(new Error(`${url} answered ${res.statusCode}: ${body}`))));
+    });
+    req.on("error", reject);
+  });
 }

@@ -110,6 +110,14 @@ const listen: Parser<ListenAddress> = (raw, flag) => {
   return { host: m[1] ?? m[2]!, port };
 };
 
+/** A secret given as text: long enough to be one. Never echoed in an error. */
+const secret =
+  (minLength: number): Parser<string> =>
+  (raw, flag) => {
+    if (raw.length < minLength) throw new ConfigError(flag, `is ${raw.length} characters; a secret needs at least ${minLength} (openssl rand -hex 32 makes one)`);
+    return raw;
+  };
+
 const level: Parser<string> = (raw, flag) => {
   const levels = ["trace", "debug", "info", "warn", "error", "fatal", "silent"];
   if (!levels.includes(raw)) throw new ConfigError(flag, `'${raw}' is not one of ${levels.join(", ")}`);
@@ -132,6 +140,28 @@ const list: Parser<string[]> = (raw) =>
 const SETTINGS = {
   listen: { flag: "--listen", env: ["AIFLOW_LISTEN"], default: "127.0.0.1:7400", help: "gRPC address to serve (TLS with --tls-cert; h2c without, on loopback or with --insecure-plaintext)", parse: listen },
   // Transport security (src/server/tls.ts): HTTP/2 over TLS 1.2+ (ALPN h2), files re-read on change and SIGHUP.
+  httpListen: {
+    flag: "--http-listen",
+    env: ["AIFLOW_HTTP_LISTEN"],
+    default: "127.0.0.1:9464",
+    help: "HTTP address of /metrics, /healthz and /readyz (HTTPS with --tls-cert); off: none",
+    parse: (raw, flag) => (raw === "off" ? null : listen(raw, flag)),
+  },
+  metricsToken: {
+    flag: "--metrics-token",
+    env: ["AIFLOW_METRICS_TOKEN"],
+    default: undefined,
+    help: "bearer token /metrics requires (prefer the env var: flags show in ps); at least 16 characters",
+    parse: secret(16),
+  },
+  metricsMaxAgents: { flag: "--metrics-max-agents", env: ["AIFLOW_METRICS_MAX_AGENTS"], default: "1000", help: "agents with series of their own on /metrics (the first by name); the rest count in aggregates only", parse: int(0, 100_000) },
+  metricsRefresh: {
+    flag: "--metrics-refresh",
+    env: ["AIFLOW_METRICS_REFRESH"],
+    default: "5s",
+    help: "how old the queue and fleet gauges on /metrics may be: scrapes within it share one read of the database",
+    parse: duration(0, 600_000),
+  },
   tlsCert: { flag: "--tls-cert", env: ["AIFLOW_TLS_CERT"], default: undefined, help: "PEM certificate chain of the gRPC port (with --tls-key)", parse: text },
   tlsKey: { flag: "--tls-key", env: ["AIFLOW_TLS_KEY"], default: undefined, help: "PEM private key of --tls-cert", parse: text },
   tlsClientCa: {
@@ -405,7 +435,11 @@ export function settingsHelp(): string {
   return rows.map((r) => r.map((cell, c) => (c < 3 ? cell.padEnd(widths[c]!) : cell)).join("  ")).join("\n");
 }
 
-/** Config for tests and embedders: defaults, with overrides. */
+/**
+ * Config for tests and embedders: the defaults, except that the HTTP endpoints are off unless
+ * asked for (`httpListen`): an embedding process, or a test starting several daemons, opens no
+ * port it did not name.
+ */
 export function defaultConfig(overrides: Partial<Config> = {}): Config {
-  return { ...parseArgs([], {}).config, ...overrides };
+  return { ...parseArgs([], {}).config, httpListen: null, ...overrides };
 }

@@ -15,6 +15,9 @@ import type { Logger } from "./log.js";
 import { Authenticator } from "./server/auth.js";
 import { errorInterceptor } from "./server/errors.js";
 import { rpcSpanInterceptor } from "./observability/rpc-spans.js";
+import { DaemonMetrics } from "./observability/metrics.js";
+import { rpcMetricsInterceptor } from "./observability/rpc-metrics.js";
+import { startHttpEndpoints, type HttpEndpoints } from "./server/http-endpoints.js";
 import { startServer, type RunningServer, type ServerLimits } from "./server/server.js";
 import type { ServerStats } from "./server/stats.js";
 import type { ReloadOutcome } from "./server/tls.js";
@@ -33,6 +36,10 @@ export interface Daemon {
   readonly serverStats: ServerStats;
   /** "https" when the port serves TLS, "http" for h2c. */
   readonly scheme: "https" | "http";
+  /** The HTTP endpoints (/metrics, /healthz, /readyz) as `scheme://host:port`; undefined with --http-listen off. */
+  readonly httpUrl: string | undefined;
+  /** This daemon's metrics (its registry is what /metrics serves, beside the process metrics). */
+  readonly metrics: DaemonMetrics;
   /** Re-reads the TLS certificate, key and client CA (SIGHUP); open connections keep theirs. */
   reloadTls(): ReloadOutcome;
   /** Graceful stop; idempotent. */
@@ -60,6 +67,13 @@ export async function startDaemon(config: Config, { log, clock = systemClock }: 
       throw new ConfigError("--listen", `${config.listen.host} is not loopback, so aiflowd serves it over TLS only: give --tls-cert and --tls-key, or --insecure-plaintext when a TLS-terminating proxy sits in front`);
     log.warn({ listen: config.listen.host }, "--insecure-plaintext: serving h2c on a non-loopback address; bearer tokens cross this network in clear unless a proxy in front terminates TLS");
   }
+  const http = config.httpListen;
+  if (http && !LOOPBACK.test(http.host)) {
+    if (config.tlsCert === undefined && !config.insecurePlaintext)
+      throw new ConfigError("--http-listen", `${http.host} is not loopback, so aiflowd serves /metrics there over TLS only: give --tls-cert and --tls-key, or --insecure-plaintext, or listen on 127.0.0.1`);
+    if (!config.metricsToken && !config.tlsClientCa)
+      log.warn({ httpListen: http.host }, "/metrics is open to anyone who reaches --http-listen; set --metrics-token (or mutual TLS) to require a credential");
+  }
 
   const embedded: EmbeddedPostgres | undefined = config.databaseUrl
     ? undefined
@@ -81,13 +95,15 @@ export async function startDaemon(config: Config, { log, clock = systemClock }: 
     const tables = new Tables(naming.schema, naming.prefix);
 
     const draining = new AbortController();
-    const services = await buildServices({ config, log, clock, pool, tables, databaseUrl: url, draining: draining.signal });
+    const metrics = new DaemonMetrics();
+    const services = await buildServices({ config, log, clock, pool, tables, databaseUrl: url, draining: draining.signal, metrics });
     cleanups.push(() => stopBackground(services.background, log));
     const server: RunningServer = await startServer({
       host: config.listen.host,
       port: config.listen.port,
       routes: services.routes,
-      interceptors: [rpcSpanInterceptor(), errorInterceptor(log), auth.interceptor(services.access)],
+      // Tracing first (its span holds the call), then metrics: both see the code the error interceptor made.
+      interceptors: [rpcSpanInterceptor(), rpcMetricsInterceptor(metrics.registry), errorInterceptor(log), auth.interceptor(services.access)],
       log,
       readMaxBytes: config.payloadMaxBytes * 2 + 1024 * 1024,
       auth: { authenticator: auth, access: services.access },
@@ -97,12 +113,30 @@ export async function startDaemon(config: Config, { log, clock = systemClock }: 
       tls: config.tlsCert ? { files: { cert: config.tlsCert, key: config.tlsKey!, clientCa: config.tlsClientCa }, trustDomain: config.tlsTrustDomain } : undefined,
     });
     server.draining.addEventListener("abort", () => draining.abort());
+    metrics.watchServer(server.stats);
+    // Closed after the gRPC server, so that /readyz says "shutting down" for the whole drain.
+    let endpoints: HttpEndpoints | undefined;
+    cleanups.push(async () => endpoints?.close());
     cleanups.push(() => server.close(config.shutdownGrace));
     cleanups.push(async () => services.onShutdown());
+    if (http) {
+      endpoints = await startHttpEndpoints({
+        host: http.host,
+        port: http.port,
+        log: log.child({ component: "http" }),
+        registry: metrics.registry,
+        readiness: () => services.readiness.report(),
+        metricsToken: config.metricsToken,
+        tls: server.tls ? { reloader: server.tls, mutual: config.tlsClientCa !== undefined, trustDomain: config.tlsTrustDomain } : undefined,
+      });
+      log.info({ address: `${endpoints.scheme}://${endpoints.address}`, metricsToken: config.metricsToken !== undefined }, "aiflowd serving /metrics, /healthz and /readyz");
+    }
+    // Last, once every port serves: starters wait for this line.
     log.info(
       { address: `${server.scheme}://${server.address}`, tls: server.scheme === "https" ? (config.tlsClientCa ? "mutual" : "server") : "off", instance: config.instanceId, version: VERSION },
       "aiflowd serving gRPC",
     );
+
 
     let stopping: Promise<void> | undefined;
     return {
@@ -114,6 +148,8 @@ export async function startDaemon(config: Config, { log, clock = systemClock }: 
       maintenance: services.maintenance,
       serverStats: server.stats,
       scheme: server.scheme,
+      httpUrl: endpoints ? `${endpoints.scheme}://${endpoints.address}` : undefined,
+      metrics,
       reloadTls: () => server.reloadTls(),
       stop: () => (stopping ??= undo().then(() => log.info("aiflowd stopped"))),
     };

@@ -13,6 +13,7 @@ import { parseTokenSpec } from "../src/server/tokens.js";
 import { Wakeups } from "../src/queue/wakeups.js";
 import type { DirectiveHub } from "../src/fleet/directives.js";
 import { FALLBACK_CHECK_MS, WorkQueue } from "../src/queue/work-queue.js";
+import { DaemonMetrics } from "../src/observability/metrics.js";
 import { workKey } from "../src/queue/work-keys.js";
 import { WorkItemStore } from "../src/store/work-items.js";
 import { openCountingPool, type CountingPool } from "./support/counting-pool.js";
@@ -137,7 +138,7 @@ describe("the fallback re-check", () => {
     const work = new Wakeups(counting.pool, "unused", "test", 0, silentLogger());
     const done = new Wakeups(counting.pool, "unused", "test", 0, silentLogger());
     const config = defaultConfig({ databaseUrl: db.url, schema: db.schema, listen: { host: "127.0.0.1", port: 0 } });
-    const core = new WorkQueue(store, {} as DirectiveHub, work, done, local, config, silentLogger());
+    const core = new WorkQueue(store, {} as DirectiveHub, work, done, local, config, silentLogger(), new DaemonMetrics());
     const task = core.dueTask();
 
     const hot = new Set([workKey("th", "hot")]);

@@ -133,7 +133,7 @@ describe("aiflowd with an embedded Postgres", () => {
   ] as const)("Ctrl-C (SIGINT to the terminal's process group) %s drains the daemon, then stops Postgres, with no error", { timeout: SLOW }, async ([, atLine, relayed], { onTestFailed }) => {
     const listen = await freePort();
     // detached: a process group of its own, as a shell gives a foreground job; the signal goes to all of it.
-    const daemon = spawn(process.execPath, [path.join(repoRoot, "bin/aiflowd.js"), "serve", "--data-dir", dataDir, "--embedded-port", String(port), "--listen", `127.0.0.1:${listen}`], {
+    const daemon = spawn(process.execPath, [path.join(repoRoot, "bin/aiflowd.js"), "serve", "--data-dir", dataDir, "--embedded-port", String(port), "--listen", `127.0.0.1:${listen}`, "--http-listen", "off"], {
       cwd: repoRoot,
       detached: true,
       stdio: ["ignore", "pipe", "pipe"],

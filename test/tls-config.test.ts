@@ -113,7 +113,7 @@ describe("the aiflowd command", () => {
     const first = pki.server("first");
     copyFileSync(first.cert, live.cert);
     copyFileSync(first.key, live.key);
-    const child = spawn(process.execPath, ["bin/aiflowd.js", "serve", "--listen", "127.0.0.1:0", "--tls-cert", live.cert, "--tls-key", live.key, "--schema", fx.db.schema, "--database-url", databaseUrl(), "--token", "ops:ops-token-sighup"], {
+    const child = spawn(process.execPath, ["bin/aiflowd.js", "serve", "--listen", "127.0.0.1:0", "--http-listen", "off", "--tls-cert", live.cert, "--tls-key", live.key, "--schema", fx.db.schema, "--database-url", databaseUrl(), "--token", "ops:ops-token-sighup"], {
       env: { PATH: process.env.PATH, NO_COLOR: "1" },
       stdio: ["ignore", "pipe", "pipe"],
     });

@@ -1,72 +1,15 @@
 /**
  * The agent's `GET /metrics`, on a plain node:http server of its own (opt-in: `metricsPort`).
- *
- * What must stay true:
- * - Each agent has a prom-client Registry of its own, never the global one, so two agents in one
- *   process (or an application that uses the global registry) never collide.
- * - prom-client's default process metrics are registered once per process, on a registry of their
- *   own that every agent's endpoint serves beside its own metrics: some of those collectors (the GC
- *   observer, the event-loop delay monitor) hold process-wide resources that are never released,
- *   so registering them per agent would leak one set for every agent ever created, and they
- *   describe the process, which the agents share.
- * - One render at a time, process-wide. prom-client renders OpenMetrics by renaming every counter
- *   in place (it strips `_total` from the metric object's name); a Prometheus-text render that ran
- *   meanwhile would print the stripped names. So renders are serialised and each OpenMetrics
- *   render puts the names back before the next begins.
+ * Each agent has a prom-client Registry of its own, never the global one, so two agents in one
+ * process (or an application that uses the global registry) never collide. The process metrics
+ * and the rendering are shared with the daemon's /metrics (@aiflow/wire/metrics, which says what
+ * must stay true of them).
  */
 import { once } from "node:events";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
-import { collectDefaultMetrics, Registry, type OpenMetricsContentType } from "prom-client";
-
-let processRegistry: Registry | undefined;
-
-/** The default process metrics, registered on first use. */
-function processMetrics(): Registry {
-  if (!processRegistry) {
-    processRegistry = new Registry();
-    collectDefaultMetrics({ register: processRegistry });
-  }
-  return processRegistry;
-}
-
-let rendering: Promise<unknown> = Promise.resolve();
-
-/** The exposition of `registry` and the process metrics, in the format asked for; one render at a time. */
-export function render(registry: Registry, openMetrics: boolean): Promise<string> {
-  const next = rendering.then(async () => {
-    const merged = Registry.merge([registry, processMetrics()]);
-    if (!openMetrics) return merged.metrics();
-    const names = merged.getMetricsAsArray().map((m) => [m, m.name] as const);
-    (merged as unknown as Registry<OpenMetricsContentType>).setContentType(Registry.OPENMETRICS_CONTENT_TYPE);
-    try {
-      return await merged.metrics();
-    } finally {
-      for (const [m, name] of names) m.name = name;
-    }
-  });
-  rendering = next.catch(() => undefined);
-  return next;
-}
-
-/**
- * True when the Accept header prefers OpenMetrics to the Prometheus text format (as Prometheus
- * asks: `application/openmetrics-text;version=1.0.0,…,text/plain;version=0.0.4;q=0.5,*\/*;q=0.1`).
- */
-export function wantsOpenMetrics(accept: string | undefined): boolean {
-  if (!accept) return false;
-  let om = 0;
-  let text = 0;
-  for (const part of accept.split(",")) {
-    const [type = "", ...params] = part.split(";").map((s) => s.trim().toLowerCase());
-    const qParam = params.find((p) => p.startsWith("q="));
-    const q = qParam ? Number(qParam.slice(2)) : 1;
-    if (!Number.isFinite(q)) continue;
-    if (type === "application/openmetrics-text") om = Math.max(om, q);
-    else if (type === "text/plain") text = Math.max(text, q);
-  }
-  return om > 0 && om >= text;
-}
+import type { Registry } from "prom-client";
+import { OPENMETRICS_CONTENT_TYPE, PROMETHEUS_CONTENT_TYPE, render, wantsOpenMetrics } from "@aiflow/wire/metrics";
 
 /** Serves `GET /metrics` of one agent's registry. */
 export class MetricsEndpoint {
@@ -122,7 +65,7 @@ export class MetricsEndpoint {
     const openMetrics = wantsOpenMetrics(req.headers.accept);
     try {
       const body = await render(this.registry, openMetrics);
-      res.writeHead(200, { "content-type": openMetrics ? Registry.OPENMETRICS_CONTENT_TYPE : Registry.PROMETHEUS_CONTENT_TYPE });
+      res.writeHead(200, { "content-type": openMetrics ? OPENMETRICS_CONTENT_TYPE : PROMETHEUS_CONTENT_TYPE });
       res.end(req.method === "HEAD" ? undefined : body);
     } catch (err) {
       reply(res, 500, `metrics could not be collected: ${err instanceof Error ? err.message : String(err)}\n`);

@@ -31,6 +31,8 @@ export async function spawnDaemon(schema: string, port: number, instanceId: stri
     "--sweep-interval": "50ms",
     "--lease-ttl": timings.leaseTtl,
     "--log-level": "info",
+    // Test files run side by side: no daemon takes the default metrics port.
+    "--http-listen": "off",
   };
   const args = ["--import", "tsx", "src/cli/aiflowd.ts", "serve", ...Object.entries(flags).flat(), "--token", `agent:${TOKENS.agent}`, "--token", `engine:${TOKENS.engine}`];
   const child = spawn(process.execPath, args, { cwd: ROOT, stdio: ["ignore", "pipe", "inherit"], env: { ...process.env, NO_COLOR: "1", ...env } });

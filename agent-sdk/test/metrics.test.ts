@@ -12,7 +12,7 @@ import type { Daemon } from "../../src/daemon.js";
 import { agentRow } from "../../test/support/agents.js";
 import { useTestDb } from "../../test/support/kit.js";
 import { AgentFailedError, createAgent, NonRetryableError, type Agent } from "../src/index.js";
-import { wantsOpenMetrics } from "../src/metrics-endpoint.js";
+import { wantsOpenMetrics } from "@aiflow/wire/metrics";
 import { deferred, Producer, testAgent, testLogger, until } from "./support.js";
 
 const fx = useTestDb("sdkmetrics");

@@ -91,6 +91,8 @@ export class Fleet {
         AIFLOW_AUDIT_LOG: join(this.#o.dir, `${d.name}.g${g}.audit.jsonl`),
         AIFLOW_LOG_LEVEL: "info",
         NO_COLOR: "1",
+        // Several daemons on one host: none takes the default metrics port.
+        AIFLOW_HTTP_LISTEN: "off",
         ...this.#o.daemonEnv,
       },
       ready: (line) => line.includes("aiflowd serving gRPC"),

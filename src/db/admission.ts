@@ -85,9 +85,23 @@ export class Admission {
   }
 }
 
+/** The admission of each pool admitted() made, for poolUsage. */
+const admissions = new WeakMap<DatabasePool, { admission: Admission; slonik: DatabasePool }>();
+
+/**
+ * A pool's connections for /metrics: in use and waiting are this admission's (what callers see),
+ * idle is slonik's. Undefined for a pool admitted() did not make.
+ */
+export function poolUsage(pool: DatabasePool): { inUse: number; idle: number; waiting: number } | undefined {
+  const a = admissions.get(pool);
+  if (!a) return undefined;
+  const { active, waiting } = a.admission.state;
+  return { inUse: active, idle: a.slonik.state().idleConnections, waiting };
+}
+
 /** `pool`, with every operation that takes a connection admitted through `admission` first. */
 export function admitted(pool: DatabasePool, admission: Admission): DatabasePool {
-  return new Proxy(pool, {
+  const proxy = new Proxy(pool, {
     get(target, prop, receiver) {
       const value = Reflect.get(target, prop, receiver) as unknown;
       if (prop === "end") return () => target.end().catch(quietIfConnectionLost);
@@ -96,6 +110,8 @@ export function admitted(pool: DatabasePool, admission: Admission): DatabasePool
       return (...args: unknown[]) => admission.run(() => method.apply(target, args));
     },
   });
+  admissions.set(proxy, { admission, slonik: pool });
+  return proxy;
 }
 
 /** Rethrows `err` unless it says a connection was lost (the database away): nothing is left to end. */

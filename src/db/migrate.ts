@@ -11,6 +11,9 @@ import { createHash } from "node:crypto";
 import { readdirSync, readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import pg from "pg";
+import { sql, type CommonQueryMethods } from "slonik";
+import { z } from "zod";
+import { withDbErrors } from "./errors.js";
 import type { Logger } from "../log.js";
 import { quoteIdent, TABLES, Tables, type Naming, type TableName } from "./tables.js";
 
@@ -101,6 +104,17 @@ export async function migrate(url: string, naming: Naming, log: Logger, migratio
     await client.end();
   }
 }
+
+/**
+ * The newest migration applied to the schema, as /readyz asks it (a daemon whose schema is not
+ * the one it was built for, older or newer, is not ready); null before any was applied.
+ */
+export async function appliedVersion(db: CommonQueryMethods, tables: Tables): Promise<number | null> {
+  return withDbErrors(() => db.oneFirst(sql.type(z.object({ v: z.number().nullable() }))`SELECT max(version) AS v FROM ${tables.id("schema_migrations")}`));
+}
+
+/** The newest migration this aiflowd carries. */
+export const latestVersion = (migrations = loadMigrations()): number => migrations.at(-1)?.version ?? 0;
 
 function hash32(s: string): number {
   return createHash("sha256").update(s).digest().readInt32BE(0);

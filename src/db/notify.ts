@@ -50,6 +50,11 @@ export class PgListener {
     await this.#connect();
   }
 
+  /** The listening connection is up (false while it is being made again, and after stop()). */
+  get connected(): boolean {
+    return this.#client !== undefined;
+  }
+
   /** Subscribes to a channel; returns the unsubscribe function. */
   async on(channel: string, handler: Handler): Promise<() => void> {
     let set = this.#handlers.get(channel);

@@ -101,6 +101,12 @@ export class PreparedQueries {
     return res.rows as R[];
   }
 
+  /** The pool's connections for /metrics. */
+  usage(): { inUse: number; idle: number; waiting: number } {
+    const p = this.#pool;
+    return { inUse: p.totalCount - p.idleCount, idle: p.idleCount, waiting: p.waitingCount };
+  }
+
   end(): Promise<void> {
     return this.#pool.end();
   }

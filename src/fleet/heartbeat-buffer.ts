@@ -31,6 +31,8 @@ export class HeartbeatBuffer {
     private readonly audit: AuditLog,
     private readonly clock: Clock,
     private readonly log: Logger,
+    /** Told of each flush that wrote: how many agents, in how many seconds (for /metrics). */
+    private readonly onFlushed: (rows: number, seconds: number) => void = () => {},
   ) {
     this.#outage = new OutageLog(log, "database unavailable: heartbeats stay buffered until it is back");
   }
@@ -103,7 +105,9 @@ export class HeartbeatBuffer {
     const batch = [...this.#pending.values()];
     this.#pending = new Map();
     try {
+      const t0 = performance.now();
       await this.#writeIsolating(batch);
+      this.onFlushed(batch.length, (performance.now() - t0) / 1000);
     } catch (err) {
       // The database is away: keep the newest beat of each agent for the next attempt, unless a
       // fresher one arrived.

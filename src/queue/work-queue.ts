@@ -14,6 +14,7 @@ import { WaitingClaims } from "./waiting-claims.js";
 import { keyParts, workKey } from "./work-keys.js";
 import type { DirectiveHub, DirectiveMessage } from "../fleet/directives.js";
 import type { MaintenanceTask } from "../maintenance.js";
+import type { QueueEvents } from "../observability/metrics.js";
 
 /**
  * How often (by the clock) waiting claims re-check without a wake-up, for work whose notification
@@ -37,6 +38,8 @@ export class WorkQueue {
     readonly clock: Clock,
     readonly config: Config,
     readonly log: Logger,
+    /** What the services and sweeps report for /metrics. */
+    readonly events: QueueEvents,
   ) {
     this.waitingClaims = new WaitingClaims(config.instanceId, config.leaseTtl, () => clock.nowMs());
     this.enqueuer = new EnqueueGroupCommit(store, this.waitingClaims, { windowMs: config.enqueueWindow });
@@ -76,6 +79,7 @@ export class WorkQueue {
   async agentGone(name: string): Promise<void> {
     const now = this.clock.nowMs();
     const rows = await this.store.requeueAgent(name, now, "liveness", `agent '${name}' went inactive`);
+    this.events.requeued(rows, "agent_gone");
     if (rows.length === 0) return;
     this.log.warn({ agent: name, items: rows.length }, "released the work of an inactive agent");
     await this.revoke(rows, "agent inactive");
@@ -94,6 +98,7 @@ export class WorkQueue {
       name: "lease-expiry",
       run: async (now) => {
         const rows = await this.store.requeueExpired(now, "expiry-sweep");
+        this.events.requeued(rows, "expired");
         if (rows.length === 0) return;
         this.log.info({ items: rows.length }, "leases expired: items returned to the queue");
         await this.revoke(rows, "lease expired");
@@ -108,9 +113,10 @@ export class WorkQueue {
       name: "affinity-stranded",
       run: async (now) => {
         const policy = this.config.affinityPolicy === "hold" ? "hold" : "rebind";
-        const ids = await this.store.failStranded(now, { policy, graceMs: this.config.affinityGrace }, "affinity-sweep");
-        if (ids.length === 0) return;
-        this.log.warn({ items: ids.length, policy }, "items stranded by their affinity key became dead letters");
+        const rows = await this.store.failStranded(now, { policy, graceMs: this.config.affinityGrace }, "affinity-sweep");
+        this.events.stranded(rows);
+        if (rows.length === 0) return;
+        this.log.warn({ items: rows.length, policy }, "items stranded by their affinity key became dead letters");
         this.done.ring(["*"]);
       },
     };

@@ -12,6 +12,10 @@ import type { Clock } from "../clock.js";
 import type { Config } from "../config.js";
 import { PgListener } from "../db/notify.js";
 import { PreparedQueries } from "../db/prepared.js";
+import { poolUsage } from "../db/admission.js";
+import { FleetGauges } from "../observability/fleet-gauges.js";
+import type { DaemonMetrics } from "../observability/metrics.js";
+import { Readiness } from "../observability/readiness.js";
 import type { Tables } from "../db/tables.js";
 import { AgentService, file_aiflow_cluster_v1_agent } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
 import { file_aiflow_cluster_v1_ops, OpsService } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
@@ -52,6 +56,8 @@ export interface ServiceDeps {
   databaseUrl: string;
   /** Aborted when shutdown begins; long-polls and streams return early. */
   draining: AbortSignal;
+  /** Where the services, sweeps and loops report for /metrics. */
+  metrics: DaemonMetrics;
 }
 
 /** A loop the daemon runs beside the server (sweeps, flushers, listeners). */
@@ -67,6 +73,8 @@ export interface Services {
   maintenance: { runOnce(): Promise<void>; flushHeartbeats(): Promise<void> };
   /** Called first on shutdown: health reports NOT_SERVING and watchers end. */
   onShutdown(): void;
+  /** What /readyz answers. */
+  readiness: Readiness;
 }
 
 /** Routes for one or more services, and the role that may call them. */
@@ -77,16 +85,17 @@ interface Mounted {
 }
 
 export async function buildServices(deps: ServiceDeps): Promise<Services> {
-  const { config, log, clock, pool, tables } = deps;
+  const { config, log, clock, pool, tables, metrics } = deps;
   const audit = new AuditLog(config.auditLog ? pino({ name: "aiflowd.audit" }, pino.destination({ dest: config.auditLog, sync: false, mkdir: true })) : log);
   const listener = new PgListener(deps.databaseUrl, log.child({ component: "listen" }));
   await listener.start();
+  listener.onReconnect(() => metrics.listenReconnected());
 
   const agents = new AgentStore(pool, tables);
   const engines = new EngineStore(pool, tables);
   const hub = new DirectiveHub(pool, tables.channel("directive"), clock, log, 2 * config.heartbeatInterval);
   await hub.start(listener);
-  const heartbeats = new HeartbeatBuffer(agents, hub, audit, clock, log);
+  const heartbeats = new HeartbeatBuffer(agents, hub, audit, clock, log, (rows, seconds) => metrics.heartbeatFlush(rows, seconds));
   heartbeats.start(config.heartbeatFlush);
 
   const hot = new PreparedQueries(deps.databaseUrl, config.dbPoolSize);
@@ -99,7 +108,7 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
   const done = new Wakeups(pool, tables.channel("done"), config.instanceId, config.doneNotifyWindow, log);
   await work.start(listener);
   await done.start(listener);
-  const queue = new WorkQueue(workItems, hub, work, done, clock, config, log.child({ component: "queue" }));
+  const queue = new WorkQueue(workItems, hub, work, done, clock, config, log.child({ component: "queue" }), metrics);
   const onAgentGone = (name: string) => queue.agentGone(name);
   const known = knownAgentLoader(agents, hub);
 
@@ -123,6 +132,14 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
   await maintenance.runOnce();
   maintenance.start(config.sweepInterval);
 
+  const itemStats = new WorkItemStatsStore(pool, tables);
+  new FleetGauges(
+    metrics.registry,
+    { queue: (now) => itemStats.gauges(now), fleet: (limit) => agentOps.gauges(limit) },
+    { clock, refreshMs: config.metricsRefresh, maxAgents: config.metricsMaxAgents, log: log.child({ component: "metrics" }) },
+  );
+  metrics.watchPools({ main: () => poolUsage(pool) ?? { inUse: 0, idle: 0, waiting: 0 }, hot: () => hot.usage() });
+
   const health = new HealthState();
   const files: DescFile[] = [file_grpc_health_v1_health, file_aiflow_cluster_v1_agent, file_aiflow_cluster_v1_queue, file_aiflow_cluster_v1_ops, file_aiflow_cluster_v1_runs];
   const mounted: Mounted[] = [
@@ -142,7 +159,7 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
     {
       services: [OpsService],
       access: "ops",
-      mount: (r) => r.service(OpsService, opsServiceImpl({ queue, agentOps, stats: new WorkItemStatsStore(pool, tables), audit, bindings })),
+      mount: (r) => r.service(OpsService, opsServiceImpl({ queue, agentOps, stats: itemStats, audit, bindings })),
     },
     {
       services: [RunDirectoryService, TriggerFiringService],
@@ -171,5 +188,6 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
     ],
     maintenance: { runOnce: () => maintenance.runOnce(), flushHeartbeats: () => heartbeats.flush() },
     onShutdown: () => health.shutdown(),
+    readiness: new Readiness({ pool, tables, clock, draining: deps.draining, listening: () => listener.connected, log: log.child({ component: "readiness" }) }),
   };
 }

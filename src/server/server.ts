@@ -57,6 +57,8 @@ export interface RunningServer {
   readonly scheme: "https" | "http";
   /** Re-reads the TLS files (SIGHUP); "unchanged" for h2c. */
   reloadTls(): ReloadOutcome;
+  /** The TLS files' reloader, for another server of the same files to join (undefined for h2c). */
+  readonly tls: TlsReloader | undefined;
   /** Graceful shutdown; resolves once every session is closed. */
   close(graceMs: number): Promise<void>;
 }
@@ -146,7 +148,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     })());
 
   const scheme = material ? "https" : "http";
-  return { address, port, draining: drain.signal, stats, scheme, reloadTls: () => reloader?.reload() ?? "unchanged", close };
+  return { address, port, draining: drain.signal, stats, scheme, reloadTls: () => reloader?.reload() ?? "unchanged", tls: reloader, close };
 }
 
 /**

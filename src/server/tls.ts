@@ -11,7 +11,7 @@
  */
 import { createHash } from "node:crypto";
 import { readFileSync, unwatchFile, watchFile } from "node:fs";
-import type { Http2SecureServer, SecureServerOptions } from "node:http2";
+import type { SecureServerOptions } from "node:http2";
 import { createSecureContext, type SecureContextOptions } from "node:tls";
 import { ConfigError } from "../domain/errors.js";
 import type { Logger } from "../log.js";
@@ -65,21 +65,43 @@ export function secureServerOptions(material: SecureContextOptions, mutual: bool
   };
 }
 
-/** Watches the files and swaps the server's secure context when they change into a good set. */
+/** A TLS server whose secure context can be swapped (HTTP/2's, HTTPS'). */
+export interface SecureContextTarget {
+  setSecureContext(options: SecureContextOptions): void;
+}
+
+/**
+ * Watches the files and swaps the secure context of every server serving them (the gRPC port's,
+ * and the HTTP endpoints' when they serve TLS) when they change into a good set.
+ */
 export class TlsReloader {
+  readonly #targets: SecureContextTarget[];
+  #material: SecureContextOptions;
   #digest: string;
   #refusedDigest: string | undefined;
   #settle: NodeJS.Timeout | undefined;
   #stopped = false;
 
   constructor(
-    private readonly server: Http2SecureServer,
+    server: SecureContextTarget,
     private readonly files: TlsFiles,
     material: SecureContextOptions,
     private readonly log: Logger,
   ) {
+    this.#targets = [server];
+    this.#material = material;
     this.#digest = digestOf(material);
     for (const path of this.#paths()) watchFile(path, { interval: RELOAD_POLL_MS, persistent: false }, this.#changed);
+  }
+
+  /** The set served now (what a server joining the reloads starts with). */
+  get material(): SecureContextOptions {
+    return this.#material;
+  }
+
+  /** Another server of the same files: it is given every set that replaces the current one. */
+  attach(server: SecureContextTarget): void {
+    this.#targets.push(server);
   }
 
   /** Reads the files again; swaps the context when they changed into a set that works. */
@@ -97,7 +119,8 @@ export class TlsReloader {
     }
     const digest = digestOf(material);
     if (digest === this.#digest) return "unchanged";
-    this.server.setSecureContext(secureContextOf(material));
+    for (const t of this.#targets) t.setSecureContext(secureContextOf(material));
+    this.#material = material;
     this.#digest = digest;
     this.#refusedDigest = undefined;
     this.log.info({ cert: this.files.cert }, "TLS certificate reloaded: new connections use it, open ones keep theirs");

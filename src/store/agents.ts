@@ -249,12 +249,36 @@ export interface AgentFilter {
   includeRemoved: boolean;
 }
 
+/** An agent as /metrics reports it: its heartbeat's metrics and the items dispatched to it. */
+export const agentGaugeRow = z.object({ name: z.string(), status: z.enum(["active", "draining"]), metrics: z.record(z.unknown()).nullable(), in_flight: z.number() });
+export type AgentGaugeRow = z.infer<typeof agentGaugeRow>;
+
 /** Ops queries on the registry: listing, drains, removal. Kept beside the agent SQL above. */
 export class AgentOpsStore {
   constructor(
     private readonly db: CommonQueryMethods,
     private readonly t: Tables,
   ) {}
+
+  /**
+   * The fleet's gauges for /metrics: agents by status (removed ones left out), and the first
+   * `limit` agents by name that are active or draining (an inactive agent's last heartbeat says
+   * nothing about now), each with the items dispatched to it.
+   */
+  async gauges(limit: number): Promise<{ byStatus: readonly { status: AgentStatus; n: number }[]; agents: readonly AgentGaugeRow[] }> {
+    const a = this.t.id("agent");
+    const w = this.t.id("work_item");
+    return withDbErrors(async () => ({
+      byStatus: await this.db.any(sql.type(z.object({ status: z.enum(["active", "draining", "inactive"]), n: z.number() }))`
+        SELECT status, count(*)::int AS n FROM ${a} WHERE deletedon IS NULL AND status IS NOT NULL GROUP BY status`),
+      agents:
+        limit === 0
+          ? []
+          : await this.db.any(sql.type(agentGaugeRow)`
+        SELECT a.name, a.status, a.metrics, (SELECT count(*)::int FROM ${w} wi WHERE wi.agent_id = a.name AND wi.status = 'dispatched') AS in_flight
+          FROM ${a} a WHERE a.deletedon IS NULL AND a.status IN ('active', 'draining') ORDER BY a.name LIMIT ${limit}`),
+    }));
+  }
 
   /** Agents ordered by name (the spec's order), each with its in-flight count. */
   list(f: AgentFilter): Promise<readonly AgentWithLoad[]> {

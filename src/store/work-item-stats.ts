@@ -11,6 +11,16 @@ import { ITEM_COLUMNS, ITEM_STATUSES, workItemRow, type WorkItemRow } from "./wo
 
 const depthRow = z.object({ tenant_key: z.string(), engine_kind: z.string(), status: z.enum(ITEM_STATUSES), n: z.bigint() });
 
+const gaugeRow = z.object({
+  tenant_key: z.string(),
+  engine_kind: z.string(),
+  status: z.enum(ITEM_STATUSES),
+  n: z.number(),
+  /** next_attempt_at (ns) of the pending item that has been due longest; null when none is due. */
+  oldest_due_ns: z.bigint().nullable(),
+});
+export type QueueGaugeRow = z.infer<typeof gaugeRow>;
+
 export interface QueueStats {
   depth: readonly z.infer<typeof depthRow>[];
   oldestPendingMs: number | null;
@@ -38,6 +48,21 @@ export class WorkItemStatsStore {
                (SELECT count(*)::int FROM ${w} WHERE ${scope} AND status = 'completed' AND completed_at >= ${since}) AS completed`);
       return { depth, oldestPendingMs: row.oldest, dispatchedLastMinute: row.dispatched, completedLastMinute: row.completed };
     });
+  }
+
+  /**
+   * The queue's gauges for /metrics in one statement: items by tenant, engine kind and status, and
+   * per pair the pending item due longest ago. One pass over the table, run at most once per
+   * --metrics-refresh however many scrape (src/observability/fleet-gauges.ts).
+   */
+  gauges(nowMs: number): Promise<readonly QueueGaugeRow[]> {
+    const w = this.t.id("work_item");
+    return withDbErrors(() =>
+      this.db.any(sql.type(gaugeRow)`
+        SELECT tenant_key, engine_kind, status, count(*)::int AS n,
+               min(next_attempt_at) FILTER (WHERE status = 'pending' AND next_attempt_at <= ${msToNs(nowMs)}) AS oldest_due_ns
+          FROM ${w} GROUP BY 1, 2, 3`),
+    );
   }
 
   /** Items dispatched to an agent now, in dispatch order. */

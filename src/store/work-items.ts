@@ -23,7 +23,7 @@ import type { PreparedQueries } from "../db/prepared.js";
 import type { Tables } from "../db/tables.js";
 import { cancel, redrive } from "./work-items/cancel-redrive.js";
 import { claim, type ClaimInput } from "./work-items/claim.js";
-import type { ClaimedRow, ItemStatus, Requeued, WorkItemRow } from "./work-items/columns.js";
+import type { ClaimedRow, Completed, ItemStatus, Requeued, WorkItemRow } from "./work-items/columns.js";
 import { ItemsContext, type Backoff } from "./work-items/context.js";
 import { enqueueRows, enqueueRowsOf, type EnqueueResult, type EnqueueRow, type HandoffInput, type NewItem } from "./work-items/enqueue.js";
 import { complete, extend, fail, release, type Completion } from "./work-items/fenced-writes.js";
@@ -31,7 +31,7 @@ import { childCounts, find, get, list, type ListFilter } from "./work-items/read
 import { dueKeys, dueSince, failStranded, releaseAgent, requeueAgent, requeueExpired } from "./work-items/sweeps.js";
 import type { Page } from "./paging.js";
 
-export { ITEM_COLUMNS, ITEM_STATUSES, workItemRow, type ClaimedRow, type ItemStatus, type Requeued, type WorkItemRow } from "./work-items/columns.js";
+export { ITEM_COLUMNS, ITEM_STATUSES, workItemRow, type ClaimedRow, type Completed, type ItemStatus, type Requeued, type WorkItemRow } from "./work-items/columns.js";
 export type { Backoff } from "./work-items/context.js";
 export type { ClaimInput } from "./work-items/claim.js";
 export type { EnqueueResult, EnqueueRow, HandoffInput, NewItem } from "./work-items/enqueue.js";
@@ -63,7 +63,7 @@ export class WorkItemStore {
   }
 
   /** The claim, one atomic statement, carrying the agent's completions (./work-items/claim.ts). */
-  claim(c: ClaimInput): Promise<{ claimed: ClaimedRow[]; completed: string[] }> {
+  claim(c: ClaimInput): Promise<{ claimed: ClaimedRow[]; completed: Completed[] }> {
     return claim(this.#q, c);
   }
 
@@ -72,8 +72,8 @@ export class WorkItemStore {
     return extend(this.#q, agent, leases, nowMs, ttlMs, tenants);
   }
 
-  /** Completes fenced items; returns the ids that matched (the rest had lost their lease). */
-  complete(agent: string, items: readonly Completion[], nowMs: number, tenants: readonly string[] | null = null): Promise<readonly string[]> {
+  /** Completes fenced items; returns those that matched (the rest had lost their lease). */
+  complete(agent: string, items: readonly Completion[], nowMs: number, tenants: readonly string[] | null = null): Promise<readonly Completed[]> {
     return complete(this.#q, agent, items, nowMs, tenants);
   }
 
@@ -108,7 +108,7 @@ export class WorkItemStore {
   }
 
   /** Items stranded by their affinity key past the grace become dead letters (./work-items/sweeps.ts). */
-  failStranded(nowMs: number, affinity: { policy: "hold" | "rebind"; graceMs: number }, by: string): Promise<readonly string[]> {
+  failStranded(nowMs: number, affinity: { policy: "hold" | "rebind"; graceMs: number }, by: string): Promise<readonly { id: string; engine_kind: string }[]> {
     return failStranded(this.#q, nowMs, affinity, by);
   }
 

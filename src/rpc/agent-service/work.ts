@@ -19,7 +19,7 @@ import type { AgentScope, KnownAgent } from "../../fleet/directives.js";
 import { agentStatusToWire } from "./messages.js";
 import type { WorkQueue } from "../../queue/work-queue.js";
 import { workKey } from "../../queue/work-keys.js";
-import type { ClaimedRow, Completion } from "../../store/work-items.js";
+import type { ClaimedRow, Completed, Completion } from "../../store/work-items.js";
 import type { Handed } from "../../queue/waiting-claims.js";
 import { agentName, delayMs, identifier, jsonOrNull, optionalText } from "../input/validate.js";
 import { claimedItemToWire, fencedOutcomes } from "../work-item-messages.js";
@@ -100,9 +100,13 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
       const resultJson = jsonOrNull(c.resultJson, `${field}[${i}].result_json`, config.payloadMaxBytes);
       return { id: identifier(c.workItemId, `${field}[${i}].work_item_id`), token: identifier(c.leaseToken, `${field}[${i}].lease_token`), resultJson };
     });
-  const completed = (items: readonly Completion[], done: readonly string[]) => {
+  const completed = (items: readonly Completion[], done: readonly Completed[]) => {
+    queue.events.completed(done, items.length - done.length);
     if (done.length > 0) queue.done.ring(["*"]);
-    return fencedOutcomes(items.map((i) => i.id), done);
+    return fencedOutcomes(
+      items.map((i) => i.id),
+      done.map((d) => d.id),
+    );
   };
   const leaseRefs = (refs: readonly { workItemId: string; leaseToken: string }[], field: string) =>
     batch(refs, field).map((r, i) => ({ id: identifier(r.workItemId, `${field}[${i}].work_item_id`), token: identifier(r.leaseToken, `${field}[${i}].lease_token`) }));
@@ -161,7 +165,9 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
     });
     await giveBack(name, over);
     traceDispatches?.(ctx.values.get(callSpanKey), parts);
+    for (const p of parts) queue.events.dispatched(p.rows, Number(p.dispatch.dispatchedAtNs / 1_000_000n));
     const items = parts.flatMap((p) => p.rows.map((r) => claimedItemToWire(r, p.dispatch)));
+    queue.events.claimAnswered(items.length);
     return {
       items,
       status: agentStatusToWire(status),
@@ -192,6 +198,7 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
           if (state.status !== "active") {
             // A draining agent still reports what it finished; it just gets nothing new.
             if (completions.length > 0) completionOutcomes = completed(completions, await store.complete(name, completions, clock.nowMs(), tenants));
+            queue.events.claimAnswered(0);
             return { items: [], status: agentStatusToWire(state.status), completionOutcomes };
           }
           // Armed before the query, so an enqueue landing between the query and the wait still wakes
@@ -239,7 +246,10 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
             armed.disarm();
           }
           const handed = await queue.waitingClaims.close(slot);
-          if (handed) parts.push(handed);
+          if (handed) {
+            parts.push(handed);
+            queue.events.handedDirect(handed.rows.length);
+          }
           if (parts.length > 0 || remaining <= 0 || ctx.signal.aborted || d.draining.aborted) return await answer(name, max, parts, state.status, completionOutcomes, ctx, caller);
         }
       } finally {
@@ -277,6 +287,7 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
       }));
       await assertAgentWithin(caller, name, scopeOf);
       const rows = await store.fail(name, items, clock.nowMs(), limitOf(caller));
+      queue.events.failed(rows, items.length - rows.length);
       if (rows.some((r) => r.status === "failed")) queue.done.ring(["*"]);
       return { outcomes: fencedOutcomes(items.map((i) => i.id), rows.map((r) => r.id)) };
     },

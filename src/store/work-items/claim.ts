@@ -9,9 +9,9 @@ import { msToNs } from "../../clock.js";
 import type { Markers } from "../../db/statement-shapes.js";
 import { tsAt, tsSeconds } from "../../db/values.js";
 import { claimingAgentCte, claimOrder, CLAIMING_AGENT, keyAllows, movable, pendingAndDue, serves, tableItem } from "./claim-rule.js";
-import { CLAIMED_COLUMNS, CLAIMED_NULLS, type ClaimedRow } from "./columns.js";
+import { CLAIMED_COLUMNS, claimedCompletionColumns, type ClaimedRow, type Completed } from "./columns.js";
 import type { ItemsContext } from "./context.js";
-import { completeCtes, completionParams, type Completion, type CompletionParams } from "./fenced-writes.js";
+import { COMPLETED_COLUMNS, completeCtes, completionParams, RECOMPLETED_COLUMNS, type Completion, type CompletionParams } from "./fenced-writes.js";
 
 export interface ClaimInput {
   agent: string;
@@ -70,7 +70,7 @@ const bindingId = (seed: string, n: ReturnType<typeof sql.fragment>) =>
  * lags). Any write to the row since the snapshot changes xmin, so such a move matches nothing and a
  * later claim decides afresh.
  */
-export async function claim(q: ItemsContext, c: ClaimInput): Promise<{ claimed: ClaimedRow[]; completed: string[] }> {
+export async function claim(q: ItemsContext, c: ClaimInput): Promise<{ claimed: ClaimedRow[]; completed: Completed[] }> {
   const w = q.t.id("work_item");
   const a = q.t.id("agent");
   const b = q.t.id("affinity_binding");
@@ -93,7 +93,7 @@ export async function claim(q: ItemsContext, c: ClaimInput): Promise<{ claimed: 
     // items it completes are dispatched ones, which the claim's scan (pending only) never reads.
     const done =
       "doneIds" in p
-        ? sql.fragment`${completeCtes(q, p as Markers<typeof params & CompletionParams>)}, done AS (SELECT id FROM completing UNION ALL SELECT id FROM recompleted), `
+        ? sql.fragment`${completeCtes(q, p as Markers<typeof params & CompletionParams>)}, done AS (SELECT ${COMPLETED_COLUMNS} FROM completing UNION ALL SELECT ${RECOMPLETED_COLUMNS} FROM recompleted), `
         : sql.fragment``;
     const graceEdge = tsAt(p.graceEdge);
     return sql.unsafe`
@@ -139,13 +139,13 @@ export async function claim(q: ItemsContext, c: ClaimInput): Promise<{ claimed: 
                 OR picked.affinity_key IN (SELECT affinity_key FROM held))
         RETURNING ${CLAIMED_COLUMNS}
         )
-        SELECT false AS done, claimed.* FROM claimed
-        ${"doneIds" in p ? sql.fragment`UNION ALL SELECT true, done.id, ${CLAIMED_NULLS} FROM done` : sql.fragment``}`;
+        SELECT false AS done, claimed.*, NULL::float8 AS run_s FROM claimed
+        ${"doneIds" in p ? sql.fragment`UNION ALL SELECT true, ${claimedCompletionColumns("done")}, done.run_s FROM done` : sql.fragment``}`;
   });
-  const rows = await q.hotRaw<ClaimedRow & { done: boolean }>(token);
+  const rows = await q.hotRaw<ClaimedRow & { done: boolean; run_s: number | null }>(token);
   const claimed: ClaimedRow[] = [];
-  const completed: string[] = [];
-  for (const r of rows) if (r.done) completed.push(r.id);
+  const completed: Completed[] = [];
+  for (const r of rows) if (r.done) completed.push({ id: r.id, engine_kind: r.engine_kind, run_s: r.run_s });
   else claimed.push(r);
   return { claimed, completed };
 }

@@ -115,8 +115,16 @@ export const CLAIMED_COLUMNS = sql.join(
   CLAIMED.map(([expr, name]) => sql.fragment`${expr} AS ${sql.identifier([name])}`),
   sql.fragment`, `,
 );
-/** A completion's row in the claim's result: its id, then a NULL for each other claimed column. */
-export const CLAIMED_NULLS = sql.join(CLAIMED.slice(1).map(() => sql.fragment`NULL`), sql.fragment`, `);
+/**
+ * A completion's row in the claim's result, from the `done` CTE's row `d` (a Completed): its id and
+ * engine kind in their claimed columns, a NULL for each other one; its run_s follows (claimed rows
+ * put a NULL there).
+ */
+export const claimedCompletionColumns = (d: string) =>
+  sql.join(
+    CLAIMED.map(([, name]) => (name === "id" || name === "engine_kind" ? sql.identifier([d, name]) : sql.fragment`NULL`)),
+    sql.fragment`, `,
+  );
 /**
  * An insert's RETURNING list: the id, whether the row went in handed over, and the claimed columns
  * of those that did only (a bulk Enqueue would otherwise read back every payload it just sent).
@@ -130,12 +138,38 @@ export const HANDED_COLUMNS = sql.join(
   sql.fragment`, `,
 );
 
-/** An item given back to the queue or finished by a sweep, with what its holder had. */
+/**
+ * An item given back to the queue or finished by a sweep or a failure, with what its holder had:
+ * its engine kind and how long it had been dispatched (for the metrics of what became of it).
+ */
 export interface Requeued {
   id: string;
   status: ItemStatus;
   agent: string | null;
   token: string | null;
+  engine_kind: string;
+  /** Seconds from its dispatch to now. */
+  run_s: number | null;
 }
-export const requeuedRow = z.object({ id: z.string(), status: z.enum(ITEM_STATUSES), agent: z.string().nullable(), token: z.string().nullable() });
+export const requeuedRow = z.object({
+  id: z.string(),
+  status: z.enum(ITEM_STATUSES),
+  agent: z.string().nullable(),
+  token: z.string().nullable(),
+  engine_kind: z.string(),
+  run_s: z.number().nullable(),
+});
+
+/**
+ * A fenced completion that matched: its engine kind and seconds from dispatch to completion, both
+ * null when the item had already been completed under the same token (a report sent again, which
+ * is answered ok but is not a second completion).
+ */
+export interface Completed {
+  id: string;
+  engine_kind: string | null;
+  run_s: number | null;
+}
+/** A stranded item made a dead letter. */
+export const strandedRow = z.object({ id: z.string(), engine_kind: z.string() });
 export const idRow = z.object({ id: z.string() });

@@ -14,7 +14,7 @@ import { sql, type FragmentSqlToken, type QuerySqlToken } from "slonik";
 import { msToNs } from "../../clock.js";
 import type { Markers } from "../../db/statement-shapes.js";
 import { ts, tsAt, tsSeconds } from "../../db/values.js";
-import { idRow, requeuedRow, type Requeued } from "./columns.js";
+import { idRow, requeuedRow, type Completed, type Requeued } from "./columns.js";
 import type { ItemsContext } from "./context.js";
 
 /** `items` in id order (a copy): the order every multi-row write on the queue locks rows in. */
@@ -73,15 +73,19 @@ export function extend(
         RETURNING w.id`);
 }
 
-/** Completes fenced items; returns the ids that matched (the rest had lost their lease). */
-export function complete(q: ItemsContext, agent: string, items: readonly Completion[], nowMs: number, tenants: readonly string[] | null): Promise<readonly string[]> {
+/** Completes fenced items; returns those that matched (the rest had lost their lease). */
+export function complete(q: ItemsContext, agent: string, items: readonly Completion[], nowMs: number, tenants: readonly string[] | null): Promise<readonly Completed[]> {
   const params = { agent, nowNs: msToNs(nowMs), now: tsSeconds(nowMs), ...completionParams(items), ...(tenants ? { tenants: [...tenants] } : {}) };
-  return q.hotIds(
-    q.shapes.token(tenants ? "complete:tenants" : "complete", params, (p) => sql.type(idRow)`
+  return q.hotRaw<Completed>(
+    q.shapes.token(tenants ? "complete:tenants" : "complete", params, (p) => sql.unsafe`
         WITH ${completeCtes(q, p)}
-        SELECT id FROM completing UNION ALL SELECT id FROM recompleted`) as QuerySqlToken<typeof idRow>,
+        SELECT ${COMPLETED_COLUMNS} FROM completing UNION ALL SELECT ${RECOMPLETED_COLUMNS} FROM recompleted`) as QuerySqlToken,
   );
 }
+
+/** What `completing` and `recompleted` answer, as Completed rows (see completeCtes). */
+export const COMPLETED_COLUMNS = sql.fragment`id, engine_kind, run_s`;
+export const RECOMPLETED_COLUMNS = sql.fragment`id, NULL::text AS engine_kind, NULL::float8 AS run_s`;
 
 /**
  * The fenced completion as two CTEs (of its own statement, or of a claim's): `completing` completes
@@ -102,7 +106,7 @@ export function completeCtes(q: ItemsContext, p: Markers<CompletionParams & { ag
                           updatedby = ${p.agent}, updatedon = ${tsAt(p.now)}
           FROM ${v}
          WHERE ${ids} AND w.id = v.id AND w.lease_token = v.token AND w.status = 'dispatched' AND w.agent_id = ${p.agent} ${within}
-        RETURNING w.id
+        RETURNING w.id, w.engine_kind, ((${p.nowNs}::bigint - w.dispatched_at) / 1e9)::float8 AS run_s
         ), recompleted AS (
         SELECT w.id FROM ${w} w JOIN ${v} ON w.id = v.id AND w.lease_token = v.token
          WHERE ${ids} AND w.status = 'completed' AND w.agent_id = ${p.agent} ${within}
@@ -137,7 +141,7 @@ export function fail(
                AS v(id, token, error, retryable, delay_ns)
          WHERE ${byIds(items.map((i) => i.id))} AND w.id = v.id AND w.lease_token = v.token AND w.status = 'dispatched' AND w.agent_id = ${agent}
            ${withinTenants(tenants)}
-        RETURNING w.id, w.status, ${agent}::text AS agent, v.token`);
+        RETURNING w.id, w.status, ${agent}::text AS agent, v.token, w.engine_kind, ((${msToNs(nowMs)}::bigint - w.dispatched_at) / 1e9)::float8 AS run_s`);
 }
 
 /** Gives fenced items back without spending an attempt. */

@@ -12,7 +12,7 @@ import { withDbErrors } from "../../db/errors.js";
 import { ts } from "../../db/values.js";
 import { canTakeWork } from "../agents.js";
 import { agentLists, serves, tableItem } from "./claim-rule.js";
-import { idRow, requeuedRow, type Requeued } from "./columns.js";
+import { requeuedRow, strandedRow, type Requeued } from "./columns.js";
 import type { ItemsContext } from "./context.js";
 
 /**
@@ -44,7 +44,7 @@ function requeue(q: ItemsContext, where: FragmentSqlToken, reason: string, nowMs
   return withDbErrors(() =>
     q.db.any(sql.type(requeuedRow)`
         WITH gone AS (
-          SELECT id, agent_id, lease_token FROM ${w} WHERE ${where} ORDER BY id LIMIT ${limit} FOR UPDATE SKIP LOCKED
+          SELECT id, agent_id, lease_token, dispatched_at FROM ${w} WHERE ${where} ORDER BY id LIMIT ${limit} FOR UPDATE SKIP LOCKED
         )
         UPDATE ${w} w SET
                status = CASE WHEN ${retry} THEN 'pending' ELSE 'failed' END,
@@ -56,7 +56,8 @@ function requeue(q: ItemsContext, where: FragmentSqlToken, reason: string, nowMs
                lease_expires_at = NULL, lease_token = NULL, dispatched_at = NULL, updatedby = ${by}, updatedon = ${ts(nowMs)}
           FROM gone
          WHERE w.id = gone.id
-        RETURNING w.id, w.status, gone.agent_id AS agent, gone.lease_token AS token`),
+        RETURNING w.id, w.status, gone.agent_id AS agent, gone.lease_token AS token, w.engine_kind,
+                  ((${nowNs}::bigint - gone.dispatched_at) / 1e9)::float8 AS run_s`),
   );
 }
 
@@ -66,7 +67,12 @@ function requeue(q: ItemsContext, where: FragmentSqlToken, reason: string, nowMs
  * rule, ./claim-rule.ts: a binding never routes work to an agent that may not run it, and the key
  * does not move while its agent is active); under the hold policy also when the agent cannot take work.
  */
-export function failStranded(q: ItemsContext, nowMs: number, affinity: { policy: "hold" | "rebind"; graceMs: number }, by: string): Promise<readonly string[]> {
+export function failStranded(
+  q: ItemsContext,
+  nowMs: number,
+  affinity: { policy: "hold" | "rebind"; graceMs: number },
+  by: string,
+): Promise<readonly { id: string; engine_kind: string }[]> {
   const w = q.t.id("work_item");
   const a = q.t.id("agent");
   const b = q.t.id("affinity_binding");
@@ -76,7 +82,7 @@ export function failStranded(q: ItemsContext, nowMs: number, affinity: { policy:
   const holderCanWork = sql.fragment`(ba.name IS NOT NULL AND ${canTakeWork("ba")})`;
   const holderMayRun = sql.fragment`(${serves(agentLists("ba"), tableItem("w"))})`;
   return withDbErrors(() =>
-    q.db.anyFirst(sql.type(idRow)`
+    q.db.any(sql.type(strandedRow)`
         UPDATE ${w} w
            SET status = 'failed', completed_at = ${msToNs(nowMs)}::bigint, updatedby = ${by}, updatedon = ${ts(nowMs)},
                error = format('affinity key %s is bound to agent %s, which %s', w.affinity_key, bb.agent_id,
@@ -88,7 +94,7 @@ export function failStranded(q: ItemsContext, nowMs: number, affinity: { policy:
            AND w.next_attempt_at < ${msToNs(nowMs - affinity.graceMs)}::bigint
            AND ((${holderCanWork} AND NOT ${holderMayRun})
                 OR (${hold} AND NOT ${holderCanWork} AND bb.updatedon < ${ts(nowMs - affinity.graceMs)}))
-        RETURNING w.id`),
+        RETURNING w.id, w.engine_kind`),
   );
 }
 
