@@ -4,7 +4,8 @@
  * for what the dashboard schema leaves open), and cannot drift from the daemon's metrics: every
  * query parses as PromQL with Prometheus' own grammar, names only documented metrics (prom-client's
  * default metrics as prom-client itself names them), matches and groups by labels those metrics
- * have, and is filtered by `$instance`; every documented daemon metric is on the dashboard.
+ * have, and is filtered by `$instance`; every documented daemon metric is on the dashboard, and the
+ * daemon's code defines exactly the documented metrics with their labels (test/support/metrics.ts).
  */
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
@@ -14,47 +15,17 @@ import { Ajv, type ValidateFunction } from "ajv";
 import addFormats from "ajv-formats";
 import { collectDefaultMetrics, Registry } from "prom-client";
 import { describe, expect, it } from "vitest";
+import { FakeClock } from "../src/clock.js";
+import { silentLogger } from "../src/log.js";
+import { FleetGauges } from "../src/observability/fleet-gauges.js";
+import { DaemonMetrics } from "../src/observability/metrics.js";
+import { rpcMetricsInterceptor } from "../src/observability/rpc-metrics.js";
+import { newServerStats } from "../src/server/stats.js";
+import { DAEMON_METRICS } from "./support/metrics.js";
 
 const ROOT = new URL("..", import.meta.url).pathname;
 const readJson = (path: string): unknown => JSON.parse(readFileSync(join(ROOT, path), "utf8"));
 const schema = (name: string) => readJson(`test/support/grafana-schema/${name}.jsonschema.json`) as Record<string, unknown>;
-
-/**
- * The daemon's metrics and their labels, as documented (README, Metrics). Prometheus adds
- * `instance` and `job` to every series itself; histograms add `le` to their buckets.
- */
-const DAEMON_METRICS: Record<string, readonly string[]> = {
-  grpc_server_started_total: ["grpc_type", "grpc_service", "grpc_method"],
-  grpc_server_handled_total: ["grpc_type", "grpc_service", "grpc_method", "grpc_code"],
-  grpc_server_handling_seconds: ["grpc_type", "grpc_service", "grpc_method"],
-  grpc_server_in_flight_calls: ["grpc_service", "grpc_method"],
-  aiflow_queue_items: ["tenant", "engine_kind", "status"],
-  aiflow_queue_oldest_due_pending_age_seconds: ["tenant", "engine_kind"],
-  aiflow_queue_dispatch_wait_seconds: ["tenant", "engine_kind"],
-  aiflow_queue_run_seconds: ["engine_kind", "outcome"],
-  aiflow_queue_retries_total: ["engine_kind"],
-  aiflow_queue_dead_letters_total: ["engine_kind"],
-  aiflow_queue_redeliveries_total: [],
-  aiflow_queue_lease_expiries_total: [],
-  aiflow_queue_refused_completions_total: [],
-  aiflow_queue_direct_dispatches_total: [],
-  aiflow_queue_empty_claims_total: [],
-  aiflow_agents: ["status"],
-  aiflow_agent_cpu_utilization_ratio: ["agent"],
-  aiflow_agent_memory_used_bytes: ["agent"],
-  aiflow_agent_memory_total_bytes: ["agent"],
-  aiflow_agent_gpu_utilization_ratio: ["agent", "gpu"],
-  aiflow_agent_gpu_memory_used_bytes: ["agent", "gpu"],
-  aiflow_agent_gpu_memory_total_bytes: ["agent", "gpu"],
-  aiflow_agent_in_flight_items: ["agent"],
-  aiflow_agent_drain_remaining_items: ["agent"],
-  aiflow_agents_unlisted: [],
-  aiflow_db_pool_connections: ["pool", "state"],
-  aiflow_heartbeat_flush_rows: [],
-  aiflow_heartbeat_flush_seconds: [],
-  aiflow_listen_reconnects_total: [],
-  aiflow_server_refused_total: ["reason"],
-};
 
 /** prom-client's default metrics and their labels, from prom-client itself (on a registry of this test's own). */
 function defaultMetrics(): Record<string, readonly string[]> {
@@ -281,5 +252,17 @@ describe("the queries", () => {
   it("every documented daemon metric is on the dashboard", () => {
     const used = new Set(targets.flatMap(({ target }) => selectors(asSent(target.expr), parser.parse(asSent(target.expr)).topNode).map((s) => metricOf(s.series))));
     expect(Object.keys(DAEMON_METRICS).filter((m) => !used.has(m))).toEqual([]);
+  });
+});
+
+describe("the daemon's code", () => {
+  it("defines exactly the documented daemon metrics, each with its documented labels", () => {
+    const metrics = new DaemonMetrics();
+    rpcMetricsInterceptor(metrics.registry);
+    new FleetGauges(metrics.registry, { queue: async () => [], fleet: async () => ({ byStatus: [], agents: [] }) }, { clock: new FakeClock(), refreshMs: 0, maxAgents: 0, log: silentLogger() });
+    metrics.watchPools({});
+    metrics.watchServer(newServerStats());
+    const defined = Object.fromEntries(metrics.registry.getMetricsAsArray().map((m) => [m.name, [...(m as unknown as { labelNames: string[] }).labelNames].sort()]));
+    expect(defined).toEqual(Object.fromEntries(Object.entries(DAEMON_METRICS).map(([name, labels]) => [name, [...labels].sort()])));
   });
 });
