@@ -118,7 +118,7 @@ describe("an agent token limited to tenant tA", () => {
     expect(await store.release("f1-store", lease, Date.now(), ["tA"])).toEqual([]);
     expect(await store.complete("f1-store", [{ ...lease[0]!, resultJson: null }], Date.now(), ["tA"])).toEqual([]);
     expect(await row(id)).toMatchObject({ status: "dispatched", agent_id: "f1-store" });
-    expect(await store.complete("f1-store", [{ ...lease[0]!, resultJson: null }], Date.now(), ["tB"])).toEqual([id]);
+    expect(await store.complete("f1-store", [{ ...lease[0]!, resultJson: null }], Date.now(), ["tB"])).toMatchObject([{ id, engine_kind: "f1s" }]);
   });
 });
 

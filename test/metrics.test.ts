@@ -144,6 +144,19 @@ describe("/metrics", () => {
     expect(delta("aiflow_queue_run_seconds_count", { engine_kind: "zombie", outcome: "lost" })).toBe(1);
   });
 
+  it("counts the run of a dispatched item that was cancelled", async () => {
+    const agent = await agentOf("m-cancel", "cancel");
+    const id = await enqueue("cancel");
+    expect(await agent.claim(1)).toHaveLength(1);
+    const before = await scrape();
+    clock.advance(1_500);
+    await producer.q.cancel({ tenantKey: "t1", ids: [id], reason: "metrics test" }, producer.call);
+    const after = await scrape();
+    const ran = { engine_kind: "cancel", outcome: "cancelled" };
+    expect(after.series("aiflow_queue_run_seconds_count", ran) - before.series("aiflow_queue_run_seconds_count", ran)).toBe(1);
+    expect(after.series("aiflow_queue_run_seconds_sum", ran) - before.series("aiflow_queue_run_seconds_sum", ran)).toBeCloseTo(1.5, 6);
+  });
+
   it("counts a claim answered empty, and an item handed by its Enqueue straight to a waiting claim", async () => {
     const agent = await agentOf("m-wait", "wait");
     const before = await scrape();

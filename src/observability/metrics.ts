@@ -21,7 +21,7 @@ import type { ServerStats } from "../server/stats.js";
 import type { ClaimedRow, Completed, Requeued } from "../store/work-items.js";
 
 /** What became of a dispatched item, for aiflow_queue_run_seconds' `outcome`. */
-export type RunOutcome = "completed" | "failed" | "retried" | "lost" | "released";
+export type RunOutcome = "completed" | "failed" | "retried" | "lost" | "released" | "cancelled";
 
 /** How a requeue happened: a lease ran out, its agent went inactive, or an operator gave it back (drain deadline, removal). */
 export type RequeueCause = "expired" | "agent_gone" | "released";
@@ -43,6 +43,8 @@ export interface QueueEvents {
   failed(rows: readonly Requeued[], refused: number): void;
   /** Dispatched items taken back by a sweep or an operator. */
   requeued(rows: readonly Requeued[], cause: RequeueCause): void;
+  /** Items cancelled by a producer or an operator (those that were dispatched have run_s). */
+  cancelled(rows: readonly Requeued[]): void;
   /** Pending items made dead letters by their affinity key (never dispatched). */
   stranded(rows: readonly { engine_kind: string }[]): void;
 }
@@ -98,7 +100,7 @@ export class DaemonMetrics implements QueueEvents {
   });
   readonly #runSeconds = new Histogram({
     name: "aiflow_queue_run_seconds",
-    help: "Seconds from an item's dispatch to its outcome: completed, failed (a dead letter), retried, lost (its holder lost the lease) or released (given back by an operator)",
+    help: "Seconds from an item's dispatch to its outcome: completed, failed (a dead letter), retried, lost (its holder lost the lease), released (given back by an operator) or cancelled",
     labelNames: ["engine_kind", "outcome"],
     buckets: RUN_BUCKETS,
     registers: [this.registry],
@@ -117,6 +119,15 @@ export class DaemonMetrics implements QueueEvents {
   });
   readonly #listenReconnects = this.#counter("aiflow_listen_reconnects_total", "Times the LISTEN connection was lost and made again (notifications may have been missed meanwhile)");
 
+  /** Children of the per-item histograms by their label values: labels() hashes its arguments on every use, and a claim observes each item. */
+  readonly #children = new Map<string, { observe(v: number): void }>();
+  #child(h: Histogram<string>, ...values: string[]): { observe(v: number): void } {
+    const key = `${h === this.#dispatchWait ? "w" : "r"}\0${values.join("\0")}`;
+    let c = this.#children.get(key);
+    if (!c) this.#children.set(key, (c = h.labels(...values)));
+    return c;
+  }
+
   #counter<L extends string>(name: string, help: string, labelNames: readonly L[] = []): Counter<L> {
     return new Counter({ name, help, labelNames, registers: [this.registry] });
   }
@@ -128,7 +139,7 @@ export class DaemonMetrics implements QueueEvents {
   dispatched(rows: readonly ClaimedRow[], atMs: number): void {
     for (const r of rows) {
       const due = r.next_attempt_at === null ? r.createdon_ms : Math.max(r.createdon_ms, Number(r.next_attempt_at / 1_000_000n));
-      this.#dispatchWait.labels(r.tenant_key, r.engine_kind).observe(Math.max(0, atMs - due) / 1000);
+      this.#child(this.#dispatchWait, r.tenant_key, r.engine_kind).observe(Math.max(0, atMs - due) / 1000);
     }
   }
 
@@ -163,12 +174,16 @@ export class DaemonMetrics implements QueueEvents {
     }
   }
 
+  cancelled(rows: readonly Requeued[]): void {
+    for (const r of rows) this.#ran(r.engine_kind, "cancelled", r.run_s);
+  }
+
   stranded(rows: readonly { engine_kind: string }[]): void {
     for (const r of rows) this.#deadLetters.labels(r.engine_kind).inc();
   }
 
   #ran(kind: string, outcome: RunOutcome, seconds: number | null): void {
-    if (seconds !== null && seconds >= 0) this.#runSeconds.labels(kind, outcome).observe(seconds);
+    if (seconds !== null && seconds >= 0) this.#child(this.#runSeconds, kind, outcome).observe(seconds);
   }
 
   /** A heartbeat flush wrote `rows` agents in `seconds`. */

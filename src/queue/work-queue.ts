@@ -70,6 +70,7 @@ export class WorkQueue {
     if (target.ids.length === 0 && !target.runId && target.parentIds.length === 0) throw invalidArgument("ids", "name items, a run_id or parent_ids to cancel");
     const reason = optionalText(req.reason, "reason", 1024) ?? `cancelled by ${principal}`;
     const rows = await this.store.cancel(tenant, target, reason, this.clock.nowMs(), principal);
+    this.events.cancelled(rows);
     await this.revoke(rows, reason);
     if (rows.length > 0) this.done.ring(["*"]);
     return rows.map((r) => r.id);

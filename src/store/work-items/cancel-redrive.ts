@@ -24,7 +24,7 @@ export function cancel(
   return withDbErrors(() =>
     q.db.any(sql.type(requeuedRow)`
         WITH doomed AS (
-          SELECT id, agent_id, lease_token, status FROM ${w}
+          SELECT id, agent_id, lease_token, status, dispatched_at FROM ${w}
            WHERE tenant_key = ${tenant} AND status IN ('pending', 'dispatched')
              AND (id = ANY(${sql.array(target.ids, "text")})
                   OR id = ANY(${sql.array(target.parentIds, "text")})
@@ -37,7 +37,8 @@ export function cancel(
                           updatedby = ${by}, updatedon = ${ts(nowMs)}
           FROM doomed
          WHERE w.id = doomed.id
-        RETURNING w.id, w.status, CASE WHEN doomed.status = 'dispatched' THEN doomed.agent_id END AS agent, doomed.lease_token AS token`),
+        RETURNING w.id, w.status, CASE WHEN doomed.status = 'dispatched' THEN doomed.agent_id END AS agent, doomed.lease_token AS token, w.engine_kind,
+                  CASE WHEN doomed.status = 'dispatched' THEN ((${msToNs(nowMs)}::bigint - doomed.dispatched_at) / 1e9)::float8 END AS run_s`),
   );
 }
 
