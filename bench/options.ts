@@ -25,9 +25,9 @@ export const HELP = `npm run bench -- [options]
   --tls              also run the drain and the steady rate over TLS (daemons of their own, with a
                      certificate from scripts/dev-certs.sh), after the same sections over h2c, and
                      print TLS ÷ h2c (implies --only's drain and latency)
-  --observability    also run the steady rate with traces exported (daemons and agents, OTLP to a
-                     local collector stub) and each daemon's /metrics scraped every second, after
-                     the same section with both off, and print the daemon CPU per item on ÷ off
+  --observability    also run the steady rate twice more with each daemon's /metrics scraped every
+                     second: alone, then with traces exported (daemons and agents, OTLP to a local
+                     collector stub); print the daemon CPU per item of each ÷ both off
                      (implies --only's latency)
   --smoke            a tiny run (seconds) to check the benchmark works`;
 

@@ -130,38 +130,50 @@ try {
     }
   }
   if (o.observability) {
-    // The steady rate again with traces and metrics on: daemons of their own exporting spans (and
-    // agents too) to a local collector stub, each daemon's /metrics scraped every second (the
-    // metrics port, --http-listen, as AIFLOW_HTTP_LISTEN). Compared with this run's steady section,
-    // where both were off; a daemon that serves no /metrics shows as scrapes_failed.
+    // The steady rate again, twice, each on daemons of their own with each daemon's /metrics
+    // scraped every second (--http-listen, as AIFLOW_HTTP_LISTEN): first with metrics alone, then
+    // with traces exported too (daemons and agents, to a local collector stub). Each is compared
+    // with this run's steady section, where both were off; a failed scrape counts as scrapes_failed.
     const stub = await startCollectorStub();
-    const set: DaemonProc[] = [];
-    const metricsUrls: string[] = [];
     try {
-      for (let i = 0; i < o.daemons; i++) {
-        const metricsPort = await freePort();
-        metricsUrls.push(`http://127.0.0.1:${metricsPort}/metrics`);
-        set.push(await startDaemonProc(db, 200 + i, { ...tracingEnv(stub), AIFLOW_HTTP_LISTEN: `127.0.0.1:${metricsPort}` }));
+      for (const variant of ["metrics", "metrics_and_traces"] as const) {
+        const traced = variant === "metrics_and_traces" ? tracingEnv(stub) : {};
+        const set: DaemonProc[] = [];
+        const metricsUrls: string[] = [];
+        try {
+          for (let i = 0; i < o.daemons; i++) {
+            const metricsPort = await freePort();
+            metricsUrls.push(`http://127.0.0.1:${metricsPort}/metrics`);
+            set.push(await startDaemonProc(db, (variant === "metrics" ? 200 : 300) + i, { ...traced, AIFLOW_HTTP_LISTEN: `127.0.0.1:${metricsPort}` }));
+          }
+          await settleDatabase(db);
+          const obsAgents = await startAgents(set, o, `latency-${variant}`, traced);
+          const scraper = scrapeEverySecond(metricsUrls);
+          const exportsBefore = { requests: stub.requests, bytes: stub.bytes };
+          progress(`${variant.replaceAll("_", " ")} on: steady ${o.rate}/s for ${o.durationMs / 1000}s after ${o.warmupMs / 1000}s warm-up`);
+          const latency = await latencyOurs(set, obsAgents, o);
+          const scrapes = scraper.stop();
+          emit(`latency_${variant}`, {
+            ...latency,
+            ...scrapes,
+            span_exports: stub.requests - exportsBefore.requests,
+            span_export_kb: Math.round((stub.bytes - exportsBefore.bytes) / 1024),
+          });
+          const on = perItem(latency, o.rate).daemons_us_per_item!;
+          emit(`${variant}_ratio`, {
+            daemon_cpu_us_per_item_on: on,
+            daemon_cpu_us_per_item_off: h2c.daemonUsPerItem!,
+            daemon_cpu_on_over_off: ratio(on, h2c.daemonUsPerItem!),
+            p50_on_ms: Number(latency.p50_ms),
+            p50_off_ms: h2c.p50!,
+            p99_on_ms: Number(latency.p99_ms),
+            p99_off_ms: h2c.p99!,
+          });
+        } finally {
+          await Promise.all(set.map((d) => d.child.stop()));
+        }
       }
-      await settleDatabase(db);
-      const obsAgents = await startAgents(set, o, "latency-observability", tracingEnv(stub));
-      const scraper = scrapeEverySecond(metricsUrls);
-      progress(`observability on: steady ${o.rate}/s for ${o.durationMs / 1000}s after ${o.warmupMs / 1000}s warm-up`);
-      const latency = await latencyOurs(set, obsAgents, o);
-      const scrapes = scraper.stop();
-      emit("latency_observability", { ...latency, ...scrapes, span_exports: stub.requests, span_export_kb: Math.round(stub.bytes / 1024) });
-      const on = perItem(latency, o.rate).daemons_us_per_item!;
-      emit("observability_ratio", {
-        daemon_cpu_us_per_item_on: on,
-        daemon_cpu_us_per_item_off: h2c.daemonUsPerItem!,
-        daemon_cpu_on_over_off: ratio(on, h2c.daemonUsPerItem!),
-        p50_on_ms: Number(latency.p50_ms),
-        p50_off_ms: h2c.p50!,
-        p99_on_ms: Number(latency.p99_ms),
-        p99_off_ms: h2c.p99!,
-      });
     } finally {
-      await Promise.all(set.map((d) => d.child.stop()));
       await stub.close();
     }
   }
