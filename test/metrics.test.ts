@@ -9,6 +9,7 @@
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { beforeAll, describe, expect, it } from "vitest";
 import { AgentService } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
+import { Health } from "@aiflow/wire/gen/grpc/health/v1/health_pb.js";
 import { OpsService } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 import { FakeClock } from "../src/clock.js";
 import type { Daemon } from "../src/daemon.js";
@@ -169,6 +170,21 @@ describe("/metrics", () => {
     const after = await scrape();
     expect(after.series("aiflow_queue_empty_claims_total") - before.series("aiflow_queue_empty_claims_total")).toBe(1);
     expect(after.series("aiflow_queue_direct_dispatches_total") - before.series("aiflow_queue_direct_dispatches_total")).toBe(1);
+  });
+
+  it("holds a stream in flight while it is open, and counts it handled as Canceled once its client goes away", async () => {
+    const watch = { grpc_service: "grpc.health.v1.Health", grpc_method: "Watch" };
+    const before = await scrape();
+    const abort = new AbortController();
+    const stream = f.clientAt(daemon.address, Health).watch({ service: "" }, { signal: abort.signal });
+    const first = await stream[Symbol.asyncIterator]().next();
+    expect(first.done).toBe(false);
+    expect((await scrape()).series("grpc_server_in_flight_calls", watch)).toBe(1);
+    abort.abort();
+    await until("the stream is no longer in flight", async () => (await scrape()).series("grpc_server_in_flight_calls", watch) === 0);
+    const after = await scrape();
+    expect(after.series("grpc_server_started_total", { ...watch, grpc_type: "server_stream" }) - before.series("grpc_server_started_total", { ...watch, grpc_type: "server_stream" })).toBe(1);
+    expect(after.series("grpc_server_handled_total", { ...watch, grpc_code: "Canceled" }) - before.series("grpc_server_handled_total", { ...watch, grpc_code: "Canceled" })).toBe(1);
   });
 
   it("counts a refused argument by its code, and a call refused on its token by reason", async () => {

@@ -8,7 +8,8 @@
  * caller receives (the error interceptor has already turned whatever the handler threw into one).
  * Calls refused on their headers (no token, too many failed attempts, over a limit) never reach it:
  * aiflow_server_refused_total counts those by reason. A stream counts as handled when it ends
- * (CANCELLED when the server stops reading it before its end).
+ * (CANCELLED when the server stops reading it before its end, or when the caller went away or the
+ * server stopped before it ended, which handlers take as their cue to end it cleanly).
  */
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { Counter, Gauge, Histogram, type Registry } from "prom-client";
@@ -96,7 +97,9 @@ export function rpcMetricsInterceptor(registry: Registry): Interceptor {
         let outcome: unknown = new ConnectError("the stream was not read to its end", Code.Canceled);
         try {
           yield* inner;
-          outcome = undefined;
+          // A handler that ends its stream because the caller went away (or the server stops) ends
+          // it cleanly; what the caller got is CANCELLED, and that is what is counted.
+          outcome = req.signal.aborted ? new ConnectError("the call was cancelled", Code.Canceled) : undefined;
         } catch (err) {
           outcome = err;
           throw err;

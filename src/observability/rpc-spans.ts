@@ -76,7 +76,8 @@ export function rpcSpanInterceptor(): Interceptor {
         let outcome: unknown = new ConnectError("the stream was not read to its end", Code.Canceled);
         try {
           yield* inner;
-          outcome = undefined;
+          // Ended cleanly because the caller went away (or the server stops): the caller got CANCELLED.
+          outcome = req.signal.aborted ? new ConnectError("the call was cancelled", Code.Canceled) : undefined;
         } catch (err) {
           outcome = err;
           throw err;
