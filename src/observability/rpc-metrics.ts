@@ -7,12 +7,12 @@
  * both server paths; so it sees every call that got past the header checks, with the gRPC code the
  * caller receives (the error interceptor has already turned whatever the handler threw into one).
  * Calls refused on their headers (no token, too many failed attempts, over a limit) never reach it:
- * aiflow_server_refused_total counts those by reason. A stream counts as handled when it ends
- * (CANCELLED when the server stops reading it before its end, or when the caller went away or the
- * server stopped before it ended, which handlers take as their cue to end it cleanly).
+ * aiflow_server_refused_total counts those by reason. A stream counts as handled when it ends,
+ * with the code ./stream-end.ts gives it.
  */
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { Counter, Gauge, Histogram, type Registry } from "prom-client";
+import { observeStreamEnd } from "./stream-end.js";
 
 const LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
 
@@ -90,23 +90,6 @@ export function rpcMetricsInterceptor(registry: Registry): Interceptor {
       end(m, t0, undefined);
       return res;
     }
-    const inner = res.message;
-    return {
-      ...res,
-      message: (async function* () {
-        let outcome: unknown = new ConnectError("the stream was not read to its end", Code.Canceled);
-        try {
-          yield* inner;
-          // A handler that ends its stream because the caller went away (or the server stops) ends
-          // it cleanly; what the caller got is CANCELLED, and that is what is counted.
-          outcome = req.signal.aborted ? new ConnectError("the call was cancelled", Code.Canceled) : undefined;
-        } catch (err) {
-          outcome = err;
-          throw err;
-        } finally {
-          end(m, t0, outcome);
-        }
-      })(),
-    };
+    return { ...res, message: observeStreamEnd(res.message, req.signal, (err) => end(m, t0, err)) };
   };
 }

@@ -14,6 +14,7 @@
 import { context, propagation, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Span, type TextMapGetter } from "@opentelemetry/api";
 import { Code, ConnectError, createContextKey, type HandlerContext, type Interceptor } from "@connectrpc/connect";
 import { formatTraceparent, normalizeTraceparent } from "@aiflow/wire/traceparent";
+import { observeStreamEnd } from "./stream-end.js";
 import { TRACER_NAME, tracingActive } from "./tracing.js";
 import { VERSION } from "../version.js";
 
@@ -68,24 +69,8 @@ export function rpcSpanInterceptor(): Interceptor {
       ended(span, undefined);
       return res;
     }
-    const inner = res.message;
-    return {
-      ...res,
-      message: (async function* () {
-        // A stream the server stops reading before its end (the client went away) ends CANCELLED.
-        let outcome: unknown = new ConnectError("the stream was not read to its end", Code.Canceled);
-        try {
-          yield* inner;
-          // Ended cleanly because the caller went away (or the server stops): the caller got CANCELLED.
-          outcome = req.signal.aborted ? new ConnectError("the call was cancelled", Code.Canceled) : undefined;
-        } catch (err) {
-          outcome = err;
-          throw err;
-        } finally {
-          ended(span, outcome);
-        }
-      })(),
-    };
+    // A stream's span ends with the stream, with the code ./stream-end.ts gives it.
+    return { ...res, message: observeStreamEnd(res.message, req.signal, (err) => ended(span, err)) };
   };
 }
 
