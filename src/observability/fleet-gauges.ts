@@ -15,7 +15,9 @@
  */
 import { Gauge, type Registry } from "prom-client";
 import type { Clock } from "../clock.js";
+import { OutageLog } from "../db/outage-log.js";
 import type { Logger } from "../log.js";
+import { LATE, within } from "../util/within.js";
 import type { AgentGaugeRow, AgentStatus } from "../store/agents.js";
 import type { QueueGaugeRow } from "../store/work-item-stats.js";
 
@@ -46,13 +48,15 @@ const num = (v: unknown): v is number => typeof v === "number" && Number.isFinit
 export class FleetGauges {
   #snapshot: Snapshot | undefined;
   #reading: Promise<Snapshot | undefined> | undefined;
-  #failing = false;
+  /** How the database's absence is logged: a line a second at most, however often scrapes come. */
+  readonly #outage: OutageLog;
 
   constructor(
     registry: Registry,
     private readonly sources: GaugeSources,
     private readonly opts: { clock: Clock; refreshMs: number; maxAgents: number; log: Logger },
   ) {
+    this.#outage = new OutageLog(opts.log, "database unavailable: /metrics answers without the queue and fleet gauges until it is back");
     const current = () => this.current();
     const gauge = (name: string, help: string, labelNames: readonly string[], fill: (g: Gauge, s: Snapshot) => void) =>
       new Gauge({
@@ -113,21 +117,16 @@ export class FleetGauges {
     const now = this.opts.clock.nowMs();
     if (this.#snapshot && now - this.#snapshot.atMs < this.opts.refreshMs) return Promise.resolve(this.#snapshot);
     const reading = (this.#reading ??= this.#read(now).finally(() => (this.#reading = undefined)));
-    let timer: NodeJS.Timeout | undefined;
-    const late = new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), SNAPSHOT_TIMEOUT_MS)));
-    return Promise.race([reading, late]).finally(() => clearTimeout(timer));
+    return within(reading, SNAPSHOT_TIMEOUT_MS).then((s) => (s === LATE ? undefined : s));
   }
 
   async #read(now: number): Promise<Snapshot | undefined> {
     try {
       const [queue, fleet] = await Promise.all([this.sources.queue(now), this.sources.fleet(this.opts.maxAgents)]);
       this.#snapshot = { atMs: now, queue, byStatus: new Map(fleet.byStatus.map((r) => [r.status, r.n])), agents: fleet.agents };
-      if (this.#failing) this.opts.log.info("queue and fleet gauges read again");
-      this.#failing = false;
       return this.#snapshot;
     } catch (err) {
-      if (!this.#failing) this.opts.log.warn({ err }, "could not read the queue and fleet gauges; /metrics answers without them until the database does");
-      this.#failing = true;
+      if (!this.#outage.note(err)) this.opts.log.error({ err }, "could not read the queue and fleet gauges; /metrics answers without them");
       this.#snapshot = undefined;
       return undefined;
     }

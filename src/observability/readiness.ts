@@ -13,8 +13,10 @@
 import type { DatabasePool } from "slonik";
 import type { Clock } from "../clock.js";
 import { appliedVersion, latestVersion } from "../db/migrate.js";
+import { OutageLog } from "../db/outage-log.js";
 import type { Tables } from "../db/tables.js";
 import type { Logger } from "../log.js";
+import { LATE, within } from "../util/within.js";
 
 export const CHECK_TIMEOUT_MS = 2_000;
 const CACHE_MS = 1_000;
@@ -40,12 +42,13 @@ export interface ReadinessDeps {
 export class Readiness {
   #last: { atMs: number; database: string; schema: string } | undefined;
   #checking: Promise<{ database: string; schema: string }> | undefined;
-  /** The database check failed last time (its cause is logged once per outage, not per probe). */
-  #failing = false;
+  /** How the database's absence is logged: a line a second at most, however often probes come. */
+  readonly #outage: OutageLog;
   readonly #expected: number;
 
   constructor(private readonly d: ReadinessDeps) {
     this.#expected = d.expectedVersion ?? latestVersion();
+    this.#outage = new OutageLog(d.log, "readiness: the database is unavailable");
   }
 
   async report(): Promise<ReadinessReport> {
@@ -76,26 +79,20 @@ export class Readiness {
   }
 
   async #check(): Promise<{ database: string; schema: string }> {
-    let timer: NodeJS.Timeout | undefined;
-    const late = new Promise<"late">((resolve) => (timer = setTimeout(() => resolve("late"), CHECK_TIMEOUT_MS)));
     try {
-      const v = await Promise.race([appliedVersion(this.d.pool, this.d.tables), late]);
-      if (v === "late") return { database: `the database did not answer within ${CHECK_TIMEOUT_MS} ms`, schema: "unknown" };
+      const v = await within(appliedVersion(this.d.pool, this.d.tables), CHECK_TIMEOUT_MS);
+      if (v === LATE) return { database: `the database did not answer within ${CHECK_TIMEOUT_MS} ms`, schema: "unknown" };
       const schema =
         v === this.#expected
           ? "ok"
           : v !== null && v > this.#expected
             ? `the schema is at migration ${v}, newer than this aiflowd knows (${this.#expected}): upgrade aiflowd`
             : `the schema is at migration ${v ?? 0}, older than this aiflowd needs (${this.#expected}): run aiflowd migrate`;
-      this.#failing = false;
       return { database: "ok", schema };
     } catch (err) {
       // The probe is unauthenticated: the cause (addresses, users) goes to the log, not to the caller.
-      if (!this.#failing) this.d.log.warn({ err }, "readiness: the database is unavailable");
-      this.#failing = true;
+      if (!this.#outage.note(err)) this.d.log.error({ err }, "readiness: the database check failed");
       return { database: "the database is unavailable (the daemon's log says why)", schema: "unknown" };
-    } finally {
-      clearTimeout(timer);
     }
   }
 }

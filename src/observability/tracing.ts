@@ -15,6 +15,7 @@ import { diag, DiagLogLevel, ProxyTracerProvider, trace, type Attributes } from 
 import { diagToLog, tracesFromEnv } from "@aiflow/wire/otel-env";
 import { ConfigError } from "../domain/errors.js";
 import type { Logger } from "../log.js";
+import { LATE, within } from "../util/within.js";
 import { VERSION } from "../version.js";
 
 /** The daemon's tracer name (its instrumentation scope). */
@@ -90,15 +91,12 @@ export async function startTracing({ log, env = process.env, serviceName = "aifl
     // Bounded: a collector that is away must not hold the daemon's exit. (The exporter's own retries
     // may still keep the process a little longer, up to OTEL_EXPORTER_OTLP_TIMEOUT, 10 s by default.)
     shutdown: async (timeoutMs = 5_000) => {
-      let timer: NodeJS.Timeout | undefined;
-      const late = new Promise<"late">((resolve) => (timer = setTimeout(() => resolve("late"), timeoutMs)));
       const stopped = provider.shutdown().then(
         () => "done" as const,
         (err: unknown) => (err instanceof Error ? err.message : String(err)),
       );
-      const outcome = await Promise.race([stopped, late]);
-      clearTimeout(timer);
-      if (outcome === "late") log.warn({ timeoutMs }, "tracing: spans not exported by the shutdown deadline were dropped (is the collector reachable?)");
+      const outcome = await within(stopped, timeoutMs);
+      if (outcome === LATE) log.warn({ timeoutMs }, "tracing: spans not exported by the shutdown deadline were dropped (is the collector reachable?)");
       else if (outcome !== "done") log.warn({ err: outcome }, "tracing: the last spans could not be exported");
     },
   };
