@@ -102,6 +102,9 @@ export interface ListenAddress {
   host: string;
   port: number;
 }
+
+/** host:port as a URL's authority writes it (an IPv6 host in brackets). */
+export const formatAddress = ({ host, port }: ListenAddress): string => (host.includes(":") ? `[${host}]:${port}` : `${host}:${port}`);
 const listen: Parser<ListenAddress> = (raw, flag) => {
   const m = /^(?:\[([^\]]+)\]|([^:]+)):(\d{1,5})$/.exec(raw.trim());
   if (!m) throw new ConfigError(flag, `'${raw}' is not HOST:PORT`);

@@ -137,7 +137,6 @@ export async function startDaemon(config: Config, { log, clock = systemClock }: 
       "aiflowd serving gRPC",
     );
 
-
     let stopping: Promise<void> | undefined;
     return {
       address: server.address,

@@ -78,6 +78,17 @@ export interface PoolUsage {
   waiting: number;
 }
 
+/** A histogram's child for label values, made on first use and kept. */
+function childrenOf(h: Histogram<string>): (...values: string[]) => { observe(v: number): void } {
+  const children = new Map<string, { observe(v: number): void }>();
+  return (...values) => {
+    const key = values.join("\0");
+    let c = children.get(key);
+    if (!c) children.set(key, (c = h.labels(...values)));
+    return c;
+  };
+}
+
 export class DaemonMetrics implements QueueEvents {
   readonly registry = new Registry();
 
@@ -119,14 +130,9 @@ export class DaemonMetrics implements QueueEvents {
   });
   readonly #listenReconnects = this.#counter("aiflow_listen_reconnects_total", "Times the LISTEN connection was lost and made again (notifications may have been missed meanwhile)");
 
-  /** Children of the per-item histograms by their label values: labels() hashes its arguments on every use, and a claim observes each item. */
-  readonly #children = new Map<string, { observe(v: number): void }>();
-  #child(h: Histogram<string>, ...values: string[]): { observe(v: number): void } {
-    const key = `${h === this.#dispatchWait ? "w" : "r"}\0${values.join("\0")}`;
-    let c = this.#children.get(key);
-    if (!c) this.#children.set(key, (c = h.labels(...values)));
-    return c;
-  }
+  /** The per-item histograms' children by label values: labels() hashes its arguments on every use, and a claim observes each item. */
+  readonly #waitOf = childrenOf(this.#dispatchWait);
+  readonly #runOf = childrenOf(this.#runSeconds);
 
   #counter<L extends string>(name: string, help: string, labelNames: readonly L[] = []): Counter<L> {
     return new Counter({ name, help, labelNames, registers: [this.registry] });
@@ -139,7 +145,7 @@ export class DaemonMetrics implements QueueEvents {
   dispatched(rows: readonly ClaimedRow[], atMs: number): void {
     for (const r of rows) {
       const due = r.next_attempt_at === null ? r.createdon_ms : Math.max(r.createdon_ms, Number(r.next_attempt_at / 1_000_000n));
-      this.#child(this.#dispatchWait, r.tenant_key, r.engine_kind).observe(Math.max(0, atMs - due) / 1000);
+      this.#waitOf(r.tenant_key, r.engine_kind).observe(Math.max(0, atMs - due) / 1000);
     }
   }
 
@@ -183,7 +189,7 @@ export class DaemonMetrics implements QueueEvents {
   }
 
   #ran(kind: string, outcome: RunOutcome, seconds: number | null): void {
-    if (seconds !== null && seconds >= 0) this.#child(this.#runSeconds, kind, outcome).observe(seconds);
+    if (seconds !== null && seconds >= 0) this.#runOf(kind, outcome).observe(seconds);
   }
 
   /** A heartbeat flush wrote `rows` agents in `seconds`. */

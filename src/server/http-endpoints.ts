@@ -22,6 +22,7 @@ import type { AddressInfo, Socket } from "node:net";
 import type { TLSSocket } from "node:tls";
 import type { Registry } from "prom-client";
 import { OPENMETRICS_CONTENT_TYPE, PROMETHEUS_CONTENT_TYPE, render, wantsOpenMetrics } from "@aiflow/wire/metrics";
+import { formatAddress } from "../config.js";
 import { ConfigError } from "../domain/errors.js";
 import type { Logger } from "../log.js";
 import type { ReadinessReport } from "../observability/readiness.js";
@@ -125,7 +126,7 @@ export async function startHttpEndpoints(opts: HttpEndpointsOptions): Promise<Ht
   // Joins the gRPC port's reloads only once it serves, so a failed start leaves nothing attached.
   if (tls) tls.reloader.attach(server as https.Server);
   const port = (server.address() as AddressInfo).port;
-  const address = opts.host.includes(":") ? `[${opts.host}]:${port}` : `${opts.host}:${port}`;
+  const address = formatAddress({ host: opts.host, port });
 
   let closing: Promise<void> | undefined;
   return {

@@ -19,6 +19,7 @@ import { guardSessions, http2ServerOptions, type Http2Limits } from "./http2-lim
 import { newServerStats, type ServerStats } from "./stats.js";
 import { readTlsFiles, secureServerOptions, TlsReloader, type ReloadOutcome, type TlsFiles } from "./tls.js";
 import type { Clock } from "../clock.js";
+import { formatAddress } from "../config.js";
 import type { Logger } from "../log.js";
 
 /** Every limit the server holds callers to (config.ts documents each setting and its default). */
@@ -128,7 +129,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     });
   });
   const port = (server.address() as AddressInfo).port;
-  const address = opts.host.includes(":") ? `[${opts.host}]:${port}` : `${opts.host}:${port}`;
+  const address = formatAddress({ host: opts.host, port });
 
   let closing: Promise<void> | undefined;
   const close = (graceMs: number) =>
