@@ -99,7 +99,7 @@ it("passes over items not yet due on the claim index's entries, reading only the
 
   // The store's own claim statement, caught instead of run.
   const { store, caught } = catching();
-  await store.claim({ agent: "planner", instance: "test", max: 32, nowMs: now, leaseTtlMs: 30_000, affinity: { policy: "rebind", graceMs: 60_000 }, bindingSeed: "01KB0000000000000000000000", leaseToken: "tok" });
+  await store.claim({ agent: "planner", instance: "test", max: 32, nowMs: now, leaseTtlMs: 30_000, affinity: { policy: "rebind", graceMs: 60_000 }, bindingSeed: "01KB0000000000000000000000", liveEdgeMs: 0, leaseToken: "tok" });
   const all = await explain(caught());
   const scan = all.find((n) => n["Index Name"]?.endsWith("work_item_status_priority_idx"));
   expect(scan, JSON.stringify(all.map((n) => [n["Node Type"], n["Index Name"]]))).toBeDefined();
@@ -159,7 +159,7 @@ it("keeps to the claim index's order when the statistics were taken with nothing
   await db.raw(`UPDATE ${work} SET status = 'pending' WHERE id LIKE 'D%'`);
 
   const { store, caught } = catching();
-  await store.claim({ agent: "stale", instance: "test", max: 32, nowMs: now, leaseTtlMs: 30_000, affinity: { policy: "rebind", graceMs: 60_000 }, bindingSeed: "01KB0000000000000000000000", leaseToken: "tok" });
+  await store.claim({ agent: "stale", instance: "test", max: 32, nowMs: now, leaseTtlMs: 30_000, affinity: { policy: "rebind", graceMs: 60_000 }, bindingSeed: "01KB0000000000000000000000", liveEdgeMs: 0, leaseToken: "tok" });
   for (const plan of ["custom", "generic"] as const) {
     const all = await explain(caught(), plan);
     const shape = JSON.stringify(all.map((n) => [n["Node Type"], n["Index Name"], n["Actual Rows"]]));

@@ -119,7 +119,7 @@ async function claimed(c: Case): Promise<boolean> {
     nowMs: NOW,
     leaseTtlMs: LEASE,
     affinity: { policy: "rebind", graceMs: GRACE },
-    bindingSeed: "01KB0000000000000000000000",
+    bindingSeed: "01KB0000000000000000000000", liveEdgeMs: 0,
     leaseToken: "claim-token",
   });
   return claimed.some((r) => r.id === row!.id);
@@ -196,7 +196,7 @@ it("keeps back a row of an offered batch that another row of the batch, left to 
         await arrange(base);
         const pending = batch(NOW);
         await store.enqueueRows(pending.rows);
-        const took = await store.claim({ agent: "a", instance: "test", max: 1, nowMs: NOW, leaseTtlMs: LEASE, affinity: { policy: "rebind", graceMs: GRACE }, bindingSeed: "01KB0000000000000000000000", leaseToken: "claim-token" });
+        const took = await store.claim({ agent: "a", instance: "test", max: 1, nowMs: NOW, leaseTtlMs: LEASE, affinity: { policy: "rebind", graceMs: GRACE }, bindingSeed: "01KB0000000000000000000000", liveEdgeMs: 0, leaseToken: "claim-token" });
         const claim = took.claimed.some((r) => r.id === pending.plain.id);
         const what = `${JSON.stringify(other)} at priority ${priority}, ${otherFirst ? "before" : "after"} the plain row`;
         if (offer && !claim) wrong.push(`offer hands over what the claim does not take: ${what}`);

@@ -11,6 +11,8 @@ import type { Config } from "../config.js";
 import type { WorkQueue } from "../queue/work-queue.js";
 import { workKey } from "../queue/work-keys.js";
 import { identifier, inRange, jsonOrNull, optionalText, storableTimestamp, tagMap } from "./input/validate.js";
+import { requirementsOf } from "./input/resources.js";
+import { MAX_IN_FLIGHT } from "../domain/concurrency.js";
 import { itemStatusFromWire, TERMINAL, workItemToWire } from "./work-item-messages.js";
 import { z } from "zod";
 import { decodeCursor, encodeCursor } from "./input/page-tokens.js";
@@ -128,12 +130,20 @@ function newItem(it: EnqueueItem, i: number, nowMs: number, config: Pick<Config,
   const selector = tagMap(it.workerParams?.selector ?? {}, f("worker_params.selector"));
   const notBeforeMs = it.notBefore ? storableTimestamp(it.notBefore, f("not_before")) : nowMs;
   const affinityKey = optionalText(it.workerParams?.affinityKey ?? "", f("worker_params.affinity_key"), 512);
+  const requirements = requirementsOf(it.workerParams?.requirements, f("worker_params.requirements"));
+  const { concurrencyKey, maxInFlight } = concurrencyOf(it.workerParams, f);
+  const params = {
+    ...(Object.keys(selector).length > 0 ? { selector } : {}),
+    ...(affinityKey ? { affinityKey } : {}),
+    ...(requirements ? { requirements } : {}),
+    ...(concurrencyKey ? { concurrencyKey, maxInFlight } : {}),
+  };
   return {
     engineKind: identifier(it.engineKind, f("engine_kind")),
     runId: it.runId ? identifier(it.runId, f("run_id")) : null,
     taskId: optionalText(it.taskId, f("task_id"), 256),
     taskName: optionalText(it.taskName, f("task_name"), 256),
-    workerParams: Object.keys(selector).length > 0 || affinityKey ? { ...(Object.keys(selector).length > 0 ? { selector } : {}), ...(affinityKey ? { affinityKey } : {}) } : null,
+    workerParams: Object.keys(params).length > 0 ? params : null,
     payloadJson,
     priority: inRange(it.priority, f("priority"), 0, 1_000_000),
     maxRetries: inRange(it.maxRetries, f("max_retries"), 0, 1000),
@@ -142,7 +152,16 @@ function newItem(it: EnqueueItem, i: number, nowMs: number, config: Pick<Config,
     parentId: it.parentWorkItemId ? identifier(it.parentWorkItemId, f("parent_work_item_id")) : null,
     idempotencyKey: optionalText(it.idempotencyKey, f("idempotency_key"), 256),
     affinityKey,
+    concurrencyKey,
   };
+}
+
+/** The item's concurrency key and the limit it states (1 when it states none); max_in_flight without a key is refused. */
+function concurrencyOf(p: EnqueueItem["workerParams"], f: (name: string) => string): { concurrencyKey: string | null; maxInFlight: number } {
+  const concurrencyKey = optionalText(p?.concurrencyKey ?? "", f("worker_params.concurrency_key"), 512);
+  const stated = p?.maxInFlight ?? 0;
+  if (!concurrencyKey && stated !== 0) throw invalidArgument(f("worker_params.max_in_flight"), "is set without a concurrency_key");
+  return { concurrencyKey, maxInFlight: stated === 0 ? 1 : inRange(stated, f("worker_params.max_in_flight"), 1, MAX_IN_FLIGHT) };
 }
 
 /** One page of items in dispatch order, of these tenants (undefined: every tenant); shared by QueueService and OpsService. */

@@ -1,7 +1,8 @@
 /** Work items between the store's rows and the wire. */
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { Code } from "@connectrpc/connect";
-import { WorkItemStatus, type ItemOutcomeSchema, type WorkItemSchema } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
+import { WorkItemStatus, type ItemOutcomeSchema, type WorkerParamsSchema, type WorkItemSchema } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
+import type { Requirements } from "../domain/resources.js";
 import type { ClaimedRow, ItemStatus, WorkItemRow } from "../store/work-items.js";
 import { timestampInit, type Dispatch } from "../queue/dispatch.js";
 
@@ -33,7 +34,7 @@ export function workItemToWire(r: WorkItemRow): MessageInitShape<typeof WorkItem
     runId: r.run_id ?? "",
     taskId: r.task_id ?? "",
     taskName: r.task_name ?? "",
-    workerParams: { selector, affinityKey: r.affinity_key ?? "" },
+    workerParams: workerParamsToWire(selector, r.affinity_key, r.worker_params),
     payloadJson: r.payload ?? "",
     status: STATUS[r.status],
     priority: r.priority ?? 0,
@@ -54,6 +55,7 @@ export function workItemToWire(r: WorkItemRow): MessageInitShape<typeof WorkItem
     resultJson: r.result ?? "",
     idempotencyKey: r.idempotency_key ?? "",
     traceContext: r.trace_context ?? "",
+    gpuIndices: r.gpu_indices ?? [],
     createdOn: timestampInit(r.createdon),
     updatedOn: r.updatedon === null ? undefined : timestampInit(r.updatedon),
   };
@@ -76,7 +78,10 @@ export function claimedItemToWire(r: ClaimedRow, d: Dispatch): MessageInitShape<
     runId: r.run_id ?? "",
     taskId: r.task_id ?? "",
     taskName: r.task_name ?? "",
-    workerParams: r.selector === null && r.affinity_key === null ? undefined : { selector: r.selector === null ? {} : (JSON.parse(r.selector) as Record<string, string>), affinityKey: r.affinity_key ?? "" },
+    workerParams:
+      r.selector === null && r.affinity_key === null && r.params === null
+        ? undefined
+        : workerParamsToWire(r.selector === null ? {} : (JSON.parse(r.selector) as Record<string, string>), r.affinity_key, r.params === null ? null : (JSON.parse(r.params) as Record<string, unknown>)),
     payloadJson: r.payload ?? "",
     status: WorkItemStatus.DISPATCHED,
     priority: r.priority ?? 0,
@@ -93,8 +98,29 @@ export function claimedItemToWire(r: ClaimedRow, d: Dispatch): MessageInitShape<
     error: r.error ?? "",
     idempotencyKey: r.idempotency_key ?? "",
     traceContext: r.trace_context ?? "",
+    gpuIndices: r.gpu_indices ?? [],
     createdOn: timestampInit(r.createdon_ms),
     updatedOn: d.updatedOn,
+  };
+}
+
+/** worker_params as stored (selector, affinityKey, requirements, concurrencyKey, maxInFlight) on the wire. */
+function workerParamsToWire(selector: Record<string, string>, affinityKey: string | null, stored: Record<string, unknown> | null): MessageInitShape<typeof WorkerParamsSchema> {
+  const requirements = stored?.requirements as Requirements | undefined;
+  return {
+    selector,
+    affinityKey: affinityKey ?? "",
+    requirements: requirements && {
+      gpus: requirements.gpus ?? 0,
+      gpuMemoryMb: BigInt(requirements.gpuMemoryMb ?? 0),
+      gpuModel: requirements.gpuModel ?? "",
+      cpuMillis: BigInt(requirements.cpuMillis ?? 0),
+      memoryMb: BigInt(requirements.memoryMb ?? 0),
+      diskMb: BigInt(requirements.diskMb ?? 0),
+      diskMount: requirements.diskMount ?? "",
+    },
+    concurrencyKey: (stored?.concurrencyKey as string | undefined) ?? "",
+    maxInFlight: (stored?.maxInFlight as number | undefined) ?? 0,
   };
 }
 

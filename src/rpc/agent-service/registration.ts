@@ -16,6 +16,8 @@ import type { AgentScope, DirectiveHub, DirectiveMessage, KnownAgent } from "../
 import type { HeartbeatBuffer } from "../../fleet/heartbeat-buffer.js";
 import { agentName, identifier, identifiers, inRange, optionalText, withinBytes } from "../input/validate.js";
 import { pushStream } from "../../util/push-stream.js";
+import { capacityOf } from "../input/resources.js";
+import type { Capacity } from "../../domain/resources.js";
 
 export interface AgentServiceDeps {
   config: Config;
@@ -116,10 +118,11 @@ export function agentServiceImpl(d: AgentServiceDeps): Pick<ServiceImpl<typeof A
 
     async heartbeat(req, ctx) {
       const name = agentName(req.name, ctx);
-      const metrics = metricsJson(req.metrics, req.inFlight);
+      const at = d.clock.nowMs();
+      const metrics = metricsJson(req.metrics, req.inFlight, at);
       await assertAgentWithin(callerOf(ctx), name, scopeOf);
       const state = await known(name);
-      d.heartbeats.add({ name, metrics, at: d.clock.nowMs() });
+      d.heartbeats.add({ name, metrics, at });
       return { status: agentStatusToWire(state.status), directives: d.hub.takePending(name).map(directiveToWire) };
     },
 
@@ -181,6 +184,7 @@ function registerInput(req: RegisterRequest, caller: Identity, metadataMaxBytes:
     tenants,
     engineKinds: identifiers(m?.engineKinds ?? [], "metadata.engine_kinds"),
     models: (m?.models ?? []).map((x, i) => optionalText(x, `metadata.models[${i}]`, 256) ?? "").filter(Boolean),
+    ...capacityField(capacityOf(m?.capacity, "metadata.capacity")),
   };
   withinBytes(metadata, "metadata", metadataMaxBytes);
   const agentType = AGENT_TYPES[req.agentType];
@@ -197,16 +201,22 @@ function registerInput(req: RegisterRequest, caller: Identity, metadataMaxBytes:
   };
 }
 
+const capacityField = (c: Capacity | null) => (c ? { capacity: c } : {});
+
 const PCT = (v: number, field: string) => inRange(v, field, 0, 100);
 
-/** Validates heartbeat metrics and shapes them for aiflow_agent.metrics. */
-function metricsJson(m: AgentMetrics | undefined, inFlight: number): Record<string, unknown> {
+/**
+ * Validates heartbeat metrics and shapes them for aiflow_agent.metrics, with `at`, the epoch ms the
+ * heartbeat arrived: the claim trusts what it reports free only while it is younger than the
+ * liveness window, and counts as unseen by it the items dispatched after it (placement.ts).
+ */
+function metricsJson(m: AgentMetrics | undefined, inFlight: number, at: number): Record<string, unknown> {
   const bytes = (used: bigint, total: bigint, field: string) => {
     plausibleBytes(field, used, total);
     if (used > total && total > 0n) throw invalidArgument(field, `used ${used} exceeds total ${total}`);
     return { used: Number(used), total: Number(total) };
   };
-  if (m === undefined) return { inFlight };
+  if (m === undefined) return { inFlight, at };
   if ((m.disks?.length ?? 0) > 64 || (m.gpus?.length ?? 0) > 64) throw invalidArgument("metrics", "at most 64 disks and 64 GPUs");
   return {
     cpu: { utilization: PCT(m.cpuUtilization, "metrics.cpu_utilization") },
@@ -219,6 +229,7 @@ function metricsJson(m: AgentMetrics | undefined, inFlight: number): Record<stri
       memory: bytes(g.memoryUsedBytes, g.memoryTotalBytes, `metrics.gpus[${i}].memory`),
     })),
     inFlight,
+    at,
   };
 }
 

@@ -103,6 +103,10 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
   const completed = (items: readonly Completion[], done: readonly Completed[]) => {
     queue.events.completed(done, items.length - done.length);
     if (done.length > 0) queue.done.ring(["*"]);
+    // A keyed item's end frees a slot of its key: claims of other agents waiting on its tenant and
+    // engine kind may take the key's next item now (nothing else would wake them).
+    const freed = done.filter((d) => d.freed !== null && d.engine_kind !== null).map((d) => workKey(d.freed!, d.engine_kind!));
+    if (freed.length > 0) queue.work.ring([...new Set(freed)]);
     return fencedOutcomes(
       items.map((i) => i.id),
       done.map((d) => d.id),
@@ -222,6 +226,7 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
               leaseTtlMs: config.leaseTtl,
               affinity: { policy: config.affinityPolicy === "hold" ? "hold" : "rebind", graceMs: config.affinityGrace },
               bindingSeed: newId(now),
+              liveEdgeMs: now - config.livenessIntervals * config.heartbeatInterval,
               leaseToken: dispatch.leaseToken,
               completions,
             });

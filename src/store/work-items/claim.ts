@@ -11,6 +11,8 @@ import { tsAt, tsSeconds } from "../../db/values.js";
 import { claimingAgentCte, claimOrder, CLAIMING_AGENT, keyAllows, movable, pendingAndDue, serves, tableItem } from "./claim-rule.js";
 import { CLAIMED_COLUMNS, claimedCompletionColumns, type ClaimedRow, type Completed } from "./columns.js";
 import type { ItemsContext } from "./context.js";
+import { keyCtes, keyDispatchable, keyHasRoom } from "./concurrency.js";
+import { fitsNow, placementCtes, reserveCte, roomCtes } from "./placement.js";
 import { COMPLETED_COLUMNS, completeCtes, completionParams, RECOMPLETED_COLUMNS, type Completion, type CompletionParams } from "./fenced-writes.js";
 
 export interface ClaimInput {
@@ -30,6 +32,8 @@ export interface ClaimInput {
    * statement.
    */
   leaseToken: string;
+  /** Epoch ms before which the agent's latest heartbeat is too old to place work by (the liveness window's start). */
+  liveEdgeMs: number;
   /** Items the agent finished, completed (fenced, as complete() does) in the claim's statement. */
   completions?: readonly Completion[];
 }
@@ -74,6 +78,7 @@ export async function claim(q: ItemsContext, c: ClaimInput): Promise<{ claimed: 
   const w = q.t.id("work_item");
   const a = q.t.id("agent");
   const b = q.t.id("affinity_binding");
+  const k = q.t.id("concurrency_key");
   const completions = c.completions ?? [];
   const max = Math.trunc(c.max);
   const params = {
@@ -86,6 +91,7 @@ export async function claim(q: ItemsContext, c: ClaimInput): Promise<{ claimed: 
     now: tsSeconds(c.nowMs),
     graceEdge: tsSeconds(c.nowMs - c.affinity.graceMs),
     rebind: c.affinity.policy === "rebind",
+    liveEdgeMs: String(c.liveEdgeMs),
     ...(completions.length > 0 ? completionParams(completions) : {}),
   };
   const token = q.shapes.token(`claim:${completions.length > 0 ? "completing" : "plain"}:${max}`, params, (p) => {
@@ -96,17 +102,26 @@ export async function claim(q: ItemsContext, c: ClaimInput): Promise<{ claimed: 
         ? sql.fragment`${completeCtes(q, p as Markers<typeof params & CompletionParams>)}, done AS (SELECT ${COMPLETED_COLUMNS} FROM completing UNION ALL SELECT ${RECOMPLETED_COLUMNS} FROM recompleted), `
         : sql.fragment``;
     const graceEdge = tsAt(p.graceEdge);
+    const now = tsAt(p.now);
+    const keyTerms = { items: w, keys: k };
+    const placeTerms = { items: w, agents: a, agent: p.agent, liveEdgeMs: p.liveEdgeMs };
     return sql.unsafe`
-        WITH ${done}agent AS MATERIALIZED (
+        WITH RECURSIVE ${done}agent AS MATERIALIZED (
           ${claimingAgentCte(a, p.agent)}
-        ), picked AS (
+        ), ${roomCtes(placeTerms)}, picked AS (
           -- A single-table scan in the claim index's order, so LIMIT stops it early; the agent's
           -- lists are computed once (InitPlans) and an agent that may not claim scans nothing.
-          SELECT w.id, w.affinity_key FROM ${w} w
+          -- Rows whose requirements do not fit the agent now, or whose concurrency key is full,
+          -- are passed over (placement.ts, concurrency.ts); a plain row asks neither.
+          SELECT w.id, w.affinity_key, w.tenant_key, w.concurrency_key, w.worker_params -> 'requirements' AS req,
+                 (w.worker_params ->> 'maxInFlight')::int AS own_limit, w.priority, w.createdon
+            FROM ${w} w
            WHERE EXISTS (SELECT 1 FROM agent)
              AND ${pendingAndDue("w", p.nowNs)}
              AND ${serves(CLAIMING_AGENT, tableItem("w"))}
              AND ${keyAllows("w", { items: w, bindings: b, agents: a, agent: p.agent, rebind: p.rebind, graceEdge })}
+             AND ${fitsNow("w")}
+             AND ${keyHasRoom(keyTerms, "w")}
            ORDER BY ${claimOrder("w")}
            LIMIT ${sql.literalValue(String(max))}
            FOR UPDATE OF w SKIP LOCKED
@@ -117,35 +132,40 @@ export async function claim(q: ItemsContext, c: ClaimInput): Promise<{ claimed: 
             LEFT JOIN ${b} bk ON bk.affinity_key = d.k
         ), pinned AS (
           INSERT INTO ${b} (id, affinity_key, agent_id, createdby, createdon, updatedby, updatedon)
-          SELECT ${bindingId(p.bindingSeed, sql.fragment`keys.n`)}, keys.k, ${p.agent}, ${p.agent}, ${tsAt(p.now)}, ${p.agent}, ${tsAt(p.now)} FROM keys
+          SELECT ${bindingId(p.bindingSeed, sql.fragment`keys.n`)}, keys.k, ${p.agent}, ${p.agent}, ${now}, ${p.agent}, ${now} FROM keys
           ON CONFLICT (affinity_key) DO NOTHING
           RETURNING affinity_key
         ), held AS (
-          UPDATE ${b} bb SET agent_id = ${p.agent}, updatedby = ${p.agent}, updatedon = ${tsAt(p.now)}
+          UPDATE ${b} bb SET agent_id = ${p.agent}, updatedby = ${p.agent}, updatedon = ${now}
             FROM keys
            WHERE bb.affinity_key = keys.k
              AND (bb.agent_id = ${p.agent}
                   OR ${movable({ agents: a, items: w, rebind: p.rebind, graceEdge, key: sql.fragment`bb.affinity_key`, version: sql.fragment`keys.v` })})
           RETURNING bb.affinity_key
-        ), claimed AS (
+        ), ${keyCtes(keyTerms, { agent: p.agent, now, rowId: (n) => bindingId(p.bindingSeed, n) })}, need AS (
+          SELECT p.id, p.req AS r, row_number() OVER (ORDER BY p.priority, p.createdon, p.id) AS n
+            FROM picked p WHERE p.req IS NOT NULL AND (p.concurrency_key IS NULL OR p.id IN (SELECT id FROM kadmit))
+        ), ${placementCtes()}, ${reserveCte(placeTerms, now)}, claimed AS (
         UPDATE ${w} w
            SET status = 'dispatched', agent_id = ${p.agent}, leased_by = ${p.instance}, dispatched_at = ${p.nowNs},
-               lease_expires_at = ${p.leaseExpiresNs}, lease_token = ${p.leaseToken},
-               updatedby = ${p.agent}, updatedon = ${tsAt(p.now)}
-          FROM picked
+               lease_expires_at = ${p.leaseExpiresNs}, lease_token = ${p.leaseToken}, gpu_indices = placed.gpus,
+               updatedby = ${p.agent}, updatedon = ${now}
+          FROM picked LEFT JOIN placed ON placed.id = picked.id
          WHERE w.id = picked.id
            AND (picked.affinity_key IS NULL
                 OR picked.affinity_key IN (SELECT affinity_key FROM pinned)
                 OR picked.affinity_key IN (SELECT affinity_key FROM held))
+           AND ${keyDispatchable}
+           AND (picked.req IS NULL OR (placed.id IS NOT NULL AND EXISTS (SELECT 1 FROM reserve)))
         RETURNING ${CLAIMED_COLUMNS}
         )
-        SELECT false AS done, claimed.*, NULL::float8 AS run_s FROM claimed
-        ${"doneIds" in p ? sql.fragment`UNION ALL SELECT true, ${claimedCompletionColumns("done")}, done.run_s FROM done` : sql.fragment``}`;
+        SELECT false AS done, claimed.*, NULL::float8 AS run_s, NULL::text AS freed FROM claimed
+        ${"doneIds" in p ? sql.fragment`UNION ALL SELECT true, ${claimedCompletionColumns("done")}, done.run_s, done.freed FROM done` : sql.fragment``}`;
   });
-  const rows = await q.hotRaw<ClaimedRow & { done: boolean; run_s: number | null }>(token);
+  const rows = await q.hotRaw<ClaimedRow & { done: boolean; run_s: number | null; freed: string | null }>(token);
   const claimed: ClaimedRow[] = [];
   const completed: Completed[] = [];
-  for (const r of rows) if (r.done) completed.push({ id: r.id, engine_kind: r.engine_kind, run_s: r.run_s });
+  for (const r of rows) if (r.done) completed.push({ id: r.id, engine_kind: r.engine_kind, run_s: r.run_s, freed: r.freed });
   else claimed.push(r);
   return { claimed, completed };
 }

@@ -40,6 +40,9 @@ export const workItemRow = z.object({
   affinity_key: z.string().nullable(),
   /** W3C traceparent of the span that enqueued it (migration 0007). */
   trace_context: z.string().nullable(),
+  /** The GPUs the current or last dispatch placed it on (migration 0008). */
+  gpu_indices: z.array(z.number()).nullable(),
+  concurrency_key: z.string().nullable(),
   createdon: z.number(),
   updatedon: z.number().nullable(),
 });
@@ -51,7 +54,7 @@ export type WorkItemRow = z.infer<typeof workItemRow>;
  */
 export const ITEM_COLUMNS = sql.fragment`id, tenant_key, engine_id, engine_kind, parent_work_item_id, run_id, task_id, task_name, worker_params,
   payload::text AS payload, status, priority, agent_id, dispatched_at, completed_at, lease_expires_at, leased_by, next_attempt_at,
-  retry_count, max_retries, redelivery_count, max_redeliveries, error, lease_token, result::text AS result, idempotency_key, affinity_key, trace_context, createdon, updatedon`;
+  retry_count, max_retries, redelivery_count, max_redeliveries, error, lease_token, result::text AS result, idempotency_key, affinity_key, trace_context, gpu_indices, concurrency_key, createdon, updatedon`;
 
 /**
  * What a claim reads back: only the columns the claimed item's wire form needs and the claim did not
@@ -83,6 +86,10 @@ export interface ClaimedRow {
   affinity_key: string | null;
   /** W3C traceparent of the span that enqueued it: handed to the agent as it is. */
   trace_context: string | null;
+  /** worker_params minus the selector, as JSON text: requirements and concurrency key (null when neither). */
+  params: string | null;
+  /** The GPUs this dispatch placed it on. */
+  gpu_indices: number[] | null;
   /** createdon in epoch milliseconds. */
   createdon_ms: number;
 }
@@ -109,6 +116,8 @@ const CLAIMED: readonly [FragmentSqlToken, string][] = [
   [sql.fragment`w.idempotency_key`, "idempotency_key"],
   [sql.fragment`w.affinity_key`, "affinity_key"],
   [sql.fragment`w.trace_context`, "trace_context"],
+  [sql.fragment`(NULLIF(w.worker_params - 'selector' - 'affinityKey', '{}'::jsonb))::text`, "params"],
+  [sql.fragment`w.gpu_indices`, "gpu_indices"],
   [sql.fragment`(extract(epoch FROM w.createdon) * 1000)::float8`, "createdon_ms"],
 ];
 export const CLAIMED_COLUMNS = sql.join(
@@ -169,6 +178,8 @@ export interface Completed {
   id: string;
   engine_kind: string | null;
   run_s: number | null;
+  /** The item's tenant when it had a concurrency key: its end frees a slot of the key, which claims waiting on (tenant, engine kind) may now take. */
+  freed: string | null;
 }
 /** A stranded item made a dead letter. */
 export const strandedRow = z.object({ id: z.string(), engine_kind: z.string() });

@@ -32,6 +32,8 @@ export interface NewItem {
   parentId: string | null;
   idempotencyKey: string | null;
   affinityKey: string | null;
+  /** worker_params.concurrencyKey, for its column (migration 0008). */
+  concurrencyKey: string | null;
 }
 
 /** One item to insert, with the call it came from. */
@@ -112,6 +114,7 @@ export async function enqueueRows(q: ItemsContext, rows: readonly EnqueueRow[], 
     maxRedeliveries: col((r) => r.item.maxRedeliveries),
     idems: col((r) => r.item.idempotencyKey),
     affinities: col((r) => r.item.affinityKey),
+    concurrencyKeys: col((r) => r.item.concurrencyKey),
     traces: col((r) => r.traceContext ?? null),
   };
   const offered = handoff !== undefined && handoff.agents.some((x) => x !== null);
@@ -169,14 +172,14 @@ export async function enqueueRows(q: ItemsContext, rows: readonly EnqueueRow[], 
             ${sql.array(p.bys, "text")}, ${sql.array(p.ats, "timestamptz")}, ${sql.array(p.kinds, "text")}, ${sql.array(p.parents, "text")},
             ${sql.array(p.runIds, "text")}, ${sql.array(p.taskIds, "text")}, ${sql.array(p.taskNames, "text")},
             ${sql.array(p.workerParams, "jsonb")}, ${sql.array(p.payloads, "jsonb")}, ${sql.array(p.priorities, "int4")}, ${sql.array(p.notBefores, "int8")},
-            ${sql.array(p.maxRetries, "int4")}, ${sql.array(p.maxRedeliveries, "int4")}, ${sql.array(p.idems, "text")}, ${sql.array(p.affinities, "text")}, ${sql.array(p.traces, "text")}${handArrays})
+            ${sql.array(p.maxRetries, "int4")}, ${sql.array(p.maxRedeliveries, "int4")}, ${sql.array(p.idems, "text")}, ${sql.array(p.affinities, "text")}, ${sql.array(p.concurrencyKeys, "text")}, ${sql.array(p.traces, "text")}${handArrays})
           WITH ORDINALITY AS v(id, tenant, engine_id, by, at, engine_kind, parent, run_id, task_id, task_name, worker_params, payload,
-                               priority, next_attempt_at, max_retries, max_redeliveries, idem, affinity, trace${handNames}, ord)
+                               priority, next_attempt_at, max_retries, max_redeliveries, idem, affinity, ckey, trace${handNames}, ord)
         )
         -- The table is named within pg_stat_activity's first 1 KiB of the statement (tests find it there).
         INSERT INTO ${w} AS w (id, tenant_key, engine_id, engine_kind, parent_work_item_id, run_id, task_id, task_name, worker_params, payload, trace_context,
-                          status, priority, next_attempt_at, retry_count, max_retries, max_redeliveries, idempotency_key, affinity_key, createdby, createdon, updatedby, updatedon${handColumns})
-        SELECT v.id, v.tenant, v.engine_id, v.engine_kind, v.parent, v.run_id, v.task_id, v.task_name, v.worker_params, v.payload, v.trace,
+                          concurrency_key, status, priority, next_attempt_at, retry_count, max_retries, max_redeliveries, idempotency_key, affinity_key, createdby, createdon, updatedby, updatedon${handColumns})
+        SELECT v.id, v.tenant, v.engine_id, v.engine_kind, v.parent, v.run_id, v.task_id, v.task_name, v.worker_params, v.payload, v.trace, v.ckey,
                ${values}
           FROM v${check}
          -- Rows go in in (tenant, idempotency key) order: two batches sharing keys (on any daemons)

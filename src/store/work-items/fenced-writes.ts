@@ -84,8 +84,8 @@ export function complete(q: ItemsContext, agent: string, items: readonly Complet
 }
 
 /** What `completing` and `recompleted` answer, as Completed rows (see completeCtes). */
-export const COMPLETED_COLUMNS = sql.fragment`id, engine_kind, run_s`;
-export const RECOMPLETED_COLUMNS = sql.fragment`id, NULL::text AS engine_kind, NULL::float8 AS run_s`;
+export const COMPLETED_COLUMNS = sql.fragment`id, engine_kind, run_s, freed`;
+export const RECOMPLETED_COLUMNS = sql.fragment`id, NULL::text AS engine_kind, NULL::float8 AS run_s, NULL::text AS freed`;
 
 /**
  * The fenced completion as two CTEs (of its own statement, or of a claim's): `completing` completes
@@ -106,7 +106,8 @@ export function completeCtes(q: ItemsContext, p: Markers<CompletionParams & { ag
                           updatedby = ${p.agent}, updatedon = ${tsAt(p.now)}
           FROM ${v}
          WHERE ${ids} AND w.id = v.id AND w.lease_token = v.token AND w.status = 'dispatched' AND w.agent_id = ${p.agent} ${within}
-        RETURNING w.id, w.engine_kind, ((${p.nowNs}::bigint - w.dispatched_at) / 1e9)::float8 AS run_s
+        RETURNING w.id, w.engine_kind, ((${p.nowNs}::bigint - w.dispatched_at) / 1e9)::float8 AS run_s,
+                  CASE WHEN w.concurrency_key IS NOT NULL THEN w.tenant_key END AS freed
         ), recompleted AS (
         SELECT w.id FROM ${w} w JOIN ${v} ON w.id = v.id AND w.lease_token = v.token
          WHERE ${ids} AND w.status = 'completed' AND w.agent_id = ${p.agent} ${within}

@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file aiflow/cluster/v1/agent.proto.
  */
 export const file_aiflow_cluster_v1_agent: GenFile = /*@__PURE__*/
-  fileDesc("Ch1haWZsb3cvY2x1c3Rlci92MS9hZ2VudC5wcm90bxIRYWlmbG93LmNsdXN0ZXIudjEivAEKDUFnZW50TWV0YWRhdGESOAoEdGFncxgBIAMoCzIqLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50TWV0YWRhdGEuVGFnc0VudHJ5Eg0KBXNsb3RzGAIgASgNEg8KB3RlbmFudHMYAyADKAkSFAoMZW5naW5lX2tpbmRzGAQgAygJEg4KBm1vZGVscxgFIAMoCRorCglUYWdzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASL0AQoPUmVnaXN0ZXJSZXF1ZXN0EgwKBG5hbWUYASABKAkSFAoMaHR0cF9hZGRyZXNzGAIgASgJEhQKDGdycGNfYWRkcmVzcxgDIAEoCRIVCg1pbmZyYV9hZGRyZXNzGAQgASgJEhUKDWFnZW50X3ZlcnNpb24YBSABKAkSEwoLYmluYXJ5X3BhdGgYBiABKAkSMAoKYWdlbnRfdHlwZRgHIAEoDjIcLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50VHlwZRIyCghtZXRhZGF0YRgIIAEoCzIgLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50TWV0YWRhdGEixAEKEFJlZ2lzdGVyUmVzcG9uc2USCgoCaWQYASABKAkSLgoGc3RhdHVzGAIgASgOMh4uYWlmbG93LmNsdXN0ZXIudjEuQWdlbnRTdGF0dXMSNQoSaGVhcnRiZWF0X2ludGVydmFsGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEiwKCWxlYXNlX3R0bBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIPCgdjcmVhdGVkGAUgASgIIkUKC0Rpc2tNZXRyaWNzEg0KBW1vdW50GAEgASgJEhIKCmZyZWVfYnl0ZXMYAiABKAQSEwoLdG90YWxfYnl0ZXMYAyABKAQidgoKR3B1TWV0cmljcxINCgVpbmRleBgBIAEoDRINCgVtb2RlbBgCIAEoCRITCgt1dGlsaXphdGlvbhgDIAEoARIZChFtZW1vcnlfdXNlZF9ieXRlcxgEIAEoBBIaChJtZW1vcnlfdG90YWxfYnl0ZXMYBSABKAQiugEKDEFnZW50TWV0cmljcxIXCg9jcHVfdXRpbGl6YXRpb24YASABKAESGQoRbWVtb3J5X3VzZWRfYnl0ZXMYAiABKAQSGgoSbWVtb3J5X3RvdGFsX2J5dGVzGAMgASgEEi0KBWRpc2tzGAQgAygLMh4uYWlmbG93LmNsdXN0ZXIudjEuRGlza01ldHJpY3MSKwoEZ3B1cxgFIAMoCzIdLmFpZmxvdy5jbHVzdGVyLnYxLkdwdU1ldHJpY3MiZQoQSGVhcnRiZWF0UmVxdWVzdBIMCgRuYW1lGAEgASgJEjAKB21ldHJpY3MYAiABKAsyHy5haWZsb3cuY2x1c3Rlci52MS5BZ2VudE1ldHJpY3MSEQoJaW5fZmxpZ2h0GAMgASgNInUKEUhlYXJ0YmVhdFJlc3BvbnNlEi4KBnN0YXR1cxgBIAEoDjIeLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50U3RhdHVzEjAKCmRpcmVjdGl2ZXMYAiADKAsyHC5haWZsb3cuY2x1c3Rlci52MS5EaXJlY3RpdmUifwoJRGlyZWN0aXZlEjQKBnN0YXR1cxgBIAEoCzIiLmFpZmxvdy5jbHVzdGVyLnYxLlN0YXR1c0RpcmVjdGl2ZUgAEjQKBmNhbmNlbBgCIAEoCzIiLmFpZmxvdy5jbHVzdGVyLnYxLkNhbmNlbERpcmVjdGl2ZUgAQgYKBGtpbmQihQEKD1N0YXR1c0RpcmVjdGl2ZRIuCgZzdGF0dXMYASABKA4yHi5haWZsb3cuY2x1c3Rlci52MS5BZ2VudFN0YXR1cxIOCgZyZWFzb24YAiABKAkSMgoOZHJhaW5fZGVhZGxpbmUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIkwKD0NhbmNlbERpcmVjdGl2ZRIUCgx3b3JrX2l0ZW1faWQYASABKAkSEwoLbGVhc2VfdG9rZW4YAiABKAkSDgoGcmVhc29uGAMgASgJIiYKFldhdGNoRGlyZWN0aXZlc1JlcXVlc3QSDAoEbmFtZRgBIAEoCSJKChdXYXRjaERpcmVjdGl2ZXNSZXNwb25zZRIvCglkaXJlY3RpdmUYASABKAsyHC5haWZsb3cuY2x1c3Rlci52MS5EaXJlY3RpdmUiIQoRRGVyZWdpc3RlclJlcXVlc3QSDAoEbmFtZRgBIAEoCSIUChJEZXJlZ2lzdGVyUmVzcG9uc2UiqwEKDENsYWltUmVxdWVzdBIMCgRuYW1lGAEgASgJEhEKCW1heF9pdGVtcxgCIAEoDRInCgR3YWl0GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjIKC2NvbXBsZXRpb25zGAQgAygLMh0uYWlmbG93LmNsdXN0ZXIudjEuQ29tcGxldGlvbhIdChV3YWl0X3dpdGhfY29tcGxldGlvbnMYBSABKAgivwEKDUNsYWltUmVzcG9uc2USKgoFaXRlbXMYASADKAsyGy5haWZsb3cuY2x1c3Rlci52MS5Xb3JrSXRlbRIuCgZzdGF0dXMYAiABKA4yHi5haWZsb3cuY2x1c3Rlci52MS5BZ2VudFN0YXR1cxIVCg1hZmZpbml0eV9rZXlzGAMgAygJEjsKE2NvbXBsZXRpb25fb3V0Y29tZXMYBCADKAsyHi5haWZsb3cuY2x1c3Rlci52MS5JdGVtT3V0Y29tZSI1CghMZWFzZVJlZhIUCgx3b3JrX2l0ZW1faWQYASABKAkSEwoLbGVhc2VfdG9rZW4YAiABKAkiTwoSRXh0ZW5kTGVhc2VSZXF1ZXN0EgwKBG5hbWUYASABKAkSKwoGbGVhc2VzGAIgAygLMhsuYWlmbG93LmNsdXN0ZXIudjEuTGVhc2VSZWYiZAoTRXh0ZW5kTGVhc2VSZXNwb25zZRIwCghvdXRjb21lcxgBIAMoCzIeLmFpZmxvdy5jbHVzdGVyLnYxLkl0ZW1PdXRjb21lEhsKE2xlYXNlX2V4cGlyZXNfYXRfbnMYAiABKAMiTAoKQ29tcGxldGlvbhIUCgx3b3JrX2l0ZW1faWQYASABKAkSEwoLbGVhc2VfdG9rZW4YAiABKAkSEwoLcmVzdWx0X2pzb24YAyABKAkiTQoPQ29tcGxldGVSZXF1ZXN0EgwKBG5hbWUYASABKAkSLAoFaXRlbXMYAiADKAsyHS5haWZsb3cuY2x1c3Rlci52MS5Db21wbGV0aW9uIkQKEENvbXBsZXRlUmVzcG9uc2USMAoIb3V0Y29tZXMYASADKAsyHi5haWZsb3cuY2x1c3Rlci52MS5JdGVtT3V0Y29tZSKGAQoHRmFpbHVyZRIUCgx3b3JrX2l0ZW1faWQYASABKAkSEwoLbGVhc2VfdG9rZW4YAiABKAkSDQoFZXJyb3IYAyABKAkSEQoJcmV0cnlhYmxlGAQgASgIEi4KC3JldHJ5X2RlbGF5GAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIkYKC0ZhaWxSZXF1ZXN0EgwKBG5hbWUYASABKAkSKQoFaXRlbXMYAiADKAsyGi5haWZsb3cuY2x1c3Rlci52MS5GYWlsdXJlIkAKDEZhaWxSZXNwb25zZRIwCghvdXRjb21lcxgBIAMoCzIeLmFpZmxvdy5jbHVzdGVyLnYxLkl0ZW1PdXRjb21lIksKDlJlbGVhc2VSZXF1ZXN0EgwKBG5hbWUYASABKAkSKwoGbGVhc2VzGAIgAygLMhsuYWlmbG93LmNsdXN0ZXIudjEuTGVhc2VSZWYiQwoPUmVsZWFzZVJlc3BvbnNlEjAKCG91dGNvbWVzGAEgAygLMh4uYWlmbG93LmNsdXN0ZXIudjEuSXRlbU91dGNvbWUqVAoJQWdlbnRUeXBlEhoKFkFHRU5UX1RZUEVfVU5TUEVDSUZJRUQQABIVChFBR0VOVF9UWVBFX1JFTU9URRABEhQKEEFHRU5UX1RZUEVfTE9DQUwQAjKcBgoMQWdlbnRTZXJ2aWNlElMKCFJlZ2lzdGVyEiIuYWlmbG93LmNsdXN0ZXIudjEuUmVnaXN0ZXJSZXF1ZXN0GiMuYWlmbG93LmNsdXN0ZXIudjEuUmVnaXN0ZXJSZXNwb25zZRJWCglIZWFydGJlYXQSIy5haWZsb3cuY2x1c3Rlci52MS5IZWFydGJlYXRSZXF1ZXN0GiQuYWlmbG93LmNsdXN0ZXIudjEuSGVhcnRiZWF0UmVzcG9uc2USagoPV2F0Y2hEaXJlY3RpdmVzEikuYWlmbG93LmNsdXN0ZXIudjEuV2F0Y2hEaXJlY3RpdmVzUmVxdWVzdBoqLmFpZmxvdy5jbHVzdGVyLnYxLldhdGNoRGlyZWN0aXZlc1Jlc3BvbnNlMAESWQoKRGVyZWdpc3RlchIkLmFpZmxvdy5jbHVzdGVyLnYxLkRlcmVnaXN0ZXJSZXF1ZXN0GiUuYWlmbG93LmNsdXN0ZXIudjEuRGVyZWdpc3RlclJlc3BvbnNlEkoKBUNsYWltEh8uYWlmbG93LmNsdXN0ZXIudjEuQ2xhaW1SZXF1ZXN0GiAuYWlmbG93LmNsdXN0ZXIudjEuQ2xhaW1SZXNwb25zZRJcCgtFeHRlbmRMZWFzZRIlLmFpZmxvdy5jbHVzdGVyLnYxLkV4dGVuZExlYXNlUmVxdWVzdBomLmFpZmxvdy5jbHVzdGVyLnYxLkV4dGVuZExlYXNlUmVzcG9uc2USUwoIQ29tcGxldGUSIi5haWZsb3cuY2x1c3Rlci52MS5Db21wbGV0ZVJlcXVlc3QaIy5haWZsb3cuY2x1c3Rlci52MS5Db21wbGV0ZVJlc3BvbnNlEkcKBEZhaWwSHi5haWZsb3cuY2x1c3Rlci52MS5GYWlsUmVxdWVzdBofLmFpZmxvdy5jbHVzdGVyLnYxLkZhaWxSZXNwb25zZRJQCgdSZWxlYXNlEiEuYWlmbG93LmNsdXN0ZXIudjEuUmVsZWFzZVJlcXVlc3QaIi5haWZsb3cuY2x1c3Rlci52MS5SZWxlYXNlUmVzcG9uc2ViBnByb3RvMw", [file_aiflow_cluster_v1_common, file_aiflow_cluster_v1_work_item, file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("Ch1haWZsb3cvY2x1c3Rlci92MS9hZ2VudC5wcm90bxIRYWlmbG93LmNsdXN0ZXIudjEi8AEKDUFnZW50TWV0YWRhdGESOAoEdGFncxgBIAMoCzIqLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50TWV0YWRhdGEuVGFnc0VudHJ5Eg0KBXNsb3RzGAIgASgNEg8KB3RlbmFudHMYAyADKAkSFAoMZW5naW5lX2tpbmRzGAQgAygJEg4KBm1vZGVscxgFIAMoCRIyCghjYXBhY2l0eRgGIAEoCzIgLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50Q2FwYWNpdHkaKwoJVGFnc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEilAEKDUFnZW50Q2FwYWNpdHkSEgoKY3B1X21pbGxpcxgBIAEoAxIRCgltZW1vcnlfbWIYAiABKAMSLAoEZ3B1cxgDIAMoCzIeLmFpZmxvdy5jbHVzdGVyLnYxLkdwdUNhcGFjaXR5Ei4KBWRpc2tzGAQgAygLMh8uYWlmbG93LmNsdXN0ZXIudjEuRGlza0NhcGFjaXR5Ij4KC0dwdUNhcGFjaXR5Eg0KBWluZGV4GAEgASgFEg0KBW1vZGVsGAIgASgJEhEKCW1lbW9yeV9tYhgDIAEoAyIuCgxEaXNrQ2FwYWNpdHkSDQoFbW91bnQYASABKAkSDwoHc2l6ZV9tYhgCIAEoAyL0AQoPUmVnaXN0ZXJSZXF1ZXN0EgwKBG5hbWUYASABKAkSFAoMaHR0cF9hZGRyZXNzGAIgASgJEhQKDGdycGNfYWRkcmVzcxgDIAEoCRIVCg1pbmZyYV9hZGRyZXNzGAQgASgJEhUKDWFnZW50X3ZlcnNpb24YBSABKAkSEwoLYmluYXJ5X3BhdGgYBiABKAkSMAoKYWdlbnRfdHlwZRgHIAEoDjIcLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50VHlwZRIyCghtZXRhZGF0YRgIIAEoCzIgLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50TWV0YWRhdGEixAEKEFJlZ2lzdGVyUmVzcG9uc2USCgoCaWQYASABKAkSLgoGc3RhdHVzGAIgASgOMh4uYWlmbG93LmNsdXN0ZXIudjEuQWdlbnRTdGF0dXMSNQoSaGVhcnRiZWF0X2ludGVydmFsGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEiwKCWxlYXNlX3R0bBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIPCgdjcmVhdGVkGAUgASgIIkUKC0Rpc2tNZXRyaWNzEg0KBW1vdW50GAEgASgJEhIKCmZyZWVfYnl0ZXMYAiABKAQSEwoLdG90YWxfYnl0ZXMYAyABKAQidgoKR3B1TWV0cmljcxINCgVpbmRleBgBIAEoDRINCgVtb2RlbBgCIAEoCRITCgt1dGlsaXphdGlvbhgDIAEoARIZChFtZW1vcnlfdXNlZF9ieXRlcxgEIAEoBBIaChJtZW1vcnlfdG90YWxfYnl0ZXMYBSABKAQiugEKDEFnZW50TWV0cmljcxIXCg9jcHVfdXRpbGl6YXRpb24YASABKAESGQoRbWVtb3J5X3VzZWRfYnl0ZXMYAiABKAQSGgoSbWVtb3J5X3RvdGFsX2J5dGVzGAMgASgEEi0KBWRpc2tzGAQgAygLMh4uYWlmbG93LmNsdXN0ZXIudjEuRGlza01ldHJpY3MSKwoEZ3B1cxgFIAMoCzIdLmFpZmxvdy5jbHVzdGVyLnYxLkdwdU1ldHJpY3MiZQoQSGVhcnRiZWF0UmVxdWVzdBIMCgRuYW1lGAEgASgJEjAKB21ldHJpY3MYAiABKAsyHy5haWZsb3cuY2x1c3Rlci52MS5BZ2VudE1ldHJpY3MSEQoJaW5fZmxpZ2h0GAMgASgNInUKEUhlYXJ0YmVhdFJlc3BvbnNlEi4KBnN0YXR1cxgBIAEoDjIeLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50U3RhdHVzEjAKCmRpcmVjdGl2ZXMYAiADKAsyHC5haWZsb3cuY2x1c3Rlci52MS5EaXJlY3RpdmUifwoJRGlyZWN0aXZlEjQKBnN0YXR1cxgBIAEoCzIiLmFpZmxvdy5jbHVzdGVyLnYxLlN0YXR1c0RpcmVjdGl2ZUgAEjQKBmNhbmNlbBgCIAEoCzIiLmFpZmxvdy5jbHVzdGVyLnYxLkNhbmNlbERpcmVjdGl2ZUgAQgYKBGtpbmQihQEKD1N0YXR1c0RpcmVjdGl2ZRIuCgZzdGF0dXMYASABKA4yHi5haWZsb3cuY2x1c3Rlci52MS5BZ2VudFN0YXR1cxIOCgZyZWFzb24YAiABKAkSMgoOZHJhaW5fZGVhZGxpbmUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIkwKD0NhbmNlbERpcmVjdGl2ZRIUCgx3b3JrX2l0ZW1faWQYASABKAkSEwoLbGVhc2VfdG9rZW4YAiABKAkSDgoGcmVhc29uGAMgASgJIiYKFldhdGNoRGlyZWN0aXZlc1JlcXVlc3QSDAoEbmFtZRgBIAEoCSJKChdXYXRjaERpcmVjdGl2ZXNSZXNwb25zZRIvCglkaXJlY3RpdmUYASABKAsyHC5haWZsb3cuY2x1c3Rlci52MS5EaXJlY3RpdmUiIQoRRGVyZWdpc3RlclJlcXVlc3QSDAoEbmFtZRgBIAEoCSIUChJEZXJlZ2lzdGVyUmVzcG9uc2UiqwEKDENsYWltUmVxdWVzdBIMCgRuYW1lGAEgASgJEhEKCW1heF9pdGVtcxgCIAEoDRInCgR3YWl0GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjIKC2NvbXBsZXRpb25zGAQgAygLMh0uYWlmbG93LmNsdXN0ZXIudjEuQ29tcGxldGlvbhIdChV3YWl0X3dpdGhfY29tcGxldGlvbnMYBSABKAgivwEKDUNsYWltUmVzcG9uc2USKgoFaXRlbXMYASADKAsyGy5haWZsb3cuY2x1c3Rlci52MS5Xb3JrSXRlbRIuCgZzdGF0dXMYAiABKA4yHi5haWZsb3cuY2x1c3Rlci52MS5BZ2VudFN0YXR1cxIVCg1hZmZpbml0eV9rZXlzGAMgAygJEjsKE2NvbXBsZXRpb25fb3V0Y29tZXMYBCADKAsyHi5haWZsb3cuY2x1c3Rlci52MS5JdGVtT3V0Y29tZSI1CghMZWFzZVJlZhIUCgx3b3JrX2l0ZW1faWQYASABKAkSEwoLbGVhc2VfdG9rZW4YAiABKAkiTwoSRXh0ZW5kTGVhc2VSZXF1ZXN0EgwKBG5hbWUYASABKAkSKwoGbGVhc2VzGAIgAygLMhsuYWlmbG93LmNsdXN0ZXIudjEuTGVhc2VSZWYiZAoTRXh0ZW5kTGVhc2VSZXNwb25zZRIwCghvdXRjb21lcxgBIAMoCzIeLmFpZmxvdy5jbHVzdGVyLnYxLkl0ZW1PdXRjb21lEhsKE2xlYXNlX2V4cGlyZXNfYXRfbnMYAiABKAMiTAoKQ29tcGxldGlvbhIUCgx3b3JrX2l0ZW1faWQYASABKAkSEwoLbGVhc2VfdG9rZW4YAiABKAkSEwoLcmVzdWx0X2pzb24YAyABKAkiTQoPQ29tcGxldGVSZXF1ZXN0EgwKBG5hbWUYASABKAkSLAoFaXRlbXMYAiADKAsyHS5haWZsb3cuY2x1c3Rlci52MS5Db21wbGV0aW9uIkQKEENvbXBsZXRlUmVzcG9uc2USMAoIb3V0Y29tZXMYASADKAsyHi5haWZsb3cuY2x1c3Rlci52MS5JdGVtT3V0Y29tZSKGAQoHRmFpbHVyZRIUCgx3b3JrX2l0ZW1faWQYASABKAkSEwoLbGVhc2VfdG9rZW4YAiABKAkSDQoFZXJyb3IYAyABKAkSEQoJcmV0cnlhYmxlGAQgASgIEi4KC3JldHJ5X2RlbGF5GAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIkYKC0ZhaWxSZXF1ZXN0EgwKBG5hbWUYASABKAkSKQoFaXRlbXMYAiADKAsyGi5haWZsb3cuY2x1c3Rlci52MS5GYWlsdXJlIkAKDEZhaWxSZXNwb25zZRIwCghvdXRjb21lcxgBIAMoCzIeLmFpZmxvdy5jbHVzdGVyLnYxLkl0ZW1PdXRjb21lIksKDlJlbGVhc2VSZXF1ZXN0EgwKBG5hbWUYASABKAkSKwoGbGVhc2VzGAIgAygLMhsuYWlmbG93LmNsdXN0ZXIudjEuTGVhc2VSZWYiQwoPUmVsZWFzZVJlc3BvbnNlEjAKCG91dGNvbWVzGAEgAygLMh4uYWlmbG93LmNsdXN0ZXIudjEuSXRlbU91dGNvbWUqVAoJQWdlbnRUeXBlEhoKFkFHRU5UX1RZUEVfVU5TUEVDSUZJRUQQABIVChFBR0VOVF9UWVBFX1JFTU9URRABEhQKEEFHRU5UX1RZUEVfTE9DQUwQAjKcBgoMQWdlbnRTZXJ2aWNlElMKCFJlZ2lzdGVyEiIuYWlmbG93LmNsdXN0ZXIudjEuUmVnaXN0ZXJSZXF1ZXN0GiMuYWlmbG93LmNsdXN0ZXIudjEuUmVnaXN0ZXJSZXNwb25zZRJWCglIZWFydGJlYXQSIy5haWZsb3cuY2x1c3Rlci52MS5IZWFydGJlYXRSZXF1ZXN0GiQuYWlmbG93LmNsdXN0ZXIudjEuSGVhcnRiZWF0UmVzcG9uc2USagoPV2F0Y2hEaXJlY3RpdmVzEikuYWlmbG93LmNsdXN0ZXIudjEuV2F0Y2hEaXJlY3RpdmVzUmVxdWVzdBoqLmFpZmxvdy5jbHVzdGVyLnYxLldhdGNoRGlyZWN0aXZlc1Jlc3BvbnNlMAESWQoKRGVyZWdpc3RlchIkLmFpZmxvdy5jbHVzdGVyLnYxLkRlcmVnaXN0ZXJSZXF1ZXN0GiUuYWlmbG93LmNsdXN0ZXIudjEuRGVyZWdpc3RlclJlc3BvbnNlEkoKBUNsYWltEh8uYWlmbG93LmNsdXN0ZXIudjEuQ2xhaW1SZXF1ZXN0GiAuYWlmbG93LmNsdXN0ZXIudjEuQ2xhaW1SZXNwb25zZRJcCgtFeHRlbmRMZWFzZRIlLmFpZmxvdy5jbHVzdGVyLnYxLkV4dGVuZExlYXNlUmVxdWVzdBomLmFpZmxvdy5jbHVzdGVyLnYxLkV4dGVuZExlYXNlUmVzcG9uc2USUwoIQ29tcGxldGUSIi5haWZsb3cuY2x1c3Rlci52MS5Db21wbGV0ZVJlcXVlc3QaIy5haWZsb3cuY2x1c3Rlci52MS5Db21wbGV0ZVJlc3BvbnNlEkcKBEZhaWwSHi5haWZsb3cuY2x1c3Rlci52MS5GYWlsUmVxdWVzdBofLmFpZmxvdy5jbHVzdGVyLnYxLkZhaWxSZXNwb25zZRJQCgdSZWxlYXNlEiEuYWlmbG93LmNsdXN0ZXIudjEuUmVsZWFzZVJlcXVlc3QaIi5haWZsb3cuY2x1c3Rlci52MS5SZWxlYXNlUmVzcG9uc2ViBnByb3RvMw", [file_aiflow_cluster_v1_common, file_aiflow_cluster_v1_work_item, file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * What an agent offers; stored in aiflow_agent.metadata.
@@ -58,6 +58,14 @@ export type AgentMetadata = Message<"aiflow.cluster.v1.AgentMetadata"> & {
    * @generated from field: repeated string models = 5;
    */
   models: string[];
+
+  /**
+   * What the agent has, for work that states requirements (WorkerParams.requirements). An agent
+   * without it takes only work without requirements.
+   *
+   * @generated from field: aiflow.cluster.v1.AgentCapacity capacity = 6;
+   */
+  capacity?: AgentCapacity | undefined;
 };
 
 /**
@@ -66,6 +74,102 @@ export type AgentMetadata = Message<"aiflow.cluster.v1.AgentMetadata"> & {
  */
 export const AgentMetadataSchema: GenMessage<AgentMetadata> = /*@__PURE__*/
   messageDesc(file_aiflow_cluster_v1_agent, 0);
+
+/**
+ * An agent's resources as a whole: what its work's requirements are placed against. What is free
+ * at a moment is this less what its in-flight items reserve, and no more than its heartbeat says.
+ *
+ * @generated from message aiflow.cluster.v1.AgentCapacity
+ */
+export type AgentCapacity = Message<"aiflow.cluster.v1.AgentCapacity"> & {
+  /**
+   * Thousandths of a core (8 cores: 8000).
+   *
+   * @generated from field: int64 cpu_millis = 1;
+   */
+  cpuMillis: bigint;
+
+  /**
+   * MiB of RAM.
+   *
+   * @generated from field: int64 memory_mb = 2;
+   */
+  memoryMb: bigint;
+
+  /**
+   * @generated from field: repeated aiflow.cluster.v1.GpuCapacity gpus = 3;
+   */
+  gpus: GpuCapacity[];
+
+  /**
+   * @generated from field: repeated aiflow.cluster.v1.DiskCapacity disks = 4;
+   */
+  disks: DiskCapacity[];
+};
+
+/**
+ * Describes the message aiflow.cluster.v1.AgentCapacity.
+ * Use `create(AgentCapacitySchema)` to create a new message.
+ */
+export const AgentCapacitySchema: GenMessage<AgentCapacity> = /*@__PURE__*/
+  messageDesc(file_aiflow_cluster_v1_agent, 1);
+
+/**
+ * @generated from message aiflow.cluster.v1.GpuCapacity
+ */
+export type GpuCapacity = Message<"aiflow.cluster.v1.GpuCapacity"> & {
+  /**
+   * The GPU's index as the agent's heartbeat (GpuMetrics.index) and CUDA_VISIBLE_DEVICES name it; unique.
+   *
+   * @generated from field: int32 index = 1;
+   */
+  index: number;
+
+  /**
+   * @generated from field: string model = 2;
+   */
+  model: string;
+
+  /**
+   * MiB.
+   *
+   * @generated from field: int64 memory_mb = 3;
+   */
+  memoryMb: bigint;
+};
+
+/**
+ * Describes the message aiflow.cluster.v1.GpuCapacity.
+ * Use `create(GpuCapacitySchema)` to create a new message.
+ */
+export const GpuCapacitySchema: GenMessage<GpuCapacity> = /*@__PURE__*/
+  messageDesc(file_aiflow_cluster_v1_agent, 2);
+
+/**
+ * @generated from message aiflow.cluster.v1.DiskCapacity
+ */
+export type DiskCapacity = Message<"aiflow.cluster.v1.DiskCapacity"> & {
+  /**
+   * As the heartbeat's DiskMetrics.mount names it; unique.
+   *
+   * @generated from field: string mount = 1;
+   */
+  mount: string;
+
+  /**
+   * MiB.
+   *
+   * @generated from field: int64 size_mb = 2;
+   */
+  sizeMb: bigint;
+};
+
+/**
+ * Describes the message aiflow.cluster.v1.DiskCapacity.
+ * Use `create(DiskCapacitySchema)` to create a new message.
+ */
+export const DiskCapacitySchema: GenMessage<DiskCapacity> = /*@__PURE__*/
+  messageDesc(file_aiflow_cluster_v1_agent, 3);
 
 /**
  * @generated from message aiflow.cluster.v1.RegisterRequest
@@ -119,7 +223,7 @@ export type RegisterRequest = Message<"aiflow.cluster.v1.RegisterRequest"> & {
  * Use `create(RegisterRequestSchema)` to create a new message.
  */
 export const RegisterRequestSchema: GenMessage<RegisterRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_agent, 1);
+  messageDesc(file_aiflow_cluster_v1_agent, 4);
 
 /**
  * @generated from message aiflow.cluster.v1.RegisterResponse
@@ -164,7 +268,7 @@ export type RegisterResponse = Message<"aiflow.cluster.v1.RegisterResponse"> & {
  * Use `create(RegisterResponseSchema)` to create a new message.
  */
 export const RegisterResponseSchema: GenMessage<RegisterResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_agent, 2);
+  messageDesc(file_aiflow_cluster_v1_agent, 5);
 
 /**
  * @generated from message aiflow.cluster.v1.DiskMetrics
@@ -191,7 +295,7 @@ export type DiskMetrics = Message<"aiflow.cluster.v1.DiskMetrics"> & {
  * Use `create(DiskMetricsSchema)` to create a new message.
  */
 export const DiskMetricsSchema: GenMessage<DiskMetrics> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_agent, 3);
+  messageDesc(file_aiflow_cluster_v1_agent, 6);
 
 /**
  * @generated from message aiflow.cluster.v1.GpuMetrics
@@ -230,7 +334,7 @@ export type GpuMetrics = Message<"aiflow.cluster.v1.GpuMetrics"> & {
  * Use `create(GpuMetricsSchema)` to create a new message.
  */
 export const GpuMetricsSchema: GenMessage<GpuMetrics> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_agent, 4);
+  messageDesc(file_aiflow_cluster_v1_agent, 7);
 
 /**
  * @generated from message aiflow.cluster.v1.AgentMetrics
@@ -269,7 +373,7 @@ export type AgentMetrics = Message<"aiflow.cluster.v1.AgentMetrics"> & {
  * Use `create(AgentMetricsSchema)` to create a new message.
  */
 export const AgentMetricsSchema: GenMessage<AgentMetrics> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_agent, 5);
+  messageDesc(file_aiflow_cluster_v1_agent, 8);
 
 /**
  * @generated from message aiflow.cluster.v1.HeartbeatRequest
@@ -298,7 +402,7 @@ export type HeartbeatRequest = Message<"aiflow.cluster.v1.HeartbeatRequest"> & {
  * Use `create(HeartbeatRequestSchema)` to create a new message.
  */
 export const HeartbeatRequestSchema: GenMessage<HeartbeatRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_agent, 6);
+  messageDesc(file_aiflow_cluster_v1_agent, 9);
 
 /**
  * @generated from message aiflow.cluster.v1.HeartbeatResponse
@@ -322,7 +426,7 @@ export type HeartbeatResponse = Message<"aiflow.cluster.v1.HeartbeatResponse"> &
  * Use `create(HeartbeatResponseSchema)` to create a new message.
  */
 export const HeartbeatResponseSchema: GenMessage<HeartbeatResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_agent, 7);
+  messageDesc(file_aiflow_cluster_v1_agent, 10);
 
 /**
  * An instruction from the daemon to one agent.
@@ -353,7 +457,7 @@ export type Directive = Message<"aiflow.cluster.v1.Directive"> & {
  * Use `create(DirectiveSchema)` to create a new message.
  */
 export const DirectiveSchema: GenMessage<Directive> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_agent, 8);
+  messageDesc(file_aiflow_cluster_v1_agent, 11);
 
 /**
  * The agent's status changed (drained, undrained, marked inactive).
@@ -384,7 +488,7 @@ export type StatusDirective = Message<"aiflow.cluster.v1.StatusDirective"> & {
  * Use `create(StatusDirectiveSchema)` to create a new message.
  */
 export const StatusDirectiveSchema: GenMessage<StatusDirective> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_agent, 9);
+  messageDesc(file_aiflow_cluster_v1_agent, 12);
 
 /**
  * Stop working on an item: it was cancelled, its lease was revoked, or a drain deadline passed.
@@ -413,7 +517,7 @@ export type CancelDirective = Message<"aiflow.cluster.v1.CancelDirective"> & {
  * Use `create(CancelDirectiveSchema)` to create a new message.
  */
 export const CancelDirectiveSchema: GenMessage<CancelDirective> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_agent, 10);
+  messageDesc(file_aiflow_cluster_v1_agent, 13);
 
 /**
  * @generated from message aiflow.cluster.v1.WatchDirectivesRequest
@@ -430,7 +534,7 @@ export type WatchDirectivesRequest = Message<"aiflow.cluster.v1.WatchDirectivesR
  * Use `create(WatchDirectivesRequestSchema)` to create a new message.
  */
 export const WatchDirectivesRequestSchema: GenMessage<WatchDirectivesRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_agent, 11);
+  messageDesc(file_aiflow_cluster_v1_agent, 14);
 
 /**
  * @generated from message aiflow.cluster.v1.WatchDirectivesResponse
@@ -447,7 +551,7 @@ export type WatchDirectivesResponse = Message<"aiflow.cluster.v1.WatchDirectives
  * Use `create(WatchDirectivesResponseSchema)` to create a new message.
  */
 export const WatchDirectivesResponseSchema: GenMessage<WatchDirectivesResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_agent, 12);
+  messageDesc(file_aiflow_cluster_v1_agent, 15);
 
 /**
  * @generated from message aiflow.cluster.v1.DeregisterRequest
@@ -464,7 +568,7 @@ export type DeregisterRequest = Message<"aiflow.cluster.v1.DeregisterRequest"> &
  * Use `create(DeregisterRequestSchema)` to create a new message.
  */
 export const DeregisterRequestSchema: GenMessage<DeregisterRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_agent, 13);
+  messageDesc(file_aiflow_cluster_v1_agent, 16);
 
 /**
  * @generated from message aiflow.cluster.v1.DeregisterResponse
@@ -477,7 +581,7 @@ export type DeregisterResponse = Message<"aiflow.cluster.v1.DeregisterResponse">
  * Use `create(DeregisterResponseSchema)` to create a new message.
  */
 export const DeregisterResponseSchema: GenMessage<DeregisterResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_agent, 14);
+  messageDesc(file_aiflow_cluster_v1_agent, 17);
 
 /**
  * @generated from message aiflow.cluster.v1.ClaimRequest
@@ -528,7 +632,7 @@ export type ClaimRequest = Message<"aiflow.cluster.v1.ClaimRequest"> & {
  * Use `create(ClaimRequestSchema)` to create a new message.
  */
 export const ClaimRequestSchema: GenMessage<ClaimRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_agent, 15);
+  messageDesc(file_aiflow_cluster_v1_agent, 18);
 
 /**
  * @generated from message aiflow.cluster.v1.ClaimResponse
@@ -566,7 +670,7 @@ export type ClaimResponse = Message<"aiflow.cluster.v1.ClaimResponse"> & {
  * Use `create(ClaimResponseSchema)` to create a new message.
  */
 export const ClaimResponseSchema: GenMessage<ClaimResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_agent, 16);
+  messageDesc(file_aiflow_cluster_v1_agent, 19);
 
 /**
  * An item held under a lease, named with its fencing token.
@@ -590,7 +694,7 @@ export type LeaseRef = Message<"aiflow.cluster.v1.LeaseRef"> & {
  * Use `create(LeaseRefSchema)` to create a new message.
  */
 export const LeaseRefSchema: GenMessage<LeaseRef> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_agent, 17);
+  messageDesc(file_aiflow_cluster_v1_agent, 20);
 
 /**
  * @generated from message aiflow.cluster.v1.ExtendLeaseRequest
@@ -612,7 +716,7 @@ export type ExtendLeaseRequest = Message<"aiflow.cluster.v1.ExtendLeaseRequest">
  * Use `create(ExtendLeaseRequestSchema)` to create a new message.
  */
 export const ExtendLeaseRequestSchema: GenMessage<ExtendLeaseRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_agent, 18);
+  messageDesc(file_aiflow_cluster_v1_agent, 21);
 
 /**
  * @generated from message aiflow.cluster.v1.ExtendLeaseResponse
@@ -636,7 +740,7 @@ export type ExtendLeaseResponse = Message<"aiflow.cluster.v1.ExtendLeaseResponse
  * Use `create(ExtendLeaseResponseSchema)` to create a new message.
  */
 export const ExtendLeaseResponseSchema: GenMessage<ExtendLeaseResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_agent, 19);
+  messageDesc(file_aiflow_cluster_v1_agent, 22);
 
 /**
  * @generated from message aiflow.cluster.v1.Completion
@@ -665,7 +769,7 @@ export type Completion = Message<"aiflow.cluster.v1.Completion"> & {
  * Use `create(CompletionSchema)` to create a new message.
  */
 export const CompletionSchema: GenMessage<Completion> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_agent, 20);
+  messageDesc(file_aiflow_cluster_v1_agent, 23);
 
 /**
  * @generated from message aiflow.cluster.v1.CompleteRequest
@@ -687,7 +791,7 @@ export type CompleteRequest = Message<"aiflow.cluster.v1.CompleteRequest"> & {
  * Use `create(CompleteRequestSchema)` to create a new message.
  */
 export const CompleteRequestSchema: GenMessage<CompleteRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_agent, 21);
+  messageDesc(file_aiflow_cluster_v1_agent, 24);
 
 /**
  * @generated from message aiflow.cluster.v1.CompleteResponse
@@ -704,7 +808,7 @@ export type CompleteResponse = Message<"aiflow.cluster.v1.CompleteResponse"> & {
  * Use `create(CompleteResponseSchema)` to create a new message.
  */
 export const CompleteResponseSchema: GenMessage<CompleteResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_agent, 22);
+  messageDesc(file_aiflow_cluster_v1_agent, 25);
 
 /**
  * @generated from message aiflow.cluster.v1.Failure
@@ -743,7 +847,7 @@ export type Failure = Message<"aiflow.cluster.v1.Failure"> & {
  * Use `create(FailureSchema)` to create a new message.
  */
 export const FailureSchema: GenMessage<Failure> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_agent, 23);
+  messageDesc(file_aiflow_cluster_v1_agent, 26);
 
 /**
  * @generated from message aiflow.cluster.v1.FailRequest
@@ -765,7 +869,7 @@ export type FailRequest = Message<"aiflow.cluster.v1.FailRequest"> & {
  * Use `create(FailRequestSchema)` to create a new message.
  */
 export const FailRequestSchema: GenMessage<FailRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_agent, 24);
+  messageDesc(file_aiflow_cluster_v1_agent, 27);
 
 /**
  * @generated from message aiflow.cluster.v1.FailResponse
@@ -782,7 +886,7 @@ export type FailResponse = Message<"aiflow.cluster.v1.FailResponse"> & {
  * Use `create(FailResponseSchema)` to create a new message.
  */
 export const FailResponseSchema: GenMessage<FailResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_agent, 25);
+  messageDesc(file_aiflow_cluster_v1_agent, 28);
 
 /**
  * @generated from message aiflow.cluster.v1.ReleaseRequest
@@ -804,7 +908,7 @@ export type ReleaseRequest = Message<"aiflow.cluster.v1.ReleaseRequest"> & {
  * Use `create(ReleaseRequestSchema)` to create a new message.
  */
 export const ReleaseRequestSchema: GenMessage<ReleaseRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_agent, 26);
+  messageDesc(file_aiflow_cluster_v1_agent, 29);
 
 /**
  * @generated from message aiflow.cluster.v1.ReleaseResponse
@@ -821,7 +925,7 @@ export type ReleaseResponse = Message<"aiflow.cluster.v1.ReleaseResponse"> & {
  * Use `create(ReleaseResponseSchema)` to create a new message.
  */
 export const ReleaseResponseSchema: GenMessage<ReleaseResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_agent, 27);
+  messageDesc(file_aiflow_cluster_v1_agent, 30);
 
 /**
  * @generated from enum aiflow.cluster.v1.AgentType

@@ -8,7 +8,7 @@ import type { AgentMetadata, AgentType } from "./agent_pb.js";
 import { file_aiflow_cluster_v1_agent } from "./agent_pb.js";
 import type { AgentStatus } from "./common_pb.js";
 import { file_aiflow_cluster_v1_common } from "./common_pb.js";
-import type { ChildCounts, WorkItem, WorkItemStatus } from "./work_item_pb.js";
+import type { ChildCounts, Requirements, WorkItem, WorkItemStatus } from "./work_item_pb.js";
 import { file_aiflow_cluster_v1_work_item } from "./work_item_pb.js";
 import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
@@ -18,7 +18,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file aiflow/cluster/v1/ops.proto.
  */
 export const file_aiflow_cluster_v1_ops: GenFile = /*@__PURE__*/
-  fileDesc("ChthaWZsb3cvY2x1c3Rlci92MS9vcHMucHJvdG8SEWFpZmxvdy5jbHVzdGVyLnYxIuABCg1EcmFpblByb2dyZXNzEg4KBnJlYXNvbhgBIAEoCRIuCgpzdGFydGVkX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghkZWFkbGluZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGgoSaW5fZmxpZ2h0X2F0X3N0YXJ0GAQgASgNEhUKDWluX2ZsaWdodF9ub3cYBSABKA0SEAoIY29tcGxldGUYBiABKAgSHAoUcmVsZWFzZWRfYXRfZGVhZGxpbmUYByABKA0i6AMKDEFnZW50U3VtbWFyeRIKCgJpZBgBIAEoCRIMCgRuYW1lGAIgASgJEi4KBnN0YXR1cxgDIAEoDjIeLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50U3RhdHVzEhUKDWFnZW50X3ZlcnNpb24YBCABKAkSMAoKYWdlbnRfdHlwZRgFIAEoDjIcLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50VHlwZRIyCghtZXRhZGF0YRgGIAEoCzIgLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50TWV0YWRhdGESKAoHbWV0cmljcxgHIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSMAoNbGFzdF9zZWVuX2FnZRgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIRCglpbl9mbGlnaHQYCSABKA0SLwoFZHJhaW4YCiABKAsyIC5haWZsb3cuY2x1c3Rlci52MS5EcmFpblByb2dyZXNzEhQKDGh0dHBfYWRkcmVzcxgLIAEoCRIUCgxncnBjX2FkZHJlc3MYDCABKAkSFQoNaW5mcmFfYWRkcmVzcxgNIAEoCRIuCgpjcmVhdGVkX29uGA4gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCLaAQoRTGlzdEFnZW50c1JlcXVlc3QSMAoIc3RhdHVzZXMYASADKA4yHi5haWZsb3cuY2x1c3Rlci52MS5BZ2VudFN0YXR1cxI8CgR0YWdzGAIgAygLMi4uYWlmbG93LmNsdXN0ZXIudjEuTGlzdEFnZW50c1JlcXVlc3QuVGFnc0VudHJ5Eg8KB3ZlcnNpb24YAyABKAkSFwoPaW5jbHVkZV9yZW1vdmVkGAQgASgIGisKCVRhZ3NFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkUKEkxpc3RBZ2VudHNSZXNwb25zZRIvCgZhZ2VudHMYASADKAsyHy5haWZsb3cuY2x1c3Rlci52MS5BZ2VudFN1bW1hcnkiHwoPR2V0QWdlbnRSZXF1ZXN0EgwKBG5hbWUYASABKAkiigEKEEdldEFnZW50UmVzcG9uc2USLgoFYWdlbnQYASABKAsyHy5haWZsb3cuY2x1c3Rlci52MS5BZ2VudFN1bW1hcnkSLwoKZGlzcGF0Y2hlZBgCIAMoCzIbLmFpZmxvdy5jbHVzdGVyLnYxLldvcmtJdGVtEhUKDWFmZmluaXR5X2tleXMYAyADKAkijQEKDUFnZW50U2VsZWN0b3ISOAoEdGFncxgBIAMoCzIqLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50U2VsZWN0b3IuVGFnc0VudHJ5EhUKDXZlcnNpb25fYmVsb3cYAiABKAkaKwoJVGFnc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEikgEKEURyYWluQWdlbnRSZXF1ZXN0EgwKBG5hbWUYASABKAkSMgoIc2VsZWN0b3IYAiABKAsyIC5haWZsb3cuY2x1c3Rlci52MS5BZ2VudFNlbGVjdG9yEisKCGRlYWRsaW5lGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg4KBnJlYXNvbhgEIAEoCSJFChJEcmFpbkFnZW50UmVzcG9uc2USLwoGYWdlbnRzGAEgAygLMh8uYWlmbG93LmNsdXN0ZXIudjEuQWdlbnRTdW1tYXJ5IiMKE1VuZHJhaW5BZ2VudFJlcXVlc3QSDAoEbmFtZRgBIAEoCSJGChRVbmRyYWluQWdlbnRSZXNwb25zZRIuCgVhZ2VudBgBIAEoCzIfLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50U3VtbWFyeSIxChJSZW1vdmVBZ2VudFJlcXVlc3QSDAoEbmFtZRgBIAEoCRINCgVmb3JjZRgCIAEoCCInChNSZW1vdmVBZ2VudFJlc3BvbnNlEhAKCHJlbGVhc2VkGAEgASgNIicKEVF1ZXVlU3RhdHNSZXF1ZXN0EhIKCnRlbmFudF9rZXkYASABKAkidwoKUXVldWVEZXB0aBISCgp0ZW5hbnRfa2V5GAEgASgJEhMKC2VuZ2luZV9raW5kGAIgASgJEjEKBnN0YXR1cxgDIAEoDjIhLmFpZmxvdy5jbHVzdGVyLnYxLldvcmtJdGVtU3RhdHVzEg0KBWNvdW50GAQgASgEIvEBChJRdWV1ZVN0YXRzUmVzcG9uc2USLAoFZGVwdGgYASADKAsyHS5haWZsb3cuY2x1c3Rlci52MS5RdWV1ZURlcHRoEjUKEm9sZGVzdF9wZW5kaW5nX2FnZRgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIdChVkaXNwYXRjaGVkX3Blcl9zZWNvbmQYAyABKAESHAoUY29tcGxldGVkX3Blcl9zZWNvbmQYBCABKAESFAoMZGVhZF9sZXR0ZXJzGAUgASgEEg8KB3BlbmRpbmcYBiABKAQSEgoKZGlzcGF0Y2hlZBgHIAEoBCLgAQoaT3BzU2VydmljZUxpc3RJdGVtc1JlcXVlc3QSEgoKdGVuYW50X2tleRgBIAEoCRIzCghzdGF0dXNlcxgCIAMoDjIhLmFpZmxvdy5jbHVzdGVyLnYxLldvcmtJdGVtU3RhdHVzEhMKC2VuZ2luZV9raW5kGAMgASgJEg4KBnJ1bl9pZBgEIAEoCRIbChNwYXJlbnRfd29ya19pdGVtX2lkGAUgASgJEhAKCGFnZW50X2lkGAYgASgJEhEKCXBhZ2Vfc2l6ZRgHIAEoDRISCgpwYWdlX3Rva2VuGAggASgJImIKG09wc1NlcnZpY2VMaXN0SXRlbXNSZXNwb25zZRIqCgVpdGVtcxgBIAMoCzIbLmFpZmxvdy5jbHVzdGVyLnYxLldvcmtJdGVtEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSImChhPcHNTZXJ2aWNlR2V0SXRlbVJlcXVlc3QSCgoCaWQYASABKAkieAoZT3BzU2VydmljZUdldEl0ZW1SZXNwb25zZRIpCgRpdGVtGAEgASgLMhsuYWlmbG93LmNsdXN0ZXIudjEuV29ya0l0ZW0SMAoIY2hpbGRyZW4YAiABKAsyHi5haWZsb3cuY2x1c3Rlci52MS5DaGlsZENvdW50cyJpChJDYW5jZWxJdGVtc1JlcXVlc3QSEgoKdGVuYW50X2tleRgBIAEoCRILCgNpZHMYAiADKAkSDgoGcnVuX2lkGAMgASgJEhIKCnBhcmVudF9pZHMYBCADKAkSDgoGcmVhc29uGAUgASgJIiwKE0NhbmNlbEl0ZW1zUmVzcG9uc2USFQoNY2FuY2VsbGVkX2lkcxgBIAMoCSJTChNSZWRyaXZlSXRlbXNSZXF1ZXN0EhIKCnRlbmFudF9rZXkYASABKAkSCwoDaWRzGAIgAygJEg4KBnJ1bl9pZBgDIAEoCRILCgNhbGwYBCABKAgiLAoUUmVkcml2ZUl0ZW1zUmVzcG9uc2USFAoMcmVkcml2ZW5faWRzGAEgAygJIp0BCgdCaW5kaW5nEgoKAmlkGAEgASgJEhQKDGFmZmluaXR5X2tleRgCIAEoCRIQCghhZ2VudF9pZBgDIAEoCRIuCgpjcmVhdGVkX29uGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX29uGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJiChNMaXN0QmluZGluZ3NSZXF1ZXN0EhIKCmtleV9wcmVmaXgYASABKAkSEAoIYWdlbnRfaWQYAiABKAkSEQoJcGFnZV9zaXplGAMgASgNEhIKCnBhZ2VfdG9rZW4YBCABKAkiXQoUTGlzdEJpbmRpbmdzUmVzcG9uc2USLAoIYmluZGluZ3MYASADKAsyGi5haWZsb3cuY2x1c3Rlci52MS5CaW5kaW5nEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSIlCg1VbmJpbmRSZXF1ZXN0EhQKDGFmZmluaXR5X2tleRgBIAEoCSIQCg5VbmJpbmRSZXNwb25zZSI3Cg1SZWJpbmRSZXF1ZXN0EhQKDGFmZmluaXR5X2tleRgBIAEoCRIQCghhZ2VudF9pZBgCIAEoCSI9Cg5SZWJpbmRSZXNwb25zZRIrCgdiaW5kaW5nGAEgASgLMhouYWlmbG93LmNsdXN0ZXIudjEuQmluZGluZzLBCQoKT3BzU2VydmljZRJZCgpMaXN0QWdlbnRzEiQuYWlmbG93LmNsdXN0ZXIudjEuTGlzdEFnZW50c1JlcXVlc3QaJS5haWZsb3cuY2x1c3Rlci52MS5MaXN0QWdlbnRzUmVzcG9uc2USUwoIR2V0QWdlbnQSIi5haWZsb3cuY2x1c3Rlci52MS5HZXRBZ2VudFJlcXVlc3QaIy5haWZsb3cuY2x1c3Rlci52MS5HZXRBZ2VudFJlc3BvbnNlElkKCkRyYWluQWdlbnQSJC5haWZsb3cuY2x1c3Rlci52MS5EcmFpbkFnZW50UmVxdWVzdBolLmFpZmxvdy5jbHVzdGVyLnYxLkRyYWluQWdlbnRSZXNwb25zZRJfCgxVbmRyYWluQWdlbnQSJi5haWZsb3cuY2x1c3Rlci52MS5VbmRyYWluQWdlbnRSZXF1ZXN0GicuYWlmbG93LmNsdXN0ZXIudjEuVW5kcmFpbkFnZW50UmVzcG9uc2USXAoLUmVtb3ZlQWdlbnQSJS5haWZsb3cuY2x1c3Rlci52MS5SZW1vdmVBZ2VudFJlcXVlc3QaJi5haWZsb3cuY2x1c3Rlci52MS5SZW1vdmVBZ2VudFJlc3BvbnNlElkKClF1ZXVlU3RhdHMSJC5haWZsb3cuY2x1c3Rlci52MS5RdWV1ZVN0YXRzUmVxdWVzdBolLmFpZmxvdy5jbHVzdGVyLnYxLlF1ZXVlU3RhdHNSZXNwb25zZRJqCglMaXN0SXRlbXMSLS5haWZsb3cuY2x1c3Rlci52MS5PcHNTZXJ2aWNlTGlzdEl0ZW1zUmVxdWVzdBouLmFpZmxvdy5jbHVzdGVyLnYxLk9wc1NlcnZpY2VMaXN0SXRlbXNSZXNwb25zZRJkCgdHZXRJdGVtEisuYWlmbG93LmNsdXN0ZXIudjEuT3BzU2VydmljZUdldEl0ZW1SZXF1ZXN0GiwuYWlmbG93LmNsdXN0ZXIudjEuT3BzU2VydmljZUdldEl0ZW1SZXNwb25zZRJcCgtDYW5jZWxJdGVtcxIlLmFpZmxvdy5jbHVzdGVyLnYxLkNhbmNlbEl0ZW1zUmVxdWVzdBomLmFpZmxvdy5jbHVzdGVyLnYxLkNhbmNlbEl0ZW1zUmVzcG9uc2USXwoMUmVkcml2ZUl0ZW1zEiYuYWlmbG93LmNsdXN0ZXIudjEuUmVkcml2ZUl0ZW1zUmVxdWVzdBonLmFpZmxvdy5jbHVzdGVyLnYxLlJlZHJpdmVJdGVtc1Jlc3BvbnNlEl8KDExpc3RCaW5kaW5ncxImLmFpZmxvdy5jbHVzdGVyLnYxLkxpc3RCaW5kaW5nc1JlcXVlc3QaJy5haWZsb3cuY2x1c3Rlci52MS5MaXN0QmluZGluZ3NSZXNwb25zZRJNCgZVbmJpbmQSIC5haWZsb3cuY2x1c3Rlci52MS5VbmJpbmRSZXF1ZXN0GiEuYWlmbG93LmNsdXN0ZXIudjEuVW5iaW5kUmVzcG9uc2USTQoGUmViaW5kEiAuYWlmbG93LmNsdXN0ZXIudjEuUmViaW5kUmVxdWVzdBohLmFpZmxvdy5jbHVzdGVyLnYxLlJlYmluZFJlc3BvbnNlYgZwcm90bzM", [file_aiflow_cluster_v1_agent, file_aiflow_cluster_v1_common, file_aiflow_cluster_v1_work_item, file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("ChthaWZsb3cvY2x1c3Rlci92MS9vcHMucHJvdG8SEWFpZmxvdy5jbHVzdGVyLnYxIuABCg1EcmFpblByb2dyZXNzEg4KBnJlYXNvbhgBIAEoCRIuCgpzdGFydGVkX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghkZWFkbGluZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGgoSaW5fZmxpZ2h0X2F0X3N0YXJ0GAQgASgNEhUKDWluX2ZsaWdodF9ub3cYBSABKA0SEAoIY29tcGxldGUYBiABKAgSHAoUcmVsZWFzZWRfYXRfZGVhZGxpbmUYByABKA0i6AMKDEFnZW50U3VtbWFyeRIKCgJpZBgBIAEoCRIMCgRuYW1lGAIgASgJEi4KBnN0YXR1cxgDIAEoDjIeLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50U3RhdHVzEhUKDWFnZW50X3ZlcnNpb24YBCABKAkSMAoKYWdlbnRfdHlwZRgFIAEoDjIcLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50VHlwZRIyCghtZXRhZGF0YRgGIAEoCzIgLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50TWV0YWRhdGESKAoHbWV0cmljcxgHIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSMAoNbGFzdF9zZWVuX2FnZRgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIRCglpbl9mbGlnaHQYCSABKA0SLwoFZHJhaW4YCiABKAsyIC5haWZsb3cuY2x1c3Rlci52MS5EcmFpblByb2dyZXNzEhQKDGh0dHBfYWRkcmVzcxgLIAEoCRIUCgxncnBjX2FkZHJlc3MYDCABKAkSFQoNaW5mcmFfYWRkcmVzcxgNIAEoCRIuCgpjcmVhdGVkX29uGA4gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCLaAQoRTGlzdEFnZW50c1JlcXVlc3QSMAoIc3RhdHVzZXMYASADKA4yHi5haWZsb3cuY2x1c3Rlci52MS5BZ2VudFN0YXR1cxI8CgR0YWdzGAIgAygLMi4uYWlmbG93LmNsdXN0ZXIudjEuTGlzdEFnZW50c1JlcXVlc3QuVGFnc0VudHJ5Eg8KB3ZlcnNpb24YAyABKAkSFwoPaW5jbHVkZV9yZW1vdmVkGAQgASgIGisKCVRhZ3NFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkUKEkxpc3RBZ2VudHNSZXNwb25zZRIvCgZhZ2VudHMYASADKAsyHy5haWZsb3cuY2x1c3Rlci52MS5BZ2VudFN1bW1hcnkiHwoPR2V0QWdlbnRSZXF1ZXN0EgwKBG5hbWUYASABKAkiigEKEEdldEFnZW50UmVzcG9uc2USLgoFYWdlbnQYASABKAsyHy5haWZsb3cuY2x1c3Rlci52MS5BZ2VudFN1bW1hcnkSLwoKZGlzcGF0Y2hlZBgCIAMoCzIbLmFpZmxvdy5jbHVzdGVyLnYxLldvcmtJdGVtEhUKDWFmZmluaXR5X2tleXMYAyADKAkijQEKDUFnZW50U2VsZWN0b3ISOAoEdGFncxgBIAMoCzIqLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50U2VsZWN0b3IuVGFnc0VudHJ5EhUKDXZlcnNpb25fYmVsb3cYAiABKAkaKwoJVGFnc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEikgEKEURyYWluQWdlbnRSZXF1ZXN0EgwKBG5hbWUYASABKAkSMgoIc2VsZWN0b3IYAiABKAsyIC5haWZsb3cuY2x1c3Rlci52MS5BZ2VudFNlbGVjdG9yEisKCGRlYWRsaW5lGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg4KBnJlYXNvbhgEIAEoCSJFChJEcmFpbkFnZW50UmVzcG9uc2USLwoGYWdlbnRzGAEgAygLMh8uYWlmbG93LmNsdXN0ZXIudjEuQWdlbnRTdW1tYXJ5IiMKE1VuZHJhaW5BZ2VudFJlcXVlc3QSDAoEbmFtZRgBIAEoCSJGChRVbmRyYWluQWdlbnRSZXNwb25zZRIuCgVhZ2VudBgBIAEoCzIfLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50U3VtbWFyeSIxChJSZW1vdmVBZ2VudFJlcXVlc3QSDAoEbmFtZRgBIAEoCRINCgVmb3JjZRgCIAEoCCInChNSZW1vdmVBZ2VudFJlc3BvbnNlEhAKCHJlbGVhc2VkGAEgASgNIicKEVF1ZXVlU3RhdHNSZXF1ZXN0EhIKCnRlbmFudF9rZXkYASABKAkidwoKUXVldWVEZXB0aBISCgp0ZW5hbnRfa2V5GAEgASgJEhMKC2VuZ2luZV9raW5kGAIgASgJEjEKBnN0YXR1cxgDIAEoDjIhLmFpZmxvdy5jbHVzdGVyLnYxLldvcmtJdGVtU3RhdHVzEg0KBWNvdW50GAQgASgEIqsCChJRdWV1ZVN0YXRzUmVzcG9uc2USLAoFZGVwdGgYASADKAsyHS5haWZsb3cuY2x1c3Rlci52MS5RdWV1ZURlcHRoEjUKEm9sZGVzdF9wZW5kaW5nX2FnZRgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIdChVkaXNwYXRjaGVkX3Blcl9zZWNvbmQYAyABKAESHAoUY29tcGxldGVkX3Blcl9zZWNvbmQYBCABKAESFAoMZGVhZF9sZXR0ZXJzGAUgASgEEg8KB3BlbmRpbmcYBiABKAQSEgoKZGlzcGF0Y2hlZBgHIAEoBBI4Cgt1bnBsYWNlYWJsZRgIIAMoCzIjLmFpZmxvdy5jbHVzdGVyLnYxLlVucGxhY2VhYmxlSXRlbXMiwAEKEFVucGxhY2VhYmxlSXRlbXMSEgoKdGVuYW50X2tleRgBIAEoCRITCgtlbmdpbmVfa2luZBgCIAEoCRI1CgxyZXF1aXJlbWVudHMYAyABKAsyHy5haWZsb3cuY2x1c3Rlci52MS5SZXF1aXJlbWVudHMSDQoFY291bnQYBCABKAQSDgoGcmVhc29uGAUgASgJEi0KCm9sZGVzdF9hZ2UYBiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24i4AEKGk9wc1NlcnZpY2VMaXN0SXRlbXNSZXF1ZXN0EhIKCnRlbmFudF9rZXkYASABKAkSMwoIc3RhdHVzZXMYAiADKA4yIS5haWZsb3cuY2x1c3Rlci52MS5Xb3JrSXRlbVN0YXR1cxITCgtlbmdpbmVfa2luZBgDIAEoCRIOCgZydW5faWQYBCABKAkSGwoTcGFyZW50X3dvcmtfaXRlbV9pZBgFIAEoCRIQCghhZ2VudF9pZBgGIAEoCRIRCglwYWdlX3NpemUYByABKA0SEgoKcGFnZV90b2tlbhgIIAEoCSJiChtPcHNTZXJ2aWNlTGlzdEl0ZW1zUmVzcG9uc2USKgoFaXRlbXMYASADKAsyGy5haWZsb3cuY2x1c3Rlci52MS5Xb3JrSXRlbRIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiJgoYT3BzU2VydmljZUdldEl0ZW1SZXF1ZXN0EgoKAmlkGAEgASgJIngKGU9wc1NlcnZpY2VHZXRJdGVtUmVzcG9uc2USKQoEaXRlbRgBIAEoCzIbLmFpZmxvdy5jbHVzdGVyLnYxLldvcmtJdGVtEjAKCGNoaWxkcmVuGAIgASgLMh4uYWlmbG93LmNsdXN0ZXIudjEuQ2hpbGRDb3VudHMiaQoSQ2FuY2VsSXRlbXNSZXF1ZXN0EhIKCnRlbmFudF9rZXkYASABKAkSCwoDaWRzGAIgAygJEg4KBnJ1bl9pZBgDIAEoCRISCgpwYXJlbnRfaWRzGAQgAygJEg4KBnJlYXNvbhgFIAEoCSIsChNDYW5jZWxJdGVtc1Jlc3BvbnNlEhUKDWNhbmNlbGxlZF9pZHMYASADKAkiUwoTUmVkcml2ZUl0ZW1zUmVxdWVzdBISCgp0ZW5hbnRfa2V5GAEgASgJEgsKA2lkcxgCIAMoCRIOCgZydW5faWQYAyABKAkSCwoDYWxsGAQgASgIIiwKFFJlZHJpdmVJdGVtc1Jlc3BvbnNlEhQKDHJlZHJpdmVuX2lkcxgBIAMoCSKdAQoHQmluZGluZxIKCgJpZBgBIAEoCRIUCgxhZmZpbml0eV9rZXkYAiABKAkSEAoIYWdlbnRfaWQYAyABKAkSLgoKY3JlYXRlZF9vbhgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9vbhgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiYgoTTGlzdEJpbmRpbmdzUmVxdWVzdBISCgprZXlfcHJlZml4GAEgASgJEhAKCGFnZW50X2lkGAIgASgJEhEKCXBhZ2Vfc2l6ZRgDIAEoDRISCgpwYWdlX3Rva2VuGAQgASgJIl0KFExpc3RCaW5kaW5nc1Jlc3BvbnNlEiwKCGJpbmRpbmdzGAEgAygLMhouYWlmbG93LmNsdXN0ZXIudjEuQmluZGluZxIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiJQoNVW5iaW5kUmVxdWVzdBIUCgxhZmZpbml0eV9rZXkYASABKAkiEAoOVW5iaW5kUmVzcG9uc2UiNwoNUmViaW5kUmVxdWVzdBIUCgxhZmZpbml0eV9rZXkYASABKAkSEAoIYWdlbnRfaWQYAiABKAkiPQoOUmViaW5kUmVzcG9uc2USKwoHYmluZGluZxgBIAEoCzIaLmFpZmxvdy5jbHVzdGVyLnYxLkJpbmRpbmciegoOQ29uY3VycmVuY3lLZXkSEgoKdGVuYW50X2tleRgBIAEoCRILCgNrZXkYAiABKAkSDQoFbGltaXQYAyABKA0SFAoMbGltaXRfc291cmNlGAQgASgJEhEKCWluX2ZsaWdodBgFIAEoDRIPCgdwZW5kaW5nGAYgASgEIlAKD0NvbmN1cnJlbmN5UnVsZRISCgp0ZW5hbnRfa2V5GAEgASgJEhIKCmtleV9wcmVmaXgYAiABKAkSFQoNbWF4X2luX2ZsaWdodBgDIAEoDSJrChpMaXN0Q29uY3VycmVuY3lLZXlzUmVxdWVzdBISCgp0ZW5hbnRfa2V5GAEgASgJEhIKCmtleV9wcmVmaXgYAiABKAkSEQoJcGFnZV9zaXplGAMgASgNEhIKCnBhZ2VfdG9rZW4YBCABKAkimgEKG0xpc3RDb25jdXJyZW5jeUtleXNSZXNwb25zZRIvCgRrZXlzGAEgAygLMiEuYWlmbG93LmNsdXN0ZXIudjEuQ29uY3VycmVuY3lLZXkSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJEjEKBXJ1bGVzGAMgAygLMiIuYWlmbG93LmNsdXN0ZXIudjEuQ29uY3VycmVuY3lSdWxlImQKGlNldENvbmN1cnJlbmN5TGltaXRSZXF1ZXN0EhIKCnRlbmFudF9rZXkYASABKAkSCwoDa2V5GAIgASgJEg4KBnByZWZpeBgDIAEoCBIVCg1tYXhfaW5fZmxpZ2h0GAQgASgNIk0KG1NldENvbmN1cnJlbmN5TGltaXRSZXNwb25zZRIuCgNrZXkYASABKAsyIS5haWZsb3cuY2x1c3Rlci52MS5Db25jdXJyZW5jeUtleTKtCwoKT3BzU2VydmljZRJZCgpMaXN0QWdlbnRzEiQuYWlmbG93LmNsdXN0ZXIudjEuTGlzdEFnZW50c1JlcXVlc3QaJS5haWZsb3cuY2x1c3Rlci52MS5MaXN0QWdlbnRzUmVzcG9uc2USUwoIR2V0QWdlbnQSIi5haWZsb3cuY2x1c3Rlci52MS5HZXRBZ2VudFJlcXVlc3QaIy5haWZsb3cuY2x1c3Rlci52MS5HZXRBZ2VudFJlc3BvbnNlElkKCkRyYWluQWdlbnQSJC5haWZsb3cuY2x1c3Rlci52MS5EcmFpbkFnZW50UmVxdWVzdBolLmFpZmxvdy5jbHVzdGVyLnYxLkRyYWluQWdlbnRSZXNwb25zZRJfCgxVbmRyYWluQWdlbnQSJi5haWZsb3cuY2x1c3Rlci52MS5VbmRyYWluQWdlbnRSZXF1ZXN0GicuYWlmbG93LmNsdXN0ZXIudjEuVW5kcmFpbkFnZW50UmVzcG9uc2USXAoLUmVtb3ZlQWdlbnQSJS5haWZsb3cuY2x1c3Rlci52MS5SZW1vdmVBZ2VudFJlcXVlc3QaJi5haWZsb3cuY2x1c3Rlci52MS5SZW1vdmVBZ2VudFJlc3BvbnNlElkKClF1ZXVlU3RhdHMSJC5haWZsb3cuY2x1c3Rlci52MS5RdWV1ZVN0YXRzUmVxdWVzdBolLmFpZmxvdy5jbHVzdGVyLnYxLlF1ZXVlU3RhdHNSZXNwb25zZRJqCglMaXN0SXRlbXMSLS5haWZsb3cuY2x1c3Rlci52MS5PcHNTZXJ2aWNlTGlzdEl0ZW1zUmVxdWVzdBouLmFpZmxvdy5jbHVzdGVyLnYxLk9wc1NlcnZpY2VMaXN0SXRlbXNSZXNwb25zZRJkCgdHZXRJdGVtEisuYWlmbG93LmNsdXN0ZXIudjEuT3BzU2VydmljZUdldEl0ZW1SZXF1ZXN0GiwuYWlmbG93LmNsdXN0ZXIudjEuT3BzU2VydmljZUdldEl0ZW1SZXNwb25zZRJcCgtDYW5jZWxJdGVtcxIlLmFpZmxvdy5jbHVzdGVyLnYxLkNhbmNlbEl0ZW1zUmVxdWVzdBomLmFpZmxvdy5jbHVzdGVyLnYxLkNhbmNlbEl0ZW1zUmVzcG9uc2USXwoMUmVkcml2ZUl0ZW1zEiYuYWlmbG93LmNsdXN0ZXIudjEuUmVkcml2ZUl0ZW1zUmVxdWVzdBonLmFpZmxvdy5jbHVzdGVyLnYxLlJlZHJpdmVJdGVtc1Jlc3BvbnNlEl8KDExpc3RCaW5kaW5ncxImLmFpZmxvdy5jbHVzdGVyLnYxLkxpc3RCaW5kaW5nc1JlcXVlc3QaJy5haWZsb3cuY2x1c3Rlci52MS5MaXN0QmluZGluZ3NSZXNwb25zZRJNCgZVbmJpbmQSIC5haWZsb3cuY2x1c3Rlci52MS5VbmJpbmRSZXF1ZXN0GiEuYWlmbG93LmNsdXN0ZXIudjEuVW5iaW5kUmVzcG9uc2USTQoGUmViaW5kEiAuYWlmbG93LmNsdXN0ZXIudjEuUmViaW5kUmVxdWVzdBohLmFpZmxvdy5jbHVzdGVyLnYxLlJlYmluZFJlc3BvbnNlEnQKE0xpc3RDb25jdXJyZW5jeUtleXMSLS5haWZsb3cuY2x1c3Rlci52MS5MaXN0Q29uY3VycmVuY3lLZXlzUmVxdWVzdBouLmFpZmxvdy5jbHVzdGVyLnYxLkxpc3RDb25jdXJyZW5jeUtleXNSZXNwb25zZRJ0ChNTZXRDb25jdXJyZW5jeUxpbWl0Ei0uYWlmbG93LmNsdXN0ZXIudjEuU2V0Q29uY3VycmVuY3lMaW1pdFJlcXVlc3QaLi5haWZsb3cuY2x1c3Rlci52MS5TZXRDb25jdXJyZW5jeUxpbWl0UmVzcG9uc2ViBnByb3RvMw", [file_aiflow_cluster_v1_agent, file_aiflow_cluster_v1_common, file_aiflow_cluster_v1_work_item, file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * @generated from message aiflow.cluster.v1.DrainProgress
@@ -514,6 +514,14 @@ export type QueueStatsResponse = Message<"aiflow.cluster.v1.QueueStatsResponse">
    * @generated from field: uint64 dispatched = 7;
    */
   dispatched: bigint;
+
+  /**
+   * Pending items whose requirements no registered agent serving their tenant and engine kind could
+   * ever meet, grouped by what they need (at most 100 groups).
+   *
+   * @generated from field: repeated aiflow.cluster.v1.UnplaceableItems unplaceable = 8;
+   */
+  unplaceable: UnplaceableItems[];
 };
 
 /**
@@ -522,6 +530,52 @@ export type QueueStatsResponse = Message<"aiflow.cluster.v1.QueueStatsResponse">
  */
 export const QueueStatsResponseSchema: GenMessage<QueueStatsResponse> = /*@__PURE__*/
   messageDesc(file_aiflow_cluster_v1_ops, 15);
+
+/**
+ * @generated from message aiflow.cluster.v1.UnplaceableItems
+ */
+export type UnplaceableItems = Message<"aiflow.cluster.v1.UnplaceableItems"> & {
+  /**
+   * @generated from field: string tenant_key = 1;
+   */
+  tenantKey: string;
+
+  /**
+   * @generated from field: string engine_kind = 2;
+   */
+  engineKind: string;
+
+  /**
+   * @generated from field: aiflow.cluster.v1.Requirements requirements = 3;
+   */
+  requirements?: Requirements | undefined;
+
+  /**
+   * @generated from field: uint64 count = 4;
+   */
+  count: bigint;
+
+  /**
+   * Why, against the largest agent: "needs 80 GB per GPU, the largest agent GPU has 48 GB".
+   *
+   * @generated from field: string reason = 5;
+   */
+  reason: string;
+
+  /**
+   * Age of the oldest of them.
+   *
+   * @generated from field: google.protobuf.Duration oldest_age = 6;
+   */
+  oldestAge?: Duration | undefined;
+};
+
+/**
+ * Describes the message aiflow.cluster.v1.UnplaceableItems.
+ * Use `create(UnplaceableItemsSchema)` to create a new message.
+ */
+export const UnplaceableItemsSchema: GenMessage<UnplaceableItems> = /*@__PURE__*/
+  messageDesc(file_aiflow_cluster_v1_ops, 16);
 
 /**
  * @generated from message aiflow.cluster.v1.OpsServiceListItemsRequest
@@ -575,7 +629,7 @@ export type OpsServiceListItemsRequest = Message<"aiflow.cluster.v1.OpsServiceLi
  * Use `create(OpsServiceListItemsRequestSchema)` to create a new message.
  */
 export const OpsServiceListItemsRequestSchema: GenMessage<OpsServiceListItemsRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_ops, 16);
+  messageDesc(file_aiflow_cluster_v1_ops, 17);
 
 /**
  * @generated from message aiflow.cluster.v1.OpsServiceListItemsResponse
@@ -597,7 +651,7 @@ export type OpsServiceListItemsResponse = Message<"aiflow.cluster.v1.OpsServiceL
  * Use `create(OpsServiceListItemsResponseSchema)` to create a new message.
  */
 export const OpsServiceListItemsResponseSchema: GenMessage<OpsServiceListItemsResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_ops, 17);
+  messageDesc(file_aiflow_cluster_v1_ops, 18);
 
 /**
  * @generated from message aiflow.cluster.v1.OpsServiceGetItemRequest
@@ -614,7 +668,7 @@ export type OpsServiceGetItemRequest = Message<"aiflow.cluster.v1.OpsServiceGetI
  * Use `create(OpsServiceGetItemRequestSchema)` to create a new message.
  */
 export const OpsServiceGetItemRequestSchema: GenMessage<OpsServiceGetItemRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_ops, 18);
+  messageDesc(file_aiflow_cluster_v1_ops, 19);
 
 /**
  * @generated from message aiflow.cluster.v1.OpsServiceGetItemResponse
@@ -636,7 +690,7 @@ export type OpsServiceGetItemResponse = Message<"aiflow.cluster.v1.OpsServiceGet
  * Use `create(OpsServiceGetItemResponseSchema)` to create a new message.
  */
 export const OpsServiceGetItemResponseSchema: GenMessage<OpsServiceGetItemResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_ops, 19);
+  messageDesc(file_aiflow_cluster_v1_ops, 20);
 
 /**
  * @generated from message aiflow.cluster.v1.CancelItemsRequest
@@ -673,7 +727,7 @@ export type CancelItemsRequest = Message<"aiflow.cluster.v1.CancelItemsRequest">
  * Use `create(CancelItemsRequestSchema)` to create a new message.
  */
 export const CancelItemsRequestSchema: GenMessage<CancelItemsRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_ops, 20);
+  messageDesc(file_aiflow_cluster_v1_ops, 21);
 
 /**
  * @generated from message aiflow.cluster.v1.CancelItemsResponse
@@ -690,7 +744,7 @@ export type CancelItemsResponse = Message<"aiflow.cluster.v1.CancelItemsResponse
  * Use `create(CancelItemsResponseSchema)` to create a new message.
  */
 export const CancelItemsResponseSchema: GenMessage<CancelItemsResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_ops, 21);
+  messageDesc(file_aiflow_cluster_v1_ops, 22);
 
 /**
  * @generated from message aiflow.cluster.v1.RedriveItemsRequest
@@ -726,7 +780,7 @@ export type RedriveItemsRequest = Message<"aiflow.cluster.v1.RedriveItemsRequest
  * Use `create(RedriveItemsRequestSchema)` to create a new message.
  */
 export const RedriveItemsRequestSchema: GenMessage<RedriveItemsRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_ops, 22);
+  messageDesc(file_aiflow_cluster_v1_ops, 23);
 
 /**
  * @generated from message aiflow.cluster.v1.RedriveItemsResponse
@@ -743,7 +797,7 @@ export type RedriveItemsResponse = Message<"aiflow.cluster.v1.RedriveItemsRespon
  * Use `create(RedriveItemsResponseSchema)` to create a new message.
  */
 export const RedriveItemsResponseSchema: GenMessage<RedriveItemsResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_ops, 23);
+  messageDesc(file_aiflow_cluster_v1_ops, 24);
 
 /**
  * @generated from message aiflow.cluster.v1.Binding
@@ -784,7 +838,7 @@ export type Binding = Message<"aiflow.cluster.v1.Binding"> & {
  * Use `create(BindingSchema)` to create a new message.
  */
 export const BindingSchema: GenMessage<Binding> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_ops, 24);
+  messageDesc(file_aiflow_cluster_v1_ops, 25);
 
 /**
  * @generated from message aiflow.cluster.v1.ListBindingsRequest
@@ -818,7 +872,7 @@ export type ListBindingsRequest = Message<"aiflow.cluster.v1.ListBindingsRequest
  * Use `create(ListBindingsRequestSchema)` to create a new message.
  */
 export const ListBindingsRequestSchema: GenMessage<ListBindingsRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_ops, 25);
+  messageDesc(file_aiflow_cluster_v1_ops, 26);
 
 /**
  * @generated from message aiflow.cluster.v1.ListBindingsResponse
@@ -840,7 +894,7 @@ export type ListBindingsResponse = Message<"aiflow.cluster.v1.ListBindingsRespon
  * Use `create(ListBindingsResponseSchema)` to create a new message.
  */
 export const ListBindingsResponseSchema: GenMessage<ListBindingsResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_ops, 26);
+  messageDesc(file_aiflow_cluster_v1_ops, 27);
 
 /**
  * @generated from message aiflow.cluster.v1.UnbindRequest
@@ -857,7 +911,7 @@ export type UnbindRequest = Message<"aiflow.cluster.v1.UnbindRequest"> & {
  * Use `create(UnbindRequestSchema)` to create a new message.
  */
 export const UnbindRequestSchema: GenMessage<UnbindRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_ops, 27);
+  messageDesc(file_aiflow_cluster_v1_ops, 28);
 
 /**
  * @generated from message aiflow.cluster.v1.UnbindResponse
@@ -870,7 +924,7 @@ export type UnbindResponse = Message<"aiflow.cluster.v1.UnbindResponse"> & {
  * Use `create(UnbindResponseSchema)` to create a new message.
  */
 export const UnbindResponseSchema: GenMessage<UnbindResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_ops, 28);
+  messageDesc(file_aiflow_cluster_v1_ops, 29);
 
 /**
  * @generated from message aiflow.cluster.v1.RebindRequest
@@ -892,7 +946,7 @@ export type RebindRequest = Message<"aiflow.cluster.v1.RebindRequest"> & {
  * Use `create(RebindRequestSchema)` to create a new message.
  */
 export const RebindRequestSchema: GenMessage<RebindRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_ops, 29);
+  messageDesc(file_aiflow_cluster_v1_ops, 30);
 
 /**
  * @generated from message aiflow.cluster.v1.RebindResponse
@@ -909,7 +963,205 @@ export type RebindResponse = Message<"aiflow.cluster.v1.RebindResponse"> & {
  * Use `create(RebindResponseSchema)` to create a new message.
  */
 export const RebindResponseSchema: GenMessage<RebindResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_ops, 30);
+  messageDesc(file_aiflow_cluster_v1_ops, 31);
+
+/**
+ * @generated from message aiflow.cluster.v1.ConcurrencyKey
+ */
+export type ConcurrencyKey = Message<"aiflow.cluster.v1.ConcurrencyKey"> & {
+  /**
+   * @generated from field: string tenant_key = 1;
+   */
+  tenantKey: string;
+
+  /**
+   * @generated from field: string key = 2;
+   */
+  key: string;
+
+  /**
+   * The limit the next dispatch of the key is held to (0: none is known, no item of it waits).
+   *
+   * @generated from field: uint32 limit = 3;
+   */
+  limit: number;
+
+  /**
+   * Where the limit comes from: "ops" (set for the key), "ops prefix <prefix>", or "items" (the
+   * max_in_flight its oldest pending item states).
+   *
+   * @generated from field: string limit_source = 4;
+   */
+  limitSource: string;
+
+  /**
+   * @generated from field: uint32 in_flight = 5;
+   */
+  inFlight: number;
+
+  /**
+   * @generated from field: uint64 pending = 6;
+   */
+  pending: bigint;
+};
+
+/**
+ * Describes the message aiflow.cluster.v1.ConcurrencyKey.
+ * Use `create(ConcurrencyKeySchema)` to create a new message.
+ */
+export const ConcurrencyKeySchema: GenMessage<ConcurrencyKey> = /*@__PURE__*/
+  messageDesc(file_aiflow_cluster_v1_ops, 32);
+
+/**
+ * @generated from message aiflow.cluster.v1.ConcurrencyRule
+ */
+export type ConcurrencyRule = Message<"aiflow.cluster.v1.ConcurrencyRule"> & {
+  /**
+   * @generated from field: string tenant_key = 1;
+   */
+  tenantKey: string;
+
+  /**
+   * The prefix the rule applies to: every key that starts with it.
+   *
+   * @generated from field: string key_prefix = 2;
+   */
+  keyPrefix: string;
+
+  /**
+   * @generated from field: uint32 max_in_flight = 3;
+   */
+  maxInFlight: number;
+};
+
+/**
+ * Describes the message aiflow.cluster.v1.ConcurrencyRule.
+ * Use `create(ConcurrencyRuleSchema)` to create a new message.
+ */
+export const ConcurrencyRuleSchema: GenMessage<ConcurrencyRule> = /*@__PURE__*/
+  messageDesc(file_aiflow_cluster_v1_ops, 33);
+
+/**
+ * @generated from message aiflow.cluster.v1.ListConcurrencyKeysRequest
+ */
+export type ListConcurrencyKeysRequest = Message<"aiflow.cluster.v1.ListConcurrencyKeysRequest"> & {
+  /**
+   * Empty: every tenant.
+   *
+   * @generated from field: string tenant_key = 1;
+   */
+  tenantKey: string;
+
+  /**
+   * Only keys that start with this.
+   *
+   * @generated from field: string key_prefix = 2;
+   */
+  keyPrefix: string;
+
+  /**
+   * At most 1000; 0: 100.
+   *
+   * @generated from field: uint32 page_size = 3;
+   */
+  pageSize: number;
+
+  /**
+   * @generated from field: string page_token = 4;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message aiflow.cluster.v1.ListConcurrencyKeysRequest.
+ * Use `create(ListConcurrencyKeysRequestSchema)` to create a new message.
+ */
+export const ListConcurrencyKeysRequestSchema: GenMessage<ListConcurrencyKeysRequest> = /*@__PURE__*/
+  messageDesc(file_aiflow_cluster_v1_ops, 34);
+
+/**
+ * @generated from message aiflow.cluster.v1.ListConcurrencyKeysResponse
+ */
+export type ListConcurrencyKeysResponse = Message<"aiflow.cluster.v1.ListConcurrencyKeysResponse"> & {
+  /**
+   * @generated from field: repeated aiflow.cluster.v1.ConcurrencyKey keys = 1;
+   */
+  keys: ConcurrencyKey[];
+
+  /**
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+
+  /**
+   * The prefix limits operators set (every one of the tenant, whatever the page).
+   *
+   * @generated from field: repeated aiflow.cluster.v1.ConcurrencyRule rules = 3;
+   */
+  rules: ConcurrencyRule[];
+};
+
+/**
+ * Describes the message aiflow.cluster.v1.ListConcurrencyKeysResponse.
+ * Use `create(ListConcurrencyKeysResponseSchema)` to create a new message.
+ */
+export const ListConcurrencyKeysResponseSchema: GenMessage<ListConcurrencyKeysResponse> = /*@__PURE__*/
+  messageDesc(file_aiflow_cluster_v1_ops, 35);
+
+/**
+ * @generated from message aiflow.cluster.v1.SetConcurrencyLimitRequest
+ */
+export type SetConcurrencyLimitRequest = Message<"aiflow.cluster.v1.SetConcurrencyLimitRequest"> & {
+  /**
+   * @generated from field: string tenant_key = 1;
+   */
+  tenantKey: string;
+
+  /**
+   * A key, or with prefix set, a key prefix.
+   *
+   * @generated from field: string key = 2;
+   */
+  key: string;
+
+  /**
+   * @generated from field: bool prefix = 3;
+   */
+  prefix: boolean;
+
+  /**
+   * 1-100000; 0 clears the operator's limit (the items' own apply again).
+   *
+   * @generated from field: uint32 max_in_flight = 4;
+   */
+  maxInFlight: number;
+};
+
+/**
+ * Describes the message aiflow.cluster.v1.SetConcurrencyLimitRequest.
+ * Use `create(SetConcurrencyLimitRequestSchema)` to create a new message.
+ */
+export const SetConcurrencyLimitRequestSchema: GenMessage<SetConcurrencyLimitRequest> = /*@__PURE__*/
+  messageDesc(file_aiflow_cluster_v1_ops, 36);
+
+/**
+ * @generated from message aiflow.cluster.v1.SetConcurrencyLimitResponse
+ */
+export type SetConcurrencyLimitResponse = Message<"aiflow.cluster.v1.SetConcurrencyLimitResponse"> & {
+  /**
+   * The key as it now stands (for a prefix, empty).
+   *
+   * @generated from field: aiflow.cluster.v1.ConcurrencyKey key = 1;
+   */
+  key?: ConcurrencyKey | undefined;
+};
+
+/**
+ * Describes the message aiflow.cluster.v1.SetConcurrencyLimitResponse.
+ * Use `create(SetConcurrencyLimitResponseSchema)` to create a new message.
+ */
+export const SetConcurrencyLimitResponseSchema: GenMessage<SetConcurrencyLimitResponse> = /*@__PURE__*/
+  messageDesc(file_aiflow_cluster_v1_ops, 37);
 
 /**
  * OpsService is for operators (role `ops`): the fleet, drains for rolling deploys, and the queue.
@@ -1046,6 +1298,29 @@ export const OpsService: GenService<{
     methodKind: "unary";
     input: typeof RebindRequestSchema;
     output: typeof RebindResponseSchema;
+  },
+  /**
+   * Concurrency keys with work pending or in flight, or a limit an operator set, ordered by tenant
+   * and key: each with its limit, items in flight and items pending.
+   *
+   * @generated from rpc aiflow.cluster.v1.OpsService.ListConcurrencyKeys
+   */
+  listConcurrencyKeys: {
+    methodKind: "unary";
+    input: typeof ListConcurrencyKeysRequestSchema;
+    output: typeof ListConcurrencyKeysResponseSchema;
+  },
+  /**
+   * Sets (or, with max_in_flight 0, clears) an operator's limit for a key or a key prefix. It stands
+   * over the limit the items state, from the next claim on; items already in flight past a lowered
+   * limit run on, and no more start until fewer than the limit are in flight.
+   *
+   * @generated from rpc aiflow.cluster.v1.OpsService.SetConcurrencyLimit
+   */
+  setConcurrencyLimit: {
+    methodKind: "unary";
+    input: typeof SetConcurrencyLimitRequestSchema;
+    output: typeof SetConcurrencyLimitResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_aiflow_cluster_v1_ops, 0);

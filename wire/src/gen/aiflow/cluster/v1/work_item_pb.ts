@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file aiflow/cluster/v1/work_item.proto.
  */
 export const file_aiflow_cluster_v1_work_item: GenFile = /*@__PURE__*/
-  fileDesc("CiFhaWZsb3cvY2x1c3Rlci92MS93b3JrX2l0ZW0ucHJvdG8SEWFpZmxvdy5jbHVzdGVyLnYxIpYBCgxXb3JrZXJQYXJhbXMSPwoIc2VsZWN0b3IYASADKAsyLS5haWZsb3cuY2x1c3Rlci52MS5Xb3JrZXJQYXJhbXMuU2VsZWN0b3JFbnRyeRIUCgxhZmZpbml0eV9rZXkYAiABKAkaLwoNU2VsZWN0b3JFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIu4FCghXb3JrSXRlbRIKCgJpZBgBIAEoCRISCgp0ZW5hbnRfa2V5GAIgASgJEhEKCWVuZ2luZV9pZBgDIAEoCRITCgtlbmdpbmVfa2luZBgEIAEoCRIbChNwYXJlbnRfd29ya19pdGVtX2lkGAUgASgJEg4KBnJ1bl9pZBgGIAEoCRIPCgd0YXNrX2lkGAcgASgJEhEKCXRhc2tfbmFtZRgIIAEoCRI2Cg13b3JrZXJfcGFyYW1zGAkgASgLMh8uYWlmbG93LmNsdXN0ZXIudjEuV29ya2VyUGFyYW1zEhQKDHBheWxvYWRfanNvbhgKIAEoCRIxCgZzdGF0dXMYCyABKA4yIS5haWZsb3cuY2x1c3Rlci52MS5Xb3JrSXRlbVN0YXR1cxIQCghwcmlvcml0eRgMIAEoBRIQCghhZ2VudF9pZBgNIAEoCRIYChBkaXNwYXRjaGVkX2F0X25zGA4gASgDEhcKD2NvbXBsZXRlZF9hdF9ucxgPIAEoAxIbChNsZWFzZV9leHBpcmVzX2F0X25zGBAgASgDEhEKCWxlYXNlZF9ieRgRIAEoCRITCgtsZWFzZV90b2tlbhgSIAEoCRIaChJuZXh0X2F0dGVtcHRfYXRfbnMYEyABKAMSEwoLcmV0cnlfY291bnQYFCABKAUSEwoLbWF4X3JldHJpZXMYFSABKAUSDQoFZXJyb3IYFiABKAkSEwoLcmVzdWx0X2pzb24YFyABKAkSFwoPaWRlbXBvdGVuY3lfa2V5GBggASgJEi4KCmNyZWF0ZWRfb24YGSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnVwZGF0ZWRfb24YGiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhgKEHJlZGVsaXZlcnlfY291bnQYGyABKAUSGAoQbWF4X3JlZGVsaXZlcmllcxgcIAEoBRIVCg10cmFjZV9jb250ZXh0GB0gASgJImgKC0NoaWxkQ291bnRzEg8KB3BlbmRpbmcYASABKAUSEgoKZGlzcGF0Y2hlZBgCIAEoBRIRCgljb21wbGV0ZWQYAyABKAUSDgoGZmFpbGVkGAQgASgFEhEKCWNhbmNlbGxlZBgFIAEoBSJOCgtJdGVtT3V0Y29tZRIUCgx3b3JrX2l0ZW1faWQYASABKAkSCgoCb2sYAiABKAgSDAoEY29kZRgDIAEoBRIPCgdtZXNzYWdlGAQgASgJKs4BCg5Xb3JrSXRlbVN0YXR1cxIgChxXT1JLX0lURU1fU1RBVFVTX1VOU1BFQ0lGSUVEEAASHAoYV09SS19JVEVNX1NUQVRVU19QRU5ESU5HEAESHwobV09SS19JVEVNX1NUQVRVU19ESVNQQVRDSEVEEAISHgoaV09SS19JVEVNX1NUQVRVU19DT01QTEVURUQQAxIbChdXT1JLX0lURU1fU1RBVFVTX0ZBSUxFRBAEEh4KGldPUktfSVRFTV9TVEFUVVNfQ0FOQ0VMTEVEEAViBnByb3RvMw", [file_google_protobuf_timestamp]);
+  fileDesc("CiFhaWZsb3cvY2x1c3Rlci92MS93b3JrX2l0ZW0ucHJvdG8SEWFpZmxvdy5jbHVzdGVyLnYxIv0BCgxXb3JrZXJQYXJhbXMSPwoIc2VsZWN0b3IYASADKAsyLS5haWZsb3cuY2x1c3Rlci52MS5Xb3JrZXJQYXJhbXMuU2VsZWN0b3JFbnRyeRIUCgxhZmZpbml0eV9rZXkYAiABKAkSNQoMcmVxdWlyZW1lbnRzGAMgASgLMh8uYWlmbG93LmNsdXN0ZXIudjEuUmVxdWlyZW1lbnRzEhcKD2NvbmN1cnJlbmN5X2tleRgEIAEoCRIVCg1tYXhfaW5fZmxpZ2h0GAUgASgFGi8KDVNlbGVjdG9yRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKSAQoMUmVxdWlyZW1lbnRzEgwKBGdwdXMYASABKAUSFQoNZ3B1X21lbW9yeV9tYhgCIAEoAxIRCglncHVfbW9kZWwYAyABKAkSEgoKY3B1X21pbGxpcxgEIAEoAxIRCgltZW1vcnlfbWIYBSABKAMSDwoHZGlza19tYhgGIAEoAxISCgpkaXNrX21vdW50GAcgASgJIpgGCghXb3JrSXRlbRIKCgJpZBgBIAEoCRISCgp0ZW5hbnRfa2V5GAIgASgJEhEKCWVuZ2luZV9pZBgDIAEoCRITCgtlbmdpbmVfa2luZBgEIAEoCRIbChNwYXJlbnRfd29ya19pdGVtX2lkGAUgASgJEg4KBnJ1bl9pZBgGIAEoCRIPCgd0YXNrX2lkGAcgASgJEhEKCXRhc2tfbmFtZRgIIAEoCRI2Cg13b3JrZXJfcGFyYW1zGAkgASgLMh8uYWlmbG93LmNsdXN0ZXIudjEuV29ya2VyUGFyYW1zEhQKDHBheWxvYWRfanNvbhgKIAEoCRIxCgZzdGF0dXMYCyABKA4yIS5haWZsb3cuY2x1c3Rlci52MS5Xb3JrSXRlbVN0YXR1cxIQCghwcmlvcml0eRgMIAEoBRIQCghhZ2VudF9pZBgNIAEoCRIYChBkaXNwYXRjaGVkX2F0X25zGA4gASgDEhcKD2NvbXBsZXRlZF9hdF9ucxgPIAEoAxIbChNsZWFzZV9leHBpcmVzX2F0X25zGBAgASgDEhEKCWxlYXNlZF9ieRgRIAEoCRITCgtsZWFzZV90b2tlbhgSIAEoCRIaChJuZXh0X2F0dGVtcHRfYXRfbnMYEyABKAMSEwoLcmV0cnlfY291bnQYFCABKAUSEwoLbWF4X3JldHJpZXMYFSABKAUSDQoFZXJyb3IYFiABKAkSEwoLcmVzdWx0X2pzb24YFyABKAkSFwoPaWRlbXBvdGVuY3lfa2V5GBggASgJEi4KCmNyZWF0ZWRfb24YGSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnVwZGF0ZWRfb24YGiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhgKEHJlZGVsaXZlcnlfY291bnQYGyABKAUSGAoQbWF4X3JlZGVsaXZlcmllcxgcIAEoBRIVCg10cmFjZV9jb250ZXh0GB0gASgJEhMKC2dwdV9pbmRpY2VzGB4gAygFEhMKC3VucGxhY2VhYmxlGB8gASgJImgKC0NoaWxkQ291bnRzEg8KB3BlbmRpbmcYASABKAUSEgoKZGlzcGF0Y2hlZBgCIAEoBRIRCgljb21wbGV0ZWQYAyABKAUSDgoGZmFpbGVkGAQgASgFEhEKCWNhbmNlbGxlZBgFIAEoBSJOCgtJdGVtT3V0Y29tZRIUCgx3b3JrX2l0ZW1faWQYASABKAkSCgoCb2sYAiABKAgSDAoEY29kZRgDIAEoBRIPCgdtZXNzYWdlGAQgASgJKs4BCg5Xb3JrSXRlbVN0YXR1cxIgChxXT1JLX0lURU1fU1RBVFVTX1VOU1BFQ0lGSUVEEAASHAoYV09SS19JVEVNX1NUQVRVU19QRU5ESU5HEAESHwobV09SS19JVEVNX1NUQVRVU19ESVNQQVRDSEVEEAISHgoaV09SS19JVEVNX1NUQVRVU19DT01QTEVURUQQAxIbChdXT1JLX0lURU1fU1RBVFVTX0ZBSUxFRBAEEh4KGldPUktfSVRFTV9TVEFUVVNfQ0FOQ0VMTEVEEAViBnByb3RvMw", [file_google_protobuf_timestamp]);
 
 /**
  * Hints that choose which agents may take an item.
@@ -35,6 +35,31 @@ export type WorkerParams = Message<"aiflow.cluster.v1.WorkerParams"> & {
    * @generated from field: string affinity_key = 2;
    */
   affinityKey: string;
+
+  /**
+   * What the item needs of the agent that runs it (see Requirements).
+   *
+   * @generated from field: aiflow.cluster.v1.Requirements requirements = 3;
+   */
+  requirements?: Requirements | undefined;
+
+  /**
+   * Items of one tenant that share a key run at most `max_in_flight` at a time across the whole
+   * fleet, whichever daemons and agents hold them. 1-512 characters.
+   *
+   * @generated from field: string concurrency_key = 4;
+   */
+  concurrencyKey: string;
+
+  /**
+   * The key's limit as this item states it (1-100000; 0 with a key means 1). An operator's limit
+   * for the key or a prefix of it (OpsService.SetConcurrencyLimit) stands over it. Items of one key
+   * normally state one limit; where they differ, each is dispatched only while fewer than its own
+   * limit are in flight.
+   *
+   * @generated from field: int32 max_in_flight = 5;
+   */
+  maxInFlight: number;
 };
 
 /**
@@ -43,6 +68,75 @@ export type WorkerParams = Message<"aiflow.cluster.v1.WorkerParams"> & {
  */
 export const WorkerParamsSchema: GenMessage<WorkerParams> = /*@__PURE__*/
   messageDesc(file_aiflow_cluster_v1_work_item, 0);
+
+/**
+ * What an item needs of the agent that runs it. Zero (or empty) is no need. A claim gives the item
+ * to an agent only when every need fits what the agent has free: its registered capacity
+ * (AgentMetadata.capacity) less what its in-flight items reserve, and no more than its latest
+ * heartbeat reports free (a heartbeat older than the liveness window grants nothing). While the
+ * item is dispatched, what it needs is reserved for it on that agent. Negative values are
+ * INVALID_ARGUMENT.
+ *
+ * @generated from message aiflow.cluster.v1.Requirements
+ */
+export type Requirements = Message<"aiflow.cluster.v1.Requirements"> & {
+  /**
+   * GPUs the item runs on, each with gpu_memory_mb free; the claim names them (WorkItem.gpu_indices).
+   *
+   * @generated from field: int32 gpus = 1;
+   */
+  gpus: number;
+
+  /**
+   * MiB of memory on each of its GPUs. 0 with gpus: each GPU whole (one nothing else reserves).
+   *
+   * @generated from field: int64 gpu_memory_mb = 2;
+   */
+  gpuMemoryMb: bigint;
+
+  /**
+   * A GPU model to match: a case-insensitive part of the model name ("A100", "H100 80GB"). Empty: any.
+   *
+   * @generated from field: string gpu_model = 3;
+   */
+  gpuModel: string;
+
+  /**
+   * Thousandths of a CPU core.
+   *
+   * @generated from field: int64 cpu_millis = 4;
+   */
+  cpuMillis: bigint;
+
+  /**
+   * MiB of RAM.
+   *
+   * @generated from field: int64 memory_mb = 5;
+   */
+  memoryMb: bigint;
+
+  /**
+   * MiB of disk, on disk_mount.
+   *
+   * @generated from field: int64 disk_mb = 6;
+   */
+  diskMb: bigint;
+
+  /**
+   * The mount point disk_mb is needed on, as the agent names it; empty: the agent's first disk
+   * (its work directory's, for agents built on the SDK).
+   *
+   * @generated from field: string disk_mount = 7;
+   */
+  diskMount: string;
+};
+
+/**
+ * Describes the message aiflow.cluster.v1.Requirements.
+ * Use `create(RequirementsSchema)` to create a new message.
+ */
+export const RequirementsSchema: GenMessage<Requirements> = /*@__PURE__*/
+  messageDesc(file_aiflow_cluster_v1_work_item, 1);
 
 /**
  * A queued unit of work (aiflow_work_item). Times in *_ns fields are epoch nanoseconds.
@@ -218,6 +312,23 @@ export type WorkItem = Message<"aiflow.cluster.v1.WorkItem"> & {
    * @generated from field: string trace_context = 29;
    */
   traceContext: string;
+
+  /**
+   * The GPUs (the agent's indices) the current or last dispatch placed the item on: a handler
+   * that sets CUDA_VISIBLE_DEVICES to them runs on what was reserved for it.
+   *
+   * @generated from field: repeated int32 gpu_indices = 30;
+   */
+  gpuIndices: number[];
+
+  /**
+   * For a pending item whose requirements no registered agent serving its tenant and engine kind
+   * could ever meet: why ("needs 80 GB per GPU, the largest agent GPU has 48 GB"). It still waits
+   * (an agent may register), unless the daemon's --unplaceable-grace dead-letters it. Empty otherwise.
+   *
+   * @generated from field: string unplaceable = 31;
+   */
+  unplaceable: string;
 };
 
 /**
@@ -225,7 +336,7 @@ export type WorkItem = Message<"aiflow.cluster.v1.WorkItem"> & {
  * Use `create(WorkItemSchema)` to create a new message.
  */
 export const WorkItemSchema: GenMessage<WorkItem> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_work_item, 1);
+  messageDesc(file_aiflow_cluster_v1_work_item, 2);
 
 /**
  * Counts of a parent's children by status (fan-out).
@@ -264,7 +375,7 @@ export type ChildCounts = Message<"aiflow.cluster.v1.ChildCounts"> & {
  * Use `create(ChildCountsSchema)` to create a new message.
  */
 export const ChildCountsSchema: GenMessage<ChildCounts> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_work_item, 2);
+  messageDesc(file_aiflow_cluster_v1_work_item, 3);
 
 /**
  * The outcome for one item of a batch call.
@@ -302,7 +413,7 @@ export type ItemOutcome = Message<"aiflow.cluster.v1.ItemOutcome"> & {
  * Use `create(ItemOutcomeSchema)` to create a new message.
  */
 export const ItemOutcomeSchema: GenMessage<ItemOutcome> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_work_item, 3);
+  messageDesc(file_aiflow_cluster_v1_work_item, 4);
 
 /**
  * @generated from enum aiflow.cluster.v1.WorkItemStatus

@@ -1,0 +1,95 @@
+/**
+ * Concurrency keys in the claim statement: at no moment are more items of a key dispatched than
+ * its limit (../../domain/concurrency.ts says which limit), whichever daemons and agents hold them.
+ *
+ * In flight is counted, not kept: the key's dispatched rows, by index (migration 0008). So every
+ * path that ends a dispatch frees the key's slot by changing the item's status, and nothing can be
+ * left holding a slot. The count is the statement's snapshot's, so a claim that dispatches items of
+ * a key also writes the key's row (aiflow_concurrency_key), as a claim writes an affinity binding:
+ *   - a key without a row gets one (INSERT … ON CONFLICT DO NOTHING): of two claims racing for a
+ *     key's first dispatch, one insert wins and the other dispatches none of the key's items;
+ *   - a key with a row is written with a compare-and-set on the row's version (xmin) as the
+ *     snapshot read it: two claims that counted in the same state serialise on the row's lock,
+ *     and the second's compare-and-set matches nothing, so it dispatches none of the key's items.
+ * Either way, a dispatch of a key commits only from a count no other committed dispatch of the key
+ * has changed since; an item ending meanwhile only makes a count too high, never too low.
+ *
+ * The claim admits a key's picked items in claim order while in-flight plus their rank stays within
+ * the limit; the picked scan already passes over items of a key that is full in its snapshot, so a
+ * full key's backlog does not fill the claim's LIMIT ahead of other work.
+ */
+import { sql, type FragmentSqlToken, type IdentifierSqlToken } from "slonik";
+
+export interface KeyTerms {
+  items: IdentifierSqlToken;
+  keys: IdentifierSqlToken;
+}
+
+/**
+ * The operator's limit for a key (tenant and key expressions): the key's own, else its longest
+ * prefix's; NULL when there is none.
+ */
+export function operatorLimit(k: KeyTerms, tenant: FragmentSqlToken, key: FragmentSqlToken): FragmentSqlToken {
+  return sql.fragment`(SELECT kl.max_in_flight FROM ${k.keys} kl
+                 WHERE kl.tenant_key = ${tenant} AND kl.max_in_flight IS NOT NULL
+                   AND ((NOT kl.prefix AND kl.key = ${key}) OR (kl.prefix AND starts_with(${key}, kl.key)))
+                 ORDER BY kl.prefix, length(kl.key) DESC LIMIT 1)`;
+}
+
+/** The key's dispatched items, counted by index. */
+export function inFlight(k: KeyTerms, tenant: FragmentSqlToken, key: FragmentSqlToken): FragmentSqlToken {
+  return sql.fragment`(SELECT count(*) FROM ${k.items} kd WHERE kd.tenant_key = ${tenant} AND kd.concurrency_key = ${key} AND kd.status = 'dispatched')`;
+}
+
+/** The limit an item (row `w`) is held to. */
+export function itemLimit(k: KeyTerms, w: string): FragmentSqlToken {
+  const a = sql.identifier([w]);
+  return sql.fragment`COALESCE(${operatorLimit(k, sql.fragment`${a}.tenant_key`, sql.fragment`${a}.concurrency_key`)}, (${a}.worker_params ->> 'maxInFlight')::int, 1)`;
+}
+
+/** The picked scan's test of a row `w`: no key, or its key has room in the snapshot. */
+export function keyHasRoom(k: KeyTerms, w: string): FragmentSqlToken {
+  const a = sql.identifier([w]);
+  return sql.fragment`(${a}.concurrency_key IS NULL OR ${inFlight(k, sql.fragment`${a}.tenant_key`, sql.fragment`${a}.concurrency_key`)} < ${itemLimit(k, w)})`;
+}
+
+/**
+ * The CTEs over the claim's `picked` (which carries tenant_key, concurrency_key, own_limit and the
+ * claim-order columns): `ckeys`, each picked key with its row's version and in-flight count;
+ * `kadmit`, the picked items within their key's limit; `kpinned` and `kheld`, the key rows this
+ * claim created or moved (see the header). `rowId(n)` makes the n-th new row's id.
+ */
+export function keyCtes(k: KeyTerms, m: { agent: string; now: FragmentSqlToken; rowId: (n: FragmentSqlToken) => FragmentSqlToken }): FragmentSqlToken {
+  const ck = sql.fragment`${k.keys}`;
+  return sql.fragment`ckeys AS (
+          SELECT d.t, d.k, kr.xmin::text AS v, ${inFlight(k, sql.fragment`d.t`, sql.fragment`d.k`)} AS in_flight,
+                 ${operatorLimit(k, sql.fragment`d.t`, sql.fragment`d.k`)} AS ops_limit, row_number() OVER (ORDER BY d.t, d.k) AS n
+            FROM (SELECT DISTINCT tenant_key AS t, concurrency_key AS k FROM picked WHERE concurrency_key IS NOT NULL) d
+            LEFT JOIN ${ck} kr ON kr.tenant_key = d.t AND kr.key = d.k AND NOT kr.prefix
+        ), kadmit AS (
+          SELECT r.id, r.t, r.k FROM (
+            SELECT p.id, p.tenant_key AS t, p.concurrency_key AS k, p.own_limit,
+                   row_number() OVER (PARTITION BY p.tenant_key, p.concurrency_key ORDER BY p.priority, p.createdon, p.id) AS rank
+              FROM picked p WHERE p.concurrency_key IS NOT NULL) r
+            JOIN ckeys ON ckeys.t = r.t AND ckeys.k = r.k
+           WHERE ckeys.in_flight + r.rank <= COALESCE(ckeys.ops_limit, r.own_limit, 1)
+        ), kpinned AS (
+          INSERT INTO ${ck} (id, tenant_key, key, prefix, createdby, createdon, updatedby, updatedon)
+          SELECT ${m.rowId(sql.fragment`ckeys.n`)}, ckeys.t, ckeys.k, false, ${m.agent}, ${m.now}, ${m.agent}, ${m.now}
+            FROM ckeys WHERE ckeys.v IS NULL AND EXISTS (SELECT 1 FROM kadmit WHERE kadmit.t = ckeys.t AND kadmit.k = ckeys.k)
+          ON CONFLICT (tenant_key, key, prefix) DO NOTHING
+          RETURNING tenant_key AS t, key AS k
+        ), kheld AS (
+          UPDATE ${ck} kk SET updatedby = ${m.agent}, updatedon = ${m.now}
+            FROM ckeys
+           WHERE EXISTS (SELECT 1 FROM ckeys) AND kk.tenant_key = ckeys.t AND kk.key = ckeys.k AND NOT kk.prefix AND kk.xmin::text = ckeys.v
+             AND EXISTS (SELECT 1 FROM kadmit WHERE kadmit.t = ckeys.t AND kadmit.k = ckeys.k)
+          RETURNING kk.tenant_key AS t, kk.key AS k
+        )`;
+}
+
+/** The claim's UPDATE's test of a picked row: no key, or admitted and its key's row written by this claim. */
+export const keyDispatchable = sql.fragment`(picked.concurrency_key IS NULL
+                OR (picked.id IN (SELECT id FROM kadmit)
+                    AND ((picked.tenant_key, picked.concurrency_key) IN (SELECT t, k FROM kpinned)
+                         OR (picked.tenant_key, picked.concurrency_key) IN (SELECT t, k FROM kheld))))`;
