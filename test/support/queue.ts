@@ -6,7 +6,7 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { durationFromMs, timestampFromMs } from "@bufbuild/protobuf/wkt";
 import type { Client } from "@connectrpc/connect";
-import { AgentService, type CancelDirective, type Directive } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
+import { AgentService, type AgentCapacitySchema, type AgentMetricsSchema, type CancelDirective, type Directive } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
 import type { AgentStatus } from "@aiflow/wire/gen/aiflow/cluster/v1/common_pb.js";
 import { QueueService, type EnqueueItemSchema } from "@aiflow/wire/gen/aiflow/cluster/v1/queue_pb.js";
 import type { ItemOutcome, WorkItem } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
@@ -58,6 +58,7 @@ export interface AgentSpec {
   engineKinds: string[];
   tags?: Record<string, string>;
   slots?: number;
+  capacity?: MessageInitShape<typeof AgentCapacitySchema>;
 }
 
 const agentCall = { headers: bearer(TOKENS.agent) };
@@ -77,7 +78,7 @@ export class TestAgent {
     const a = new TestAgent(name, address);
     try {
       await a.conn.agent.register(
-        { name, metadata: { tenants: spec.tenants, engineKinds: spec.engineKinds, tags: spec.tags ?? {}, slots: spec.slots ?? 4 } },
+        { name, metadata: { tenants: spec.tenants, engineKinds: spec.engineKinds, tags: spec.tags ?? {}, slots: spec.slots ?? 4, capacity: spec.capacity } },
         agentCall,
       );
     } catch (err) {
@@ -145,8 +146,9 @@ export class TestAgent {
     return res.outcomes;
   }
 
-  heartbeat() {
-    return this.conn.agent.heartbeat({ name: this.name }, agentCall);
+  /** A heartbeat, with metrics when given (simulated GPUs, memory, disks). */
+  heartbeat(metrics?: MessageInitShape<typeof AgentMetricsSchema>) {
+    return this.conn.agent.heartbeat({ name: this.name, metrics }, agentCall);
   }
 
   close(): void {
