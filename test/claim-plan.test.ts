@@ -29,6 +29,9 @@ afterAll(async () => {
 
 interface PlanNode {
   "Node Type": string;
+  "Subplan Name"?: string;
+  "Relation Name"?: string;
+  "Actual Loops": number;
   "Index Name"?: string;
   "Index Cond"?: string;
   "Rows Removed by Filter"?: number;
@@ -170,4 +173,35 @@ it("keeps to the claim index's order when the statistics were taken with nothing
     expect(all.filter((n) => n["Node Type"] === "Sort" && n["Actual Rows"] > 32), `${plan}: ${shape}`).toEqual([]);
   }
   await db.raw(`ALTER TABLE ${work} RESET (autovacuum_enabled)`);
+});
+
+it("reads none of placement's or concurrency keys' state for a claim of plain items", async () => {
+  const now = Date.UTC(2026, 10, 30);
+  await db.raw(
+    `INSERT INTO ${db.tables.qualified("agent")} (id, name, status, metadata, metrics, createdby, createdon)
+     VALUES ('01AGENT4', 'plain', 'active', '{"tenants":["pl"],"engineKinds":["k"],"capacity":{"cpuMillis":8000,"memoryMb":1024,"gpus":[],"disks":[]}}', '{"at":0}', 'test', now())`,
+  );
+  await db.raw(
+    `INSERT INTO ${db.tables.qualified("work_item")} (id, tenant_key, engine_id, engine_kind, status, priority, next_attempt_at, retry_count, max_retries, createdby, createdon)
+     SELECT 'P' || lpad(g::text, 8, '0'), 'pl', 'e', 'k', 'pending', 0, 0, 0, 5, 'test', to_timestamp($1::float8 / 1000) + g * interval '1 ms'
+       FROM generate_series(1, 50) g`,
+    [now],
+  );
+  const { store, caught } = catching();
+  await store.claim({ agent: "plain", instance: "test", max: 32, nowMs: now, leaseTtlMs: 30_000, affinity: { policy: "rebind", graceMs: 60_000 }, bindingSeed: "01KB0000000000000000000000", liveEdgeMs: 0, leaseToken: "tok" });
+  for (const plan of ["custom", "generic"] as const) {
+    const all = await explain(caught(), plan);
+    const shape = JSON.stringify(all.map((n) => [n["Node Type"], n["Subplan Name"], n["Relation Name"], n["Actual Loops"]]));
+    // The agent row is read once (the claim's own `agent` CTE), the key table never. (A data-modifying
+    // CTE's ModifyTable node always runs; what counts is whether anything under it reads a row.)
+    const reads = all.filter((n) => n["Node Type"] !== "ModifyTable" && n["Actual Loops"] > 0);
+    const agentReads = reads.filter((n) => n["Relation Name"]?.endsWith("agent"));
+    expect(agentReads, `${plan}: ${shape}`).toHaveLength(1);
+    expect(reads.filter((n) => n["Relation Name"]?.endsWith("concurrency_key")), `${plan}: ${shape}`).toEqual([]);
+    // Of the work item table: the picked scan and the UPDATE's fetch of each picked row; no count of
+    // a key's dispatched items and no read of the agent's reservations.
+    expect(reads.filter((n) => n["Relation Name"]?.endsWith("work_item")), `${plan}: ${shape}`).toHaveLength(2);
+    for (const cte of ["CTE ragent", "CTE resv", "CTE rgpu", "CTE rdisk", "CTE room", "CTE kadmit"])
+      expect(all.filter((n) => n["Subplan Name"] === cte && n["Actual Loops"] > 0), `${plan}: ${cte}`).toEqual([]);
+  }
 });
