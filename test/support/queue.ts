@@ -239,6 +239,11 @@ export class Producer {
     return this.conn.queue;
   }
 
+  /** Cancels items of the tenant by id; the ids it cancelled. */
+  async cancel(tenant: string, ids: readonly string[]): Promise<string[]> {
+    return (await this.conn.queue.cancel({ tenantKey: tenant, ids: [...ids] }, this.#opts)).cancelledIds;
+  }
+
   get call(): { headers: Record<string, string> } {
     return this.#opts;
   }
