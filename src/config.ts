@@ -293,6 +293,13 @@ const SETTINGS = {
     parse: oneOf(["hold", "rebind"]),
   },
   affinityGrace: { flag: "--affinity-grace", env: ["AIFLOW_AFFINITY_GRACE"], default: "60s", help: "how long a key waits for its agent before the policy acts", parse: duration(0) },
+  unplaceableGrace: {
+    flag: "--unplaceable-grace",
+    env: ["AIFLOW_UNPLACEABLE_GRACE"],
+    default: "0s",
+    help: "a pending item no registered agent could ever run (its requirements fit no capacity) becomes a dead letter after this long; 0: it waits",
+    parse: duration(0),
+  },
   affinityIdle: { flag: "--affinity-idle", env: ["AIFLOW_AFFINITY_IDLE"], default: "1h", help: "a binding whose key has had no unfinished item for this long is removed", parse: duration(0) },
   firingRetention: { flag: "--firing-retention-days", env: ["AIFLOW_FIRING_RETENTION_DAYS"], default: "30", help: "days trigger firings are kept (payloads may hold senders' secrets)", parse: int(1, 36500) },
   // Limits against hostile or broken callers (src/server/http2-limits.ts, src/server/gate.ts).

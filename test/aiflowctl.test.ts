@@ -138,7 +138,7 @@ describe("usage", () => {
       ctl(["items", "get"]),
     ]);
     expect(help.code).toBe(0);
-    for (const cmd of ["agents", "agent NAME", "drain NAME", "undrain NAME", "remove NAME", "queue stats", "items list", "items get", "items cancel", "items redrive", "enqueue"])
+    for (const cmd of ["agents", "agent NAME", "drain NAME", "undrain NAME", "remove NAME", "queue stats", "items list", "items get", "items cancel", "items redrive", "enqueue", "keys list", "keys set"])
       expect(help.stdout).toContain(`  ${cmd}`);
     for (const flag of ["--address", "--token", "--json", "--help", "--wait", "--deadline", "--force", "--watch"]) expect(help.stdout).toContain(flag);
     // COMMAND --help is that command's usage with the global flags, not the whole list.
@@ -236,6 +236,32 @@ describe("bindings", () => {
     expect(unbound).toEqual({ code: 0, stdout: "unbound run-42\n", stderr: "" });
     expect((await ops.client.listBindings({ keyPrefix: "run-" }, ops.call)).bindings).toEqual([]);
     expect(await ctl(["bindings", "rebind", "run-42"])).toEqual({ code: 2, stdout: "", stderr: "aiflowctl: give the KEY and the AGENT: aiflowctl bindings rebind KEY AGENT\n" });
+  });
+});
+
+describe("keys", () => {
+  it("list a concurrency key, and set and clear an operator's limit on it", async () => {
+    await producer.enqueue("c8", [{ engineKind: "k", workerParams: { concurrencyKey: "render", maxInFlight: 2 } }]);
+    type KeysJson = { keys: { tenantKey: string; key: string; limit: number; limitSource: string; inFlight: number; pending: string }[]; rules: unknown[] };
+    const listed = await ctlJson<KeysJson>(["keys", "list", "--tenant", "c8"]);
+    expect(listed.keys).toEqual([{ tenantKey: "c8", key: "render", limit: 2, limitSource: "items", inFlight: 0, pending: "1" }]);
+    expect(listed.rules).toEqual([]);
+
+    const raised = await ctl(["keys", "set", "render", "3", "--tenant", "c8"]);
+    expect(raised).toEqual({ code: 0, stdout: "set the limit of render in c8 to 3: limit 3 (ops), 0 in flight, 1 pending\n", stderr: "" });
+    const human = await ctl(["keys", "list", "--tenant", "c8"]);
+    expect(human.code).toBe(0);
+    expect(human.stdout).toMatch(/^TENANT +KEY +LIMIT +SOURCE +IN FLIGHT +PENDING\nc8 +render +3 +ops +0 +1\n$/);
+    const rule = await ctlJson<{ key?: unknown }>(["keys", "set", "ren", "1", "--tenant", "c8", "--prefix"]);
+    expect(rule.key).toBeUndefined();
+    expect((await ctl(["keys", "list", "--tenant", "c8"])).stdout).toMatch(/\n\nprefix rules:\nTENANT +PREFIX +MAX IN FLIGHT\nc8 +ren +1\n$/);
+
+    const cleared = await ctlJson<{ key: { limit: number; limitSource: string } }>(["keys", "set", "render", "0", "--tenant", "c8"]);
+    expect([cleared.key.limit, cleared.key.limitSource]).toEqual([1, "ops prefix ren"]);
+    expect(await ctl(["keys", "set", "render", "--tenant", "c8"])).toEqual({ code: 2, stdout: "", stderr: "aiflowctl: give the KEY and the MAX: aiflowctl keys set KEY MAX --tenant T [--prefix]\n" });
+    const tooMany = await ctl(["keys", "set", "render", "100001", "--tenant", "c8"]);
+    expect(tooMany.code).toBe(2);
+    expect(tooMany.stderr).toMatch(/^aiflowctl: MAX: 100001 is outside 0\.\.100000\n$/);
   });
 });
 

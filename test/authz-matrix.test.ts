@@ -118,6 +118,9 @@ const TABLE: Record<string, Row> = {
   "aiflow.cluster.v1.OpsService/ListBindings": { request: () => ({}) },
   "aiflow.cluster.v1.OpsService/Unbind": { request: () => ({ affinityKey: "key-b" }) },
   "aiflow.cluster.v1.OpsService/Rebind": { request: () => ({ affinityKey: "key-b", agentId: B }) },
+  // Concurrency keys carry a tenant: tB's are refused to a token limited to tA.
+  "aiflow.cluster.v1.OpsService/ListConcurrencyKeys": { request: () => ({ tenantKey: "tB" }) },
+  "aiflow.cluster.v1.OpsService/SetConcurrencyLimit": { request: () => ({ tenantKey: "tB", key: "key-b", maxInFlight: 2 }) },
 
   "aiflow.cluster.v1.RunDirectoryService/RecordRun": { request: () => ({ tenantKey: "tB", runId: "run-b", engineKind: "dag" }) },
   "aiflow.cluster.v1.RunDirectoryService/GetRun": { request: () => ({ tenantKey: "tB", runId: "run-b" }) },

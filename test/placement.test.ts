@@ -14,7 +14,13 @@ import { beforeAll, describe, expect, it } from "vitest";
 import type { AgentMetricsSchema } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
 import type { RequirementsSchema } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
 import type { Daemon } from "../src/daemon.js";
+import { WorkItemStatus } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
+import { unplaceableTask } from "../src/fleet/unplaceable.js";
+import { silentLogger } from "../src/log.js";
+import { AgentStore } from "../src/store/agents.js";
+import { WorkItemStatsStore } from "../src/store/work-item-stats.js";
 import { codeOf } from "./support/kit.js";
+import { opsSession } from "./support/ops.js";
 import type { Producer, TestAgent } from "./support/queue.js";
 import { CLAIM_MAX_WAIT, LIVENESS, ids, useQueueDaemon } from "./support/queue-daemon.js";
 
@@ -99,7 +105,7 @@ describe("GPU placement", () => {
       [z!.id, [1]],
     ]);
     // 4 GB is left on GPU 0 and 8 on GPU 1: the fourth waits.
-    expect((await p.item(t, w!.id)).status).toBe(1);
+    expect((await p.item(t, w!.id)).status).toBe(WorkItemStatus.PENDING);
   });
 
   it("places a many-GPU item on distinct GPUs, and an item that names no memory takes each of its GPUs whole", async () => {
@@ -173,7 +179,7 @@ describe("CPU, memory and disk", () => {
       needing({ diskMb: BigInt(1 * GB), diskMount: "/nowhere" }),
     ]);
     expect(ids(await a.claim(5))).toEqual([d2!.id]);
-    for (const id of [c2!.id, m1!.id, d1!.id, d3!.id]) expect((await p.item(t, id)).status).toBe(1);
+    for (const id of [c2!.id, m1!.id, d1!.id, d3!.id]) expect((await p.item(t, id)).status).toBe(WorkItemStatus.PENDING);
   });
 
   it("claims plain work behind a backlog of items that do not fit now: they do not fill the claim", async () => {
@@ -235,5 +241,52 @@ describe("concurrency keys", () => {
     const t = "keys-edge";
     expect(await codeOf(p.enqueue(t, [{ engineKind: "dag", workerParams: { maxInFlight: 3 } }]))).toBe(Code.InvalidArgument);
     expect(await codeOf(p.enqueue(t, [{ engineKind: "dag", workerParams: { concurrencyKey: "k", maxInFlight: 100_001 } }]))).toBe(Code.InvalidArgument);
+  });
+});
+
+describe("work no agent could ever run", () => {
+  it("is reported by QueueStats, ListItems and GetItem with why, still waits, and the grace policy makes it a dead letter", async () => {
+    const t = "place-never";
+    await box("place-never-a", t, { gpus: [48, 48] });
+    const [huge, many, fits] = await p.enqueue(t, [needing(gpuGb(1, 80)), needing(gpuGb(3, 10)), needing(gpuGb(2, 40))]);
+    const ops = fx.closers.add(opsSession(daemon.address));
+    const stats = await ops.client.queueStats({ tenantKey: t }, ops.call);
+    expect(stats.unplaceable.map((u) => [u.count, u.reason])).toEqual(
+      expect.arrayContaining([
+        [1n, "needs 80 GB per GPU, the largest agent GPU has 48 GB"],
+        [1n, "needs 3 GPUs with 10 GB each, the most any agent has is 2"],
+      ]),
+    );
+    expect(stats.unplaceable).toHaveLength(2);
+    expect(stats.unplaceable.find((u) => u.reason.startsWith("needs 80"))?.requirements?.gpuMemoryMb).toBe(BigInt(80 * GB));
+    const listed = await ops.client.listItems({ tenantKey: t }, ops.call);
+    expect(Object.fromEntries(listed.items.map((i) => [i.id, i.unplaceable]))).toEqual({
+      [huge!.id]: "needs 80 GB per GPU, the largest agent GPU has 48 GB",
+      [many!.id]: "needs 3 GPUs with 10 GB each, the most any agent has is 2",
+      [fits!.id]: "",
+    });
+    expect((await p.item(t, huge!.id)).unplaceable).toContain("needs 80 GB");
+    // An agent of another tenant does not count: it could not take the work.
+    await box("place-never-other", "elsewhere", { gpus: [80] });
+    expect((await p.item(t, huge!.id)).unplaceable).toContain("needs 80 GB");
+
+    const sweep = unplaceableTask({
+      config: { unplaceableGrace: 60_000 },
+      agents: new AgentStore(fx.db.pool, fx.db.tables),
+      stats: new WorkItemStatsStore(fx.db.pool, fx.db.tables),
+      store: fx.store(),
+      log: silentLogger(),
+      onFailed: () => undefined,
+    });
+    await sweep.run(clock.nowMs());
+    expect((await p.item(t, huge!.id)).status).toBe(WorkItemStatus.PENDING);
+    clock.advance(60_001);
+    await sweep.run(clock.nowMs());
+    const dead = await p.item(t, huge!.id);
+    expect(dead.status).toBe(WorkItemStatus.FAILED);
+    expect(dead.error).toBe("unplaceable: needs 80 GB per GPU, the largest agent GPU has 48 GB");
+    expect((await p.item(t, many!.id)).status).toBe(WorkItemStatus.FAILED);
+    // One that fits an agent waits on, however long.
+    expect((await p.item(t, fits!.id)).status).toBe(WorkItemStatus.PENDING);
   });
 });

@@ -7,7 +7,7 @@
  * those tenants, and agents all of whose tenants are among them (an agent serving any other tenant
  * is PERMISSION_DENIED; an item of another tenant is NOT_FOUND, so ids do not reveal other tenants'
  * work). Affinity bindings carry no tenant and may route any tenant's work, so they are fleet-wide:
- * a limited token is refused them.
+ * a limited token is refused them. Concurrency keys do carry one (./concurrency-ops.ts).
  */
 import { durationFromMs, timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { z } from "zod";
@@ -18,7 +18,8 @@ import { failedPrecondition, invalidArgument, notFound, permissionDenied } from 
 import { OpsService } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 import { assertAgentTenants, assertTenant, callerOf, tenantsOutside, type Identity } from "../server/auth.js";
 import type { AffinityBindingStore, BindingRow } from "../store/affinity-bindings.js";
-import type { AgentOpsStore, AgentStatus, AgentWithLoad } from "../store/agents.js";
+import type { ConcurrencyKeyStore } from "../store/concurrency-keys.js";
+import type { AgentOpsStore, AgentStatus, AgentStore, AgentWithLoad } from "../store/agents.js";
 import type { WorkItemStatsStore } from "../store/work-item-stats.js";
 import type { WorkItemStore } from "../store/work-items.js";
 import { compareVersions } from "../util/version.js";
@@ -27,8 +28,11 @@ import { agentSummary } from "./ops-messages.js";
 import type { MaintenanceTask } from "../maintenance.js";
 import type { WorkQueue } from "../queue/work-queue.js";
 import { listItemsPage } from "./queue-service.js";
+import type { Requirements } from "../domain/resources.js";
+import { concurrencyOpsImpl } from "./concurrency-ops.js";
 import { delayMs, identifier, optionalText } from "./input/validate.js";
-import { itemStatusToWire, workItemToWire } from "./work-item-messages.js";
+import { itemStatusToWire, itemsToWire, requirementsToWire, workItemToWire } from "./work-item-messages.js";
+import { FleetCapacity } from "../fleet/unplaceable.js";
 
 export interface OpsDeps {
   queue: WorkQueue;
@@ -36,6 +40,9 @@ export interface OpsDeps {
   stats: WorkItemStatsStore;
   audit: AuditLog;
   bindings: AffinityBindingStore;
+  concurrencyKeys: ConcurrencyKeyStore;
+  /** The registry, read for what agents could ever run (unplaceable items). */
+  agents: AgentStore;
 }
 
 
@@ -85,9 +92,24 @@ export function opsServiceImpl(d: OpsDeps): ServiceImpl<typeof OpsService> {
     return row;
   };
 
+  /** Groups of pending items no agent could ever run, at most 100, each with why (../fleet/unplaceable.ts). */
+  const unplaceableGroups = async (scope: string[] | null, now: number) => {
+    const groups = await d.stats.requirementGroups(scope, 1000);
+    if (groups.length === 0) return [];
+    const fleet = await FleetCapacity.read(d.agents);
+    return groups
+      .flatMap((g) => {
+        const reason = fleet.reason(g);
+        return reason === null ? [] : [{ tenantKey: g.tenant_key, engineKind: g.engine_kind, requirements: requirementsToWire(g.requirements as Requirements), count: BigInt(g.n), reason, oldestAge: durationFromMs(Math.max(0, now - g.oldest)) }];
+      })
+      .slice(0, 100);
+  };
+
   const statusDirective = (status: AgentStatus, reason: string, deadline: number | null) => ({ kind: "status" as const, status, reason, drainDeadline: deadline });
 
   return {
+    ...concurrencyOpsImpl({ queue, keys: d.concurrencyKeys }),
+
     async listAgents(req, ctx) {
       const caller = callerOf(ctx);
       const statuses = req.statuses.map((s, i) => {
@@ -109,7 +131,7 @@ export function opsServiceImpl(d: OpsDeps): ServiceImpl<typeof OpsService> {
       const name = identifier(req.name, "name");
       const agent = agentSummary(await agentFor(callerOf(ctx), name), clock.nowMs());
       const dispatched = await d.stats.dispatchedTo(name);
-      return { agent, dispatched: dispatched.map(workItemToWire), affinityKeys: [...(await d.bindings.keysOf(name))] };
+      return { agent, dispatched: dispatched.map((r) => workItemToWire(r)), affinityKeys: [...(await d.bindings.keysOf(name))] };
     },
 
     async drainAgent(req, ctx) {
@@ -178,7 +200,9 @@ export function opsServiceImpl(d: OpsDeps): ServiceImpl<typeof OpsService> {
       const tenant = req.tenantKey ? identifier(req.tenantKey, "tenant_key") : null;
       if (tenant) assertTenant(caller, tenant);
       const now = clock.nowMs();
-      const s = await d.stats.stats(tenant ? [tenant] : caller.tenants ? [...caller.tenants] : null, now);
+      const scope = tenant ? [tenant] : caller.tenants ? [...caller.tenants] : null;
+      const s = await d.stats.stats(scope, now);
+      const unplaceable = await unplaceableGroups(scope, now);
       const total = (status: string) => s.depth.filter((r) => r.status === status).reduce((n, r) => n + r.n, 0n);
       return {
         depth: s.depth.map((r) => ({ tenantKey: r.tenant_key, engineKind: r.engine_kind, status: itemStatusToWire(r.status), count: r.n })),
@@ -188,11 +212,12 @@ export function opsServiceImpl(d: OpsDeps): ServiceImpl<typeof OpsService> {
         deadLetters: total("failed"),
         pending: total("pending"),
         dispatched: total("dispatched"),
+        unplaceable,
       };
     },
 
     async listItems(req, ctx) {
-      return listItemsPage(store, tenantScope(callerOf(ctx), req.tenantKey), req);
+      return listItemsPage(store, d.agents, tenantScope(callerOf(ctx), req.tenantKey), req);
     },
 
     async getItem(req, ctx) {
@@ -202,7 +227,7 @@ export function opsServiceImpl(d: OpsDeps): ServiceImpl<typeof OpsService> {
       // Another tenant's item answers as a missing one: its id tells a limited token nothing.
       if (!row || (caller.tenants && !caller.tenants.has(row.tenant_key))) throw notFound(`no work item '${id}'`);
       const counts = await store.childCounts(row.tenant_key, id);
-      return { item: workItemToWire(row), children: Object.values(counts).some((n) => n > 0) ? counts : undefined };
+      return { item: (await itemsToWire(d.agents, [row]))[0], children: Object.values(counts).some((n) => n > 0) ? counts : undefined };
     },
 
     async cancelItems(req, ctx) {

@@ -13,7 +13,8 @@ import { workKey } from "../queue/work-keys.js";
 import { identifier, inRange, jsonOrNull, optionalText, storableTimestamp, tagMap } from "./input/validate.js";
 import { requirementsOf } from "./input/resources.js";
 import { MAX_IN_FLIGHT } from "../domain/concurrency.js";
-import { itemStatusFromWire, TERMINAL, workItemToWire } from "./work-item-messages.js";
+import { itemStatusFromWire, itemsToWire, TERMINAL } from "./work-item-messages.js";
+import type { AgentStore } from "../store/agents.js";
 import { z } from "zod";
 import { decodeCursor, encodeCursor } from "./input/page-tokens.js";
 import { handedTraceparent } from "../observability/rpc-spans.js";
@@ -30,7 +31,7 @@ const MAX_WAIT_IDS = 1_000;
  */
 export const LIST_PAGE_BYTES = 3 * 1024 * 1024;
 
-export function queueServiceImpl(queue: WorkQueue, draining: AbortSignal): ServiceImpl<typeof QueueService> {
+export function queueServiceImpl(queue: WorkQueue, agents: AgentStore, draining: AbortSignal): ServiceImpl<typeof QueueService> {
   const { store, clock, config } = queue;
 
   const tenantOf = (raw: string, ctx: Parameters<ServiceImpl<typeof QueueService>["getItem"]>[1]) => {
@@ -68,11 +69,11 @@ export function queueServiceImpl(queue: WorkQueue, draining: AbortSignal): Servi
       if (!row) throw notFound(`no work item '${id}' in tenant '${tenant}'`);
       const counts = await store.childCounts(tenant, id);
       const hasChildren = Object.values(counts).some((n) => n > 0);
-      return { item: workItemToWire(row), children: hasChildren ? counts : undefined };
+      return { item: (await itemsToWire(agents, [row]))[0], children: hasChildren ? counts : undefined };
     },
 
     async listItems(req, ctx) {
-      return listItemsPage(store, [tenantOf(req.tenantKey, ctx)], req);
+      return listItemsPage(store, agents, [tenantOf(req.tenantKey, ctx)], req);
     },
 
     async wait(req, ctx) {
@@ -90,7 +91,7 @@ export function queueServiceImpl(queue: WorkQueue, draining: AbortSignal): Servi
           if (unknown.length > 0) throw notFound(`no work item '${unknown[0]}' in tenant '${tenant}'`);
           const done = rows.length > 0 && rows.every((r) => TERMINAL.has(r.status));
           const remaining = deadline - Date.now();
-          if (done || remaining <= 0 || ctx.signal.aborted || draining.aborted) return { done, items: rows.map(workItemToWire) };
+          if (done || remaining <= 0 || ctx.signal.aborted || draining.aborted) return { done, items: await itemsToWire(agents, rows) };
           await armed.wait(Math.min(remaining, 5_000), [ctx.signal, draining]);
         } finally {
           armed.disarm();
@@ -165,12 +166,12 @@ function concurrencyOf(p: EnqueueItem["workerParams"], f: (name: string) => stri
 }
 
 /** One page of items in dispatch order, of these tenants (undefined: every tenant); shared by QueueService and OpsService. */
-export async function listItemsPage(store: WorkItemStore, tenants: readonly string[] | undefined, req: ListItemsQuery) {
+export async function listItemsPage(store: WorkItemStore, agents: AgentStore, tenants: readonly string[] | undefined, req: ListItemsQuery) {
   const limit = Math.min(req.pageSize || 100, 1000);
   const { rows, more } = await store.list({ ...listFilter(req), tenants, limit, maxBytes: LIST_PAGE_BYTES, after: req.pageToken ? decodeCursor(req.pageToken, listCursor) : undefined });
   const last = rows.at(-1);
   return {
-    items: rows.map(workItemToWire),
+    items: await itemsToWire(agents, rows),
     nextPageToken: more && last ? encodeCursor({ priority: last.priority ?? 0, createdon: last.createdon, id: last.id }) : "",
   };
 }

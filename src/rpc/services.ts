@@ -5,6 +5,7 @@
  */
 import type { DescFile, DescService } from "@bufbuild/protobuf";
 import type { ConnectRouter } from "@connectrpc/connect";
+import { unplaceableTask } from "../fleet/unplaceable.js";
 import { pino } from "pino";
 import type { DatabasePool } from "slonik";
 import { AuditLog } from "../audit.js";
@@ -30,6 +31,7 @@ import { HealthState, healthRoutes } from "../server/health.js";
 import { reflectionRoutes } from "../server/reflection.js";
 import { AffinityBindingStore } from "../store/affinity-bindings.js";
 import { AgentOpsStore, AgentStore } from "../store/agents.js";
+import { ConcurrencyKeyStore } from "../store/concurrency-keys.js";
 import { WorkItemStatsStore } from "../store/work-item-stats.js";
 import { EngineStore } from "../store/engines.js";
 import { EngineRunStore } from "../store/engine-runs.js";
@@ -133,6 +135,7 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
   maintenance.start(config.sweepInterval);
 
   const itemStats = new WorkItemStatsStore(pool, tables);
+  maintenance.add(unplaceableTask({ config, agents, stats: itemStats, store: workItems, log, onFailed: () => done.ring(["*"]) }));
   new FleetGauges(
     metrics.registry,
     { queue: (now) => itemStats.gauges(now), fleet: (limit) => agentOps.gauges(limit) },
@@ -155,11 +158,11 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
           ...agentWorkImpl({ queue, known, scope: (name) => agents.workScope(name), draining: deps.draining }),
         }),
     },
-    { services: [QueueService], access: "engine", mount: (r) => r.service(QueueService, queueServiceImpl(queue, deps.draining)) },
+    { services: [QueueService], access: "engine", mount: (r) => r.service(QueueService, queueServiceImpl(queue, agents, deps.draining)) },
     {
       services: [OpsService],
       access: "ops",
-      mount: (r) => r.service(OpsService, opsServiceImpl({ queue, agentOps, stats: itemStats, audit, bindings })),
+      mount: (r) => r.service(OpsService, opsServiceImpl({ queue, agentOps, stats: itemStats, audit, bindings, concurrencyKeys: new ConcurrencyKeyStore(pool, tables), agents })),
     },
     {
       services: [RunDirectoryService, TriggerFiringService],

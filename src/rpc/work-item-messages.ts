@@ -1,8 +1,10 @@
 /** Work items between the store's rows and the wire. */
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { Code } from "@connectrpc/connect";
-import { WorkItemStatus, type ItemOutcomeSchema, type WorkerParamsSchema, type WorkItemSchema } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
+import { WorkItemStatus, type ItemOutcomeSchema, type RequirementsSchema, type WorkerParamsSchema, type WorkItemSchema } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
 import type { Requirements } from "../domain/resources.js";
+import { unplaceableReasons } from "../fleet/unplaceable.js";
+import type { AgentStore } from "../store/agents.js";
 import type { ClaimedRow, ItemStatus, WorkItemRow } from "../store/work-items.js";
 import { timestampInit, type Dispatch } from "../queue/dispatch.js";
 
@@ -22,7 +24,7 @@ export function itemStatusFromWire(s: WorkItemStatus): ItemStatus | undefined {
 
 export const TERMINAL: ReadonlySet<ItemStatus> = new Set(["completed", "failed", "cancelled"]);
 
-export function workItemToWire(r: WorkItemRow): MessageInitShape<typeof WorkItemSchema> {
+export function workItemToWire(r: WorkItemRow, unplaceable = ""): MessageInitShape<typeof WorkItemSchema> {
   const selector = (r.worker_params?.selector ?? {}) as Record<string, string>;
   // Written out, not spread from a shared helper: see claimedItemToWire.
   return {
@@ -56,9 +58,19 @@ export function workItemToWire(r: WorkItemRow): MessageInitShape<typeof WorkItem
     idempotencyKey: r.idempotency_key ?? "",
     traceContext: r.trace_context ?? "",
     gpuIndices: r.gpu_indices ?? [],
+    unplaceable,
     createdOn: timestampInit(r.createdon),
     updatedOn: r.updatedon === null ? undefined : timestampInit(r.updatedon),
   };
+}
+
+/**
+ * Items on the wire, each pending one whose requirements no registered agent could ever meet
+ * carrying why (../fleet/unplaceable.ts); the fleet is read only when a row states requirements.
+ */
+export async function itemsToWire(agents: AgentStore, rows: readonly WorkItemRow[]): Promise<MessageInitShape<typeof WorkItemSchema>[]> {
+  const reasons = await unplaceableReasons(agents, rows);
+  return rows.map((r, i) => workItemToWire(r, reasons[i] ?? ""));
 }
 
 /**
@@ -110,17 +122,21 @@ function workerParamsToWire(selector: Record<string, string>, affinityKey: strin
   return {
     selector,
     affinityKey: affinityKey ?? "",
-    requirements: requirements && {
-      gpus: requirements.gpus ?? 0,
-      gpuMemoryMb: BigInt(requirements.gpuMemoryMb ?? 0),
-      gpuModel: requirements.gpuModel ?? "",
-      cpuMillis: BigInt(requirements.cpuMillis ?? 0),
-      memoryMb: BigInt(requirements.memoryMb ?? 0),
-      diskMb: BigInt(requirements.diskMb ?? 0),
-      diskMount: requirements.diskMount ?? "",
-    },
+    requirements: requirements && requirementsToWire(requirements),
     concurrencyKey: (stored?.concurrencyKey as string | undefined) ?? "",
     maxInFlight: (stored?.maxInFlight as number | undefined) ?? 0,
+  };
+}
+
+export function requirementsToWire(r: Requirements): MessageInitShape<typeof RequirementsSchema> {
+  return {
+    gpus: r.gpus ?? 0,
+    gpuMemoryMb: BigInt(r.gpuMemoryMb ?? 0),
+    gpuModel: r.gpuModel ?? "",
+    cpuMillis: BigInt(r.cpuMillis ?? 0),
+    memoryMb: BigInt(r.memoryMb ?? 0),
+    diskMb: BigInt(r.diskMb ?? 0),
+    diskMount: r.diskMount ?? "",
   };
 }
 

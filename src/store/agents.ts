@@ -224,6 +224,18 @@ export class AgentStore {
   }
 
   /** The tenants and engine kinds an agent registered with (what its claims can take). */
+  /** Every registered (not removed) agent's tenants, engine kinds and capacity: what could ever run work that states requirements. */
+  capacities(): Promise<readonly { tenants: string[]; kinds: string[]; capacity: Record<string, unknown> | null }[]> {
+    const agent = this.t.id("agent");
+    return withDbErrors(() =>
+      this.db.any(sql.type(z.object({ tenants: z.array(z.string()), kinds: z.array(z.string()), capacity: z.record(z.unknown()).nullable() }))`
+        SELECT COALESCE(ARRAY(SELECT jsonb_array_elements_text(metadata -> 'tenants')), '{}') AS tenants,
+               COALESCE(ARRAY(SELECT jsonb_array_elements_text(metadata -> 'engineKinds')), '{}') AS kinds,
+               metadata -> 'capacity' AS capacity
+          FROM ${agent} WHERE deletedon IS NULL`),
+    );
+  }
+
   workScope(name: string): Promise<{ tenants: string[]; kinds: string[] } | null> {
     const agent = this.t.id("agent");
     return withDbErrors(() =>

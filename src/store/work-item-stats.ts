@@ -28,6 +28,17 @@ export interface QueueStats {
   completedLastMinute: number;
 }
 
+const requirementGroup = z.object({
+  tenant_key: z.string(),
+  engine_kind: z.string(),
+  requirements: z.record(z.unknown()),
+  n: z.number(),
+  oldest: z.number(),
+});
+export type RequirementGroup = z.infer<typeof requirementGroup>;
+const pendingNeed = z.object({ id: z.string(), tenant_key: z.string(), engine_kind: z.string(), requirements: z.record(z.unknown()) });
+export type PendingNeed = z.infer<typeof pendingNeed>;
+
 export class WorkItemStatsStore {
   constructor(
     private readonly db: CommonQueryMethods,
@@ -62,6 +73,29 @@ export class WorkItemStatsStore {
         SELECT tenant_key, engine_kind, status, count(*)::int AS n,
                min(next_attempt_at) FILTER (WHERE status = 'pending' AND next_attempt_at <= ${msToNs(nowMs)}) AS oldest_due_ns
           FROM ${w} GROUP BY 1, 2, 3`),
+    );
+  }
+
+  /** Pending items that state requirements, grouped by tenant, engine kind and requirements (the largest groups first). */
+  requirementGroups(tenants: readonly string[] | null, limit: number): Promise<readonly RequirementGroup[]> {
+    const w = this.t.id("work_item");
+    const scope = tenants ? sql.fragment`AND tenant_key = ANY(${sql.array([...tenants], "text")})` : sql.fragment``;
+    return withDbErrors(() =>
+      this.db.any(sql.type(requirementGroup)`
+        SELECT tenant_key, engine_kind, worker_params -> 'requirements' AS requirements, count(*)::int AS n, min(createdon) AS oldest
+          FROM ${w} WHERE status = 'pending' AND worker_params ? 'requirements' ${scope}
+         GROUP BY 1, 2, 3 ORDER BY n DESC, 1, 2 LIMIT ${limit}`),
+    );
+  }
+
+  /** Pending items that state requirements and have waited, unchanged, since before `beforeMs` (oldest first). */
+  waitingNeeds(beforeMs: number, limit: number): Promise<readonly PendingNeed[]> {
+    const w = this.t.id("work_item");
+    return withDbErrors(() =>
+      this.db.any(sql.type(pendingNeed)`
+        SELECT id, tenant_key, engine_kind, worker_params -> 'requirements' AS requirements FROM ${w}
+         WHERE status = 'pending' AND worker_params ? 'requirements' AND updatedon < ${new Date(beforeMs).toISOString()}::timestamptz
+         ORDER BY updatedon LIMIT ${limit}`),
     );
   }
 

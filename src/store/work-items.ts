@@ -28,7 +28,7 @@ import { ItemsContext, type Backoff } from "./work-items/context.js";
 import { enqueueRows, enqueueRowsOf, type EnqueueResult, type EnqueueRow, type HandoffInput, type NewItem } from "./work-items/enqueue.js";
 import { complete, extend, fail, release, type Completion } from "./work-items/fenced-writes.js";
 import { childCounts, find, get, list, type ListFilter } from "./work-items/reads.js";
-import { dueKeys, dueSince, failStranded, releaseAgent, requeueAgent, requeueExpired } from "./work-items/sweeps.js";
+import { dueKeys, dueSince, failStranded, failUnplaceable, releaseAgent, requeueAgent, requeueExpired } from "./work-items/sweeps.js";
 import type { Page } from "./paging.js";
 
 export { ITEM_COLUMNS, ITEM_STATUSES, workItemRow, type ClaimedRow, type Completed, type ItemStatus, type Requeued, type WorkItemRow } from "./work-items/columns.js";
@@ -108,6 +108,10 @@ export class WorkItemStore {
   }
 
   /** Items stranded by their affinity key past the grace become dead letters (./work-items/sweeps.ts). */
+  failUnplaceable(items: readonly { id: string; reason: string }[], nowMs: number, by: string): Promise<readonly { id: string; engine_kind: string }[]> {
+    return failUnplaceable(this.#q, items, nowMs, by);
+  }
+
   failStranded(nowMs: number, affinity: { policy: "hold" | "rebind"; graceMs: number }, by: string): Promise<readonly { id: string; engine_kind: string }[]> {
     return failStranded(this.#q, nowMs, affinity, by);
   }

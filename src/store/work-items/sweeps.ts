@@ -124,3 +124,18 @@ export function dueSince(q: ItemsContext, sinceMs: number, nowMs: number): Promi
          WHERE status = 'pending' AND next_attempt_at > ${msToNs(sinceMs)} AND next_attempt_at <= ${msToNs(nowMs)}`),
   );
 }
+
+/**
+ * Pending items no agent could ever run (src/fleet/unplaceable.ts decides which) become dead letters
+ * naming why. Only from pending: one claimed meanwhile is left to run.
+ */
+export function failUnplaceable(q: ItemsContext, items: readonly { id: string; reason: string }[], nowMs: number, by: string): Promise<readonly { id: string; engine_kind: string }[]> {
+  const w = q.t.id("work_item");
+  return withDbErrors(() =>
+    q.db.any(sql.type(strandedRow)`
+      UPDATE ${w} w SET status = 'failed', error = 'unplaceable: ' || v.reason, updatedby = ${by}, updatedon = ${ts(nowMs)}
+        FROM unnest(${sql.array(items.map((i) => i.id), "text")}, ${sql.array(items.map((i) => i.reason), "text")}) AS v(id, reason)
+       WHERE w.id = v.id AND w.status = 'pending'
+      RETURNING w.id, w.engine_kind`),
+  );
+}
