@@ -211,7 +211,7 @@ describe("requirements and capacity at the edge", () => {
 });
 
 describe("concurrency keys", () => {
-  it("dispatches at most the key's limit fleet-wide, and a completion lets a waiting claim of another agent take the next", async () => {
+  it("dispatches at most the key's limit fleet-wide, and a completion or a failure lets a waiting claim of another agent take the next", async () => {
     const t = "keys-limit";
     const a = await fx.agent("keys-limit-a", { tenants: [t], slots: 8 });
     const b = await fx.agent("keys-limit-b", { tenants: [t], slots: 8 });
@@ -223,6 +223,10 @@ describe("concurrency keys", () => {
     const waiting = b.claim(5, CLAIM_MAX_WAIT);
     await a.complete([took[0]!]);
     expect(ids(await waiting)).toEqual([items[2]!.id]);
+    // A failure frees the slot too, and wakes a waiting claim as a completion does.
+    const again = b.claim(5, CLAIM_MAX_WAIT);
+    await a.fail([took[1]!], { retryable: false });
+    expect(ids(await again)).toEqual([items[3]!.id]);
   });
 
   it("holds a key to 1 when its items state no limit, apart from other keys and plain work", async () => {

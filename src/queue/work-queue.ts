@@ -46,6 +46,17 @@ export class WorkQueue {
   }
 
   /** Tells each former holder to stop the items taken from it. */
+  /**
+   * Items that ended a dispatch under a concurrency key freed a slot of the key: claims waiting on
+   * their tenant and engine kind may take the key's next item now, and nothing else would wake them
+   * (the key's items were pending all along, passed over while the key was full).
+   */
+  freed(rows: readonly { freed: string | null; engine_kind: string | null }[]): void {
+    const keys = new Set<string>();
+    for (const r of rows) if (r.freed !== null && r.engine_kind !== null) keys.add(workKey(r.freed, r.engine_kind));
+    if (keys.size > 0) this.work.ring([...keys]);
+  }
+
   async revoke(rows: readonly Requeued[], reason: string): Promise<void> {
     const byAgent = new Map<string, DirectiveMessage[]>();
     for (const r of rows) {
@@ -71,6 +82,7 @@ export class WorkQueue {
     const reason = optionalText(req.reason, "reason", 1024) ?? `cancelled by ${principal}`;
     const rows = await this.store.cancel(tenant, target, reason, this.clock.nowMs(), principal);
     this.events.cancelled(rows);
+    this.freed(rows);
     await this.revoke(rows, reason);
     if (rows.length > 0) this.done.ring(["*"]);
     return rows.map((r) => r.id);
@@ -81,6 +93,7 @@ export class WorkQueue {
     const now = this.clock.nowMs();
     const rows = await this.store.requeueAgent(name, now, "liveness", `agent '${name}' went inactive`);
     this.events.requeued(rows, "agent_gone");
+    this.freed(rows);
     if (rows.length === 0) return;
     this.log.warn({ agent: name, items: rows.length }, "released the work of an inactive agent");
     await this.revoke(rows, "agent inactive");
@@ -100,6 +113,7 @@ export class WorkQueue {
       run: async (now) => {
         const rows = await this.store.requeueExpired(now, "expiry-sweep");
         this.events.requeued(rows, "expired");
+        this.freed(rows);
         if (rows.length === 0) return;
         this.log.info({ items: rows.length }, "leases expired: items returned to the queue");
         await this.revoke(rows, "lease expired");

@@ -187,6 +187,7 @@ export function opsServiceImpl(d: OpsDeps): ServiceImpl<typeof OpsService> {
       const row = await agentOps.remove(name, now, caller.principal);
       const released = await store.releaseAgent(name, now, caller.principal, `agent '${name}' removed`);
       queue.events.requeued(released, "released");
+      queue.freed(released);
       await queue.revoke(released, "agent removed");
       if (released.length > 0) queue.work.ring(["*"]);
       if (row) d.audit.record({ table: "agent", action: "delete", ids: [row.id], fields: ["status", "deletedby", "deletedon", "updatedby", "updatedon"], by: caller.principal, at: now });
@@ -318,6 +319,7 @@ export function drainDeadlineTask(queue: WorkQueue, agentOps: AgentOpsStore, inT
           return released;
         });
         queue.events.requeued(rows, "released");
+        queue.freed(rows);
         if (rows.length === 0) continue;
         queue.log.warn({ agent: name, items: rows.length }, "drain deadline passed: work given back to the queue");
         await queue.revoke(rows, "drain deadline passed");

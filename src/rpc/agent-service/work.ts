@@ -103,10 +103,7 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
   const completed = (items: readonly Completion[], done: readonly Completed[]) => {
     queue.events.completed(done, items.length - done.length);
     if (done.length > 0) queue.done.ring(["*"]);
-    // A keyed item's end frees a slot of its key: claims of other agents waiting on its tenant and
-    // engine kind may take the key's next item now (nothing else would wake them).
-    const freed = done.filter((d) => d.freed !== null && d.engine_kind !== null).map((d) => workKey(d.freed!, d.engine_kind!));
-    if (freed.length > 0) queue.work.ring([...new Set(freed)]);
+    queue.freed(done);
     return fencedOutcomes(
       items.map((i) => i.id),
       done.map((d) => d.id),
@@ -293,6 +290,7 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
       await assertAgentWithin(caller, name, scopeOf);
       const rows = await store.fail(name, items, clock.nowMs(), limitOf(caller));
       queue.events.failed(rows, items.length - rows.length);
+      queue.freed(rows);
       if (rows.some((r) => r.status === "failed")) queue.done.ring(["*"]);
       return { outcomes: fencedOutcomes(items.map((i) => i.id), rows.map((r) => r.id)) };
     },

@@ -38,7 +38,8 @@ export function cancel(
           FROM doomed
          WHERE w.id = doomed.id
         RETURNING w.id, w.status, CASE WHEN doomed.status = 'dispatched' THEN doomed.agent_id END AS agent, doomed.lease_token AS token, w.engine_kind,
-                  CASE WHEN doomed.status = 'dispatched' THEN ((${msToNs(nowMs)}::bigint - doomed.dispatched_at) / 1e9)::float8 END AS run_s`),
+                  CASE WHEN doomed.status = 'dispatched' THEN ((${msToNs(nowMs)}::bigint - doomed.dispatched_at) / 1e9)::float8 END AS run_s,
+                  CASE WHEN doomed.status = 'dispatched' AND w.concurrency_key IS NOT NULL THEN w.tenant_key END AS freed`),
   );
 }
 

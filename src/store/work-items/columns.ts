@@ -159,6 +159,8 @@ export interface Requeued {
   engine_kind: string;
   /** Seconds from its dispatch to now. */
   run_s: number | null;
+  /** Its tenant when it was dispatched under a concurrency key (see Completed.freed). */
+  freed: string | null;
 }
 export const requeuedRow = z.object({
   id: z.string(),
@@ -167,6 +169,7 @@ export const requeuedRow = z.object({
   token: z.string().nullable(),
   engine_kind: z.string(),
   run_s: z.number().nullable(),
+  freed: z.string().nullable(),
 });
 
 /**

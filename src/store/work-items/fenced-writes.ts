@@ -142,7 +142,8 @@ export function fail(
                AS v(id, token, error, retryable, delay_ns)
          WHERE ${byIds(items.map((i) => i.id))} AND w.id = v.id AND w.lease_token = v.token AND w.status = 'dispatched' AND w.agent_id = ${agent}
            ${withinTenants(tenants)}
-        RETURNING w.id, w.status, ${agent}::text AS agent, v.token, w.engine_kind, ((${msToNs(nowMs)}::bigint - w.dispatched_at) / 1e9)::float8 AS run_s`);
+        RETURNING w.id, w.status, ${agent}::text AS agent, v.token, w.engine_kind, ((${msToNs(nowMs)}::bigint - w.dispatched_at) / 1e9)::float8 AS run_s,
+                  CASE WHEN w.concurrency_key IS NOT NULL THEN w.tenant_key END AS freed`);
 }
 
 /** Gives fenced items back without spending an attempt. */
