@@ -32,7 +32,17 @@ const timing: Interceptor = (next) => async (req) => {
   if (!res.stream) r.items += ((res.message as { items?: unknown[]; outcomes?: unknown[] }).items ?? (res.message as { outcomes?: unknown[] }).outcomes ?? []).length;
   return res;
 };
+// The mixed section's simulated GPUs (GB each): registered as capacity and reported free by every heartbeat.
+const gpus = (process.env.BENCH_GPUS ?? "").split(",").filter(Boolean).map(Number);
+const simulated =
+  gpus.length === 0
+    ? {}
+    : {
+        capacity: { gpus: gpus.map((gb, index) => ({ index, model: "bench", memoryMb: gb * 1024 })) },
+        heartbeatMetrics: { gpus: gpus.map((gb, index) => ({ index, model: "bench", memoryUsedMb: 0, memoryTotalMb: gb * 1024 })) },
+      };
 const agent = createAgent({
+  ...simulated,
   address: address!,
   token,
   name: name!,

@@ -18,7 +18,10 @@ export const HELP = `npm run bench -- [options]
   --hb-agents N      simulated agents for the heartbeat cost (default 1000)
   --hb-duration D    heartbeat phase length (default 10s)
   --drain-warmup N   items the drain's agents take first, uncounted (default 4000)
-  --only LIST        comma list of: enqueue,drain,latency,heartbeat (default all), fast-path;
+  --only LIST        comma list of: enqueue,drain,mixed,latency,heartbeat (default all), fast-path;
+                     mixed drains --items again, a mix of plain items, items that need GPU memory and
+                     items under concurrency keys, with agents of several (simulated) GPU sizes, and
+                     prints its rate ÷ the plain drain's (implies drain);
                      latency includes the HTTP/2 floor (a bare Node HTTP/2 exchange at --rate);
                      fast-path (only when named) drains twice in the run, with the daemon's
                      --grpc-fast-path and the SDK's fastTransport on, then both off
@@ -41,7 +44,7 @@ export const WARMUP_MS = 20_000;
 
 export class BenchArgError extends Error {}
 
-const SECTIONS = ["enqueue", "drain", "latency", "heartbeat"];
+const SECTIONS = ["enqueue", "drain", "mixed", "latency", "heartbeat"];
 /** Sections run only when --only names them. */
 const OPT_IN = ["fast-path"];
 
@@ -103,5 +106,6 @@ export function parseOptions(argv: readonly string[]): { o: Options; only: Set<s
   }
   if (o.tls) for (const s of ["drain", "latency"]) only.add(s);
   if (o.observability) only.add("latency");
+  if (only.has("mixed")) only.add("drain");
   return { o, only, help: false };
 }

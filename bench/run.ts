@@ -57,6 +57,15 @@ try {
     emit("drain_baseline", base);
     emit("drain_ratio", { ours_items_per_s: ours.figures.items_per_s!, baseline_items_per_s: base.items_per_s!, ours_over_baseline: ratio(Number(ours.figures.items_per_s), Number(base.items_per_s)) });
   }
+  if (only.has("mixed")) {
+    progress(`mixed: enqueueing ${o.items} items (GPU needs, concurrency keys, plain), draining with ${o.agents} agents of several GPU sizes`);
+    await clearCompleted(db);
+    await enqueueRate(db, daemons, o.items, true);
+    const mixed = await drainOurs(db, daemons, o, true);
+    const { rpcs } = await stopAgents(mixed.agents);
+    emit("drain_mixed", { ...mixed.figures, ...rpcFigures(rpcs) });
+    emit("mixed_ratio", { mixed_items_per_s: mixed.figures.items_per_s!, plain_items_per_s: h2c.drain!, mixed_over_plain: ratio(Number(mixed.figures.items_per_s), h2c.drain!) });
+  }
   if (only.has("latency")) {
     await settleDatabase(db);
     agents ??= await startAgents(daemons, o, "latency");

@@ -42,7 +42,22 @@ const headers = { authorization: `Bearer ${TOKENS.engine}` };
 const workTable = (db: Database) => `"${db.schema}".aiflow_work_item`;
 
 /** Batch Enqueue of the drain backlog: items per second through the daemon. */
-export async function enqueueRate(db: Database, daemons: DaemonProc[], items: number): Promise<Figures> {
+/**
+ * The mixed section's fleet and work: agents of several sizes (simulated GPUs, GB each, by agent
+ * index), and items of which a quarter are plain, a quarter need one GPU with 8 GB, a quarter one
+ * with 20 GB under a concurrency key, and a quarter only a key (16 keys, 4 in flight each). Every
+ * item fits every agent's largest GPU, so the drain ends with any number of agents.
+ */
+export const MIXED_GPUS = [[24], [48], [80, 80], [24, 24]];
+const MIXED_KEYS = 16;
+const mixedItem = (i: number) => {
+  const key = { concurrencyKey: `mixed-${i % MIXED_KEYS}`, maxInFlight: 4 };
+  const gpu = (gb: number) => ({ requirements: { gpus: 1, gpuMemoryMb: BigInt(gb * 1024) } });
+  const params = [undefined, gpu(8), { ...gpu(20), ...key }, key][i % 4];
+  return { engineKind: KIND, payloadJson: "{}", workerParams: params };
+};
+
+export async function enqueueRate(db: Database, daemons: DaemonProc[], items: number, mixed = false): Promise<Figures> {
   const clients = daemons.map((d) => createClient(QueueService, createGrpcTransport({ baseUrl: d.url, nodeOptions: d.tls ? { ca: d.tls.caPem } : undefined })));
   const batch = 1000;
   const start = nowMs();
@@ -52,7 +67,8 @@ export async function enqueueRate(db: Database, daemons: DaemonProc[], items: nu
     Array.from({ length: 4 }, async (_, w) => {
       while (next < batches.length) {
         const n = batches[next++]!;
-        await clients[w % clients.length]!.enqueue({ tenantKey: TENANT, items: Array.from({ length: n }, () => ({ engineKind: KIND, payloadJson: "{}" })) }, { headers });
+        const items = Array.from({ length: n }, (_, i) => (mixed ? mixedItem(i) : { engineKind: KIND, payloadJson: "{}" }));
+        await clients[w % clients.length]!.enqueue({ tenantKey: TENANT, items }, { headers });
       }
     }),
   );
@@ -60,12 +76,18 @@ export async function enqueueRate(db: Database, daemons: DaemonProc[], items: nu
   return { items, batch, seconds: round(ms / 1000, 3), items_per_s: round(items / (ms / 1000), 0) };
 }
 
-export async function startAgents(daemons: DaemonProc[], o: Pick<Options, "agents" | "slots" | "prefetch" | "fastTransport">, tag: string, env: Record<string, string> = {}): Promise<Child[]> {
+export async function startAgents(
+  daemons: DaemonProc[],
+  o: Pick<Options, "agents" | "slots" | "prefetch" | "fastTransport">,
+  tag: string,
+  env: Record<string, string> = {},
+  envOf: (i: number) => Record<string, string> = () => ({}),
+): Promise<Child[]> {
   const agents = Array.from({ length: o.agents }, (_, i) => {
     const d = daemons[i % daemons.length]!;
     return startChild("bench/child-agent.ts", [d.url, TOKENS.agent, `bench-${tag}-${i}`, String(o.slots), TENANT, KIND, o.prefetch === undefined ? "" : String(o.prefetch), o.fastTransport === false ? "slow" : "fast"], {
       nodeArgs: NODE_TUNING,
-      env: { ...clientTlsEnv(d), ...env },
+      env: { ...clientTlsEnv(d), ...env, ...envOf(i) },
       ready: (l) => l.includes('"ready"'),
     });
   });
@@ -147,9 +169,10 @@ export async function clearCompleted(db: Database): Promise<void> {
   await sql(db.url, `DELETE FROM ${workTable(db)} WHERE status = 'completed'`);
 }
 
-export async function drainOurs(db: Database, daemons: DaemonProc[], o: Options): Promise<{ figures: Figures; agents: Child[] }> {
+/** A drain by fresh agents of what is pending; `mixed`: the agents of the mixed fleet (MIXED_GPUS). */
+export async function drainOurs(db: Database, daemons: DaemonProc[], o: Options, mixed = false): Promise<{ figures: Figures; agents: Child[] }> {
   await sql(db.url, `UPDATE ${workTable(db)} SET status = 'cancelled' WHERE status = 'pending'`);
-  const agents = await startAgents(daemons, o, "drain");
+  const agents = await startAgents(daemons, o, mixed ? "mixed" : "drain", {}, (i): Record<string, string> => (mixed ? { BENCH_GPUS: MIXED_GPUS[i % MIXED_GPUS.length]!.join(",") } : {}));
   if (o.drainWarmup > 0) {
     // A warm-up the agents drain first, not counted: agents are long-running processes, and in a
     // drain of a few seconds, freshly started ones spent a visible share of it compiling their hot

@@ -21,7 +21,7 @@ import { AgentStore } from "../src/store/agents.js";
 import { WorkItemStatsStore } from "../src/store/work-item-stats.js";
 import { codeOf } from "./support/kit.js";
 import { opsSession } from "./support/ops.js";
-import type { Producer, TestAgent } from "./support/queue.js";
+import { serverNow, STATEMENT, track, untilStatementRan, type Producer, type TestAgent } from "./support/queue.js";
 import { CLAIM_MAX_WAIT, LIVENESS, ids, useQueueDaemon } from "./support/queue-daemon.js";
 
 const fx = useQueueDaemon("placement");
@@ -153,6 +153,19 @@ describe("what the heartbeat says", () => {
     // The first item now uses its 20 GB, as a heartbeat after its start reports.
     await beat(a, { gpus: [48], used: [20] });
     expect(ids(await a.claim(5))).toEqual([two!.id]);
+  });
+
+  it("wakes a claim that waited before the agent's first heartbeat was written, once it is", async () => {
+    const t = "place-first";
+    const a = await fx.agent("place-first-a", { tenants: [t], slots: 8, capacity: { cpuMillis: 8000n, memoryMb: BigInt(64 * GB), gpus: [{ index: 0, model: "sim", memoryMb: BigInt(48 * GB) }], disks: [] } });
+    const [item] = await p.enqueue(t, [needing(gpuGb(1, 8))]);
+    const t0 = await serverNow(fx.db);
+    const waiting = track(a.claim(5, CLAIM_MAX_WAIT));
+    await untilStatementRan(fx.db, STATEMENT.claim, t0);
+    expect(waiting.settled()).toBe(false);
+    // Nothing wakes it but the write of the agent's first beat (the wait outlasts the test).
+    await beat(a, { gpus: [48] });
+    expect(ids(await waiting.promise)).toEqual([item!.id]);
   });
 
   it("places nothing by a heartbeat older than the liveness window, while plain work still flows", async () => {

@@ -1,7 +1,8 @@
 /**
- * The agent: registers, heartbeats and renews its leases from a thread of their own (leases.ts),
- * claims work for its free slots, runs the handlers, reports outcomes in batches, follows the
- * daemon's directives, and survives the daemon going away (see link.ts).
+ * The agent: registers (with the capacity it detects at start: liveness/capacity.ts), heartbeats
+ * and renews its leases from a thread of their own (leases.ts), claims work for its free slots,
+ * runs the handlers, reports outcomes in batches, follows the daemon's directives, and survives the
+ * daemon going away (see link.ts).
  *
  * Shutdown always runs in this order, whatever started it (drain(), stop(), a signal, the daemon
  * with `onDaemonDrain: "exit"`):
@@ -26,6 +27,7 @@ import { Claimer } from "./claimer.js";
 import { DirectiveFollower, readHeartbeatReply } from "./directives.js";
 import { AgentFailedError } from "./errors.js";
 import { AgentType, type Directive, type HeartbeatResponse } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
+import { capacityToWire, detectCapacity, heartbeatMounts, type Capacity } from "./liveness/capacity.js";
 import { HeartbeatThread } from "./liveness/heartbeat.js";
 import { LeaseKeeper } from "./leases.js";
 import type { AgentMetrics } from "./metrics.js";
@@ -92,6 +94,8 @@ export class Agent extends EventEmitter<AgentEvents> {
   /** Set by start() when `metricsPort` is given. */
   #metrics: AgentMetrics | undefined;
   #registration: Registration | undefined;
+  /** Detected by start(), before the first registration; every registration sends the same. */
+  #capacity: Capacity | undefined;
   #error: Error | undefined;
   #starting: Promise<void> | undefined;
   #shutdown: Promise<void> | undefined;
@@ -179,6 +183,14 @@ export class Agent extends EventEmitter<AgentEvents> {
     return this.#registration;
   }
 
+  /**
+   * What the agent registers as its resources (see the `capacity` option): undefined until start()
+   * has detected it, and with `capacity: false`.
+   */
+  get capacity(): Capacity | undefined {
+    return this.#capacity;
+  }
+
   /** Handlers running now. */
   get inFlight(): number {
     return this.#work.busy;
@@ -242,8 +254,9 @@ export class Agent extends EventEmitter<AgentEvents> {
       this.#fail(failed);
       throw failed;
     }
+    await this.#detectCapacity();
     try {
-      await this.#heartbeat.prepare();
+      await this.#heartbeat.prepare(this.#capacity ? heartbeatMounts(this.#capacity, this.#o.mounts) : this.#o.mounts);
     } catch (err) {
       const failed = new AgentFailedError(`agent '${this.name}' cannot heartbeat: ${errorText(err)}`, { cause: err });
       this.#fail(failed);
@@ -273,8 +286,17 @@ export class Agent extends EventEmitter<AgentEvents> {
     this.#log.info({ address: this.#metrics.endpoint.address }, "serving metrics at /metrics");
   }
 
+  /** Never fails: what cannot be detected is not offered (./liveness/capacity.ts). */
+  async #detectCapacity(): Promise<void> {
+    const given = this.#o.capacity;
+    if (given === false) return;
+    this.#capacity = await detectCapacity({ workDir: this.#o.workDir, mounts: this.#o.mounts, override: given, warn: (message) => this.#log.warn(message) });
+    this.#log.info({ capacity: this.#capacity }, "capacity to register");
+  }
+
   async #register(client: AgentClient, address: string): Promise<void> {
     const o = this.#o;
+    const capacity = this.#capacity ? { capacity: capacityToWire(this.#capacity) } : {};
     const res = await client.register(
       {
         name: o.name,
@@ -284,7 +306,7 @@ export class Agent extends EventEmitter<AgentEvents> {
         agentVersion: o.agentVersion,
         binaryPath: o.binaryPath,
         agentType: o.agentType === "local" ? AgentType.LOCAL : AgentType.REMOTE,
-        metadata: { tags: o.tags, slots: o.slots, tenants: o.tenants, engineKinds: o.engineKinds, models: o.models },
+        metadata: { tags: o.tags, slots: o.slots, tenants: o.tenants, engineKinds: o.engineKinds, models: o.models, ...capacity },
       },
       { timeoutMs: o.rpcTimeoutMs },
     );

@@ -24,6 +24,8 @@ export { Agent, type AgentEvents, type DrainOptions, type Registration } from ".
 export type { BackoffOptions } from "./backoff.js";
 export { AgentFailedError, NonRetryableError, RetryableError, WorkAbortedError, type AbortKind } from "./errors.js";
 export type { AgentState } from "./lifecycle.js";
+export type { Capacity, DiskCapacity, GpuCapacity } from "./liveness/capacity.js";
 export type { AgentOptions } from "./options.js";
-export type { AnyHandler, Handler, HandlerContext, Handlers, ItemOutcome, TaskHandlers, WorkItem } from "./types.js";
+export type { HeartbeatMetrics } from "./resource-options.js";
+export type { AnyHandler, Handler, HandlerContext, Handlers, ItemOutcome, Requirements, TaskHandlers, WorkItem } from "./types.js";
 export type { DaemonStatus } from "./wire.js";

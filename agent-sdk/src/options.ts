@@ -2,6 +2,9 @@
 import type { Interceptor } from "@connectrpc/connect";
 import { pino, type Logger } from "pino";
 import type { BackoffOptions } from "./backoff.js";
+import type { Capacity } from "./liveness/capacity.js";
+import type { Metrics } from "./liveness/metrics.js";
+import { checkCapacity, checkHeartbeatMetrics, type HeartbeatMetrics } from "./resource-options.js";
 import { TlsMaterial } from "./tls.js";
 import type { Handlers } from "./types.js";
 
@@ -57,8 +60,34 @@ export interface AgentOptions {
   prefetch?: number;
   /** Handlers by engine kind and task name (see `Handlers`). */
   handlers: Handlers;
-  /** Mount points whose free and total space heartbeats report. @default ["/"] */
+  /**
+   * Mount points whose free and total space heartbeats report, and which the agent registers as
+   * disks, after the disk of its work directory (the process's current directory), which comes
+   * first in both. @default ["/"]
+   */
   mounts?: readonly string[];
+  /**
+   * What the agent registers as its resources, for work that states requirements (GPUs, GPU memory,
+   * CPU, memory, disk: see the README's "Resources"). By default detected once, at start: cores
+   * (`os.availableParallelism()`, in thousandths), memory (the machine's, or the process's cgroup
+   * limit when lower), the GPUs `nvidia-smi` lists (none without it), and the disk of the work
+   * directory followed by those of `mounts`. Each field given replaces what would be detected, and
+   * is then not detected (`gpus` given: nvidia-smi is not run): `{ gpus: [] }` offers no GPUs,
+   * `{ gpus: [{ index: 0, model: "A100", memoryMb: 40960 }] }` offers GPU 0 alone, which is how
+   * agents sharing one machine split it. `false` registers none: the agent takes only work without
+   * requirements. The daemon grants only what the heartbeats also report free, so GPUs and disks
+   * stated here that the machine does not have (simulated agents, tests) need `heartbeatMetrics`
+   * to report them too. Memory and disk in MiB.
+   * @default detected
+   */
+  capacity?: Partial<Capacity> | false;
+  /**
+   * Figures heartbeats report in place of measuring them (CPU utilisation, memory, disks, GPUs),
+   * for simulated agents and tests; each part given replaces that part of the measured report as a
+   * whole and stays as given. Memory and disk in MiB.
+   * @default none: heartbeats report what they measure
+   */
+  heartbeatMetrics?: HeartbeatMetrics;
   /** Where the agent logs; handlers get children of it. @default pino at level "info" on stdout */
   logger?: Logger;
   /**
@@ -148,6 +177,12 @@ export interface ResolvedOptions {
   prefetch: number;
   handlers: Handlers;
   mounts: string[];
+  /** The directory whose disk is registered first: the process's current directory when the agent was made. */
+  workDir: string;
+  /** What of the capacity is given (the rest is detected at start); false: none is registered. */
+  capacity: Partial<Capacity> | false;
+  /** What heartbeats report in place of measuring it, in the heartbeat thread's terms (bytes). */
+  heartbeatMetrics: Partial<Metrics>;
   logger: Logger;
   gracefulShutdownMs: number;
   handleSignals: boolean;
@@ -216,6 +251,9 @@ export function resolveOptions(o: AgentOptions): ResolvedOptions {
     prefetch,
     handlers: o.handlers,
     mounts: [...(o.mounts ?? ["/"])],
+    workDir: process.cwd(),
+    capacity: checkCapacity(o.capacity, bad),
+    heartbeatMetrics: checkHeartbeatMetrics(o.heartbeatMetrics, bad),
     logger,
     gracefulShutdownMs: positive("gracefulShutdownMs", o.gracefulShutdownMs, 30_000),
     handleSignals: o.handleSignals ?? false,

@@ -30,9 +30,45 @@ export interface WorkItem<Payload = unknown> {
   selector: Readonly<Record<string, string>>;
   /** Items sharing this key all go to the agent the key is bound to (see the daemon's README). */
   affinityKey: string | undefined;
+  /** Items of one tenant sharing this key run at most the key's limit at a time, across the fleet. */
+  concurrencyKey: string | undefined;
+  /**
+   * What the item needs of the agent (zero or undefined: no need). The daemon gave it to this agent
+   * because the needs fit what the agent had free, and reserves them for it while it runs.
+   */
+  requirements: Readonly<Requirements>;
+  /**
+   * The GPUs the daemon placed the item on, by the agent's GPU indices (as nvidia-smi numbers them
+   * and the agent registered them), reserved for it while it runs; empty when it needs none. Other
+   * items may run on this agent's other GPUs at the same time: the item's GPU work belongs on these
+   * alone (see `cudaVisibleDevices`).
+   */
+  gpuIndices: readonly number[];
+  /**
+   * `gpuIndices` joined by ",", "" when there are none: what to set `CUDA_VISIBLE_DEVICES` to in the
+   * environment of the item's GPU work (a child process's `env`, not `process.env`, which items
+   * running side by side share), with `CUDA_DEVICE_ORDER=PCI_BUS_ID` so that CUDA numbers the GPUs
+   * as nvidia-smi does. "" hides every GPU, as befits an item that reserved none.
+   */
+  cudaVisibleDevices: string;
   idempotencyKey: string | undefined;
   /** When the producer enqueued it. */
   createdAt: Date | undefined;
+}
+
+/** An item's needs, as its producer stated them (WorkerParams.requirements). Memory and disk in MiB. */
+export interface Requirements {
+  /** GPUs, each with `gpuMemoryMb` free (0 with GPUs: each GPU whole). */
+  gpus: number;
+  gpuMemoryMb: number;
+  /** A case-insensitive part of the GPU model name; undefined: any. */
+  gpuModel: string | undefined;
+  /** Thousandths of a core. */
+  cpuMillis: number;
+  memoryMb: number;
+  diskMb: number;
+  /** The mount `diskMb` is needed on; undefined: the agent's first disk (its work directory's). */
+  diskMount: string | undefined;
 }
 
 export interface HandlerContext {

@@ -15,6 +15,7 @@ import type { TestDb } from "../../test/support/db.js";
 import { until, useTestDb } from "../../test/support/kit.js";
 import { AgentService } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
 import type { Registration } from "../src/index.js";
+import { mountPointOf } from "../src/liveness/capacity.js";
 import { useChildDaemon } from "./daemon-process.js";
 import { agentName, Producer, testAgent, WorkItemStatus } from "./support.js";
 
@@ -114,7 +115,7 @@ describe("busy event loop", () => {
     producer.close();
   });
 
-  it("heartbeats carry metrics measured by the SDK: CPU, memory, disks, and GPUs only when nvidia-smi reports them", async () => {
+  it("heartbeats carry metrics measured by the SDK: CPU, memory, the disks registered and of `mounts`, and GPUs only when nvidia-smi reports them", async () => {
     const agent = testAgent(daemon.address(), { engineKinds: ["metrics"], mounts: ["/", "/definitely/not/a/mount"], handlers: { metrics: () => undefined } });
     await agent.start();
     let metrics = null as Record<string, unknown> | null;
@@ -125,10 +126,10 @@ describe("busy event loop", () => {
     expect(m.cpu.utilization).toBeLessThanOrEqual(100);
     expect(m.memory.used).toBeGreaterThan(0);
     expect(m.memory.used).toBeLessThanOrEqual(m.memory.total);
-    // The mount that does not exist is left out, not reported as zeros.
-    expect(m.disks).toHaveLength(1);
-    expect(m.disks[0]).toMatchObject({ mount: "/" });
-    expect(m.disks[0]!.free).toBeLessThanOrEqual(m.disks[0]!.total);
+    // The work directory's disk first (as registered), then `mounts`, each once; the mount that does
+    // not exist is left out, not reported as zeros.
+    expect(m.disks.map((d) => d.mount)).toEqual([...new Set([await mountPointOf(process.cwd()), "/"])]);
+    for (const d of m.disks) expect(d.free).toBeLessThanOrEqual(d.total);
     const hasNvidiaSmi = spawnSync("nvidia-smi", ["-L"]).error === undefined;
     if (hasNvidiaSmi) expect(m.gpus.length).toBeGreaterThan(0);
     else expect(m.gpus).toEqual([]);

@@ -33,6 +33,13 @@ export class HeartbeatBuffer {
     private readonly log: Logger,
     /** Told of each flush that wrote: how many agents, in how many seconds (for /metrics). */
     private readonly onFlushed: (rows: number, seconds: number) => void = () => {},
+    /**
+     * Told of the agents whose beat this daemon wrote for the first time (since it started, or
+     * since it forgot them): until that write their claims could place no work that states
+     * requirements (placement trusts only a stored, fresh heartbeat), so claims waiting meanwhile
+     * should look again now rather than at the end of their wait.
+     */
+    private readonly onFirstWritten: (names: readonly string[]) => void = () => {},
   ) {
     this.#outage = new OutageLog(log, "database unavailable: heartbeats stay buffered until it is back");
   }
@@ -127,14 +134,19 @@ export class HeartbeatBuffer {
       const rows = await this.agents.writeHeartbeats(batch);
       for (const r of rows) this.hub.remember(r.name, { status: r.status, drain: r.drain });
       const written = new Set(rows.map((r) => r.name));
+      const first: string[] = [];
       for (const b of batch) {
-        if (written.has(b.name)) this.#written.set(b.name, b.at);
+        if (written.has(b.name)) {
+          if (!this.#written.has(b.name)) first.push(b.name);
+          this.#written.set(b.name, b.at);
+        }
         else {
           // Removed since it beat: forgotten, so that its next heartbeat answers NOT_FOUND.
           this.hub.forget(b.name);
           this.#written.delete(b.name);
         }
       }
+      if (first.length > 0) this.onFirstWritten(first);
       this.audit.record({ table: "agent", action: "update", ids: rows.map((r) => r.id), fields: ["metrics", "updatedon", "updatedby"], by: "heartbeat", at: this.clock.nowMs() });
     } catch (err) {
       if (!refusedForContent(err)) throw err;

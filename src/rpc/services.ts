@@ -39,7 +39,7 @@ import { TriggerFiringStore } from "../store/trigger-firings.js";
 import { WorkItemStore } from "../store/work-items.js";
 import { agentServiceImpl, knownAgentLoader } from "./agent-service/registration.js";
 import { agentWorkImpl } from "./agent-service/work.js";
-import { Wakeups } from "../queue/wakeups.js";
+import { ANY, Wakeups } from "../queue/wakeups.js";
 import { WorkQueue } from "../queue/work-queue.js";
 import { queueServiceImpl } from "./queue-service.js";
 import { drainDeadlineTask, opsServiceImpl } from "./ops-service.js";
@@ -97,8 +97,6 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
   const engines = new EngineStore(pool, tables);
   const hub = new DirectiveHub(pool, tables.channel("directive"), clock, log, 2 * config.heartbeatInterval);
   await hub.start(listener);
-  const heartbeats = new HeartbeatBuffer(agents, hub, audit, clock, log, (rows, seconds) => metrics.heartbeatFlush(rows, seconds));
-  heartbeats.start(config.heartbeatFlush);
 
   const hot = new PreparedQueries(deps.databaseUrl, config.dbPoolSize);
   const backoff = { baseMs: config.backoffBase, capMs: config.backoffCap, jitter: config.backoffJitter === "full" };
@@ -110,6 +108,16 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
   const done = new Wakeups(pool, tables.channel("done"), config.instanceId, config.doneNotifyWindow, log);
   await work.start(listener);
   await done.start(listener);
+  const heartbeats = new HeartbeatBuffer(
+    agents,
+    hub,
+    audit,
+    clock,
+    log,
+    (rows, seconds) => metrics.heartbeatFlush(rows, seconds),
+    () => work.ring([ANY]),
+  );
+  heartbeats.start(config.heartbeatFlush);
   const queue = new WorkQueue(workItems, hub, work, done, clock, config, log.child({ component: "queue" }), metrics);
   const onAgentGone = (name: string) => queue.agentGone(name);
   const known = knownAgentLoader(agents, hub);

@@ -59,10 +59,11 @@ export class HeartbeatThread {
   ) {}
 
   /**
-   * Spawns the thread; resolves once it is ready to beat (it does not beat yet). Rejects when it
-   * cannot start at all (thread.js missing from a bundle, say).
+   * Spawns the thread, whose heartbeats report the disks of `mounts` (the registered ones first, in
+   * their order); resolves once it is ready to beat (it does not beat yet). Rejects when it cannot
+   * start at all (thread.js missing from a bundle, say).
    */
-  prepare(): Promise<void> {
+  prepare(mounts: readonly string[]): Promise<void> {
     this.#init ??= {
       name: this.opts.name,
       baseUrls: this.opts.urls,
@@ -70,7 +71,8 @@ export class HeartbeatThread {
       tls: this.opts.tls ? { source: this.opts.tlsSource ?? {}, initial: this.opts.tls.current() } : undefined,
       token: this.opts.token,
       rpcTimeoutMs: this.opts.rpcTimeoutMs,
-      mounts: this.opts.mounts,
+      mounts: [...mounts],
+      metricsOverride: this.opts.heartbeatMetrics,
       descriptorSet: descriptorSet(file_aiflow_cluster_v1_agent),
       inFlight: this.#inFlight.buffer as SharedArrayBuffer,
     };

@@ -26,6 +26,8 @@ export declare function parseNvidiaSmi(csv: string): Gpu[];
 export declare class MetricsSampler {
   readonly mounts: readonly string[];
   readonly nvidiaSmi: string;
-  constructor(mounts: readonly string[], options?: { nvidiaSmi?: string });
+  /** Reported in place of what is measured; a field given is not measured (`gpus`: nvidia-smi is not run). */
+  readonly override: Partial<Metrics>;
+  constructor(mounts: readonly string[], options?: { nvidiaSmi?: string; override?: Partial<Metrics> });
   sample(): Promise<Metrics>;
 }

@@ -2,14 +2,16 @@
 /**
  * Host metrics for heartbeats, measured in the heartbeat thread so they stay current while task
  * code keeps the agent's main thread busy. Nothing is ever estimated: a source that cannot be read
- * (a mount that vanished, no nvidia-smi) is left out of the report.
+ * (a mount that vanished, no nvidia-smi) is left out of the report. What the agent's
+ * `heartbeatMetrics` option states (simulated agents, tests) is reported in place of what it
+ * replaces, and that is then not measured at all (no nvidia-smi run for simulated GPUs).
  *
  * Plain JavaScript (type-checked from JSDoc, declared in metrics.d.ts) because worker threads load
  * it with Node itself, whatever runs the agent's TypeScript.
  */
-import { execFile } from "node:child_process";
 import { statfs } from "node:fs/promises";
 import os from "node:os";
+import { runNvidiaSmi } from "./nvidia-smi.js";
 
 const GPU_QUERY = ["--query-gpu=index,name,utilization.gpu,memory.used,memory.total", "--format=csv,noheader,nounits"];
 const MIB = 1024n * 1024n;
@@ -73,11 +75,14 @@ export class MetricsSampler {
 
   /**
    * @param {readonly string[]} mounts
-   * @param {{ nvidiaSmi?: string }} [options] the nvidia-smi executable (tests point it elsewhere)
+   * @param {{ nvidiaSmi?: string, override?: Partial<Metrics> }} [options] the nvidia-smi executable
+   *   (tests point it elsewhere); figures reported in place of measured ones
    */
   constructor(mounts, options = {}) {
     this.mounts = mounts;
     this.nvidiaSmi = options.nvidiaSmi ?? "nvidia-smi";
+    this.override = options.override ?? {};
+    if (this.override.gpus) this.#gpuPresent = false;
   }
 
   /**
@@ -94,12 +99,13 @@ export class MetricsSampler {
     this.#lastCpu = cpu;
     const total = BigInt(os.totalmem());
     const free = BigInt(os.freemem());
+    const o = this.override;
     return {
-      cpuUtilization: dTotal > 0 ? Math.min(100, Math.max(0, (100 * dBusy) / dTotal)) : 0,
-      memoryUsedBytes: total > free ? total - free : 0n,
-      memoryTotalBytes: total,
-      disks: await this.#disks(),
-      gpus: this.#gpus,
+      cpuUtilization: o.cpuUtilization ?? (dTotal > 0 ? Math.min(100, Math.max(0, (100 * dBusy) / dTotal)) : 0),
+      memoryUsedBytes: o.memoryUsedBytes ?? (total > free ? total - free : 0n),
+      memoryTotalBytes: o.memoryTotalBytes ?? total,
+      disks: o.disks ?? (await this.#disks()),
+      gpus: o.gpus ?? this.#gpus,
     };
   }
 
@@ -126,15 +132,12 @@ export class MetricsSampler {
   #refreshGpus() {
     if (!this.#gpuPresent || this.#gpuQuery || Date.now() < this.#gpuNextTry) return undefined;
     const isFirst = !this.#gpuSampled;
-    this.#gpuQuery = new Promise((resolve) => {
-      execFile(this.nvidiaSmi, GPU_QUERY, { timeout: 5_000 }, (err, stdout) => {
-        if (err && /** @type {NodeJS.ErrnoException} */ (err).code === "ENOENT") this.#gpuPresent = false;
-        else if (err) this.#gpuNextTry = Date.now() + 60_000;
-        this.#gpus = err ? [] : parseNvidiaSmi(stdout);
-        this.#gpuSampled = true;
-        this.#gpuQuery = undefined;
-        resolve();
-      });
+    this.#gpuQuery = runNvidiaSmi(this.nvidiaSmi, GPU_QUERY, 5_000).then((r) => {
+      if (!r.ok && r.missing) this.#gpuPresent = false;
+      else if (!r.ok) this.#gpuNextTry = Date.now() + 60_000;
+      this.#gpus = r.ok ? parseNvidiaSmi(r.stdout) : [];
+      this.#gpuSampled = true;
+      this.#gpuQuery = undefined;
     });
     return isFirst ? this.#gpuQuery : undefined;
   }

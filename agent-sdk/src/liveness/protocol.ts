@@ -1,5 +1,6 @@
 /** Messages between the agent and its heartbeat thread (thread.js). */
 import type { TlsPem, TlsSource } from "../tls.js";
+import type { Metrics } from "./metrics.js";
 
 /** What the thread is spawned with (its workerData). */
 export interface ThreadInit {
@@ -10,7 +11,10 @@ export interface ThreadInit {
   /** The agent's TLS options, and the material the agent read from them (the thread's fallback). */
   tls: { source: TlsSource; initial: TlsPem } | undefined;
   rpcTimeoutMs: number;
+  /** The mounts whose disks heartbeats report, the registered disks first and in their order. */
   mounts: string[];
+  /** Reported in place of what the thread measures (the agent's `heartbeatMetrics`). */
+  metricsOverride: Partial<Metrics>;
   /** A google.protobuf.FileDescriptorSet holding agent.proto and its imports, so the thread needs no generated code. */
   descriptorSet: Uint8Array;
   /**

@@ -61,7 +61,7 @@ const renewals = new Renewals(
   init.rpcTimeoutMs,
   (message) => post(message),
 );
-const sampler = new MetricsSampler(init.mounts);
+const sampler = new MetricsSampler(init.mounts, { override: init.metricsOverride });
 let current = 0;
 let intervalMs = 0;
 const inFlight = new Int32Array(init.inFlight);
