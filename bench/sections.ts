@@ -44,16 +44,19 @@ const workTable = (db: Database) => `"${db.schema}".aiflow_work_item`;
 /** Batch Enqueue of the drain backlog: items per second through the daemon. */
 /**
  * The mixed section's fleet and work: agents of several sizes (simulated GPUs, GB each, by agent
- * index), and items of which a quarter are plain, a quarter need one GPU with 8 GB, a quarter one
- * with 20 GB under a concurrency key, and a quarter only a key (16 keys, 4 in flight each). Every
- * item fits every agent's largest GPU, so the drain ends with any number of agents.
+ * index), and items of which a quarter are plain, a quarter need 1 GB of one GPU, a quarter 3 GB
+ * under a concurrency key, and a quarter only a key (64 keys, 8 in flight each). Every item fits
+ * every agent, so the drain ends with any number of agents; and the fleet's GPUs and keys hold
+ * about as much as its slots, so what the section measures is what placing and counting cost the
+ * claim, not how long work waits for a full GPU or key (which the handlers' no-op work would make
+ * the whole figure).
  */
 export const MIXED_GPUS = [[24], [48], [80, 80], [24, 24]];
-const MIXED_KEYS = 16;
+const MIXED_KEYS = 64;
 const mixedItem = (i: number) => {
-  const key = { concurrencyKey: `mixed-${i % MIXED_KEYS}`, maxInFlight: 4 };
+  const key = { concurrencyKey: `mixed-${i % MIXED_KEYS}`, maxInFlight: 8 };
   const gpu = (gb: number) => ({ requirements: { gpus: 1, gpuMemoryMb: BigInt(gb * 1024) } });
-  const params = [undefined, gpu(8), { ...gpu(20), ...key }, key][i % 4];
+  const params = [undefined, gpu(1), { ...gpu(3), ...key }, key][i % 4];
   return { engineKind: KIND, payloadJson: "{}", workerParams: params };
 };
 

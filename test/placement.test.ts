@@ -94,6 +94,18 @@ describe("GPU placement", () => {
     expect((await p.item(t, second)).gpuIndices).toEqual([1]);
   });
 
+  it("reuses what the completions a claim carries give back, in the same statement", async () => {
+    const t = "place-reuse";
+    const a = await box("place-reuse-a", t, { gpus: [48] });
+    const keyed = { concurrencyKey: "one", maxInFlight: 1 };
+    const [x, y] = await p.enqueue(t, [needing(gpuGb(1, 40), { workerParams: { requirements: gpuGb(1, 40), ...keyed } }), needing(gpuGb(1, 40), { workerParams: { requirements: gpuGb(1, 40), ...keyed } })]);
+    const [held] = await a.claim(5);
+    expect(held!.id).toBe(x!.id);
+    const res = await a.claimCompleting(5, [held!]);
+    expect(res.completionOutcomes.map((o) => o.ok)).toEqual([true]);
+    expect(ids(res.items)).toEqual([y!.id]);
+  });
+
   it("shares a GPU between items only within its memory, each on the GPU with the least room that holds it", async () => {
     const t = "place-share";
     const a = await box("place-share-a", t, { gpus: [24, 48] });

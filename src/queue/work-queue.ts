@@ -47,9 +47,10 @@ export class WorkQueue {
 
   /** Tells each former holder to stop the items taken from it. */
   /**
-   * Items that ended a dispatch under a concurrency key freed a slot of the key: claims waiting on
-   * their tenant and engine kind may take the key's next item now, and nothing else would wake them
-   * (the key's items were pending all along, passed over while the key was full).
+   * Items that ended a dispatch under a concurrency key, or with resources reserved, gave them back:
+   * claims waiting on their tenant and engine kind may take work now that was passed over while the
+   * key was full or the resources taken, and nothing else would wake them (that work was pending
+   * all along).
    */
   freed(rows: readonly { freed: string | null; engine_kind: string | null }[]): void {
     const keys = new Set<string>();

@@ -22,7 +22,7 @@ import type { CommonQueryMethods } from "slonik";
 import type { PreparedQueries } from "../db/prepared.js";
 import type { Tables } from "../db/tables.js";
 import { cancel, redrive } from "./work-items/cancel-redrive.js";
-import { claim, type ClaimInput } from "./work-items/claim.js";
+import { claim, type ClaimInput, type ClaimResult } from "./work-items/claim.js";
 import type { ClaimedRow, Completed, ItemStatus, Requeued, WorkItemRow } from "./work-items/columns.js";
 import { ItemsContext, type Backoff } from "./work-items/context.js";
 import { enqueueRows, enqueueRowsOf, type EnqueueResult, type EnqueueRow, type HandoffInput, type NewItem } from "./work-items/enqueue.js";
@@ -63,7 +63,7 @@ export class WorkItemStore {
   }
 
   /** The claim, one atomic statement, carrying the agent's completions (./work-items/claim.ts). */
-  claim(c: ClaimInput): Promise<{ claimed: ClaimedRow[]; completed: Completed[] }> {
+  claim(c: ClaimInput): Promise<ClaimResult> {
     return claim(this.#q, c);
   }
 

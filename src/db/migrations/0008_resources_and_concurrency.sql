@@ -13,8 +13,10 @@ ALTER TABLE {{table:work_item}}
   ADD COLUMN gpu_indices integer[],
   ADD COLUMN concurrency_key text;
 
--- A key's items in flight (the claim's count) and pending (the ops listing).
+-- A key's items by status (the claim's count of one key's in flight, the ops listing's pending), and
+-- every key's items in flight at once (the claim's set of full keys), without reading finished ones.
 CREATE INDEX {{name:work_item_concurrency_idx}} ON {{table:work_item}} (tenant_key, concurrency_key, status) WHERE concurrency_key IS NOT NULL;
+CREATE INDEX {{name:work_item_concurrency_dispatched_idx}} ON {{table:work_item}} (tenant_key, concurrency_key) WHERE concurrency_key IS NOT NULL AND status = 'dispatched';
 
 -- One row per concurrency key a claim has dispatched (prefix = false), and the limits operators set
 -- per key or per key prefix (prefix = true: every key that starts with `key`).

@@ -38,6 +38,9 @@ export interface AgentWorkDeps {
 
 const MAX_BATCH = 10_000;
 
+/** Times in a row a claim that lost a race looks again at once before it waits as any other. */
+const RACE_RETRIES = 3;
+
 export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentService>, "claim" | "extendLease" | "complete" | "fail" | "release"> {
   const { queue } = d;
   const { config, clock, store } = queue;
@@ -193,6 +196,8 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
       // that serves others (its claim would take their items).
       assertScopeWithin(caller, name, await scopeOf(name));
       const unhold = waitMs > 0 ? holdWaiting(name, caller) : () => {};
+      let raced = 0;
+      let retryNow = false;
       try {
         for (;;) {
           const state = await d.known(name);
@@ -215,7 +220,7 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
           try {
             const now = clock.nowMs();
             const dispatch = newDispatch(name, config.instanceId, now, config.leaseTtl);
-            const { claimed: rows, completed: done } = await store.claim({
+            const { claimed: rows, completed: done, contended } = await store.claim({
               agent: name,
               instance: config.instanceId,
               max,
@@ -235,7 +240,10 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
             remaining = deadline - Date.now();
             // No timer of its own: a lost NOTIFY is covered by the daemon's one fallback re-check
             // (WorkQueue.dueTask), which rings the keys that have due items.
-            if (rows.length === 0 && remaining > 0 && !ctx.signal.aborted && !d.draining.aborted) await armed.wait(remaining, [ctx.signal, d.draining]);
+            // A claim that lost a race for a key's slots or the agent's resources looks again at once
+            // (a few times): what it lost may be there now, and no wake-up would say so.
+            retryNow = rows.length === 0 && contended && raced++ < RACE_RETRIES;
+            if (rows.length === 0 && !retryNow && remaining > 0 && !ctx.signal.aborted && !d.draining.aborted) await armed.wait(remaining, [ctx.signal, d.draining]);
           } catch (err) {
             // Items handed over meanwhile would otherwise wait for their leases to run out.
             const handed = await queue.waitingClaims.close(slot);
@@ -252,6 +260,7 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
             parts.push(handed);
             queue.events.handedDirect(handed.rows.length);
           }
+          if (retryNow && parts.length === 0 && !ctx.signal.aborted && !d.draining.aborted) continue;
           if (parts.length > 0 || remaining <= 0 || ctx.signal.aborted || d.draining.aborted) return await answer(name, max, parts, state.status, completionOutcomes, ctx, caller);
         }
       } finally {

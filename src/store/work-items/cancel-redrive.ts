@@ -7,7 +7,7 @@ import { sql } from "slonik";
 import { msToNs } from "../../clock.js";
 import { withDbErrors } from "../../db/errors.js";
 import { ts } from "../../db/values.js";
-import { idRow, requeuedRow, type Requeued } from "./columns.js";
+import { FREED_TENANT, idRow, requeuedRow, type Requeued } from "./columns.js";
 import type { ItemsContext } from "./context.js";
 
 /** Cancels unfinished items (by ids, a run, or parents with their children) of one tenant. */
@@ -39,7 +39,7 @@ export function cancel(
          WHERE w.id = doomed.id
         RETURNING w.id, w.status, CASE WHEN doomed.status = 'dispatched' THEN doomed.agent_id END AS agent, doomed.lease_token AS token, w.engine_kind,
                   CASE WHEN doomed.status = 'dispatched' THEN ((${msToNs(nowMs)}::bigint - doomed.dispatched_at) / 1e9)::float8 END AS run_s,
-                  CASE WHEN doomed.status = 'dispatched' AND w.concurrency_key IS NOT NULL THEN w.tenant_key END AS freed`),
+                  CASE WHEN doomed.status = 'dispatched' THEN ${FREED_TENANT} END AS freed`),
   );
 }
 

@@ -9,10 +9,10 @@ import { msToNs } from "../../clock.js";
 import type { Markers } from "../../db/statement-shapes.js";
 import { tsAt, tsSeconds } from "../../db/values.js";
 import { claimingAgentCte, claimOrder, CLAIMING_AGENT, keyAllows, movable, pendingAndDue, serves, tableItem } from "./claim-rule.js";
-import { CLAIMED_COLUMNS, claimedCompletionColumns, type ClaimedRow, type Completed } from "./columns.js";
+import { CLAIMED_COLUMNS, claimedCompletionColumns, claimedNulls, type ClaimedRow, type Completed } from "./columns.js";
 import type { ItemsContext } from "./context.js";
-import { keyCtes, keyDispatchable, keyHasRoom } from "./concurrency.js";
-import { fitsNow, placementCtes, reserveCte, roomCtes } from "./placement.js";
+import { keyCtes, keyDispatchable, keyHasRoom, keySetCtes, keysLost } from "./concurrency.js";
+import { fitsNow, placementCtes, placementLost, reserveCte, roomCtes } from "./placement.js";
 import { COMPLETED_COLUMNS, completeCtes, completionParams, RECOMPLETED_COLUMNS, type Completion, type CompletionParams } from "./fenced-writes.js";
 
 export interface ClaimInput {
@@ -36,6 +36,17 @@ export interface ClaimInput {
   liveEdgeMs: number;
   /** Items the agent finished, completed (fenced, as complete() does) in the claim's statement. */
   completions?: readonly Completion[];
+}
+
+export interface ClaimResult {
+  claimed: ClaimedRow[];
+  completed: Completed[];
+  /**
+   * The claim admitted work that another claim, committed first, raced it for (a concurrency key's
+   * slots, or the agent's resources): it dispatched none of that, though it may be there for the
+   * taking now. A caller with room left asks again at once rather than wait for a wake-up.
+   */
+  contended: boolean;
 }
 
 /**
@@ -74,7 +85,7 @@ const bindingId = (seed: string, n: ReturnType<typeof sql.fragment>) =>
  * lags). Any write to the row since the snapshot changes xmin, so such a move matches nothing and a
  * later claim decides afresh.
  */
-export async function claim(q: ItemsContext, c: ClaimInput): Promise<{ claimed: ClaimedRow[]; completed: Completed[] }> {
+export async function claim(q: ItemsContext, c: ClaimInput): Promise<ClaimResult> {
   const w = q.t.id("work_item");
   const a = q.t.id("agent");
   const b = q.t.id("affinity_binding");
@@ -103,12 +114,13 @@ export async function claim(q: ItemsContext, c: ClaimInput): Promise<{ claimed: 
         : sql.fragment``;
     const graceEdge = tsAt(p.graceEdge);
     const now = tsAt(p.now);
-    const keyTerms = { items: w, keys: k };
-    const placeTerms = { items: w, agents: a, agent: p.agent, liveEdgeMs: p.liveEdgeMs };
+    const completing = "doneIds" in p;
+    const keyTerms = { items: w, keys: k, completing };
+    const placeTerms = { items: w, agents: a, agent: p.agent, liveEdgeMs: p.liveEdgeMs, completing };
     return sql.unsafe`
         WITH RECURSIVE ${done}agent AS MATERIALIZED (
           ${claimingAgentCte(a, p.agent)}
-        ), ${roomCtes(placeTerms)}, picked AS (
+        ), ${roomCtes(placeTerms)}, ${keySetCtes(keyTerms)}, picked AS (
           -- A single-table scan in the claim index's order, so LIMIT stops it early; the agent's
           -- lists are computed once (InitPlans) and an agent that may not claim scans nothing.
           -- Rows whose requirements do not fit the agent now, or whose concurrency key is full,
@@ -121,7 +133,7 @@ export async function claim(q: ItemsContext, c: ClaimInput): Promise<{ claimed: 
              AND ${serves(CLAIMING_AGENT, tableItem("w"))}
              AND ${keyAllows("w", { items: w, bindings: b, agents: a, agent: p.agent, rebind: p.rebind, graceEdge })}
              AND ${fitsNow("w")}
-             AND ${keyHasRoom(keyTerms, "w")}
+             AND ${keyHasRoom("w")}
            ORDER BY ${claimOrder("w")}
            LIMIT ${sql.literalValue(String(max))}
            FOR UPDATE OF w SKIP LOCKED
@@ -160,12 +172,17 @@ export async function claim(q: ItemsContext, c: ClaimInput): Promise<{ claimed: 
         RETURNING ${CLAIMED_COLUMNS}
         )
         SELECT false AS done, claimed.*, NULL::float8 AS run_s, NULL::text AS freed FROM claimed
-        ${"doneIds" in p ? sql.fragment`UNION ALL SELECT true, ${claimedCompletionColumns("done")}, done.run_s, done.freed FROM done` : sql.fragment``}`;
+        ${"doneIds" in p ? sql.fragment`UNION ALL SELECT true, ${claimedCompletionColumns("done")}, done.run_s, done.freed FROM done` : sql.fragment``}
+        UNION ALL SELECT NULL, ${claimedNulls}, NULL, NULL WHERE ${keysLost} OR ${placementLost}`;
   });
-  const rows = await q.hotRaw<ClaimedRow & { done: boolean; run_s: number | null; freed: string | null }>(token);
+  const rows = await q.hotRaw<ClaimedRow & { done: boolean | null; run_s: number | null; freed: string | null }>(token);
   const claimed: ClaimedRow[] = [];
   const completed: Completed[] = [];
-  for (const r of rows) if (r.done) completed.push({ id: r.id, engine_kind: r.engine_kind, run_s: r.run_s, freed: r.freed });
-  else claimed.push(r);
-  return { claimed, completed };
+  let contended = false;
+  for (const r of rows) {
+    if (r.done === null) contended = true;
+    else if (r.done) completed.push({ id: r.id, engine_kind: r.engine_kind, run_s: r.run_s, freed: r.freed });
+    else claimed.push(r);
+  }
+  return { claimed, completed, contended };
 }

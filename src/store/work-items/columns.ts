@@ -134,6 +134,11 @@ export const claimedCompletionColumns = (d: string) =>
     CLAIMED.map(([, name]) => (name === "id" || name === "engine_kind" ? sql.identifier([d, name]) : sql.fragment`NULL`)),
     sql.fragment`, `,
   );
+/** A row of NULLs in the claimed columns: the claim's marker that it lost a race (claim.ts). */
+export const claimedNulls = sql.join(
+  CLAIMED.map(() => sql.fragment`NULL`),
+  sql.fragment`, `,
+);
 /**
  * An insert's RETURNING list: the id, whether the row went in handed over, and the claimed columns
  * of those that did only (a bulk Enqueue would otherwise read back every payload it just sent).
@@ -159,7 +164,7 @@ export interface Requeued {
   engine_kind: string;
   /** Seconds from its dispatch to now. */
   run_s: number | null;
-  /** Its tenant when it was dispatched under a concurrency key (see Completed.freed). */
+  /** As Completed.freed, for a dispatch this ended. */
   freed: string | null;
 }
 export const requeuedRow = z.object({
@@ -181,9 +186,15 @@ export interface Completed {
   id: string;
   engine_kind: string | null;
   run_s: number | null;
-  /** The item's tenant when it had a concurrency key: its end frees a slot of the key, which claims waiting on (tenant, engine kind) may now take. */
+  /** The item's tenant when it held a concurrency key's slot or reserved resources (FREED_TENANT): its end gives them back, which claims waiting on (tenant, engine kind) may now take. */
   freed: string | null;
 }
+/**
+ * `freed` of an item `w` whose dispatch ends (Completed.freed, Requeued.freed): its tenant when it
+ * held a concurrency key's slot or reserved resources, which its end gives back.
+ */
+export const FREED_TENANT = sql.fragment`CASE WHEN w.concurrency_key IS NOT NULL OR w.worker_params ? 'requirements' THEN w.tenant_key END`;
+
 /** A stranded item made a dead letter. */
 export const strandedRow = z.object({ id: z.string(), engine_kind: z.string() });
 export const idRow = z.object({ id: z.string() });

@@ -23,6 +23,8 @@ import { sql, type FragmentSqlToken, type IdentifierSqlToken } from "slonik";
 export interface KeyTerms {
   items: IdentifierSqlToken;
   keys: IdentifierSqlToken;
+  /** The claim completes items in its own statement (`completing`): they hold no slot for it, ending as it commits. */
+  completing: boolean;
 }
 
 /**
@@ -38,7 +40,8 @@ export function operatorLimit(k: KeyTerms, tenant: FragmentSqlToken, key: Fragme
 
 /** The key's dispatched items, counted by index. */
 export function inFlight(k: KeyTerms, tenant: FragmentSqlToken, key: FragmentSqlToken): FragmentSqlToken {
-  return sql.fragment`(SELECT count(*) FROM ${k.items} kd WHERE kd.tenant_key = ${tenant} AND kd.concurrency_key = ${key} AND kd.status = 'dispatched')`;
+  const ending = k.completing ? sql.fragment` AND kd.id NOT IN (SELECT id FROM completing)` : sql.fragment``;
+  return sql.fragment`(SELECT count(*) FROM ${k.items} kd WHERE kd.tenant_key = ${tenant} AND kd.concurrency_key = ${key} AND kd.status = 'dispatched'${ending})`;
 }
 
 /** The limit an item (row `w`) is held to. */
@@ -47,10 +50,37 @@ export function itemLimit(k: KeyTerms, w: string): FragmentSqlToken {
   return sql.fragment`COALESCE(${operatorLimit(k, sql.fragment`${a}.tenant_key`, sql.fragment`${a}.concurrency_key`)}, (${a}.worker_params ->> 'maxInFlight')::int, 1)`;
 }
 
-/** The picked scan's test of a row `w`: no key, or its key has room in the snapshot. */
-export function keyHasRoom(k: KeyTerms, w: string): FragmentSqlToken {
+/**
+ * The keys in flight as the claim's scan asks of them, as `kfull` (every key with an operator's
+ * limit it has reached) and `kbusy` (for each key without one, (tenant, key, L) for L from 1 to its
+ * in-flight count: an item stating limit L is full when its triple is there). Both are read as
+ * hashed sets, built once per statement when the scan first meets a keyed row, from the partial
+ * index of dispatched keyed rows; so a backlog of a full key costs the scan a hash probe per row,
+ * not a count per row.
+ */
+export function keySetCtes(k: KeyTerms): FragmentSqlToken {
+  const ending = k.completing ? sql.fragment` AND kd.id NOT IN (SELECT id FROM completing)` : sql.fragment``;
+  return sql.fragment`kcount AS (
+          SELECT c.t, c.k, c.n, ${operatorLimit(k, sql.fragment`c.t`, sql.fragment`c.k`)} AS ops
+            FROM (SELECT kd.tenant_key AS t, kd.concurrency_key AS k, count(*) AS n FROM ${k.items} kd
+                   WHERE kd.concurrency_key IS NOT NULL AND kd.status = 'dispatched'${ending} GROUP BY 1, 2) c
+        ), kfull AS (
+          SELECT t, k FROM kcount WHERE n >= ops
+        ), kbusy AS (
+          SELECT t, k, l::int AS l FROM kcount, generate_series(1, n) l WHERE ops IS NULL
+        )`;
+}
+
+/**
+ * The picked scan's test of a row `w`: no key, or its key has room in the snapshot. The key's full
+ * when an operator's limit is reached (kfull), or, without one, when the row's own limit is
+ * (kbusy); a key with an operator's limit it has not reached has room whatever the row states.
+ */
+export function keyHasRoom(w: string): FragmentSqlToken {
   const a = sql.identifier([w]);
-  return sql.fragment`(${a}.concurrency_key IS NULL OR ${inFlight(k, sql.fragment`${a}.tenant_key`, sql.fragment`${a}.concurrency_key`)} < ${itemLimit(k, w)})`;
+  return sql.fragment`(${a}.concurrency_key IS NULL
+             OR ((${a}.tenant_key, ${a}.concurrency_key) NOT IN (SELECT t, k FROM kfull)
+                 AND (${a}.tenant_key, ${a}.concurrency_key, COALESCE((${a}.worker_params ->> 'maxInFlight')::int, 1)) NOT IN (SELECT t, k, l FROM kbusy)))`;
 }
 
 /**
@@ -87,6 +117,14 @@ export function keyCtes(k: KeyTerms, m: { agent: string; now: FragmentSqlToken; 
           RETURNING kk.tenant_key AS t, kk.key AS k
         )`;
 }
+
+/**
+ * The claim admitted items of a key whose row another claim wrote first: it lost the race for that
+ * key. Asked of `ckeys` first, which a claim without keyed items has empty, so such a claim never
+ * computes `kadmit`.
+ */
+export const keysLost = sql.fragment`EXISTS (SELECT 1 FROM ckeys) AND EXISTS (SELECT 1 FROM kadmit
+                 WHERE (kadmit.t, kadmit.k) NOT IN (SELECT t, k FROM kpinned) AND (kadmit.t, kadmit.k) NOT IN (SELECT t, k FROM kheld))`;
 
 /** The claim's UPDATE's test of a picked row: no key, or admitted and its key's row written by this claim. */
 export const keyDispatchable = sql.fragment`(picked.concurrency_key IS NULL

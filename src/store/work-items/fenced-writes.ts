@@ -14,7 +14,7 @@ import { sql, type FragmentSqlToken, type QuerySqlToken } from "slonik";
 import { msToNs } from "../../clock.js";
 import type { Markers } from "../../db/statement-shapes.js";
 import { ts, tsAt, tsSeconds } from "../../db/values.js";
-import { idRow, requeuedRow, type Completed, type Requeued } from "./columns.js";
+import { FREED_TENANT, idRow, requeuedRow, type Completed, type Requeued } from "./columns.js";
 import type { ItemsContext } from "./context.js";
 
 /** `items` in id order (a copy): the order every multi-row write on the queue locks rows in. */
@@ -107,7 +107,7 @@ export function completeCtes(q: ItemsContext, p: Markers<CompletionParams & { ag
           FROM ${v}
          WHERE ${ids} AND w.id = v.id AND w.lease_token = v.token AND w.status = 'dispatched' AND w.agent_id = ${p.agent} ${within}
         RETURNING w.id, w.engine_kind, ((${p.nowNs}::bigint - w.dispatched_at) / 1e9)::float8 AS run_s,
-                  CASE WHEN w.concurrency_key IS NOT NULL THEN w.tenant_key END AS freed
+                  ${FREED_TENANT} AS freed
         ), recompleted AS (
         SELECT w.id FROM ${w} w JOIN ${v} ON w.id = v.id AND w.lease_token = v.token
          WHERE ${ids} AND w.status = 'completed' AND w.agent_id = ${p.agent} ${within}
@@ -143,7 +143,7 @@ export function fail(
          WHERE ${byIds(items.map((i) => i.id))} AND w.id = v.id AND w.lease_token = v.token AND w.status = 'dispatched' AND w.agent_id = ${agent}
            ${withinTenants(tenants)}
         RETURNING w.id, w.status, ${agent}::text AS agent, v.token, w.engine_kind, ((${msToNs(nowMs)}::bigint - w.dispatched_at) / 1e9)::float8 AS run_s,
-                  CASE WHEN w.concurrency_key IS NOT NULL THEN w.tenant_key END AS freed`);
+                  ${FREED_TENANT} AS freed`);
 }
 
 /** Gives fenced items back without spending an attempt. */

@@ -38,6 +38,11 @@ export interface PlacementTerms {
   agents: IdentifierSqlToken;
   agent: string;
   liveEdgeMs: string;
+  /**
+   * The claim completes items in its own statement (its `completing` CTE): they reserve nothing for
+   * it, since they end as it commits. (Its snapshot still shows them dispatched.)
+   */
+  completing: boolean;
 }
 
 /** A resource state as the SQL names it: `room`'s columns, or a step of the recursive placement. */
@@ -67,6 +72,7 @@ export function roomCtes(t: PlacementTerms): FragmentSqlToken {
           -- What the agent's in-flight items reserve, and whether its latest heartbeat came before each started.
           SELECT wd.worker_params -> 'requirements' AS r, wd.gpu_indices AS g, wd.dispatched_at > (SELECT seen_ns FROM ragent) AS unseen
             FROM ${t.items} wd WHERE wd.agent_id = ${t.agent} AND wd.status = 'dispatched' AND wd.worker_params ? 'requirements'
+             ${t.completing ? sql.fragment`AND wd.id NOT IN (SELECT id FROM completing)` : sql.fragment``}
         ), rgpu AS (
           SELECT c.idx, c.model, c.total, c.total - u.held AS cap,
                  CASE WHEN h.free IS NULL THEN 0 ELSE LEAST(c.total - u.held, h.free - u.unseen) END AS free
@@ -92,6 +98,7 @@ export function roomCtes(t: PlacementTerms): FragmentSqlToken {
                  ARRAY(SELECT idx FROM rgpu ORDER BY idx) AS gidx, ARRAY(SELECT model FROM rgpu ORDER BY idx) AS gmodel,
                  ARRAY(SELECT total FROM rgpu ORDER BY idx) AS gtotal, ARRAY(SELECT cap FROM rgpu ORDER BY idx) AS gcap,
                  ARRAY(SELECT free FROM rgpu ORDER BY idx) AS gfree,
+                 (SELECT COALESCE(max(free), 0) FROM rgpu) AS gmost, (SELECT count(*) FROM rgpu WHERE free > 0) AS gsome,
                  ARRAY(SELECT mount FROM rdisk ORDER BY ord) AS dmount, ARRAY(SELECT free FROM rdisk ORDER BY ord) AS dfree,
                  CASE WHEN g.hb -> 'cpu' IS NULL THEN 0 ELSE
                    LEAST(g.cpucap - (SELECT COALESCE(sum((r ->> 'cpuMillis')::int8), 0) FROM resv),
@@ -137,10 +144,10 @@ const diskOf = (r: FragmentSqlToken) => sql.fragment`CASE WHEN ${r} ? 'diskMount
 
 /** Requirements `r` fit state `s`, given the GPU subscripts `chosen` (gpuChoice). */
 function fits(s: State, r: FragmentSqlToken, chosen: FragmentSqlToken): FragmentSqlToken {
-  return sql.fragment`(cardinality(${chosen}) >= COALESCE((${r} ->> 'gpus')::int, 0)
-             AND COALESCE((${r} ->> 'cpuMillis')::int8, 0) <= ${s.cpu}
+  return sql.fragment`(COALESCE((${r} ->> 'cpuMillis')::int8, 0) <= ${s.cpu}
              AND COALESCE((${r} ->> 'memoryMb')::int8, 0) <= ${s.mem}
-             AND (NOT ${r} ? 'diskMb' OR COALESCE(${s.dfree}[${diskOf(r)}] >= (${r} ->> 'diskMb')::int8, false)))`;
+             AND (NOT ${r} ? 'diskMb' OR COALESCE(${s.dfree}[${diskOf(r)}] >= (${r} ->> 'diskMb')::int8, false))
+             AND cardinality(${chosen}) >= COALESCE((${r} ->> 'gpus')::int, 0))`;
 }
 
 /**
@@ -150,7 +157,10 @@ function fits(s: State, r: FragmentSqlToken, chosen: FragmentSqlToken): Fragment
  */
 export function fitsNow(w: string): FragmentSqlToken {
   const r = sql.fragment`(${sql.identifier([w])}.worker_params -> 'requirements')`;
-  return sql.fragment`(${r} IS NULL OR (${ROOM.live} AND ${fits(ROOM, r, gpuChoice(ROOM, r))}))`;
+  // Bounds first, each a read of the row and a scalar: with the agent's GPUs taken, a backlog of GPU
+  // work fails them at the cost of a jsonb read per row, before the walk over the GPUs.
+  const bounds = sql.fragment`COALESCE((${r} ->> 'gpus')::int, 0) <= (SELECT gsome FROM room) AND COALESCE((${r} ->> 'gpuMemoryMb')::int8, 0) <= (SELECT gmost FROM room)`;
+  return sql.fragment`(${r} IS NULL OR (${ROOM.live} AND ${bounds} AND ${fits(ROOM, r, gpuChoice(ROOM, r))}))`;
 }
 
 /**
@@ -181,6 +191,9 @@ export function placementCtes(): FragmentSqlToken {
           SELECT id, gpus FROM fitting WHERE id IS NOT NULL
         )`;
 }
+
+/** The claim placed items but another claim wrote the agent's row first: it lost the race for the agent's resources. */
+export const placementLost = sql.fragment`(EXISTS (SELECT 1 FROM placed) AND NOT EXISTS (SELECT 1 FROM reserve))`;
 
 /**
  * The compare-and-set that makes a claim's placements its own (see the header): the agent row,

@@ -12,7 +12,7 @@ import { withDbErrors } from "../../db/errors.js";
 import { ts } from "../../db/values.js";
 import { canTakeWork } from "../agents.js";
 import { agentLists, serves, tableItem } from "./claim-rule.js";
-import { requeuedRow, strandedRow, type Requeued } from "./columns.js";
+import { FREED_TENANT, requeuedRow, strandedRow, type Requeued } from "./columns.js";
 import type { ItemsContext } from "./context.js";
 
 /**
@@ -57,7 +57,7 @@ function requeue(q: ItemsContext, where: FragmentSqlToken, reason: string, nowMs
           FROM gone
          WHERE w.id = gone.id
         RETURNING w.id, w.status, gone.agent_id AS agent, gone.lease_token AS token, w.engine_kind,
-                  ((${nowNs}::bigint - gone.dispatched_at) / 1e9)::float8 AS run_s, CASE WHEN w.concurrency_key IS NOT NULL THEN w.tenant_key END AS freed`),
+                  ((${nowNs}::bigint - gone.dispatched_at) / 1e9)::float8 AS run_s, ${FREED_TENANT} AS freed`),
   );
 }
 
