@@ -32,6 +32,11 @@ export class Tables implements Naming {
     return `${quoteIdent(this.schema)}.${quoteIdent(this.prefix + table)}`;
   }
 
+  /** A function a migration created under the prefix (migration 0008's agent_room and place), for slonik queries. */
+  routine(name: "agent_room" | "place"): IdentifierSqlToken {
+    return sql.identifier([this.schema, this.prefix + name]);
+  }
+
   /** A prefixed object name (index, constraint), as SQL text. */
   objectName(suffix: string): string {
     return quoteIdent(this.prefix + suffix);

@@ -331,7 +331,7 @@ export const nsText = (ms: number) => String(BigInt(ms) * 1_000_000n);
 /** How queue statements begin (pg_stat_activity keeps only the first 1 KiB of a statement). */
 export const STATEMENT = {
   /** The claim. */
-  claim: "WITH RECURSIVE agent AS",
+  claim: "WITH agent AS",
   /** Reads of items by id (Wait). */
   select: "SELECT id, tenant_key, engine_id",
   /** Enqueue's insert (its rows come from a CTE). */

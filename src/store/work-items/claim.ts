@@ -12,7 +12,7 @@ import { claimingAgentCte, claimOrder, CLAIMING_AGENT, keyAllows, movable, pendi
 import { CLAIMED_COLUMNS, claimedCompletionColumns, claimedNulls, type ClaimedRow, type Completed } from "./columns.js";
 import type { ItemsContext } from "./context.js";
 import { keyCtes, keyDispatchable, keyHasRoom, keySetCtes, keysLost } from "./concurrency.js";
-import { fitsNow, placementCtes, placementLost, reserveCte, roomCtes } from "./placement.js";
+import { fitsNow, placedCte, placementLost, reserveCte, roomCte } from "./placement.js";
 import { COMPLETED_COLUMNS, completeCtes, completionParams, RECOMPLETED_COLUMNS, type Completion, type CompletionParams } from "./fenced-writes.js";
 
 export interface ClaimInput {
@@ -116,11 +116,11 @@ export async function claim(q: ItemsContext, c: ClaimInput): Promise<ClaimResult
     const now = tsAt(p.now);
     const completing = "doneIds" in p;
     const keyTerms = { items: w, keys: k, completing };
-    const placeTerms = { items: w, agents: a, agent: p.agent, liveEdgeMs: p.liveEdgeMs, completing };
+    const placeTerms = { agents: a, room: q.t.routine("agent_room"), place: q.t.routine("place"), agent: p.agent, liveEdgeMs: p.liveEdgeMs, completing };
     return sql.unsafe`
-        WITH RECURSIVE ${done}agent AS MATERIALIZED (
+        WITH ${done}agent AS MATERIALIZED (
           ${claimingAgentCte(a, p.agent)}
-        ), ${roomCtes(placeTerms)}, ${keySetCtes(keyTerms)}, picked AS (
+        ), ${roomCte(placeTerms)}, ${keySetCtes(keyTerms)}, picked AS (
           -- A single-table scan in the claim index's order, so LIMIT stops it early; the agent's
           -- lists are computed once (InitPlans) and an agent that may not claim scans nothing.
           -- Rows whose requirements do not fit the agent now, or whose concurrency key is full,
@@ -157,7 +157,7 @@ export async function claim(q: ItemsContext, c: ClaimInput): Promise<ClaimResult
         ), ${keyCtes(keyTerms, { agent: p.agent, now, rowId: (n) => bindingId(p.bindingSeed, n) })}, need AS (
           SELECT p.id, p.req AS r, row_number() OVER (ORDER BY p.priority, p.createdon, p.id) AS n
             FROM picked p WHERE p.req IS NOT NULL AND (p.concurrency_key IS NULL OR p.id IN (SELECT id FROM kadmit))
-        ), ${placementCtes()}, ${reserveCte(placeTerms, now)}, claimed AS (
+        ), ${placedCte(placeTerms)}, ${reserveCte(placeTerms, now)}, claimed AS (
         UPDATE ${w} w
            SET status = 'dispatched', agent_id = ${p.agent}, leased_by = ${p.instance}, dispatched_at = ${p.nowNs},
                lease_expires_at = ${p.leaseExpiresNs}, lease_token = ${p.leaseToken}, gpu_indices = placed.gpus,
@@ -184,5 +184,7 @@ export async function claim(q: ItemsContext, c: ClaimInput): Promise<ClaimResult
     else if (r.done) completed.push({ id: r.id, engine_kind: r.engine_kind, run_s: r.run_s, freed: r.freed });
     else claimed.push(r);
   }
+  // In claim order: the UPDATE returns its rows in whatever order its join produced them.
+  claimed.sort((x, y) => (x.priority ?? 0) - (y.priority ?? 0) || x.createdon_ms - y.createdon_ms || (x.id < y.id ? -1 : x.id > y.id ? 1 : 0));
   return { claimed, completed, contended };
 }
