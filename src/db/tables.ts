@@ -32,8 +32,8 @@ export class Tables implements Naming {
     return `${quoteIdent(this.schema)}.${quoteIdent(this.prefix + table)}`;
   }
 
-  /** A function a migration created under the prefix (migration 0008's agent_room and place), for slonik queries. */
-  routine(name: "agent_room" | "place"): IdentifierSqlToken {
+  /** A function a migration created under the prefix (migration 0008's agent_room, place and key_limit), for slonik queries. */
+  routine(name: "agent_room" | "place" | "key_limit"): IdentifierSqlToken {
     return sql.identifier([this.schema, this.prefix + name]);
   }
 

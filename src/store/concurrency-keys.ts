@@ -124,7 +124,7 @@ export class ConcurrencyKeyStore {
   #keysSelect(names: FragmentSqlToken): FragmentSqlToken {
     const w = this.t.id("work_item");
     const ck = this.t.id("concurrency_key");
-    const k: KeyTerms = { items: w, keys: ck, completing: false };
+    const k: KeyTerms = { items: w, keys: ck, completing: false, keyLimit: this.t.routine("key_limit") };
     const t = sql.fragment`n.t`;
     const key = sql.fragment`n.k`;
     return sql.fragment`

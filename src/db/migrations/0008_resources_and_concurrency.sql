@@ -161,3 +161,17 @@ BEGIN
   END LOOP;
 END
 $fn$;
+
+-- key_limit: an operator's limit for a concurrency key: the key's own, else its longest prefix's;
+-- NULL when there is none (the items' own apply: src/domain/concurrency.ts). A function for the
+-- reason agent_room is one: the claim asks it only of keyed rows, and its plan stays out of the
+-- claim's.
+CREATE FUNCTION {{schema}}.{{name:key_limit}}(tenant text, ckey text) RETURNS int
+LANGUAGE plpgsql STABLE AS $fn$
+BEGIN
+  RETURN (SELECT kl.max_in_flight FROM {{table:concurrency_key}} kl
+           WHERE kl.tenant_key = tenant AND kl.max_in_flight IS NOT NULL
+             AND ((NOT kl.prefix AND kl.key = ckey) OR (kl.prefix AND starts_with(ckey, kl.key)))
+           ORDER BY kl.prefix, length(kl.key) DESC LIMIT 1);
+END
+$fn$;

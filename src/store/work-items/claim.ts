@@ -115,7 +115,7 @@ export async function claim(q: ItemsContext, c: ClaimInput): Promise<ClaimResult
     const graceEdge = tsAt(p.graceEdge);
     const now = tsAt(p.now);
     const completing = "doneIds" in p;
-    const keyTerms = { items: w, keys: k, completing };
+    const keyTerms = { items: w, keys: k, completing, keyLimit: q.t.routine("key_limit") };
     const placeTerms = { agents: a, room: q.t.routine("agent_room"), place: q.t.routine("place"), agent: p.agent, liveEdgeMs: p.liveEdgeMs, completing };
     return sql.unsafe`
         WITH ${done}agent AS MATERIALIZED (

@@ -25,6 +25,8 @@ export interface KeyTerms {
   keys: IdentifierSqlToken;
   /** The claim completes items in its own statement (`completing`): they hold no slot for it, ending as it commits. */
   completing: boolean;
+  /** The function key_limit (migration 0008), where the operator-limit rule is written. */
+  keyLimit: IdentifierSqlToken;
 }
 
 /**
@@ -32,10 +34,7 @@ export interface KeyTerms {
  * prefix's; NULL when there is none.
  */
 export function operatorLimit(k: KeyTerms, tenant: FragmentSqlToken, key: FragmentSqlToken): FragmentSqlToken {
-  return sql.fragment`(SELECT kl.max_in_flight FROM ${k.keys} kl
-                 WHERE kl.tenant_key = ${tenant} AND kl.max_in_flight IS NOT NULL
-                   AND ((NOT kl.prefix AND kl.key = ${key}) OR (kl.prefix AND starts_with(${key}, kl.key)))
-                 ORDER BY kl.prefix, length(kl.key) DESC LIMIT 1)`;
+  return sql.fragment`${k.keyLimit}(${tenant}, ${key})`;
 }
 
 /** The key's dispatched items, counted by index. */
