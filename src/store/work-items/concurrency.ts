@@ -5,12 +5,14 @@
  * In flight is counted, not kept: the key's dispatched rows, by index (migration 0008). So every
  * path that ends a dispatch frees the key's slot by changing the item's status, and nothing can be
  * left holding a slot. The count is the statement's snapshot's, so a claim that dispatches items of
- * a key also writes the key's row (aiflow_concurrency_key), as a claim writes an affinity binding:
- *   - a key without a row gets one (INSERT … ON CONFLICT DO NOTHING): of two claims racing for a
- *     key's first dispatch, one insert wins and the other dispatches none of the key's items;
+ * a key also writes the key's row (aiflow_concurrency_key), in one upsert per key (`kwritten`):
+ *   - a key without a row gets one: of two claims racing for a key's first dispatch, one insert
+ *     wins, and the other meets its row on conflict, which it did not read (its version is NULL
+ *     to it), so it writes nothing and dispatches none of the key's items;
  *   - a key with a row is written with a compare-and-set on the row's version (xmin) as the
  *     snapshot read it: two claims that counted in the same state serialise on the row's lock,
- *     and the second's compare-and-set matches nothing, so it dispatches none of the key's items.
+ *     and the second's compare-and-set (re-checked on the row as committed) matches nothing, so
+ *     it dispatches none of the key's items.
  * Either way, a dispatch of a key commits only from a count no other committed dispatch of the key
  * has changed since; an item ending meanwhile only makes a count too high, never too low.
  *
@@ -85,7 +87,7 @@ export function keyHasRoom(w: string): FragmentSqlToken {
 /**
  * The CTEs over the claim's `picked` (which carries tenant_key, concurrency_key, own_limit and the
  * claim-order columns): `ckeys`, each picked key with its row's version and in-flight count;
- * `kadmit`, the picked items within their key's limit; `kpinned` and `kheld`, the key rows this
+ * `kadmit`, the picked items within their key's limit; `kwritten`, the key rows this
  * claim created or moved (see the header). `rowId(n)` makes the n-th new row's id.
  */
 export function keyCtes(k: KeyTerms, m: { agent: string; now: FragmentSqlToken; rowId: (n: FragmentSqlToken) => FragmentSqlToken }): FragmentSqlToken {
@@ -102,17 +104,15 @@ export function keyCtes(k: KeyTerms, m: { agent: string; now: FragmentSqlToken; 
               FROM picked p WHERE p.concurrency_key IS NOT NULL) r
             JOIN ckeys ON ckeys.t = r.t AND ckeys.k = r.k
            WHERE ckeys.in_flight + r.rank <= COALESCE(ckeys.ops_limit, r.own_limit, 1)
-        ), kpinned AS (
-          INSERT INTO ${ck} (id, tenant_key, key, prefix, createdby, createdon, updatedby, updatedon)
+        ), kwritten AS (
+          -- One write per admitted key: the insert of its first row, or, when it has one, the
+          -- compare-and-set on the version this statement's snapshot read (NULL when it read none:
+          -- a row another claim inserted meanwhile is not this claim's to take).
+          INSERT INTO ${ck} AS kk (id, tenant_key, key, prefix, createdby, createdon, updatedby, updatedon)
           SELECT ${m.rowId(sql.fragment`ckeys.n`)}, ckeys.t, ckeys.k, false, ${m.agent}, ${m.now}, ${m.agent}, ${m.now}
-            FROM ckeys WHERE ckeys.v IS NULL AND EXISTS (SELECT 1 FROM kadmit WHERE kadmit.t = ckeys.t AND kadmit.k = ckeys.k)
-          ON CONFLICT (tenant_key, key, prefix) DO NOTHING
-          RETURNING tenant_key AS t, key AS k
-        ), kheld AS (
-          UPDATE ${ck} kk SET updatedby = ${m.agent}, updatedon = ${m.now}
-            FROM ckeys
-           WHERE EXISTS (SELECT 1 FROM ckeys) AND kk.tenant_key = ckeys.t AND kk.key = ckeys.k AND NOT kk.prefix AND kk.xmin::text = ckeys.v
-             AND EXISTS (SELECT 1 FROM kadmit WHERE kadmit.t = ckeys.t AND kadmit.k = ckeys.k)
+            FROM ckeys WHERE EXISTS (SELECT 1 FROM kadmit WHERE kadmit.t = ckeys.t AND kadmit.k = ckeys.k)
+          ON CONFLICT (tenant_key, key, prefix) DO UPDATE SET updatedby = EXCLUDED.updatedby, updatedon = EXCLUDED.updatedon
+           WHERE kk.xmin::text = (SELECT c.v FROM ckeys c WHERE c.t = kk.tenant_key AND c.k = kk.key)
           RETURNING kk.tenant_key AS t, kk.key AS k
         )`;
 }
@@ -123,10 +123,9 @@ export function keyCtes(k: KeyTerms, m: { agent: string; now: FragmentSqlToken; 
  * computes `kadmit`.
  */
 export const keysLost = sql.fragment`EXISTS (SELECT 1 FROM ckeys) AND EXISTS (SELECT 1 FROM kadmit
-                 WHERE (kadmit.t, kadmit.k) NOT IN (SELECT t, k FROM kpinned) AND (kadmit.t, kadmit.k) NOT IN (SELECT t, k FROM kheld))`;
+                 WHERE (kadmit.t, kadmit.k) NOT IN (SELECT t, k FROM kwritten))`;
 
 /** The claim's UPDATE's test of a picked row: no key, or admitted and its key's row written by this claim. */
 export const keyDispatchable = sql.fragment`(picked.concurrency_key IS NULL
                 OR (picked.id IN (SELECT id FROM kadmit)
-                    AND ((picked.tenant_key, picked.concurrency_key) IN (SELECT t, k FROM kpinned)
-                         OR (picked.tenant_key, picked.concurrency_key) IN (SELECT t, k FROM kheld))))`;
+                    AND (picked.tenant_key, picked.concurrency_key) IN (SELECT t, k FROM kwritten)))`;
