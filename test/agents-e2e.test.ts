@@ -109,6 +109,8 @@ describe("Heartbeat", () => {
       disks: [{ mount: "/", free: 1000, total: 5000 }],
       gpus: [{ index: 0, model: "H100", utilization: 99.5, memory: { used: 10, total: 80 } }],
       inFlight: 3,
+      // When it arrived: placement trusts what it reports free only while it is fresh.
+      at: registeredAt + 2_500,
     });
     expect(row!.updatedon!.getTime()).toBe(registeredAt + 2_500);
     expect(row!.status).toBe("active");
@@ -118,7 +120,7 @@ describe("Heartbeat", () => {
     await register("e2e-bare");
     await heartbeat("e2e-bare", { inFlight: 7 });
     await daemon.maintenance.flushHeartbeats();
-    expect((await agentRow(db, "e2e-bare"))!.metrics).toEqual({ inFlight: 7 });
+    expect((await agentRow(db, "e2e-bare"))!.metrics).toEqual({ inFlight: 7, at: clock.nowMs() });
   });
 
   it("an unknown name is NOT_FOUND, telling the agent to register", async () => {

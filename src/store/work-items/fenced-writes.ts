@@ -4,9 +4,9 @@
  * agent, so a zombie agent's late write (its lease expired and the item went to another) matches no
  * row and changes nothing. Completion is also carried by a claim's statement (./claim.ts).
  *
- * Each takes its rows' locks in id order: its input is sorted by id, and every plan of these
- * statements (the input driving the table's index, or the index's ANY scan driving the join) visits
- * rows in the input's order or in the index's, which are the same. Two writes of one agent's items
+ * Each takes its rows' locks in id order, first, by a locking read in the primary key's order
+ * (`lockedCte`), and updates only rows it locked so: the UPDATE's own plan promises no order (the
+ * heap's is possible). Two writes of one agent's items
  * (an extension and a claim carrying completions, from two daemons) then never wait on each other
  * in a cycle, which Postgres would end by killing one as a deadlock.
  */
@@ -38,6 +38,15 @@ export interface Completion {
 const byIds = (ids: readonly string[]) => sql.fragment`w.id = ANY(${sql.array(ids, "text")})`;
 
 /**
+ * `locked`: the agent's dispatched rows of `ids`, locked in id order by the primary key's order. A
+ * fenced write updates only rows of it: the UPDATE's own plan promises no order, and under a busy
+ * claim statement's plan an extension and a completion of the same items did lock in the heap's
+ * order, and deadlocked.
+ */
+const lockedCte = (w: ReturnType<ItemsContext["t"]["id"]>, ids: readonly string[], agent: string, name = "locked") =>
+  sql.fragment`${sql.identifier([name])} AS (SELECT w.id FROM ${w} w WHERE ${byIds(ids)} AND w.status = 'dispatched' AND w.agent_id = ${agent} ORDER BY w.id FOR UPDATE OF w)`;
+
+/**
  * A fenced write by a caller whose token is limited to some tenants touches only their items. The
  * services refuse such a caller for an agent of other tenants before any write; this holds even so.
  */
@@ -66,9 +75,10 @@ export function extend(
   const w = q.t.id("work_item");
   const leases = inIdOrder(unordered);
   return q.hotIds(sql.type(idRow)`
+        WITH ${lockedCte(w, leases.map((l) => l.id), agent)}
         UPDATE ${w} w SET lease_expires_at = ${msToNs(nowMs + ttlMs)}, updatedby = ${agent}, updatedon = ${ts(nowMs)}
           FROM unnest(${sql.array(leases.map((l) => l.id), "text")}, ${sql.array(leases.map((l) => l.token), "text")}) AS v(id, token)
-         WHERE ${byIds(leases.map((l) => l.id))} AND w.id = v.id AND w.lease_token = v.token AND w.status = 'dispatched' AND w.agent_id = ${agent}
+         WHERE ${byIds(leases.map((l) => l.id))} AND w.id IN (SELECT id FROM locked) AND w.id = v.id AND w.lease_token = v.token AND w.status = 'dispatched' AND w.agent_id = ${agent}
            ${withinTenants(tenants)}
         RETURNING w.id`);
 }
@@ -101,11 +111,11 @@ export function completeCtes(q: ItemsContext, p: Markers<CompletionParams & { ag
   const v = sql.fragment`unnest(${sql.array(p.doneIds, "text")}, ${sql.array(p.doneTokens, "text")}, ${sql.array(p.doneResults, "jsonb")}) AS v(id, token, result)`;
   const ids = byIds(p.doneIds);
   const within = p.tenants ? sql.fragment`AND w.tenant_key = ANY(${sql.array(p.tenants as unknown as readonly string[], "text")})` : sql.fragment``;
-  return sql.fragment`completing AS (
+  return sql.fragment`${lockedCte(w, p.doneIds, p.agent, "completing_locked")}, completing AS (
         UPDATE ${w} w SET status = 'completed', completed_at = ${p.nowNs}, result = v.result, lease_expires_at = NULL,
                           updatedby = ${p.agent}, updatedon = ${tsAt(p.now)}
           FROM ${v}
-         WHERE ${ids} AND w.id = v.id AND w.lease_token = v.token AND w.status = 'dispatched' AND w.agent_id = ${p.agent} ${within}
+         WHERE ${ids} AND w.id IN (SELECT id FROM completing_locked) AND w.id = v.id AND w.lease_token = v.token AND w.status = 'dispatched' AND w.agent_id = ${p.agent} ${within}
         RETURNING w.id, w.engine_kind, ((${p.nowNs}::bigint - w.dispatched_at) / 1e9)::float8 AS run_s,
                   ${FREED_TENANT} AS freed
         ), recompleted AS (
@@ -130,6 +140,7 @@ export function fail(
   const items = inIdOrder(unordered);
   const retry = sql.fragment`(v.retryable AND w.retry_count < w.max_retries)`;
   return q.hotRows(sql.type(requeuedRow)`
+        WITH ${lockedCte(w, items.map((i) => i.id), agent)}
         UPDATE ${w} w SET
                status = CASE WHEN ${retry} THEN 'pending' ELSE 'failed' END,
                retry_count = CASE WHEN ${retry} THEN w.retry_count + 1 ELSE w.retry_count END,
@@ -140,7 +151,7 @@ export function fail(
           FROM unnest(${sql.array(items.map((i) => i.id), "text")}, ${sql.array(items.map((i) => i.token), "text")}, ${sql.array(items.map((i) => i.error), "text")},
                       ${sql.array(items.map((i) => i.retryable), "bool")}, ${sql.array(items.map((i) => (i.delayMs === null ? null : String(msToNs(i.delayMs)))), "int8")})
                AS v(id, token, error, retryable, delay_ns)
-         WHERE ${byIds(items.map((i) => i.id))} AND w.id = v.id AND w.lease_token = v.token AND w.status = 'dispatched' AND w.agent_id = ${agent}
+         WHERE ${byIds(items.map((i) => i.id))} AND w.id IN (SELECT id FROM locked) AND w.id = v.id AND w.lease_token = v.token AND w.status = 'dispatched' AND w.agent_id = ${agent}
            ${withinTenants(tenants)}
         RETURNING w.id, w.status, ${agent}::text AS agent, v.token, w.engine_kind, ((${msToNs(nowMs)}::bigint - w.dispatched_at) / 1e9)::float8 AS run_s,
                   ${FREED_TENANT} AS freed`);
@@ -151,10 +162,11 @@ export function release(q: ItemsContext, agent: string, unordered: readonly { id
   const w = q.t.id("work_item");
   const leases = inIdOrder(unordered);
   return q.hotIds(sql.type(idRow)`
+        WITH ${lockedCte(w, leases.map((l) => l.id), agent)}
         UPDATE ${w} w SET status = 'pending', agent_id = NULL, lease_expires_at = NULL, lease_token = NULL, dispatched_at = NULL,
                           next_attempt_at = ${msToNs(nowMs)}, updatedby = ${agent}, updatedon = ${ts(nowMs)}
           FROM unnest(${sql.array(leases.map((l) => l.id), "text")}, ${sql.array(leases.map((l) => l.token), "text")}) AS v(id, token)
-         WHERE ${byIds(leases.map((l) => l.id))} AND w.id = v.id AND w.lease_token = v.token AND w.status = 'dispatched' AND w.agent_id = ${agent}
+         WHERE ${byIds(leases.map((l) => l.id))} AND w.id IN (SELECT id FROM locked) AND w.id = v.id AND w.lease_token = v.token AND w.status = 'dispatched' AND w.agent_id = ${agent}
            ${withinTenants(tenants)}
         RETURNING w.id`);
 }
