@@ -43,8 +43,8 @@ const byIds = (ids: readonly string[]) => sql.fragment`w.id = ANY(${sql.array(id
  * claim statement's plan an extension and a completion of the same items did lock in the heap's
  * order, and deadlocked.
  */
-const lockedCte = (w: ReturnType<ItemsContext["t"]["id"]>, ids: readonly string[], agent: string, name = "locked") =>
-  sql.fragment`${sql.identifier([name])} AS (SELECT w.id FROM ${w} w WHERE ${byIds(ids)} AND w.status = 'dispatched' AND w.agent_id = ${agent} ORDER BY w.id FOR UPDATE OF w)`;
+const lockedCte = (w: ReturnType<ItemsContext["t"]["id"]>, ids: readonly string[], agent: string, name: "locked" | "completing_locked" = "locked") =>
+  sql.fragment`${name === "locked" ? sql.fragment`locked` : sql.fragment`completing_locked`} AS (SELECT w.id FROM ${w} w WHERE ${byIds(ids)} AND w.status = 'dispatched' AND w.agent_id = ${agent} ORDER BY w.id FOR UPDATE OF w)`;
 
 /**
  * A fenced write by a caller whose token is limited to some tenants touches only their items. The
