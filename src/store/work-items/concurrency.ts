@@ -93,10 +93,13 @@ export function keyHasRoom(w: string): FragmentSqlToken {
 export function keyCtes(k: KeyTerms, m: { agent: string; now: FragmentSqlToken; rowId: (n: FragmentSqlToken) => FragmentSqlToken }): FragmentSqlToken {
   const ck = sql.fragment`${k.keys}`;
   return sql.fragment`ckeys AS (
-          SELECT d.t, d.k, kr.xmin::text AS v, ${inFlight(k, sql.fragment`d.t`, sql.fragment`d.k`)} AS in_flight,
+          -- In flight as the scan's kcount counted it (the same snapshot, the same completions left out):
+          -- a picked keyed row means the scan asked kcount already.
+          SELECT d.t, d.k, kr.xmin::text AS v, COALESCE(kc.n, 0) AS in_flight,
                  ${operatorLimit(k, sql.fragment`d.t`, sql.fragment`d.k`)} AS ops_limit, row_number() OVER (ORDER BY d.t, d.k) AS n
             FROM (SELECT DISTINCT tenant_key AS t, concurrency_key AS k FROM picked WHERE concurrency_key IS NOT NULL) d
             LEFT JOIN ${ck} kr ON kr.tenant_key = d.t AND kr.key = d.k AND NOT kr.prefix
+            LEFT JOIN kcount kc ON kc.t = d.t AND kc.k = d.k
         ), kadmit AS (
           SELECT r.id, r.t, r.k FROM (
             SELECT p.id, p.tenant_key AS t, p.concurrency_key AS k, p.own_limit,

@@ -14,8 +14,8 @@
  *
  * The claim places its picked items in claim order, one after another, each on the GPUs with the
  * least free memory that still hold it (best fit, which keeps the roomiest GPUs for the largest
- * needs): a recursive CTE carries what is still free from one item to the next. An item that does
- * not fit is left pending. A GPU need without gpu_memory_mb takes each GPU whole: only a GPU that
+ * needs), what is still free carried from one item to the next. An item that does not fit is left
+ * pending. A GPU need without gpu_memory_mb takes each GPU whole: only a GPU that
  * no in-flight item reserves, and all of its memory.
  *
  * Race safety: the free figures come from the statement's snapshot, so a claim that places
