@@ -6,6 +6,7 @@
 import { hostname } from "node:os";
 import { readFileSync } from "node:fs";
 import { ConfigError } from "./domain/errors.js";
+import { weightProblem } from "./domain/fair-share.js";
 import { parseTokenSpec, parseTokensFile, type TokenGrant } from "./server/tokens.js";
 
 export { ConfigError };
@@ -139,6 +140,21 @@ const list: Parser<string[]> = (raw) =>
     .split(",")
     .map((s) => s.trim())
     .filter(Boolean);
+
+/** tenant=weight pairs (commas between), each weight within fair-share's bounds. */
+const tenantWeights: Parser<Map<string, number>> = (raw, flag) => {
+  const out = new Map<string, number>();
+  for (const pair of list(raw, flag)) {
+    const eq = pair.lastIndexOf("=");
+    const tenant = eq > 0 ? pair.slice(0, eq).trim() : "";
+    const weight = eq > 0 ? Number(pair.slice(eq + 1).trim()) : NaN;
+    if (!tenant) throw new ConfigError(flag, `'${pair}' is not tenant=weight`);
+    const problem = weightProblem(weight);
+    if (problem) throw new ConfigError(flag, `the weight of '${tenant}' ${problem}`);
+    out.set(tenant, weight);
+  }
+  return out;
+};
 
 const SETTINGS = {
   listen: { flag: "--listen", env: ["AIFLOW_LISTEN"], default: "127.0.0.1:7400", help: "gRPC address to serve (TLS with --tls-cert; h2c without, on loopback or with --insecure-plaintext)", parse: listen },
@@ -300,6 +316,16 @@ const SETTINGS = {
     help: "a pending item no registered agent could ever run (its requirements fit no capacity) becomes a dead letter after this long; 0: it waits",
     parse: duration(0),
   },
+  // Fair share and aging (src/domain/fair-share.ts).
+  tenantWeights: {
+    flag: "--tenant-weights",
+    env: ["AIFLOW_TENANT_WEIGHTS"],
+    default: "",
+    help: "tenants' fair-share weights, tenant=weight[,tenant=weight…] (default 1; an operator's weight set by aiflowctl wins)",
+    parse: tenantWeights,
+  },
+  fairShareCredit: { flag: "--fair-share-credit", env: ["AIFLOW_FAIR_SHARE_CREDIT"], default: "100", help: "items' worth of turns an idle tenant may bank for its next burst", parse: int(0, 1_000_000) },
+  priorityAging: { flag: "--priority-aging", env: ["AIFLOW_PRIORITY_AGING"], default: "0s", help: "waiting this long is worth one priority level inside a tenant; 0: priority is strict", parse: duration(0) },
   affinityIdle: { flag: "--affinity-idle", env: ["AIFLOW_AFFINITY_IDLE"], default: "1h", help: "a binding whose key has had no unfinished item for this long is removed", parse: duration(0) },
   firingRetention: { flag: "--firing-retention-days", env: ["AIFLOW_FIRING_RETENTION_DAYS"], default: "30", help: "days trigger firings are kept (payloads may hold senders' secrets)", parse: int(1, 36500) },
   // Limits against hostile or broken callers (src/server/http2-limits.ts, src/server/gate.ts).

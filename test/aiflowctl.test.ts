@@ -37,6 +37,7 @@ const fx = useTestDaemon({
     sweepInterval: 50,
     // The test agents never heartbeat; they must not be found dead during the test.
     heartbeatInterval: 3_600_000,
+    tenantWeights: new Map([["c9-cfg", 4]]),
   },
 });
 const closers = fx.closers;
@@ -138,7 +139,7 @@ describe("usage", () => {
       ctl(["items", "get"]),
     ]);
     expect(help.code).toBe(0);
-    for (const cmd of ["agents", "agent NAME", "drain NAME", "undrain NAME", "remove NAME", "queue stats", "items list", "items get", "items cancel", "items redrive", "enqueue", "keys list", "keys set"])
+    for (const cmd of ["agents", "agent NAME", "drain NAME", "undrain NAME", "remove NAME", "queue stats", "items list", "items get", "items cancel", "items redrive", "enqueue", "keys list", "keys set", "tenants list", "tenants set-weight", "tenants clear-weight", "limits list", "limits set", "limits clear"])
       expect(help.stdout).toContain(`  ${cmd}`);
     for (const flag of ["--address", "--token", "--json", "--help", "--wait", "--deadline", "--force", "--watch"]) expect(help.stdout).toContain(flag);
     // COMMAND --help is that command's usage with the global flags, not the whole list.
@@ -262,6 +263,89 @@ describe("keys", () => {
     const tooMany = await ctl(["keys", "set", "render", "100001", "--tenant", "c8"]);
     expect(tooMany.code).toBe(2);
     expect(tooMany.stderr).toMatch(/^aiflowctl: MAX: 100001 is outside 0\.\.100000\n$/);
+  });
+});
+
+describe("tenants", () => {
+  it("list tenants with their weights, and set and clear an operator's weight", async () => {
+    await producer.enqueue("c9", [{ engineKind: "k" }, { engineKind: "k" }]);
+    type TenantsJson = { tenants: { tenantKey: string; weight: number; weightSource: string; pending: string; dispatched: string }[] };
+    const listed = await ctlJson<TenantsJson>(["tenants", "list", "--tenant", "c9"]);
+    expect(listed.tenants).toEqual([{ tenantKey: "c9", weight: 1, weightSource: "default", pending: "2", dispatched: "0" }]);
+    expect((await ctlJson<TenantsJson>(["tenants", "list", "--tenant", "c9-cfg"])).tenants).toEqual([{ tenantKey: "c9-cfg", weight: 4, weightSource: "config", pending: "0", dispatched: "0" }]);
+
+    const set = await ctl(["tenants", "set-weight", "c9", "2.5"]);
+    expect(set).toEqual({ code: 0, stdout: "set the weight of c9 to 2.5: weight 2.5 (operator), 2 pending, 0 dispatched\n", stderr: "" });
+    const human = await ctl(["tenants", "list", "--tenant", "c9"]);
+    expect(human.code).toBe(0);
+    expect(human.stdout).toMatch(/^TENANT +WEIGHT +SOURCE +PENDING +DISPATCHED\nc9 +2\.5 +operator +2 +0\n$/);
+    const cleared = await ctlJson<{ tenant: TenantsJson["tenants"][number] }>(["tenants", "clear-weight", "c9"]);
+    expect([cleared.tenant.weight, cleared.tenant.weightSource]).toEqual([1, "default"]);
+    expect(await ctl(["tenants", "clear-weight", "c9-cfg"])).toEqual({ code: 0, stdout: "cleared the weight of c9-cfg: weight 4 (config), 0 pending, 0 dispatched\n", stderr: "" });
+
+    expect(await ctl(["tenants", "set-weight", "c9", "0"])).toEqual({ code: 2, stdout: "", stderr: "aiflowctl: WEIGHT: 0 must be between 0.001 and 1000\n" });
+    expect(await ctl(["tenants", "set-weight", "c9", "heavy"])).toEqual({ code: 2, stdout: "", stderr: "aiflowctl: WEIGHT must be a number, got 'heavy'\n" });
+    expect(await ctl(["tenants", "set-weight", "c9"])).toEqual({ code: 2, stdout: "", stderr: "aiflowctl: give the TENANT and the WEIGHT: aiflowctl tenants set-weight TENANT WEIGHT\n" });
+    expect((await ctlJson<TenantsJson>(["tenants", "list", "--tenant", "c9"])).tenants[0]?.weightSource).toBe("default");
+  });
+});
+
+describe("limits", () => {
+  it("set rate limits on a key and a prefix, list them with a key's state, and clear them", async () => {
+    expect(await ctl(["limits", "set", "c10", "api", "50/1s"])).toEqual({ code: 0, stdout: "api in c10: at most 50/1s, 1 at once\n", stderr: "" });
+    expect(await ctl(["limits", "set", "c10", "model:", "10/m", "--prefix", "--burst", "5"])).toEqual({
+      code: 0,
+      stdout: "keys starting with model: in c10: at most 10/1m each, 5 at once\n",
+      stderr: "",
+    });
+    type LimitsJson = {
+      rules: { tenantKey: string; key: string; prefix: boolean; count: number; interval: string; burst: number }[];
+      keys: { tenantKey: string; key: string; nextSlotAt?: string; limit?: { key: string; prefix: boolean } }[];
+      nextPageToken: string;
+    };
+    const listed = await ctlJson<LimitsJson>(["limits", "list", "--tenant", "c10"]);
+    expect(listed).toEqual({
+      rules: [
+        { tenantKey: "c10", key: "api", prefix: false, count: 50, interval: "1s", burst: 1 },
+        { tenantKey: "c10", key: "model:", prefix: true, count: 10, interval: "60s", burst: 5 },
+      ],
+      keys: [],
+      nextPageToken: "",
+    });
+
+    // A dispatch of a key under the prefix spends a slot: the key is listed with its state.
+    const a = await agent("lim-a", ["c10"]);
+    await producer.enqueue("c10", [{ engineKind: "k", workerParams: { rateLimitKey: "model:x" } }]);
+    expect((await a.claim(1)).map((i) => i.workerParams?.rateLimitKey)).toEqual(["model:x"]);
+    const withKey = await ctlJson<LimitsJson>(["limits", "list", "--tenant", "c10"]);
+    expect(withKey.keys.map((k) => [k.key, k.limit?.key, k.limit?.prefix, typeof k.nextSlotAt])).toEqual([["model:x", "model:", true, "string"]]);
+    const human = await ctl(["limits", "list", "--tenant", "c10"]);
+    expect(human.code).toBe(0);
+    expect(human.stdout).toMatch(
+      /^TENANT +KEY +ON +LIMIT +BURST\nc10 +api +key +50\/1s +1\nc10 +model: +prefix +10\/1m +5\n\nkeys:\nTENANT +KEY +LIMIT +SOURCE +NEXT SLOT\nc10 +model:x +10\/1m +prefix model: +\d{4}-\d\d-\d\dT[\d:.]+Z\n$/,
+    );
+
+    expect(await ctl(["limits", "clear", "c10", "api"])).toEqual({ code: 0, stdout: "cleared the rate limit of api in c10: it is not limited\n", stderr: "" });
+    expect(await ctl(["limits", "clear", "c10", "model:", "--prefix"])).toEqual({ code: 0, stdout: "cleared the rate limit of keys starting with model: in c10\n", stderr: "" });
+    const after = await ctlJson<LimitsJson>(["limits", "list", "--tenant", "c10"]);
+    expect([after.rules, after.keys.map((k) => [k.key, k.limit, k.nextSlotAt])]).toEqual([[], [["model:x", undefined, undefined]]]);
+
+    expect(await ctl(["limits", "set", "c10", "api", "0/1s"])).toEqual({ code: 2, stdout: "", stderr: "aiflowctl: COUNT/INTERVAL: 0 is outside 1..1000000\n" });
+    expect(await ctl(["limits", "set", "c10", "api", "fast"])).toEqual({
+      code: 2,
+      stdout: "",
+      stderr: "aiflowctl: COUNT/INTERVAL must be a whole count, a slash and a duration (50/1s, 600/1m), got 'fast'\n",
+    });
+    const soon = await ctl(["limits", "set", "c10", "api", "5/soon"]);
+    expect(soon.code).toBe(2);
+    expect(soon.stderr).toMatch(/^aiflowctl: [^\n]*'soon' is not a duration[^\n]*\n$/);
+    expect(await ctl(["limits", "set", "c10", "api", "5/1s", "--burst", "0.5"])).toEqual({ code: 2, stdout: "", stderr: "aiflowctl: --burst must be a whole number, got '0.5'\n" });
+    expect(await ctl(["limits", "set", "c10", "api"])).toEqual({
+      code: 2,
+      stdout: "",
+      stderr: "aiflowctl: give the TENANT, the KEY and the COUNT/INTERVAL: aiflowctl limits set TENANT KEY COUNT/INTERVAL [--burst N] [--prefix]\n",
+    });
+    expect((await ctlJson<LimitsJson>(["limits", "list", "--tenant", "c10"])).rules).toEqual([]);
   });
 });
 

@@ -121,6 +121,11 @@ const TABLE: Record<string, Row> = {
   // Concurrency keys carry a tenant: tB's are refused to a token limited to tA.
   "aiflow.cluster.v1.OpsService/ListConcurrencyKeys": { request: () => ({ tenantKey: "tB" }) },
   "aiflow.cluster.v1.OpsService/SetConcurrencyLimit": { request: () => ({ tenantKey: "tB", key: "key-b", maxInFlight: 2 }) },
+  // So do tenants' weights and rate limits.
+  "aiflow.cluster.v1.OpsService/ListTenants": { request: () => ({ tenantKey: "tB" }) },
+  "aiflow.cluster.v1.OpsService/SetTenantWeight": { request: () => ({ tenantKey: "tB", weight: 2 }) },
+  "aiflow.cluster.v1.OpsService/ListRateLimits": { request: () => ({ tenantKey: "tB" }) },
+  "aiflow.cluster.v1.OpsService/SetRateLimit": { request: () => ({ tenantKey: "tB", key: "key-b", count: 5, interval: { seconds: 1, nanos: 0 } }) },
 
   "aiflow.cluster.v1.RunDirectoryService/RecordRun": { request: () => ({ tenantKey: "tB", runId: "run-b", engineKind: "dag" }) },
   "aiflow.cluster.v1.RunDirectoryService/GetRun": { request: () => ({ tenantKey: "tB", runId: "run-b" }) },

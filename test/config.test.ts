@@ -73,6 +73,9 @@ describe("config", () => {
       [["--no-such-flag", "1"], {}, /--no-such-flag/],
       [["--backoff-base", "10m", "--backoff-cap", "1m"], {}, /--backoff-cap/],
       [[], { AIFLOW_ENQUEUE_WINDOW: "5s" }, /AIFLOW_ENQUEUE_WINDOW.*longer than the maximum 1000ms/],
+      [["--tenant-weights", "a=0"], {}, /--tenant-weights.*the weight of 'a' must be between/],
+      [["--tenant-weights", "=3"], {}, /--tenant-weights.*'=3' is not tenant=weight/],
+      [[], { AIFLOW_TENANT_WEIGHTS: "a=heavy" }, /AIFLOW_TENANT_WEIGHTS.*the weight of 'a' is not a number/],
     ];
     for (const [argv, env, re] of cases) {
       const err = (() => {
@@ -85,6 +88,18 @@ describe("config", () => {
       expect(err, argv.join(" ")).toBeInstanceOf(ConfigError);
       expect((err as Error).message).toMatch(re);
     }
+  });
+
+  it("reads tenants' weights, the fair-share credit and aging", () => {
+    const { config } = parseArgs(["--tenant-weights", "acme=3, beta=0.5", "--priority-aging", "30s"], { AIFLOW_FAIR_SHARE_CREDIT: "10" });
+    expect([...config.tenantWeights]).toEqual([
+      ["acme", 3],
+      ["beta", 0.5],
+    ]);
+    expect(config.priorityAging).toBe(30_000);
+    expect(config.fairShareCredit).toBe(10);
+    const defaults = parseArgs([], {}).config;
+    expect([defaults.tenantWeights.size, defaults.fairShareCredit, defaults.priorityAging]).toEqual([0, 100, 0]);
   });
 
   it("parses durations", () => {

@@ -32,6 +32,8 @@ export interface WorkItem<Payload = unknown> {
   affinityKey: string | undefined;
   /** Items of one tenant sharing this key run at most the key's limit at a time, across the fleet. */
   concurrencyKey: string | undefined;
+  /** Items of one tenant sharing this key are dispatched at most at the key's rate limit, across the fleet. */
+  rateLimitKey: string | undefined;
   /**
    * What the item needs of the agent (zero or undefined: no need). The daemon gave it to this agent
    * because the needs fit what the agent had free, and reserves them for it while it runs.

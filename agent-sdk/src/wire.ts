@@ -57,6 +57,7 @@ export function itemFromWire(w: WireItem): WorkItem {
     selector: { ...(w.workerParams?.selector ?? {}) },
     affinityKey: opt(w.workerParams?.affinityKey ?? ""),
     concurrencyKey: opt(w.workerParams?.concurrencyKey ?? ""),
+    rateLimitKey: opt(w.workerParams?.rateLimitKey ?? ""),
     requirements: requirementsFromWire(w.workerParams?.requirements),
     gpuIndices: w.gpuIndices.length === 0 ? NO_GPUS : [...w.gpuIndices],
     cudaVisibleDevices: w.gpuIndices.join(","),

@@ -179,12 +179,12 @@ describe("the handler's item", () => {
         id: "01GPU",
         payloadJson: "{}",
         gpuIndices: [2, 5],
-        workerParams: { concurrencyKey: "train", requirements: { gpus: 2, gpuMemoryMb: 40_000n, gpuModel: "A100", diskMb: 10n } },
+        workerParams: { concurrencyKey: "train", rateLimitKey: "hub", requirements: { gpus: 2, gpuMemoryMb: 40_000n, gpuModel: "A100", diskMb: 10n } },
       }),
     );
-    expect(placed).toMatchObject({ gpuIndices: [2, 5], cudaVisibleDevices: "2,5", concurrencyKey: "train" });
+    expect(placed).toMatchObject({ gpuIndices: [2, 5], cudaVisibleDevices: "2,5", concurrencyKey: "train", rateLimitKey: "hub" });
     expect(placed.requirements).toEqual({ gpus: 2, gpuMemoryMb: 40_000, gpuModel: "A100", cpuMillis: 0, memoryMb: 0, diskMb: 10, diskMount: undefined });
     const plain = itemFromWire(create(WorkItemSchema, { id: "01PLAIN" }));
-    expect(plain).toMatchObject({ gpuIndices: [], cudaVisibleDevices: "", concurrencyKey: undefined, requirements: { gpus: 0, diskMount: undefined } });
+    expect(plain).toMatchObject({ gpuIndices: [], cudaVisibleDevices: "", concurrencyKey: undefined, rateLimitKey: undefined, requirements: { gpus: 0, diskMount: undefined } });
   });
 });

@@ -1,7 +1,8 @@
 /**
  * aiflowctl — the operator's command line for aiflowd, built on the generated Connect client. The
- * commands live in ./ctl/ by what they act on (agents, work, bindings, concurrency keys); each
- * carries its flags, defaults and exit codes, from which `--help` is written.
+ * commands live in ./ctl/ by what they act on (agents, work, bindings, concurrency keys, tenants'
+ * fair-share weights, rate limits); each carries its flags, defaults and exit codes, from which
+ * `--help` is written.
  * Exit codes: 0 success, 1 the daemon refused or failed, 2 usage, 3 a drain deadline gave work back.
  */
 import { createClient, type Interceptor } from "@connectrpc/connect";
@@ -15,11 +16,13 @@ import { durationFlag, flagKinds, type Command } from "./ctl/command.js";
 import { explain } from "./ctl/errors.js";
 import { commandHelp, GLOBAL, mainHelp } from "./ctl/help.js";
 import { keyCommands } from "./ctl/keys.js";
+import { limitCommands } from "./ctl/limits.js";
+import { tenantCommands } from "./ctl/tenants.js";
 import { tlsChoice, type TlsChoice } from "./ctl/tls.js";
 import { workCommands } from "./ctl/work.js";
 import { VERSION } from "../version.js";
 
-const COMMANDS: readonly Command[] = [...agentCommands, ...workCommands, ...bindingCommands, ...keyCommands];
+const COMMANDS: readonly Command[] = [...agentCommands, ...workCommands, ...bindingCommands, ...keyCommands, ...tenantCommands, ...limitCommands];
 
 
 export async function main(argv: readonly string[], env = process.env, out = (t: string) => process.stdout.write(t + "\n")): Promise<number> {

@@ -5,7 +5,7 @@
 import { createHash } from "node:crypto";
 import { sql, type IdentifierSqlToken } from "slonik";
 
-export const TABLES = ["agent", "work_item", "affinity_binding", "concurrency_key", "engine", "engine_run", "trigger_firing", "schema_migrations"] as const;
+export const TABLES = ["agent", "work_item", "affinity_binding", "concurrency_key", "tenant_share", "rate_limit", "engine", "engine_run", "trigger_firing", "schema_migrations"] as const;
 export type TableName = (typeof TABLES)[number];
 
 export interface Naming {
@@ -32,8 +32,8 @@ export class Tables implements Naming {
     return `${quoteIdent(this.schema)}.${quoteIdent(this.prefix + table)}`;
   }
 
-  /** A function a migration created under the prefix (migration 0008's agent_room, place and key_limit), for slonik queries. */
-  routine(name: "agent_room" | "place" | "key_limit"): IdentifierSqlToken {
+  /** A function a migration created under the prefix (migration 0008's agent_room, place and key_limit; 0009's rate_rule and rate_admit), for slonik queries. */
+  routine(name: "agent_room" | "place" | "key_limit" | "rate_rule" | "rate_admit"): IdentifierSqlToken {
     return sql.identifier([this.schema, this.prefix + name]);
   }
 

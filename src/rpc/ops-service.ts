@@ -7,7 +7,8 @@
  * those tenants, and agents all of whose tenants are among them (an agent serving any other tenant
  * is PERMISSION_DENIED; an item of another tenant is NOT_FOUND, so ids do not reveal other tenants'
  * work). Affinity bindings carry no tenant and may route any tenant's work, so they are fleet-wide:
- * a limited token is refused them. Concurrency keys do carry one (./concurrency-ops.ts).
+ * a limited token is refused them. Concurrency keys do carry one (./concurrency-ops.ts), and so do
+ * tenants' fair-share weights and rate limits (./fair-share-ops.ts).
  */
 import { durationFromMs, timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { z } from "zod";
@@ -19,6 +20,8 @@ import { OpsService } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 import { assertAgentTenants, assertTenant, callerOf, tenantsOutside, type Identity } from "../server/auth.js";
 import type { AffinityBindingStore, BindingRow } from "../store/affinity-bindings.js";
 import type { ConcurrencyKeyStore } from "../store/concurrency-keys.js";
+import type { RateLimitStore } from "../store/rate-limits.js";
+import type { TenantShareStore } from "../store/tenant-shares.js";
 import type { AgentOpsStore, AgentStatus, AgentStore, AgentWithLoad } from "../store/agents.js";
 import type { WorkItemStatsStore } from "../store/work-item-stats.js";
 import type { WorkItemStore } from "../store/work-items.js";
@@ -30,6 +33,7 @@ import type { WorkQueue } from "../queue/work-queue.js";
 import { listItemsPage } from "./queue-service.js";
 import type { Requirements } from "../domain/resources.js";
 import { concurrencyOpsImpl } from "./concurrency-ops.js";
+import { fairShareOpsImpl } from "./fair-share-ops.js";
 import { delayMs, identifier, optionalText } from "./input/validate.js";
 import { itemStatusToWire, itemsToWire, requirementsToWire, workItemToWire } from "./work-item-messages.js";
 import { FleetCapacity } from "../fleet/unplaceable.js";
@@ -41,6 +45,8 @@ export interface OpsDeps {
   audit: AuditLog;
   bindings: AffinityBindingStore;
   concurrencyKeys: ConcurrencyKeyStore;
+  tenantShares: TenantShareStore;
+  rateLimits: RateLimitStore;
   /** The registry, read for what agents could ever run (unplaceable items). */
   agents: AgentStore;
 }
@@ -109,6 +115,7 @@ export function opsServiceImpl(d: OpsDeps): ServiceImpl<typeof OpsService> {
 
   return {
     ...concurrencyOpsImpl({ queue, keys: d.concurrencyKeys }),
+    ...fairShareOpsImpl({ queue, tenants: d.tenantShares, limits: d.rateLimits }),
 
     async listAgents(req, ctx) {
       const caller = callerOf(ctx);

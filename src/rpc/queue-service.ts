@@ -133,11 +133,13 @@ function newItem(it: EnqueueItem, i: number, nowMs: number, config: Pick<Config,
   const affinityKey = optionalText(it.workerParams?.affinityKey ?? "", f("worker_params.affinity_key"), 512);
   const requirements = requirementsOf(it.workerParams?.requirements, f("worker_params.requirements"));
   const { concurrencyKey, maxInFlight } = concurrencyOf(it.workerParams, f);
+  const rateLimitKey = optionalText(it.workerParams?.rateLimitKey ?? "", f("worker_params.rate_limit_key"), 512);
   const params = {
     ...(Object.keys(selector).length > 0 ? { selector } : {}),
     ...(affinityKey ? { affinityKey } : {}),
     ...(requirements ? { requirements } : {}),
     ...(concurrencyKey ? { concurrencyKey, maxInFlight } : {}),
+    ...(rateLimitKey ? { rateLimitKey } : {}),
   };
   return {
     engineKind: identifier(it.engineKind, f("engine_kind")),
@@ -154,6 +156,7 @@ function newItem(it: EnqueueItem, i: number, nowMs: number, config: Pick<Config,
     idempotencyKey: optionalText(it.idempotencyKey, f("idempotency_key"), 256),
     affinityKey,
     concurrencyKey,
+    rateLimitKey,
   };
 }
 

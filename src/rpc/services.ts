@@ -32,6 +32,8 @@ import { reflectionRoutes } from "../server/reflection.js";
 import { AffinityBindingStore } from "../store/affinity-bindings.js";
 import { AgentOpsStore, AgentStore } from "../store/agents.js";
 import { ConcurrencyKeyStore } from "../store/concurrency-keys.js";
+import { RateLimitStore } from "../store/rate-limits.js";
+import { TenantShareStore } from "../store/tenant-shares.js";
 import { WorkItemStatsStore } from "../store/work-item-stats.js";
 import { EngineStore } from "../store/engines.js";
 import { EngineRunStore } from "../store/engine-runs.js";
@@ -100,7 +102,8 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
 
   const hot = new PreparedQueries(deps.databaseUrl, config.dbPoolSize);
   const backoff = { baseMs: config.backoffBase, capMs: config.backoffCap, jitter: config.backoffJitter === "full" };
-  const workItems = new WorkItemStore(pool, tables, backoff, hot);
+  const sharing = { weights: config.tenantWeights, credit: config.fairShareCredit, agingMs: config.priorityAging };
+  const workItems = new WorkItemStore(pool, tables, backoff, hot, sharing);
   const work = new Wakeups(pool, tables.channel("work"), config.instanceId, config.notifyWindow, log);
   // Completions come in a stream while agents work, and only Wait calls on other daemons need to hear
   // of them: a longer window turns a NOTIFY per few ms (each a statement, and a signal to every
@@ -131,7 +134,7 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
   maintenance.add(queue.strandedTask());
   const agentOps = new AgentOpsStore(pool, tables);
   maintenance.add(
-    drainDeadlineTask(queue, agentOps, (fn) => pool.transaction((tx) => fn(new WorkItemStore(tx, tables, backoff), new AgentOpsStore(tx, tables)))),
+    drainDeadlineTask(queue, agentOps, (fn) => pool.transaction((tx) => fn(new WorkItemStore(tx, tables, backoff, undefined, sharing), new AgentOpsStore(tx, tables)))),
   );
   const bindings = new AffinityBindingStore(pool, tables);
   maintenance.add({ name: "affinity-cleanup", run: (now) => bindings.cleanup(now, config.affinityIdle) });
@@ -170,7 +173,21 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
     {
       services: [OpsService],
       access: "ops",
-      mount: (r) => r.service(OpsService, opsServiceImpl({ queue, agentOps, stats: itemStats, audit, bindings, concurrencyKeys: new ConcurrencyKeyStore(pool, tables), agents })),
+      mount: (r) =>
+        r.service(
+          OpsService,
+          opsServiceImpl({
+            queue,
+            agentOps,
+            stats: itemStats,
+            audit,
+            bindings,
+            concurrencyKeys: new ConcurrencyKeyStore(pool, tables),
+            tenantShares: new TenantShareStore(pool, tables),
+            rateLimits: new RateLimitStore(pool, tables),
+            agents,
+          }),
+        ),
     },
     {
       services: [RunDirectoryService, TriggerFiringService],

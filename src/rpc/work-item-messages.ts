@@ -116,7 +116,7 @@ export function claimedItemToWire(r: ClaimedRow, d: Dispatch): MessageInitShape<
   };
 }
 
-/** worker_params as stored (selector, affinityKey, requirements, concurrencyKey, maxInFlight) on the wire. */
+/** worker_params as stored (selector, affinityKey, requirements, concurrencyKey, maxInFlight, rateLimitKey) on the wire. */
 function workerParamsToWire(selector: Record<string, string>, affinityKey: string | null, stored: Record<string, unknown> | null): MessageInitShape<typeof WorkerParamsSchema> {
   const requirements = stored?.requirements as Requirements | undefined;
   return {
@@ -125,6 +125,7 @@ function workerParamsToWire(selector: Record<string, string>, affinityKey: strin
     requirements: requirements && requirementsToWire(requirements),
     concurrencyKey: (stored?.concurrencyKey as string | undefined) ?? "",
     maxInFlight: (stored?.maxInFlight as number | undefined) ?? 0,
+    rateLimitKey: (stored?.rateLimitKey as string | undefined) ?? "",
   };
 }
 

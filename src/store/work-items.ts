@@ -24,7 +24,7 @@ import type { Tables } from "../db/tables.js";
 import { cancel, redrive } from "./work-items/cancel-redrive.js";
 import { claim, type ClaimInput, type ClaimResult } from "./work-items/claim.js";
 import type { ClaimedRow, Completed, ItemStatus, Requeued, WorkItemRow } from "./work-items/columns.js";
-import { ItemsContext, type Backoff } from "./work-items/context.js";
+import { ItemsContext, type Backoff, type Sharing } from "./work-items/context.js";
 import { enqueueRows, enqueueRowsOf, type EnqueueResult, type EnqueueRow, type HandoffInput, type NewItem } from "./work-items/enqueue.js";
 import { complete, extend, fail, release, type Completion } from "./work-items/fenced-writes.js";
 import { childCounts, find, get, list, type ListFilter } from "./work-items/reads.js";
@@ -32,7 +32,7 @@ import { dueKeys, dueSince, failStranded, failUnplaceable, releaseAgent, requeue
 import type { Page } from "./paging.js";
 
 export { ITEM_COLUMNS, ITEM_STATUSES, workItemRow, type ClaimedRow, type Completed, type ItemStatus, type Requeued, type WorkItemRow } from "./work-items/columns.js";
-export type { Backoff } from "./work-items/context.js";
+export type { Backoff, Sharing } from "./work-items/context.js";
 export type { ClaimInput } from "./work-items/claim.js";
 export type { EnqueueResult, EnqueueRow, HandoffInput, NewItem } from "./work-items/enqueue.js";
 export type { Completion } from "./work-items/fenced-writes.js";
@@ -48,8 +48,10 @@ export class WorkItemStore {
     backoff: Backoff,
     /** Named prepared statements for the hot path; without it, everything runs through slonik. */
     hot?: PreparedQueries,
+    /** Fair share and aging as configured (./work-items/context.ts). */
+    sharing?: Sharing,
   ) {
-    this.#q = new ItemsContext(db, t, backoff, hot);
+    this.#q = new ItemsContext(db, t, backoff, hot, sharing);
   }
 
   /** Inserts rows of one or many Enqueue calls in one statement, handing offered rows to waiting claims (./work-items/enqueue.ts). */

@@ -33,6 +33,7 @@ export const newItem = (over: Partial<NewItem> = {}): NewItem => ({
   idempotencyKey: null,
   affinityKey: null,
   concurrencyKey: null,
+  rateLimitKey: null,
   ...over,
 });
 

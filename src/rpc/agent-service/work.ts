@@ -198,6 +198,9 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
       const unhold = waitMs > 0 ? holdWaiting(name, caller) : () => {};
       let raced = 0;
       let retryNow = false;
+      // Items of earlier rounds of this call (see `more`), and how many the next round may take.
+      const carried: Handed[] = [];
+      let want = max;
       try {
         for (;;) {
           const state = await d.known(name);
@@ -217,13 +220,14 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
           const slot = queue.waitingClaims.open(name, keys, max, armed);
           const parts: Handed[] = [];
           let remaining = 0;
+          let more = false;
           try {
             const now = clock.nowMs();
             const dispatch = newDispatch(name, config.instanceId, now, config.leaseTtl);
-            const { claimed: rows, completed: done, contended } = await store.claim({
+            const { claimed: rows, completed: done, contended, heldBack, nextSlotMs } = await store.claim({
               agent: name,
               instance: config.instanceId,
-              max,
+              max: want,
               nowMs: now,
               leaseTtlMs: config.leaseTtl,
               affinity: { policy: config.affinityPolicy === "hold" ? "hold" : "rebind", graceMs: config.affinityGrace },
@@ -231,6 +235,7 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
               liveEdgeMs: now - config.livenessIntervals * config.heartbeatInterval,
               leaseToken: dispatch.leaseToken,
               completions,
+              tenants: scope.tenants.length,
             });
             if (completions.length > 0) {
               completionOutcomes = completed(completions, done);
@@ -243,13 +248,20 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
             // A claim that lost a race for a key's slots or the agent's resources looks again at once
             // (a few times): what it lost may be there now, and no wake-up would say so.
             retryNow = rows.length === 0 && contended && raced++ < RACE_RETRIES;
-            if (rows.length === 0 && !retryNow && remaining > 0 && !ctx.signal.aborted && !d.draining.aborted) await armed.wait(remaining, [ctx.signal, d.draining]);
+            // Rows a rate limit held back took places in the claim's batch; their key is closed now, so
+            // another round at once fills those places with other work (a few rounds at most).
+            more = heldBack && rows.length > 0 && rows.length < want && raced++ < RACE_RETRIES;
+            // Work held back by a rate limit is pending all along, so nothing rings when its key's
+            // next slot comes: a claim that found nothing looks again then (by the clock), if sooner.
+            const wait = nextSlotMs === null ? remaining : Math.min(remaining, Math.max(1, nextSlotMs - clock.nowMs()));
+            if (rows.length === 0 && !retryNow && remaining > 0 && !ctx.signal.aborted && !d.draining.aborted) await armed.wait(wait, [ctx.signal, d.draining]);
           } catch (err) {
-            // Items handed over meanwhile would otherwise wait for their leases to run out.
+            // Items handed over meanwhile (and those of earlier rounds) would otherwise wait for their leases to run out.
             const handed = await queue.waitingClaims.close(slot);
-            if (handed)
-              await giveBack(name, [handed]).catch((e: unknown) =>
-                queue.log.warn({ err: e instanceof Error ? e.message : String(e), agent: name, items: handed.rows.length }, "could not give back items handed to a failed claim; they return when their leases expire"),
+            const back = handed ? [...carried, handed] : carried;
+            if (back.length > 0)
+              await giveBack(name, back).catch((e: unknown) =>
+                queue.log.warn({ err: e instanceof Error ? e.message : String(e), agent: name, items: back.reduce((n, h) => n + h.rows.length, 0) }, "could not give back items handed to a failed claim; they return when their leases expire"),
               );
             throw err;
           } finally {
@@ -261,7 +273,13 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
             queue.events.handedDirect(handed.rows.length);
           }
           if (retryNow && parts.length === 0 && !ctx.signal.aborted && !d.draining.aborted) continue;
-          if (parts.length > 0 || remaining <= 0 || ctx.signal.aborted || d.draining.aborted) return await answer(name, max, parts, state.status, completionOutcomes, ctx, caller);
+          if (more && !ctx.signal.aborted && !d.draining.aborted) {
+            carried.push(...parts);
+            want -= parts.reduce((n, h) => n + h.rows.length, 0);
+            if (want > 0) continue;
+          }
+          const all = [...carried, ...parts];
+          if (all.length > 0 || remaining <= 0 || ctx.signal.aborted || d.draining.aborted) return await answer(name, max, all, state.status, completionOutcomes, ctx, caller);
         }
       } finally {
         unhold();

@@ -8,11 +8,14 @@ import { sql } from "slonik";
 import { msToNs } from "../../clock.js";
 import type { Markers } from "../../db/statement-shapes.js";
 import { tsAt, tsSeconds } from "../../db/values.js";
-import { claimingAgentCte, claimOrder, CLAIMING_AGENT, keyAllows, movable, pendingAndDue, serves, tableItem } from "./claim-rule.js";
+import { claimingAgentCte, CLAIMING_AGENT, keyAllows, movable, pendingAndDue, serves, tableItem } from "./claim-rule.js";
 import { CLAIMED_COLUMNS, claimedCompletionColumns, claimedNulls, type ClaimedRow, type Completed } from "./columns.js";
 import type { ItemsContext } from "./context.js";
+import { nthId } from "./sql-ids.js";
 import { keyCtes, keyDispatchable, keyHasRoom, keySetCtes, keysLost } from "./concurrency.js";
 import { fitsNow, placedCte, placementLost, reserveCte, roomCte } from "./placement.js";
+import { pickedCtes, pickedOrder, retagCte, type ClaimShape } from "./fair-share.js";
+import { nextOpening, rateAdmitCte, rateDispatchable, rateHasRoom, rateHeld, rateSetCtes } from "./rate-limits.js";
 import { COMPLETED_COLUMNS, completeCtes, completionParams, RECOMPLETED_COLUMNS, type Completion, type CompletionParams } from "./fenced-writes.js";
 
 export interface ClaimInput {
@@ -36,6 +39,11 @@ export interface ClaimInput {
   liveEdgeMs: number;
   /** Items the agent finished, completed (fenced, as complete() does) in the claim's statement. */
   completions?: readonly Completion[];
+  /**
+   * How many tenants the agent serves (1 when not given): an agent of several takes turns between
+   * them by fair share (./fair-share.ts); an agent of one takes its tenant's items in rank order.
+   */
+  tenants?: number;
 }
 
 export interface ClaimResult {
@@ -47,20 +55,21 @@ export interface ClaimResult {
    * taking now. A caller with room left asks again at once rather than wait for a wake-up.
    */
   contended: boolean;
+  /**
+   * Rows a rate limit held back took places in the claim's batch (their key is closed now): a
+   * caller that wanted more asks again at once for the rest.
+   */
+  heldBack: boolean;
+  /**
+   * The claim took nothing and some rate limit key is closed: when (epoch ms) the first one opens.
+   * A caller that waits for work looks again then, since nothing else would wake it (that work
+   * was pending all along).
+   */
+  nextSlotMs: number | null;
 }
 
-/**
- * The id of a claim's n-th new binding (n from 1, at most 32,767): the claim's fresh ULID with the
- * three leading characters of its random part replaced by n in Crockford base 32, so a claim draws
- * one ULID rather than one for every item it might bind (it cannot know before the statement how
- * many keys it binds, and drawing `max` ids per claim was about a tenth of a busy daemon's allocations).
- * Still a ULID of the claim's time; distinct within the claim by n, and from other claims' ids by
- * the time and the remaining 65 random bits (a monotonic factory's ids of one millisecond differ in
- * their last characters, which stay).
- */
-const CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
-const bindingId = (seed: string, n: ReturnType<typeof sql.fragment>) =>
-  sql.fragment`overlay(${seed}::text placing substr(${CROCKFORD}, (${n} / 1024 % 32)::int + 1, 1) || substr(${CROCKFORD}, (${n} / 32 % 32)::int + 1, 1) || substr(${CROCKFORD}, (${n} % 32)::int + 1, 1) from 11 for 3)`;
+/** The id of the claim's n-th new binding or key row (./sql-ids.ts). */
+const bindingId = (seed: string, n: ReturnType<typeof sql.fragment>) => nthId(seed, n);
 
 /**
  * The claim. Only an ACTIVE agent claims; it takes pending items of the tenants and engine kinds it
@@ -92,6 +101,7 @@ export async function claim(q: ItemsContext, c: ClaimInput): Promise<ClaimResult
   const k = q.t.id("concurrency_key");
   const completions = c.completions ?? [];
   const max = Math.trunc(c.max);
+  const shape: ClaimShape = (c.tenants ?? 1) > 1 ? "shared" : q.sharing.agingMs > 0 ? "rank" : "priority";
   const params = {
     agent: c.agent,
     instance: c.instance,
@@ -105,7 +115,7 @@ export async function claim(q: ItemsContext, c: ClaimInput): Promise<ClaimResult
     liveEdgeMs: String(c.liveEdgeMs),
     ...(completions.length > 0 ? completionParams(completions) : {}),
   };
-  const token = q.shapes.token(`claim:${completions.length > 0 ? "completing" : "plain"}:${max}`, params, (p) => {
+  const token = q.shapes.token(`claim:${shape}:${completions.length > 0 ? "completing" : "plain"}:${max}`, params, (p) => {
     // Completions ride in the same statement: a data-modifying CTE sees the claim's snapshot, and the
     // items it completes are dispatched ones, which the claim's scan (pending only) never reads.
     const done =
@@ -115,29 +125,29 @@ export async function claim(q: ItemsContext, c: ClaimInput): Promise<ClaimResult
     const graceEdge = tsAt(p.graceEdge);
     const now = tsAt(p.now);
     const completing = "doneIds" in p;
+    const order = pickedOrder(shape);
     const keyTerms = { items: w, keys: k, completing, keyLimit: q.t.routine("key_limit") };
     const placeTerms = { agents: a, room: q.t.routine("agent_room"), place: q.t.routine("place"), agent: p.agent, liveEdgeMs: p.liveEdgeMs, completing };
-    return sql.unsafe`
-        WITH ${done}agent AS MATERIALIZED (
-          ${claimingAgentCte(a, p.agent)}
-        ), ${roomCte(placeTerms)}, ${keySetCtes(keyTerms)}, picked AS (
-          -- A single-table scan in the claim index's order, so LIMIT stops it early; the agent's
-          -- lists are computed once (InitPlans) and an agent that may not claim scans nothing.
-          -- Rows whose requirements do not fit the agent now, or whose concurrency key is full,
-          -- are passed over (placement.ts, concurrency.ts); a plain row asks neither.
-          SELECT w.id, w.affinity_key, w.tenant_key, w.concurrency_key, w.worker_params -> 'requirements' AS req,
-                 (w.worker_params ->> 'maxInFlight')::int AS own_limit, w.priority, w.createdon
-            FROM ${w} w
-           WHERE EXISTS (SELECT 1 FROM agent)
+    const rateTerms = { limits: q.t.id("rate_limit"), admit: q.t.routine("rate_admit"), nowNs: sql.fragment`${p.nowNs}` };
+    // The claim rule (claim-rule.ts) over a row `w`, and what the scans pass over: rows whose
+    // requirements do not fit the agent now, whose concurrency key is full or whose rate limit key
+    // is closed (placement.ts, concurrency.ts, rate-limits.ts); a plain row asks none of them.
+    const takeable = sql.fragment`EXISTS (SELECT 1 FROM agent)
              AND ${pendingAndDue("w", p.nowNs)}
              AND ${serves(CLAIMING_AGENT, tableItem("w"))}
              AND ${keyAllows("w", { items: w, bindings: b, agents: a, agent: p.agent, rebind: p.rebind, graceEdge })}
              AND ${fitsNow("w")}
              AND ${keyHasRoom("w")}
-           ORDER BY ${claimOrder("w")}
-           LIMIT ${sql.literalValue(String(max))}
-           FOR UPDATE OF w SKIP LOCKED
-        ), keys AS (
+             AND ${rateHasRoom("w")}`;
+    const columns = sql.fragment`w.id, w.affinity_key, w.tenant_key, w.concurrency_key, w.rate_limit_key, w.worker_params -> 'requirements' AS req,
+                 (w.worker_params ->> 'maxInFlight')::int AS own_limit, w.priority, w.createdon, w.rank, w.share_tag`;
+    const keyAdmitted = sql.fragment`(p.concurrency_key IS NULL OR p.id IN (SELECT id FROM kadmit))`;
+    const rateAdmitted = sql.fragment`(p.rate_limit_key IS NULL OR p.id IN (SELECT id FROM radmit))`;
+    const lost = sql.fragment`(${keysLost} OR ${placementLost})`;
+    return sql.unsafe`
+        WITH ${done}agent AS MATERIALIZED (
+          ${claimingAgentCte(a, p.agent)}
+        ), ${roomCte(placeTerms)}, ${keySetCtes(keyTerms)}, ${rateSetCtes(rateTerms)}, ${pickedCtes(shape, { items: w, takeable, columns, max })}, keys AS (
           -- v: the binding row's version in this statement's snapshot (NULL when the key is unbound).
           SELECT d.k, bk.xmin::text AS v, row_number() OVER (ORDER BY d.k) AS n
             FROM (SELECT DISTINCT affinity_key AS k FROM picked WHERE affinity_key IS NOT NULL) d
@@ -154,9 +164,9 @@ export async function claim(q: ItemsContext, c: ClaimInput): Promise<ClaimResult
              AND (bb.agent_id = ${p.agent}
                   OR ${movable({ agents: a, items: w, rebind: p.rebind, graceEdge, key: sql.fragment`bb.affinity_key`, version: sql.fragment`keys.v` })})
           RETURNING bb.affinity_key
-        ), ${keyCtes(keyTerms, { agent: p.agent, now, rowId: (n) => bindingId(p.bindingSeed, n) })}, need AS (
-          SELECT p.id, p.req AS r, row_number() OVER (ORDER BY p.priority, p.createdon, p.id) AS n
-            FROM picked p WHERE p.req IS NOT NULL AND (p.concurrency_key IS NULL OR p.id IN (SELECT id FROM kadmit))
+        ), ${keyCtes(keyTerms, { agent: p.agent, now, rowId: (n) => bindingId(p.bindingSeed, n), order })}, ${rateAdmitCte(rateTerms, { eligible: keyAdmitted, order, agent: p.agent, now, seed: p.bindingSeed })}, need AS (
+          SELECT p.id, p.req AS r, row_number() OVER (ORDER BY ${order}) AS n
+            FROM picked p WHERE p.req IS NOT NULL AND ${keyAdmitted} AND ${rateAdmitted}
         ), ${placedCte(placeTerms)}, ${reserveCte(placeTerms, now)}, claimed AS (
         UPDATE ${w} w
            SET status = 'dispatched', agent_id = ${p.agent}, leased_by = ${p.instance}, dispatched_at = ${p.nowNs},
@@ -168,23 +178,30 @@ export async function claim(q: ItemsContext, c: ClaimInput): Promise<ClaimResult
                 OR picked.affinity_key IN (SELECT affinity_key FROM pinned)
                 OR picked.affinity_key IN (SELECT affinity_key FROM held))
            AND ${keyDispatchable}
+           AND ${rateDispatchable}
            AND (picked.req IS NULL OR (placed.id IS NOT NULL AND EXISTS (SELECT 1 FROM reserve)))
         RETURNING ${CLAIMED_COLUMNS}
-        )
+        )${shape === "shared" ? sql.fragment`, ${retagCte(w)}` : sql.fragment``}
         SELECT false AS done, claimed.*, NULL::float8 AS run_s, NULL::text AS freed FROM claimed
         ${"doneIds" in p ? sql.fragment`UNION ALL SELECT true, ${claimedCompletionColumns("done")}, done.run_s, done.freed FROM done` : sql.fragment``}
-        UNION ALL SELECT NULL, ${claimedNulls}, NULL, NULL WHERE ${keysLost} OR ${placementLost}`;
+        UNION ALL SELECT NULL, ${claimedNulls}, ${nextOpening(rateTerms)}, CASE WHEN ${lost} THEN 'contended' WHEN ${rateHeld(keyAdmitted)} THEN 'held' END
+         WHERE ${lost} OR ${rateHeld(keyAdmitted)} OR (NOT EXISTS (SELECT 1 FROM claimed) AND EXISTS (SELECT 1 FROM rclosed))`;
   });
   const rows = await q.hotRaw<ClaimedRow & { done: boolean | null; run_s: number | null; freed: string | null }>(token);
   const claimed: ClaimedRow[] = [];
   const completed: Completed[] = [];
   let contended = false;
+  let nextSlotMs: number | null = null;
+  let heldBack = false;
   for (const r of rows) {
-    if (r.done === null) contended = true;
-    else if (r.done) completed.push({ id: r.id, engine_kind: r.engine_kind, run_s: r.run_s, freed: r.freed });
+    if (r.done === null) {
+      contended = r.freed === "contended";
+      heldBack = r.freed === "held";
+      nextSlotMs = r.run_s === null ? null : Math.ceil(r.run_s / 1e6);
+    } else if (r.done) completed.push({ id: r.id, engine_kind: r.engine_kind, run_s: r.run_s, freed: r.freed });
     else claimed.push(r);
   }
   // In claim order: the UPDATE returns its rows in whatever order its join produced them.
   claimed.sort((x, y) => (x.priority ?? 0) - (y.priority ?? 0) || x.createdon_ms - y.createdon_ms || (x.id < y.id ? -1 : x.id > y.id ? 1 : 0));
-  return { claimed, completed, contended };
+  return { claimed, completed, contended, heldBack, nextSlotMs };
 }

@@ -86,11 +86,11 @@ export function keyHasRoom(w: string): FragmentSqlToken {
 
 /**
  * The CTEs over the claim's `picked` (which carries tenant_key, concurrency_key, own_limit and the
- * claim-order columns): `ckeys`, each picked key with its row's version and in-flight count;
+ * claim-order columns, ordered by `order`): `ckeys`, each picked key with its row's version and in-flight count;
  * `kadmit`, the picked items within their key's limit; `kwritten`, the key rows this
  * claim created or moved (see the header). `rowId(n)` makes the n-th new row's id.
  */
-export function keyCtes(k: KeyTerms, m: { agent: string; now: FragmentSqlToken; rowId: (n: FragmentSqlToken) => FragmentSqlToken }): FragmentSqlToken {
+export function keyCtes(k: KeyTerms, m: { agent: string; now: FragmentSqlToken; rowId: (n: FragmentSqlToken) => FragmentSqlToken; order: FragmentSqlToken }): FragmentSqlToken {
   const ck = sql.fragment`${k.keys}`;
   return sql.fragment`ckeys AS (
           -- In flight as the scan's kcount counted it (the same snapshot, the same completions left out):
@@ -103,7 +103,7 @@ export function keyCtes(k: KeyTerms, m: { agent: string; now: FragmentSqlToken; 
         ), kadmit AS (
           SELECT r.id, r.t, r.k FROM (
             SELECT p.id, p.tenant_key AS t, p.concurrency_key AS k, p.own_limit,
-                   row_number() OVER (PARTITION BY p.tenant_key, p.concurrency_key ORDER BY p.priority, p.createdon, p.id) AS rank
+                   row_number() OVER (PARTITION BY p.tenant_key, p.concurrency_key ORDER BY ${m.order}) AS rank
               FROM picked p WHERE p.concurrency_key IS NOT NULL) r
             JOIN ckeys ON ckeys.t = r.t AND ckeys.k = r.k
            WHERE ckeys.in_flight + r.rank <= COALESCE(ckeys.ops_limit, r.own_limit, 1)

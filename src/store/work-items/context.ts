@@ -19,6 +19,18 @@ export interface Backoff {
   jitter: boolean;
 }
 
+/** Fair share and aging as configured (../../domain/fair-share.ts). */
+export interface Sharing {
+  /** Configured weights by tenant (an operator's weight on the tenant's row stands over them). */
+  weights: ReadonlyMap<string, number>;
+  /** Items' worth of turns an idle tenant may bank. */
+  credit: number;
+  /** Waiting this long is worth one priority level; 0: aging off. */
+  agingMs: number;
+}
+
+export const DEFAULT_SHARING: Sharing = { weights: new Map(), credit: 100, agingMs: 0 };
+
 export class ItemsContext {
   /** The hot statements (enqueue, claim, completion), built once per shape. */
   readonly shapes = new StatementShapes();
@@ -29,6 +41,7 @@ export class ItemsContext {
     readonly backoff: Backoff,
     /** Named prepared statements for the hot path; without it, everything runs through slonik. */
     readonly hot?: PreparedQueries,
+    readonly sharing: Sharing = DEFAULT_SHARING,
   ) {}
 
   /** Runs a hot-path statement as a prepared statement when a PreparedQueries is given. */

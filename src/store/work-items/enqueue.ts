@@ -14,6 +14,8 @@ import { canTakeWork } from "../agents.js";
 import { agentRow, claimOrder, comesFirstSql, offeredDueUnkeyed, pendingAndDue, serves, type ItemTerms } from "./claim-rule.js";
 import { HANDED_COLUMNS, idRow, type ClaimedRow } from "./columns.js";
 import type { ItemsContext } from "./context.js";
+import { turnCtes, turnOf } from "./fair-share.js";
+import { rankOf } from "../../domain/fair-share.js";
 
 export interface NewItem {
   engineKind: string;
@@ -34,6 +36,8 @@ export interface NewItem {
   affinityKey: string | null;
   /** worker_params.concurrencyKey, for its column (migration 0008). */
   concurrencyKey: string | null;
+  /** worker_params.rateLimitKey, for its column (migration 0009). */
+  rateLimitKey: string | null;
 }
 
 /** One item to insert, with the call it came from. */
@@ -115,7 +119,13 @@ export async function enqueueRows(q: ItemsContext, rows: readonly EnqueueRow[], 
     idems: col((r) => r.item.idempotencyKey),
     affinities: col((r) => r.item.affinityKey),
     concurrencyKeys: col((r) => r.item.concurrencyKey),
+    rateKeys: col((r) => r.item.rateLimitKey ?? null),
     traces: col((r) => r.traceContext ?? null),
+    ranks: col((r) => rankOf(r.item.priority, r.nowMs, q.sharing.agingMs)),
+    configWeights: col((r) => q.sharing.weights.get(r.tenant) ?? null),
+    shareSeed: itemId(rows[0]?.nowMs ?? 0),
+    frontierNs: msToNs(rows[0]?.nowMs ?? 0),
+    credit: q.sharing.credit,
   };
   const offered = handoff !== undefined && handoff.agents.some((x) => x !== null);
   const params = offered
@@ -172,15 +182,16 @@ export async function enqueueRows(q: ItemsContext, rows: readonly EnqueueRow[], 
             ${sql.array(p.bys, "text")}, ${sql.array(p.ats, "timestamptz")}, ${sql.array(p.kinds, "text")}, ${sql.array(p.parents, "text")},
             ${sql.array(p.runIds, "text")}, ${sql.array(p.taskIds, "text")}, ${sql.array(p.taskNames, "text")},
             ${sql.array(p.workerParams, "jsonb")}, ${sql.array(p.payloads, "jsonb")}, ${sql.array(p.priorities, "int4")}, ${sql.array(p.notBefores, "int8")},
-            ${sql.array(p.maxRetries, "int4")}, ${sql.array(p.maxRedeliveries, "int4")}, ${sql.array(p.idems, "text")}, ${sql.array(p.affinities, "text")}, ${sql.array(p.concurrencyKeys, "text")}, ${sql.array(p.traces, "text")}${handArrays})
+            ${sql.array(p.maxRetries, "int4")}, ${sql.array(p.maxRedeliveries, "int4")}, ${sql.array(p.idems, "text")}, ${sql.array(p.affinities, "text")}, ${sql.array(p.concurrencyKeys, "text")}, ${sql.array(p.traces, "text")},
+            ${sql.array(p.rateKeys, "text")}, ${sql.array(p.ranks, "float8")}, ${sql.array(p.configWeights, "float8")}${handArrays})
           WITH ORDINALITY AS v(id, tenant, engine_id, by, at, engine_kind, parent, run_id, task_id, task_name, worker_params, payload,
-                               priority, next_attempt_at, max_retries, max_redeliveries, idem, affinity, ckey, trace${handNames}, ord)
-        )
+                               priority, next_attempt_at, max_retries, max_redeliveries, idem, affinity, ckey, trace, rkey, rank, config_w${handNames}, ord)
+        ), ${turnCtes(q, p)}
         -- The table is named within pg_stat_activity's first 1 KiB of the statement (tests find it there).
         INSERT INTO ${w} AS w (id, tenant_key, engine_id, engine_kind, parent_work_item_id, run_id, task_id, task_name, worker_params, payload, trace_context,
-                          concurrency_key, status, priority, next_attempt_at, retry_count, max_retries, max_redeliveries, idempotency_key, affinity_key, createdby, createdon, updatedby, updatedon${handColumns})
+                          concurrency_key, rate_limit_key, rank, share_tag, status, priority, next_attempt_at, retry_count, max_retries, max_redeliveries, idempotency_key, affinity_key, createdby, createdon, updatedby, updatedon${handColumns})
         SELECT v.id, v.tenant, v.engine_id, v.engine_kind, v.parent, v.run_id, v.task_id, v.task_name, v.worker_params, v.payload, v.trace, v.ckey,
-               ${values}
+               v.rkey, v.rank, ${turnOf(sql.fragment`v`)}, ${values}
           FROM v${check}
          -- Rows go in in (tenant, idempotency key) order: two batches sharing keys (on any daemons)
          -- then wait on each other's keys in one order, never in a cycle (a deadlock). Dispatch order

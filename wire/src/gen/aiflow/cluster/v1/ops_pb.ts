@@ -18,7 +18,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file aiflow/cluster/v1/ops.proto.
  */
 export const file_aiflow_cluster_v1_ops: GenFile = /*@__PURE__*/
-  fileDesc("ChthaWZsb3cvY2x1c3Rlci92MS9vcHMucHJvdG8SEWFpZmxvdy5jbHVzdGVyLnYxIuABCg1EcmFpblByb2dyZXNzEg4KBnJlYXNvbhgBIAEoCRIuCgpzdGFydGVkX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghkZWFkbGluZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGgoSaW5fZmxpZ2h0X2F0X3N0YXJ0GAQgASgNEhUKDWluX2ZsaWdodF9ub3cYBSABKA0SEAoIY29tcGxldGUYBiABKAgSHAoUcmVsZWFzZWRfYXRfZGVhZGxpbmUYByABKA0i6AMKDEFnZW50U3VtbWFyeRIKCgJpZBgBIAEoCRIMCgRuYW1lGAIgASgJEi4KBnN0YXR1cxgDIAEoDjIeLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50U3RhdHVzEhUKDWFnZW50X3ZlcnNpb24YBCABKAkSMAoKYWdlbnRfdHlwZRgFIAEoDjIcLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50VHlwZRIyCghtZXRhZGF0YRgGIAEoCzIgLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50TWV0YWRhdGESKAoHbWV0cmljcxgHIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSMAoNbGFzdF9zZWVuX2FnZRgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIRCglpbl9mbGlnaHQYCSABKA0SLwoFZHJhaW4YCiABKAsyIC5haWZsb3cuY2x1c3Rlci52MS5EcmFpblByb2dyZXNzEhQKDGh0dHBfYWRkcmVzcxgLIAEoCRIUCgxncnBjX2FkZHJlc3MYDCABKAkSFQoNaW5mcmFfYWRkcmVzcxgNIAEoCRIuCgpjcmVhdGVkX29uGA4gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCLaAQoRTGlzdEFnZW50c1JlcXVlc3QSMAoIc3RhdHVzZXMYASADKA4yHi5haWZsb3cuY2x1c3Rlci52MS5BZ2VudFN0YXR1cxI8CgR0YWdzGAIgAygLMi4uYWlmbG93LmNsdXN0ZXIudjEuTGlzdEFnZW50c1JlcXVlc3QuVGFnc0VudHJ5Eg8KB3ZlcnNpb24YAyABKAkSFwoPaW5jbHVkZV9yZW1vdmVkGAQgASgIGisKCVRhZ3NFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkUKEkxpc3RBZ2VudHNSZXNwb25zZRIvCgZhZ2VudHMYASADKAsyHy5haWZsb3cuY2x1c3Rlci52MS5BZ2VudFN1bW1hcnkiHwoPR2V0QWdlbnRSZXF1ZXN0EgwKBG5hbWUYASABKAkiigEKEEdldEFnZW50UmVzcG9uc2USLgoFYWdlbnQYASABKAsyHy5haWZsb3cuY2x1c3Rlci52MS5BZ2VudFN1bW1hcnkSLwoKZGlzcGF0Y2hlZBgCIAMoCzIbLmFpZmxvdy5jbHVzdGVyLnYxLldvcmtJdGVtEhUKDWFmZmluaXR5X2tleXMYAyADKAkijQEKDUFnZW50U2VsZWN0b3ISOAoEdGFncxgBIAMoCzIqLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50U2VsZWN0b3IuVGFnc0VudHJ5EhUKDXZlcnNpb25fYmVsb3cYAiABKAkaKwoJVGFnc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEikgEKEURyYWluQWdlbnRSZXF1ZXN0EgwKBG5hbWUYASABKAkSMgoIc2VsZWN0b3IYAiABKAsyIC5haWZsb3cuY2x1c3Rlci52MS5BZ2VudFNlbGVjdG9yEisKCGRlYWRsaW5lGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg4KBnJlYXNvbhgEIAEoCSJFChJEcmFpbkFnZW50UmVzcG9uc2USLwoGYWdlbnRzGAEgAygLMh8uYWlmbG93LmNsdXN0ZXIudjEuQWdlbnRTdW1tYXJ5IiMKE1VuZHJhaW5BZ2VudFJlcXVlc3QSDAoEbmFtZRgBIAEoCSJGChRVbmRyYWluQWdlbnRSZXNwb25zZRIuCgVhZ2VudBgBIAEoCzIfLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50U3VtbWFyeSIxChJSZW1vdmVBZ2VudFJlcXVlc3QSDAoEbmFtZRgBIAEoCRINCgVmb3JjZRgCIAEoCCInChNSZW1vdmVBZ2VudFJlc3BvbnNlEhAKCHJlbGVhc2VkGAEgASgNIicKEVF1ZXVlU3RhdHNSZXF1ZXN0EhIKCnRlbmFudF9rZXkYASABKAkidwoKUXVldWVEZXB0aBISCgp0ZW5hbnRfa2V5GAEgASgJEhMKC2VuZ2luZV9raW5kGAIgASgJEjEKBnN0YXR1cxgDIAEoDjIhLmFpZmxvdy5jbHVzdGVyLnYxLldvcmtJdGVtU3RhdHVzEg0KBWNvdW50GAQgASgEIqsCChJRdWV1ZVN0YXRzUmVzcG9uc2USLAoFZGVwdGgYASADKAsyHS5haWZsb3cuY2x1c3Rlci52MS5RdWV1ZURlcHRoEjUKEm9sZGVzdF9wZW5kaW5nX2FnZRgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIdChVkaXNwYXRjaGVkX3Blcl9zZWNvbmQYAyABKAESHAoUY29tcGxldGVkX3Blcl9zZWNvbmQYBCABKAESFAoMZGVhZF9sZXR0ZXJzGAUgASgEEg8KB3BlbmRpbmcYBiABKAQSEgoKZGlzcGF0Y2hlZBgHIAEoBBI4Cgt1bnBsYWNlYWJsZRgIIAMoCzIjLmFpZmxvdy5jbHVzdGVyLnYxLlVucGxhY2VhYmxlSXRlbXMiwAEKEFVucGxhY2VhYmxlSXRlbXMSEgoKdGVuYW50X2tleRgBIAEoCRITCgtlbmdpbmVfa2luZBgCIAEoCRI1CgxyZXF1aXJlbWVudHMYAyABKAsyHy5haWZsb3cuY2x1c3Rlci52MS5SZXF1aXJlbWVudHMSDQoFY291bnQYBCABKAQSDgoGcmVhc29uGAUgASgJEi0KCm9sZGVzdF9hZ2UYBiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24i4AEKGk9wc1NlcnZpY2VMaXN0SXRlbXNSZXF1ZXN0EhIKCnRlbmFudF9rZXkYASABKAkSMwoIc3RhdHVzZXMYAiADKA4yIS5haWZsb3cuY2x1c3Rlci52MS5Xb3JrSXRlbVN0YXR1cxITCgtlbmdpbmVfa2luZBgDIAEoCRIOCgZydW5faWQYBCABKAkSGwoTcGFyZW50X3dvcmtfaXRlbV9pZBgFIAEoCRIQCghhZ2VudF9pZBgGIAEoCRIRCglwYWdlX3NpemUYByABKA0SEgoKcGFnZV90b2tlbhgIIAEoCSJiChtPcHNTZXJ2aWNlTGlzdEl0ZW1zUmVzcG9uc2USKgoFaXRlbXMYASADKAsyGy5haWZsb3cuY2x1c3Rlci52MS5Xb3JrSXRlbRIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiJgoYT3BzU2VydmljZUdldEl0ZW1SZXF1ZXN0EgoKAmlkGAEgASgJIngKGU9wc1NlcnZpY2VHZXRJdGVtUmVzcG9uc2USKQoEaXRlbRgBIAEoCzIbLmFpZmxvdy5jbHVzdGVyLnYxLldvcmtJdGVtEjAKCGNoaWxkcmVuGAIgASgLMh4uYWlmbG93LmNsdXN0ZXIudjEuQ2hpbGRDb3VudHMiaQoSQ2FuY2VsSXRlbXNSZXF1ZXN0EhIKCnRlbmFudF9rZXkYASABKAkSCwoDaWRzGAIgAygJEg4KBnJ1bl9pZBgDIAEoCRISCgpwYXJlbnRfaWRzGAQgAygJEg4KBnJlYXNvbhgFIAEoCSIsChNDYW5jZWxJdGVtc1Jlc3BvbnNlEhUKDWNhbmNlbGxlZF9pZHMYASADKAkiUwoTUmVkcml2ZUl0ZW1zUmVxdWVzdBISCgp0ZW5hbnRfa2V5GAEgASgJEgsKA2lkcxgCIAMoCRIOCgZydW5faWQYAyABKAkSCwoDYWxsGAQgASgIIiwKFFJlZHJpdmVJdGVtc1Jlc3BvbnNlEhQKDHJlZHJpdmVuX2lkcxgBIAMoCSKdAQoHQmluZGluZxIKCgJpZBgBIAEoCRIUCgxhZmZpbml0eV9rZXkYAiABKAkSEAoIYWdlbnRfaWQYAyABKAkSLgoKY3JlYXRlZF9vbhgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9vbhgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiYgoTTGlzdEJpbmRpbmdzUmVxdWVzdBISCgprZXlfcHJlZml4GAEgASgJEhAKCGFnZW50X2lkGAIgASgJEhEKCXBhZ2Vfc2l6ZRgDIAEoDRISCgpwYWdlX3Rva2VuGAQgASgJIl0KFExpc3RCaW5kaW5nc1Jlc3BvbnNlEiwKCGJpbmRpbmdzGAEgAygLMhouYWlmbG93LmNsdXN0ZXIudjEuQmluZGluZxIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiJQoNVW5iaW5kUmVxdWVzdBIUCgxhZmZpbml0eV9rZXkYASABKAkiEAoOVW5iaW5kUmVzcG9uc2UiNwoNUmViaW5kUmVxdWVzdBIUCgxhZmZpbml0eV9rZXkYASABKAkSEAoIYWdlbnRfaWQYAiABKAkiPQoOUmViaW5kUmVzcG9uc2USKwoHYmluZGluZxgBIAEoCzIaLmFpZmxvdy5jbHVzdGVyLnYxLkJpbmRpbmciegoOQ29uY3VycmVuY3lLZXkSEgoKdGVuYW50X2tleRgBIAEoCRILCgNrZXkYAiABKAkSDQoFbGltaXQYAyABKA0SFAoMbGltaXRfc291cmNlGAQgASgJEhEKCWluX2ZsaWdodBgFIAEoDRIPCgdwZW5kaW5nGAYgASgEIlAKD0NvbmN1cnJlbmN5UnVsZRISCgp0ZW5hbnRfa2V5GAEgASgJEhIKCmtleV9wcmVmaXgYAiABKAkSFQoNbWF4X2luX2ZsaWdodBgDIAEoDSJrChpMaXN0Q29uY3VycmVuY3lLZXlzUmVxdWVzdBISCgp0ZW5hbnRfa2V5GAEgASgJEhIKCmtleV9wcmVmaXgYAiABKAkSEQoJcGFnZV9zaXplGAMgASgNEhIKCnBhZ2VfdG9rZW4YBCABKAkimgEKG0xpc3RDb25jdXJyZW5jeUtleXNSZXNwb25zZRIvCgRrZXlzGAEgAygLMiEuYWlmbG93LmNsdXN0ZXIudjEuQ29uY3VycmVuY3lLZXkSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJEjEKBXJ1bGVzGAMgAygLMiIuYWlmbG93LmNsdXN0ZXIudjEuQ29uY3VycmVuY3lSdWxlImQKGlNldENvbmN1cnJlbmN5TGltaXRSZXF1ZXN0EhIKCnRlbmFudF9rZXkYASABKAkSCwoDa2V5GAIgASgJEg4KBnByZWZpeBgDIAEoCBIVCg1tYXhfaW5fZmxpZ2h0GAQgASgNIk0KG1NldENvbmN1cnJlbmN5TGltaXRSZXNwb25zZRIuCgNrZXkYASABKAsyIS5haWZsb3cuY2x1c3Rlci52MS5Db25jdXJyZW5jeUtleTKtCwoKT3BzU2VydmljZRJZCgpMaXN0QWdlbnRzEiQuYWlmbG93LmNsdXN0ZXIudjEuTGlzdEFnZW50c1JlcXVlc3QaJS5haWZsb3cuY2x1c3Rlci52MS5MaXN0QWdlbnRzUmVzcG9uc2USUwoIR2V0QWdlbnQSIi5haWZsb3cuY2x1c3Rlci52MS5HZXRBZ2VudFJlcXVlc3QaIy5haWZsb3cuY2x1c3Rlci52MS5HZXRBZ2VudFJlc3BvbnNlElkKCkRyYWluQWdlbnQSJC5haWZsb3cuY2x1c3Rlci52MS5EcmFpbkFnZW50UmVxdWVzdBolLmFpZmxvdy5jbHVzdGVyLnYxLkRyYWluQWdlbnRSZXNwb25zZRJfCgxVbmRyYWluQWdlbnQSJi5haWZsb3cuY2x1c3Rlci52MS5VbmRyYWluQWdlbnRSZXF1ZXN0GicuYWlmbG93LmNsdXN0ZXIudjEuVW5kcmFpbkFnZW50UmVzcG9uc2USXAoLUmVtb3ZlQWdlbnQSJS5haWZsb3cuY2x1c3Rlci52MS5SZW1vdmVBZ2VudFJlcXVlc3QaJi5haWZsb3cuY2x1c3Rlci52MS5SZW1vdmVBZ2VudFJlc3BvbnNlElkKClF1ZXVlU3RhdHMSJC5haWZsb3cuY2x1c3Rlci52MS5RdWV1ZVN0YXRzUmVxdWVzdBolLmFpZmxvdy5jbHVzdGVyLnYxLlF1ZXVlU3RhdHNSZXNwb25zZRJqCglMaXN0SXRlbXMSLS5haWZsb3cuY2x1c3Rlci52MS5PcHNTZXJ2aWNlTGlzdEl0ZW1zUmVxdWVzdBouLmFpZmxvdy5jbHVzdGVyLnYxLk9wc1NlcnZpY2VMaXN0SXRlbXNSZXNwb25zZRJkCgdHZXRJdGVtEisuYWlmbG93LmNsdXN0ZXIudjEuT3BzU2VydmljZUdldEl0ZW1SZXF1ZXN0GiwuYWlmbG93LmNsdXN0ZXIudjEuT3BzU2VydmljZUdldEl0ZW1SZXNwb25zZRJcCgtDYW5jZWxJdGVtcxIlLmFpZmxvdy5jbHVzdGVyLnYxLkNhbmNlbEl0ZW1zUmVxdWVzdBomLmFpZmxvdy5jbHVzdGVyLnYxLkNhbmNlbEl0ZW1zUmVzcG9uc2USXwoMUmVkcml2ZUl0ZW1zEiYuYWlmbG93LmNsdXN0ZXIudjEuUmVkcml2ZUl0ZW1zUmVxdWVzdBonLmFpZmxvdy5jbHVzdGVyLnYxLlJlZHJpdmVJdGVtc1Jlc3BvbnNlEl8KDExpc3RCaW5kaW5ncxImLmFpZmxvdy5jbHVzdGVyLnYxLkxpc3RCaW5kaW5nc1JlcXVlc3QaJy5haWZsb3cuY2x1c3Rlci52MS5MaXN0QmluZGluZ3NSZXNwb25zZRJNCgZVbmJpbmQSIC5haWZsb3cuY2x1c3Rlci52MS5VbmJpbmRSZXF1ZXN0GiEuYWlmbG93LmNsdXN0ZXIudjEuVW5iaW5kUmVzcG9uc2USTQoGUmViaW5kEiAuYWlmbG93LmNsdXN0ZXIudjEuUmViaW5kUmVxdWVzdBohLmFpZmxvdy5jbHVzdGVyLnYxLlJlYmluZFJlc3BvbnNlEnQKE0xpc3RDb25jdXJyZW5jeUtleXMSLS5haWZsb3cuY2x1c3Rlci52MS5MaXN0Q29uY3VycmVuY3lLZXlzUmVxdWVzdBouLmFpZmxvdy5jbHVzdGVyLnYxLkxpc3RDb25jdXJyZW5jeUtleXNSZXNwb25zZRJ0ChNTZXRDb25jdXJyZW5jeUxpbWl0Ei0uYWlmbG93LmNsdXN0ZXIudjEuU2V0Q29uY3VycmVuY3lMaW1pdFJlcXVlc3QaLi5haWZsb3cuY2x1c3Rlci52MS5TZXRDb25jdXJyZW5jeUxpbWl0UmVzcG9uc2ViBnByb3RvMw", [file_aiflow_cluster_v1_agent, file_aiflow_cluster_v1_common, file_aiflow_cluster_v1_work_item, file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("ChthaWZsb3cvY2x1c3Rlci92MS9vcHMucHJvdG8SEWFpZmxvdy5jbHVzdGVyLnYxIuABCg1EcmFpblByb2dyZXNzEg4KBnJlYXNvbhgBIAEoCRIuCgpzdGFydGVkX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghkZWFkbGluZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGgoSaW5fZmxpZ2h0X2F0X3N0YXJ0GAQgASgNEhUKDWluX2ZsaWdodF9ub3cYBSABKA0SEAoIY29tcGxldGUYBiABKAgSHAoUcmVsZWFzZWRfYXRfZGVhZGxpbmUYByABKA0i6AMKDEFnZW50U3VtbWFyeRIKCgJpZBgBIAEoCRIMCgRuYW1lGAIgASgJEi4KBnN0YXR1cxgDIAEoDjIeLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50U3RhdHVzEhUKDWFnZW50X3ZlcnNpb24YBCABKAkSMAoKYWdlbnRfdHlwZRgFIAEoDjIcLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50VHlwZRIyCghtZXRhZGF0YRgGIAEoCzIgLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50TWV0YWRhdGESKAoHbWV0cmljcxgHIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSMAoNbGFzdF9zZWVuX2FnZRgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIRCglpbl9mbGlnaHQYCSABKA0SLwoFZHJhaW4YCiABKAsyIC5haWZsb3cuY2x1c3Rlci52MS5EcmFpblByb2dyZXNzEhQKDGh0dHBfYWRkcmVzcxgLIAEoCRIUCgxncnBjX2FkZHJlc3MYDCABKAkSFQoNaW5mcmFfYWRkcmVzcxgNIAEoCRIuCgpjcmVhdGVkX29uGA4gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCLaAQoRTGlzdEFnZW50c1JlcXVlc3QSMAoIc3RhdHVzZXMYASADKA4yHi5haWZsb3cuY2x1c3Rlci52MS5BZ2VudFN0YXR1cxI8CgR0YWdzGAIgAygLMi4uYWlmbG93LmNsdXN0ZXIudjEuTGlzdEFnZW50c1JlcXVlc3QuVGFnc0VudHJ5Eg8KB3ZlcnNpb24YAyABKAkSFwoPaW5jbHVkZV9yZW1vdmVkGAQgASgIGisKCVRhZ3NFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkUKEkxpc3RBZ2VudHNSZXNwb25zZRIvCgZhZ2VudHMYASADKAsyHy5haWZsb3cuY2x1c3Rlci52MS5BZ2VudFN1bW1hcnkiHwoPR2V0QWdlbnRSZXF1ZXN0EgwKBG5hbWUYASABKAkiigEKEEdldEFnZW50UmVzcG9uc2USLgoFYWdlbnQYASABKAsyHy5haWZsb3cuY2x1c3Rlci52MS5BZ2VudFN1bW1hcnkSLwoKZGlzcGF0Y2hlZBgCIAMoCzIbLmFpZmxvdy5jbHVzdGVyLnYxLldvcmtJdGVtEhUKDWFmZmluaXR5X2tleXMYAyADKAkijQEKDUFnZW50U2VsZWN0b3ISOAoEdGFncxgBIAMoCzIqLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50U2VsZWN0b3IuVGFnc0VudHJ5EhUKDXZlcnNpb25fYmVsb3cYAiABKAkaKwoJVGFnc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEikgEKEURyYWluQWdlbnRSZXF1ZXN0EgwKBG5hbWUYASABKAkSMgoIc2VsZWN0b3IYAiABKAsyIC5haWZsb3cuY2x1c3Rlci52MS5BZ2VudFNlbGVjdG9yEisKCGRlYWRsaW5lGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg4KBnJlYXNvbhgEIAEoCSJFChJEcmFpbkFnZW50UmVzcG9uc2USLwoGYWdlbnRzGAEgAygLMh8uYWlmbG93LmNsdXN0ZXIudjEuQWdlbnRTdW1tYXJ5IiMKE1VuZHJhaW5BZ2VudFJlcXVlc3QSDAoEbmFtZRgBIAEoCSJGChRVbmRyYWluQWdlbnRSZXNwb25zZRIuCgVhZ2VudBgBIAEoCzIfLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50U3VtbWFyeSIxChJSZW1vdmVBZ2VudFJlcXVlc3QSDAoEbmFtZRgBIAEoCRINCgVmb3JjZRgCIAEoCCInChNSZW1vdmVBZ2VudFJlc3BvbnNlEhAKCHJlbGVhc2VkGAEgASgNIicKEVF1ZXVlU3RhdHNSZXF1ZXN0EhIKCnRlbmFudF9rZXkYASABKAkidwoKUXVldWVEZXB0aBISCgp0ZW5hbnRfa2V5GAEgASgJEhMKC2VuZ2luZV9raW5kGAIgASgJEjEKBnN0YXR1cxgDIAEoDjIhLmFpZmxvdy5jbHVzdGVyLnYxLldvcmtJdGVtU3RhdHVzEg0KBWNvdW50GAQgASgEIqsCChJRdWV1ZVN0YXRzUmVzcG9uc2USLAoFZGVwdGgYASADKAsyHS5haWZsb3cuY2x1c3Rlci52MS5RdWV1ZURlcHRoEjUKEm9sZGVzdF9wZW5kaW5nX2FnZRgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIdChVkaXNwYXRjaGVkX3Blcl9zZWNvbmQYAyABKAESHAoUY29tcGxldGVkX3Blcl9zZWNvbmQYBCABKAESFAoMZGVhZF9sZXR0ZXJzGAUgASgEEg8KB3BlbmRpbmcYBiABKAQSEgoKZGlzcGF0Y2hlZBgHIAEoBBI4Cgt1bnBsYWNlYWJsZRgIIAMoCzIjLmFpZmxvdy5jbHVzdGVyLnYxLlVucGxhY2VhYmxlSXRlbXMiwAEKEFVucGxhY2VhYmxlSXRlbXMSEgoKdGVuYW50X2tleRgBIAEoCRITCgtlbmdpbmVfa2luZBgCIAEoCRI1CgxyZXF1aXJlbWVudHMYAyABKAsyHy5haWZsb3cuY2x1c3Rlci52MS5SZXF1aXJlbWVudHMSDQoFY291bnQYBCABKAQSDgoGcmVhc29uGAUgASgJEi0KCm9sZGVzdF9hZ2UYBiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24i4AEKGk9wc1NlcnZpY2VMaXN0SXRlbXNSZXF1ZXN0EhIKCnRlbmFudF9rZXkYASABKAkSMwoIc3RhdHVzZXMYAiADKA4yIS5haWZsb3cuY2x1c3Rlci52MS5Xb3JrSXRlbVN0YXR1cxITCgtlbmdpbmVfa2luZBgDIAEoCRIOCgZydW5faWQYBCABKAkSGwoTcGFyZW50X3dvcmtfaXRlbV9pZBgFIAEoCRIQCghhZ2VudF9pZBgGIAEoCRIRCglwYWdlX3NpemUYByABKA0SEgoKcGFnZV90b2tlbhgIIAEoCSJiChtPcHNTZXJ2aWNlTGlzdEl0ZW1zUmVzcG9uc2USKgoFaXRlbXMYASADKAsyGy5haWZsb3cuY2x1c3Rlci52MS5Xb3JrSXRlbRIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiJgoYT3BzU2VydmljZUdldEl0ZW1SZXF1ZXN0EgoKAmlkGAEgASgJIngKGU9wc1NlcnZpY2VHZXRJdGVtUmVzcG9uc2USKQoEaXRlbRgBIAEoCzIbLmFpZmxvdy5jbHVzdGVyLnYxLldvcmtJdGVtEjAKCGNoaWxkcmVuGAIgASgLMh4uYWlmbG93LmNsdXN0ZXIudjEuQ2hpbGRDb3VudHMiaQoSQ2FuY2VsSXRlbXNSZXF1ZXN0EhIKCnRlbmFudF9rZXkYASABKAkSCwoDaWRzGAIgAygJEg4KBnJ1bl9pZBgDIAEoCRISCgpwYXJlbnRfaWRzGAQgAygJEg4KBnJlYXNvbhgFIAEoCSIsChNDYW5jZWxJdGVtc1Jlc3BvbnNlEhUKDWNhbmNlbGxlZF9pZHMYASADKAkiUwoTUmVkcml2ZUl0ZW1zUmVxdWVzdBISCgp0ZW5hbnRfa2V5GAEgASgJEgsKA2lkcxgCIAMoCRIOCgZydW5faWQYAyABKAkSCwoDYWxsGAQgASgIIiwKFFJlZHJpdmVJdGVtc1Jlc3BvbnNlEhQKDHJlZHJpdmVuX2lkcxgBIAMoCSKdAQoHQmluZGluZxIKCgJpZBgBIAEoCRIUCgxhZmZpbml0eV9rZXkYAiABKAkSEAoIYWdlbnRfaWQYAyABKAkSLgoKY3JlYXRlZF9vbhgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9vbhgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiYgoTTGlzdEJpbmRpbmdzUmVxdWVzdBISCgprZXlfcHJlZml4GAEgASgJEhAKCGFnZW50X2lkGAIgASgJEhEKCXBhZ2Vfc2l6ZRgDIAEoDRISCgpwYWdlX3Rva2VuGAQgASgJIl0KFExpc3RCaW5kaW5nc1Jlc3BvbnNlEiwKCGJpbmRpbmdzGAEgAygLMhouYWlmbG93LmNsdXN0ZXIudjEuQmluZGluZxIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiJQoNVW5iaW5kUmVxdWVzdBIUCgxhZmZpbml0eV9rZXkYASABKAkiEAoOVW5iaW5kUmVzcG9uc2UiNwoNUmViaW5kUmVxdWVzdBIUCgxhZmZpbml0eV9rZXkYASABKAkSEAoIYWdlbnRfaWQYAiABKAkiPQoOUmViaW5kUmVzcG9uc2USKwoHYmluZGluZxgBIAEoCzIaLmFpZmxvdy5jbHVzdGVyLnYxLkJpbmRpbmciegoOQ29uY3VycmVuY3lLZXkSEgoKdGVuYW50X2tleRgBIAEoCRILCgNrZXkYAiABKAkSDQoFbGltaXQYAyABKA0SFAoMbGltaXRfc291cmNlGAQgASgJEhEKCWluX2ZsaWdodBgFIAEoDRIPCgdwZW5kaW5nGAYgASgEIlAKD0NvbmN1cnJlbmN5UnVsZRISCgp0ZW5hbnRfa2V5GAEgASgJEhIKCmtleV9wcmVmaXgYAiABKAkSFQoNbWF4X2luX2ZsaWdodBgDIAEoDSJrChpMaXN0Q29uY3VycmVuY3lLZXlzUmVxdWVzdBISCgp0ZW5hbnRfa2V5GAEgASgJEhIKCmtleV9wcmVmaXgYAiABKAkSEQoJcGFnZV9zaXplGAMgASgNEhIKCnBhZ2VfdG9rZW4YBCABKAkimgEKG0xpc3RDb25jdXJyZW5jeUtleXNSZXNwb25zZRIvCgRrZXlzGAEgAygLMiEuYWlmbG93LmNsdXN0ZXIudjEuQ29uY3VycmVuY3lLZXkSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJEjEKBXJ1bGVzGAMgAygLMiIuYWlmbG93LmNsdXN0ZXIudjEuQ29uY3VycmVuY3lSdWxlImQKGlNldENvbmN1cnJlbmN5TGltaXRSZXF1ZXN0EhIKCnRlbmFudF9rZXkYASABKAkSCwoDa2V5GAIgASgJEg4KBnByZWZpeBgDIAEoCBIVCg1tYXhfaW5fZmxpZ2h0GAQgASgNIk0KG1NldENvbmN1cnJlbmN5TGltaXRSZXNwb25zZRIuCgNrZXkYASABKAsyIS5haWZsb3cuY2x1c3Rlci52MS5Db25jdXJyZW5jeUtleSJoCgZUZW5hbnQSEgoKdGVuYW50X2tleRgBIAEoCRIOCgZ3ZWlnaHQYAiABKAESFQoNd2VpZ2h0X3NvdXJjZRgDIAEoCRIPCgdwZW5kaW5nGAQgASgEEhIKCmRpc3BhdGNoZWQYBSABKAQiKAoSTGlzdFRlbmFudHNSZXF1ZXN0EhIKCnRlbmFudF9rZXkYASABKAkiQQoTTGlzdFRlbmFudHNSZXNwb25zZRIqCgd0ZW5hbnRzGAEgAygLMhkuYWlmbG93LmNsdXN0ZXIudjEuVGVuYW50IksKFlNldFRlbmFudFdlaWdodFJlcXVlc3QSEgoKdGVuYW50X2tleRgBIAEoCRIOCgZ3ZWlnaHQYAiABKAESDQoFY2xlYXIYAyABKAgiRAoXU2V0VGVuYW50V2VpZ2h0UmVzcG9uc2USKQoGdGVuYW50GAEgASgLMhkuYWlmbG93LmNsdXN0ZXIudjEuVGVuYW50IosBCg1SYXRlTGltaXRSdWxlEhIKCnRlbmFudF9rZXkYASABKAkSCwoDa2V5GAIgASgJEg4KBnByZWZpeBgDIAEoCBINCgVjb3VudBgEIAEoBRIrCghpbnRlcnZhbBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhINCgVidXJzdBgGIAEoBSKSAQoMUmF0ZUxpbWl0S2V5EhIKCnRlbmFudF9rZXkYASABKAkSCwoDa2V5GAIgASgJEjAKDG5leHRfc2xvdF9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoFbGltaXQYBCABKAsyIC5haWZsb3cuY2x1c3Rlci52MS5SYXRlTGltaXRSdWxlImYKFUxpc3RSYXRlTGltaXRzUmVxdWVzdBISCgp0ZW5hbnRfa2V5GAEgASgJEhIKCmtleV9wcmVmaXgYAiABKAkSEQoJcGFnZV9zaXplGAMgASgNEhIKCnBhZ2VfdG9rZW4YBCABKAkikQEKFkxpc3RSYXRlTGltaXRzUmVzcG9uc2USLwoFcnVsZXMYASADKAsyIC5haWZsb3cuY2x1c3Rlci52MS5SYXRlTGltaXRSdWxlEi0KBGtleXMYAiADKAsyHy5haWZsb3cuY2x1c3Rlci52MS5SYXRlTGltaXRLZXkSFwoPbmV4dF9wYWdlX3Rva2VuGAMgASgJIqABChNTZXRSYXRlTGltaXRSZXF1ZXN0EhIKCnRlbmFudF9rZXkYASABKAkSCwoDa2V5GAIgASgJEg4KBnByZWZpeBgDIAEoCBINCgVjb3VudBgEIAEoBRIrCghpbnRlcnZhbBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhINCgVidXJzdBgGIAEoBRINCgVjbGVhchgHIAEoCCJ0ChRTZXRSYXRlTGltaXRSZXNwb25zZRIuCgRydWxlGAEgASgLMiAuYWlmbG93LmNsdXN0ZXIudjEuUmF0ZUxpbWl0UnVsZRIsCgNrZXkYAiABKAsyHy5haWZsb3cuY2x1c3Rlci52MS5SYXRlTGltaXRLZXkyvQ4KCk9wc1NlcnZpY2USWQoKTGlzdEFnZW50cxIkLmFpZmxvdy5jbHVzdGVyLnYxLkxpc3RBZ2VudHNSZXF1ZXN0GiUuYWlmbG93LmNsdXN0ZXIudjEuTGlzdEFnZW50c1Jlc3BvbnNlElMKCEdldEFnZW50EiIuYWlmbG93LmNsdXN0ZXIudjEuR2V0QWdlbnRSZXF1ZXN0GiMuYWlmbG93LmNsdXN0ZXIudjEuR2V0QWdlbnRSZXNwb25zZRJZCgpEcmFpbkFnZW50EiQuYWlmbG93LmNsdXN0ZXIudjEuRHJhaW5BZ2VudFJlcXVlc3QaJS5haWZsb3cuY2x1c3Rlci52MS5EcmFpbkFnZW50UmVzcG9uc2USXwoMVW5kcmFpbkFnZW50EiYuYWlmbG93LmNsdXN0ZXIudjEuVW5kcmFpbkFnZW50UmVxdWVzdBonLmFpZmxvdy5jbHVzdGVyLnYxLlVuZHJhaW5BZ2VudFJlc3BvbnNlElwKC1JlbW92ZUFnZW50EiUuYWlmbG93LmNsdXN0ZXIudjEuUmVtb3ZlQWdlbnRSZXF1ZXN0GiYuYWlmbG93LmNsdXN0ZXIudjEuUmVtb3ZlQWdlbnRSZXNwb25zZRJZCgpRdWV1ZVN0YXRzEiQuYWlmbG93LmNsdXN0ZXIudjEuUXVldWVTdGF0c1JlcXVlc3QaJS5haWZsb3cuY2x1c3Rlci52MS5RdWV1ZVN0YXRzUmVzcG9uc2USagoJTGlzdEl0ZW1zEi0uYWlmbG93LmNsdXN0ZXIudjEuT3BzU2VydmljZUxpc3RJdGVtc1JlcXVlc3QaLi5haWZsb3cuY2x1c3Rlci52MS5PcHNTZXJ2aWNlTGlzdEl0ZW1zUmVzcG9uc2USZAoHR2V0SXRlbRIrLmFpZmxvdy5jbHVzdGVyLnYxLk9wc1NlcnZpY2VHZXRJdGVtUmVxdWVzdBosLmFpZmxvdy5jbHVzdGVyLnYxLk9wc1NlcnZpY2VHZXRJdGVtUmVzcG9uc2USXAoLQ2FuY2VsSXRlbXMSJS5haWZsb3cuY2x1c3Rlci52MS5DYW5jZWxJdGVtc1JlcXVlc3QaJi5haWZsb3cuY2x1c3Rlci52MS5DYW5jZWxJdGVtc1Jlc3BvbnNlEl8KDFJlZHJpdmVJdGVtcxImLmFpZmxvdy5jbHVzdGVyLnYxLlJlZHJpdmVJdGVtc1JlcXVlc3QaJy5haWZsb3cuY2x1c3Rlci52MS5SZWRyaXZlSXRlbXNSZXNwb25zZRJfCgxMaXN0QmluZGluZ3MSJi5haWZsb3cuY2x1c3Rlci52MS5MaXN0QmluZGluZ3NSZXF1ZXN0GicuYWlmbG93LmNsdXN0ZXIudjEuTGlzdEJpbmRpbmdzUmVzcG9uc2USTQoGVW5iaW5kEiAuYWlmbG93LmNsdXN0ZXIudjEuVW5iaW5kUmVxdWVzdBohLmFpZmxvdy5jbHVzdGVyLnYxLlVuYmluZFJlc3BvbnNlEk0KBlJlYmluZBIgLmFpZmxvdy5jbHVzdGVyLnYxLlJlYmluZFJlcXVlc3QaIS5haWZsb3cuY2x1c3Rlci52MS5SZWJpbmRSZXNwb25zZRJ0ChNMaXN0Q29uY3VycmVuY3lLZXlzEi0uYWlmbG93LmNsdXN0ZXIudjEuTGlzdENvbmN1cnJlbmN5S2V5c1JlcXVlc3QaLi5haWZsb3cuY2x1c3Rlci52MS5MaXN0Q29uY3VycmVuY3lLZXlzUmVzcG9uc2USdAoTU2V0Q29uY3VycmVuY3lMaW1pdBItLmFpZmxvdy5jbHVzdGVyLnYxLlNldENvbmN1cnJlbmN5TGltaXRSZXF1ZXN0Gi4uYWlmbG93LmNsdXN0ZXIudjEuU2V0Q29uY3VycmVuY3lMaW1pdFJlc3BvbnNlElwKC0xpc3RUZW5hbnRzEiUuYWlmbG93LmNsdXN0ZXIudjEuTGlzdFRlbmFudHNSZXF1ZXN0GiYuYWlmbG93LmNsdXN0ZXIudjEuTGlzdFRlbmFudHNSZXNwb25zZRJoCg9TZXRUZW5hbnRXZWlnaHQSKS5haWZsb3cuY2x1c3Rlci52MS5TZXRUZW5hbnRXZWlnaHRSZXF1ZXN0GiouYWlmbG93LmNsdXN0ZXIudjEuU2V0VGVuYW50V2VpZ2h0UmVzcG9uc2USZQoOTGlzdFJhdGVMaW1pdHMSKC5haWZsb3cuY2x1c3Rlci52MS5MaXN0UmF0ZUxpbWl0c1JlcXVlc3QaKS5haWZsb3cuY2x1c3Rlci52MS5MaXN0UmF0ZUxpbWl0c1Jlc3BvbnNlEl8KDFNldFJhdGVMaW1pdBImLmFpZmxvdy5jbHVzdGVyLnYxLlNldFJhdGVMaW1pdFJlcXVlc3QaJy5haWZsb3cuY2x1c3Rlci52MS5TZXRSYXRlTGltaXRSZXNwb25zZWIGcHJvdG8z", [file_aiflow_cluster_v1_agent, file_aiflow_cluster_v1_common, file_aiflow_cluster_v1_work_item, file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * @generated from message aiflow.cluster.v1.DrainProgress
@@ -1164,6 +1164,377 @@ export const SetConcurrencyLimitResponseSchema: GenMessage<SetConcurrencyLimitRe
   messageDesc(file_aiflow_cluster_v1_ops, 37);
 
 /**
+ * @generated from message aiflow.cluster.v1.Tenant
+ */
+export type Tenant = Message<"aiflow.cluster.v1.Tenant"> & {
+  /**
+   * @generated from field: string tenant_key = 1;
+   */
+  tenantKey: string;
+
+  /**
+   * The weight its turns are spaced by: its items get turns in proportion to it, against the other
+   * tenants with due work an agent serves.
+   *
+   * @generated from field: double weight = 2;
+   */
+  weight: number;
+
+  /**
+   * Where the weight comes from: "operator" (SetTenantWeight), "config" (--tenant-weights) or
+   * "default" (1).
+   *
+   * @generated from field: string weight_source = 3;
+   */
+  weightSource: string;
+
+  /**
+   * @generated from field: uint64 pending = 4;
+   */
+  pending: bigint;
+
+  /**
+   * @generated from field: uint64 dispatched = 5;
+   */
+  dispatched: bigint;
+};
+
+/**
+ * Describes the message aiflow.cluster.v1.Tenant.
+ * Use `create(TenantSchema)` to create a new message.
+ */
+export const TenantSchema: GenMessage<Tenant> = /*@__PURE__*/
+  messageDesc(file_aiflow_cluster_v1_ops, 38);
+
+/**
+ * @generated from message aiflow.cluster.v1.ListTenantsRequest
+ */
+export type ListTenantsRequest = Message<"aiflow.cluster.v1.ListTenantsRequest"> & {
+  /**
+   * Empty: every tenant.
+   *
+   * @generated from field: string tenant_key = 1;
+   */
+  tenantKey: string;
+};
+
+/**
+ * Describes the message aiflow.cluster.v1.ListTenantsRequest.
+ * Use `create(ListTenantsRequestSchema)` to create a new message.
+ */
+export const ListTenantsRequestSchema: GenMessage<ListTenantsRequest> = /*@__PURE__*/
+  messageDesc(file_aiflow_cluster_v1_ops, 39);
+
+/**
+ * @generated from message aiflow.cluster.v1.ListTenantsResponse
+ */
+export type ListTenantsResponse = Message<"aiflow.cluster.v1.ListTenantsResponse"> & {
+  /**
+   * @generated from field: repeated aiflow.cluster.v1.Tenant tenants = 1;
+   */
+  tenants: Tenant[];
+};
+
+/**
+ * Describes the message aiflow.cluster.v1.ListTenantsResponse.
+ * Use `create(ListTenantsResponseSchema)` to create a new message.
+ */
+export const ListTenantsResponseSchema: GenMessage<ListTenantsResponse> = /*@__PURE__*/
+  messageDesc(file_aiflow_cluster_v1_ops, 40);
+
+/**
+ * @generated from message aiflow.cluster.v1.SetTenantWeightRequest
+ */
+export type SetTenantWeightRequest = Message<"aiflow.cluster.v1.SetTenantWeightRequest"> & {
+  /**
+   * @generated from field: string tenant_key = 1;
+   */
+  tenantKey: string;
+
+  /**
+   * 0.001-1000.
+   *
+   * @generated from field: double weight = 2;
+   */
+  weight: number;
+
+  /**
+   * Drop the operator's weight (weight must then be unset): the configured one, else 1, applies.
+   *
+   * @generated from field: bool clear = 3;
+   */
+  clear: boolean;
+};
+
+/**
+ * Describes the message aiflow.cluster.v1.SetTenantWeightRequest.
+ * Use `create(SetTenantWeightRequestSchema)` to create a new message.
+ */
+export const SetTenantWeightRequestSchema: GenMessage<SetTenantWeightRequest> = /*@__PURE__*/
+  messageDesc(file_aiflow_cluster_v1_ops, 41);
+
+/**
+ * @generated from message aiflow.cluster.v1.SetTenantWeightResponse
+ */
+export type SetTenantWeightResponse = Message<"aiflow.cluster.v1.SetTenantWeightResponse"> & {
+  /**
+   * The tenant as ListTenants now shows it.
+   *
+   * @generated from field: aiflow.cluster.v1.Tenant tenant = 1;
+   */
+  tenant?: Tenant | undefined;
+};
+
+/**
+ * Describes the message aiflow.cluster.v1.SetTenantWeightResponse.
+ * Use `create(SetTenantWeightResponseSchema)` to create a new message.
+ */
+export const SetTenantWeightResponseSchema: GenMessage<SetTenantWeightResponse> = /*@__PURE__*/
+  messageDesc(file_aiflow_cluster_v1_ops, 42);
+
+/**
+ * An operator's rate limit: at most `count` dispatches per `interval`, `burst` of them at once, for
+ * the key or (with prefix) for each key that starts with it and has no limit of its own (the
+ * longest such prefix's).
+ *
+ * @generated from message aiflow.cluster.v1.RateLimitRule
+ */
+export type RateLimitRule = Message<"aiflow.cluster.v1.RateLimitRule"> & {
+  /**
+   * @generated from field: string tenant_key = 1;
+   */
+  tenantKey: string;
+
+  /**
+   * A key, or with prefix set, a key prefix.
+   *
+   * @generated from field: string key = 2;
+   */
+  key: string;
+
+  /**
+   * @generated from field: bool prefix = 3;
+   */
+  prefix: boolean;
+
+  /**
+   * @generated from field: int32 count = 4;
+   */
+  count: number;
+
+  /**
+   * @generated from field: google.protobuf.Duration interval = 5;
+   */
+  interval?: Duration | undefined;
+
+  /**
+   * @generated from field: int32 burst = 6;
+   */
+  burst: number;
+};
+
+/**
+ * Describes the message aiflow.cluster.v1.RateLimitRule.
+ * Use `create(RateLimitRuleSchema)` to create a new message.
+ */
+export const RateLimitRuleSchema: GenMessage<RateLimitRule> = /*@__PURE__*/
+  messageDesc(file_aiflow_cluster_v1_ops, 43);
+
+/**
+ * A key's state, as claims keep it.
+ *
+ * @generated from message aiflow.cluster.v1.RateLimitKey
+ */
+export type RateLimitKey = Message<"aiflow.cluster.v1.RateLimitKey"> & {
+  /**
+   * @generated from field: string tenant_key = 1;
+   */
+  tenantKey: string;
+
+  /**
+   * @generated from field: string key = 2;
+   */
+  key: string;
+
+  /**
+   * The first time another dispatch of the key conforms to its limit (in the past: one may go now).
+   * Unset when the key has no limit, or has spent no slot.
+   *
+   * @generated from field: google.protobuf.Timestamp next_slot_at = 3;
+   */
+  nextSlotAt?: Timestamp | undefined;
+
+  /**
+   * The limit that applies to the key: its own (prefix false) or its longest prefix's (prefix
+   * true, key the prefix). Unset: none does, and the key is not limited.
+   *
+   * @generated from field: aiflow.cluster.v1.RateLimitRule limit = 4;
+   */
+  limit?: RateLimitRule | undefined;
+};
+
+/**
+ * Describes the message aiflow.cluster.v1.RateLimitKey.
+ * Use `create(RateLimitKeySchema)` to create a new message.
+ */
+export const RateLimitKeySchema: GenMessage<RateLimitKey> = /*@__PURE__*/
+  messageDesc(file_aiflow_cluster_v1_ops, 44);
+
+/**
+ * @generated from message aiflow.cluster.v1.ListRateLimitsRequest
+ */
+export type ListRateLimitsRequest = Message<"aiflow.cluster.v1.ListRateLimitsRequest"> & {
+  /**
+   * Empty: every tenant.
+   *
+   * @generated from field: string tenant_key = 1;
+   */
+  tenantKey: string;
+
+  /**
+   * Only rules and keys that start with this.
+   *
+   * @generated from field: string key_prefix = 2;
+   */
+  keyPrefix: string;
+
+  /**
+   * Keys per page: at most 1000; 0: 100.
+   *
+   * @generated from field: uint32 page_size = 3;
+   */
+  pageSize: number;
+
+  /**
+   * @generated from field: string page_token = 4;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message aiflow.cluster.v1.ListRateLimitsRequest.
+ * Use `create(ListRateLimitsRequestSchema)` to create a new message.
+ */
+export const ListRateLimitsRequestSchema: GenMessage<ListRateLimitsRequest> = /*@__PURE__*/
+  messageDesc(file_aiflow_cluster_v1_ops, 45);
+
+/**
+ * @generated from message aiflow.cluster.v1.ListRateLimitsResponse
+ */
+export type ListRateLimitsResponse = Message<"aiflow.cluster.v1.ListRateLimitsResponse"> & {
+  /**
+   * The limits operators set, on keys and prefixes (every one, whatever the page), ordered by
+   * tenant, key and prefix.
+   *
+   * @generated from field: repeated aiflow.cluster.v1.RateLimitRule rules = 1;
+   */
+  rules: RateLimitRule[];
+
+  /**
+   * Keys that have spent a slot.
+   *
+   * @generated from field: repeated aiflow.cluster.v1.RateLimitKey keys = 2;
+   */
+  keys: RateLimitKey[];
+
+  /**
+   * @generated from field: string next_page_token = 3;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message aiflow.cluster.v1.ListRateLimitsResponse.
+ * Use `create(ListRateLimitsResponseSchema)` to create a new message.
+ */
+export const ListRateLimitsResponseSchema: GenMessage<ListRateLimitsResponse> = /*@__PURE__*/
+  messageDesc(file_aiflow_cluster_v1_ops, 46);
+
+/**
+ * @generated from message aiflow.cluster.v1.SetRateLimitRequest
+ */
+export type SetRateLimitRequest = Message<"aiflow.cluster.v1.SetRateLimitRequest"> & {
+  /**
+   * @generated from field: string tenant_key = 1;
+   */
+  tenantKey: string;
+
+  /**
+   * A key, or with prefix set, a key prefix (1-512 characters).
+   *
+   * @generated from field: string key = 2;
+   */
+  key: string;
+
+  /**
+   * @generated from field: bool prefix = 3;
+   */
+  prefix: boolean;
+
+  /**
+   * Dispatches per interval: 1-1000000.
+   *
+   * @generated from field: int32 count = 4;
+   */
+  count: number;
+
+  /**
+   * 1 ms to 7 days.
+   *
+   * @generated from field: google.protobuf.Duration interval = 5;
+   */
+  interval?: Duration | undefined;
+
+  /**
+   * Dispatches that may go at once: 1-100000; 0 means 1.
+   *
+   * @generated from field: int32 burst = 6;
+   */
+  burst: number;
+
+  /**
+   * Remove the operator's limit (count, interval and burst must then be unset).
+   *
+   * @generated from field: bool clear = 7;
+   */
+  clear: boolean;
+};
+
+/**
+ * Describes the message aiflow.cluster.v1.SetRateLimitRequest.
+ * Use `create(SetRateLimitRequestSchema)` to create a new message.
+ */
+export const SetRateLimitRequestSchema: GenMessage<SetRateLimitRequest> = /*@__PURE__*/
+  messageDesc(file_aiflow_cluster_v1_ops, 47);
+
+/**
+ * @generated from message aiflow.cluster.v1.SetRateLimitResponse
+ */
+export type SetRateLimitResponse = Message<"aiflow.cluster.v1.SetRateLimitResponse"> & {
+  /**
+   * The rule as it now stands; unset once cleared.
+   *
+   * @generated from field: aiflow.cluster.v1.RateLimitRule rule = 1;
+   */
+  rule?: RateLimitRule | undefined;
+
+  /**
+   * For a key (not a prefix): the key as ListRateLimits now shows it, with the limit that now
+   * applies to it (after clearing its own, a prefix's may).
+   *
+   * @generated from field: aiflow.cluster.v1.RateLimitKey key = 2;
+   */
+  key?: RateLimitKey | undefined;
+};
+
+/**
+ * Describes the message aiflow.cluster.v1.SetRateLimitResponse.
+ * Use `create(SetRateLimitResponseSchema)` to create a new message.
+ */
+export const SetRateLimitResponseSchema: GenMessage<SetRateLimitResponse> = /*@__PURE__*/
+  messageDesc(file_aiflow_cluster_v1_ops, 48);
+
+/**
  * OpsService is for operators (role `ops`): the fleet, drains for rolling deploys, and the queue.
  *
  * @generated from service aiflow.cluster.v1.OpsService
@@ -1321,6 +1692,54 @@ export const OpsService: GenService<{
     methodKind: "unary";
     input: typeof SetConcurrencyLimitRequestSchema;
     output: typeof SetConcurrencyLimitResponseSchema;
+  },
+  /**
+   * Tenants with a fair-share row (every tenant that has enqueued, or whose weight an operator set)
+   * or a configured weight (--tenant-weights), ordered by tenant: each with the weight its turns are
+   * spaced by, where that weight comes from, and its pending and dispatched items.
+   *
+   * @generated from rpc aiflow.cluster.v1.OpsService.ListTenants
+   */
+  listTenants: {
+    methodKind: "unary";
+    input: typeof ListTenantsRequestSchema;
+    output: typeof ListTenantsResponseSchema;
+  },
+  /**
+   * Sets (or, with clear, drops) an operator's fair-share weight for a tenant; it stands over the
+   * configured one. The change applies to the tenant's backlog too: the turns its pending items
+   * hold past the queue's current turn are respaced by the new weight, from the next claim on.
+   *
+   * @generated from rpc aiflow.cluster.v1.OpsService.SetTenantWeight
+   */
+  setTenantWeight: {
+    methodKind: "unary";
+    input: typeof SetTenantWeightRequestSchema;
+    output: typeof SetTenantWeightResponseSchema;
+  },
+  /**
+   * The rate limits operators set, on keys and key prefixes, and the keys' state: each key that
+   * has spent a slot, with its next slot and the limit that applies to it. Keys are paged, ordered
+   * by tenant and key.
+   *
+   * @generated from rpc aiflow.cluster.v1.OpsService.ListRateLimits
+   */
+  listRateLimits: {
+    methodKind: "unary";
+    input: typeof ListRateLimitsRequestSchema;
+    output: typeof ListRateLimitsResponseSchema;
+  },
+  /**
+   * Sets (or, with clear, removes) an operator's rate limit for a key or a key prefix, from the
+   * next claim on: the slots the keys it covers have spent are counted again under the new limit,
+   * so a raised limit lets waiting items go at once, and a cleared one stops holding them.
+   *
+   * @generated from rpc aiflow.cluster.v1.OpsService.SetRateLimit
+   */
+  setRateLimit: {
+    methodKind: "unary";
+    input: typeof SetRateLimitRequestSchema;
+    output: typeof SetRateLimitResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_aiflow_cluster_v1_ops, 0);

@@ -1,0 +1,147 @@
+/**
+ * Fair share in the statements (the rules: ../../domain/fair-share.ts).
+ *
+ * Turns are stamped at enqueue. The insert writes each of its tenants' tenant_share rows with one
+ * upsert that adds 1/weight per item (so two daemons' inserts for one tenant serialise on the row
+ * and their turns never collide), starting no earlier than the queue's current turn less the
+ * credit: the earliest turn among due pending items, or, with none, the latest any tenant took.
+ * Each row's share_tag is its tenant's turn as the upsert returned it, counted back per row.
+ *
+ * A claim by an agent that serves several tenants (`sharedPicks`) takes `max` turns: the due items
+ * it may take, in share_tag order (the share index), which says how many items each tenant gets. A
+ * tenant's items are then its best ones by rank (the tenant index), so priority and aging decide
+ * inside the tenant. A turn whose item was passed over for a better one of its tenant is not
+ * spent: the passed-over item takes the turn of the item that went in its place (`retagCte`), so
+ * the tenant's pending turns are what they would have been had its turns gone in order. Both scans
+ * stop at `max` rows, so a claim reads at most 2 × max index entries past the ones it cannot take,
+ * however many tenants have a backlog.
+ */
+import { sql, type FragmentSqlToken, type IdentifierSqlToken, type ValueExpression } from "slonik";
+import type { ItemsContext } from "./context.js";
+import { nthId } from "./sql-ids.js";
+
+/** The enqueue's markers these CTEs read. */
+export interface TurnParams {
+  shareSeed: ValueExpression;
+  frontierNs: ValueExpression;
+  credit: ValueExpression;
+}
+
+/**
+ * The insert's CTEs after its rows `v` (with tenant, by, at, config_w): `turned`, the upsert of its
+ * tenants' rows, and `turns`, their last turns and weights as one jsonb object, read by `turnOf`
+ * through an InitPlan, so every tenant row is written (and locked, in tenant order) before any item
+ * row goes in: two inserts never hold one's item and wait for the other's tenant.
+ */
+export function turnCtes(q: ItemsContext, p: TurnParams): FragmentSqlToken {
+  const w = q.t.id("work_item");
+  const s = q.t.id("tenant_share");
+  const credit = sql.fragment`${p.credit}::float8`;
+  const weight = (alias: string) => sql.fragment`COALESCE(${sql.identifier([alias])}.weight, (SELECT vn.config_w FROM vn WHERE vn.tenant = ${sql.identifier([alias])}.tenant_key), 1)`;
+  // front first: it names the table within pg_stat_activity's first 1 KiB of the statement (tests find it there).
+  return sql.fragment`front AS (
+          SELECT COALESCE((SELECT f.share_tag FROM ${w} f WHERE f.status = 'pending' AND f.next_attempt_at + 0 <= ${p.frontierNs}
+                            ORDER BY f.share_tag, f.id LIMIT 1),
+                          (SELECT max(tm.last_tag) FROM ${s} tm), 0) AS at
+        ), vn AS (
+          SELECT v.tenant, count(*) AS cnt, max(v.config_w) AS config_w, min(v.by) AS by, min(v.at) AS at,
+                 row_number() OVER (ORDER BY v.tenant COLLATE "C") AS n
+            FROM v GROUP BY v.tenant
+        ), turned AS (
+          INSERT INTO ${s} AS ts (id, tenant_key, last_tag, createdby, createdon, updatedby, updatedon)
+          SELECT ${nthId(p.shareSeed, sql.fragment`vn.n`)}, vn.tenant,
+                 (SELECT at FROM front) + (vn.cnt - ${credit}) / COALESCE(vn.config_w, 1), vn.by, vn.at, vn.by, vn.at
+            FROM vn ORDER BY vn.tenant COLLATE "C"
+          ON CONFLICT (tenant_key) DO UPDATE
+             SET last_tag = GREATEST(ts.last_tag, (SELECT at FROM front) - ${credit} / ${weight("ts")})
+                            + (SELECT vn.cnt FROM vn WHERE vn.tenant = ts.tenant_key) / ${weight("ts")},
+                 updatedby = EXCLUDED.updatedby, updatedon = EXCLUDED.updatedon
+          RETURNING ts.tenant_key, ts.last_tag, ${weight("ts")} AS w
+        ), turns AS (
+          SELECT jsonb_object_agg(tenant_key, jsonb_build_array(last_tag, w)) AS b FROM turned
+        )`;
+}
+
+/** A row's turn (`v` the insert's rows): its tenant's last turn, counted back 1/weight per later row of the tenant in the insert. */
+export function turnOf(v: FragmentSqlToken): FragmentSqlToken {
+  const of = (i: 0 | 1) => sql.fragment`((SELECT b FROM turns) -> ${v}.tenant ->> ${i === 0 ? sql.fragment`0` : sql.fragment`1`})::float8`;
+  return sql.fragment`${of(0)} - (count(*) OVER (PARTITION BY ${v}.tenant) - row_number() OVER (PARTITION BY ${v}.tenant ORDER BY ${v}.ord)) / ${of(1)}`;
+}
+
+/** How the claim's picked rows are chosen and ordered. */
+export type ClaimShape = "priority" | "rank" | "shared";
+
+export interface PickTerms {
+  items: IdentifierSqlToken;
+  /** The claim rule's tests of a row `w` (everything but order and LIMIT). */
+  takeable: FragmentSqlToken;
+  /** The columns picked carries, over `w`. */
+  columns: FragmentSqlToken;
+  max: number;
+}
+
+/**
+ * The claim's `picked` CTE (preceded, when shared, by `slots` and `tturns`). "priority": the claim
+ * index's order, (priority, createdon, id), for an agent of one tenant without aging; "rank": that
+ * tenant's items by rank on the tenant index; "shared": turns then ranks, as the header says.
+ */
+export function pickedCtes(shape: ClaimShape, t: PickTerms): FragmentSqlToken {
+  const limit = sql.literalValue(String(t.max));
+  if (shape === "priority")
+    return sql.fragment`picked AS (
+          SELECT ${t.columns} FROM ${t.items} w
+           WHERE ${t.takeable}
+           ORDER BY w.priority, w.createdon, w.id
+           LIMIT ${limit}
+           FOR UPDATE OF w SKIP LOCKED
+        )`;
+  if (shape === "rank")
+    return sql.fragment`picked AS (
+          SELECT ${t.columns} FROM ${t.items} w
+           WHERE w.tenant_key = (SELECT tenants[1] FROM agent) AND ${t.takeable}
+           ORDER BY w.rank, w.id
+           LIMIT ${limit}
+           FOR UPDATE OF w SKIP LOCKED
+        )`;
+  return sql.fragment`slots AS (
+          SELECT w.id, w.tenant_key, w.share_tag FROM ${t.items} w
+           WHERE ${t.takeable}
+           ORDER BY w.share_tag, w.id
+           LIMIT ${limit}
+           FOR UPDATE OF w SKIP LOCKED
+        ), tturns AS (
+          SELECT tenant_key AS t, count(*) AS s FROM slots GROUP BY 1
+        ), picked AS (
+          SELECT x.* FROM tturns CROSS JOIN LATERAL (
+            SELECT ${t.columns} FROM ${t.items} w
+             WHERE w.tenant_key = tturns.t AND ${t.takeable}
+             ORDER BY w.rank, w.id
+             LIMIT tturns.s
+             FOR UPDATE OF w SKIP LOCKED) x
+        )`;
+}
+
+/** Claim order of picked rows `p` under a shape (for the admissions and placement that go in that order). */
+export function pickedOrder(shape: ClaimShape): FragmentSqlToken {
+  if (shape === "priority") return sql.fragment`p.priority, p.createdon, p.id`;
+  if (shape === "rank") return sql.fragment`p.rank, p.id`;
+  return sql.fragment`p.share_tag, p.id`;
+}
+
+/**
+ * The shared claim's exchange of turns (see the header): each slot row left pending takes, in turn
+ * order within its tenant, the turn of a row of its tenant that was dispatched from outside the
+ * slots. Slot rows that nothing replaced keep their turns.
+ */
+export function retagCte(items: IdentifierSqlToken): FragmentSqlToken {
+  return sql.fragment`retag AS (
+          UPDATE ${items} rt SET share_tag = inc.share_tag
+            FROM (SELECT s.id, s.tenant_key, row_number() OVER (PARTITION BY s.tenant_key ORDER BY s.share_tag, s.id) AS n
+                    FROM slots s WHERE s.id NOT IN (SELECT id FROM claimed)) dis
+            JOIN (SELECT p.id, p.tenant_key, p.share_tag, row_number() OVER (PARTITION BY p.tenant_key ORDER BY p.share_tag, p.id) AS n
+                    FROM picked p WHERE p.id IN (SELECT id FROM claimed) AND p.id NOT IN (SELECT id FROM slots)) inc
+              ON inc.tenant_key = dis.tenant_key AND inc.n = dis.n
+           WHERE rt.id = dis.id
+          RETURNING rt.id
+        )`;
+}
