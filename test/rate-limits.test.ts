@@ -13,6 +13,7 @@ import { openPool } from "../src/db/pool.js";
 import { WorkItemStore, type ClaimedRow } from "../src/store/work-items.js";
 import { createTestDb, type TestDb } from "./support/db.js";
 import { useTestDb } from "./support/kit.js";
+import { scrapeMetrics } from "./support/metrics.js";
 import { newItem, Producer, STATEMENT, TestAgent, untilStatementRan } from "./support/queue.js";
 
 const NOW = Date.UTC(2026, 0, 1);
@@ -134,7 +135,10 @@ describe("a waiting claim and a closed key", () => {
   const clock = new FakeClock(NOW);
   const fx = useTestDb("rlwait");
   it("takes the held item when the key's next slot comes, with nothing else to wake it", async () => {
-    const daemon = await fx.startDaemon({ clock, config: { sweepInterval: 3_600_000, heartbeatInterval: 86_400_000, heartbeatFlush: 3_600_000 } });
+    const daemon = await fx.startDaemon({
+      clock,
+      config: { sweepInterval: 3_600_000, heartbeatInterval: 86_400_000, heartbeatFlush: 3_600_000, httpListen: { host: "127.0.0.1", port: 0 } },
+    });
     await fx.db.raw(
       `INSERT INTO ${fx.db.tables.qualified("rate_limit")} (id, tenant_key, key, prefix, limit_count, interval_ns, burst, createdby, createdon) VALUES ('R1', 't', 'api', false, 1, $1, 1, 'test', now())`,
       [String(msToNs(200))],
@@ -145,7 +149,9 @@ describe("a waiting claim and a closed key", () => {
       { engineKind: "dag", workerParams: { rateLimitKey: "api" } },
       { engineKind: "dag", workerParams: { rateLimitKey: "api" } },
     ]);
+    // One of the two goes; the claim statement that held the other back is counted.
     expect(await agent.claim(2)).toHaveLength(1);
+    expect((await scrapeMetrics(daemon.httpUrl!)).series("aiflow_queue_rate_limited_claims_total")).toBe(1);
     const since = (await fx.db.raw<{ t: Date }>("SELECT clock_timestamp() AS t"))[0]!.t;
     const waiting = agent.claim(1, 20_000);
     // Its first look found the key closed; it now waits, and nothing will ring for this key.

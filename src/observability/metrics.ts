@@ -37,6 +37,8 @@ export interface QueueEvents {
   dispatched(rows: readonly ClaimedRow[], atMs: number): void;
   /** Items an Enqueue's insert handed straight to a waiting claim. */
   handedDirect(items: number): void;
+  /** A claim statement whose batch a rate limit held rows back from (their key's slots were spent). */
+  rateHeld(): void;
   /** Fenced completions: those that matched, and how many did not (a lost lease: a zombie's report). */
   completed(rows: readonly Completed[], refused: number): void;
   /** Fenced failures: the rows they wrote (retried or dead letters), and how many did not match. */
@@ -94,6 +96,7 @@ export class DaemonMetrics implements QueueEvents {
 
   readonly #emptyClaims = this.#counter("aiflow_queue_empty_claims_total", "Claims answered with no item (a long-poll that ended empty)");
   readonly #directDispatches = this.#counter("aiflow_queue_direct_dispatches_total", "Items an Enqueue handed straight to a waiting claim, with no claim statement");
+  readonly #rateHeld = this.#counter("aiflow_queue_rate_limited_claims_total", "Claim statements that a rate limit held picked items back from (their key's slots were spent)");
   readonly #refusedCompletions = this.#counter(
     "aiflow_queue_refused_completions_total",
     "Completions and failures refused because their lease was no longer held (a zombie agent's late report)",
@@ -140,6 +143,10 @@ export class DaemonMetrics implements QueueEvents {
 
   claimAnswered(items: number): void {
     if (items === 0) this.#emptyClaims.inc();
+  }
+
+  rateHeld(): void {
+    this.#rateHeld.inc();
   }
 
   dispatched(rows: readonly ClaimedRow[], atMs: number): void {

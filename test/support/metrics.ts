@@ -27,6 +27,7 @@ export const DAEMON_METRICS: Record<string, readonly string[]> = {
   aiflow_queue_refused_completions_total: [],
   aiflow_queue_direct_dispatches_total: [],
   aiflow_queue_empty_claims_total: [],
+  aiflow_queue_rate_limited_claims_total: [],
   aiflow_agents: ["status"],
   aiflow_agent_cpu_utilization_ratio: ["agent"],
   aiflow_agent_memory_used_bytes: ["agent"],

@@ -251,6 +251,7 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
             // Rows a rate limit held back took places in the claim's batch; their key is closed now, so
             // another round at once fills those places with other work (a few rounds at most).
             more = heldBack && rows.length > 0 && rows.length < want && raced++ < RACE_RETRIES;
+            if (heldBack) queue.events.rateHeld();
             // Work held back by a rate limit is pending all along, so nothing rings when its key's
             // next slot comes: a claim that found nothing looks again then (by the clock), if sooner.
             const wait = nextSlotMs === null ? remaining : Math.min(remaining, Math.max(1, nextSlotMs - clock.nowMs()));
