@@ -110,7 +110,16 @@ export function tableItem(alias: string): ItemTerms {
 /** Terms 3 and 4: the agent serves the item's tenant and engine kind, and its tags satisfy the item's selector. */
 export function serves(agent: AgentTerms, item: ItemTerms): FragmentSqlToken {
   return sql.fragment`${agent.servesTenant(item.tenant)}
-             AND ${agent.servesKind(item.engineKind)}
+             AND ${servesInTenant(agent, item)}`;
+}
+
+/**
+ * Terms 3 and 4 but the tenant, for a scan already held to one tenant the agent serves (the shared
+ * claim's walk of a tenant's items, ./fair-share.ts): asked again per row there, the agent's list of
+ * tenants is an array the scan would search on every rescan.
+ */
+export function servesInTenant(agent: AgentTerms, item: ItemTerms): FragmentSqlToken {
+  return sql.fragment`${agent.servesKind(item.engineKind)}
              AND (${item.selector} IS NULL OR ${agent.tags} @> (${item.selector}))`;
 }
 

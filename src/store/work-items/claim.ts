@@ -8,7 +8,7 @@ import { sql } from "slonik";
 import { msToNs } from "../../clock.js";
 import type { Markers } from "../../db/statement-shapes.js";
 import { tsAt, tsSeconds } from "../../db/values.js";
-import { claimingAgentCte, CLAIMING_AGENT, keyAllows, movable, pendingAndDue, serves, tableItem } from "./claim-rule.js";
+import { claimingAgentCte, CLAIMING_AGENT, keyAllows, movable, pendingAndDue, serves, servesInTenant, tableItem } from "./claim-rule.js";
 import { CLAIMED_COLUMNS, claimedCompletionColumns, claimedNulls, type ClaimedRow, type Completed } from "./columns.js";
 import type { ItemsContext } from "./context.js";
 import { nthId } from "./sql-ids.js";
@@ -132,9 +132,9 @@ export async function claim(q: ItemsContext, c: ClaimInput): Promise<ClaimResult
     // The claim rule (claim-rule.ts) over a row `w`, and what the scans pass over: rows whose
     // requirements do not fit the agent now, whose concurrency key is full or whose rate limit key
     // is closed (placement.ts, concurrency.ts, rate-limits.ts); a plain row asks none of them.
-    const takeable = sql.fragment`EXISTS (SELECT 1 FROM agent)
+    const takeable = (scope: "agent" | "tenant") => sql.fragment`EXISTS (SELECT 1 FROM agent)
              AND ${pendingAndDue("w", p.nowNs)}
-             AND ${serves(CLAIMING_AGENT, tableItem("w"))}
+             AND ${scope === "agent" ? serves(CLAIMING_AGENT, tableItem("w")) : servesInTenant(CLAIMING_AGENT, tableItem("w"))}
              AND ${keyAllows("w", { items: w, bindings: b, agents: a, agent: p.agent, rebind: p.rebind, graceEdge })}
              AND ${fitsNow("w")}
              AND ${keyHasRoom("w")}
@@ -147,7 +147,7 @@ export async function claim(q: ItemsContext, c: ClaimInput): Promise<ClaimResult
     return sql.unsafe`
         WITH ${done}agent AS MATERIALIZED (
           ${claimingAgentCte(a, p.agent)}
-        ), ${roomCte(placeTerms)}, ${keySetCtes(keyTerms)}, ${rateSetCtes(rateTerms)}, ${pickedCtes(shape, { items: w, takeable, columns, max })}, keys AS (
+        ), ${roomCte(placeTerms)}, ${keySetCtes(keyTerms)}, ${rateSetCtes(rateTerms)}, ${pickedCtes(shape, { items: w, takeable: takeable("agent"), takeableInTenant: takeable("tenant"), columns, max })}, keys AS (
           -- v: the binding row's version in this statement's snapshot (NULL when the key is unbound).
           SELECT d.k, bk.xmin::text AS v, row_number() OVER (ORDER BY d.k) AS n
             FROM (SELECT DISTINCT affinity_key AS k FROM picked WHERE affinity_key IS NOT NULL) d

@@ -75,6 +75,8 @@ export interface PickTerms {
   items: IdentifierSqlToken;
   /** The claim rule's tests of a row `w` (everything but order and LIMIT). */
   takeable: FragmentSqlToken;
+  /** The same for a row of a tenant the agent is known to serve (a tenant of `slots`): all but that test. */
+  takeableInTenant: FragmentSqlToken;
   /** The columns picked carries, over `w`. */
   columns: FragmentSqlToken;
   max: number;
@@ -98,7 +100,7 @@ export function pickedCtes(shape: ClaimShape, t: PickTerms): FragmentSqlToken {
   if (shape === "rank")
     return sql.fragment`picked AS (
           SELECT ${t.columns} FROM ${t.items} w
-           WHERE w.tenant_key = (SELECT tenants[1] FROM agent) AND ${t.takeable}
+           WHERE w.tenant_key = (SELECT tenants[1] FROM agent) AND ${t.takeableInTenant}
            ORDER BY w.rank, w.id
            LIMIT ${limit}
            FOR UPDATE OF w SKIP LOCKED
@@ -114,7 +116,7 @@ export function pickedCtes(shape: ClaimShape, t: PickTerms): FragmentSqlToken {
         ), picked AS (
           SELECT x.* FROM tturns CROSS JOIN LATERAL (
             SELECT ${t.columns} FROM ${t.items} w
-             WHERE w.tenant_key = tturns.t AND ${t.takeable}
+             WHERE w.tenant_key = tturns.t AND ${t.takeableInTenant}
              ORDER BY w.rank, w.id
              LIMIT tturns.s
              FOR UPDATE OF w SKIP LOCKED) x
