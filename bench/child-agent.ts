@@ -12,7 +12,8 @@ import { createAgent } from "../agent-sdk/src/index.js";
 import { nowMs } from "./clock.js";
 import { exitWith } from "./child-exit.js";
 
-const [address, token, name, slotsRaw, tenant, kind, prefetchRaw, transport] = process.argv.slice(2);
+// `tenants`: a comma list (the tenants section's agents serve ten, and claim by fair share).
+const [address, token, name, slotsRaw, tenants, kind, prefetchRaw, transport] = process.argv.slice(2);
 const latencies: number[] = [];
 let handled = 0;
 /** Each GC pause: when it started (wall ms) and how long it took (ms). */
@@ -46,7 +47,7 @@ const agent = createAgent({
   address: address!,
   token,
   name: name!,
-  tenants: [tenant!],
+  tenants: tenants!.split(","),
   engineKinds: [kind!],
   slots: Number(slotsRaw),
   prefetch: prefetchRaw ? Number(prefetchRaw) : undefined,

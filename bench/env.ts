@@ -7,6 +7,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pino } from "pino";
 import { startEmbeddedPostgres } from "../src/db/embedded.js";
+import { migrate } from "../src/db/migrate.js";
+import { silentLogger } from "../src/log.js";
 import { sql } from "./pg.js";
 import { startChild, type Child } from "./proc.js";
 
@@ -79,6 +81,20 @@ export async function openOwnDatabase(db: Database): Promise<Database | undefine
   const url = new URL(db.url);
   url.pathname = `/${name}`;
   return { url: url.toString(), schema: db.schema, close: () => dropDatabase(db.url, name) };
+}
+
+/** The table prefix the daemons run with (their default), so `"${schema}".aiflow_work_item` is theirs. */
+export const PREFIX = "aiflow_";
+
+/**
+ * A schema of its own on the run's database, migrated here, for a section that runs the store in
+ * this process rather than through a daemon (claim_cost): the daemons of the other sections work on
+ * the run's schema, and their sweeps never read this one. Dropped by close().
+ */
+export async function openOwnSchema(db: Database, label: string): Promise<Database> {
+  const schema = `${db.schema}_${label}`;
+  await migrate(db.url, { schema, prefix: PREFIX }, silentLogger());
+  return { url: db.url, schema, close: () => dropSchema(db.url, schema) };
 }
 
 async function dropDatabase(url: string, name: string): Promise<void> {

@@ -18,13 +18,21 @@ export const HELP = `npm run bench -- [options]
   --hb-agents N      simulated agents for the heartbeat cost (default 1000)
   --hb-duration D    heartbeat phase length (default 10s)
   --drain-warmup N   items the drain's agents take first, uncounted (default 4000)
-  --only LIST        comma list of: enqueue,drain,mixed,latency,heartbeat (default all), fast-path;
+  --only LIST        comma list of: enqueue,drain,mixed,tenants,latency,heartbeat (default all),
+                     fast-path, claim_cost;
                      mixed drains --items again, a mix of plain items, items that need GPU memory and
                      items under concurrency keys, with agents of several (simulated) GPU sizes, and
                      prints its rate ÷ the plain drain's (implies drain);
+                     tenants drains --items again over 10 tenants with skewed backlogs (40 % down
+                     to 2 %), weights t1=3 t2=2 (the rest 1) and no credit, by agents serving all
+                     ten, and prints its rate ÷ the plain drain's and each tenant's share of the
+                     dispatches while all had a backlog next to its weight's (implies drain);
                      latency includes the HTTP/2 floor (a bare Node HTTP/2 exchange at --rate);
                      fast-path (only when named) drains twice in the run, with the daemon's
-                     --grpc-fast-path and the SDK's fastTransport on, then both off
+                     --grpc-fast-path and the SDK's fastTransport on, then both off;
+                     claim_cost (only when named) times the claim statement in this process, no
+                     daemon: an agent of 1, 10, 100, 1000 backlogged tenants (fair share) against
+                     an agent of one tenant, 200 claims of 32 over 20,000 items each
   --tls              also run the drain and the steady rate over TLS (daemons of their own, with a
                      certificate from scripts/dev-certs.sh), after the same sections over h2c, and
                      print TLS ÷ h2c (implies --only's drain and latency)
@@ -44,9 +52,9 @@ export const WARMUP_MS = 20_000;
 
 export class BenchArgError extends Error {}
 
-const SECTIONS = ["enqueue", "drain", "mixed", "latency", "heartbeat"];
+const SECTIONS = ["enqueue", "drain", "mixed", "tenants", "latency", "heartbeat"];
 /** Sections run only when --only names them. */
-const OPT_IN = ["fast-path"];
+const OPT_IN = ["fast-path", "claim_cost"];
 
 const count = (raw: string, flag: string, min = 1): number => {
   if (!/^\d+$/.test(raw) || Number(raw) < min) throw new BenchArgError(`${flag} needs a whole number ≥ ${min}, not '${raw}'`);
@@ -106,6 +114,6 @@ export function parseOptions(argv: readonly string[]): { o: Options; only: Set<s
   }
   if (o.tls) for (const s of ["drain", "latency"]) only.add(s);
   if (o.observability) only.add("latency");
-  if (only.has("mixed")) only.add("drain");
+  if (only.has("mixed") || only.has("tenants")) only.add("drain");
   return { o, only, help: false };
 }

@@ -5,7 +5,8 @@
  */
 import { dropBaseline } from "./baseline.js";
 import { freePort, makeBenchTls, openDatabase, openOwnDatabase, startDaemonProc, type DaemonProc } from "./env.js";
-import { clearCompleted, drainBaseline, drainOurs, enqueueRate, settleDatabase, heartbeatCost, latencyBaseline, latencyOurs, rpcFigures, startAgents, stopAgents } from "./sections.js";
+import { clearCompleted, drainBaseline, drainOurs, enqueueRate, settleDatabase, heartbeatCost, latencyBaseline, latencyOurs, rpcFigures, SHARE_DAEMON_ENV, startAgents, stopAgents, tenantShareFigures } from "./sections.js";
+import { CLAIM_COST, claimCost } from "./claim-cost.js";
 import { http2Floor, perItem } from "./floor.js";
 import { gcFigures, latencyRatio, ratio } from "./stats.js";
 import { BenchArgError, HELP, parseOptions } from "./options.js";
@@ -35,8 +36,11 @@ const emit = (name: string, figures: Record<string, number | string>) => {
 const db = await openDatabase(progress);
 const daemons: DaemonProc[] = [];
 try {
-  progress(`starting ${o.daemons} daemon(s)`);
-  for (let i = 0; i < o.daemons; i++) daemons.push(await startDaemonProc(db, i));
+  // claim_cost runs in this process: a run of it alone starts no daemon.
+  if ([...only].some((s) => s !== "claim_cost")) {
+    progress(`starting ${o.daemons} daemon(s)`);
+    for (let i = 0; i < o.daemons; i++) daemons.push(await startDaemonProc(db, i));
+  }
   let agents: Awaited<ReturnType<typeof startAgents>> | undefined;
   /** The h2c figures the TLS and observability sections are compared with. */
   let h2c: { drain?: number; p50?: number; p99?: number; daemonUsPerItem?: number } = {};
@@ -60,11 +64,29 @@ try {
   if (only.has("mixed")) {
     progress(`mixed: enqueueing ${o.items} items (GPU needs, concurrency keys, plain), draining with ${o.agents} agents of several GPU sizes`);
     await clearCompleted(db);
-    await enqueueRate(db, daemons, o.items, true);
-    const mixed = await drainOurs(db, daemons, o, true);
+    await enqueueRate(db, daemons, o.items, "mixed");
+    const mixed = await drainOurs(db, daemons, o, "mixed");
     const { rpcs } = await stopAgents(mixed.agents);
     emit("drain_mixed", { ...mixed.figures, ...rpcFigures(rpcs) });
     emit("mixed_ratio", { mixed_items_per_s: mixed.figures.items_per_s!, plain_items_per_s: h2c.drain!, mixed_over_plain: ratio(Number(mixed.figures.items_per_s), h2c.drain!) });
+  }
+  if (only.has("tenants")) {
+    // The drain again over ten tenants with skewed backlogs, on daemons of their own that carry the
+    // weights (an item's turn is stamped by the daemon that enqueues it) and no credit, so the
+    // shares hold from the first dispatch; the agents serve all ten, so they claim by fair share.
+    const set = await Promise.all(daemons.map((_, i) => startDaemonProc(db, 400 + i, SHARE_DAEMON_ENV)));
+    try {
+      progress(`tenants: enqueueing ${o.items} items over 10 tenants (skewed), draining with ${o.agents} agents × ${o.slots} slots serving all of them`);
+      await clearCompleted(db);
+      await enqueueRate(db, set, o.items, "tenants");
+      const run = await drainOurs(db, set, o, "tenants");
+      const { rpcs } = await stopAgents(run.agents);
+      emit("drain_tenants", { ...run.figures, ...rpcFigures(rpcs) });
+      emit("tenant_shares", await tenantShareFigures(db));
+      emit("tenants_ratio", { tenants_items_per_s: run.figures.items_per_s!, plain_items_per_s: h2c.drain!, tenants_over_plain: ratio(Number(run.figures.items_per_s), h2c.drain!) });
+    } finally {
+      await Promise.all(set.map((d) => d.child.stop()));
+    }
   }
   if (only.has("latency")) {
     await settleDatabase(db);
@@ -202,6 +224,10 @@ try {
         await own.close();
       }
     }
+  }
+  if (only.has("claim_cost")) {
+    // In this process on a schema of its own (claim-cost.ts): the claim statement alone, shared and plain.
+    await claimCost(db, CLAIM_COST, (figures) => emit("claim_cost", figures), progress);
   }
 } finally {
   await Promise.all(daemons.map((d) => d.child.stop()));

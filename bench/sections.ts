@@ -7,7 +7,7 @@ import { nowMs } from "./clock.js";
 import { clientTlsEnv, committedTransactions, KIND, NODE_TUNING, TENANT, TOKENS, type Database, type DaemonProc } from "./env.js";
 import { pollUntil, sql } from "./pg.js";
 import { cpuMeter, pidsNamed, runLengthMeter, startChild, watchProc, type Child } from "./proc.js";
-import { gcFigures, perSecond, round, summarize } from "./stats.js";
+import { gcFigures, perSecond, round, summarize, tenantShares } from "./stats.js";
 
 export interface Options {
   items: number;
@@ -60,18 +60,53 @@ const mixedItem = (i: number) => {
   return { engineKind: KIND, payloadJson: "{}", workerParams: params };
 };
 
-export async function enqueueRate(db: Database, daemons: DaemonProc[], items: number, mixed = false): Promise<Figures> {
+/**
+ * The tenants section's tenants, each one's share of the backlog (percent: a skew, the largest
+ * first) and the weights its daemons are given (AIFLOW_TENANT_WEIGHTS; the others weigh 1). By
+ * backlog ÷ weight, t8 and t9 run out first, after about a quarter of the items.
+ */
+export const SHARE_TENANTS = Array.from({ length: 10 }, (_, i) => `t${i}`);
+const SHARE_BACKLOG_PCT = [40, 20, 10, 8, 6, 5, 4, 3, 2, 2];
+const HEAVIER: Readonly<Record<string, number>> = { t1: 3, t2: 2 };
+export const SHARE_WEIGHTS: Readonly<Record<string, number>> = Object.fromEntries(SHARE_TENANTS.map((t) => [t, HEAVIER[t] ?? 1]));
+/** The tenants section's daemon settings: its weights, and no credit, so the shares are clean from the first dispatch. */
+export const SHARE_DAEMON_ENV = {
+  AIFLOW_TENANTS: SHARE_TENANTS.join(","),
+  AIFLOW_TENANT_WEIGHTS: Object.entries(SHARE_WEIGHTS)
+    .filter(([, w]) => w !== 1)
+    .map(([t, w]) => `${t}=${w}`)
+    .join(","),
+  AIFLOW_FAIR_SHARE_CREDIT: "0",
+};
+
+/** `items` split over the tenants by SHARE_BACKLOG_PCT (the rounding's remainder to t0). */
+export function shareBacklog(items: number): [string, number][] {
+  const counts = SHARE_BACKLOG_PCT.map((pct) => Math.floor((items * pct) / 100));
+  counts[0]! += items - counts.reduce((s, n) => s + n, 0);
+  return SHARE_TENANTS.map((t, i) => [t, counts[i]!]);
+}
+
+/**
+ * What a section drains: plain items of one tenant; the mixed section's (mixedItem, MIXED_GPUS);
+ * or plain items of the tenants section's tenants (SHARE_TENANTS), by agents serving all of them.
+ */
+export type Fleet = "plain" | "mixed" | "tenants";
+
+export async function enqueueRate(db: Database, daemons: DaemonProc[], items: number, fleet: Fleet = "plain"): Promise<Figures> {
   const clients = daemons.map((d) => createClient(QueueService, createGrpcTransport({ baseUrl: d.url, nodeOptions: d.tls ? { ca: d.tls.caPem } : undefined })));
   const batch = 1000;
   const start = nowMs();
-  const batches = Array.from({ length: Math.ceil(items / batch) }, (_, i) => Math.min(batch, items - i * batch));
+  // Batches of one tenant each (an Enqueue names one tenant), a tenant's in a row.
+  const batches = (fleet === "tenants" ? shareBacklog(items) : ([[TENANT, items]] as [string, number][])).flatMap(([tenant, count]) =>
+    Array.from({ length: Math.ceil(count / batch) }, (_, i) => ({ tenant, n: Math.min(batch, count - i * batch) })),
+  );
   let next = 0;
   await Promise.all(
     Array.from({ length: 4 }, async (_, w) => {
       while (next < batches.length) {
-        const n = batches[next++]!;
-        const items = Array.from({ length: n }, (_, i) => (mixed ? mixedItem(i) : { engineKind: KIND, payloadJson: "{}" }));
-        await clients[w % clients.length]!.enqueue({ tenantKey: TENANT, items }, { headers });
+        const { tenant, n } = batches[next++]!;
+        const items = Array.from({ length: n }, (_, i) => (fleet === "mixed" ? mixedItem(i) : { engineKind: KIND, payloadJson: "{}" }));
+        await clients[w % clients.length]!.enqueue({ tenantKey: tenant, items }, { headers });
       }
     }),
   );
@@ -85,10 +120,11 @@ export async function startAgents(
   tag: string,
   env: Record<string, string> = {},
   envOf: (i: number) => Record<string, string> = () => ({}),
+  tenants: readonly string[] = [TENANT],
 ): Promise<Child[]> {
   const agents = Array.from({ length: o.agents }, (_, i) => {
     const d = daemons[i % daemons.length]!;
-    return startChild("bench/child-agent.ts", [d.url, TOKENS.agent, `bench-${tag}-${i}`, String(o.slots), TENANT, KIND, o.prefetch === undefined ? "" : String(o.prefetch), o.fastTransport === false ? "slow" : "fast"], {
+    return startChild("bench/child-agent.ts", [d.url, TOKENS.agent, `bench-${tag}-${i}`, String(o.slots), tenants.join(","), KIND, o.prefetch === undefined ? "" : String(o.prefetch), o.fastTransport === false ? "slow" : "fast"], {
       nodeArgs: NODE_TUNING,
       env: { ...clientTlsEnv(d), ...env, ...envOf(i) },
       ready: (l) => l.includes('"ready"'),
@@ -172,15 +208,19 @@ export async function clearCompleted(db: Database): Promise<void> {
   await sql(db.url, `DELETE FROM ${workTable(db)} WHERE status = 'completed'`);
 }
 
-/** A drain by fresh agents of what is pending; `mixed`: the agents of the mixed fleet (MIXED_GPUS). */
-export async function drainOurs(db: Database, daemons: DaemonProc[], o: Options, mixed = false): Promise<{ figures: Figures; agents: Child[] }> {
+/**
+ * A drain by fresh agents of what is pending; `fleet` "mixed": the agents of the mixed fleet
+ * (MIXED_GPUS); "tenants": agents serving all of SHARE_TENANTS, warmed up on those tenants' items.
+ */
+export async function drainOurs(db: Database, daemons: DaemonProc[], o: Options, fleet: Fleet = "plain"): Promise<{ figures: Figures; agents: Child[] }> {
   await sql(db.url, `UPDATE ${workTable(db)} SET status = 'cancelled' WHERE status = 'pending'`);
-  const agents = await startAgents(daemons, o, mixed ? "mixed" : "drain", {}, (i): Record<string, string> => (mixed ? { BENCH_GPUS: MIXED_GPUS[i % MIXED_GPUS.length]!.join(",") } : {}));
+  const gpus = (i: number): Record<string, string> => (fleet === "mixed" ? { BENCH_GPUS: MIXED_GPUS[i % MIXED_GPUS.length]!.join(",") } : {});
+  const agents = await startAgents(daemons, o, fleet === "plain" ? "drain" : fleet, {}, gpus, fleet === "tenants" ? SHARE_TENANTS : [TENANT]);
   if (o.drainWarmup > 0) {
     // A warm-up the agents drain first, not counted: agents are long-running processes, and in a
     // drain of a few seconds, freshly started ones spent a visible share of it compiling their hot
     // paths. Its rows are deleted before the counted drain starts.
-    await enqueueRate(db, daemons, o.drainWarmup);
+    await enqueueRate(db, daemons, o.drainWarmup, fleet === "tenants" ? "tenants" : "plain");
     await waitForDrained(db, 600_000);
     await sql(db.url, `DELETE FROM ${workTable(db)} WHERE status = 'completed'`);
     await Promise.all(agents.map((a) => resetFigures(a)));
@@ -218,6 +258,34 @@ export async function drainOurs(db: Database, daemons: DaemonProc[], o: Options,
       agents_cpu_us_per_item: round((cpu.groupMs.agents! * 1000) / Number(row!.n), 1),
     },
   };
+}
+
+/**
+ * The tenants section's shares, read back from the table after its drain: every completed item of
+ * SHARE_TENANTS in dispatch order (dispatched_at; a claim's items, which share it, by turn), and
+ * over the stretch while every tenant had a backlog (tenantShares), each tenant's share of the
+ * dispatches next to its weight's share, and the largest difference between the two.
+ *
+ * The order is as fine as a claim: dispatched_at is the daemon's clock (ms) as the claim began, so
+ * two claims whose statements ran in the other order than their clocks read swap their batches
+ * (about a hundred items each here), and the stretch can end up to a batch late. Over the ~780
+ * dispatches of a 3,000-item run that reads as up to ~0.01 of difference; the default 20,000 items
+ * give a stretch of ~5,200.
+ */
+export async function tenantShareFigures(db: Database): Promise<Figures> {
+  const rows = await sql<{ tenant_key: string }>(
+    db.url,
+    `SELECT tenant_key FROM ${workTable(db)} WHERE status = 'completed' AND tenant_key = ANY($1::text[]) ORDER BY dispatched_at, share_tag, id`,
+    [SHARE_TENANTS],
+  );
+  const s = tenantShares(rows.map((r) => r.tenant_key), SHARE_WEIGHTS);
+  const out: Figures = { tenants: Object.keys(s.shares).length, items: rows.length, stretch_dispatches: s.dispatches, first_out: s.firstOut };
+  for (const [t, v] of Object.entries(s.shares)) {
+    out[`${t}_share`] = round(v.measured, 4);
+    out[`${t}_expected`] = round(v.expected, 4);
+  }
+  out.max_abs_diff = round(s.maxAbsDiff, 4);
+  return out;
 }
 
 export async function drainBaseline(db: Database, o: Options): Promise<Figures> {

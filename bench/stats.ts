@@ -68,3 +68,47 @@ export function gcFigures(group: string, pauses: readonly number[] | undefined):
     [`${group}_gc_max_ms`]: round(pauses.length ? Math.max(...pauses) : 0, 1),
   };
 }
+
+/** The tenants section's shares over the stretch where every tenant had a backlog (`tenantShares`). */
+export interface TenantShares {
+  /** Dispatches in the stretch: from the first to the first tenant's last. */
+  dispatches: number;
+  /** The tenant whose last item ended the stretch. */
+  firstOut: string;
+  /** Each tenant's share of the stretch's dispatches, and its weight ÷ the sum of the weights. */
+  shares: Record<string, { measured: number; expected: number }>;
+  /** The largest |measured − expected| over the tenants. */
+  maxAbsDiff: number;
+}
+
+/**
+ * Tenants' shares of dispatches while all of them still had a backlog. `order` is every
+ * dispatched item's tenant in dispatch order; a tenant's backlog is how often it appears there.
+ * The stretch runs from the first dispatch to the one that took the first tenant's last item
+ * (inclusive). `weights` names every tenant (a tenant absent from `order` had no backlog: left out).
+ */
+export function tenantShares(order: readonly string[], weights: Readonly<Record<string, number>>): TenantShares {
+  const backlog: Record<string, number> = {};
+  for (const t of order) backlog[t] = (backlog[t] ?? 0) + 1;
+  const tenants = Object.keys(weights).filter((t) => (backlog[t] ?? 0) > 0);
+  const seen: Record<string, number> = Object.fromEntries(tenants.map((t) => [t, 0]));
+  let firstOut = "";
+  for (const t of order) {
+    if (!(t in seen)) continue;
+    if (++seen[t]! === backlog[t]) {
+      firstOut = t;
+      break;
+    }
+  }
+  const total = tenants.reduce((s, t) => s + weights[t]!, 0);
+  const dispatches = tenants.reduce((s, t) => s + seen[t]!, 0);
+  const shares: TenantShares["shares"] = {};
+  let maxAbsDiff = 0;
+  for (const t of tenants) {
+    const measured = dispatches === 0 ? Number.NaN : seen[t]! / dispatches;
+    const expected = weights[t]! / total;
+    shares[t] = { measured, expected };
+    maxAbsDiff = Math.max(maxAbsDiff, Math.abs(measured - expected));
+  }
+  return { dispatches, firstOut, shares, maxAbsDiff };
+}

@@ -34,7 +34,7 @@ describe("benchmark options", () => {
     [["--items", "lots"], /--items needs a whole number ≥ 1, not 'lots'/],
     [["--agents", "0"], /--agents needs a whole number ≥ 1/],
     [["--warmup", "soon"], /--warmup/],
-    [["--only", "drain,latncy"], /--only takes a comma list of enqueue, drain, mixed, latency, heartbeat, fast-path; not 'latncy'/],
+    [["--only", "drain,latncy"], /--only takes a comma list of enqueue, drain, mixed, tenants, latency, heartbeat, fast-path, claim_cost; not 'latncy'/],
     [["--itmes", "5"], /unknown option --itmes/],
   ])("refuses %j with a message naming the option", (argv, message) => {
     expect(() => parseOptions(argv)).toThrow(BenchArgError);
@@ -172,13 +172,16 @@ describe("benchmark smoke run", () => {
       .filter((l) => l.startsWith("{"))
       .map((l) => JSON.parse(l) as Record<string, unknown>);
     const names = sets.map((s) => s.bench);
-    expect(names).toEqual(["enqueue", "drain", "drain_baseline", "drain_ratio", "drain_mixed", "mixed_ratio", "latency", "latency_baseline", "latency_ratio", "http2_floor", "drain_tls", "latency_tls", "tls_ratio", "heartbeat"]);
+    expect(names).toEqual(["enqueue", "drain", "drain_baseline", "drain_ratio", "drain_mixed", "mixed_ratio", "drain_tenants", "tenant_shares", "tenants_ratio", "latency", "latency_baseline", "latency_ratio", "http2_floor", "drain_tls", "latency_tls", "tls_ratio", "heartbeat"]);
     expect(sets.find((s) => s.bench === "drain_tls")!.items).toBe(50);
     const tls = sets.find((s) => s.bench === "tls_ratio")!;
     expect(tls.drain_tls_over_h2c).toBeGreaterThan(0);
     expect(typeof tls.p99_tls_minus_h2c_ms).toBe("number");
     expect(sets.find((s) => s.bench === "drain_mixed")!.items).toBe(50);
     expect(sets.find((s) => s.bench === "mixed_ratio")!.mixed_over_plain).toBeGreaterThan(0);
+    expect(sets.find((s) => s.bench === "drain_tenants")!.items).toBe(50);
+    expect(sets.find((s) => s.bench === "tenants_ratio")!.tenants_over_plain).toBeGreaterThan(0);
+    expect(typeof sets.find((s) => s.bench === "tenant_shares")!.max_abs_diff).toBe("number");
     const drain = sets.find((s) => s.bench === "drain")!;
     expect(drain.items).toBe(50);
     expect(typeof drain.items_per_s).toBe("number");

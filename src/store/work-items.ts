@@ -34,6 +34,7 @@ import type { Page } from "./paging.js";
 export { ITEM_COLUMNS, ITEM_STATUSES, workItemRow, type ClaimedRow, type Completed, type ItemStatus, type Requeued, type WorkItemRow } from "./work-items/columns.js";
 export type { Backoff, Sharing } from "./work-items/context.js";
 export type { ClaimInput } from "./work-items/claim.js";
+export { plainItem } from "./work-items/enqueue.js";
 export type { EnqueueResult, EnqueueRow, HandoffInput, NewItem } from "./work-items/enqueue.js";
 export type { Completion } from "./work-items/fenced-writes.js";
 export type { ListFilter } from "./work-items/reads.js";

@@ -10,7 +10,7 @@ import { AgentService, type AgentCapacitySchema, type AgentMetricsSchema, type C
 import type { AgentStatus } from "@aiflow/wire/gen/aiflow/cluster/v1/common_pb.js";
 import { QueueService, type EnqueueItemSchema } from "@aiflow/wire/gen/aiflow/cluster/v1/queue_pb.js";
 import type { ItemOutcome, WorkItem } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
-import type { NewItem } from "../../src/store/work-items.js";
+import { plainItem, type NewItem } from "../../src/store/work-items.js";
 import { bearer, TOKENS } from "./daemon.js";
 import type { TestDb } from "./db.js";
 import { Connection, until } from "./kit.js";
@@ -18,24 +18,7 @@ import { Connection, until } from "./kit.js";
 export type { WorkItem };
 
 /** A plain item as the store takes it (engine kind dag, due now, no selector or keys), with overrides. */
-export const newItem = (over: Partial<NewItem> = {}): NewItem => ({
-  engineKind: "dag",
-  runId: null,
-  taskId: null,
-  taskName: null,
-  workerParams: null,
-  payloadJson: null,
-  priority: 0,
-  maxRetries: 0,
-  maxRedeliveries: 3,
-  notBeforeNs: 0n,
-  parentId: null,
-  idempotencyKey: null,
-  affinityKey: null,
-  concurrencyKey: null,
-  rateLimitKey: null,
-  ...over,
-});
+export const newItem = (over: Partial<NewItem> = {}): NewItem => plainItem("dag", over);
 
 /** One HTTP/2 connection to a daemon (kit.ts), with both clients on it. */
 export class Conn {

@@ -40,6 +40,26 @@ export interface NewItem {
   rateLimitKey: string | null;
 }
 
+/** A plain item (no params, keys or parent, due at once, priority 0), with `over` on top: what tests and benchmarks enqueue. */
+export const plainItem = (engineKind: string, over: Partial<NewItem> = {}): NewItem => ({
+  engineKind,
+  runId: null,
+  taskId: null,
+  taskName: null,
+  workerParams: null,
+  payloadJson: null,
+  priority: 0,
+  maxRetries: 0,
+  maxRedeliveries: 3,
+  notBeforeNs: 0n,
+  parentId: null,
+  idempotencyKey: null,
+  affinityKey: null,
+  concurrencyKey: null,
+  rateLimitKey: null,
+  ...over,
+});
+
 /** One item to insert, with the call it came from. */
 export interface EnqueueRow {
   id: string;
