@@ -20,8 +20,10 @@ UPDATE {{table:work_item}} SET rank = priority * 1e9 + extract(epoch FROM create
 
 -- Turns across tenants, and the best items of one tenant, each in claim order with the due time as
 -- the last key (as the claim index has it, migration 0005), so items not yet due are passed over
--- on their index entries.
-CREATE INDEX {{name:work_item_share_idx}} ON {{table:work_item}} (share_tag, id, (next_attempt_at + 0)) WHERE status = 'pending';
+-- on their index entries. Items of one Enqueue share a rank (their time), so the tenant's index
+-- breaks ties by id, which ascends in arrival order: FIFO. Equal turns (of different tenants) need
+-- no such order, and every enqueued row pays for these entries, so the turns' index has no id.
+CREATE INDEX {{name:work_item_share_idx}} ON {{table:work_item}} (share_tag, (next_attempt_at + 0)) WHERE status = 'pending';
 CREATE INDEX {{name:work_item_tenant_rank_idx}} ON {{table:work_item}} (tenant_key, rank, id, (next_attempt_at + 0)) WHERE status = 'pending';
 
 -- One row per tenant that has enqueued: the operator's weight (NULL: the configured one, else 1)

@@ -14,7 +14,7 @@ import { canTakeWork } from "../agents.js";
 import { agentRow, claimOrder, comesFirstSql, offeredDueUnkeyed, pendingAndDue, serves, type ItemTerms } from "./claim-rule.js";
 import { HANDED_COLUMNS, idRow, type ClaimedRow } from "./columns.js";
 import type { ItemsContext } from "./context.js";
-import { turnCtes, turnOf } from "./fair-share.js";
+import { turnCtes, turnInputs, turnOf } from "./fair-share.js";
 import { rankOf } from "../../domain/fair-share.js";
 
 export interface NewItem {
@@ -142,7 +142,7 @@ export async function enqueueRows(q: ItemsContext, rows: readonly EnqueueRow[], 
     rateKeys: col((r) => r.item.rateLimitKey ?? null),
     traces: col((r) => r.traceContext ?? null),
     ranks: col((r) => rankOf(r.item.priority, r.nowMs, q.sharing.agingMs)),
-    configWeights: col((r) => q.sharing.weights.get(r.tenant) ?? null),
+    ...turnInputs(rows, q.sharing.weights),
     shareSeed: itemId(rows[0]?.nowMs ?? 0),
     frontierNs: msToNs(rows[0]?.nowMs ?? 0),
     credit: q.sharing.credit,
@@ -203,9 +203,9 @@ export async function enqueueRows(q: ItemsContext, rows: readonly EnqueueRow[], 
             ${sql.array(p.runIds, "text")}, ${sql.array(p.taskIds, "text")}, ${sql.array(p.taskNames, "text")},
             ${sql.array(p.workerParams, "jsonb")}, ${sql.array(p.payloads, "jsonb")}, ${sql.array(p.priorities, "int4")}, ${sql.array(p.notBefores, "int8")},
             ${sql.array(p.maxRetries, "int4")}, ${sql.array(p.maxRedeliveries, "int4")}, ${sql.array(p.idems, "text")}, ${sql.array(p.affinities, "text")}, ${sql.array(p.concurrencyKeys, "text")}, ${sql.array(p.traces, "text")},
-            ${sql.array(p.rateKeys, "text")}, ${sql.array(p.ranks, "float8")}, ${sql.array(p.configWeights, "float8")}${handArrays})
+            ${sql.array(p.rateKeys, "text")}, ${sql.array(p.ranks, "float8")}, ${sql.array(p.turnTenant, "int4")}, ${sql.array(p.turnBack, "int4")}${handArrays})
           WITH ORDINALITY AS v(id, tenant, engine_id, by, at, engine_kind, parent, run_id, task_id, task_name, worker_params, payload,
-                               priority, next_attempt_at, max_retries, max_redeliveries, idem, affinity, ckey, trace, rkey, rank, config_w${handNames}, ord)
+                               priority, next_attempt_at, max_retries, max_redeliveries, idem, affinity, ckey, trace, rkey, rank, tord, back${handNames}, ord)
         ), ${turnCtes(q, p)}
         -- The table is named within pg_stat_activity's first 1 KiB of the statement (tests find it there).
         INSERT INTO ${w} AS w (id, tenant_key, engine_id, engine_kind, parent_work_item_id, run_id, task_id, task_name, worker_params, payload, trace_context,

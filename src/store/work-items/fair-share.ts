@@ -25,13 +25,49 @@ export interface TurnParams {
   shareSeed: ValueExpression;
   frontierNs: ValueExpression;
   credit: ValueExpression;
+  /** Per tenant of the insert: its key, how many rows it has, its configured weight (or null), and who enqueued. */
+  turnTenants: ValueExpression;
+  turnCounts: ValueExpression;
+  turnWeights: ValueExpression;
+  turnBys: ValueExpression;
+  turnAts: ValueExpression;
 }
 
 /**
- * The insert's CTEs after its rows `v` (with tenant, by, at, config_w): `turned`, the upsert of its
- * tenants' rows, and `turns`, their last turns and weights as one jsonb object, read by `turnOf`
- * through an InitPlan, so every tenant row is written (and locked, in tenant order) before any item
- * row goes in: two inserts never hold one's item and wait for the other's tenant.
+ * What the insert's turns need, computed here rather than per row in SQL: per tenant of the rows
+ * (in first-seen order), its count, configured weight and first row's author and time; per row, its tenant's
+ * place in that list (1-based) and how many later rows of its tenant the insert has.
+ */
+export function turnInputs(rows: readonly { tenant: string; by: string; nowMs: number }[], weights: ReadonlyMap<string, number>) {
+  const index = new Map<string, number>();
+  const turnTenants: string[] = [];
+  const turnCounts: number[] = [];
+  const turnBys: string[] = [];
+  const turnAts: string[] = [];
+  const turnTenant: number[] = [];
+  for (const r of rows) {
+    let i = index.get(r.tenant);
+    if (i === undefined) {
+      i = turnTenants.length;
+      index.set(r.tenant, i);
+      turnTenants.push(r.tenant);
+      turnCounts.push(0);
+      turnBys.push(r.by);
+      turnAts.push(new Date(r.nowMs).toISOString());
+    }
+    turnCounts[i]!++;
+    turnTenant.push(i + 1);
+  }
+  const seen = new Array<number>(turnTenants.length).fill(0);
+  const turnBack = turnTenant.map((t) => turnCounts[t - 1]! - ++seen[t - 1]!);
+  return { turnTenants, turnCounts, turnWeights: turnTenants.map((t) => weights.get(t) ?? null), turnBys, turnAts, turnTenant, turnBack };
+}
+
+/**
+ * The insert's CTEs after its rows `v`: `turned`, the upsert of its tenants' rows, and `turns`, their
+ * last turns and weights as arrays in the tenants' order, read by `turnOf` through an InitPlan, so
+ * every tenant row is written (and locked, in tenant order) before any item row goes in: two inserts
+ * never hold one's item and wait for the other's tenant.
  */
 export function turnCtes(q: ItemsContext, p: TurnParams): FragmentSqlToken {
   const w = q.t.id("work_item");
@@ -41,12 +77,13 @@ export function turnCtes(q: ItemsContext, p: TurnParams): FragmentSqlToken {
   // front first: it names the table within pg_stat_activity's first 1 KiB of the statement (tests find it there).
   return sql.fragment`front AS (
           SELECT COALESCE((SELECT f.share_tag FROM ${w} f WHERE f.status = 'pending' AND f.next_attempt_at + 0 <= ${p.frontierNs}
-                            ORDER BY f.share_tag, f.id LIMIT 1),
+                            ORDER BY f.share_tag LIMIT 1),
                           (SELECT max(tm.last_tag) FROM ${s} tm), 0) AS at
         ), vn AS (
-          SELECT v.tenant, count(*) AS cnt, max(v.config_w) AS config_w, min(v.by) AS by, min(v.at) AS at,
-                 row_number() OVER (ORDER BY v.tenant COLLATE "C") AS n
-            FROM v GROUP BY v.tenant
+          SELECT * FROM unnest(${sql.array(p.turnTenants as string[], "text")}, ${sql.array(p.turnCounts as number[], "int4")},
+                               ${sql.array(p.turnWeights as (number | null)[], "float8")}, ${sql.array(p.turnBys as string[], "text")},
+                               ${sql.array(p.turnAts as string[], "timestamptz")})
+            WITH ORDINALITY AS vn(tenant, cnt, config_w, by, at, n)
         ), turned AS (
           INSERT INTO ${s} AS ts (id, tenant_key, last_tag, createdby, createdon, updatedby, updatedon)
           SELECT ${nthId(p.shareSeed, sql.fragment`vn.n`)}, vn.tenant,
@@ -58,14 +95,13 @@ export function turnCtes(q: ItemsContext, p: TurnParams): FragmentSqlToken {
                  updatedby = EXCLUDED.updatedby, updatedon = EXCLUDED.updatedon
           RETURNING ts.tenant_key, ts.last_tag, ${weight("ts")} AS w
         ), turns AS (
-          SELECT jsonb_object_agg(tenant_key, jsonb_build_array(last_tag, w)) AS b FROM turned
+          SELECT array_agg(t.last_tag ORDER BY vn.n) AS lasts, array_agg(t.w ORDER BY vn.n) AS ws FROM turned t JOIN vn ON vn.tenant = t.tenant_key
         )`;
 }
 
 /** A row's turn (`v` the insert's rows): its tenant's last turn, counted back 1/weight per later row of the tenant in the insert. */
 export function turnOf(v: FragmentSqlToken): FragmentSqlToken {
-  const of = (i: 0 | 1) => sql.fragment`((SELECT b FROM turns) -> ${v}.tenant ->> ${i === 0 ? sql.fragment`0` : sql.fragment`1`})::float8`;
-  return sql.fragment`${of(0)} - (count(*) OVER (PARTITION BY ${v}.tenant) - row_number() OVER (PARTITION BY ${v}.tenant ORDER BY ${v}.ord)) / ${of(1)}`;
+  return sql.fragment`(SELECT lasts FROM turns)[${v}.tord] - ${v}.back / (SELECT ws FROM turns)[${v}.tord]`;
 }
 
 /** How the claim's picked rows are chosen and ordered. */
@@ -108,7 +144,7 @@ export function pickedCtes(shape: ClaimShape, t: PickTerms): FragmentSqlToken {
   return sql.fragment`slots AS (
           SELECT w.id, w.tenant_key, w.share_tag FROM ${t.items} w
            WHERE ${t.takeable}
-           ORDER BY w.share_tag, w.id
+           ORDER BY w.share_tag
            LIMIT ${limit}
            FOR UPDATE OF w SKIP LOCKED
         ), tturns AS (
