@@ -32,8 +32,8 @@ export class Tables implements Naming {
     return `${quoteIdent(this.schema)}.${quoteIdent(this.prefix + table)}`;
   }
 
-  /** A function a migration created under the prefix (migration 0008's agent_room, place and key_limit; 0009's rate_rule and rate_admit), for slonik queries. */
-  routine(name: "agent_room" | "place" | "key_limit" | "rate_rule" | "rate_admit"): IdentifierSqlToken {
+  /** A function a migration created under the prefix (migration 0008's agent_room, place and key_limit; 0009's rate_rule, rate_admit and stamp_turns), for slonik queries. */
+  routine(name: "agent_room" | "place" | "key_limit" | "rate_rule" | "rate_admit" | "stamp_turns"): IdentifierSqlToken {
     return sql.identifier([this.schema, this.prefix + name]);
   }
 

@@ -131,3 +131,39 @@ BEGIN
   END LOOP;
 END
 $fn$;
+
+-- stamp_turns: the Enqueue insert's turns (src/store/work-items/fair-share.ts says the rule). Per
+-- tenant of the insert (tenants, counts, configured weights or NULL, who and when, in one order),
+-- its row in tenant_share is written by one upsert, in tenant order, that adds count / weight to
+-- its last turn, from no earlier than the queue's current turn less `credit` items (the earliest
+-- due pending turn, else the latest any tenant took). Returns each tenant's new last turn and
+-- weight, in the order given. A function for the reason place is one (migration 0008): the insert
+-- runs on every Enqueue, and its own plan stays small.
+CREATE FUNCTION {{schema}}.{{name:stamp_turns}}(tenants text[], counts int[], weights float8[], bys text[], ats timestamptz[], seed text, frontier_ns int8, credit float8,
+                                               OUT lasts float8[], OUT ws float8[])
+LANGUAGE plpgsql VOLATILE AS $fn$
+DECLARE
+  front float8;
+BEGIN
+  SELECT f.share_tag INTO front FROM {{table:work_item}} f
+   WHERE f.status = 'pending' AND f.next_attempt_at + 0 <= frontier_ns ORDER BY f.share_tag LIMIT 1;
+  IF front IS NULL THEN
+    SELECT max(tm.last_tag) INTO front FROM {{table:tenant_share}} tm;
+  END IF;
+  front := COALESCE(front, 0);
+  WITH vn AS (
+    SELECT * FROM unnest(tenants, counts, weights, bys, ats) WITH ORDINALITY AS vn(tenant, cnt, config_w, by, at, n)
+  ), turned AS (
+    INSERT INTO {{table:tenant_share}} AS ts (id, tenant_key, last_tag, createdby, createdon, updatedby, updatedon)
+    SELECT overlay(seed placing upper(lpad(to_hex(vn.n::int), 3, '0')) from 11 for 3), vn.tenant,
+           front + (vn.cnt - credit) / COALESCE(vn.config_w, 1), vn.by, vn.at, vn.by, vn.at
+      FROM vn ORDER BY vn.tenant COLLATE "C"
+    ON CONFLICT (tenant_key) DO UPDATE
+       SET last_tag = GREATEST(ts.last_tag, front - credit / COALESCE(ts.weight, (SELECT v2.config_w FROM vn v2 WHERE v2.tenant = ts.tenant_key), 1))
+                      + (SELECT v2.cnt FROM vn v2 WHERE v2.tenant = ts.tenant_key) / COALESCE(ts.weight, (SELECT v2.config_w FROM vn v2 WHERE v2.tenant = ts.tenant_key), 1),
+           updatedby = EXCLUDED.updatedby, updatedon = EXCLUDED.updatedon
+    RETURNING ts.tenant_key, ts.last_tag, COALESCE(ts.weight, (SELECT v2.config_w FROM vn v2 WHERE v2.tenant = ts.tenant_key), 1) AS w
+  )
+  SELECT array_agg(t.last_tag ORDER BY vn.n), array_agg(t.w ORDER BY vn.n) INTO lasts, ws FROM turned t JOIN vn ON vn.tenant = t.tenant_key;
+END
+$fn$;

@@ -18,7 +18,6 @@
  */
 import { sql, type FragmentSqlToken, type IdentifierSqlToken, type ValueExpression } from "slonik";
 import type { ItemsContext } from "./context.js";
-import { nthId } from "./sql-ids.js";
 
 /** The enqueue's markers these CTEs read. */
 export interface TurnParams {
@@ -64,38 +63,17 @@ export function turnInputs(rows: readonly { tenant: string; by: string; nowMs: n
 }
 
 /**
- * The insert's CTEs after its rows `v`: `turned`, the upsert of its tenants' rows, and `turns`, their
- * last turns and weights as arrays in the tenants' order, read by `turnOf` through an InitPlan, so
- * every tenant row is written (and locked, in tenant order) before any item row goes in: two inserts
- * never hold one's item and wait for the other's tenant.
+ * The insert's CTE after its rows `v`: `turns`, its tenants' last turns and weights as arrays in the
+ * tenants' order, from the function stamp_turns (migration 0009, which holds the upsert), read by
+ * `turnOf` through an InitPlan, so every tenant row is written (and locked, in tenant order) before
+ * any item row goes in: two inserts never hold one's item and wait for the other's tenant.
  */
 export function turnCtes(q: ItemsContext, p: TurnParams): FragmentSqlToken {
-  const w = q.t.id("work_item");
-  const s = q.t.id("tenant_share");
-  const credit = sql.fragment`${p.credit}::float8`;
-  const weight = (alias: string) => sql.fragment`COALESCE(${sql.identifier([alias])}.weight, (SELECT vn.config_w FROM vn WHERE vn.tenant = ${sql.identifier([alias])}.tenant_key), 1)`;
-  // front first: it names the table within pg_stat_activity's first 1 KiB of the statement (tests find it there).
-  return sql.fragment`front AS (
-          SELECT COALESCE((SELECT f.share_tag FROM ${w} f WHERE f.status = 'pending' AND f.next_attempt_at + 0 <= ${p.frontierNs}
-                            ORDER BY f.share_tag LIMIT 1),
-                          (SELECT max(tm.last_tag) FROM ${s} tm), 0) AS at
-        ), vn AS (
-          SELECT * FROM unnest(${sql.array(p.turnTenants as string[], "text")}, ${sql.array(p.turnCounts as number[], "int4")},
-                               ${sql.array(p.turnWeights as (number | null)[], "float8")}, ${sql.array(p.turnBys as string[], "text")},
-                               ${sql.array(p.turnAts as string[], "timestamptz")})
-            WITH ORDINALITY AS vn(tenant, cnt, config_w, by, at, n)
-        ), turned AS (
-          INSERT INTO ${s} AS ts (id, tenant_key, last_tag, createdby, createdon, updatedby, updatedon)
-          SELECT ${nthId(p.shareSeed, sql.fragment`vn.n`)}, vn.tenant,
-                 (SELECT at FROM front) + (vn.cnt - ${credit}) / COALESCE(vn.config_w, 1), vn.by, vn.at, vn.by, vn.at
-            FROM vn ORDER BY vn.tenant COLLATE "C"
-          ON CONFLICT (tenant_key) DO UPDATE
-             SET last_tag = GREATEST(ts.last_tag, (SELECT at FROM front) - ${credit} / ${weight("ts")})
-                            + (SELECT vn.cnt FROM vn WHERE vn.tenant = ts.tenant_key) / ${weight("ts")},
-                 updatedby = EXCLUDED.updatedby, updatedon = EXCLUDED.updatedon
-          RETURNING ts.tenant_key, ts.last_tag, ${weight("ts")} AS w
-        ), turns AS (
-          SELECT array_agg(t.last_tag ORDER BY vn.n) AS lasts, array_agg(t.w ORDER BY vn.n) AS ws FROM turned t JOIN vn ON vn.tenant = t.tenant_key
+  // The function's name carries the schema: it names it within pg_stat_activity's first 1 KiB of the statement (tests find it there).
+  return sql.fragment`turns AS (
+          SELECT * FROM ${q.t.routine("stamp_turns")}(${sql.array(p.turnTenants as string[], "text")}, ${sql.array(p.turnCounts as number[], "int4")},
+                        ${sql.array(p.turnWeights as (number | null)[], "float8")}, ${sql.array(p.turnBys as string[], "text")},
+                        ${sql.array(p.turnAts as string[], "timestamptz")}, ${p.shareSeed}, ${p.frontierNs}, ${p.credit}::float8)
         )`;
 }
 
