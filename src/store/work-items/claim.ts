@@ -26,7 +26,7 @@ export interface ClaimInput {
   nowMs: number;
   leaseTtlMs: number;
   affinity: { policy: "hold" | "rebind"; graceMs: number };
-  /** A fresh ULID: the bindings this claim creates take their ids from it (see bindingId). */
+  /** A fresh ULID: the bindings this claim creates take their ids from it (see ./sql-ids.ts). */
   bindingSeed: string;
   /**
    * The fencing token of this dispatch, shared by the items it takes: a token names one dispatch of
@@ -67,9 +67,6 @@ export interface ClaimResult {
    */
   nextSlotMs: number | null;
 }
-
-/** The id of the claim's n-th new binding or key row (./sql-ids.ts). */
-const bindingId = (seed: string, n: ReturnType<typeof sql.fragment>) => nthId(seed, n);
 
 /**
  * The claim. Only an ACTIVE agent claims; it takes pending items of the tenants and engine kinds it
@@ -154,7 +151,7 @@ export async function claim(q: ItemsContext, c: ClaimInput): Promise<ClaimResult
             LEFT JOIN ${b} bk ON bk.affinity_key = d.k
         ), pinned AS (
           INSERT INTO ${b} (id, affinity_key, agent_id, createdby, createdon, updatedby, updatedon)
-          SELECT ${bindingId(p.bindingSeed, sql.fragment`keys.n`)}, keys.k, ${p.agent}, ${p.agent}, ${now}, ${p.agent}, ${now} FROM keys
+          SELECT ${nthId(p.bindingSeed, sql.fragment`keys.n`)}, keys.k, ${p.agent}, ${p.agent}, ${now}, ${p.agent}, ${now} FROM keys
           ON CONFLICT (affinity_key) DO NOTHING
           RETURNING affinity_key
         ), held AS (
@@ -164,7 +161,7 @@ export async function claim(q: ItemsContext, c: ClaimInput): Promise<ClaimResult
              AND (bb.agent_id = ${p.agent}
                   OR ${movable({ agents: a, items: w, rebind: p.rebind, graceEdge, key: sql.fragment`bb.affinity_key`, version: sql.fragment`keys.v` })})
           RETURNING bb.affinity_key
-        ), ${keyCtes(keyTerms, { agent: p.agent, now, rowId: (n) => bindingId(p.bindingSeed, n), order })}, ${rateAdmitCte(rateTerms, { eligible: keyAdmitted, order, agent: p.agent, now, seed: p.bindingSeed })}, need AS (
+        ), ${keyCtes(keyTerms, { agent: p.agent, now, rowId: (n) => nthId(p.bindingSeed, n), order })}, ${rateAdmitCte(rateTerms, { eligible: keyAdmitted, order, agent: p.agent, now, seed: p.bindingSeed })}, need AS (
           SELECT p.id, p.req AS r, row_number() OVER (ORDER BY ${order}) AS n
             FROM picked p WHERE p.req IS NOT NULL AND ${keyAdmitted} AND ${rateAdmitted}
         ), ${placedCte(placeTerms)}, ${reserveCte(placeTerms, now)}, claimed AS (
@@ -184,7 +181,7 @@ export async function claim(q: ItemsContext, c: ClaimInput): Promise<ClaimResult
         )${shape === "shared" ? sql.fragment`, ${retagCte(w)}` : sql.fragment``}
         SELECT false AS done, claimed.*, NULL::float8 AS run_s, NULL::text AS freed FROM claimed
         ${"doneIds" in p ? sql.fragment`UNION ALL SELECT true, ${claimedCompletionColumns("done")}, done.run_s, done.freed FROM done` : sql.fragment``}
-        UNION ALL SELECT NULL, ${claimedNulls}, ${nextOpening(rateTerms)}, CASE WHEN ${lost} THEN 'contended' WHEN ${rateHeld(keyAdmitted)} THEN 'held' END
+        UNION ALL SELECT NULL, ${claimedNulls}, ${nextOpening}, CASE WHEN ${lost} THEN 'contended' WHEN ${rateHeld(keyAdmitted)} THEN 'held' END
          WHERE ${lost} OR ${rateHeld(keyAdmitted)} OR (NOT EXISTS (SELECT 1 FROM claimed) AND EXISTS (SELECT 1 FROM rclosed))`;
   });
   const rows = await q.hotRaw<ClaimedRow & { done: boolean | null; run_s: number | null; freed: string | null }>(token);

@@ -27,10 +27,10 @@ export interface RateTerms {
   nowNs: FragmentSqlToken;
 }
 
-/** `rclosed`: the keys closed now. */
+/** `rclosed`: the keys closed now, and when each opens (`o`, epoch ns). */
 export function rateSetCtes(r: RateTerms): FragmentSqlToken {
   return sql.fragment`rclosed AS (
-          SELECT rc.tenant_key AS t, rc.key AS k FROM ${r.limits} rc WHERE rc.open_ns > ${r.nowNs}::float8 AND NOT rc.prefix
+          SELECT rc.tenant_key AS t, rc.key AS k, rc.open_ns AS o FROM ${r.limits} rc WHERE rc.open_ns > ${r.nowNs}::float8 AND NOT rc.prefix
         )`;
 }
 
@@ -62,6 +62,4 @@ export const rateHeld = (eligible: FragmentSqlToken): FragmentSqlToken =>
   sql.fragment`EXISTS (SELECT 1 FROM picked p WHERE p.rate_limit_key IS NOT NULL AND ${eligible} AND p.id NOT IN (SELECT id FROM radmit))`;
 
 /** The earliest time (epoch ns) a closed key opens, for a claim that found nothing and waits (NULL: none is closed). */
-export function nextOpening(r: RateTerms): FragmentSqlToken {
-  return sql.fragment`(SELECT min(ro.open_ns) FROM ${r.limits} ro WHERE ro.open_ns > ${r.nowNs}::float8 AND NOT ro.prefix)`;
-}
+export const nextOpening = sql.fragment`(SELECT min(o) FROM rclosed)`;
