@@ -2,7 +2,7 @@
 import { timestampMs } from "@bufbuild/protobuf/wkt";
 import { ListBindingsResponseSchema, RebindResponseSchema, UnbindResponseSchema, type Binding } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 import { UsageError } from "./args.js";
-import { printJson, wholeFlag, type Command } from "./command.js";
+import { pageOf, printJson, type Command } from "./command.js";
 import { table } from "./format.js";
 
 function bindingRows(bindings: readonly Binding[]): string {
@@ -36,8 +36,7 @@ export const bindingCommands: Command[] = [
           const res = await ctx.ops.listBindings({
             keyPrefix: ctx.args.get("key-prefix") ?? "",
             agentId: ctx.args.get("agent") ?? "",
-            pageSize: wholeFlag(ctx.args, "limit", 100),
-            pageToken: ctx.args.get("page-token") ?? "",
+            ...pageOf(ctx.args),
           });
           if (ctx.json) printJson(ctx, ListBindingsResponseSchema, res);
           else ctx.out((res.bindings.length ? bindingRows(res.bindings) : "no bindings") + (res.nextPageToken ? `\nmore: --page-token ${res.nextPageToken}` : ""));

@@ -70,6 +70,9 @@ export function wholeFlag(args: Parsed, flag: string, fallback: number): number 
   return n;
 }
 
+/** A list call's page from --limit (default 100) and --page-token. */
+export const pageOf = (args: Parsed) => ({ pageSize: wholeFlag(args, "limit", 100), pageToken: args.get("page-token") ?? "" });
+
 /** The first positional, which the command needs. */
 export const one = (args: Parsed, what: string) => {
   const v = args.positionals[0];

@@ -1,7 +1,7 @@
 /** aiflowctl's concurrency-key commands: keys list, keys set. */
 import { ListConcurrencyKeysResponseSchema, SetConcurrencyLimitResponseSchema, type ConcurrencyKey, type ConcurrencyRule } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 import { UsageError } from "./args.js";
-import { printJson, wholeFlag, type Command } from "./command.js";
+import { pageOf, printJson, type Command } from "./command.js";
 import { table } from "./format.js";
 
 function keyRows(keys: readonly ConcurrencyKey[]): string {
@@ -47,8 +47,7 @@ export const keyCommands: Command[] = [
           const res = await ctx.ops.listConcurrencyKeys({
             tenantKey: ctx.args.get("tenant") ?? "",
             keyPrefix: ctx.args.get("key-prefix") ?? "",
-            pageSize: wholeFlag(ctx.args, "limit", 100),
-            pageToken: ctx.args.get("page-token") ?? "",
+            ...pageOf(ctx.args),
           });
           if (ctx.json) printJson(ctx, ListConcurrencyKeysResponseSchema, res);
           else

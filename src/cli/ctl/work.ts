@@ -10,7 +10,7 @@ import {
 import { EnqueueResponseSchema } from "@aiflow/wire/gen/aiflow/cluster/v1/queue_pb.js";
 import { WorkItemStatus, type WorkItem } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
 import { UsageError } from "./args.js";
-import { durationFlag, printJson, statusesOf, wholeFlag, type Command } from "./command.js";
+import { durationFlag, printJson, statusesOf, wholeFlag, type Command, pageOf } from "./command.js";
 import { enumName, humanDuration, status, table } from "./format.js";
 
 const itemStatus = (s: WorkItemStatus) => enumName(WorkItemStatus, s, "");
@@ -96,8 +96,7 @@ export const workCommands: Command[] = [
             runId: ctx.args.get("run") ?? "",
             parentWorkItemId: ctx.args.all("parent")[0] ?? "",
             agentId: ctx.args.get("agent") ?? "",
-            pageSize: wholeFlag(ctx.args, "limit", 100),
-            pageToken: ctx.args.get("page-token") ?? "",
+            ...pageOf(ctx.args),
           });
           if (ctx.json) printJson(ctx, OpsServiceListItemsResponseSchema, res);
           else ctx.out((res.items.length ? itemRows(res.items) : "no items") + (res.nextPageToken ? `\nmore: --page-token ${res.nextPageToken}` : ""));
