@@ -3,7 +3,7 @@ import { durationFromMs, timestampMs, type Duration } from "@bufbuild/protobuf/w
 import { ListRateLimitsResponseSchema, SetRateLimitResponseSchema, type RateLimitKey, type RateLimitRule } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 import { parseDuration } from "../../config.js";
 import { UsageError } from "./args.js";
-import { printJson, wholeFlag, type Command, pageOf } from "./command.js";
+import { pageOf, printJson, wholeFlag, type Command } from "./command.js";
 import { table } from "./format.js";
 
 /** An interval as COUNT/INTERVAL takes it back: whole days, hours, minutes or seconds when it is one, else milliseconds. */

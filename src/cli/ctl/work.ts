@@ -10,7 +10,7 @@ import {
 import { EnqueueResponseSchema } from "@aiflow/wire/gen/aiflow/cluster/v1/queue_pb.js";
 import { WorkItemStatus, type WorkItem } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
 import { UsageError } from "./args.js";
-import { durationFlag, printJson, statusesOf, wholeFlag, type Command, pageOf } from "./command.js";
+import { durationFlag, pageOf, printJson, statusesOf, wholeFlag, type Command } from "./command.js";
 import { enumName, humanDuration, status, table } from "./format.js";
 
 const itemStatus = (s: WorkItemStatus) => enumName(WorkItemStatus, s, "");
