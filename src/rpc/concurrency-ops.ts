@@ -11,15 +11,14 @@
  *   - A change wakes waiting claims: a raised limit lets work start at once, not at their next look.
  */
 import type { ServiceImpl } from "@connectrpc/connect";
-import { z } from "zod";
 import { MAX_IN_FLIGHT } from "../domain/concurrency.js";
 import { invalidArgument } from "../domain/errors.js";
 import type { OpsService } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 import { ANY } from "../queue/wakeups.js";
 import type { WorkQueue } from "../queue/work-queue.js";
-import { assertTenant, callerOf, type Identity } from "../server/auth.js";
+import { assertTenant, callerOf, tenantLimit } from "../server/auth.js";
 import type { ConcurrencyKeyStore, KeyRow } from "../store/concurrency-keys.js";
-import { decodeCursor, encodeCursor } from "./input/page-tokens.js";
+import { decodeKeyCursor, encodeKeyCursor } from "./input/page-tokens.js";
 import { identifier, inRange, optionalText } from "./input/validate.js";
 
 export interface ConcurrencyOpsDeps {
@@ -37,13 +36,13 @@ export function concurrencyOpsImpl(d: ConcurrencyOpsDeps): Pick<ServiceImpl<type
       const caller = callerOf(ctx);
       const tenant = req.tenantKey ? identifier(req.tenantKey, "tenant_key") : undefined;
       if (tenant) assertTenant(caller, tenant);
-      const tenants = limitOf(caller);
+      const tenants = tenantLimit(caller);
       const limit = Math.min(req.pageSize || 100, 1000);
       const rows = await keys.list({
         tenants,
         tenant,
         keyPrefix: optionalText(req.keyPrefix, "key_prefix", MAX_KEY_CHARS) ?? undefined,
-        after: req.pageToken ? afterOf(req.pageToken) : undefined,
+        after: req.pageToken ? decodeKeyCursor(req.pageToken) : undefined,
         limit: limit + 1,
       });
       const page = rows.slice(0, limit);
@@ -51,7 +50,7 @@ export function concurrencyOpsImpl(d: ConcurrencyOpsDeps): Pick<ServiceImpl<type
       const rules = await keys.rules(tenant ? [tenant] : tenants);
       return {
         keys: page.map(keyToWire),
-        nextPageToken: rows.length > limit && last ? cursorOf(last) : "",
+        nextPageToken: rows.length > limit && last ? encodeKeyCursor(last) : "",
         rules: rules.map((r) => ({ tenantKey: r.tenant_key, keyPrefix: r.key_prefix, maxInFlight: r.max_in_flight })),
       };
     },
@@ -76,8 +75,6 @@ export function concurrencyOpsImpl(d: ConcurrencyOpsDeps): Pick<ServiceImpl<type
   };
 }
 
-/** The caller's tenant limit as the store takes it (undefined: every tenant). */
-const limitOf = (caller: Identity) => (caller.tenants ? [...caller.tenants] : undefined);
 
 function keyToWire(r: KeyRow) {
   return {
@@ -96,20 +93,4 @@ function sourceOf(r: KeyRow): string {
   if (r.key_limit !== null) return "ops";
   if (r.rule_prefix !== null) return `ops prefix ${r.rule_prefix}`;
   return "items";
-}
-
-/**
- * A page token names the last key. decodeCursor takes strings of at most 256 characters, and a key
- * may have 512: it rides in two parts.
- */
-const PART = 256;
-const keyCursor = z.object({ t: z.string(), k0: z.string(), k1: z.string() });
-
-function cursorOf(r: KeyRow): string {
-  return encodeCursor({ t: r.tenant_key, k0: r.key.slice(0, PART), k1: r.key.slice(PART) });
-}
-
-function afterOf(token: string): { tenant: string; key: string } {
-  const c = decodeCursor(token, keyCursor);
-  return { tenant: c.t, key: c.k0 + c.k1 };
 }

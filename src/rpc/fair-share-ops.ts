@@ -17,17 +17,16 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { Duration, DurationSchema, TimestampSchema } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
-import { z } from "zod";
 import { invalidArgument } from "../domain/errors.js";
 import { weightProblem } from "../domain/fair-share.js";
 import { MAX_RATE_BURST, MAX_RATE_COUNT, MAX_RATE_INTERVAL_MS, MIN_RATE_INTERVAL_MS } from "../domain/rate-limits.js";
 import type { OpsService, RateLimitKeySchema, RateLimitRuleSchema, TenantSchema } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 import { ANY } from "../queue/wakeups.js";
 import type { WorkQueue } from "../queue/work-queue.js";
-import { assertTenant, callerOf, type Identity } from "../server/auth.js";
+import { assertTenant, callerOf, tenantLimit } from "../server/auth.js";
 import type { KeyStateRow, RateLimitStore, RuleRow } from "../store/rate-limits.js";
 import { sourceOf, type TenantRow, type TenantShareStore } from "../store/tenant-shares.js";
-import { decodeCursor, encodeCursor } from "./input/page-tokens.js";
+import { decodeKeyCursor, encodeKeyCursor } from "./input/page-tokens.js";
 import { identifier, inRange, optionalText } from "./input/validate.js";
 
 export interface FairShareOpsDeps {
@@ -49,7 +48,7 @@ export function fairShareOpsImpl(d: FairShareOpsDeps): Pick<ServiceImpl<typeof O
       const caller = callerOf(ctx);
       const tenant = req.tenantKey ? identifier(req.tenantKey, "tenant_key") : undefined;
       if (tenant) assertTenant(caller, tenant);
-      const rows = await tenants.list({ tenants: limitOf(caller), tenant, configured: configured() });
+      const rows = await tenants.list({ tenants: tenantLimit(caller), tenant, configured: configured() });
       return { tenants: rows.map(tenantToWire) };
     },
 
@@ -80,15 +79,15 @@ export function fairShareOpsImpl(d: FairShareOpsDeps): Pick<ServiceImpl<typeof O
       if (tenant) assertTenant(caller, tenant);
       const keyPrefix = optionalText(req.keyPrefix, "key_prefix", MAX_KEY_CHARS) ?? undefined;
       const limit = Math.min(req.pageSize || 100, 1000);
-      const scope = { tenants: limitOf(caller), tenant, keyPrefix };
-      const rows = await limits.list({ ...scope, after: req.pageToken ? afterOf(req.pageToken) : undefined, limit: limit + 1 });
+      const scope = { tenants: tenantLimit(caller), tenant, keyPrefix };
+      const rows = await limits.list({ ...scope, after: req.pageToken ? decodeKeyCursor(req.pageToken) : undefined, limit: limit + 1 });
       const page = rows.slice(0, limit);
       const last = page.at(-1);
       const rules = await limits.rules(scope);
       return {
         rules: rules.map(ruleToWire),
         keys: page.map(keyToWire),
-        nextPageToken: rows.length > limit && last ? cursorOf(last) : "",
+        nextPageToken: rows.length > limit && last ? encodeKeyCursor(last) : "",
       };
     },
 
@@ -124,8 +123,6 @@ export function fairShareOpsImpl(d: FairShareOpsDeps): Pick<ServiceImpl<typeof O
   };
 }
 
-/** The caller's tenant limit as the stores take it (undefined: every tenant). */
-const limitOf = (caller: Identity) => (caller.tenants ? [...caller.tenants] : undefined);
 
 /** A limit's interval in nanoseconds, within the domain's bounds. */
 function intervalNs(d: Duration | undefined): bigint {
@@ -162,20 +159,4 @@ function keyToWire(r: KeyStateRow): MessageInitShape<typeof RateLimitKeySchema> 
       ? undefined
       : ruleToWire({ tenant_key: r.tenant_key, key: r.rule_key, prefix: r.rule_prefix ?? false, limit_count: r.limit_count, interval_ns: r.interval_ns, burst: r.burst });
   return { tenantKey: r.tenant_key, key: r.key, nextSlotAt: r.open_ns === null ? undefined : timestampOfNs(r.open_ns), limit };
-}
-
-/**
- * A page token names the last key. decodeCursor takes strings of at most 256 characters, and a key
- * may have 512: it rides in two parts (as ListConcurrencyKeys' tokens do).
- */
-const PART = 256;
-const keyCursor = z.object({ t: z.string(), k0: z.string(), k1: z.string() });
-
-function cursorOf(r: KeyStateRow): string {
-  return encodeCursor({ t: r.tenant_key, k0: r.key.slice(0, PART), k1: r.key.slice(PART) });
-}
-
-function afterOf(token: string): { tenant: string; key: string } {
-  const c = decodeCursor(token, keyCursor);
-  return { tenant: c.t, key: c.k0 + c.k1 };
 }

@@ -134,6 +134,9 @@ export function callerOf(ctx: HandlerContext): Identity {
   return id;
 }
 
+/** The caller's tenants as a store's filter takes them; undefined: every tenant. */
+export const tenantLimit = (caller: Identity): string[] | undefined => (caller.tenants ? [...caller.tenants] : undefined);
+
 /** Refuses an agent name the caller's token or client certificate may not act as. */
 export function assertAgent(identity: Identity, name: string): void {
   for (const [limit, what] of [

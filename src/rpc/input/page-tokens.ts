@@ -1,5 +1,5 @@
 /** Opaque page tokens for keyset paging: base64url JSON of the last row's sort key. */
-import type { z } from "zod";
+import { z } from "zod";
 import { invalidArgument } from "../../domain/errors.js";
 
 export function encodeCursor(key: Record<string, string | number>): string {
@@ -32,4 +32,20 @@ function plausible(raw: unknown): boolean {
   return Object.values(raw).every((v) =>
     typeof v === "number" ? Number.isSafeInteger(v) && Math.abs(v) <= MAX_MS : typeof v === "string" ? v.length <= 256 && !/[\u0000-\u001f]/.test(v) : false,
   );
+}
+
+/**
+ * A page token naming the last (tenant, key) of a listing by key. decodeCursor takes strings of at
+ * most 256 characters, and a key may have 512: it rides in two parts.
+ */
+const PART = 256;
+const keyCursor = z.object({ t: z.string(), k0: z.string(), k1: z.string() });
+
+export function encodeKeyCursor(last: { tenant_key: string; key: string }): string {
+  return encodeCursor({ t: last.tenant_key, k0: last.key.slice(0, PART), k1: last.key.slice(PART) });
+}
+
+export function decodeKeyCursor(token: string): { tenant: string; key: string } {
+  const c = decodeCursor(token, keyCursor);
+  return { tenant: c.t, key: c.k0 + c.k1 };
 }
