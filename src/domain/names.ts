@@ -3,3 +3,6 @@ const NAME = /^[A-Za-z0-9._:-]+$/;
 
 /** Whether `v` is made only of identifier characters (the tokens file's agent patterns use it too). */
 export const isIdentifierText = (v: string): boolean => NAME.test(v);
+
+/** The longest key an item may carry (affinity, concurrency and rate limit keys), and so the longest an operator may name. */
+export const MAX_KEY_CHARS = 512;

@@ -20,14 +20,12 @@ import { assertTenant, callerOf, tenantLimit } from "../server/auth.js";
 import type { ConcurrencyKeyStore, KeyRow } from "../store/concurrency-keys.js";
 import { decodeKeyCursor, encodeKeyCursor } from "./input/page-tokens.js";
 import { identifier, inRange, optionalText } from "./input/validate.js";
+import { MAX_KEY_CHARS } from "../domain/names.js";
 
 export interface ConcurrencyOpsDeps {
   queue: WorkQueue;
   keys: ConcurrencyKeyStore;
 }
-
-/** A key or prefix as a caller may give it (the same bound enqueue puts on worker_params.concurrency_key). */
-const MAX_KEY_CHARS = 512;
 
 export function concurrencyOpsImpl(d: ConcurrencyOpsDeps): Pick<ServiceImpl<typeof OpsService>, "listConcurrencyKeys" | "setConcurrencyLimit"> {
   const { queue, keys } = d;
@@ -74,7 +72,6 @@ export function concurrencyOpsImpl(d: ConcurrencyOpsDeps): Pick<ServiceImpl<type
     },
   };
 }
-
 
 function keyToWire(r: KeyRow) {
   return {

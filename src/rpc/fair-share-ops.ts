@@ -28,15 +28,13 @@ import type { KeyStateRow, RateLimitStore, RuleRow } from "../store/rate-limits.
 import { sourceOf, type TenantRow, type TenantShareStore } from "../store/tenant-shares.js";
 import { decodeKeyCursor, encodeKeyCursor } from "./input/page-tokens.js";
 import { identifier, inRange, optionalText } from "./input/validate.js";
+import { MAX_KEY_CHARS } from "../domain/names.js";
 
 export interface FairShareOpsDeps {
   queue: WorkQueue;
   tenants: TenantShareStore;
   limits: RateLimitStore;
 }
-
-/** A key or prefix as a caller may give it (the same bound enqueue puts on worker_params.rate_limit_key). */
-const MAX_KEY_CHARS = 512;
 
 type Methods = "listTenants" | "setTenantWeight" | "listRateLimits" | "setRateLimit";
 
@@ -122,7 +120,6 @@ export function fairShareOpsImpl(d: FairShareOpsDeps): Pick<ServiceImpl<typeof O
     },
   };
 }
-
 
 /** A limit's interval in nanoseconds, within the domain's bounds. */
 function intervalNs(d: Duration | undefined): bigint {

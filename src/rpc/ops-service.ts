@@ -37,6 +37,7 @@ import { fairShareOpsImpl } from "./fair-share-ops.js";
 import { delayMs, identifier, optionalText } from "./input/validate.js";
 import { itemStatusToWire, itemsToWire, requirementsToWire, workItemToWire } from "./work-item-messages.js";
 import { FleetCapacity } from "../fleet/unplaceable.js";
+import { MAX_KEY_CHARS } from "../domain/names.js";
 
 export interface OpsDeps {
   queue: WorkQueue;
@@ -249,7 +250,7 @@ export function opsServiceImpl(d: OpsDeps): ServiceImpl<typeof OpsService> {
       assertFleetWide(callerOf(ctx));
       const limit = Math.min(req.pageSize || 100, 1000);
       const rows = await d.bindings.list({
-        keyPrefix: optionalText(req.keyPrefix, "key_prefix", 512) ?? undefined,
+        keyPrefix: optionalText(req.keyPrefix, "key_prefix", MAX_KEY_CHARS) ?? undefined,
         agent: req.agentId ? identifier(req.agentId, "agent_id") : undefined,
         after: req.pageToken ? decodeCursor(req.pageToken, bindingCursor) : undefined,
         limit: limit + 1,
@@ -295,7 +296,7 @@ export type ReleaseTransaction = <T>(fn: (store: WorkItemStore, ops: AgentOpsSto
 const bindingCursor = z.object({ createdon: z.number(), id: z.string() });
 
 const affinityKey = (raw: string) => {
-  const key = optionalText(raw, "affinity_key", 512);
+  const key = optionalText(raw, "affinity_key", MAX_KEY_CHARS);
   if (!key) throw invalidArgument("affinity_key", "is required");
   return key;
 };

@@ -18,6 +18,7 @@ import type { AgentStore } from "../store/agents.js";
 import { z } from "zod";
 import { decodeCursor, encodeCursor } from "./input/page-tokens.js";
 import { handedTraceparent } from "../observability/rpc-spans.js";
+import { MAX_KEY_CHARS } from "../domain/names.js";
 
 const listCursor = z.object({ priority: z.number().int(), createdon: z.number(), id: z.string() });
 
@@ -130,10 +131,10 @@ function newItem(it: EnqueueItem, i: number, nowMs: number, config: Pick<Config,
   const payloadJson = jsonOrNull(it.payloadJson, f("payload_json"), config.payloadMaxBytes);
   const selector = tagMap(it.workerParams?.selector ?? {}, f("worker_params.selector"));
   const notBeforeMs = it.notBefore ? storableTimestamp(it.notBefore, f("not_before")) : nowMs;
-  const affinityKey = optionalText(it.workerParams?.affinityKey ?? "", f("worker_params.affinity_key"), 512);
+  const affinityKey = optionalText(it.workerParams?.affinityKey ?? "", f("worker_params.affinity_key"), MAX_KEY_CHARS);
   const requirements = requirementsOf(it.workerParams?.requirements, f("worker_params.requirements"));
   const { concurrencyKey, maxInFlight } = concurrencyOf(it.workerParams, f);
-  const rateLimitKey = optionalText(it.workerParams?.rateLimitKey ?? "", f("worker_params.rate_limit_key"), 512);
+  const rateLimitKey = optionalText(it.workerParams?.rateLimitKey ?? "", f("worker_params.rate_limit_key"), MAX_KEY_CHARS);
   const params = {
     ...(Object.keys(selector).length > 0 ? { selector } : {}),
     ...(affinityKey ? { affinityKey } : {}),
@@ -162,7 +163,7 @@ function newItem(it: EnqueueItem, i: number, nowMs: number, config: Pick<Config,
 
 /** The item's concurrency key and the limit it states (1 when it states none); max_in_flight without a key is refused. */
 function concurrencyOf(p: EnqueueItem["workerParams"], f: (name: string) => string): { concurrencyKey: string | null; maxInFlight: number } {
-  const concurrencyKey = optionalText(p?.concurrencyKey ?? "", f("worker_params.concurrency_key"), 512);
+  const concurrencyKey = optionalText(p?.concurrencyKey ?? "", f("worker_params.concurrency_key"), MAX_KEY_CHARS);
   const stated = p?.maxInFlight ?? 0;
   if (!concurrencyKey && stated !== 0) throw invalidArgument(f("worker_params.max_in_flight"), "is set without a concurrency_key");
   return { concurrencyKey, maxInFlight: stated === 0 ? 1 : inRange(stated, f("worker_params.max_in_flight"), 1, MAX_IN_FLIGHT) };
