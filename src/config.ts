@@ -6,7 +6,7 @@
 import { hostname } from "node:os";
 import { readFileSync } from "node:fs";
 import { ConfigError } from "./domain/errors.js";
-import { weightProblem } from "./domain/fair-share.js";
+import { DEFAULT_CREDIT, weightProblem } from "./domain/fair-share.js";
 import { parseTokenSpec, parseTokensFile, type TokenGrant } from "./server/tokens.js";
 
 export { ConfigError };
@@ -324,7 +324,7 @@ const SETTINGS = {
     help: "tenants' fair-share weights, tenant=weight[,tenant=weight…] (default 1; an operator's weight set by aiflowctl wins)",
     parse: tenantWeights,
   },
-  fairShareCredit: { flag: "--fair-share-credit", env: ["AIFLOW_FAIR_SHARE_CREDIT"], default: "100", help: "items' worth of turns an idle tenant may bank for its next burst", parse: int(0, 1_000_000) },
+  fairShareCredit: { flag: "--fair-share-credit", env: ["AIFLOW_FAIR_SHARE_CREDIT"], default: String(DEFAULT_CREDIT), help: "items' worth of turns an idle tenant may bank for its next burst", parse: int(0, 1_000_000) },
   priorityAging: { flag: "--priority-aging", env: ["AIFLOW_PRIORITY_AGING"], default: "0s", help: "waiting this long is worth one priority level inside a tenant; 0: priority is strict", parse: duration(0) },
   affinityIdle: { flag: "--affinity-idle", env: ["AIFLOW_AFFINITY_IDLE"], default: "1h", help: "a binding whose key has had no unfinished item for this long is removed", parse: duration(0) },
   firingRetention: { flag: "--firing-retention-days", env: ["AIFLOW_FIRING_RETENTION_DAYS"], default: "30", help: "days trigger firings are kept (payloads may hold senders' secrets)", parse: int(1, 36500) },

@@ -20,6 +20,8 @@
 
 /** The aging step when aging is off: a priority level is worth this many seconds, which is to say priority decides. */
 export const NO_AGING_STEP_S = 1e9;
+/** Items' worth of turns an idle tenant may bank, unless configured (--fair-share-credit). */
+export const DEFAULT_CREDIT = 100;
 /** Bounds of a tenant's weight. */
 export const MIN_WEIGHT = 0.001;
 export const MAX_WEIGHT = 1000;

@@ -7,6 +7,7 @@
 import { sql, type CommonQueryMethods, type FragmentSqlToken, type QuerySqlToken } from "slonik";
 import type { z } from "zod";
 import { withDbErrors } from "../../db/errors.js";
+import { DEFAULT_CREDIT } from "../../domain/fair-share.js";
 import type { PreparedQueries } from "../../db/prepared.js";
 import { StatementShapes } from "../../db/statement-shapes.js";
 import type { Tables } from "../../db/tables.js";
@@ -29,7 +30,7 @@ export interface Sharing {
   agingMs: number;
 }
 
-export const DEFAULT_SHARING: Sharing = { weights: new Map(), credit: 100, agingMs: 0 };
+export const DEFAULT_SHARING: Sharing = { weights: new Map(), credit: DEFAULT_CREDIT, agingMs: 0 };
 
 export class ItemsContext {
   /** The hot statements (enqueue, claim, completion), built once per shape. */
