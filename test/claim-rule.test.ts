@@ -135,7 +135,7 @@ async function handed(c: Case, viaSlot: boolean): Promise<boolean> {
     const m = METADATA[c.scope] as { tenants?: string[]; engineKinds?: string[] };
     const keys = new Set((m.tenants ?? []).flatMap((t) => (m.engineKinds ?? []).map((k) => workKey(t, k))));
     const waiting = new WaitingClaims("test", LEASE, () => NOW);
-    waiting.open("a", keys, 1, { disarm: () => {}, wait: async () => false } satisfies Armed);
+    waiting.open("a", keys, 1, { disarm: () => {}, wait: async () => false, setCapacity: () => {} } satisfies Armed);
     input = waiting.reserve(rows)?.input;
     if (!input) return false;
   }
@@ -190,7 +190,7 @@ it("keeps back a row of an offered batch that another row of the batch, left to 
         await arrange(base);
         const { rows, plain } = batch(NOW);
         const waiting = new WaitingClaims("test", LEASE, () => NOW);
-        waiting.open("a", new Set([workKey("t", "k")]), 1, { disarm: () => {}, wait: async () => false } satisfies Armed);
+        waiting.open("a", new Set([workKey("t", "k")]), 1, { disarm: () => {}, wait: async () => false, setCapacity: () => {} } satisfies Armed);
         const input = waiting.reserve(rows)?.input;
         const offer = input ? (await store.enqueueRows(rows, input)).some((r) => r.id === plain.id && r.claimed) : false;
         await arrange(base);

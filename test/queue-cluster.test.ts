@@ -53,10 +53,11 @@ const range = (n: number) => Array.from({ length: n }, (_, i) => i);
 function waitEndings(): boolean[] {
   const endings: boolean[] = [];
   const arm = Wakeups.prototype.arm;
-  const spy = vi.spyOn(Wakeups.prototype, "arm").mockImplementation(function (this: Wakeups, keys, capacity) {
-    const armed = arm.call(this, keys, capacity);
+  const spy = vi.spyOn(Wakeups.prototype, "arm").mockImplementation(function (this: Wakeups, keys, capacity, onWake) {
+    const armed = arm.call(this, keys, capacity, onWake);
     return {
       disarm: () => armed.disarm(),
+      setCapacity: (n) => armed.setCapacity(n),
       wait: async (timeoutMs, signals) => {
         const rung = await armed.wait(timeoutMs, signals);
         endings.push(rung);

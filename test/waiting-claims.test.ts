@@ -200,7 +200,7 @@ describe("a claim already waiting", () => {
 });
 
 describe("offers", () => {
-  const open: Armed = { wait: async () => false, disarm: () => {} };
+  const open: Armed = { wait: async () => false, disarm: () => {}, setCapacity: () => {} };
   const rows = (...items: NewItem[]): EnqueueRow[] => items.map((it, i) => ({ id: `R${i}`, tenant: "t", engineId: "e", by: "p", nowMs: 0, item: it }));
   const handoff = () => new WaitingClaims("inst", 1_000, () => 5_000);
 

@@ -29,7 +29,7 @@ export interface Handed {
   dispatch: Dispatch;
 }
 
-interface Slot {
+export interface Slot {
   agent: string;
   /** Wakeups keys of the work the agent serves (tenant and engine kind); null: any. */
   keys: ReadonlySet<string> | null;
@@ -61,6 +61,13 @@ export class WaitingClaims {
     const slot: Slot = { agent, keys, capacity: Math.max(1, capacity), armed, state: "open" };
     this.#open.add(slot);
     return slot;
+  }
+
+  /** More room for an open slot (a stream given credits while it waits); an offered or closed one keeps its offer. */
+  grow(slot: Slot, capacity: number): void {
+    if (slot.state !== "open") return;
+    slot.capacity = Math.max(1, capacity);
+    slot.armed.setCapacity(slot.capacity);
   }
 
   /** Closes the slot; when it was offered items, waits for the insert and answers what it got. */

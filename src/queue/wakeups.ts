@@ -33,6 +33,8 @@ export interface Armed {
   /** Resolves true when rung (for one of its keys) since arming, false at the timeout, an abort or once disarmed. */
   wait(timeoutMs: number, signals: readonly AbortSignal[]): Promise<boolean>;
   disarm(): void;
+  /** How many items the waiter's next look takes at most, changed while it waits (a stream given more credits). */
+  setCapacity(capacity: number): void;
 }
 
 interface Waiter {
@@ -123,10 +125,17 @@ export class Wakeups {
 
   /**
    * Arms a waiter for these keys (null: any ring wakes it) that takes up to `capacity` items when it
-   * looks again.
+   * looks again. With `onWake` the waiter waits from now on without wait(): the first ring calls it
+   * with true, disarm() with false (an agent stream parks this way, with no timer and no signal
+   * listener of its own).
    */
-  arm(keys: ReadonlySet<string> | null, capacity = 1): Armed {
+  arm(keys: ReadonlySet<string> | null, capacity = 1, onWake?: (rung: boolean) => void): Armed {
     const w: Waiter = { keys, capacity: Math.max(1, capacity), rung: false, spare: 0 };
+    if (onWake)
+      w.resolve = (rung) => {
+        w.resolve = undefined;
+        onWake(rung);
+      };
     this.#waiters.add(w);
     return {
       wait: (timeoutMs, signals) => {
@@ -148,6 +157,9 @@ export class Wakeups {
       disarm: () => {
         this.#waiters.delete(w);
         w.resolve?.(false);
+      },
+      setCapacity: (capacity) => {
+        w.capacity = Math.max(1, capacity);
       },
     };
   }

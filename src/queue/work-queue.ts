@@ -101,6 +101,20 @@ export class WorkQueue {
     this.#afterRequeue(rows);
   }
 
+  /**
+   * The leases a broken agent stream pushed and that were not reported go back now, a redelivery
+   * spent on each; their holder is told to stop them (it may have reconnected elsewhere).
+   */
+  async streamBroke(name: string, leases: readonly { id: string; token: string }[]): Promise<void> {
+    const rows = await this.store.requeueLeases(name, leases, this.clock.nowMs(), "stream", `the stream of agent '${name}' broke`);
+    this.events.requeued(rows, "agent_gone");
+    this.freed(rows);
+    if (rows.length === 0) return;
+    this.log.info({ agent: name, items: rows.length }, "an agent stream broke: its unreported items returned to the queue");
+    await this.revoke(rows, "stream broke");
+    this.#afterRequeue(rows);
+  }
+
   #afterRequeue(rows: readonly Requeued[]): void {
     // Items that failed for good are finished; the rest become due after their backoff, which the
     // due-wake task notices.

@@ -41,6 +41,8 @@ import { TriggerFiringStore } from "../store/trigger-firings.js";
 import { WorkItemStore } from "../store/work-items.js";
 import { agentServiceImpl, knownAgentLoader } from "./agent-service/registration.js";
 import { agentWorkImpl } from "./agent-service/work.js";
+import { agentStreamImpl } from "./agent-service/stream.js";
+import { workKit } from "./agent-service/work-kit.js";
 import { ANY, Wakeups } from "../queue/wakeups.js";
 import { WorkQueue } from "../queue/work-queue.js";
 import { queueServiceImpl } from "./queue-service.js";
@@ -154,6 +156,8 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
   );
   metrics.watchPools({ main: () => poolUsage(pool) ?? { inUse: 0, idle: 0, waiting: 0 }, hot: () => hot.usage() });
 
+  // The agent's unary work RPCs and its stream share one scope cache and one set of report rules.
+  const kit = workKit(queue, (name) => agents.workScope(name));
   const health = new HealthState();
   const files: DescFile[] = [file_grpc_health_v1_health, file_aiflow_cluster_v1_agent, file_aiflow_cluster_v1_queue, file_aiflow_cluster_v1_ops, file_aiflow_cluster_v1_runs];
   const mounted: Mounted[] = [
@@ -166,7 +170,8 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
       mount: (r) =>
         r.service(AgentService, {
           ...agentServiceImpl({ config, clock, agents, hub, heartbeats, audit, draining: deps.draining, onAgentGone }),
-          ...agentWorkImpl({ queue, known, scope: (name) => agents.workScope(name), draining: deps.draining }),
+          ...agentWorkImpl({ queue, kit, known, draining: deps.draining }),
+          ...agentStreamImpl({ queue, kit, known, heartbeats, draining: deps.draining }),
         }),
     },
     { services: [QueueService], access: "engine", mount: (r) => r.service(QueueService, queueServiceImpl(queue, agents, deps.draining)) },

@@ -28,7 +28,7 @@ import { ItemsContext, type Backoff, type Sharing } from "./work-items/context.j
 import { enqueueRows, enqueueRowsOf, type EnqueueResult, type EnqueueRow, type HandoffInput, type NewItem } from "./work-items/enqueue.js";
 import { complete, extend, fail, release, type Completion } from "./work-items/fenced-writes.js";
 import { childCounts, find, get, list, type ListFilter } from "./work-items/reads.js";
-import { dueKeys, dueSince, failStranded, failUnplaceable, releaseAgent, requeueAgent, requeueExpired } from "./work-items/sweeps.js";
+import { dueKeys, dueSince, failStranded, failUnplaceable, releaseAgent, requeueAgent, requeueExpired, requeueLeases } from "./work-items/sweeps.js";
 import type { Page } from "./paging.js";
 
 export { ITEM_COLUMNS, ITEM_STATUSES, workItemRow, type ClaimedRow, type Completed, type ItemStatus, type Requeued, type WorkItemRow } from "./work-items/columns.js";
@@ -103,6 +103,11 @@ export class WorkItemStore {
   /** Everything an agent holds goes back at once (it went inactive), an attempt spent. */
   requeueAgent(agent: string, nowMs: number, by: string, reason: string): Promise<readonly Requeued[]> {
     return requeueAgent(this.#q, agent, nowMs, by, reason);
+  }
+
+  /** These leases of an agent go back at once, a redelivery spent (their stream broke). */
+  requeueLeases(agent: string, leases: readonly { id: string; token: string }[], nowMs: number, by: string, reason: string): Promise<readonly Requeued[]> {
+    return requeueLeases(this.#q, agent, leases, nowMs, by, reason);
   }
 
   /** Everything an agent holds goes back without spending an attempt (a drain deadline passed). */

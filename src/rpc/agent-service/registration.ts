@@ -210,7 +210,7 @@ const PCT = (v: number, field: string) => inRange(v, field, 0, 100);
  * heartbeat arrived: the claim trusts what it reports free only while it is younger than the
  * liveness window, and counts as unseen by it the items dispatched after it (placement.ts).
  */
-function metricsJson(m: AgentMetrics | undefined, inFlight: number, at: number): Record<string, unknown> {
+export function metricsJson(m: AgentMetrics | undefined, inFlight: number, at: number): Record<string, unknown> {
   const bytes = (used: bigint, total: bigint, field: string) => {
     plausibleBytes(field, used, total);
     if (used > total && total > 0n) throw invalidArgument(field, `used ${used} exceeds total ${total}`);

@@ -10,18 +10,16 @@
  */
 import { durationMs } from "@bufbuild/protobuf/wkt";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
-import { newId } from "../../util/ids.js";
-import { invalidArgument, resourceExhausted } from "../../domain/errors.js";
+import { resourceExhausted } from "../../domain/errors.js";
 import type { AgentService } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
 import { callerOf, type Identity } from "../../server/auth.js";
-import { agentScopeLoader, assertAgentWithin, assertScopeWithin } from "./registration.js";
+import { assertAgentWithin, assertScopeWithin } from "./registration.js";
+import type { WorkKit } from "./work-kit.js";
 import type { AgentScope, KnownAgent } from "../../fleet/directives.js";
 import { agentStatusToWire } from "./messages.js";
 import type { WorkQueue } from "../../queue/work-queue.js";
-import { workKey } from "../../queue/work-keys.js";
-import type { ClaimedRow, Completed, Completion } from "../../store/work-items.js";
 import type { Handed } from "../../queue/waiting-claims.js";
-import { agentName, delayMs, identifier, jsonOrNull, optionalText } from "../input/validate.js";
+import { agentName } from "../input/validate.js";
 import { claimedItemToWire, fencedOutcomes } from "../work-item-messages.js";
 import { newDispatch } from "../../queue/dispatch.js";
 import { dispatchTracer } from "../../observability/dispatch-spans.js";
@@ -29,14 +27,12 @@ import { callSpanKey } from "../../observability/rpc-spans.js";
 
 export interface AgentWorkDeps {
   queue: WorkQueue;
-  /** The tenants and engine kinds an agent serves, so its claims wait only for work it can take. */
-  scope(name: string): Promise<AgentScope | null>;
+  /** The rules the unary path shares with the stream (./work-kit.ts). */
+  kit: WorkKit;
   /** The agent's cached status (from the directive hub), loading it when unknown. */
   known(name: string): Promise<KnownAgent>;
   draining: AbortSignal;
 }
-
-const MAX_BATCH = 10_000;
 
 /** Times in a row a claim that lost a race looks again at once before it waits as any other. */
 const RACE_RETRIES = 3;
@@ -47,17 +43,9 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
   /** A span per dispatched item in its own trace; undefined while the daemon does not trace. */
   const traceDispatches = dispatchTracer();
 
-  /** The agent's scope, cached by the directive hub (a re-registration drops it on every daemon). */
-  const scopeOf = agentScopeLoader(queue.hub, d.scope);
-  /** Wakeups keys of a scope, made once per cached scope. */
-  const keysOf = new WeakMap<AgentScope, ReadonlySet<string>>();
-  const claimKeys = (scope: AgentScope): ReadonlySet<string> => {
-    let keys = keysOf.get(scope);
-    if (!keys) keysOf.set(scope, (keys = new Set(scope.tenants.flatMap((t) => scope.kinds.map((k) => workKey(t, k))))));
-    return keys;
-  };
-  /** The tenants a caller's fenced writes are limited to (null: any), for the store's own check. */
-  const limitOf = (caller: Identity) => (caller.tenants ? [...caller.tenants] : null);
+  const { kit } = d;
+  const { scopeOf, limitOf, giveBack, completed } = kit;
+  const claimKeys = kit.claimKeys;
 
   /**
    * Waiting claims held now, per agent name and per token: each holds a call, a waiter and a
@@ -89,45 +77,6 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
     };
   };
 
-  const atMost = <T>(items: readonly T[], field: string) => {
-    if (items.length > MAX_BATCH) throw invalidArgument(field, `has ${items.length} items; the limit is ${MAX_BATCH}`);
-    return items;
-  };
-  const batch = <T>(items: readonly T[], field: string) => {
-    if (items.length === 0) throw invalidArgument(field, "needs at least one item");
-    return atMost(items, field);
-  };
-  /** Completions as the store takes them; field names the list in errors (items, completions). */
-  const completionsOf = (items: readonly { workItemId: string; leaseToken: string; resultJson: string }[], field: string): Completion[] =>
-    items.map((c, i) => {
-      const resultJson = jsonOrNull(c.resultJson, `${field}[${i}].result_json`, config.payloadMaxBytes);
-      return { id: identifier(c.workItemId, `${field}[${i}].work_item_id`), token: identifier(c.leaseToken, `${field}[${i}].lease_token`), resultJson };
-    });
-  const completed = (items: readonly Completion[], done: readonly Completed[]) => {
-    queue.events.completed(done, items.length - done.length);
-    if (done.length > 0) queue.done.ring(["*"]);
-    queue.freed(done);
-    return fencedOutcomes(
-      items.map((i) => i.id),
-      done.map((d) => d.id),
-    );
-  };
-  const leaseRefs = (refs: readonly { workItemId: string; leaseToken: string }[], field: string) =>
-    batch(refs, field).map((r, i) => ({ id: identifier(r.workItemId, `${field}[${i}].work_item_id`), token: identifier(r.leaseToken, `${field}[${i}].lease_token`) }));
-
-  /** Fenced items back to the queue without spending an attempt, waking claims for them; answers the ids released. */
-  const release = async (name: string, leases: readonly { id: string; token: string }[], tenants: readonly string[] | null = null) => {
-    const released = await store.release(name, leases, clock.nowMs(), tenants);
-    if (released.length > 0) queue.work.ring(["*"]);
-    return released;
-  };
-
-  /** Gives items back to the queue at once (their claim's call is gone, or they were more than it asked for). */
-  const giveBack = async (name: string, parts: readonly Handed[]) => {
-    const leases = parts.flatMap((p) => p.rows.map((r) => ({ id: r.id, token: p.dispatch.leaseToken })));
-    if (leases.length > 0) await release(name, leases);
-  };
-
   /**
    * A claim's reply: the items its statement took and those handed to it, at most `max`. When the
    * call is gone by now (the client cancelled, its deadline passed, the server stops), nobody will
@@ -147,16 +96,9 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
       await giveBack(name, parts);
       parts = [];
     }
-    // The caller was checked against the agent's scope, but a registration on another daemon may
-    // have changed the scope since: a tenant-limited caller never gets an item outside its tenants.
-    if (caller.tenants) {
-      const limit = caller.tenants;
-      const outside = parts.map((p) => ({ rows: p.rows.filter((r) => !limit.has(r.tenant_key)), dispatch: p.dispatch })).filter((p) => p.rows.length > 0);
-      if (outside.length > 0) {
-        await giveBack(name, outside);
-        parts = parts.map((p) => ({ rows: p.rows.filter((r) => limit.has(r.tenant_key)), dispatch: p.dispatch }));
-      }
-    }
+    const { within, outside } = kit.splitOutside(parts, caller);
+    await giveBack(name, outside);
+    parts = within;
     // A slot is open while the claim's statement runs, so the two together may exceed what it asked
     // for: the handed items past max go back (they are plain items, so that undoes nothing else).
     let room = max;
@@ -187,7 +129,7 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
       const tenants = limitOf(caller);
       // Applied once, by the first statement this call runs. A claim carrying them does not wait
       // unless it asks to (its outcomes then come back with whatever ends the wait).
-      let completions = completionsOf(atMost(req.completions, "completions"), "completions");
+      let completions = kit.completionsOf(kit.atMost(req.completions, "completions"), "completions");
       let completionOutcomes: ReturnType<typeof completed> = [];
       const max = Math.min(Math.max(req.maxItems, 1), config.claimMaxItems);
       const waitMs = completions.length > 0 && !req.waitWithCompletions ? 0 : Math.min(req.wait ? durationMs(req.wait) : 0, config.claimMaxWait);
@@ -224,19 +166,7 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
           try {
             const now = clock.nowMs();
             const dispatch = newDispatch(name, config.instanceId, now, config.leaseTtl);
-            const { claimed: rows, completed: done, contended, heldBack, nextSlotMs } = await store.claim({
-              agent: name,
-              instance: config.instanceId,
-              max: want,
-              nowMs: now,
-              leaseTtlMs: config.leaseTtl,
-              affinity: { policy: config.affinityPolicy === "hold" ? "hold" : "rebind", graceMs: config.affinityGrace },
-              bindingSeed: newId(now),
-              liveEdgeMs: now - config.livenessIntervals * config.heartbeatInterval,
-              leaseToken: dispatch.leaseToken,
-              completions,
-              tenants: scope.tenants.length,
-            });
+            const { claimed: rows, completed: done, contended, heldBack, nextSlotMs } = await store.claim(kit.claimInput(name, want, now, dispatch, completions, scope));
             if (completions.length > 0) {
               completionOutcomes = completed(completions, done);
               completions = [];
@@ -290,17 +220,15 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
     async extendLease(req, ctx) {
       const name = agentName(req.name, ctx);
       const caller = callerOf(ctx);
-      const leases = leaseRefs(req.leases, "leases");
+      const leases = kit.leasesOf(kit.batch(req.leases, "leases"), "leases");
       await assertAgentWithin(caller, name, scopeOf);
-      const now = clock.nowMs();
-      const held = await store.extend(name, leases, now, config.leaseTtl, limitOf(caller));
-      return { outcomes: fencedOutcomes(leases.map((l) => l.id), held), leaseExpiresAtNs: BigInt(now + config.leaseTtl) * 1_000_000n };
+      return kit.extend(name, leases, limitOf(caller));
     },
 
     async complete(req, ctx) {
       const name = agentName(req.name, ctx);
       const caller = callerOf(ctx);
-      const items = completionsOf(batch(req.items, "items"), "items");
+      const items = kit.completionsOf(kit.batch(req.items, "items"), "items");
       await assertAgentWithin(caller, name, scopeOf);
       return { outcomes: completed(items, await store.complete(name, items, clock.nowMs(), limitOf(caller))) };
     },
@@ -308,27 +236,17 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
     async fail(req, ctx) {
       const name = agentName(req.name, ctx);
       const caller = callerOf(ctx);
-      const items = batch(req.items, "items").map((f, i) => ({
-        id: identifier(f.workItemId, `items[${i}].work_item_id`),
-        token: identifier(f.leaseToken, `items[${i}].lease_token`),
-        error: optionalText(f.error, `items[${i}].error`, 8192) ?? "failed without a message",
-        retryable: f.retryable,
-        delayMs: f.retryDelay ? delayMs(f.retryDelay, `items[${i}].retry_delay`) : null,
-      }));
+      const items = kit.failuresOf(kit.batch(req.items, "items"), "items");
       await assertAgentWithin(caller, name, scopeOf);
-      const rows = await store.fail(name, items, clock.nowMs(), limitOf(caller));
-      queue.events.failed(rows, items.length - rows.length);
-      queue.freed(rows);
-      if (rows.some((r) => r.status === "failed")) queue.done.ring(["*"]);
-      return { outcomes: fencedOutcomes(items.map((i) => i.id), rows.map((r) => r.id)) };
+      return { outcomes: await kit.fail(name, items, limitOf(caller)) };
     },
 
     async release(req, ctx) {
       const name = agentName(req.name, ctx);
       const caller = callerOf(ctx);
-      const leases = leaseRefs(req.leases, "leases");
+      const leases = kit.leasesOf(kit.batch(req.leases, "leases"), "leases");
       await assertAgentWithin(caller, name, scopeOf);
-      return { outcomes: fencedOutcomes(leases.map((l) => l.id), await release(name, leases, limitOf(caller))) };
+      return { outcomes: fencedOutcomes(leases.map((l) => l.id), await kit.release(name, leases, limitOf(caller))) };
     },
   };
 }

@@ -34,6 +34,16 @@ export function releaseAgent(q: ItemsContext, agent: string, nowMs: number, by: 
   return requeue(q, sql.fragment`status = 'dispatched' AND agent_id = ${agent}`, reason, nowMs, by, false, 100_000);
 }
 
+/**
+ * These leases of an agent go back at once, one redelivery spent on each (the stream they were
+ * pushed on broke: the agent may be gone). A lease already reported, or moved on, matches nothing.
+ */
+export function requeueLeases(q: ItemsContext, agent: string, leases: readonly { id: string; token: string }[], nowMs: number, by: string, reason: string): Promise<readonly Requeued[]> {
+  if (leases.length === 0) return Promise.resolve([]);
+  const held = sql.fragment`(id, lease_token) IN (SELECT * FROM unnest(${sql.array(leases.map((l) => l.id), "text")}, ${sql.array(leases.map((l) => l.token), "text")}))`;
+  return requeue(q, sql.fragment`status = 'dispatched' AND agent_id = ${agent} AND ${held}`, reason, nowMs, by, true, leases.length);
+}
+
 function requeue(q: ItemsContext, where: FragmentSqlToken, reason: string, nowMs: number, by: string, lostLease: boolean, limit: number): Promise<readonly Requeued[]> {
   const w = q.t.id("work_item");
   const retry = lostLease ? sql.fragment`(w.redelivery_count < w.max_redeliveries)` : sql.fragment`true`;

@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file aiflow/cluster/v1/agent.proto.
  */
 export const file_aiflow_cluster_v1_agent: GenFile = /*@__PURE__*/
-  fileDesc("Ch1haWZsb3cvY2x1c3Rlci92MS9hZ2VudC5wcm90bxIRYWlmbG93LmNsdXN0ZXIudjEi8AEKDUFnZW50TWV0YWRhdGESOAoEdGFncxgBIAMoCzIqLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50TWV0YWRhdGEuVGFnc0VudHJ5Eg0KBXNsb3RzGAIgASgNEg8KB3RlbmFudHMYAyADKAkSFAoMZW5naW5lX2tpbmRzGAQgAygJEg4KBm1vZGVscxgFIAMoCRIyCghjYXBhY2l0eRgGIAEoCzIgLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50Q2FwYWNpdHkaKwoJVGFnc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEilAEKDUFnZW50Q2FwYWNpdHkSEgoKY3B1X21pbGxpcxgBIAEoAxIRCgltZW1vcnlfbWIYAiABKAMSLAoEZ3B1cxgDIAMoCzIeLmFpZmxvdy5jbHVzdGVyLnYxLkdwdUNhcGFjaXR5Ei4KBWRpc2tzGAQgAygLMh8uYWlmbG93LmNsdXN0ZXIudjEuRGlza0NhcGFjaXR5Ij4KC0dwdUNhcGFjaXR5Eg0KBWluZGV4GAEgASgFEg0KBW1vZGVsGAIgASgJEhEKCW1lbW9yeV9tYhgDIAEoAyIuCgxEaXNrQ2FwYWNpdHkSDQoFbW91bnQYASABKAkSDwoHc2l6ZV9tYhgCIAEoAyL0AQoPUmVnaXN0ZXJSZXF1ZXN0EgwKBG5hbWUYASABKAkSFAoMaHR0cF9hZGRyZXNzGAIgASgJEhQKDGdycGNfYWRkcmVzcxgDIAEoCRIVCg1pbmZyYV9hZGRyZXNzGAQgASgJEhUKDWFnZW50X3ZlcnNpb24YBSABKAkSEwoLYmluYXJ5X3BhdGgYBiABKAkSMAoKYWdlbnRfdHlwZRgHIAEoDjIcLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50VHlwZRIyCghtZXRhZGF0YRgIIAEoCzIgLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50TWV0YWRhdGEixAEKEFJlZ2lzdGVyUmVzcG9uc2USCgoCaWQYASABKAkSLgoGc3RhdHVzGAIgASgOMh4uYWlmbG93LmNsdXN0ZXIudjEuQWdlbnRTdGF0dXMSNQoSaGVhcnRiZWF0X2ludGVydmFsGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEiwKCWxlYXNlX3R0bBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIPCgdjcmVhdGVkGAUgASgIIkUKC0Rpc2tNZXRyaWNzEg0KBW1vdW50GAEgASgJEhIKCmZyZWVfYnl0ZXMYAiABKAQSEwoLdG90YWxfYnl0ZXMYAyABKAQidgoKR3B1TWV0cmljcxINCgVpbmRleBgBIAEoDRINCgVtb2RlbBgCIAEoCRITCgt1dGlsaXphdGlvbhgDIAEoARIZChFtZW1vcnlfdXNlZF9ieXRlcxgEIAEoBBIaChJtZW1vcnlfdG90YWxfYnl0ZXMYBSABKAQiugEKDEFnZW50TWV0cmljcxIXCg9jcHVfdXRpbGl6YXRpb24YASABKAESGQoRbWVtb3J5X3VzZWRfYnl0ZXMYAiABKAQSGgoSbWVtb3J5X3RvdGFsX2J5dGVzGAMgASgEEi0KBWRpc2tzGAQgAygLMh4uYWlmbG93LmNsdXN0ZXIudjEuRGlza01ldHJpY3MSKwoEZ3B1cxgFIAMoCzIdLmFpZmxvdy5jbHVzdGVyLnYxLkdwdU1ldHJpY3MiZQoQSGVhcnRiZWF0UmVxdWVzdBIMCgRuYW1lGAEgASgJEjAKB21ldHJpY3MYAiABKAsyHy5haWZsb3cuY2x1c3Rlci52MS5BZ2VudE1ldHJpY3MSEQoJaW5fZmxpZ2h0GAMgASgNInUKEUhlYXJ0YmVhdFJlc3BvbnNlEi4KBnN0YXR1cxgBIAEoDjIeLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50U3RhdHVzEjAKCmRpcmVjdGl2ZXMYAiADKAsyHC5haWZsb3cuY2x1c3Rlci52MS5EaXJlY3RpdmUifwoJRGlyZWN0aXZlEjQKBnN0YXR1cxgBIAEoCzIiLmFpZmxvdy5jbHVzdGVyLnYxLlN0YXR1c0RpcmVjdGl2ZUgAEjQKBmNhbmNlbBgCIAEoCzIiLmFpZmxvdy5jbHVzdGVyLnYxLkNhbmNlbERpcmVjdGl2ZUgAQgYKBGtpbmQihQEKD1N0YXR1c0RpcmVjdGl2ZRIuCgZzdGF0dXMYASABKA4yHi5haWZsb3cuY2x1c3Rlci52MS5BZ2VudFN0YXR1cxIOCgZyZWFzb24YAiABKAkSMgoOZHJhaW5fZGVhZGxpbmUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIkwKD0NhbmNlbERpcmVjdGl2ZRIUCgx3b3JrX2l0ZW1faWQYASABKAkSEwoLbGVhc2VfdG9rZW4YAiABKAkSDgoGcmVhc29uGAMgASgJIiYKFldhdGNoRGlyZWN0aXZlc1JlcXVlc3QSDAoEbmFtZRgBIAEoCSJKChdXYXRjaERpcmVjdGl2ZXNSZXNwb25zZRIvCglkaXJlY3RpdmUYASABKAsyHC5haWZsb3cuY2x1c3Rlci52MS5EaXJlY3RpdmUiIQoRRGVyZWdpc3RlclJlcXVlc3QSDAoEbmFtZRgBIAEoCSIUChJEZXJlZ2lzdGVyUmVzcG9uc2UiqwEKDENsYWltUmVxdWVzdBIMCgRuYW1lGAEgASgJEhEKCW1heF9pdGVtcxgCIAEoDRInCgR3YWl0GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjIKC2NvbXBsZXRpb25zGAQgAygLMh0uYWlmbG93LmNsdXN0ZXIudjEuQ29tcGxldGlvbhIdChV3YWl0X3dpdGhfY29tcGxldGlvbnMYBSABKAgivwEKDUNsYWltUmVzcG9uc2USKgoFaXRlbXMYASADKAsyGy5haWZsb3cuY2x1c3Rlci52MS5Xb3JrSXRlbRIuCgZzdGF0dXMYAiABKA4yHi5haWZsb3cuY2x1c3Rlci52MS5BZ2VudFN0YXR1cxIVCg1hZmZpbml0eV9rZXlzGAMgAygJEjsKE2NvbXBsZXRpb25fb3V0Y29tZXMYBCADKAsyHi5haWZsb3cuY2x1c3Rlci52MS5JdGVtT3V0Y29tZSI1CghMZWFzZVJlZhIUCgx3b3JrX2l0ZW1faWQYASABKAkSEwoLbGVhc2VfdG9rZW4YAiABKAkiTwoSRXh0ZW5kTGVhc2VSZXF1ZXN0EgwKBG5hbWUYASABKAkSKwoGbGVhc2VzGAIgAygLMhsuYWlmbG93LmNsdXN0ZXIudjEuTGVhc2VSZWYiZAoTRXh0ZW5kTGVhc2VSZXNwb25zZRIwCghvdXRjb21lcxgBIAMoCzIeLmFpZmxvdy5jbHVzdGVyLnYxLkl0ZW1PdXRjb21lEhsKE2xlYXNlX2V4cGlyZXNfYXRfbnMYAiABKAMiTAoKQ29tcGxldGlvbhIUCgx3b3JrX2l0ZW1faWQYASABKAkSEwoLbGVhc2VfdG9rZW4YAiABKAkSEwoLcmVzdWx0X2pzb24YAyABKAkiTQoPQ29tcGxldGVSZXF1ZXN0EgwKBG5hbWUYASABKAkSLAoFaXRlbXMYAiADKAsyHS5haWZsb3cuY2x1c3Rlci52MS5Db21wbGV0aW9uIkQKEENvbXBsZXRlUmVzcG9uc2USMAoIb3V0Y29tZXMYASADKAsyHi5haWZsb3cuY2x1c3Rlci52MS5JdGVtT3V0Y29tZSKGAQoHRmFpbHVyZRIUCgx3b3JrX2l0ZW1faWQYASABKAkSEwoLbGVhc2VfdG9rZW4YAiABKAkSDQoFZXJyb3IYAyABKAkSEQoJcmV0cnlhYmxlGAQgASgIEi4KC3JldHJ5X2RlbGF5GAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIkYKC0ZhaWxSZXF1ZXN0EgwKBG5hbWUYASABKAkSKQoFaXRlbXMYAiADKAsyGi5haWZsb3cuY2x1c3Rlci52MS5GYWlsdXJlIkAKDEZhaWxSZXNwb25zZRIwCghvdXRjb21lcxgBIAMoCzIeLmFpZmxvdy5jbHVzdGVyLnYxLkl0ZW1PdXRjb21lIksKDlJlbGVhc2VSZXF1ZXN0EgwKBG5hbWUYASABKAkSKwoGbGVhc2VzGAIgAygLMhsuYWlmbG93LmNsdXN0ZXIudjEuTGVhc2VSZWYiQwoPUmVsZWFzZVJlc3BvbnNlEjAKCG91dGNvbWVzGAEgAygLMh4uYWlmbG93LmNsdXN0ZXIudjEuSXRlbU91dGNvbWUqVAoJQWdlbnRUeXBlEhoKFkFHRU5UX1RZUEVfVU5TUEVDSUZJRUQQABIVChFBR0VOVF9UWVBFX1JFTU9URRABEhQKEEFHRU5UX1RZUEVfTE9DQUwQAjKcBgoMQWdlbnRTZXJ2aWNlElMKCFJlZ2lzdGVyEiIuYWlmbG93LmNsdXN0ZXIudjEuUmVnaXN0ZXJSZXF1ZXN0GiMuYWlmbG93LmNsdXN0ZXIudjEuUmVnaXN0ZXJSZXNwb25zZRJWCglIZWFydGJlYXQSIy5haWZsb3cuY2x1c3Rlci52MS5IZWFydGJlYXRSZXF1ZXN0GiQuYWlmbG93LmNsdXN0ZXIudjEuSGVhcnRiZWF0UmVzcG9uc2USagoPV2F0Y2hEaXJlY3RpdmVzEikuYWlmbG93LmNsdXN0ZXIudjEuV2F0Y2hEaXJlY3RpdmVzUmVxdWVzdBoqLmFpZmxvdy5jbHVzdGVyLnYxLldhdGNoRGlyZWN0aXZlc1Jlc3BvbnNlMAESWQoKRGVyZWdpc3RlchIkLmFpZmxvdy5jbHVzdGVyLnYxLkRlcmVnaXN0ZXJSZXF1ZXN0GiUuYWlmbG93LmNsdXN0ZXIudjEuRGVyZWdpc3RlclJlc3BvbnNlEkoKBUNsYWltEh8uYWlmbG93LmNsdXN0ZXIudjEuQ2xhaW1SZXF1ZXN0GiAuYWlmbG93LmNsdXN0ZXIudjEuQ2xhaW1SZXNwb25zZRJcCgtFeHRlbmRMZWFzZRIlLmFpZmxvdy5jbHVzdGVyLnYxLkV4dGVuZExlYXNlUmVxdWVzdBomLmFpZmxvdy5jbHVzdGVyLnYxLkV4dGVuZExlYXNlUmVzcG9uc2USUwoIQ29tcGxldGUSIi5haWZsb3cuY2x1c3Rlci52MS5Db21wbGV0ZVJlcXVlc3QaIy5haWZsb3cuY2x1c3Rlci52MS5Db21wbGV0ZVJlc3BvbnNlEkcKBEZhaWwSHi5haWZsb3cuY2x1c3Rlci52MS5GYWlsUmVxdWVzdBofLmFpZmxvdy5jbHVzdGVyLnYxLkZhaWxSZXNwb25zZRJQCgdSZWxlYXNlEiEuYWlmbG93LmNsdXN0ZXIudjEuUmVsZWFzZVJlcXVlc3QaIi5haWZsb3cuY2x1c3Rlci52MS5SZWxlYXNlUmVzcG9uc2ViBnByb3RvMw", [file_aiflow_cluster_v1_common, file_aiflow_cluster_v1_work_item, file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("Ch1haWZsb3cvY2x1c3Rlci92MS9hZ2VudC5wcm90bxIRYWlmbG93LmNsdXN0ZXIudjEi8AEKDUFnZW50TWV0YWRhdGESOAoEdGFncxgBIAMoCzIqLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50TWV0YWRhdGEuVGFnc0VudHJ5Eg0KBXNsb3RzGAIgASgNEg8KB3RlbmFudHMYAyADKAkSFAoMZW5naW5lX2tpbmRzGAQgAygJEg4KBm1vZGVscxgFIAMoCRIyCghjYXBhY2l0eRgGIAEoCzIgLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50Q2FwYWNpdHkaKwoJVGFnc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEilAEKDUFnZW50Q2FwYWNpdHkSEgoKY3B1X21pbGxpcxgBIAEoAxIRCgltZW1vcnlfbWIYAiABKAMSLAoEZ3B1cxgDIAMoCzIeLmFpZmxvdy5jbHVzdGVyLnYxLkdwdUNhcGFjaXR5Ei4KBWRpc2tzGAQgAygLMh8uYWlmbG93LmNsdXN0ZXIudjEuRGlza0NhcGFjaXR5Ij4KC0dwdUNhcGFjaXR5Eg0KBWluZGV4GAEgASgFEg0KBW1vZGVsGAIgASgJEhEKCW1lbW9yeV9tYhgDIAEoAyIuCgxEaXNrQ2FwYWNpdHkSDQoFbW91bnQYASABKAkSDwoHc2l6ZV9tYhgCIAEoAyL0AQoPUmVnaXN0ZXJSZXF1ZXN0EgwKBG5hbWUYASABKAkSFAoMaHR0cF9hZGRyZXNzGAIgASgJEhQKDGdycGNfYWRkcmVzcxgDIAEoCRIVCg1pbmZyYV9hZGRyZXNzGAQgASgJEhUKDWFnZW50X3ZlcnNpb24YBSABKAkSEwoLYmluYXJ5X3BhdGgYBiABKAkSMAoKYWdlbnRfdHlwZRgHIAEoDjIcLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50VHlwZRIyCghtZXRhZGF0YRgIIAEoCzIgLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50TWV0YWRhdGEixAEKEFJlZ2lzdGVyUmVzcG9uc2USCgoCaWQYASABKAkSLgoGc3RhdHVzGAIgASgOMh4uYWlmbG93LmNsdXN0ZXIudjEuQWdlbnRTdGF0dXMSNQoSaGVhcnRiZWF0X2ludGVydmFsGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEiwKCWxlYXNlX3R0bBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIPCgdjcmVhdGVkGAUgASgIIkUKC0Rpc2tNZXRyaWNzEg0KBW1vdW50GAEgASgJEhIKCmZyZWVfYnl0ZXMYAiABKAQSEwoLdG90YWxfYnl0ZXMYAyABKAQidgoKR3B1TWV0cmljcxINCgVpbmRleBgBIAEoDRINCgVtb2RlbBgCIAEoCRITCgt1dGlsaXphdGlvbhgDIAEoARIZChFtZW1vcnlfdXNlZF9ieXRlcxgEIAEoBBIaChJtZW1vcnlfdG90YWxfYnl0ZXMYBSABKAQiugEKDEFnZW50TWV0cmljcxIXCg9jcHVfdXRpbGl6YXRpb24YASABKAESGQoRbWVtb3J5X3VzZWRfYnl0ZXMYAiABKAQSGgoSbWVtb3J5X3RvdGFsX2J5dGVzGAMgASgEEi0KBWRpc2tzGAQgAygLMh4uYWlmbG93LmNsdXN0ZXIudjEuRGlza01ldHJpY3MSKwoEZ3B1cxgFIAMoCzIdLmFpZmxvdy5jbHVzdGVyLnYxLkdwdU1ldHJpY3MiZQoQSGVhcnRiZWF0UmVxdWVzdBIMCgRuYW1lGAEgASgJEjAKB21ldHJpY3MYAiABKAsyHy5haWZsb3cuY2x1c3Rlci52MS5BZ2VudE1ldHJpY3MSEQoJaW5fZmxpZ2h0GAMgASgNInUKEUhlYXJ0YmVhdFJlc3BvbnNlEi4KBnN0YXR1cxgBIAEoDjIeLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50U3RhdHVzEjAKCmRpcmVjdGl2ZXMYAiADKAsyHC5haWZsb3cuY2x1c3Rlci52MS5EaXJlY3RpdmUifwoJRGlyZWN0aXZlEjQKBnN0YXR1cxgBIAEoCzIiLmFpZmxvdy5jbHVzdGVyLnYxLlN0YXR1c0RpcmVjdGl2ZUgAEjQKBmNhbmNlbBgCIAEoCzIiLmFpZmxvdy5jbHVzdGVyLnYxLkNhbmNlbERpcmVjdGl2ZUgAQgYKBGtpbmQihQEKD1N0YXR1c0RpcmVjdGl2ZRIuCgZzdGF0dXMYASABKA4yHi5haWZsb3cuY2x1c3Rlci52MS5BZ2VudFN0YXR1cxIOCgZyZWFzb24YAiABKAkSMgoOZHJhaW5fZGVhZGxpbmUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIkwKD0NhbmNlbERpcmVjdGl2ZRIUCgx3b3JrX2l0ZW1faWQYASABKAkSEwoLbGVhc2VfdG9rZW4YAiABKAkSDgoGcmVhc29uGAMgASgJIiYKFldhdGNoRGlyZWN0aXZlc1JlcXVlc3QSDAoEbmFtZRgBIAEoCSJKChdXYXRjaERpcmVjdGl2ZXNSZXNwb25zZRIvCglkaXJlY3RpdmUYASABKAsyHC5haWZsb3cuY2x1c3Rlci52MS5EaXJlY3RpdmUiIQoRRGVyZWdpc3RlclJlcXVlc3QSDAoEbmFtZRgBIAEoCSIUChJEZXJlZ2lzdGVyUmVzcG9uc2UiqwEKDENsYWltUmVxdWVzdBIMCgRuYW1lGAEgASgJEhEKCW1heF9pdGVtcxgCIAEoDRInCgR3YWl0GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjIKC2NvbXBsZXRpb25zGAQgAygLMh0uYWlmbG93LmNsdXN0ZXIudjEuQ29tcGxldGlvbhIdChV3YWl0X3dpdGhfY29tcGxldGlvbnMYBSABKAgivwEKDUNsYWltUmVzcG9uc2USKgoFaXRlbXMYASADKAsyGy5haWZsb3cuY2x1c3Rlci52MS5Xb3JrSXRlbRIuCgZzdGF0dXMYAiABKA4yHi5haWZsb3cuY2x1c3Rlci52MS5BZ2VudFN0YXR1cxIVCg1hZmZpbml0eV9rZXlzGAMgAygJEjsKE2NvbXBsZXRpb25fb3V0Y29tZXMYBCADKAsyHi5haWZsb3cuY2x1c3Rlci52MS5JdGVtT3V0Y29tZSI1CghMZWFzZVJlZhIUCgx3b3JrX2l0ZW1faWQYASABKAkSEwoLbGVhc2VfdG9rZW4YAiABKAkiTwoSRXh0ZW5kTGVhc2VSZXF1ZXN0EgwKBG5hbWUYASABKAkSKwoGbGVhc2VzGAIgAygLMhsuYWlmbG93LmNsdXN0ZXIudjEuTGVhc2VSZWYiZAoTRXh0ZW5kTGVhc2VSZXNwb25zZRIwCghvdXRjb21lcxgBIAMoCzIeLmFpZmxvdy5jbHVzdGVyLnYxLkl0ZW1PdXRjb21lEhsKE2xlYXNlX2V4cGlyZXNfYXRfbnMYAiABKAMiTAoKQ29tcGxldGlvbhIUCgx3b3JrX2l0ZW1faWQYASABKAkSEwoLbGVhc2VfdG9rZW4YAiABKAkSEwoLcmVzdWx0X2pzb24YAyABKAkiTQoPQ29tcGxldGVSZXF1ZXN0EgwKBG5hbWUYASABKAkSLAoFaXRlbXMYAiADKAsyHS5haWZsb3cuY2x1c3Rlci52MS5Db21wbGV0aW9uIkQKEENvbXBsZXRlUmVzcG9uc2USMAoIb3V0Y29tZXMYASADKAsyHi5haWZsb3cuY2x1c3Rlci52MS5JdGVtT3V0Y29tZSKGAQoHRmFpbHVyZRIUCgx3b3JrX2l0ZW1faWQYASABKAkSEwoLbGVhc2VfdG9rZW4YAiABKAkSDQoFZXJyb3IYAyABKAkSEQoJcmV0cnlhYmxlGAQgASgIEi4KC3JldHJ5X2RlbGF5GAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIkYKC0ZhaWxSZXF1ZXN0EgwKBG5hbWUYASABKAkSKQoFaXRlbXMYAiADKAsyGi5haWZsb3cuY2x1c3Rlci52MS5GYWlsdXJlIkAKDEZhaWxSZXNwb25zZRIwCghvdXRjb21lcxgBIAMoCzIeLmFpZmxvdy5jbHVzdGVyLnYxLkl0ZW1PdXRjb21lIroCCg5Db25uZWN0UmVxdWVzdBIMCgRuYW1lGAEgASgJEg8KB2NyZWRpdHMYAiABKA0SMgoLY29tcGxldGlvbnMYAyADKAsyHS5haWZsb3cuY2x1c3Rlci52MS5Db21wbGV0aW9uEiwKCGZhaWx1cmVzGAQgAygLMhouYWlmbG93LmNsdXN0ZXIudjEuRmFpbHVyZRItCghyZWxlYXNlcxgFIAMoCzIbLmFpZmxvdy5jbHVzdGVyLnYxLkxlYXNlUmVmEi8KCmV4dGVuc2lvbnMYBiADKAsyGy5haWZsb3cuY2x1c3Rlci52MS5MZWFzZVJlZhI2CgloZWFydGJlYXQYByABKAsyIy5haWZsb3cuY2x1c3Rlci52MS5IZWFydGJlYXRSZXF1ZXN0Eg8KB2dvb2RieWUYCCABKAgizgMKD0Nvbm5lY3RSZXNwb25zZRIqCgVpdGVtcxgBIAMoCzIbLmFpZmxvdy5jbHVzdGVyLnYxLldvcmtJdGVtEhUKDWFmZmluaXR5X2tleXMYAiADKAkSLgoGc3RhdHVzGAMgASgOMh4uYWlmbG93LmNsdXN0ZXIudjEuQWdlbnRTdGF0dXMSMAoKZGlyZWN0aXZlcxgEIAMoCzIcLmFpZmxvdy5jbHVzdGVyLnYxLkRpcmVjdGl2ZRI7ChNjb21wbGV0aW9uX291dGNvbWVzGAUgAygLMh4uYWlmbG93LmNsdXN0ZXIudjEuSXRlbU91dGNvbWUSOAoQZmFpbHVyZV9vdXRjb21lcxgGIAMoCzIeLmFpZmxvdy5jbHVzdGVyLnYxLkl0ZW1PdXRjb21lEjgKEHJlbGVhc2Vfb3V0Y29tZXMYByADKAsyHi5haWZsb3cuY2x1c3Rlci52MS5JdGVtT3V0Y29tZRI3Cg9leHRlbmRfb3V0Y29tZXMYCCADKAsyHi5haWZsb3cuY2x1c3Rlci52MS5JdGVtT3V0Y29tZRIbChNsZWFzZV9leHBpcmVzX2F0X25zGAkgASgDEg8KB3JlZnVzZWQYCiABKAkiSwoOUmVsZWFzZVJlcXVlc3QSDAoEbmFtZRgBIAEoCRIrCgZsZWFzZXMYAiADKAsyGy5haWZsb3cuY2x1c3Rlci52MS5MZWFzZVJlZiJDCg9SZWxlYXNlUmVzcG9uc2USMAoIb3V0Y29tZXMYASADKAsyHi5haWZsb3cuY2x1c3Rlci52MS5JdGVtT3V0Y29tZSpUCglBZ2VudFR5cGUSGgoWQUdFTlRfVFlQRV9VTlNQRUNJRklFRBAAEhUKEUFHRU5UX1RZUEVfUkVNT1RFEAESFAoQQUdFTlRfVFlQRV9MT0NBTBACMvIGCgxBZ2VudFNlcnZpY2USUwoIUmVnaXN0ZXISIi5haWZsb3cuY2x1c3Rlci52MS5SZWdpc3RlclJlcXVlc3QaIy5haWZsb3cuY2x1c3Rlci52MS5SZWdpc3RlclJlc3BvbnNlElYKCUhlYXJ0YmVhdBIjLmFpZmxvdy5jbHVzdGVyLnYxLkhlYXJ0YmVhdFJlcXVlc3QaJC5haWZsb3cuY2x1c3Rlci52MS5IZWFydGJlYXRSZXNwb25zZRJqCg9XYXRjaERpcmVjdGl2ZXMSKS5haWZsb3cuY2x1c3Rlci52MS5XYXRjaERpcmVjdGl2ZXNSZXF1ZXN0GiouYWlmbG93LmNsdXN0ZXIudjEuV2F0Y2hEaXJlY3RpdmVzUmVzcG9uc2UwARJZCgpEZXJlZ2lzdGVyEiQuYWlmbG93LmNsdXN0ZXIudjEuRGVyZWdpc3RlclJlcXVlc3QaJS5haWZsb3cuY2x1c3Rlci52MS5EZXJlZ2lzdGVyUmVzcG9uc2USSgoFQ2xhaW0SHy5haWZsb3cuY2x1c3Rlci52MS5DbGFpbVJlcXVlc3QaIC5haWZsb3cuY2x1c3Rlci52MS5DbGFpbVJlc3BvbnNlElwKC0V4dGVuZExlYXNlEiUuYWlmbG93LmNsdXN0ZXIudjEuRXh0ZW5kTGVhc2VSZXF1ZXN0GiYuYWlmbG93LmNsdXN0ZXIudjEuRXh0ZW5kTGVhc2VSZXNwb25zZRJTCghDb21wbGV0ZRIiLmFpZmxvdy5jbHVzdGVyLnYxLkNvbXBsZXRlUmVxdWVzdBojLmFpZmxvdy5jbHVzdGVyLnYxLkNvbXBsZXRlUmVzcG9uc2USRwoERmFpbBIeLmFpZmxvdy5jbHVzdGVyLnYxLkZhaWxSZXF1ZXN0Gh8uYWlmbG93LmNsdXN0ZXIudjEuRmFpbFJlc3BvbnNlElAKB1JlbGVhc2USIS5haWZsb3cuY2x1c3Rlci52MS5SZWxlYXNlUmVxdWVzdBoiLmFpZmxvdy5jbHVzdGVyLnYxLlJlbGVhc2VSZXNwb25zZRJUCgdDb25uZWN0EiEuYWlmbG93LmNsdXN0ZXIudjEuQ29ubmVjdFJlcXVlc3QaIi5haWZsb3cuY2x1c3Rlci52MS5Db25uZWN0UmVzcG9uc2UoATABYgZwcm90bzM", [file_aiflow_cluster_v1_common, file_aiflow_cluster_v1_work_item, file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * What an agent offers; stored in aiflow_agent.metadata.
@@ -889,6 +889,160 @@ export const FailResponseSchema: GenMessage<FailResponse> = /*@__PURE__*/
   messageDesc(file_aiflow_cluster_v1_agent, 28);
 
 /**
+ * One message on the agent's side of Connect; any field may be combined with the others, so one
+ * message can report what finished and ask for as many new items. The daemon applies a message's
+ * parts in this order: heartbeat, releases, failures, extensions, completions, credits.
+ *
+ * @generated from message aiflow.cluster.v1.ConnectRequest
+ */
+export type ConnectRequest = Message<"aiflow.cluster.v1.ConnectRequest"> & {
+  /**
+   * The agent's name, in the first message (required there; later messages may leave it empty, and
+   * a different name ends the stream with INVALID_ARGUMENT).
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * Items the agent can take beyond those already granted: the daemon pushes at most the sum of
+   * all credits less the items it pushed. A credit is used by a push, never returned.
+   *
+   * @generated from field: uint32 credits = 2;
+   */
+  credits: number;
+
+  /**
+   * Answered in ConnectResponse.completion_outcomes, one per item, as Complete answers them.
+   *
+   * @generated from field: repeated aiflow.cluster.v1.Completion completions = 3;
+   */
+  completions: Completion[];
+
+  /**
+   * Answered in ConnectResponse.failure_outcomes, as Fail answers them.
+   *
+   * @generated from field: repeated aiflow.cluster.v1.Failure failures = 4;
+   */
+  failures: Failure[];
+
+  /**
+   * Answered in ConnectResponse.release_outcomes, as Release answers them.
+   *
+   * @generated from field: repeated aiflow.cluster.v1.LeaseRef releases = 5;
+   */
+  releases: LeaseRef[];
+
+  /**
+   * Answered in ConnectResponse.extend_outcomes, as ExtendLease answers them.
+   *
+   * @generated from field: repeated aiflow.cluster.v1.LeaseRef extensions = 6;
+   */
+  extensions: LeaseRef[];
+
+  /**
+   * Liveness and metrics, as Heartbeat takes them (its name field is ignored here).
+   *
+   * @generated from field: aiflow.cluster.v1.HeartbeatRequest heartbeat = 7;
+   */
+  heartbeat?: HeartbeatRequest | undefined;
+
+  /**
+   * The agent is leaving: the daemon applies this message, pushes nothing more, gives back what it
+   * pushed and was not reported (spending nothing), answers, and ends the stream with OK. Send it
+   * last, then half-close.
+   *
+   * @generated from field: bool goodbye = 8;
+   */
+  goodbye: boolean;
+};
+
+/**
+ * Describes the message aiflow.cluster.v1.ConnectRequest.
+ * Use `create(ConnectRequestSchema)` to create a new message.
+ */
+export const ConnectRequestSchema: GenMessage<ConnectRequest> = /*@__PURE__*/
+  messageDesc(file_aiflow_cluster_v1_agent, 29);
+
+/**
+ * One message on the daemon's side of Connect.
+ *
+ * @generated from message aiflow.cluster.v1.ConnectResponse
+ */
+export type ConnectResponse = Message<"aiflow.cluster.v1.ConnectResponse"> & {
+  /**
+   * Items pushed under leases, each with its lease token.
+   *
+   * @generated from field: repeated aiflow.cluster.v1.WorkItem items = 1;
+   */
+  items: WorkItem[];
+
+  /**
+   * Affinity keys of these items, now bound to this agent.
+   *
+   * @generated from field: repeated string affinity_keys = 2;
+   */
+  affinityKeys: string[];
+
+  /**
+   * The agent's status: set in the first response and whenever it changes. Only an ACTIVE agent
+   * is pushed items; a DRAINING one keeps its stream (and its reports are answered).
+   *
+   * @generated from field: aiflow.cluster.v1.AgentStatus status = 3;
+   */
+  status: AgentStatus;
+
+  /**
+   * Directives as they are issued: drains and undrains, cancellations, leases revoked.
+   *
+   * @generated from field: repeated aiflow.cluster.v1.Directive directives = 4;
+   */
+  directives: Directive[];
+
+  /**
+   * @generated from field: repeated aiflow.cluster.v1.ItemOutcome completion_outcomes = 5;
+   */
+  completionOutcomes: ItemOutcome[];
+
+  /**
+   * @generated from field: repeated aiflow.cluster.v1.ItemOutcome failure_outcomes = 6;
+   */
+  failureOutcomes: ItemOutcome[];
+
+  /**
+   * @generated from field: repeated aiflow.cluster.v1.ItemOutcome release_outcomes = 7;
+   */
+  releaseOutcomes: ItemOutcome[];
+
+  /**
+   * @generated from field: repeated aiflow.cluster.v1.ItemOutcome extend_outcomes = 8;
+   */
+  extendOutcomes: ItemOutcome[];
+
+  /**
+   * With extend_outcomes: the new expiry of the leases still held (epoch ns).
+   *
+   * @generated from field: int64 lease_expires_at_ns = 9;
+   */
+  leaseExpiresAtNs: bigint;
+
+  /**
+   * Why a part of a request that has no per-item outcome was refused: an invalid heartbeat, credits
+   * past the limit of items granted and unreported at once.
+   *
+   * @generated from field: string refused = 10;
+   */
+  refused: string;
+};
+
+/**
+ * Describes the message aiflow.cluster.v1.ConnectResponse.
+ * Use `create(ConnectResponseSchema)` to create a new message.
+ */
+export const ConnectResponseSchema: GenMessage<ConnectResponse> = /*@__PURE__*/
+  messageDesc(file_aiflow_cluster_v1_agent, 30);
+
+/**
  * @generated from message aiflow.cluster.v1.ReleaseRequest
  */
 export type ReleaseRequest = Message<"aiflow.cluster.v1.ReleaseRequest"> & {
@@ -908,7 +1062,7 @@ export type ReleaseRequest = Message<"aiflow.cluster.v1.ReleaseRequest"> & {
  * Use `create(ReleaseRequestSchema)` to create a new message.
  */
 export const ReleaseRequestSchema: GenMessage<ReleaseRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_agent, 29);
+  messageDesc(file_aiflow_cluster_v1_agent, 31);
 
 /**
  * @generated from message aiflow.cluster.v1.ReleaseResponse
@@ -925,7 +1079,7 @@ export type ReleaseResponse = Message<"aiflow.cluster.v1.ReleaseResponse"> & {
  * Use `create(ReleaseResponseSchema)` to create a new message.
  */
 export const ReleaseResponseSchema: GenMessage<ReleaseResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_agent, 30);
+  messageDesc(file_aiflow_cluster_v1_agent, 32);
 
 /**
  * @generated from enum aiflow.cluster.v1.AgentType
@@ -1057,6 +1211,27 @@ export const AgentService: GenService<{
     methodKind: "unary";
     input: typeof ReleaseRequestSchema;
     output: typeof ReleaseResponseSchema;
+  },
+  /**
+   * The agent's work channel, one long-lived stream per agent, opened after Register: the agent
+   * sends credits (free slots), completions, failures, releases, lease extensions and, if it likes,
+   * heartbeats; the daemon pushes items under leases the moment they are due (never more than the
+   * credits the agent gave and has not used), the outcome of every report, and the agent's
+   * directives (its status first, then drains and cancellations as they are issued).
+   *
+   * Every rule of Claim holds for what is pushed. The stream's end decides what becomes of the
+   * items it pushed and that were not reported: when the agent half-closes its side (a goodbye),
+   * they go back to the queue at once without spending anything; when the stream breaks (reset,
+   * cancelled, the connection lost) they go back at once with one redelivery spent, as a lease
+   * expiry would; when the daemon shuts down they stay leased to the agent, which reports them to
+   * any daemon (the lease token fences them wherever they are reported).
+   *
+   * @generated from rpc aiflow.cluster.v1.AgentService.Connect
+   */
+  connect: {
+    methodKind: "bidi_streaming";
+    input: typeof ConnectRequestSchema;
+    output: typeof ConnectResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_aiflow_cluster_v1_agent, 0);

@@ -1,0 +1,410 @@
+/**
+ * AgentService.Connect: one long-lived stream per agent (see the proto for the contract). The agent
+ * grants credits; the daemon pushes items under leases within them — from its claim statement, or
+ * from an Enqueue insert on this daemon that hands its rows to the stream's open slot
+ * (../../queue/waiting-claims.ts) — and answers every report on the same stream.
+ *
+ * What must stay true:
+ * - Never more items pushed than credits granted: a push uses credits; the slot an insert may fill
+ *   is sized to the credits left, and what a claim and a hand-off bring together past them goes back.
+ * - One statement at a time per stream, in arrival order: a session applies its messages serially,
+ *   so its reports and claims never race each other, and it holds at most one pool connection.
+ * - Bounded memory: the session stops reading requests while its outgoing queue or its inbox is
+ *   long (HTTP/2 flow control then holds the agent's writes back), and items are bounded by credits.
+ * - A parked stream costs nothing per unit of time: no timer, no statement, no signal listener per
+ *   wait; it is woken by a ring for its keys, an insert's offer, its own next message, a directive,
+ *   or the daemon's fallback re-check (which rings keys with due work).
+ * - The end decides the fate of the unreported items it pushed: the agent's goodbye releases them
+ *   at once, spending nothing; a broken stream (reset, cancelled, half-closed without a goodbye)
+ *   requeues them at once, one redelivery spent; a daemon shutting down, or ending the stream with
+ *   an error of its own (the database away), leaves them leased, to be reported through any daemon.
+ */
+import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import type { ConnectRequest, ConnectResponseSchema } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
+import { AppError } from "../../domain/errors.js";
+import { callerOf, type Identity } from "../../server/auth.js";
+import type { DirectiveMessage, KnownAgent } from "../../fleet/directives.js";
+import type { HeartbeatBuffer } from "../../fleet/heartbeat-buffer.js";
+import type { WorkQueue } from "../../queue/work-queue.js";
+import { newDispatch } from "../../queue/dispatch.js";
+import type { Handed } from "../../queue/waiting-claims.js";
+import type { Completion } from "../../store/work-items.js";
+import { dispatchTracer } from "../../observability/dispatch-spans.js";
+import { onAbort } from "../../util/on-abort.js";
+import { agentName } from "../input/validate.js";
+import { claimedItemToWire } from "../work-item-messages.js";
+import { agentStatusToWire, directiveToWire } from "./messages.js";
+import { assertScopeWithin, metricsJson } from "./registration.js";
+import { perItem, type WorkKit } from "./work-kit.js";
+
+type Response = MessageInitShape<typeof ConnectResponseSchema>;
+
+export interface AgentStreamDeps {
+  queue: WorkQueue;
+  kit: WorkKit;
+  known(name: string): Promise<KnownAgent>;
+  heartbeats: HeartbeatBuffer;
+  draining: AbortSignal;
+}
+
+/** Items a stream may hold granted and unreported at once (credits beyond it are not granted). */
+export const MAX_OUTSTANDING = 10_000;
+/** Responses queued before the session stops reading requests (the agent's writes then wait). */
+const OUT_SOFT = 64;
+/** Responses queued at which the agent is cut off: it stopped reading while directives kept coming. */
+const OUT_HARD = 10_000;
+/** Requests read ahead of the one being applied. */
+const INBOX_MAX = 16;
+/** Claims in a row that lost a race and look again at once. */
+const RACE_RETRIES = 3;
+
+/**
+ * How the stream ended: the agent half-closed (goodbye), the call broke on the agent's side
+ * (broken), the daemon is shutting down (shutdown), or the daemon ended it with an error — the
+ * database away, a message it refused (failed). Only `broken` says the agent may be gone.
+ */
+type Ending = "goodbye" | "broken" | "shutdown" | "failed";
+
+export function agentStreamImpl(d: AgentStreamDeps) {
+  const traceDispatches = dispatchTracer();
+  return {
+    async *connect(requests: AsyncIterable<ConnectRequest>, ctx: HandlerContext): AsyncGenerator<Response> {
+      const caller = callerOf(ctx);
+      const reader = requests[Symbol.asyncIterator]();
+      const first = await reader.next();
+      if (first.done) return;
+      const name = agentName(first.value.name, ctx);
+      assertScopeWithin(caller, name, await d.kit.scopeOf(name));
+      const state = await d.known(name);
+      yield* new Session(d, name, caller, state, traceDispatches).run(first.value, reader, ctx.signal);
+    },
+  };
+}
+
+class Session {
+  readonly #out: Response[] = [];
+  readonly #inbox: ConnectRequest[] = [];
+  /** Pushed under a lease and not yet reported through this stream: id → token. */
+  readonly #held = new Map<string, string>();
+  #credit = 0;
+  /** Completions waiting to ride the next claim statement (or be applied alone). */
+  #completions: Completion[] = [];
+  #ending: Ending | undefined;
+  #error: unknown;
+  #status: KnownAgent["status"];
+  #poke: (() => void) | undefined;
+  #outWake: (() => void) | undefined;
+  #roomWake: (() => void) | undefined;
+
+  constructor(
+    private readonly d: AgentStreamDeps,
+    private readonly name: string,
+    private readonly caller: Identity,
+    state: KnownAgent,
+    private readonly trace: ReturnType<typeof dispatchTracer>,
+  ) {
+    this.#status = state.status;
+  }
+
+  async *run(first: ConnectRequest, reader: AsyncIterator<ConnectRequest>, signal: AbortSignal): AsyncGenerator<Response> {
+    const { d, name } = this;
+    const off = [onAbort(signal, () => this.#end("broken")), onAbort(d.draining, () => this.#end("shutdown"))];
+    // Subscribed before the first response, so a directive issued meanwhile follows the status.
+    const unsubscribe = d.queue.hub.subscribe(name, (m) => this.#directive(m));
+    this.#send({ status: agentStatusToWire(this.#status) });
+    this.#inbox.push(first);
+    const reading = this.#read(reader);
+    const working = this.#work();
+    try {
+      for (;;) {
+        while (this.#out.length > 0) {
+          yield this.#out.shift()!;
+          this.#roomWake?.();
+        }
+        if (this.#finished) break;
+        await new Promise<void>((r) => (this.#outWake = r));
+        this.#outWake = undefined;
+      }
+    } finally {
+      // The generator also ends when connect-node stops reading it (the call is gone).
+      if (!this.#ending) this.#end("broken");
+      unsubscribe();
+      for (const o of off) o();
+      await working;
+      void reading;
+      await this.#settleHeld();
+    }
+    if (this.#error) throw this.#error;
+  }
+
+  /** Every response the stream owes was queued and the work loop has stopped. */
+  #finished = false;
+
+  #end(how: Ending, error?: unknown): void {
+    // The first word stands: a goodbye followed by the call closing is still a goodbye.
+    if (this.#ending) return;
+    this.#ending = how;
+    this.#error ??= error;
+    this.#wake();
+  }
+
+  #wake(): void {
+    this.#poke?.();
+    this.#poke = undefined;
+  }
+
+  #send(res: Response): void {
+    this.#out.push(res);
+    if (this.#out.length >= OUT_HARD) this.#end("broken", new ConnectError("the agent stopped reading its stream; it was cut off", Code.ResourceExhausted));
+    this.#outWake?.();
+  }
+
+  #directive(m: DirectiveMessage): void {
+    if (m.kind === "status") {
+      this.#status = m.status;
+      this.#send({ status: agentStatusToWire(m.status), directives: [directiveToWire(m)] });
+      this.#wake();
+    } else this.#send({ directives: [directiveToWire(m)] });
+  }
+
+  /** Reads requests into the inbox, holding back while the session is behind. */
+  async #read(reader: AsyncIterator<ConnectRequest>): Promise<void> {
+    try {
+      for (;;) {
+        while (!this.#ending && (this.#inbox.length >= INBOX_MAX || this.#out.length >= OUT_SOFT)) await new Promise<void>((r) => (this.#roomWake = r));
+        if (this.#ending) return;
+        const next = await reader.next();
+        // A half-close without a goodbye is no goodbye: a client cancelling its call may end its
+        // request side first (connect-es does), and the reset follows.
+        if (next.done) return this.#end("broken");
+        this.#inbox.push(next.value);
+        this.#wake();
+        // Read no further: the agent has nothing more to say, and what it said is applied first.
+        if (next.value.goodbye) return this.#end("goodbye");
+      }
+    } catch (err) {
+      this.#end("broken", err);
+    }
+  }
+
+  /** Waits for the next poke: a message, a ring or offer, a directive, the end. */
+  #parked(): Promise<void> {
+    return new Promise<void>((r) => (this.#poke = r));
+  }
+
+  async #work(): Promise<void> {
+    try {
+      // After a goodbye the inbox is still applied: every report the agent sent is answered.
+      while (this.#ending === undefined || (this.#ending === "goodbye" && (this.#inbox.length > 0 || this.#completions.length > 0))) {
+        if (this.#inbox.length > 0) await this.#apply(this.#inbox.shift()!);
+        else if (this.#claimable) await this.#claim();
+        else if (this.#completions.length > 0) await this.#completeAlone();
+        else await this.#parked();
+      }
+    } catch (err) {
+      if (!(err instanceof ConnectError || err instanceof AppError)) this.d.queue.log.warn({ err, agent: this.name }, "agent stream failed");
+      this.#end("failed", err);
+    } finally {
+      this.#finished = true;
+      this.#outWake?.();
+    }
+  }
+
+  get #claimable(): boolean {
+    return this.#credit > 0 && this.#status === "active" && this.#ending === undefined;
+  }
+
+  /** One message's parts, in the proto's order; an invalid item is answered INVALID_ARGUMENT, the rest applied. */
+  async #apply(req: ConnectRequest): Promise<void> {
+    this.#roomWake?.();
+    const { d, name, caller } = this;
+    const { kit } = d;
+    const tenants = kit.limitOf(caller);
+    if (req.name && req.name !== name) throw new ConnectError(`this stream is agent '${name}''s; a message named '${req.name}' (open a stream per agent)`, Code.InvalidArgument);
+    const res: Response = {};
+    if (req.heartbeat) {
+      const at = d.queue.clock.nowMs();
+      try {
+        d.heartbeats.add({ name, metrics: metricsJson(req.heartbeat.metrics, req.heartbeat.inFlight, at), at });
+      } catch (err) {
+        if (!(err instanceof AppError)) throw err;
+        res.refused = `heartbeat: ${err.message}`;
+      }
+    }
+    if (req.releases.length > 0) {
+      const { valid, refused } = perItem(req.releases, "releases", (xs, f) => kit.leasesOf(xs, f));
+      const ok = valid.length > 0 ? await kit.release(name, valid, tenants) : [];
+      res.releaseOutcomes = [...this.#reported(valid, ok), ...refused];
+    }
+    if (req.failures.length > 0) {
+      const { valid, refused } = perItem(req.failures, "failures", (xs, f) => kit.failuresOf(xs, f));
+      const outcomes = valid.length > 0 ? await kit.fail(name, valid, tenants) : [];
+      for (const f of valid) this.#held.delete(f.id);
+      res.failureOutcomes = [...outcomes, ...refused];
+    }
+    if (req.extensions.length > 0) {
+      const { valid, refused } = perItem(req.extensions, "extensions", (xs, f) => kit.leasesOf(xs, f));
+      if (valid.length > 0) {
+        const e = await kit.extend(name, valid, tenants);
+        res.extendOutcomes = [...e.outcomes, ...refused];
+        res.leaseExpiresAtNs = e.leaseExpiresAtNs;
+      } else res.extendOutcomes = refused;
+    }
+    if (req.completions.length > 0) {
+      const { valid, refused } = perItem(req.completions, "completions", (xs, f) => kit.completionsOf(xs, f));
+      this.#completions.push(...valid);
+      if (refused.length > 0) res.completionOutcomes = refused;
+    }
+    if (req.credits > 0) {
+      const room = MAX_OUTSTANDING - this.#held.size - this.#credit;
+      const granted = Math.min(req.credits, Math.max(0, room));
+      this.#credit += granted;
+      if (granted < req.credits) res.refused = `credits: ${req.credits - granted} of ${req.credits} not granted (at most ${MAX_OUTSTANDING} items granted and unreported at once)`;
+    }
+    if (Object.keys(res).length > 0) this.#send(res);
+  }
+
+  /** Outcomes of releases; a released item is no longer held. */
+  #reported(leases: readonly { id: string }[], ok: readonly string[]) {
+    const done = new Set(ok);
+    for (const l of leases) if (done.has(l.id)) this.#held.delete(l.id);
+    return leases.map((l) => ({ workItemId: l.id, ok: done.has(l.id), code: done.has(l.id) ? 0 : Code.FailedPrecondition, message: done.has(l.id) ? "" : "lease lost" }));
+  }
+
+  #takeCompletions(): Completion[] {
+    const taken = this.#completions;
+    this.#completions = [];
+    for (const c of taken) this.#held.delete(c.id);
+    return taken;
+  }
+
+  async #completeAlone(): Promise<void> {
+    const { d, name } = this;
+    const items = this.#takeCompletions();
+    const done = await d.queue.store.complete(name, items, d.queue.clock.nowMs(), d.kit.limitOf(this.caller)).catch((err: unknown) => {
+      this.#completions.unshift(...items);
+      throw err;
+    });
+    this.#send({ completionOutcomes: d.kit.completed(items, done) });
+  }
+
+  /**
+   * Claims for the credits, carrying the completions queued; parks with its slot open when the
+   * queue had less than asked, applying messages meanwhile without leaving the slot (their credits
+   * grow it; their completions are applied alone), until a ring, an offer or the clock says look again.
+   */
+  async #claim(): Promise<void> {
+    const { d, name } = this;
+    const { queue, kit } = d;
+    const scope = await kit.scopeOf(name);
+    assertScopeWithin(this.caller, name, scope);
+    const keys = kit.claimKeys(scope);
+    let woken = false;
+    const armed = queue.work.arm(keys, this.#credit, () => {
+      woken = true;
+      this.#wake();
+    });
+    const slot = queue.waitingClaims.open(name, keys, this.#credit, armed);
+    const parts: Handed[] = [];
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      let raced = 0;
+      for (;;) {
+        const want = Math.min(this.#credit, queue.config.claimMaxItems);
+        const now = queue.clock.nowMs();
+        const dispatch = newDispatch(name, queue.config.instanceId, now, queue.config.leaseTtl);
+        const completions = this.#takeCompletions();
+        const r = await queue.store.claim(kit.claimInput(name, want, now, dispatch, completions, scope)).catch((err: unknown) => {
+          // Nothing was applied: the completions are still the agent's to hear about.
+          this.#completions.unshift(...completions);
+          throw err;
+        });
+        if (completions.length > 0) this.#send({ completionOutcomes: kit.completed(completions, r.completed) });
+        if (r.heldBack) queue.events.rateHeld();
+        if (r.claimed.length > 0) {
+          await this.#push([{ rows: [...r.claimed], dispatch }]);
+          if (!this.#claimable) return;
+          // A full batch: more is likely there. A rate limit that held rows back: their places can go to others.
+          if (r.claimed.length >= want || r.heldBack) {
+            queue.waitingClaims.grow(slot, this.#credit);
+            armed.setCapacity(this.#credit);
+            continue;
+          }
+        } else if (r.contended && raced++ < RACE_RETRIES) continue;
+        if (r.nextSlotMs !== null)
+          timer = setTimeout(() => {
+            woken = true;
+            this.#wake();
+          }, Math.max(1, r.nextSlotMs - queue.clock.nowMs()));
+        queue.waitingClaims.grow(slot, this.#credit);
+        break;
+      }
+      // Parked: the queue had nothing more for this agent when the statement ran.
+      while (!woken && this.#claimable) {
+        if (this.#inbox.length > 0) {
+          await this.#apply(this.#inbox.shift()!);
+          queue.waitingClaims.grow(slot, this.#credit);
+        } else if (this.#completions.length > 0) await this.#completeAlone();
+        else await this.#parked();
+      }
+    } finally {
+      clearTimeout(timer);
+      armed.disarm();
+      const handed = await queue.waitingClaims.close(slot);
+      if (handed) parts.push(handed);
+      if (parts.length > 0) {
+        queue.events.handedDirect(handed?.rows.length ?? 0);
+        await this.#push(parts);
+      }
+    }
+  }
+
+  /**
+   * Pushes claimed or handed items within the credits: what exceeds them, what a tenant-limited
+   * caller may not have, and anything arriving after the stream ended go back to the queue at once.
+   */
+  async #push(parts: Handed[]): Promise<void> {
+    const { d, name } = this;
+    const { kit, queue } = d;
+    const { within, outside } = kit.splitOutside(parts, this.caller);
+    const back: Handed[] = [...outside];
+    // An ended stream takes nothing more (after a goodbye the agent runs nothing new).
+    let room = this.#ending === undefined ? this.#credit : 0;
+    const send: Handed[] = [];
+    for (const p of within) {
+      const keep = p.rows.slice(0, Math.max(0, room));
+      room -= keep.length;
+      if (keep.length < p.rows.length) back.push({ rows: p.rows.slice(keep.length), dispatch: p.dispatch });
+      if (keep.length > 0) send.push({ rows: keep, dispatch: p.dispatch });
+    }
+    if (back.length > 0) await kit.giveBack(name, back);
+    if (send.length === 0) return;
+    this.trace?.(undefined, send);
+    const items = [];
+    for (const p of send) {
+      queue.events.dispatched(p.rows, Number(p.dispatch.dispatchedAtNs / 1_000_000n));
+      for (const r of p.rows) {
+        this.#held.set(r.id, p.dispatch.leaseToken);
+        items.push(claimedItemToWire(r, p.dispatch));
+      }
+    }
+    this.#credit -= items.length;
+    queue.events.claimAnswered(items.length);
+    this.#send({ items, affinityKeys: [...new Set(send.flatMap((p) => p.rows.flatMap((r) => (r.affinity_key ? [r.affinity_key] : []))))] });
+  }
+
+  /** What becomes of the items the stream pushed and that were not reported (see the file's comment). */
+  async #settleHeld(): Promise<void> {
+    const leases = [...this.#held].map(([id, token]) => ({ id, token }));
+    this.#held.clear();
+    if (leases.length === 0 || this.#ending === "shutdown" || this.#ending === "failed") return;
+    const { queue, kit } = this.d;
+    try {
+      if (this.#ending === "goodbye") await kit.release(this.name, leases);
+      else await queue.streamBroke(this.name, leases);
+    } catch (err) {
+      queue.log.warn({ err: err instanceof Error ? err.message : String(err), agent: this.name, items: leases.length }, "could not return the items of an ended stream; they return when their leases expire");
+    }
+  }
+}
