@@ -89,6 +89,8 @@ const TABLE: Record<string, Row> = {
   "aiflow.cluster.v1.AgentService/Register": { request: () => ({ name: B, metadata: { tenants: ["tB"], engineKinds: ["dag"] } }) },
   "aiflow.cluster.v1.AgentService/Heartbeat": { request: () => ({ name: B }) },
   "aiflow.cluster.v1.AgentService/WatchDirectives": { request: () => ({ name: B }) },
+  // The first message names the agent; the daemon answers it with the agent's status.
+  "aiflow.cluster.v1.AgentService/Connect": { request: () => ({ name: B }) },
   "aiflow.cluster.v1.AgentService/Deregister": { request: () => ({ name: "b-dereg" }) },
   "aiflow.cluster.v1.AgentService/Claim": { request: () => ({ name: B, maxItems: 1 }) },
   "aiflow.cluster.v1.AgentService/ExtendLease": { request: (f) => ({ name: B, leases: leaseOf(f) }) },

@@ -15,17 +15,20 @@ describe("chaos run, small", () => {
       env: { ...process.env, NO_COLOR: "1" },
       maxBuffer: 16 * 1024 * 1024,
     }).then(
-      (r) => ({ code: 0, stdout: r.stdout }),
-      (err: { code?: number; stdout?: string }) => ({ code: err.code ?? -1, stdout: err.stdout ?? "" }),
+      (r) => ({ code: 0, stdout: r.stdout, stderr: r.stderr }),
+      (err: { code?: number; stdout?: string; stderr?: string }) => ({ code: err.code ?? -1, stdout: err.stdout ?? "", stderr: err.stderr ?? "" }),
     );
+    // A failure shows the run's figures and the end of what its processes wrote to stderr (where a
+    // process that died on its own left its stack).
+    const story = `${result.stdout}\n-- stderr (last 8 kB) --\n${result.stderr.slice(-8192)}`;
     const sets = result.stdout
       .split("\n")
       .filter((l) => l.startsWith("{"))
       .map((l) => JSON.parse(l) as Record<string, unknown>);
     const invariants = sets.find((s) => s.figures === "invariants");
-    expect(invariants, result.stdout).toBeDefined();
+    expect(invariants, story).toBeDefined();
     expect(sets.filter((s) => s.figures === "fault").map((s) => s.kind).sort()).toEqual(["agent-kill", "daemon-kill", "pg-fast", "pg-immediate", "pg-outage"]);
-    expect(invariants).toMatchObject({
+    expect(invariants, story).toMatchObject({
       enqueued: 300,
       rows: 300,
       completed: 300,
@@ -39,8 +42,8 @@ describe("chaos run, small", () => {
       agentsNotActiveAtEnd: [],
       crashes: 0,
     });
-    expect(invariants!.broken, result.stdout).toEqual([]);
-    expect(invariants!.inactiveMarkedLive, result.stdout).toBe(0);
-    expect(result.code, result.stdout).toBe(0);
+    expect(invariants!.broken, story).toEqual([]);
+    expect(invariants!.inactiveMarkedLive, story).toBe(0);
+    expect(result.code, story).toBe(0);
   });
 });
