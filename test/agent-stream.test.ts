@@ -50,6 +50,24 @@ describe("the agent stream", () => {
     s.goodbye();
   });
 
+  it("drops the credits it has not used when the agent withdraws them, and pushes again on new ones", async () => {
+    const t = "stream-withdraw";
+    const { s } = await open("stream-withdraw-a", t, { credits: 3 });
+    await s.settled();
+    s.send({ withdrawCredits: true });
+    await s.next("the withdrawal's answer", (r) => r.creditsWithdrawn);
+    await p.enqueue(t, [{ engineKind: "dag" }, { engineKind: "dag" }]);
+    await s.settled();
+    expect(s.items).toHaveLength(0);
+    expect(await statusCounts(db, t)).toEqual({ pending: 2 });
+    s.credit(1);
+    await s.itemsAtLeast(1);
+    await s.settled();
+    expect(s.items).toHaveLength(1);
+    expect(await statusCounts(db, t)).toEqual({ dispatched: 1, pending: 1 });
+    s.goodbye();
+  });
+
   it("pushes an item enqueued while it waits, straight from the insert, within the credits left", async () => {
     const t = "stream-handoff";
     const { s } = await open("stream-handoff-a", t, { credits: 2 });

@@ -256,6 +256,12 @@ class Session {
       this.#completions.push(...valid);
       if (refused.length > 0) res.completionOutcomes = refused;
     }
+    if (req.withdrawCredits) {
+      // Pushes so far went out before this answer; a parked claim sees no credit and closes its
+      // slot, and what an insert handed it meanwhile goes back (#push has no room for it).
+      this.#credit = 0;
+      res.creditsWithdrawn = true;
+    }
     if (req.credits > 0) {
       const room = MAX_OUTSTANDING - this.#held.size - this.#credit;
       const granted = Math.min(req.credits, Math.max(0, room));
