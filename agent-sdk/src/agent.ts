@@ -4,14 +4,18 @@
  * runs the handlers, reports outcomes in batches, follows the daemon's directives, and survives the
  * daemon going away (see link.ts).
  *
+ * Work and directives arrive over the agent stream, or by unary claims against a daemon without it
+ * (intake.ts).
+ *
  * Shutdown always runs in this order, whatever started it (drain(), stop(), a signal, the daemon
  * with `onDaemonDrain: "exit"`):
- *   1. stop claiming: the pending long-poll is cancelled, items it still brings are given back;
+ *   1. stop claiming: the stream's credits are withdrawn (or the pending long-poll is cancelled),
+ *      and items still on their way are given back;
  *   2. wait for in-flight items until the deadline; then abort what still runs (its signal fires
  *      with a `drain-deadline` reason) and give those items back without spending an attempt;
  *   3. report every outcome (bounded by rpcTimeoutMs when the daemon does not answer);
- *   4. stop heartbeats and the directive stream, deregister (the daemon marks the agent inactive
- *      at once), close the connections.
+ *   4. say goodbye on the stream, stop heartbeats and the directive stream, deregister (the
+ *      daemon marks the agent inactive at once), close the connections.
  * Heartbeats and lease renewals go on until step 4, so a long drain never looks like a dead agent.
  *
  * A drain the daemon orders (by default, `onDaemonDrain: "pause"`) runs steps 1 to 3 and then
@@ -23,8 +27,8 @@ import { EventEmitter } from "node:events";
 import { durationMs, timestampMs } from "@bufbuild/protobuf/wkt";
 import type { Logger } from "pino";
 import { ClaimAhead } from "./claim-ahead.js";
-import { Claimer } from "./claimer.js";
-import { DirectiveFollower, readHeartbeatReply } from "./directives.js";
+import { readHeartbeatReply } from "./directives.js";
+import { Intake } from "./intake.js";
 import { AgentFailedError } from "./errors.js";
 import { AgentType, type Directive, type HeartbeatResponse } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
 import { capacityToWire, detectCapacity, heartbeatMounts, type Capacity } from "./liveness/capacity.js";
@@ -87,8 +91,7 @@ export class Agent extends EventEmitter<AgentEvents> {
   readonly #link: Link;
   readonly #reporter: Reporter;
   readonly #leases: LeaseKeeper;
-  readonly #claimer: Claimer;
-  readonly #directives: DirectiveFollower;
+  readonly #intake: Intake;
   readonly #heartbeat: HeartbeatThread;
   readonly #work: Work;
   /** Set by start() when `metricsPort` is given. */
@@ -143,7 +146,7 @@ export class Agent extends EventEmitter<AgentEvents> {
       slotTaken: (busy) => this.#heartbeat.setInFlight(busy),
       slotFreed: (busy) => {
         this.#heartbeat.setInFlight(busy);
-        this.#claimer.nudge();
+        this.#intake.nudge();
       },
       leasesTaken: (runs) => this.#leases.taken(runs),
       leaseDropped: (run) => this.#leases.dropped(run),
@@ -157,16 +160,14 @@ export class Agent extends EventEmitter<AgentEvents> {
       held: () => this.#leases.leases(),
     });
     this.#leases = new LeaseKeeper(this.#link, this.#o, this.#heartbeat, () => this.#work.held(), (run, message) => this.#work.leaseLost(run, message), this.#log);
-    this.#claimer = new Claimer(this.#link, this.#o, {
+    this.#intake = new Intake(this.#link, this.#o, this.#log, this.#reporter, {
       room: () => this.#work.room,
       answeredAtOnce: (ms) => ahead.claimTook(ms),
       claimed: (result) => this.#metrics?.claimed(result),
       onItems: (items) => this.#work.accept(items, this.#life.state === "running"),
-      onStatus: (status) => this.#onDaemonStatus(status, undefined, "claim reply"),
-      lend: (max) => this.#reporter.lend(max),
+      onStatus: (status, source) => this.#onDaemonStatus(status, undefined, source),
+      onDirective: (d) => this.#onDirective(d),
     });
-    this.#reporter.holdForClaim(() => this.#claimer.refilling);
-    this.#directives = new DirectiveFollower(this.#link, this.#o, (d) => this.#onDirective(d), this.#log);
   }
 
   get state(): AgentState {
@@ -269,10 +270,10 @@ export class Agent extends EventEmitter<AgentEvents> {
     if (this.#life.state !== "starting") return;
     const reg = this.#registration!;
     this.#heartbeat.start(reg.heartbeatIntervalMs, this.#link.index);
-    this.#directives.start();
+    this.#intake.follow();
     this.#leases.start(reg.leaseTtlMs);
     this.#life.to("running");
-    this.#claimer.start();
+    this.#intake.start();
     if (reg.status === "draining") this.#onDaemonStatus("draining", undefined, "registration");
   }
 
@@ -341,7 +342,7 @@ export class Agent extends EventEmitter<AgentEvents> {
   #onHeartbeatReply(reply: HeartbeatResponse): void {
     const { status, drainDeadlineAt, cancels } = readHeartbeatReply(reply);
     for (const d of cancels) this.#onDirective(d);
-    if (this.#directives.contradicts(status, this.#registration?.heartbeatIntervalMs ?? DEFAULT_HEARTBEAT_MS)) return;
+    if (this.#intake.contradicts(status, this.#registration?.heartbeatIntervalMs ?? DEFAULT_HEARTBEAT_MS)) return;
     this.#onDaemonStatus(status, drainDeadlineAt, "heartbeat reply");
   }
 
@@ -387,7 +388,7 @@ export class Agent extends EventEmitter<AgentEvents> {
     this.#life.to("draining");
     this.#tighten(deadlineAt);
     this.#startDraining(why);
-    await this.#claimer.stop();
+    await this.#intake.stop();
     await this.#work.nothingRunning();
     if (!current()) return;
     clearTimeout(this.#deadlineTimer);
@@ -405,7 +406,7 @@ export class Agent extends EventEmitter<AgentEvents> {
     this.#deadlineAt = Number.POSITIVE_INFINITY;
     if (!this.#life.to("running")) return;
     this.#log.info({ source }, "undrained: claiming again");
-    this.#claimer.start();
+    this.#intake.start();
   }
 
   /** What every drain does first: items claimed ahead would not start before it ends, so others run them now. */
@@ -433,7 +434,7 @@ export class Agent extends EventEmitter<AgentEvents> {
     if (from !== "draining" && from !== "paused") this.#life.to("draining");
     this.#startDraining(why);
     // 1. Stop claiming.
-    await this.#claimer.stop();
+    await this.#intake.stop();
     // 2. Wait for in-flight items; the deadline aborts and gives back what still runs.
     await this.#work.nothingRunning();
     clearTimeout(this.#deadlineTimer);
@@ -442,7 +443,7 @@ export class Agent extends EventEmitter<AgentEvents> {
     if (!this.#life.to("drained")) return;
     // 4. Deregister, close.
     this.#leases.stop();
-    await Promise.all([this.#directives.stop(), this.#heartbeat.stop()]);
+    await Promise.all([this.#intake.leave(this.#o.rpcTimeoutMs), this.#heartbeat.stop()]);
     if (this.#link.generation > 0) await this.#link.deregister(this.name);
     this.#close();
     // The last items' spans leave before the process may exit.
@@ -459,8 +460,7 @@ export class Agent extends EventEmitter<AgentEvents> {
     this.#work.abandonAll(err.message);
     this.#reporter.close();
     this.#leases.stop();
-    void this.#claimer.stop();
-    void this.#directives.stop();
+    this.#intake.close();
     void this.#heartbeat.stop();
     this.#close();
     void this.#metrics?.endpoint.close();

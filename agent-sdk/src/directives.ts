@@ -47,6 +47,11 @@ export class DirectiveFollower {
     this.#loop ??= this.#run();
   }
 
+  /** The agent stream (channel.ts) said `status`: as fresh a word as this follower's own stream. */
+  hear(status: DaemonStatus): void {
+    this.#heard = { status, at: Date.now() };
+  }
+
   /** Whether `status` (from a reply) differs from what the stream said less than `withinMs` ago. */
   contradicts(status: DaemonStatus, withinMs: number): boolean {
     return this.#heard !== undefined && this.#heard.status !== status && Date.now() - this.#heard.at < withinMs;
@@ -68,7 +73,7 @@ export class DirectiveFollower {
           failures = 0;
           const d = res.directive;
           if (!d) continue;
-          if (d.kind.case === "status") this.#heard = { status: statusFromWire(d.kind.value.status), at: Date.now() };
+          if (d.kind.case === "status") this.hear(statusFromWire(d.kind.value.status));
           this.onDirective(d);
         }
         this.log.debug("directive stream ended by the daemon: reopening");

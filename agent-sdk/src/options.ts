@@ -148,6 +148,13 @@ export interface AgentOptions {
    */
   fastTransport?: boolean;
   /**
+   * Takes work and the daemon's directives over one long-lived stream (AgentService.Connect), and
+   * reports on it; false: by unary claims and the WatchDirectives stream, as against a daemon that
+   * has no such stream (the agent falls back to those by itself when the daemon answers UNIMPLEMENTED).
+   * @default true
+   */
+  stream?: boolean;
+  /**
    * Serves the agent's own Prometheus metrics (items, handler seconds, claims, RPC errors,
    * reconnects, and prom-client's process metrics) at `GET /metrics` on this port, over plain
    * HTTP without authentication, from start() until the agent stops. 0 takes a free port
@@ -199,6 +206,7 @@ export interface ResolvedOptions {
   keepalive: { intervalMs: number; timeoutMs: number };
   interceptors: Interceptor[];
   fastTransport: boolean;
+  stream: boolean;
   /** Where the metrics endpoint listens; undefined when there is none. */
   metrics: { host: string; port: number } | undefined;
 }
@@ -276,6 +284,7 @@ export function resolveOptions(o: AgentOptions): ResolvedOptions {
     },
     interceptors: [...(o.interceptors ?? [])],
     fastTransport: o.fastTransport ?? true,
+    stream: o.stream ?? true,
     metrics: metricsListen(o.metricsPort, o.metricsHost),
   };
 }

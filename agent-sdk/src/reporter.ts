@@ -9,6 +9,10 @@
  * Completions may instead ride on the next claim (`lend`): a handler that finishes frees a slot, so
  * a claim usually follows within milliseconds, and one call then does both. What a claim could not
  * deliver comes back here and goes the ordinary way.
+ *
+ * While the agent stream is open (channel.ts, see viaStream) reports travel on it instead, gathered
+ * per event-loop turn rather than per coalescing period: a stream message costs no call, and the
+ * daemon applies what arrives while it is busy together. Between streams they go by unary calls.
  */
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError } from "@connectrpc/connect";
@@ -18,6 +22,7 @@ import type { ItemOutcome as WireOutcome } from "@aiflow/wire/gen/aiflow/cluster
 import { errorText, type Link } from "./link.js";
 import type { ResolvedOptions } from "./options.js";
 import type { Report } from "./run.js";
+import type { Channel, StreamReport } from "./channel.js";
 
 /** The daemon's answer for one report, or why there is none. */
 export interface ReportResult {
@@ -54,6 +59,9 @@ export class Reporter {
   #oldestAt = 0;
   /** True while a claim that will carry completions is coming (see holdForClaim). */
   #claimComing: () => boolean = () => false;
+  /** The agent stream when reports can travel on it (see viaStream). */
+  #stream: () => Channel | undefined = () => undefined;
+  #soon: NodeJS.Immediate | undefined;
   readonly #sending = new Set<Promise<void>>();
   readonly #giveUp = new AbortController();
 
@@ -72,6 +80,11 @@ export class Reporter {
     this.#claimComing = coming;
   }
 
+  /** Reports go on the stream `current()` returns while it returns one, by unary calls otherwise. */
+  viaStream(current: () => Channel | undefined): void {
+    this.#stream = current;
+  }
+
   /** Queues a report; resolves with the daemon's answer for it. */
   submit(report: Report): Promise<ReportResult> {
     if (this.#giveUp.signal.aborted) return Promise.resolve(gaveUp("the agent stopped reporting"));
@@ -79,6 +92,7 @@ export class Reporter {
       if (this.#queue.length === 0) this.#oldestAt = Date.now();
       this.#queue.push({ report, resolve });
       if (this.#queue.length >= this.opts.reportMaxBatch) this.#flushNow();
+      else if (this.#stream()) this.#soon ??= setImmediate(() => this.#flushNow());
       else this.#timer ??= setTimeout(() => this.#onTimer(), this.opts.reportCoalesceMs);
     });
   }
@@ -152,6 +166,8 @@ export class Reporter {
   #flushNow(): void {
     clearTimeout(this.#timer);
     this.#timer = undefined;
+    clearImmediate(this.#soon);
+    this.#soon = undefined;
     while (this.#queue.length > 0) {
       const batch = this.#queue.splice(0, this.opts.reportMaxBatch);
       this.#track(Promise.all(KINDS.map((k) => this.#send(batch.filter((p) => p.report.kind === k)))).then(() => undefined));
@@ -196,18 +212,37 @@ export class Reporter {
     const name = this.opts.name;
     const options = { timeoutMs: this.opts.rpcTimeoutMs, signal: this.#giveUp.signal };
     const client = this.link.client;
+    const current = this.#stream();
+    const stream = current && { report: (r: StreamReport) => this.#bounded(current.report(r)) };
     const kind = batch[0]!.report.kind;
-    if (kind === "complete") return (await client.complete({ name, items: completionsOf(batch) }, options)).outcomes;
+    if (kind === "complete") {
+      const items = completionsOf(batch);
+      return stream ? stream.report({ kind, items }) : (await client.complete({ name, items }, options)).outcomes;
+    }
     if (kind === "fail") {
       const items = batch.map(({ report: r }) =>
         r.kind === "fail"
           ? { workItemId: r.id, leaseToken: r.token, error: r.error, retryable: r.retryable, retryDelay: r.retryDelayMs === undefined ? undefined : durationFromMs(r.retryDelayMs) }
           : unexpected(r),
       );
-      return (await client.fail({ name, items }, options)).outcomes;
+      return stream ? stream.report({ kind, items }) : (await client.fail({ name, items }, options)).outcomes;
     }
     const leases = batch.map(({ report: r }) => ({ workItemId: r.id, leaseToken: r.token }));
-    return (await client.release({ name, leases }, options)).outcomes;
+    return stream ? stream.report({ kind, items: leases }) : (await client.release({ name, leases }, options)).outcomes;
+  }
+
+  /** A stream report's answer, bounded like a unary call's: rpcTimeoutMs, and the reporter giving up. */
+  #bounded(answer: Promise<WireOutcome[]>): Promise<WireOutcome[]> {
+    return new Promise((resolve, reject) => {
+      const signal = this.#giveUp.signal;
+      const stop = () => reject(new ConnectError("the agent stopped reporting", Code.Canceled));
+      const timer = setTimeout(() => reject(new ConnectError(`no answer on the agent stream within ${this.opts.rpcTimeoutMs} ms`, Code.DeadlineExceeded)), this.opts.rpcTimeoutMs);
+      signal.addEventListener("abort", stop, { once: true });
+      answer.then(resolve, reject).finally(() => {
+        clearTimeout(timer);
+        signal.removeEventListener("abort", stop);
+      });
+    });
   }
 }
 

@@ -34,17 +34,24 @@ function recordStates(agent: Agent): AgentState[] {
 const indexOf = (calls: { method: string }[], method: string, from = 0) => calls.findIndex((c, i) => i >= from && c.method === method);
 const lastIndexOf = (calls: { method: string }[], method: string) => calls.map((c) => c.method).lastIndexOf(method);
 
-describe("agent.drain()", () => {
+/** Whether a Connect message the agent sent carries entries in `field`. */
+const carries = (field: string) => (m: Record<string, unknown>) => ((m[field] as unknown[] | undefined)?.length ?? 0) > 0;
+
+describe.each([
+  ["over the stream", true],
+  ["by unary claims", false],
+])("agent.drain() (%s)", (_how, stream) => {
   it("stops claiming, lets in-flight items finish and reports them, then deregisters", async () => {
     const calls = callLog();
     const gate = deferred();
     let started = 0;
     const agent = testAgent(daemon.address, {
-      engineKinds: ["gated"],
+      engineKinds: [`gated-${stream}`],
       slots: 2,
+      stream,
       interceptors: [calls.interceptor],
       handlers: {
-        gated: async (item) => {
+        [`gated-${stream}`]: async (item) => {
           started++;
           await gate.promise;
           return `finished ${item.id}`;
@@ -53,13 +60,14 @@ describe("agent.drain()", () => {
     });
     await agent.start();
     const states = recordStates(agent);
-    const ids = await producer.enqueue([{ engineKind: "gated" }, { engineKind: "gated" }]);
+    const ids = await producer.enqueue([{ engineKind: `gated-${stream}` }, { engineKind: `gated-${stream}` }]);
     await until("both items run", () => started === 2);
 
     const drained = agent.drain({ deadline: 10_000 });
     await until("the agent is draining", () => agent.state === "draining");
     const claimsAtDrain = calls.count("Claim");
-    const [late] = await producer.enqueue([{ engineKind: "gated" }]);
+    if (stream) await until("the stream's credits are withdrawn", () => calls.lastSent((m) => m.withdrawCredits === true) >= 0);
+    const [late] = await producer.enqueue([{ engineKind: `gated-${stream}` }]);
     gate.resolve();
     await drained;
 
@@ -69,7 +77,14 @@ describe("agent.drain()", () => {
     expect(calls.count("Claim")).toBe(claimsAtDrain);
     expect(await producer.get(late!)).toMatchObject({ status: WorkItemStatus.PENDING, agentId: "" });
     // On the wire: the completions, then the deregistration, and nothing after it.
-    expect(lastIndexOf(calls.calls, "Complete")).toBeLessThan(indexOf(calls.calls, "Deregister"));
+    if (stream) {
+      const withdrawn = calls.lastSent((m) => m.withdrawCredits === true);
+      expect(calls.lastSent((m) => Number(m.credits ?? 0) > 0)).toBeLessThan(withdrawn);
+      expect((calls.streamed("completions") as { workItemId: string }[]).map((c) => c.workItemId).sort()).toEqual([...ids].sort());
+      expect(calls.lastSent(carries("completions"))).toBeLessThan(calls.lastSent((m) => m.goodbye === true));
+      expect(calls.lastSent((m) => m.goodbye === true)).toBeLessThan(calls.firstCall("Deregister"));
+      expect(calls.count("Complete")).toBe(0);
+    } else expect(lastIndexOf(calls.calls, "Complete")).toBeLessThan(indexOf(calls.calls, "Deregister"));
     expect(calls.calls.at(-1)?.method).toBe("Deregister");
     expect((await agentRow(db, agent.name))?.status).toBe("inactive");
     await producer.queue.cancel({ tenantKey: "t1", ids: [late!] });
@@ -80,13 +95,14 @@ describe("agent.drain()", () => {
     const started = deferred<AbortSignal>();
     const reason = deferred<unknown>();
     const agent = testAgent(daemon.address, {
-      engineKinds: ["stubborn"],
-      // One slot stays free, so a claim is out waiting for work when the drain begins.
+      engineKinds: [`stubborn-${stream}`],
+      // One slot stays free, so a claim is out (or a credit granted) waiting for work when the drain begins.
       slots: 2,
       prefetch: 0,
+      stream,
       interceptors: [calls.interceptor],
       handlers: {
-        stubborn: async (_item, ctx) => {
+        [`stubborn-${stream}`]: async (_item, ctx) => {
           started.resolve(ctx.signal);
           await new Promise((resolve) => ctx.signal.addEventListener("abort", resolve));
           reason.resolve(ctx.signal.reason);
@@ -95,15 +111,16 @@ describe("agent.drain()", () => {
       },
     });
     await agent.start();
-    const [id] = await producer.enqueue([{ engineKind: "stubborn", maxRetries: 2 }]);
+    const [id] = await producer.enqueue([{ engineKind: `stubborn-${stream}`, maxRetries: 2 }]);
     const signal = await started.promise;
-    await until("a claim waits for more work", () => calls.out("Claim") === 1);
+    await until("a claim waits for more work", () => (stream ? calls.outstanding() === 1 : calls.out("Claim") === 1));
     const outcome = finished(agent, id!);
 
     // Before its deadline (an hour off) the drain stops claiming, its waiting claim cancelled, and
     // then only waits: the handler runs on.
     const drained = agent.drain({ deadline: 3_600_000 });
-    await until("the drain has stopped claiming", () => agent.state === "draining" && calls.out("Claim") === 0);
+    const answered = () => calls.stream.some((e) => e.dir === "received" && e.message.creditsWithdrawn === true);
+    await until("the drain has stopped claiming", () => agent.state === "draining" && (stream ? answered() : calls.out("Claim") === 0));
     expect(signal.aborted).toBe(false);
     expect(agent.inFlight).toBe(1);
     // The deadline comes: a drain asked for now moves it there (a deadline only ever moves earlier).
@@ -114,7 +131,11 @@ describe("agent.drain()", () => {
     expect((await outcome).outcome).toEqual({ kind: "released" });
     expect(agent.state).toBe("stopped");
     expect(await producer.get(id!)).toMatchObject({ status: WorkItemStatus.PENDING, retryCount: 0, agentId: "" });
-    expect(indexOf(calls.calls, "Release")).toBeLessThan(indexOf(calls.calls, "Deregister"));
+    if (stream) {
+      expect(calls.streamed("releases")).toEqual([expect.objectContaining({ workItemId: id })]);
+      expect(calls.lastSent(carries("releases"))).toBeLessThan(calls.firstCall("Deregister"));
+      expect(calls.streamed("completions").length + calls.streamed("failures").length).toBe(0);
+    } else expect(indexOf(calls.calls, "Release")).toBeLessThan(indexOf(calls.calls, "Deregister"));
     expect(calls.count("Complete") + calls.count("Fail")).toBe(0);
     await producer.queue.cancel({ tenantKey: "t1", ids: [id!] });
   });

@@ -66,10 +66,14 @@ function observations(families: MetricFamily[], name: string): number | undefine
 const handled = (families: MetricFamily[], outcome: string) => value(families, "aiflow_sdk_items_handled_total", { engine_kind: "metered", outcome }) ?? 0;
 
 describe("the counters follow real work", () => {
-  it("an item completed, one retried then completed, one failed for good: items by outcome, handler runs, claims, slots and the process metrics", async () => {
+  it.each([
+    ["over the stream", true],
+    ["by unary claims", false],
+  ])("an item completed, one retried then completed, one failed for good: items by outcome, handler runs, claims, slots and the process metrics (%s)", async (_how, stream) => {
     const agent = testAgent(daemon.address, {
       engineKinds: ["metered"],
       slots: 2,
+      stream,
       claimWaitMs: 100,
       metricsPort: 0,
       handlers: {
@@ -114,8 +118,9 @@ describe("the counters follow real work", () => {
     expect(family(m, "nodejs_eventloop_lag_seconds")?.type).toBe("GAUGE");
     expect(family(m, "nodejs_gc_duration_seconds")?.type).toBe("HISTOGRAM");
 
-    // Idle now: its long-polls come back empty.
-    await until("an empty claim was counted", async () => (value(await scrape(agent), "aiflow_sdk_claims_total", { result: "empty" }) ?? 0) >= 1);
+    // Idle now: its long-polls come back empty (a stream's pushes are never empty).
+    if (stream) expect(value(m, "aiflow_sdk_claims_total", { result: "empty" })).toBeUndefined();
+    else await until("an empty claim was counted", async () => (value(await scrape(agent), "aiflow_sdk_claims_total", { result: "empty" }) ?? 0) >= 1);
   });
 
   it("a running handler is in flight until it settles", async () => {

@@ -8,7 +8,7 @@ import { beforeAll, describe, expect, it } from "vitest";
 import type { Daemon } from "../../src/daemon.js";
 import { useTestDaemon } from "../../test/support/kit.js";
 import type { Agent, ItemOutcome } from "../src/index.js";
-import { callLog, deferred, finished, Producer, testAgent, until, WorkItemStatus } from "./support.js";
+import { callLog, type CallLog, deferred, finished, Producer, testAgent, until, WorkItemStatus } from "./support.js";
 
 const fx = useTestDaemon({ label: "sdkprefetch", config: { heartbeatInterval: 500, heartbeatFlush: 50, sweepInterval: 50 } });
 let daemon: Daemon;
@@ -33,8 +33,15 @@ function replySizes(): { interceptor: Interceptor; sizes: number[] } {
 }
 
 const maxItemsAsked = (calls: ReturnType<typeof callLog>) => calls.calls.filter((c) => c.method === "Claim").map((c) => (c.message as { maxItems: number }).maxItems);
+/** The most items asked for at once: by one claim, or as credits outstanding on the stream. */
+const mostAsked = (calls: CallLog, stream: boolean) => (stream ? calls.maxOutstanding() : Math.max(...maxItemsAsked(calls)));
+/** The most items one claim reply or one push brought. */
+const mostBrought = (calls: CallLog, replies: number[]) => Math.max(...replies, ...calls.stream.filter((e) => e.method === "Connect" && e.dir === "received").map((e) => (e.message.items as unknown[]).length));
 
-describe("quick handlers", () => {
+describe.each([
+  ["over the stream", true],
+  ["by unary claims", false],
+])("quick handlers (%s)", (_how, stream) => {
   it("claim beyond the free slots, yet never run more handlers at once than there are slots, and each item completes once", async () => {
     const calls = callLog();
     const replies = replySizes();
@@ -45,6 +52,7 @@ describe("quick handlers", () => {
       engineKinds: ["quick"],
       slots: 4,
       prefetch: 12,
+      stream,
       interceptors: [calls.interceptor, replies.interceptor],
       handlers: {
         quick: async (item) => {
@@ -63,19 +71,19 @@ describe("quick handlers", () => {
     expect([...ran.values()].every((n) => n === 1) && ran.size === 400).toBe(true);
     expect(peak).toBe(4);
     // Some claim asked beyond the 4 slots, none beyond the slots and the 12 ahead.
-    expect(Math.max(...maxItemsAsked(calls))).toBeGreaterThan(4);
-    expect(Math.max(...maxItemsAsked(calls))).toBeLessThanOrEqual(16);
-    expect(Math.max(...replies.sizes)).toBeGreaterThan(4);
+    expect(mostAsked(calls, stream)).toBeGreaterThan(4);
+    expect(mostAsked(calls, stream)).toBeLessThanOrEqual(16);
+    expect(mostBrought(calls, replies.sizes)).toBeGreaterThan(4);
   });
 
   it("with prefetch 0, claim no more than the free slots", async () => {
     const calls = callLog();
-    const agent = testAgent(daemon.address, { engineKinds: ["unbuffered"], slots: 2, prefetch: 0, interceptors: [calls.interceptor], handlers: { unbuffered: async () => null } });
+    const agent = testAgent(daemon.address, { engineKinds: ["unbuffered"], slots: 2, prefetch: 0, stream, interceptors: [calls.interceptor], handlers: { unbuffered: async () => null } });
     await agent.start();
     const ids = await producer.enqueue(Array.from({ length: 60 }, () => ({ engineKind: "unbuffered" })));
     await producer.waitDone(ids);
-    expect(maxItemsAsked(calls).length).toBeGreaterThan(0);
-    expect(Math.max(...maxItemsAsked(calls))).toBeLessThanOrEqual(2);
+    expect(stream ? calls.stream.filter((e) => e.dir === "sent" && Number(e.message.credits ?? 0) > 0).length : calls.count("Claim")).toBeGreaterThan(0);
+    expect(mostAsked(calls, stream)).toBeLessThanOrEqual(2);
   });
 });
 
@@ -83,7 +91,7 @@ describe("quick handlers", () => {
  * An agent with one slot and four ahead: one item runs (its handler waits for `gate`), the other
  * four of the batch wait on the agent, dispatched to it.
  */
-async function oneRunningFourWaiting(kind: string): Promise<{ agent: Agent; running: string; waiting: string[]; started: string[]; outcomes: Map<string, ItemOutcome>; gate: () => void }> {
+async function oneRunningFourWaiting(kind: string, stream: boolean): Promise<{ agent: Agent; running: string; waiting: string[]; started: string[]; outcomes: Map<string, ItemOutcome>; gate: () => void }> {
   const calls = callLog();
   const gate = deferred();
   const started: string[] = [];
@@ -93,6 +101,7 @@ async function oneRunningFourWaiting(kind: string): Promise<{ agent: Agent; runn
     engineKinds: [kind],
     slots: 1,
     prefetch: 4,
+    stream,
     interceptors: [calls.interceptor],
     handlers: {
       [kind]: async (item) => {
@@ -109,7 +118,7 @@ async function oneRunningFourWaiting(kind: string): Promise<{ agent: Agent; runn
   await agent.start();
   // Quick items first, so the agent has timed a handler and a claim answered at once.
   await producer.waitDone(await producer.enqueue([{ engineKind: kind }, { engineKind: kind }]));
-  await until("a claim asks for the slot and four ahead", () => maxItemsAsked(calls).includes(5));
+  await until("the agent asks for the slot and four ahead", () => (stream ? calls.outstanding() === 5 : maxItemsAsked(calls).includes(5)));
   const ids = await producer.enqueue(Array.from({ length: 5 }, () => ({ engineKind: kind, payloadJson: JSON.stringify({ batch: true }) })));
   await until("the batch is dispatched to the agent", async () => (await Promise.all(ids.map((id) => producer.get(id)))).every((i) => i.status === WorkItemStatus.DISPATCHED && i.agentId === agent.name));
   const running = ids.filter((id) => started.includes(id));
@@ -117,9 +126,12 @@ async function oneRunningFourWaiting(kind: string): Promise<{ agent: Agent; runn
   return { agent, running: running[0]!, waiting: ids.filter((id) => id !== running[0]), started, outcomes, gate: gate.resolve };
 }
 
-describe("items waiting for a slot", () => {
+describe.each([
+  ["over the stream", true],
+  ["by unary claims", false],
+])("items waiting for a slot (%s)", (_how, stream) => {
   it("are given back when a drain begins, without spending an attempt, while the running item finishes", async () => {
-    const { agent, running, waiting, started, outcomes, gate } = await oneRunningFourWaiting("drained-ahead");
+    const { agent, running, waiting, started, outcomes, gate } = await oneRunningFourWaiting(`drained-ahead-${stream}`, stream);
     const drained = agent.drain({ deadline: 10_000 });
     await until("the waiting items are back in the queue", async () => (await Promise.all(waiting.map((id) => producer.get(id)))).every((i) => i.status === WorkItemStatus.PENDING));
     for (const id of waiting) expect(await producer.get(id)).toMatchObject({ status: WorkItemStatus.PENDING, retryCount: 0, agentId: "" });
@@ -134,7 +146,7 @@ describe("items waiting for a slot", () => {
   });
 
   it("is dropped when cancelled, without starting, and the others run in turn", async () => {
-    const { agent, waiting, started, gate } = await oneRunningFourWaiting("cancelled-ahead");
+    const { agent, waiting, started, gate } = await oneRunningFourWaiting(`cancelled-ahead-${stream}`, stream);
     const [cancelled, ...rest] = waiting;
     const outcome = finished(agent, cancelled!);
     await producer.queue.cancel({ tenantKey: "t1", ids: [cancelled!], reason: "not needed" });

@@ -60,31 +60,98 @@ export class Producer {
 /** One call the agent made: its method, its request (unary calls), and how it ended once it has. */
 export interface LoggedCall {
   method: string;
+  /** Place in the log's one order of calls begun and stream messages. */
+  seq: number;
   message: unknown;
   /** "ok", or the code it failed with; undefined while the call is out. */
   ended?: "ok" | Code;
 }
 
-/** Logs the agent's calls by method name (Claim, Complete, Fail, ...), with the request of each and how it ended. */
-export function callLog(): { interceptor: Interceptor; calls: LoggedCall[]; count(method: string): number; out(method: string): number } {
+/** A message on a streaming call, in the order sent and received across every stream of the log. */
+export interface StreamEvent {
+  method: string;
+  seq: number;
+  dir: "sent" | "received";
+  message: Record<string, unknown>;
+}
+
+type Listed = Record<string, unknown[] | undefined>;
+
+export interface CallLog {
+  interceptor: Interceptor;
+  calls: LoggedCall[];
+  /** Every message of every streaming call (Connect, WatchDirectives), in order. */
+  stream: StreamEvent[];
+  count(method: string): number;
+  /** Calls of `method` still out (a stream counts as ended once its response began). */
+  out(method: string): number;
+  /** The entries of `field` in every Connect message the agent sent (completions, failures, releases, ...). */
+  streamed(field: string): unknown[];
+  /** Stream messages the agent sent that carry entries in `field`. */
+  streamMessages(field: string): StreamEvent[];
+  /** The most credits the agent had granted on one Connect call and not seen used by a push. */
+  maxOutstanding(): number;
+  /** Credits granted on the current Connect call less the items pushed since. */
+  outstanding(): number;
+  /** The seq of the last Connect message the agent sent that passes `pass` (-1 when none). */
+  lastSent(pass: (m: Record<string, unknown>) => boolean): number;
+  /** The seq of the first call of `method` (-1 when none). */
+  firstCall(method: string): number;
+}
+
+/** Logs the agent's calls by method name (Claim, Complete, Connect, ...), with the request of each, how it ended, and stream messages both ways. */
+export function callLog(): CallLog {
   const calls: LoggedCall[] = [];
+  const stream: StreamEvent[] = [];
+  let seq = 0;
+  async function* tap<T>(messages: AsyncIterable<T>, method: string, dir: StreamEvent["dir"]): AsyncIterable<T> {
+    for await (const m of messages) {
+      stream.push({ method, seq: seq++, dir, message: m as Record<string, unknown> });
+      yield m;
+    }
+  }
+  const connects = () => stream.filter((e) => e.method === "Connect");
+  const balance = () => {
+    let now = 0;
+    let max = 0;
+    for (const e of connects()) {
+      // A new call's first message names the agent: nothing is outstanding on it yet.
+      if (e.dir === "sent" && e.message.name) now = 0;
+      now += e.dir === "sent" ? Number(e.message.credits ?? 0) : -((e.message.items as unknown[]).length);
+      if (e.dir === "sent" && e.message.withdrawCredits) now = Number(e.message.credits ?? 0);
+      max = Math.max(max, now);
+    }
+    return { now, max };
+  };
   return {
     interceptor: (next) => async (req) => {
-      const call: LoggedCall = { method: req.method.name, message: req.stream ? undefined : req.message };
+      const method = req.method.name;
+      const call: LoggedCall = { method, seq: seq++, message: req.stream ? undefined : req.message };
       calls.push(call);
       try {
-        const res = await next(req);
+        if (!req.stream) {
+          const res = await next(req);
+          call.ended = "ok";
+          return res;
+        }
+        const res = await next({ ...req, message: tap(req.message, method, "sent") });
         call.ended = "ok";
-        return res;
+        return res.stream ? { ...res, message: tap(res.message, method, "received") } : res;
       } catch (err) {
         call.ended = ConnectError.from(err).code;
         throw err;
       }
     },
     calls,
+    stream,
     count: (method) => calls.filter((c) => c.method === method).length,
-    /** Calls of `method` still out (a stream counts as ended once its response began). */
     out: (method) => calls.filter((c) => c.method === method && c.ended === undefined).length,
+    streamed: (field) => connects().flatMap((e) => (e.dir === "sent" ? ((e.message as Listed)[field] ?? []) : [])),
+    streamMessages: (field) => connects().filter((e) => e.dir === "sent" && ((e.message as Listed)[field]?.length ?? 0) > 0),
+    maxOutstanding: () => balance().max,
+    outstanding: () => balance().now,
+    lastSent: (pass) => connects().filter((e) => e.dir === "sent" && pass(e.message)).at(-1)?.seq ?? -1,
+    firstCall: (method) => calls.find((c) => c.method === method)?.seq ?? -1,
   };
 }
 

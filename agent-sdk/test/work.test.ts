@@ -22,17 +22,23 @@ beforeAll(() => {
 });
 
 describe("without either fast path", () => {
-  it("an agent over connect-node's transport, against a daemon that serves every call through connect-node, runs and reports its items", async () => {
+  it.each([
+    ["over the stream", true],
+    ["by unary claims", false],
+  ])("an agent over connect-node's transport, against a daemon that serves every call through connect-node, runs and reports its items (%s)", async (_how, stream) => {
     const plain = await fx.startDaemon({ config: { grpcFastPath: "off", heartbeatInterval: 500, heartbeatFlush: 50 } });
     const plainProducer = new Producer(plain.address, "t1");
     const calls = callLog();
-    const agent = testAgent(plain.address, { engineKinds: ["plain-path"], fastTransport: false, interceptors: [calls.interceptor], handlers: { "plain-path": async (item) => ({ twice: (item.payload as { n: number }).n * 2 }) } });
+    const agent = testAgent(plain.address, { engineKinds: ["plain-path"], fastTransport: false, stream, interceptors: [calls.interceptor], handlers: { "plain-path": async (item) => ({ twice: (item.payload as { n: number }).n * 2 }) } });
     try {
       await agent.start();
       const ids = await plainProducer.enqueue([1, 2, 3].map((n) => ({ engineKind: "plain-path", payloadJson: JSON.stringify({ n }) })));
       const done = await plainProducer.waitDone(ids);
       expect(done.map((d) => [d.status, JSON.parse(d.resultJson)])).toEqual([1, 2, 3].map((n) => [WorkItemStatus.COMPLETED, { twice: n * 2 }]));
-      expect(calls.count("Claim")).toBeGreaterThan(0);
+      if (stream) {
+        expect(calls.count("Claim") + calls.count("Complete")).toBe(0);
+        expect(calls.streamed("completions")).toHaveLength(3);
+      } else expect(calls.count("Claim")).toBeGreaterThan(0);
     } finally {
       await agent.stop();
       plainProducer.close();
@@ -83,13 +89,43 @@ describe("happy path", () => {
     expect(calls.count("Deregister")).toBe(1);
   });
 
-  it("keeps every slot busy and reports completions in few calls, mostly aboard the next claim", async () => {
+  it("over the stream, keeps every slot busy and reports each completion once, several to a message, with no Claim or Complete call", async () => {
+    const calls = callLog();
+    let running = 0;
+    let peak = 0;
+    const agent = testAgent(daemon.address, {
+      engineKinds: ["bulk-stream"],
+      slots: 16,
+      interceptors: [calls.interceptor],
+      handlers: {
+        "bulk-stream": async (item) => {
+          peak = Math.max(peak, ++running);
+          await new Promise((r) => setTimeout(r, 2));
+          running--;
+          return item.payload;
+        },
+      },
+    });
+    await agent.start();
+    const ids = await producer.enqueue(Array.from({ length: 200 }, (_, i) => ({ engineKind: "bulk-stream", payloadJson: String(i) })));
+    const items = await producer.waitDone(ids);
+    expect(items.filter((i) => i.status !== WorkItemStatus.COMPLETED).map((i) => [WorkItemStatus[i.status], i.error])).toEqual([]);
+    expect(peak).toBe(16);
+    const completed = calls.streamed("completions") as { workItemId: string }[];
+    expect(completed.map((c) => c.workItemId).sort()).toEqual([...ids].sort());
+    expect(calls.streamMessages("completions").length).toBeLessThan(100);
+    expect(calls.count("Claim") + calls.count("Complete") + calls.count("WatchDirectives")).toBe(0);
+    expect(calls.count("Connect")).toBe(1);
+  });
+
+  it("by unary claims, keeps every slot busy and reports completions in few calls, mostly aboard the next claim", async () => {
     const calls = callLog();
     let running = 0;
     let peak = 0;
     const agent = testAgent(daemon.address, {
       engineKinds: ["bulk"],
       slots: 16,
+      stream: false,
       // Claims for the free slots only. Claiming ahead leaves the agent holding more items when the
       // queue runs dry, and their completions go in Complete calls while its claim long-polls: fewer
       // calls in all, but not mostly aboard claims, which is what this test is about.
@@ -123,9 +159,26 @@ describe("happy path", () => {
 });
 
 describe("items that trickle in", () => {
-  it("report the completions of quick handlers aboard the next long-poll, not in Complete calls of their own", async () => {
+  it("are pushed on the stream as they are enqueued, and their completions travel on it", async () => {
     const calls = callLog();
-    const agent = testAgent(daemon.address, { engineKinds: ["trickle"], slots: 4, interceptors: [calls.interceptor], handlers: { trickle: async (item) => item.payload } });
+    const agent = testAgent(daemon.address, { engineKinds: ["trickle-stream"], slots: 4, interceptors: [calls.interceptor], handlers: { "trickle-stream": async (item) => item.payload } });
+    await agent.start();
+    const all: string[] = [];
+    for (let i = 0; i < 5; i++) {
+      const ids = await producer.enqueue([{ engineKind: "trickle-stream", payloadJson: String(i) }]);
+      expect((await producer.waitDone(ids)).map((it) => it.status)).toEqual([WorkItemStatus.COMPLETED]);
+      all.push(...ids);
+    }
+    const pushed = calls.stream.filter((e) => e.method === "Connect" && e.dir === "received").flatMap((e) => e.message.items as { id: string }[]);
+    expect(pushed.map((i) => i.id)).toEqual(all);
+    expect((calls.streamed("completions") as { workItemId: string }[]).map((c) => c.workItemId)).toEqual(all);
+    expect(calls.count("Claim") + calls.count("Complete")).toBe(0);
+    await agent.stop();
+  });
+
+  it("by unary claims, report the completions of quick handlers aboard the next long-poll, not in Complete calls of their own", async () => {
+    const calls = callLog();
+    const agent = testAgent(daemon.address, { engineKinds: ["trickle"], slots: 4, stream: false, interceptors: [calls.interceptor], handlers: { trickle: async (item) => item.payload } });
     await agent.start();
     // One at a time, each finished before the next is sent: every claim that brings an item is
     // followed by a claim that waits for the next one and carries the last one's completion.
@@ -185,7 +238,9 @@ describe("failures", () => {
     const done = await producer.waitDone([permanent!, later!]);
     expect(done.find((i) => i.id === permanent)).toMatchObject({ status: WorkItemStatus.FAILED, retryCount: 0, error: "NonRetryableError: bad input" });
     expect(done.find((i) => i.id === later)).toMatchObject({ status: WorkItemStatus.COMPLETED, retryCount: 1, resultJson: JSON.stringify("second time lucky") });
-    const fails = calls.calls.filter((c) => c.method === "Fail").flatMap((c) => (c.message as { items: { workItemId: string; retryable: boolean; retryDelay?: { nanos: number } }[] }).items);
+    type Failure = { workItemId: string; retryable: boolean; retryDelay?: { nanos: number } };
+    const fails = [...calls.calls.filter((c) => c.method === "Fail").flatMap((c) => (c.message as { items: Failure[] }).items), ...(calls.streamed("failures") as Failure[])];
+    expect(fails).toHaveLength(2);
     expect(fails.find((f) => f.workItemId === permanent)).toMatchObject({ retryable: false });
     expect(fails.find((f) => f.workItemId === later)).toMatchObject({ retryable: true, retryDelay: { nanos: 30_000_000 } });
   });
