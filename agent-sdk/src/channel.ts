@@ -46,7 +46,11 @@ export interface ChannelHooks {
   /** The agent's status, when a response carries it without a status directive (the first one does). */
   onStatus(status: DaemonStatus): void;
   onDirective(d: Directive): void;
-  /** A push used every credit outstanding, `ms` after the oldest of them was granted. */
+  /**
+   * Reports were answered `ms` after they were sent: the stream's round trip through one of the
+   * daemon's statements, as long as a credit takes to come back as an item when work is queued.
+   * (A push itself says nothing about the trip: its credits may have waited for work for any time.)
+   */
   answeredAtOnce(ms: number): void;
   claimed?(result: ClaimResult): void;
   /** The daemon does not serve Connect; `taking` says whether the agent was taking work. */
@@ -58,6 +62,7 @@ const REQUEST_FIELD = { complete: "completions", fail: "failures", release: "rel
 
 interface Waiter {
   ids: Set<string>;
+  sentAt: number;
   outcomes: WireOutcome[];
   resolve(outcomes: WireOutcome[]): void;
   reject(err: unknown): void;
@@ -116,8 +121,6 @@ export class Channel {
   #leaving = false;
   /** Credits granted on the current call and not yet used by a push. */
   #granted = 0;
-  /** When the oldest of the outstanding credits was granted (performance.now()). */
-  #grantedAt: number | undefined;
   /** The message being gathered this tick. */
   #next: Request | undefined;
 
@@ -155,7 +158,6 @@ export class Channel {
     const call = this.#call;
     if (!call) return Promise.resolve();
     this.#granted = 0;
-    this.#grantedAt = undefined;
     const next = this.#gather();
     delete next.credits;
     next.withdrawCredits = true;
@@ -167,7 +169,7 @@ export class Channel {
     const call = this.#call;
     if (!call?.ready) return Promise.reject(new ConnectError("the agent stream is not open", Code.Unavailable));
     return new Promise((resolve, reject) => {
-      const waiter: Waiter = { ids: new Set(r.items.map((i) => i.workItemId ?? "")), outcomes: [], resolve, reject };
+      const waiter: Waiter = { ids: new Set(r.items.map((i) => i.workItemId ?? "")), sentAt: performance.now(), outcomes: [], resolve, reject };
       const map = call.waiting[r.kind];
       for (const id of waiter.ids) map.set(id, waiter);
       const next = this.#gather();
@@ -217,7 +219,6 @@ export class Channel {
         if (this.#call === call) this.#call = undefined;
         this.#next = undefined;
         this.#granted = 0;
-        this.#grantedAt = undefined;
         call.settle(ConnectError.from(failed ?? new ConnectError("the agent stream ended", Code.Unavailable)));
       }
       if (this.#leaving) return;
@@ -241,7 +242,6 @@ export class Channel {
   async #converse(call: Call): Promise<void> {
     this.#call = call;
     this.#granted = 0;
-    this.#grantedAt = undefined;
     // The first message names the agent and carries the credits there is room for.
     this.#gather().name = this.opts.name;
     this.#topUp();
@@ -263,10 +263,6 @@ export class Channel {
     if (res.creditsWithdrawn) call.withdrawals.shift()?.();
     if (res.items.length > 0) {
       this.#granted = Math.max(0, this.#granted - res.items.length);
-      if (this.#granted === 0 && this.#grantedAt !== undefined) {
-        this.hooks.answeredAtOnce(performance.now() - this.#grantedAt);
-        this.#grantedAt = undefined;
-      }
       this.hooks.claimed?.("items");
       this.hooks.onItems(res.items);
       this.#topUp();
@@ -280,7 +276,9 @@ export class Channel {
       map.delete(o.workItemId);
       w.ids.delete(o.workItemId);
       w.outcomes.push(o);
-      if (w.ids.size === 0) w.resolve(w.outcomes);
+      if (w.ids.size > 0) continue;
+      this.hooks.answeredAtOnce(performance.now() - w.sentAt);
+      w.resolve(w.outcomes);
     }
   }
 
@@ -289,7 +287,6 @@ export class Channel {
     if (!this.#taking || !this.#call) return;
     const more = this.hooks.room() - this.#granted;
     if (more <= 0) return;
-    if (this.#granted === 0) this.#grantedAt = performance.now();
     this.#granted += more;
     const next = this.#gather();
     next.credits = (next.credits ?? 0) + more;

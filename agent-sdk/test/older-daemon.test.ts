@@ -17,6 +17,7 @@ const fx = useTestDaemon({ label: "sdkolder", config: { heartbeatInterval: 500, 
 let producer: Producer;
 let server: http2.Http2Server;
 let address: string;
+const sessions = new Set<http2.ServerHttp2Session>();
 
 /** AgentService without Connect, each call passed to the daemon with the caller's authorization. */
 function withoutStream(daemonUrl: string) {
@@ -39,12 +40,13 @@ function withoutStream(daemonUrl: string) {
 beforeAll(async () => {
   producer = fx.closers.add(new Producer(fx.daemon.address, "t1"));
   server = http2.createServer(connectNodeAdapter({ routes: withoutStream(`http://${fx.daemon.address}`), grpc: true, connect: false, grpcWeb: false }));
+  server.on("session", (session) => sessions.add(session.once("close", () => sessions.delete(session))));
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
   address = `127.0.0.1:${(server.address() as AddressInfo).port}`;
 });
 
 afterAll(async () => {
-  server.closeAllSessions?.();
+  for (const session of sessions) session.destroy();
   await new Promise<void>((resolve) => server.close(() => resolve()));
 });
 
