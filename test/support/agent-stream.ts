@@ -20,6 +20,8 @@ export class AgentStream {
   readonly #abort = new AbortController();
   /** Settles when the daemon ends the stream: undefined when it ended cleanly, else the error. */
   readonly ended: Promise<unknown>;
+  /** Called with each response as it arrives (after it is kept). */
+  onResponse: ((r: ConnectResponse) => void) | undefined;
 
   constructor(client: Client<typeof AgentService>, readonly name: string, first: { credits?: number } = {}) {
     this.#queue.push({ name, ...first });
@@ -28,7 +30,10 @@ export class AgentStream {
 
   async #run(client: Client<typeof AgentService>): Promise<unknown> {
     try {
-      for await (const res of client.connect(this.#requests(), { headers: bearer(TOKENS.agent), signal: this.#abort.signal })) this.responses.push(res);
+      for await (const res of client.connect(this.#requests(), { headers: bearer(TOKENS.agent), signal: this.#abort.signal })) {
+        this.responses.push(res);
+        this.onResponse?.(res);
+      }
       return undefined;
     } catch (err) {
       return err;
