@@ -24,6 +24,9 @@ const { agent } = fx;
 let db: TestDb, daemon: Daemon, p: Producer;
 beforeAll(() => void ({ db, daemon, p } = fx));
 
+/** aiflow_agent_stream_ends_total{how} on the daemon now. */
+const ends = async (how: string) => Number((await daemon.metrics.registry.getSingleMetric("aiflow_agent_stream_ends_total")?.get())?.values.find((v) => v.labels.how === how)?.value ?? 0);
+
 const open = async (name: string, tenant: string, first: ConstructorParameters<typeof AgentStream>[2] = {}) => {
   const a = await agent(name, { tenants: [tenant] });
   const s = new AgentStream(a.conn.agent, name, first);
@@ -115,9 +118,11 @@ describe("the agent stream", () => {
     const { s } = await open("stream-goodbye-a", t, { credits: 3 });
     const items = await s.itemsAtLeast(3);
     const done = items.find((i) => i.id === first!.id)!;
+    const goodbyes = await ends("goodbye");
     s.complete([done]);
     s.goodbye();
     expect(await s.ended).toBeUndefined();
+    await until("the goodbye counted", async () => (await ends("goodbye")) === goodbyes + 1);
     // The completion sent before the goodbye was applied and answered.
     expect(s.responses.some((r) => r.completionOutcomes.some((o) => o.workItemId === done.id && o.ok))).toBe(true);
     for (const i of items.filter((i) => i.id !== done.id)) expect(await itemRow(db, i.id)).toMatchObject({ status: "pending", redelivery_count: 0, lease_token: null, agent_id: null });
@@ -132,8 +137,10 @@ describe("the agent stream", () => {
     // A second stream of the same agent (its reconnection elsewhere, say) hears the revocations.
     const again = new AgentStream(a.conn.agent, a.name);
     await again.next("the status", (r) => r.status === AgentStatus.ACTIVE);
+    const breaks = await ends("broken");
     s.break();
     await s.ended;
+    await until("the break counted", async () => (await ends("broken")) === breaks + 1);
     for (const i of items) await until(`${i.id} requeued`, async () => (await itemRow(db, i.id)).status === "pending");
     for (const i of items) expect(await itemRow(db, i.id)).toMatchObject({ redelivery_count: 1, lease_token: null });
     const cancels = await again.next("the revocations", (r) => r.directives.filter((d) => d.kind.case === "cancel").length >= 1);

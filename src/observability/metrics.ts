@@ -23,6 +23,9 @@ import type { ClaimedRow, Completed, Requeued } from "../store/work-items.js";
 /** What became of a dispatched item, for aiflow_queue_run_seconds' `outcome`. */
 export type RunOutcome = "completed" | "failed" | "retried" | "lost" | "released" | "cancelled";
 
+/** How an agent stream ended (see rpc/agent-service/stream.ts). */
+export type StreamEnding = "goodbye" | "broken" | "shutdown" | "failed";
+
 /** How a requeue happened: a lease ran out, its agent went inactive, or an operator gave it back (drain deadline, removal). */
 export type RequeueCause = "expired" | "agent_gone" | "released";
 
@@ -49,6 +52,10 @@ export interface QueueEvents {
   cancelled(rows: readonly Requeued[]): void;
   /** Pending items made dead letters by their affinity key (never dispatched). */
   stranded(rows: readonly { engine_kind: string }[]): void;
+  /** An agent stream opened on this daemon. */
+  streamOpened(): void;
+  /** An agent stream ended, as `how` says. */
+  streamEnded(how: StreamEnding): void;
 }
 
 /** Seconds an item waits for dispatch, and runs: from a millisecond to hours. */
@@ -96,6 +103,8 @@ export class DaemonMetrics implements QueueEvents {
 
   readonly #emptyClaims = this.#counter("aiflow_queue_empty_claims_total", "Claims answered with no item (a long-poll that ended empty)");
   readonly #directDispatches = this.#counter("aiflow_queue_direct_dispatches_total", "Items an Enqueue handed straight to a waiting claim, with no claim statement");
+  readonly #streamEnds = this.#counter("aiflow_agent_stream_ends_total", "Agent streams (AgentService.Connect) that ended, by how: goodbye, broken, shutdown, failed", ["how"]);
+  readonly #streams = new Gauge({ name: "aiflow_agent_streams", help: "Agent streams (AgentService.Connect) open on this daemon", registers: [this.registry] });
   readonly #rateHeld = this.#counter("aiflow_queue_rate_limited_claims_total", "Claim statements that a rate limit held picked items back from (their key's slots were spent)");
   readonly #refusedCompletions = this.#counter(
     "aiflow_queue_refused_completions_total",
@@ -193,6 +202,15 @@ export class DaemonMetrics implements QueueEvents {
 
   stranded(rows: readonly { engine_kind: string }[]): void {
     for (const r of rows) this.#deadLetters.labels(r.engine_kind).inc();
+  }
+
+  streamOpened(): void {
+    this.#streams.inc();
+  }
+
+  streamEnded(how: StreamEnding): void {
+    this.#streams.dec();
+    this.#streamEnds.labels(how).inc();
   }
 
   #ran(kind: string, outcome: RunOutcome, seconds: number | null): void {

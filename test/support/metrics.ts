@@ -38,6 +38,8 @@ export const DAEMON_METRICS: Record<string, readonly string[]> = {
   aiflow_agent_in_flight_items: ["agent"],
   aiflow_agent_drain_remaining_items: ["agent"],
   aiflow_agents_unlisted: [],
+  aiflow_agent_streams: [],
+  aiflow_agent_stream_ends_total: ["how"],
   aiflow_db_pool_connections: ["pool", "state"],
   aiflow_heartbeat_flush_rows: [],
   aiflow_heartbeat_flush_seconds: [],

@@ -31,6 +31,7 @@ import { newDispatch } from "../../queue/dispatch.js";
 import type { Handed } from "../../queue/waiting-claims.js";
 import type { Completion } from "../../store/work-items.js";
 import { dispatchTracer } from "../../observability/dispatch-spans.js";
+import type { StreamEnding } from "../../observability/metrics.js";
 import { onAbort } from "../../util/on-abort.js";
 import { agentName } from "../input/validate.js";
 import { claimedItemToWire } from "../work-item-messages.js";
@@ -64,7 +65,7 @@ const RACE_RETRIES = 3;
  * (broken), the daemon is shutting down (shutdown), or the daemon ended it with an error — the
  * database away, a message it refused (failed). Only `broken` says the agent may be gone.
  */
-type Ending = "goodbye" | "broken" | "shutdown" | "failed";
+type Ending = StreamEnding;
 
 export function agentStreamImpl(d: AgentStreamDeps) {
   const traceDispatches = dispatchTracer();
@@ -112,6 +113,7 @@ class Session {
     const off = [onAbort(signal, () => this.#end("broken")), onAbort(d.draining, () => this.#end("shutdown"))];
     // Subscribed before the first response, so a directive issued meanwhile follows the status.
     const unsubscribe = d.queue.hub.subscribe(name, (m) => this.#directive(m));
+    d.queue.events.streamOpened();
     this.#send({ status: agentStatusToWire(this.#status) });
     this.#inbox.push(first);
     const reading = this.#read(reader);
@@ -133,6 +135,7 @@ class Session {
       for (const o of off) o();
       await working;
       void reading;
+      d.queue.events.streamEnded(this.#ending ?? "broken");
       await this.#settleHeld();
     }
     if (this.#error) throw this.#error;
