@@ -12,6 +12,8 @@ import { beforeAll, describe, expect, it } from "vitest";
 import type { Daemon } from "../src/daemon.js";
 import { TOKENS } from "./support/daemon.js";
 import { useTestDaemon } from "./support/kit.js";
+import { AgentStream } from "./support/agent-stream.js";
+import { TestAgent } from "./support/queue.js";
 
 const fx = useTestDaemon({ label: "h2gate", config: { maxInflightBytes: 100_000, http2BodyTimeout: 300, healthWatchMaxPerAddress: 2, healthWatchMax: 3 } });
 let daemon: Daemon;
@@ -124,6 +126,28 @@ describe("request bytes in flight", () => {
     expect(trickle.grpcStatus).toBe("4");
     expect(trickle.message).toMatch(/did not arrive within 300ms/);
     s.close();
+  });
+});
+
+describe("the agent stream", () => {
+  it("outlives --http2-body-timeout and sends more than --max-inflight-bytes in all: its request is a stream, not a body to time or hold", async () => {
+    const agent = fx.closers.add(await TestAgent.register(daemon.address, "h2gate-stream", { tenants: ["t1"], engineKinds: ["dag"] }));
+    const stream = new AgentStream(agent.conn.agent, agent.name);
+    await stream.next("the status", (r) => r.status !== 0);
+    // A body that trickles, sent after the stream opened, is cut at the timeout: the stream is by
+    // then older than the timeout.
+    const s = connect();
+    expect((await call(s, engineGrpc, grpcBody(1000).subarray(0, 100), false).done).grpcStatus).toBe("4");
+    s.close();
+    // 3 × 60 kB of releases, past the 100 kB budget in all, each answered per item.
+    for (let m = 0; m < 3; m++) {
+      const releases = Array.from({ length: 1000 }, (_, i) => ({ workItemId: `01J${String(m * 1000 + i).padStart(23, "0")}`, leaseToken: "x".repeat(30) }));
+      stream.send({ releases });
+      await stream.next(`release batch ${m}'s outcomes`, (r) => r.releaseOutcomes.some((o) => o.workItemId === releases.at(-1)!.workItemId));
+    }
+    await stream.settled();
+    stream.goodbye();
+    expect(await stream.ended).toBeUndefined();
   });
 });
 

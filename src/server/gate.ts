@@ -42,6 +42,14 @@ export interface GateOptions extends GateLimits {
   /** Under mutual TLS: what each connection's client certificate says. */
   peers?: PeerIdentities;
   access: ReadonlyMap<string, Access>;
+  /**
+   * Paths whose request is a stream (the agent stream, AgentService.Connect): their body lasts as
+   * long as the call and is read message by message as it comes, so it is neither timed nor held
+   * to the byte budget (which would cut every such call after --http2-body-timeout, or once it had
+   * sent --max-inflight-bytes in all). Each message is bounded by the message size limit, and the
+   * handler's reading by HTTP/2 flow control.
+   */
+  streamingRequests?: ReadonlySet<string>;
   log: Logger;
   clock: Clock;
   stats: ServerStats;
@@ -118,6 +126,7 @@ export function createGate(opts: GateOptions): Gate {
    * so the stream is reset.
    */
   const body = (stream: ServerHttp2Stream, headers: IncomingHttpHeaders): boolean => {
+    if (opts.streamingRequests?.has(splitPath(headers[":path"] ?? "").path)) return false;
     const declared = Number(headers["content-length"] ?? 0);
     let held = 0;
     if (declared > 0) {
@@ -219,9 +228,9 @@ function addressOf(stream: ServerHttp2Stream): string {
 }
 
 /** "/pkg.Service/Method" (a Connect GET has a query after it). */
-function splitPath(path: string): { service: string; method: string } {
+function splitPath(path: string): { service: string; method: string; path: string } {
   const q = path.indexOf("?");
   const p = q < 0 ? path : path.slice(0, q);
   const slash = p.lastIndexOf("/");
-  return { service: p.slice(1, slash), method: p.slice(slash + 1) };
+  return { service: p.slice(1, slash), method: p.slice(slash + 1), path: p };
 }

@@ -71,6 +71,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   // a busy daemon has hundreds of listeners on them: not a leak, and Node's warning at 11 is noise.
   setMaxListeners(0, drain.signal, hardStop.signal);
   const unary = new Map<string, UnarySpec>();
+  const streamingRequests = new Set<string>();
   const readMaxBytes = opts.readMaxBytes ?? 8 * 1024 * 1024;
   const stats = newServerStats();
   const { limits } = opts;
@@ -84,7 +85,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
       }
     : undefined;
   const handler = connectHandler({
-    routes: recordUnary(limitWatchLifetime(opts.routes, opts.limits.healthWatchLifetimeMs), unary),
+    routes: recordUnary(limitWatchLifetime(opts.routes, opts.limits.healthWatchLifetimeMs), unary, streamingRequests),
     interceptors: opts.interceptors,
     grpc: true,
     grpcWeb: true,
@@ -96,7 +97,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     log: opts.log,
     contextValues,
   });
-  const gate = createGate({ ...limits, auth: opts.auth.authenticator, access: opts.auth.access, log: opts.log, clock: opts.clock, stats, peers });
+  const gate = createGate({ ...limits, auth: opts.auth.authenticator, access: opts.auth.access, log: opts.log, clock: opts.clock, stats, peers, streamingRequests });
   const fast = grpcUnaryFastPath(unary, { interceptors: opts.interceptors, readMaxBytes, shutdownSignal: hardStop.signal, budget: gate.budget, log: opts.log, contextValues });
   const material = opts.tls ? readTlsFiles(opts.tls.files) : undefined;
   const server = material

@@ -10,16 +10,20 @@ export type UnarySpec = Extract<MethodImplSpec, { kind: "unary" }>;
 
 /**
  * Records the unary methods the routes register (and registers them with connect as before), so
- * both paths serve the same implementations.
+ * both paths serve the same implementations; and, in `streamingRequests`, the paths of methods whose
+ * request is a stream (client streaming, bidirectional): their bodies last as long as the call.
  */
-export function recordUnary(routes: (router: ConnectRouter) => void, specs: Map<string, UnarySpec>): (router: ConnectRouter) => void {
+export function recordUnary(routes: (router: ConnectRouter) => void, specs: Map<string, UnarySpec>, streamingRequests?: Set<string>): (router: ConnectRouter) => void {
   return (router) =>
     routes(
       Object.assign(Object.create(router) as ConnectRouter, {
         service(...args: Parameters<ConnectRouter["service"]>) {
           const [service, impl] = args;
-          for (const m of Object.values(createServiceImplSpec(service, impl).methods))
-            if (m.kind === "unary") specs.set(`/${service.typeName}/${m.method.name}`, m);
+          for (const m of Object.values(createServiceImplSpec(service, impl).methods)) {
+            const path = `/${service.typeName}/${m.method.name}`;
+            if (m.kind === "unary") specs.set(path, m);
+            else if (m.kind === "client_streaming" || m.kind === "bidi_streaming") streamingRequests?.add(path);
+          }
           return router.service(...args);
         },
       }),
