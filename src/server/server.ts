@@ -10,7 +10,7 @@ import type { AddressInfo, Socket } from "node:net";
 import type { TLSSocket } from "node:tls";
 import type { ConnectRouter, Interceptor } from "@connectrpc/connect";
 import { createContextValues, type ContextValues } from "@connectrpc/connect";
-import { connectHandler, grpcUnaryFastPath, recordUnary, routeStreams, type UnarySpec } from "@aiflow/wire/server";
+import { connectHandler, grpcBidiFastPath, grpcUnaryFastPath, recordUnary, routeStreams, type RecordedStreams, type UnarySpec } from "@aiflow/wire/server";
 import { peerKey, type Access, type Authenticator } from "./auth.js";
 import { PeerIdentities } from "./cert-identity.js";
 import { createGate, type Gate, type GateLimits } from "./gate.js";
@@ -71,7 +71,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   // a busy daemon has hundreds of listeners on them: not a leak, and Node's warning at 11 is noise.
   setMaxListeners(0, drain.signal, hardStop.signal);
   const unary = new Map<string, UnarySpec>();
-  const streamingRequests = new Set<string>();
+  const streams: RecordedStreams = { bidi: new Map(), streamingRequests: new Set() };
   const readMaxBytes = opts.readMaxBytes ?? 8 * 1024 * 1024;
   const stats = newServerStats();
   const { limits } = opts;
@@ -85,7 +85,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
       }
     : undefined;
   const handler = connectHandler({
-    routes: recordUnary(limitWatchLifetime(opts.routes, opts.limits.healthWatchLifetimeMs), unary, streamingRequests),
+    routes: recordUnary(limitWatchLifetime(opts.routes, opts.limits.healthWatchLifetimeMs), unary, streams),
     interceptors: opts.interceptors,
     grpc: true,
     grpcWeb: true,
@@ -97,8 +97,11 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     log: opts.log,
     contextValues,
   });
-  const gate = createGate({ ...limits, auth: opts.auth.authenticator, access: opts.auth.access, log: opts.log, clock: opts.clock, stats, peers, streamingRequests });
-  const fast = grpcUnaryFastPath(unary, { interceptors: opts.interceptors, readMaxBytes, shutdownSignal: hardStop.signal, budget: gate.budget, log: opts.log, contextValues });
+  const gate = createGate({ ...limits, auth: opts.auth.authenticator, access: opts.auth.access, log: opts.log, clock: opts.clock, stats, peers, streamingRequests: streams.streamingRequests });
+  const fastOptions = { interceptors: opts.interceptors, readMaxBytes, shutdownSignal: hardStop.signal, budget: gate.budget, log: opts.log, contextValues };
+  const fastUnary = grpcUnaryFastPath(unary, fastOptions);
+  const fastBidi = grpcBidiFastPath(streams.bidi, fastOptions);
+  const fast = (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders) => fastUnary(stream, headers) || fastBidi(stream, headers);
   const material = opts.tls ? readTlsFiles(opts.tls.files) : undefined;
   const server = material
     ? http2.createSecureServer({ ...http2ServerOptions(limits), ...secureServerOptions(material, peers !== undefined, limits.prefaceTimeoutMs) })

@@ -8,12 +8,20 @@ import { createServiceImplSpec, type ConnectRouter, type MethodImplSpec } from "
 
 export type UnarySpec = Extract<MethodImplSpec, { kind: "unary" }>;
 
+export type BidiSpec = Extract<MethodImplSpec, { kind: "bidi_streaming" }>;
+
+/** What else recordUnary records: bidi methods (for the bidi direct path), and every path whose request is a stream. */
+export interface RecordedStreams {
+  bidi: Map<string, BidiSpec>;
+  /** Paths of client-streaming and bidi methods: their request bodies last as long as the call. */
+  streamingRequests: Set<string>;
+}
+
 /**
  * Records the unary methods the routes register (and registers them with connect as before), so
- * both paths serve the same implementations; and, in `streamingRequests`, the paths of methods whose
- * request is a stream (client streaming, bidirectional): their bodies last as long as the call.
+ * both paths serve the same implementations; and, in `streams`, the streaming ones.
  */
-export function recordUnary(routes: (router: ConnectRouter) => void, specs: Map<string, UnarySpec>, streamingRequests?: Set<string>): (router: ConnectRouter) => void {
+export function recordUnary(routes: (router: ConnectRouter) => void, specs: Map<string, UnarySpec>, streams?: RecordedStreams): (router: ConnectRouter) => void {
   return (router) =>
     routes(
       Object.assign(Object.create(router) as ConnectRouter, {
@@ -22,7 +30,8 @@ export function recordUnary(routes: (router: ConnectRouter) => void, specs: Map<
           for (const m of Object.values(createServiceImplSpec(service, impl).methods)) {
             const path = `/${service.typeName}/${m.method.name}`;
             if (m.kind === "unary") specs.set(path, m);
-            else if (m.kind === "client_streaming" || m.kind === "bidi_streaming") streamingRequests?.add(path);
+            if (m.kind === "client_streaming" || m.kind === "bidi_streaming") streams?.streamingRequests.add(path);
+            if (m.kind === "bidi_streaming") streams?.bidi.set(path, m);
           }
           return router.service(...args);
         },
