@@ -13,7 +13,7 @@ import { nowMs } from "./clock.js";
 import { exitWith } from "./child-exit.js";
 
 // `tenants`: a comma list (the tenants section's agents serve ten, and claim by fair share).
-const [address, token, name, slotsRaw, tenants, kind, prefetchRaw, transport] = process.argv.slice(2);
+const [address, token, name, slotsRaw, tenants, kind, prefetchRaw, transport, path] = process.argv.slice(2);
 const latencies: number[] = [];
 let handled = 0;
 /** Each GC pause: when it started (wall ms) and how long it took (ms). */
@@ -24,8 +24,22 @@ new PerformanceObserver((list) => {
 let firstMeasuredAt: number | undefined;
 /** Per-RPC call counts, total milliseconds and items, so a slow drain shows where its time went. */
 const rpcs: Record<string, { calls: number; ms: number; items: number }> = {};
+/** Counts a stream's messages and the items or reports they carry under `key` (pushes: items; sent: completions). */
+async function* counted<T>(messages: AsyncIterable<T>, key: string, items: (m: T) => number): AsyncIterable<T> {
+  for await (const m of messages) {
+    const r = (rpcs[key] ??= { calls: 0, ms: 0, items: 0 });
+    r.calls++;
+    r.items += items(m);
+    yield m;
+  }
+}
+type StreamMessage = { items?: unknown[]; completions?: unknown[] };
 const timing: Interceptor = (next) => async (req) => {
   const started = nowMs();
+  if (req.stream && req.method.localName === "connect") {
+    const res = await next({ ...req, message: counted(req.message, "streamSent", (m) => ((m as StreamMessage).completions ?? []).length) });
+    return res.stream ? { ...res, message: counted(res.message, "streamPushed", (m) => ((m as StreamMessage).items ?? []).length) } : res;
+  }
   const res = await next(req);
   const r = (rpcs[req.method.localName] ??= { calls: 0, ms: 0, items: 0 });
   r.calls++;
@@ -54,6 +68,7 @@ const agent = createAgent({
   logger: pino({ level: "warn" }),
   interceptors: [timing],
   fastTransport: transport !== "slow",
+  stream: path !== "unary",
   // Over TLS (npm run bench -- --tls): the address is https:// and this is the CA to trust.
   tls: process.env.BENCH_TLS_CA ? { ca: process.env.BENCH_TLS_CA } : undefined,
   handlers: {

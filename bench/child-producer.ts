@@ -1,7 +1,8 @@
 /**
  * Child process: the open-loop producer of the latency test, in its own process so that producing
  * does not share an event loop with what is measured. Items sent during the warm-up carry
- * measure:false. Prints {"ready":true}, then {"sent":N} when done.
+ * measure:false. Prints {"ready":true}, then {"sent":N} when done. Modes: ours (argv: daemon URL, then
+ * token, tenant, kind), baseline (the database URL), graphile (the database URL, then its schema).
  */
 import { readFileSync } from "node:fs";
 import { createClient, type Interceptor } from "@connectrpc/connect";
@@ -13,12 +14,14 @@ import { openLoop } from "./baseline.js";
 import { nowMs } from "./clock.js";
 import { exitWith } from "./child-exit.js";
 
-const [mode, target, rateRaw, durationRaw, warmupRaw, token, tenant, kind] = process.argv.slice(2);
+const [mode, target, rateRaw, durationRaw, warmupRaw, ...rest] = process.argv.slice(2);
 const rate = Number(rateRaw);
 const warmupMs = Number(warmupRaw);
 const durationMs = Number(durationRaw);
-const start = nowMs();
-const payload = () => JSON.stringify({ sentAt: nowMs(), measure: nowMs() - start >= warmupMs });
+/** When the open loop starts: the warm-up is timed from there, whatever each mode took to set up. */
+let start = Number.POSITIVE_INFINITY;
+const stamp = () => ({ sentAt: nowMs(), measure: nowMs() - start >= warmupMs });
+const payload = () => JSON.stringify(stamp());
 
 let send: () => Promise<unknown>;
 let close = async () => {};
@@ -28,7 +31,18 @@ if (mode === "baseline") {
   const pool = new pg.Pool({ connectionString: target, max: 16 });
   send = () => pool.query(`WITH i AS (INSERT INTO public.aiflow_bench_baseline (payload) VALUES ($1) RETURNING id) SELECT pg_notify('aiflow_bench_baseline', '')`, [payload()]);
   close = () => pool.end();
+} else if (mode === "graphile") {
+  // Its own client API, one job per call (addJob, its add_job function), over a pool of its own of
+  // the same size as the raw baseline's producer, for the same reason. rest[0] is its schema.
+  const { makeWorkerUtils } = await import("graphile-worker");
+  const { GRAPHILE_TASK, quietLogger } = await import("./graphile.js");
+  const utils = await makeWorkerUtils({ connectionString: target, maxPoolSize: 16, schema: rest[0]!, logger: quietLogger });
+  send = () => utils.addJob(GRAPHILE_TASK, stamp());
+  close = async () => {
+    await utils.release();
+  };
 } else {
+  const [token, tenant, kind] = rest;
   // The SDK's gRPC transport (connect's client, unary calls straight over the HTTP/2 session with
   // the compiled codec): the lightest Node client we have, and the producer shares the machine with
   // what it measures. A stock grpc-js client took about a quarter more CPU per call (34 % of a core
@@ -45,6 +59,7 @@ if (mode === "baseline") {
   close = async () => session.abort();
 }
 console.log(JSON.stringify({ ready: true }));
+start = nowMs();
 const sent = await openLoop(rate, warmupMs + durationMs, send);
 await close();
 exitWith({ sent });

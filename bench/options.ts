@@ -7,7 +7,7 @@ import { ConfigError, parseDuration } from "../src/config.js";
 import type { Options } from "./sections.js";
 
 export const HELP = `npm run bench -- [options]
-  --items N          drain backlog (default 20000)
+  --items N          drain backlog (default 100000)
   --agents N         agent processes (default 4)
   --slots N          slots per agent (default 32)
   --prefetch N       items an agent may claim ahead of its free slots (default: the SDK's, 3 × slots here)
@@ -17,9 +17,11 @@ export const HELP = `npm run bench -- [options]
   --warmup D         warm-up before measuring latency (default 20s: see README, JIT warm-up)
   --hb-agents N      simulated agents for the heartbeat cost (default 1000)
   --hb-duration D    heartbeat phase length (default 10s)
+  --stream-agents N  simulated agents holding idle agent streams in the streams section (default 1000)
+  --stream-idle D    how long the streams section watches them wait (default 10s)
   --drain-warmup N   items the drain's agents take first, uncounted (default 4000)
-  --only LIST        comma list of: enqueue,drain,mixed,tenants,latency,heartbeat (default all),
-                     fast-path, claim_cost;
+  --only LIST        comma list of: enqueue,drain,mixed,tenants,latency,streams,heartbeat (default all),
+                     fast-path, agent-path, claim_cost;
                      mixed drains --items again, a mix of plain items, items that need GPU memory and
                      items under concurrency keys, with agents of several (simulated) GPU sizes, and
                      prints its rate ÷ the plain drain's (implies drain);
@@ -30,6 +32,8 @@ export const HELP = `npm run bench -- [options]
                      latency includes the HTTP/2 floor (a bare Node HTTP/2 exchange at --rate);
                      fast-path (only when named) drains twice in the run, with the daemon's
                      --grpc-fast-path and the SDK's fastTransport on, then both off;
+                     agent-path (only when named) drains and runs the steady rate twice, the
+                     agents over the agent stream (the SDK's default), then by unary claims;
                      claim_cost (only when named) times the claim statement in this process, no
                      daemon: an agent of 1, 10, 100, 1000 backlogged tenants (fair share) against
                      an agent of one tenant, 200 claims of 32 over 20,000 items each
@@ -40,6 +44,8 @@ export const HELP = `npm run bench -- [options]
                      second: alone, then with traces exported (daemons and agents, OTLP to a local
                      collector stub); print the daemon CPU per item of each ÷ both off
                      (implies --only's latency)
+  --no-graphile      skip the graphile-worker baseline (its drain and steady runs beside the raw
+                     SQL baseline's, and the ours_over_graphile ratios)
   --smoke            a tiny run (seconds) to check the benchmark works`;
 
 /**
@@ -52,9 +58,9 @@ export const WARMUP_MS = 20_000;
 
 export class BenchArgError extends Error {}
 
-const SECTIONS = ["enqueue", "drain", "mixed", "tenants", "latency", "heartbeat"];
+const SECTIONS = ["enqueue", "drain", "mixed", "tenants", "latency", "streams", "heartbeat"];
 /** Sections run only when --only names them. */
-const OPT_IN = ["fast-path", "claim_cost"];
+const OPT_IN = ["fast-path", "agent-path", "claim_cost"];
 
 const count = (raw: string, flag: string, min = 1): number => {
   if (!/^\d+$/.test(raw) || Number(raw) < min) throw new BenchArgError(`${flag} needs a whole number ≥ ${min}, not '${raw}'`);
@@ -74,7 +80,7 @@ const span = (raw: string, flag: string, minMs: number): number => {
 
 /** Throws BenchArgError for a bad option; `help` is set when --help was asked for. */
 export function parseOptions(argv: readonly string[]): { o: Options; only: Set<string>; help: boolean } {
-  const o: Options = { items: 20_000, agents: 4, slots: 32, daemons: 1, rate: 1000, durationMs: 10_000, warmupMs: WARMUP_MS, hbAgents: 1000, hbDurationMs: 10_000, hbSettleMs: 11_000, hbIdleMs: 5_000, drainWarmup: 4_000, baselineWorkers: 32 };
+  const o: Options = { items: 100_000, agents: 4, slots: 32, daemons: 1, rate: 1000, durationMs: 10_000, warmupMs: WARMUP_MS, hbAgents: 1000, hbDurationMs: 10_000, hbSettleMs: 11_000, hbIdleMs: 5_000, drainWarmup: 4_000, baselineWorkers: 32, streamAgents: 1000, streamIdleMs: 10_000, graphile: true };
   let only = new Set(SECTIONS);
   for (let i = 0; i < argv.length; i++) {
     const [flag, inline] = argv[i]!.split("=", 2);
@@ -92,6 +98,8 @@ export function parseOptions(argv: readonly string[]): { o: Options; only: Set<s
       case "--warmup": o.warmupMs = span(value(), flag, 0); break;
       case "--hb-agents": o.hbAgents = count(value(), flag); break;
       case "--hb-duration": o.hbDurationMs = span(value(), flag, 1000); break;
+      case "--stream-agents": o.streamAgents = count(value(), flag); break;
+      case "--stream-idle": o.streamIdleMs = span(value(), flag, 1000); break;
       case "--drain-warmup": o.drainWarmup = count(value(), flag, 0); break;
       case "--only": {
         only = new Set(value().split(","));
@@ -105,8 +113,11 @@ export function parseOptions(argv: readonly string[]): { o: Options; only: Set<s
       case "--observability":
         o.observability = true;
         break;
+      case "--no-graphile":
+        o.graphile = false;
+        break;
       case "--smoke":
-        Object.assign(o, { items: 300, agents: 2, slots: 8, rate: 100, durationMs: 1000, warmupMs: 300, hbAgents: 50, hbDurationMs: 2000, hbSettleMs: 500, hbIdleMs: 1000, drainWarmup: 100, baselineWorkers: 4 });
+        Object.assign(o, { items: 300, agents: 2, slots: 8, rate: 100, durationMs: 1000, warmupMs: 300, hbAgents: 50, hbDurationMs: 2000, hbSettleMs: 500, hbIdleMs: 1000, drainWarmup: 100, baselineWorkers: 4, streamAgents: 20, streamIdleMs: 1000 });
         break;
       default:
         throw new BenchArgError(`unknown option ${flag} (see --help)`);

@@ -1,14 +1,16 @@
 /**
  * npm run bench — throughput, dispatch latency and heartbeat cost of aiflowd, against a raw Postgres
- * queue on the same database in the same run. Prints one JSON line per figure set, then a table.
- * Starts everything it needs and stops it all. Options: see --help.
+ * queue and graphile-worker (unless --no-graphile) on the same database in the same run. Prints one
+ * JSON line per figure set, then a table. Starts everything it needs and stops it all. Options: see --help.
  */
 import { dropBaseline } from "./baseline.js";
-import { freePort, makeBenchTls, openDatabase, openOwnDatabase, startDaemonProc, type DaemonProc } from "./env.js";
-import { clearCompleted, drainBaseline, drainOurs, enqueueRate, settleDatabase, heartbeatCost, latencyBaseline, latencyOurs, rpcFigures, SHARE_DAEMON_ENV, startAgents, stopAgents, tenantShareFigures } from "./sections.js";
+import { dropGraphile, GRAPHILE_LOCAL_QUEUE_SIZE, GRAPHILE_VERSION, graphileSchema } from "./graphile.js";
+import { freePort, makeBenchTls, NODE_TUNING, openDatabase, openOwnDatabase, startDaemonProc, type DaemonProc, type Database } from "./env.js";
+import { sql } from "./pg.js";
+import { clearCompleted, drainBaseline, drainGraphile, drainOurs, enqueueRate, settleDatabase, heartbeatCost, idleStreams, latencyBaseline, latencyGraphile, latencyOurs, rpcFigures, SHARE_DAEMON_ENV, startAgents, stopAgents, tenantShareFigures } from "./sections.js";
 import { CLAIM_COST, claimCost } from "./claim-cost.js";
 import { http2Floor, perItem } from "./floor.js";
-import { gcFigures, latencyRatio, ratio } from "./stats.js";
+import { drainRatio, gcFigures, latencyRatio, ratio, type DrainHeadline } from "./stats.js";
 import { BenchArgError, HELP, parseOptions } from "./options.js";
 import { scrapeEverySecond, startCollectorStub, tracingEnv } from "./observability.js";
 
@@ -34,6 +36,10 @@ const emit = (name: string, figures: Record<string, number | string>) => {
 };
 
 const db = await openDatabase(progress);
+/** graphile-worker's schema: created afresh by each of its sections and dropped after it. */
+const graphile = graphileSchema();
+const graphileRuns = `graphile-worker ${GRAPHILE_VERSION} (concurrency ${o.agents * o.slots}, local queue ${GRAPHILE_LOCAL_QUEUE_SIZE})`;
+const headline = (f: Record<string, number | string>): DrainHeadline => ({ itemsPerS: Number(f.items_per_s), cpuUsPerItem: Number(f.machine_cpu_us_per_item) });
 const daemons: DaemonProc[] = [];
 try {
   // claim_cost runs in this process: a run of it alone starts no daemon.
@@ -59,7 +65,14 @@ try {
     progress(`baseline drain with ${o.baselineWorkers} raw SQL workers`);
     const base = await drainBaseline(db, o);
     emit("drain_baseline", base);
-    emit("drain_ratio", { ours_items_per_s: ours.figures.items_per_s!, baseline_items_per_s: base.items_per_s!, ours_over_baseline: ratio(Number(ours.figures.items_per_s), Number(base.items_per_s)) });
+    const against: Record<string, DrainHeadline> = { baseline: headline(base) };
+    if (o.graphile) {
+      progress(`${graphileRuns} drain`);
+      const gw = await drainGraphile(db, o, graphile);
+      emit("drain_graphile", gw);
+      against.graphile = headline(gw);
+    }
+    emit("drain_ratio", drainRatio(headline(ours.figures), against));
   }
   if (only.has("mixed")) {
     progress(`mixed: enqueueing ${o.items} items (GPU needs, concurrency keys, plain), draining with ${o.agents} agents of several GPU sizes`);
@@ -99,11 +112,45 @@ try {
     progress("baseline latency");
     const base = await latencyBaseline(db, o);
     emit("latency_baseline", base);
-    emit("latency_ratio", latencyRatio({ p50: Number(ours.p50_ms), p99: Number(ours.p99_ms) }, { p50: Number(base.p50_ms), p99: Number(base.p99_ms) }));
+    const tail = (f: Record<string, number | string>) => ({ p50: Number(f.p50_ms), p99: Number(f.p99_ms) });
+    let vsGraphile: Record<string, number> = {};
+    if (o.graphile) {
+      progress(`${graphileRuns} latency`);
+      const gw = await latencyGraphile(db, o, graphile);
+      emit("latency_graphile", gw);
+      vsGraphile = latencyRatio(tail(ours), tail(gw), "graphile");
+    }
+    emit("latency_ratio", { ...latencyRatio(tail(ours), tail(base)), ...vsGraphile });
     progress(`HTTP/2 floor: a bare Node server and client at ${o.rate}/s`);
     emit("http2_floor", { ...(await http2Floor(o)), ...perItem(ours, o.rate) });
   }
   if (agents) await Promise.all(agents.map((a) => a.stop()));
+  if (only.has("agent-path")) {
+    // The same drain and steady rate with the agents over the stream (the SDK's default), then
+    // claiming by unary calls, on the same daemons.
+    const figures: Record<string, Record<string, number | string>> = {};
+    for (const path of ["stream", "unary"] as const) {
+      const po = { ...o, agentStream: path === "stream" };
+      progress(`agents ${path === "stream" ? "over the stream" : "by unary claims"}: enqueueing ${o.items} items, draining with ${o.agents} agents × ${o.slots} slots`);
+      await clearCompleted(db);
+      await enqueueRate(db, daemons, o.items);
+      const run = await drainOurs(db, daemons, po);
+      const { rpcs } = await stopAgents(run.agents);
+      emit(`drain_agent_path_${path}`, { ...run.figures, ...rpcFigures(rpcs) });
+      await settleDatabase(db);
+      progress(`agents ${path === "stream" ? "over the stream" : "by unary claims"}: steady ${o.rate}/s for ${o.durationMs / 1000}s`);
+      const steady = await latencyOurs(daemons, await startAgents(daemons, po, `latency-${path}`), po);
+      emit(`latency_agent_path_${path}`, steady);
+      figures[path] = { items_per_s: run.figures.items_per_s!, cpu: run.figures.machine_cpu_us_per_item!, p50: steady.p50_ms!, p99: steady.p99_ms! };
+    }
+    const [s, u] = [figures.stream!, figures.unary!];
+    emit("agent_path_ratio", {
+      drain_stream_over_unary: ratio(Number(s.items_per_s), Number(u.items_per_s)),
+      cpu_stream_over_unary: ratio(Number(s.cpu), Number(u.cpu)),
+      p50_stream_over_unary: ratio(Number(s.p50), Number(u.p50)),
+      p99_stream_over_unary: ratio(Number(s.p99), Number(u.p99)),
+    });
+  }
   if (only.has("fast-path")) {
     // The same drain twice in this run: both fast paths on, then the daemons restarted with
     // --grpc-fast-path=off and the agents with fastTransport off (connect-node at both ends).
@@ -208,6 +255,25 @@ try {
       await stub.close();
     }
   }
+  if (only.has("streams")) {
+    progress(`${o.streamAgents} agents holding idle streams for ${o.streamIdleMs / 1000}s`);
+    // A daemon of its own, told a heartbeat interval longer than the section, so that no simulated
+    // agent goes inactive for want of heartbeats while it is watched (their cost is the next
+    // section's). Without the drain's --initial-old-space-size, which lets garbage grow to 256 MB
+    // before a full collection: its RSS is then what the streams keep, not what they left behind.
+    // Its own database (or, where the role may not create one, a schema of its own), so that the
+    // other daemons' liveness sweeps, which go by their own heartbeat interval, leave its agents be.
+    const ownDb = await openOwnDatabase(db);
+    const where: Database = ownDb ?? { ...db, schema: `${db.schema}_streams`, close: async () => void (await sql(db.url, `DROP SCHEMA IF EXISTS "${db.schema}_streams" CASCADE`)) };
+    let own: DaemonProc | undefined;
+    try {
+      own = await startDaemonProc(where, o.daemons + 10, { AIFLOW_HEARTBEAT_INTERVAL: "60s" }, undefined, NODE_TUNING);
+      emit("streams", { ...(await idleStreams(where, own, o)), own_database: ownDb ? 1 : 0 });
+    } finally {
+      await own?.child.stop();
+      await where.close();
+    }
+  }
   if (only.has("heartbeat")) {
     progress(`heartbeats of ${o.hbAgents} simulated agents for ${o.hbDurationMs / 1000}s`);
     // Its own database and daemon where the role may create one: the statements are counted
@@ -232,6 +298,7 @@ try {
 } finally {
   await Promise.all(daemons.map((d) => d.child.stop()));
   await dropBaseline(db.url).catch(() => {});
+  await dropGraphile(db.url, graphile).catch(() => {});
   await db.close();
 }
 

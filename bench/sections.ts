@@ -3,10 +3,11 @@ import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { QueueService } from "@aiflow/wire/gen/aiflow/cluster/v1/queue_pb.js";
 import { baselineDrainSpan, dropBaseline, fillBaseline, releaseBaseline, resetBaseline, waitBaselineDone } from "./baseline.js";
+import { dropGraphile, fillGraphile, GRAPHILE_LOCAL_QUEUE_SIZE, resetGraphile } from "./graphile.js";
 import { nowMs } from "./clock.js";
 import { clientTlsEnv, committedTransactions, KIND, NODE_TUNING, TENANT, TOKENS, type Database, type DaemonProc } from "./env.js";
 import { pollUntil, sql } from "./pg.js";
-import { cpuMeter, pidsNamed, runLengthMeter, startChild, watchProc, type Child } from "./proc.js";
+import { cpuMeter, pidsNamed, runLengthMeter, sampleProc, startChild, watchProc, type Child } from "./proc.js";
 import { gcFigures, perSecond, round, summarize, tenantShares } from "./stats.js";
 
 export interface Options {
@@ -28,8 +29,15 @@ export interface Options {
   /** Items the drain's agents take first, uncounted, so the counted drain runs on warm processes. */
   drainWarmup: number;
   baselineWorkers: number;
+  /** Agents holding idle streams in the streams section, and how long it watches them wait. */
+  streamAgents: number;
+  streamIdleMs: number;
+  /** Run graphile-worker's drain and steady sections beside the raw baseline's (--no-graphile: off). */
+  graphile: boolean;
   /** The SDK agents' fastTransport (the daemon's --grpc-fast-path is set where it starts). */
   fastTransport?: boolean;
+  /** The SDK agents take work over the agent stream (the SDK's default) or, false, by unary claims. */
+  agentStream?: boolean;
   /** Run the drain and the steady rate over TLS too (run.ts). */
   tls?: boolean;
   /** Run the steady rate with traces exported and metrics scraped too (run.ts, observability.ts). */
@@ -116,7 +124,7 @@ export async function enqueueRate(db: Database, daemons: DaemonProc[], items: nu
 
 export async function startAgents(
   daemons: DaemonProc[],
-  o: Pick<Options, "agents" | "slots" | "prefetch" | "fastTransport">,
+  o: Pick<Options, "agents" | "slots" | "prefetch" | "fastTransport" | "agentStream">,
   tag: string,
   env: Record<string, string> = {},
   envOf: (i: number) => Record<string, string> = () => ({}),
@@ -124,7 +132,7 @@ export async function startAgents(
 ): Promise<Child[]> {
   const agents = Array.from({ length: o.agents }, (_, i) => {
     const d = daemons[i % daemons.length]!;
-    return startChild("bench/child-agent.ts", [d.url, TOKENS.agent, `bench-${tag}-${i}`, String(o.slots), tenants.join(","), KIND, o.prefetch === undefined ? "" : String(o.prefetch), o.fastTransport === false ? "slow" : "fast"], {
+    return startChild("bench/child-agent.ts", [d.url, TOKENS.agent, `bench-${tag}-${i}`, String(o.slots), tenants.join(","), KIND, o.prefetch === undefined ? "" : String(o.prefetch), o.fastTransport === false ? "slow" : "fast", o.agentStream === false ? "unary" : "stream"], {
       nodeArgs: NODE_TUNING,
       env: { ...clientTlsEnv(d), ...env, ...envOf(i) },
       ready: (l) => l.includes('"ready"'),
@@ -269,8 +277,8 @@ export async function drainOurs(db: Database, daemons: DaemonProc[], o: Options,
  * The order is as fine as a claim: dispatched_at is the daemon's clock (ms) as the claim began, so
  * two claims whose statements ran in the other order than their clocks read swap their batches
  * (about a hundred items each here), and the stretch can end up to a batch late. Over the ~780
- * dispatches of a 3,000-item run that reads as up to ~0.01 of difference; the default 20,000 items
- * give a stretch of ~5,200.
+ * dispatches of a 3,000-item run that reads as up to ~0.01 of difference; the default 100,000 items
+ * give a stretch of ~26,000.
  */
 export async function tenantShareFigures(db: Database): Promise<Figures> {
   const rows = await sql<{ tenant_key: string }>(
@@ -302,6 +310,62 @@ export async function drainBaseline(db: Database, o: Options): Promise<Figures> 
   // Its dead rows would otherwise be vacuumed during the next section.
   await dropBaseline(db.url);
   return { items: count, workers: o.baselineWorkers, seconds: round(Number(spanNs) / 1e9, 3), items_per_s: round(perSecond(count, spanNs), 0), ...cpuPerItem(cpu.machineMs, count) };
+}
+
+/**
+ * graphile-worker's drain (graphile.ts, child-graphile.ts): the same backlog added first by addJobs,
+ * then from its pool starting to the last completion committed, with concurrency agents × slots,
+ * in a child process as the raw baseline's workers are; after a warm-up of o.drainWarmup jobs in
+ * that same process, as our agents take one. Machine CPU over the same window; the table vacuumed
+ * and analysed before it, as ours is.
+ */
+export async function drainGraphile(db: Database, o: Options, schema: string): Promise<Figures> {
+  const concurrency = o.agents * o.slots;
+  await resetGraphile(db.url, schema);
+  try {
+    if (o.drainWarmup > 0) await fillGraphile(db.url, schema, o.drainWarmup);
+    const workers = startChild("bench/child-graphile.ts", [db.url, schema, String(concurrency), "drain", String(o.items), String(o.drainWarmup)], { ready: (l) => l.includes('"ready"') });
+    try {
+      await workers.ready;
+      const fillMs = await fillGraphile(db.url, schema, o.items);
+      await sql(db.url, `VACUUM (ANALYZE) "${schema}"._private_jobs`);
+      type Drained = { drained: number; start_ms: number; end_ms: number; boot_ms: number };
+      const done = new Promise<Drained>((resolve, reject) => {
+        workers.onLine((line) => {
+          try {
+            const r = JSON.parse(line) as Partial<Drained>;
+            if (r.drained !== undefined) resolve(r as Drained);
+          } catch {
+            // a log line
+          }
+        });
+        void workers.exited.then((code) => reject(new Error(`bench/child-graphile.ts exited (${code}) before its drain ended`)));
+        setTimeout(() => reject(new Error("the graphile-worker drain did not end within 600000ms")), 600_000).unref();
+      });
+      const meter = cpuMeter({ workers: [workers.pid] });
+      workers.proc.send("go");
+      const r = await done;
+      const cpu = meter();
+      const ms = r.end_ms - r.start_ms;
+      return {
+        items: r.drained,
+        concurrency,
+        local_queue: GRAPHILE_LOCAL_QUEUE_SIZE,
+        seconds: round(ms / 1000, 3),
+        items_per_s: round(r.drained / (ms / 1000), 0),
+        // Its addJobs of the backlog (batches of 1,000, four in flight), and how long its pool took to start (not in the span).
+        enqueue_items_per_s: round(o.items / (fillMs / 1000), 0),
+        boot_ms: round(r.boot_ms, 1),
+        ...cpuPerItem(cpu.machineMs, r.drained),
+        // Its worker process's share; the rest is Postgres (and this process watching).
+        workers_cpu_us_per_item: round((cpu.groupMs.workers! * 1000) / r.drained, 1),
+      };
+    } finally {
+      await workers.stop();
+    }
+  } finally {
+    await dropGraphile(db.url, schema);
+  }
 }
 
 /** Machine CPU (all processes) per item over the drain, in microseconds. */
@@ -336,6 +400,12 @@ const latencyFigures = (latencies: number[], sent: number, o: Options): Figures 
 export function rpcFigures(rpcs: Rpcs): Figures {
   const out: Figures = {};
   for (const [m, v] of Object.entries(rpcs)) {
+    if (m === "streamSent" || m === "streamPushed") {
+      // The agent stream's messages: those the agents sent (with the completions they carried), and those pushed to them (with their items).
+      out[`${m}_messages`] = v.calls;
+      out[`${m}_mean_items`] = round(v.items / Math.max(1, v.calls), 1);
+      continue;
+    }
     if (!["claim", "complete", "extendLease"].includes(m)) continue;
     out[`${m}_calls`] = v.calls;
     out[`${m}_mean_ms`] = round(v.ms / Math.max(1, v.calls), 2);
@@ -409,6 +479,30 @@ export async function latencyBaseline(db: Database, o: Options): Promise<Figures
   return { ...latencyFigures(latencies, sent, o), ...shares };
 }
 
+/**
+ * graphile-worker at the same steady rate, by the same definition (enqueue call issued → handler
+ * started, after the same warm-up): one job per addJob call from the producer's process, into a
+ * pool of agents × slots in its own process (child-graphile.ts), on a fresh schema.
+ */
+export async function latencyGraphile(db: Database, o: Options, schema: string): Promise<Figures> {
+  const concurrency = o.agents * o.slots;
+  await resetGraphile(db.url, schema);
+  try {
+    const workers = startChild("bench/child-graphile.ts", [db.url, schema, String(concurrency), "steady"], { ready: (l) => l.includes('"ready"') });
+    await workers.ready;
+    const p = producer(["graphile", db.url, String(o.rate), String(o.durationMs), String(o.warmupMs), schema]);
+    await p.ready;
+    const cpu = cpuShares({ workers: [workers.pid], producer: [p.pid] });
+    const sent = await produced(p);
+    const shares = cpu();
+    await new Promise((r) => setTimeout(r, 500));
+    const { latencies } = await stopAgents([workers]);
+    return { ...latencyFigures(latencies, sent, o), concurrency, ...shares };
+  } finally {
+    await dropGraphile(db.url, schema);
+  }
+}
+
 /** 1,000 simulated agents beating once a second: database statements per second, and daemon CPU. */
 export async function heartbeatCost(db: Database, daemon: DaemonProc, o: Options): Promise<Figures> {
   const idleMs = o.hbIdleMs;
@@ -450,5 +544,56 @@ export async function heartbeatCost(db: Database, daemon: DaemonProc, o: Options
     // Simulated agents that had been marked inactive and registered again (see child-heartbeats.ts).
     reregistered,
     daemon_cpu_pct: round((cpu.groupMs.daemon! / cpu.wallMs) * 100, 1),
+  };
+}
+
+/**
+ * The streams section: `streamAgents` simulated agents each hold an agent stream open with a credit,
+ * waiting for work, on one daemon of its own (started with a long heartbeat interval, so that none
+ * goes inactive in the window for want of heartbeats). What waiting costs: the daemon's RSS with
+ * them and without, its CPU over an idle window with them and without, and the statements per
+ * second meanwhile (a waiting stream holds no connection and runs nothing).
+ */
+export async function idleStreams(db: Database, daemon: DaemonProc, o: Options): Promise<Figures> {
+  const pid = daemon.child.pid;
+  const idle = async () => {
+    const x0 = await committedTransactions(db.url);
+    const meter = cpuMeter({ daemon: [pid] });
+    await new Promise((r) => setTimeout(r, o.streamIdleMs));
+    const cpu = meter();
+    const x1 = await committedTransactions(db.url);
+    return { cpuPct: (cpu.groupMs.daemon! / cpu.wallMs) * 100, statementsPerS: (x1 - x0 - 2) / (cpu.wallMs / 1000) };
+  };
+  // Each window opens after hbSettleMs: a backend publishes its statement counts up to ten seconds
+  // after it goes idle (PGSTAT_IDLE_INTERVAL), and the daemon's start, the registrations and each
+  // stream's first claim must be counted before the window, not in it.
+  const settle = () => new Promise((r) => setTimeout(r, o.hbSettleMs));
+  await settle();
+  const quiet = await idle();
+  const rssBefore = sampleProc(pid).rssBytes;
+  const streams = startChild("bench/child-streams.ts", [daemon.address, TOKENS.agent, String(o.streamAgents), TENANT, `${KIND}-idle`], { ready: (l) => l.includes('"ready"') });
+  await streams.ready;
+  await settle();
+  const waiting = await idle();
+  const rss = sampleProc(pid).rssBytes;
+  // One item wakes one of them and is pushed to it: the waits are live, not merely open.
+  const counted = new Promise<number>((resolve) => streams.onLine((l) => (l.includes('"pushed"') ? resolve((JSON.parse(l) as { pushed: number }).pushed) : undefined)));
+  const queue = createClient(QueueService, createGrpcTransport({ baseUrl: daemon.url }));
+  await queue.enqueue({ tenantKey: TENANT, items: [{ engineKind: `${KIND}-idle`, payloadJson: "{}" }] }, { headers });
+  await pollUntil<{ n: number }>(db.url, `SELECT count(*)::int AS n FROM ${workTable(db)} WHERE engine_kind = '${KIND}-idle' AND status = 'dispatched'`, (r) => r.n === 1, 30_000, "the wake-up");
+  streams.proc.send("count");
+  const pushed = await counted;
+  await streams.stop();
+  return {
+    streams: o.streamAgents,
+    seconds: round(o.streamIdleMs / 1000, 1),
+    daemon_rss_mb: round(rss / 2 ** 20, 1),
+    daemon_rss_mb_without: round(rssBefore / 2 ** 20, 1),
+    rss_kb_per_stream: round((rss - rssBefore) / 1024 / o.streamAgents, 1),
+    daemon_idle_cpu_pct: round(waiting.cpuPct, 2),
+    daemon_idle_cpu_pct_without: round(quiet.cpuPct, 2),
+    idle_statements_per_s: round(Math.max(0, waiting.statementsPerS), 1),
+    idle_statements_per_s_without: round(Math.max(0, quiet.statementsPerS), 1),
+    pushed_after_wake: pushed,
   };
 }

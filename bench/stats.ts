@@ -33,19 +33,44 @@ export function ratio(ours: number, baseline: number): number {
 export const BACKLOG_P50_MS = 1000;
 
 /**
- * The steady section's ratios. When the baseline did not keep up with the rate (on a host with slow
- * commits its producer's notifying inserts serialise, and its median reads 10–20 s), there is no
- * latency to compare with: the ratios are NaN and baseline_kept_up is 0.
+ * The steady section's ratios against one baseline, its figures named by `name` ("baseline": the raw
+ * SQL queue; "graphile": graphile-worker). When the baseline did not keep up with the rate (on a
+ * host with slow commits the raw producer's notifying inserts serialise, and its median reads
+ * 10–20 s), there is no latency to compare with: the ratios are NaN and <name>_kept_up is 0.
  */
-export function latencyRatio(ours: { p50: number; p99: number }, baseline: { p50: number; p99: number }): Record<string, number> {
+export function latencyRatio(ours: { p50: number; p99: number }, baseline: { p50: number; p99: number }, name = "baseline"): Record<string, number> {
   const keptUp = baseline.p50 <= BACKLOG_P50_MS;
   return {
     ours_p50_ms: ours.p50,
-    baseline_p50_ms: baseline.p50,
-    p50_ours_over_baseline: keptUp ? ratio(ours.p50, baseline.p50) : Number.NaN,
-    p99_ours_over_baseline: keptUp ? ratio(ours.p99, baseline.p99) : Number.NaN,
-    baseline_kept_up: keptUp ? 1 : 0,
+    [`${name}_p50_ms`]: baseline.p50,
+    [`p50_ours_over_${name}`]: keptUp ? ratio(ours.p50, baseline.p50) : Number.NaN,
+    [`p99_ours_over_${name}`]: keptUp ? ratio(ours.p99, baseline.p99) : Number.NaN,
+    [`${name}_kept_up`]: keptUp ? 1 : 0,
   };
+}
+
+/** A drain's two headline figures: items per second, and the machine's CPU per item (µs, all processes). */
+export interface DrainHeadline {
+  itemsPerS: number;
+  cpuUsPerItem: number;
+}
+
+/**
+ * The drain's ratios: ours ÷ each baseline (keyed by name, as latencyRatio), in items per second
+ * (above 1: ours drains faster) and in machine CPU per item (below 1: ours costs the machine less).
+ */
+export function drainRatio(ours: DrainHeadline, baselines: Readonly<Record<string, DrainHeadline>>): Record<string, number> {
+  const out: Record<string, number> = { ours_items_per_s: ours.itemsPerS };
+  for (const [name, b] of Object.entries(baselines)) {
+    out[`${name}_items_per_s`] = b.itemsPerS;
+    out[`ours_over_${name}`] = ratio(ours.itemsPerS, b.itemsPerS);
+  }
+  out.ours_cpu_us_per_item = ours.cpuUsPerItem;
+  for (const [name, b] of Object.entries(baselines)) {
+    out[`${name}_cpu_us_per_item`] = b.cpuUsPerItem;
+    out[`cpu_ours_over_${name}`] = ratio(ours.cpuUsPerItem, b.cpuUsPerItem);
+  }
+  return out;
 }
 
 /** Items per second over a span in nanoseconds. */

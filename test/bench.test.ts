@@ -172,8 +172,10 @@ describe("benchmark smoke run", () => {
       .filter((l) => l.startsWith("{"))
       .map((l) => JSON.parse(l) as Record<string, unknown>);
     const names = sets.map((s) => s.bench);
-    expect(names).toEqual(["enqueue", "drain", "drain_baseline", "drain_ratio", "drain_mixed", "mixed_ratio", "drain_tenants", "tenant_shares", "tenants_ratio", "latency", "latency_baseline", "latency_ratio", "http2_floor", "drain_tls", "latency_tls", "tls_ratio", "heartbeat"]);
+    expect(names).toEqual(["enqueue", "drain", "drain_baseline", "drain_graphile", "drain_ratio", "drain_mixed", "mixed_ratio", "drain_tenants", "tenant_shares", "tenants_ratio", "latency", "latency_baseline", "latency_graphile", "latency_ratio", "http2_floor", "drain_tls", "latency_tls", "tls_ratio", "heartbeat"]);
     expect(sets.find((s) => s.bench === "drain_tls")!.items).toBe(50);
+    expect(sets.find((s) => s.bench === "drain_graphile")!.items).toBe(50);
+    expect(typeof sets.find((s) => s.bench === "drain_ratio")!.ours_over_graphile).toBe("number");
     const tls = sets.find((s) => s.bench === "tls_ratio")!;
     expect(tls.drain_tls_over_h2c).toBeGreaterThan(0);
     expect(typeof tls.p99_tls_minus_h2c_ms).toBe("number");
