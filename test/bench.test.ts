@@ -34,7 +34,7 @@ describe("benchmark options", () => {
     [["--items", "lots"], /--items needs a whole number ≥ 1, not 'lots'/],
     [["--agents", "0"], /--agents needs a whole number ≥ 1/],
     [["--warmup", "soon"], /--warmup/],
-    [["--only", "drain,latncy"], /--only takes a comma list of enqueue, drain, mixed, tenants, latency, heartbeat, fast-path, claim_cost; not 'latncy'/],
+    [["--only", "drain,latncy"], /--only takes a comma list of enqueue, drain, mixed, tenants, latency, streams, heartbeat, fast-path, agent-path, claim_cost; not 'latncy'/],
     [["--itmes", "5"], /unknown option --itmes/],
   ])("refuses %j with a message naming the option", (argv, message) => {
     expect(() => parseOptions(argv)).toThrow(BenchArgError);
@@ -172,7 +172,7 @@ describe("benchmark smoke run", () => {
       .filter((l) => l.startsWith("{"))
       .map((l) => JSON.parse(l) as Record<string, unknown>);
     const names = sets.map((s) => s.bench);
-    expect(names).toEqual(["enqueue", "drain", "drain_baseline", "drain_graphile", "drain_ratio", "drain_mixed", "mixed_ratio", "drain_tenants", "tenant_shares", "tenants_ratio", "latency", "latency_baseline", "latency_graphile", "latency_ratio", "http2_floor", "drain_tls", "latency_tls", "tls_ratio", "heartbeat"]);
+    expect(names).toEqual(["enqueue", "drain", "drain_baseline", "drain_graphile", "drain_ratio", "drain_mixed", "mixed_ratio", "drain_tenants", "tenant_shares", "tenants_ratio", "latency", "latency_baseline", "latency_graphile", "latency_ratio", "http2_floor", "drain_tls", "latency_tls", "tls_ratio", "streams", "heartbeat"]);
     expect(sets.find((s) => s.bench === "drain_tls")!.items).toBe(50);
     expect(sets.find((s) => s.bench === "drain_graphile")!.items).toBe(50);
     expect(typeof sets.find((s) => s.bench === "drain_ratio")!.ours_over_graphile).toBe("number");
@@ -192,6 +192,9 @@ describe("benchmark smoke run", () => {
     // The agents report their GC pauses (there may be none in so short a run).
     expect(typeof latency.agents_gc_pauses).toBe("number");
     expect(typeof drain.agents_gc_max_ms).toBe("number");
+    const streams = sets.find((s) => s.bench === "streams")!;
+    expect(streams).toMatchObject({ streams: 20, pushed_after_wake: 1 });
+    expect(typeof streams.daemon_rss_mb).toBe("number");
     const heartbeat = sets.find((s) => s.bench === "heartbeat")!;
     expect(typeof heartbeat.reregistered).toBe("number");
     // The test role may create databases: the heartbeats ran in one of their own, dropped after.
