@@ -8,18 +8,20 @@
  * semantics: interceptors wrap the call as connect applies them, deadlines and cancels end it as
  * connect's runUnaryCall does (errors are ConnectErrors), and the request headers are connect's own;
  * a reply's status is read as the gRPC spec says (./status.ts), where connect reads it otherwise.
- * Streaming calls go through connect-node's gRPC transport on the same session.
+ * Bidi calls (the agent stream) are carried the same way (./bidi.ts); server streams go through
+ * connect-node's gRPC transport on the same session.
  */
 import { setMaxListeners } from "node:events";
 import http2 from "node:http2";
 import type { DescMessage, DescMethodStreaming, DescMethodUnary, MessageInitShape, MessageShape } from "@bufbuild/protobuf";
-import { Code, ConnectError, createContextValues, type ContextValues, type Interceptor, type Transport, type UnaryRequest, type UnaryResponse } from "@connectrpc/connect";
+import { Code, ConnectError, createContextValues, type ContextValues, type Interceptor, type StreamRequest, type StreamResponse, type Transport, type UnaryRequest, type UnaryResponse } from "@connectrpc/connect";
 import { createGrpcTransport, type Http2SessionManager } from "@connectrpc/connect-node";
 import { createMethodUrl } from "@connectrpc/connect/protocol";
 import { headerGrpcStatus, requestHeader } from "@connectrpc/connect/protocol-grpc";
 import { codecFor, type Codec } from "../codec/index.js";
 import { nodeHeaders, webHeaders } from "../grpc/headers.js";
 import { responseError, statusError } from "./status.js";
+import { bidiExchange } from "./bidi.js";
 
 export interface GrpcTransportOptions {
   baseUrl: string;
@@ -32,6 +34,16 @@ export interface GrpcTransportOptions {
 const DEFAULT_READ_MAX = 0xffffffff;
 
 type AnyUnaryFn = (req: UnaryRequest<DescMessage, DescMessage>) => Promise<UnaryResponse<DescMessage, DescMessage>>;
+type AnyStreamFn = (req: StreamRequest<DescMessage, DescMessage>) => Promise<StreamResponse<DescMessage, DescMessage>>;
+
+/** The response messages, and `end` (the call's deadline timer released) once they end, however. */
+async function* ending<T>(messages: AsyncIterable<T>, end: () => void): AsyncGenerator<T> {
+  try {
+    yield* messages;
+  } finally {
+    end();
+  }
+}
 
 /** Never aborted: the signal of a call with neither a deadline nor a caller's signal. */
 const NEVER = new AbortController().signal;
@@ -45,6 +57,8 @@ export function createSdkGrpcTransport(opts: GrpcTransportOptions): Transport {
   // The interceptors wrap the exchange once, first one outermost, as connect applies them.
   const chain = opts.interceptors.reduceRight<AnyUnaryFn>((next, interceptor) => interceptor(next as never) as unknown as AnyUnaryFn, exchangeFn);
   const urls = new Map<DescMethodUnary, string>();
+  const bidiFn: AnyStreamFn = (req) => bidiExchange(opts.sessionManager, req, codecFor(req.method.input), codecFor(req.method.output), readMax, { fromReset: errorFromReset, fromNode: errorFromNode });
+  const streamChain = opts.interceptors.reduceRight<AnyStreamFn>((next, interceptor) => interceptor(next as never) as unknown as AnyStreamFn, bidiFn);
   return {
     async unary<I extends DescMessage, O extends DescMessage>(
       method: DescMethodUnary<I, O>,
@@ -89,7 +103,27 @@ export function createSdkGrpcTransport(opts: GrpcTransportOptions): Transport {
       input: AsyncIterable<MessageInitShape<I>>,
       contextValues?: ContextValues,
     ) {
-      return fallback.stream(method, signal, timeoutMs, header, input, contextValues);
+      if (method.methodKind !== "bidi_streaming") return fallback.stream(method, signal, timeoutMs, header, input, contextValues);
+      const timeout = timeoutMs === undefined || timeoutMs <= 0 ? undefined : timeoutMs;
+      const call = callSignal(signal, timeout);
+      const req = {
+        stream: true,
+        service: method.parent,
+        method,
+        requestMethod: "POST",
+        url: createMethodUrl(opts.baseUrl, method),
+        signal: call.signal,
+        header: requestHeader(true, timeout, header),
+        contextValues: contextValues ?? createContextValues(),
+        message: input,
+      } as unknown as StreamRequest<DescMessage, DescMessage>;
+      return streamChain(req).then(
+        (res) => ({ ...res, message: ending(res.message, call.end) }) as never,
+        (err: unknown) => {
+          call.end();
+          throw call.signal.aborted ? ConnectError.from(call.signal.reason, Code.Canceled) : ConnectError.from(err);
+        },
+      );
     },
   };
 }
