@@ -10,7 +10,8 @@
  * - `aiflow_sdk_handler_seconds{engine_kind}`: how long handlers ran, until they settled.
  * - `aiflow_sdk_in_flight_items`, `aiflow_sdk_slots`: handlers running now, and the slots.
  * - `aiflow_sdk_claims_total{result}`: claims answered with items, answered empty, or failed (a
- *   claim the agent itself cancelled, at stop, is none of these).
+ *   claim the agent itself cancelled, at stop, is none of these); on the agent stream, each push
+ *   is a claim answered with items.
  * - `aiflow_sdk_rpc_errors_total{method,code}`: calls of the main connection that failed, by
  *   method and gRPC code (`Unavailable`, `DeadlineExceeded`, …), streams included; calls the agent
  *   cancelled itself are not errors. The heartbeat thread's own connection is not counted here.
