@@ -1,8 +1,8 @@
 /**
  * Child process: N simulated agents that register, then each open an agent stream (Connect) with
- * one credit and wait on it, as an idle agent's stream waits for work. Streams share a few HTTP/2
- * connections, as a fleet's agents would each have their own: what is measured is the daemon's
- * cost per stream, not per connection. Prints {"ready":true} once every stream has its first
+ * one credit and wait on it, as an idle agent's stream waits for work. Streams share HTTP/2
+ * connections (200 to one), where a fleet's agents would each have their own: what is measured is
+ * the daemon's cost per stream, not per connection. Prints {"ready":true} once every stream has its first
  * answer (the agent's status), then, on a "wake" line from the parent over IPC, reports how many
  * items reached the streams ({"pushed":N}); on SIGTERM says goodbye on every stream and exits.
  */
@@ -17,7 +17,8 @@ type Request = MessageInitShape<typeof ConnectRequestSchema>;
 const [address, token, countRaw, tenant, kind] = process.argv.slice(2);
 const count = Number(countRaw);
 const headers = { authorization: `Bearer ${token}` };
-const clients = Array.from({ length: 8 }, () => createClient(AgentService, createGrpcTransport({ baseUrl: `http://${address}` })));
+// 200 streams a connection, under the daemon's --http2-max-concurrent-streams (256 by default).
+const clients = Array.from({ length: Math.max(8, Math.ceil(count / 200)) }, () => createClient(AgentService, createGrpcTransport({ baseUrl: `http://${address}` })));
 const names = Array.from({ length: count }, (_, i) => `bench-stream-${i}`);
 const client = (i: number) => clients[i % clients.length]!;
 for (let i = 0; i < count; i += 100)
