@@ -90,8 +90,11 @@ function ancestry(span: CollectedSpan): string[] {
   return chain;
 }
 
+/** The first test's dispatch span's link: to the agent stream's server span. */
+let streamLink: { traceId: string; spanId: string } | undefined;
+
 describe("an item's trace", () => {
-  it("runs from the producer's Enqueue span through the daemon's Enqueue and Claim to the agent's handler, and its report", async () => {
+  it("runs from the producer's Enqueue span through the daemon's Enqueue and the agent's stream to its handler, and its report", async () => {
     const made = await produce([{ engineKind: "traced" }]);
     const [id] = made.ids;
     await producer.waitDone([id!]);
@@ -104,13 +107,15 @@ describe("an item's trace", () => {
     expect(enqueue).toMatchObject({ service: "aiflowd", kind: KIND.server, parentSpanId: sent.spanId });
     expect(enqueue.attributes).toMatchObject({ "rpc.system": "grpc", "rpc.service": "aiflow.cluster.v1.QueueService", "rpc.method": "Enqueue", "rpc.grpc.status_code": 0 });
 
-    // The dispatch is in the item's trace, naming agent and daemon, linked to the Claim call that took it.
+    // The dispatch is in the item's trace, naming agent and daemon, linked to the call that took it:
+    // the agent's stream (Connect), the SDK's default.
     const [dispatch] = await spansOf("dispatch traced", id!);
     expect(dispatch).toMatchObject({ service: "aiflowd", traceId: made.traceId, parentSpanId: enqueue.spanId });
     expect(dispatch!.attributes).toMatchObject({ "aiflow.agent.name": AGENT, "aiflow.daemon.instance": INSTANCE, "aiflow.work_item.attempt": 1, "aiflow.work_item.redelivery_count": 0, "aiflow.tenant": TENANT });
     expect(dispatch!.links).toHaveLength(1);
-    const claim = await spanWhere("the Claim call's span", (s) => s.spanId === dispatch!.links[0]!.spanId);
-    expect(claim).toMatchObject({ service: "aiflowd", name: "aiflow.cluster.v1.AgentService/Claim", kind: KIND.server, traceId: dispatch!.links[0]!.traceId });
+    // That span ends (and is exported) with the stream: the last test reads it.
+    expect(dispatch!.links[0]!.traceId).not.toBe(made.traceId);
+    streamLink = dispatch!.links[0]!;
 
     // The agent: the queue wait up to that dispatch, then the handler, whose parent chain reaches the producer.
     const [queued] = await spansOf("queued traced", id!);
@@ -165,5 +170,14 @@ describe("an item's trace", () => {
       [made.traceId, enqueue.spanId, 1],
       [made.traceId, enqueue.spanId, 2],
     ]);
+  });
+
+  it("links each dispatch to the server span of the agent's stream, which ends when the worker stops", async () => {
+    expect(streamLink).toBeDefined();
+    await worker!.stop();
+    worker = undefined;
+    const stream = await spanWhere("the agent stream's span", (s) => s.spanId === streamLink!.spanId);
+    expect(stream).toMatchObject({ service: "aiflowd", name: "aiflow.cluster.v1.AgentService/Connect", kind: KIND.server, traceId: streamLink!.traceId });
+    expect(stream.attributes).toMatchObject({ "rpc.method": "Connect", "rpc.grpc.status_code": 0 });
   });
 });

@@ -31,6 +31,7 @@ import { newDispatch } from "../../queue/dispatch.js";
 import type { Handed } from "../../queue/waiting-claims.js";
 import type { Completion } from "../../store/work-items.js";
 import { dispatchTracer } from "../../observability/dispatch-spans.js";
+import { callSpanKey } from "../../observability/rpc-spans.js";
 import type { StreamEnding } from "../../observability/metrics.js";
 import { onAbort } from "../../util/on-abort.js";
 import { agentName } from "../input/validate.js";
@@ -78,7 +79,9 @@ export function agentStreamImpl(d: AgentStreamDeps) {
       const name = agentName(first.value.name, ctx);
       assertScopeWithin(caller, name, await d.kit.scopeOf(name));
       const state = await d.known(name);
-      yield* new Session(d, name, caller, state, traceDispatches).run(first.value, reader, ctx.signal);
+      // Dispatch spans link to this call's span, as a Claim's do to the Claim's.
+      const trace = traceDispatches && ((parts: Handed[]) => traceDispatches(ctx.values.get(callSpanKey), parts));
+      yield* new Session(d, name, caller, state, trace).run(first.value, reader, ctx.signal);
     },
   };
 }
@@ -103,7 +106,7 @@ class Session {
     private readonly name: string,
     private readonly caller: Identity,
     state: KnownAgent,
-    private readonly trace: ReturnType<typeof dispatchTracer>,
+    private readonly trace: ((parts: Handed[]) => void) | undefined,
   ) {
     this.#status = state.status;
   }
@@ -389,7 +392,7 @@ class Session {
     }
     if (back.length > 0) await kit.giveBack(name, back);
     if (send.length === 0) return;
-    this.trace?.(undefined, send);
+    this.trace?.(send);
     const items = [];
     for (const p of send) {
       queue.events.dispatched(p.rows, Number(p.dispatch.dispatchedAtNs / 1_000_000n));
