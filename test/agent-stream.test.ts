@@ -6,7 +6,10 @@
  *
  * On the daemon of test/support/queue-daemon.ts (claimMaxItems 5, a fake clock).
  */
+import http2 from "node:http2";
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { beforeAll, describe, expect, it } from "vitest";
+import { ConnectRequestSchema, ConnectResponseSchema } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
 import { Code } from "@connectrpc/connect";
 import { AgentStatus } from "@aiflow/wire/gen/aiflow/cluster/v1/common_pb.js";
 import type { Daemon } from "../src/daemon.js";
@@ -174,6 +177,53 @@ describe("the agent stream", () => {
     await s.next("the undrain", (r) => r.status === AgentStatus.ACTIVE, s.responses.indexOf(drained) + 1);
     await s.itemsAtLeast(1);
     s.goodbye();
+  });
+
+  it("answers an agent that stopped reading its answers for a while every message, in order, once it reads again, and the stream works on", async () => {
+    const name = "stream-slow-reader";
+    await agent(name, { tenants: ["stream-slow"] });
+    const session = http2.connect(`http://${daemon.address}`);
+    session.on("error", () => {});
+    const req = session.request({ ":method": "POST", ":path": "/aiflow.cluster.v1.AgentService/Connect", "content-type": "application/grpc", te: "trailers", authorization: `Bearer ${TOKENS.agent}` });
+    req.on("error", () => {});
+    // It reads nothing: every answer stays with the daemon (and in the windows between).
+    req.pause();
+    const frame = (m: Parameters<typeof create<typeof ConnectRequestSchema>>[1]) => {
+      const bytes = toBinary(ConnectRequestSchema, create(ConnectRequestSchema, m));
+      const out = Buffer.alloc(5 + bytes.length);
+      out.writeUInt32BE(bytes.length, 1);
+      out.set(bytes, 5);
+      return out;
+    };
+    const N = 300;
+    let flushed = 0;
+    req.write(frame({ name }));
+    // 300 messages of 300 releases each (about 20 kB, each answered with 300 outcomes): 6 MB in
+    // all, far past what the HTTP/2 windows, the session's 16 unapplied messages and its 64 unsent
+    // answers hold, so the daemon must stop and start again on both sides of the stream.
+    for (let m = 0; m < N; m++) {
+      const releases = Array.from({ length: 300 }, (_, i) => ({ workItemId: `01J${String(m * 300 + i).padStart(23, "0")}`, leaseToken: "t".repeat(24) }));
+      req.write(frame({ releases }), () => flushed++);
+    }
+    for (let i = 0; i < 5; i++) await new Promise<void>((r) => session.ping(() => r()));
+    // Reading again, the agent gets an answer for every message, in order, and the stream works on.
+    let pending = Buffer.alloc(0);
+    let answered = 0;
+    req.on("data", (chunk: Buffer) => {
+      pending = Buffer.concat([pending, chunk]);
+      while (pending.length >= 5 && pending.length >= 5 + pending.readUInt32BE(1)) {
+        const res = fromBinary(ConnectResponseSchema, pending.subarray(5, 5 + pending.readUInt32BE(1)));
+        if (res.releaseOutcomes.length === 300) answered++;
+        pending = pending.subarray(5 + pending.readUInt32BE(1));
+      }
+    });
+    req.resume();
+    await until("every message answered", () => answered === N, 30_000);
+    expect(flushed).toBe(N);
+    req.end(frame({ goodbye: true }));
+    const trailers = await new Promise<http2.IncomingHttpHeaders>((r) => req.once("trailers", r));
+    expect(trailers["grpc-status"]).toBe("0");
+    session.close();
   });
 
   it("carries a cancellation of a pushed item to its holder", async () => {
