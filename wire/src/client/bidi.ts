@@ -17,6 +17,7 @@ import type { DescMessage, MessageShape } from "@bufbuild/protobuf";
 import { Code, ConnectError, type StreamRequest, type StreamResponse } from "@connectrpc/connect";
 import type { Http2SessionManager } from "@connectrpc/connect-node";
 import type { Codec } from "../codec/index.js";
+import { FrameReader } from "../grpc/frames.js";
 import { nodeHeaders, webHeaders } from "../grpc/headers.js";
 import { responseError, statusError } from "./status.js";
 
@@ -44,7 +45,7 @@ export async function bidiExchange<I extends DescMessage, O extends DescMessage>
   let failed: ConnectError | undefined;
   let ended = false;
   let wake: (() => void) | undefined;
-  let pending: Buffer = Buffer.alloc(0);
+  const frames = new FrameReader(readMax, "protocol error: received a compressed message, but no compression was asked for");
   let trailers: http2.IncomingHttpHeaders | undefined;
   let responseHeaders: http2.IncomingHttpHeaders | undefined;
   const trailer = new Headers();
@@ -65,16 +66,8 @@ export async function bidiExchange<I extends DescMessage, O extends DescMessage>
   s.on("error", (e) => fail(errors.fromReset(s.rstCode, e) ?? errors.fromNode(e)));
   s.on("data", (chunk: Buffer) => {
     sm.notifyResponseByteRead(s);
-    pending = pending.length === 0 ? chunk : Buffer.concat([pending, chunk]);
     try {
-      while (pending.length >= 5) {
-        if ((pending[0]! & 1) === 1) throw new ConnectError("protocol error: received a compressed message, but no compression was asked for", Code.Internal);
-        const length = pending.readUInt32BE(1);
-        if (length > readMax) throw new ConnectError(`message larger than ${readMax} bytes`, Code.ResourceExhausted);
-        if (pending.length < 5 + length) break;
-        queue.push(outCodec.decode(pending.subarray(5, 5 + length)));
-        pending = pending.subarray(5 + length);
-      }
+      for (const m of frames.push(chunk)) queue.push(outCodec.decode(m));
     } catch (e) {
       fail(e instanceof ConnectError ? e : new ConnectError(`protocol error: could not parse a reply: ${String(e)}`, Code.Internal));
       s.close(http2.constants.NGHTTP2_CANCEL);

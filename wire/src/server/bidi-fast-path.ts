@@ -21,6 +21,7 @@ import { create, fromBinary, toBinary, type DescMessage } from "@bufbuild/protob
 import { Code, ConnectError, createContextValues, type HandlerContext, type Interceptor, type StreamRequest, type StreamResponse } from "@connectrpc/connect";
 import { parseTimeout, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import { compileCodec } from "../codec/index.js";
+import { FrameReader } from "../grpc/frames.js";
 import { headerText, nodeHeaders } from "../grpc/headers.js";
 import { callContext, type CallContext, type Cancel } from "./call.js";
 import type { GrpcUnaryOptions } from "./unary-fast-path.js";
@@ -141,23 +142,15 @@ async function* requests(stream: ServerHttp2Stream, codecs: Codecs, max: number,
   let failed: unknown;
   let ended = false;
   let wake: (() => void) | undefined;
-  let pending: Buffer = Buffer.alloc(0);
+  const frames = new FrameReader(max, "protocol error: a compressed message without grpc-encoding");
   const poke = () => {
     const w = wake;
     wake = undefined;
     w?.();
   };
   const onData = (chunk: Buffer) => {
-    pending = pending.length === 0 ? chunk : Buffer.concat([pending, chunk]);
     try {
-      while (pending.length >= 5) {
-        if ((pending[0]! & 1) === 1) throw new ConnectError("protocol error: a compressed message without grpc-encoding", Code.Internal);
-        const length = pending.readUInt32BE(1);
-        if (length > max) throw new ConnectError(`message larger than ${max} bytes`, Code.ResourceExhausted);
-        if (pending.length < 5 + length) break;
-        queue.push(codecs.decode(pending.subarray(5, 5 + length)));
-        pending = pending.subarray(5 + length);
-      }
+      for (const m of frames.push(chunk)) queue.push(codecs.decode(m));
     } catch (err) {
       failed ??= err;
       stream.off("data", onData);
@@ -169,7 +162,7 @@ async function* requests(stream: ServerHttp2Stream, codecs: Codecs, max: number,
   };
   const onEnd = () => {
     ended = true;
-    if (pending.length > 0) failed ??= new ConnectError("protocol error: the request message was cut short", Code.Internal);
+    if (frames.partial) failed ??= new ConnectError("protocol error: the request message was cut short", Code.Internal);
     poke();
   };
   stream.on("data", onData);
