@@ -17,7 +17,7 @@ import type { DescMessage, MessageShape } from "@bufbuild/protobuf";
 import { Code, ConnectError, type StreamRequest, type StreamResponse } from "@connectrpc/connect";
 import type { Http2SessionManager } from "@connectrpc/connect-node";
 import type { Codec } from "../codec/index.js";
-import { FrameReader } from "../grpc/frames.js";
+import { drained, FrameReader } from "../grpc/frames.js";
 import { nodeHeaders, webHeaders } from "../grpc/headers.js";
 import { responseError, statusError } from "./status.js";
 
@@ -134,15 +134,7 @@ export async function bidiExchange<I extends DescMessage, O extends DescMessage>
 async function pump<I extends DescMessage>(s: http2.ClientHttp2Stream, input: AsyncIterable<unknown>, inCodec: Codec<I>): Promise<void> {
   for await (const m of input) {
     if (s.closed || s.destroyed) return;
-    if (!s.write(inCodec.frame(m as never))) await new Promise<void>((resolve) => {
-      const done = () => {
-        s.off("drain", done);
-        s.off("close", done);
-        resolve();
-      };
-      s.once("drain", done);
-      s.once("close", done);
-    });
+    if (!s.write(inCodec.frame(m as never))) await drained(s);
   }
   if (!s.closed && !s.destroyed) s.end();
 }

@@ -1,10 +1,34 @@
 /**
- * gRPC's length-prefixed messages read off a byte stream as its chunks arrive (both ends of a bidi
- * call: ../server/bidi-fast-path.ts, ../client/bidi.ts): a 1-byte compressed flag, a 4-byte
- * big-endian length, the message. Only uncompressed messages are taken (neither end asks for
- * compression), and none longer than the reader's limit.
+ * gRPC's length-prefixed messages on an HTTP/2 stream, for the direct paths (../server, ../client):
+ * a 1-byte compressed flag, a 4-byte big-endian length, the message. Read off a byte stream as its
+ * chunks arrive (both ends of a bidi call); written with the writer's back-pressure heeded. Only
+ * uncompressed messages are taken (neither end asks for compression), and none longer than the
+ * reader's limit.
  */
+import type { EventEmitter } from "node:events";
 import { Code, ConnectError } from "@connectrpc/connect";
+
+/** protobuf-es's bytes behind gRPC's 5-byte envelope (the compiled codec writes its own in place). */
+export function envelope(bytes: Uint8Array): Buffer {
+  const body = Buffer.allocUnsafe(5 + bytes.byteLength);
+  body[0] = 0;
+  body.writeUInt32BE(bytes.byteLength, 1);
+  body.set(bytes, 5);
+  return body;
+}
+
+/** Resolves when an HTTP/2 stream whose write said "wait" has drained, or has closed. */
+export function drained(stream: EventEmitter): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      stream.off("drain", done);
+      stream.off("close", done);
+      resolve();
+    };
+    stream.once("drain", done);
+    stream.once("close", done);
+  });
+}
 
 export class FrameReader {
   #pending: Buffer = Buffer.alloc(0);

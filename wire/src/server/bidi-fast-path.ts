@@ -21,13 +21,11 @@ import { create, fromBinary, toBinary, type DescMessage } from "@bufbuild/protob
 import { Code, ConnectError, createContextValues, type HandlerContext, type Interceptor, type StreamRequest, type StreamResponse } from "@connectrpc/connect";
 import { parseTimeout, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import { compileCodec } from "../codec/index.js";
-import { FrameReader } from "../grpc/frames.js";
+import { drained, envelope, FrameReader } from "../grpc/frames.js";
 import { headerText, nodeHeaders } from "../grpc/headers.js";
-import { callContext, type CallContext, type Cancel } from "./call.js";
-import type { GrpcUnaryOptions } from "./unary-fast-path.js";
+import { callContext, cancelledAtShutdown, type CallContext, type Cancel } from "./call.js";
+import { directCall, type GrpcUnaryOptions } from "./unary-fast-path.js";
 import type { BidiSpec, UnarySpec } from "./routes.js";
-
-const CONTENT_TYPES = new Set(["application/grpc", "application/grpc+proto"]);
 
 interface Codecs {
   decode(bytes: Uint8Array): unknown;
@@ -44,32 +42,16 @@ function codecsOf(spec: BidiSpec): Codecs {
   };
 }
 
-function envelope(bytes: Uint8Array): Buffer {
-  const body = Buffer.allocUnsafe(5 + bytes.byteLength);
-  body[0] = 0;
-  body.writeUInt32BE(bytes.byteLength, 1);
-  body.set(bytes, 5);
-  return body;
-}
-
 /** A 'stream' listener for the bidi methods of `specs` (paths as routes.ts records them); false leaves the stream to connect. */
 export function grpcBidiFastPath(specs: ReadonlyMap<string, BidiSpec>, opts: GrpcUnaryOptions): (stream: ServerHttp2Stream, headers: IncomingHttpHeaders) => boolean {
   const methods = new Map([...specs].map(([path, spec]) => [path, { spec, codecs: codecsOf(spec) }]));
-  const inflight = new Set<Cancel>();
-  opts.shutdownSignal.addEventListener("abort", () => {
-    for (const c of [...inflight]) c.cancel(opts.shutdownSignal.reason);
-  });
+  const inflight = cancelledAtShutdown(opts.shutdownSignal);
   return (stream, headers) => {
-    if (headers[":method"] !== "POST") return false;
-    const path = headers[":path"];
-    const method = path === undefined ? undefined : methods.get(path);
-    if (!method) return false;
-    const contentType = headers["content-type"];
-    if (contentType === undefined || !CONTENT_TYPES.has(contentType)) return false;
-    const encoding = headers["grpc-encoding"];
-    if (encoding !== undefined && encoding !== "identity") return false;
+    const call = directCall(methods, headers);
+    if (!call) return false;
+    const { method, path, contentType } = call;
     stream.on("error", ignore);
-    serve(method.spec, method.codecs, stream, headers, path!, contentType, opts, inflight).catch((err: unknown) => {
+    serve(method.spec, method.codecs, stream, headers, path, contentType, opts, inflight).catch((err: unknown) => {
       if (stream.destroyed || stream.closed) return;
       opts.log?.error({ err, method: path }, "a stream could not be answered; it is reset");
       stream.close(http2.constants.NGHTTP2_INTERNAL_ERROR);
@@ -117,19 +99,6 @@ function finish(stream: ServerHttp2Stream, contentType: string, ctx: CallContext
     stream.once("wantTrailers", () => stream.sendTrailers(trailers));
     stream.end();
   } else stream.respond({ ...nodeHeaders(ctx.responseHeader), ...trailers, ":status": 200, "content-type": contentType }, { endStream: true });
-}
-
-/** Resolves when the socket took what was written, or when the stream closed. */
-function drained(stream: ServerHttp2Stream): Promise<void> {
-  return new Promise((resolve) => {
-    const done = () => {
-      stream.off("drain", done);
-      stream.off("close", done);
-      resolve();
-    };
-    stream.once("drain", done);
-    stream.once("close", done);
-  });
 }
 
 /**

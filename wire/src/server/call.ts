@@ -111,6 +111,15 @@ class CallRequest implements UnaryRequest {
   }
 }
 
+/** A direct path's calls in flight whose signal exists: each is cancelled when `shutdown` aborts. */
+export function cancelledAtShutdown(shutdown: AbortSignal): Set<Cancel> {
+  const inflight = new Set<Cancel>();
+  shutdown.addEventListener("abort", () => {
+    for (const c of [...inflight]) c.cancel(shutdown.reason);
+  });
+  return inflight;
+}
+
 /** A call's context: its deadline timer and its stream's close, both ending in its Cancel. */
 /** The longest delay setTimeout honours; a longer one fires after 1 ms. */
 export const TIMER_MAX_MS = 2 ** 31 - 1;

@@ -15,7 +15,8 @@ import { Code, ConnectError, createContextValues, type ContextValues, type Inter
 import { parseTimeout, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import { compileCodec } from "../codec/index.js";
 import { headerText, nodeHeaders } from "../grpc/headers.js";
-import { callContext, invoke, type Cancel } from "./call.js";
+import { envelope } from "../grpc/frames.js";
+import { callContext, cancelledAtShutdown, invoke, type Cancel } from "./call.js";
 import { readBody, unwrap, type BodyBudget, type Held } from "./request-body.js";
 import type { UnarySpec } from "./routes.js";
 
@@ -37,6 +38,22 @@ export interface GrpcUnaryOptions {
 }
 
 const CONTENT_TYPES = new Set(["application/grpc", "application/grpc+proto"]);
+
+/**
+ * What a direct path serves of this stream: a POST to one of `methods`, binary gRPC, uncompressed,
+ * with its method, path and content type; undefined leaves the stream to connect-node.
+ */
+export function directCall<M>(methods: ReadonlyMap<string, M>, headers: IncomingHttpHeaders): { method: M; path: string; contentType: string } | undefined {
+  if (headers[":method"] !== "POST") return undefined;
+  const path = headers[":path"];
+  const method = path === undefined ? undefined : methods.get(path);
+  if (method === undefined) return undefined;
+  const contentType = headers["content-type"];
+  if (contentType === undefined || !CONTENT_TYPES.has(contentType)) return undefined;
+  const encoding = headers["grpc-encoding"];
+  if (encoding !== undefined && encoding !== "identity") return undefined;
+  return { method, path: path!, contentType };
+}
 
 /** How one method's messages are read and written on this path. */
 interface FastMethod {
@@ -67,14 +84,6 @@ function fastMethod(spec: UnarySpec): FastMethod {
   return { spec: unnormalized, decode, frame: (m) => outCodec.frame(m as never) };
 }
 
-/** protobuf-es's bytes behind gRPC's 5-byte envelope (the compiled codec writes its own in place). */
-function envelope(bytes: Uint8Array): Buffer {
-  const body = Buffer.allocUnsafe(5 + bytes.byteLength);
-  body[0] = 0;
-  body.writeUInt32BE(bytes.byteLength, 1);
-  body.set(bytes, 5);
-  return body;
-}
 
 /**
  * Returns a 'stream' listener that serves the call and returns true, or returns false (having read
@@ -87,19 +96,11 @@ export function grpcUnaryFastPath(specs: ReadonlyMap<string, UnarySpec>, opts: G
   const interceptors = [...opts.interceptors];
   const methods = new Map<string, FastMethod>();
   for (const [path, spec] of specs) methods.set(path, fastMethod(spec));
-  const inflight = new Set<Cancel>();
-  opts.shutdownSignal.addEventListener("abort", () => {
-    for (const c of [...inflight]) c.cancel(opts.shutdownSignal.reason);
-  });
+  const inflight = cancelledAtShutdown(opts.shutdownSignal);
   return (stream, headers) => {
-    if (headers[":method"] !== "POST") return false;
-    const path = headers[":path"];
-    const method = path === undefined ? undefined : methods.get(path);
-    if (!method) return false;
-    const contentType = headers["content-type"];
-    if (contentType === undefined || !CONTENT_TYPES.has(contentType)) return false;
-    const encoding = headers["grpc-encoding"];
-    if (encoding !== undefined && encoding !== "identity") return false;
+    const call = directCall(methods, headers);
+    if (!call) return false;
+    const { method, path, contentType } = call;
     // A stream reset by the client emits 'error'; unheard, that would be an uncaught exception.
     // The call's own listeners (close, read) turn it into a cancelled call.
     stream.on("error", ignore);
@@ -107,7 +108,7 @@ export function grpcUnaryFastPath(specs: ReadonlyMap<string, UnarySpec>, opts: G
     // serve() answers every error itself; what reaches here is a write to a stream that died between
     // its checks and the write (nothing to say), or a fault of ours, which is logged and reset. Either
     // must not become an unhandled rejection (a crash).
-    serve(method, stream, headers, path!, contentType, interceptors, opts, inflight).catch((err: unknown) => {
+    serve(method, stream, headers, path, contentType, interceptors, opts, inflight).catch((err: unknown) => {
       if (stream.destroyed || stream.closed) return;
       opts.log?.error({ err, method: path }, "a call could not be answered; its stream is reset");
       stream.close(http2.constants.NGHTTP2_INTERNAL_ERROR);
