@@ -467,16 +467,31 @@ function cpuShares(groups: Record<string, number[]>): () => Figures {
 
 export async function latencyBaseline(db: Database, o: Options): Promise<Figures> {
   await resetBaseline(db.url);
-  const workers = startChild("bench/child-baseline-workers.ts", [db.url, String(o.baselineWorkers)], { ready: (l) => l.includes('"ready"') });
+  return steadyBaseline({ script: "bench/child-baseline-workers.ts", args: [db.url, String(o.baselineWorkers)] }, { mode: "baseline", target: db.url }, o);
+}
+
+/**
+ * A baseline's steady run: its workers' process, the producer in its mode (child-producer.ts) at
+ * the steady rate; the latencies its workers measured, `settings` to report beside them, and where
+ * the machine's CPU went meanwhile.
+ */
+async function steadyBaseline(
+  workerProc: { script: string; args: string[] },
+  feed: { mode: string; target: string; extra?: string[] },
+  o: Options,
+  settings: Figures = {},
+): Promise<Figures> {
+  const workers = startChild(workerProc.script, workerProc.args, { ready: (l) => l.includes('"ready"') });
   await workers.ready;
-  const p = producer(["baseline", db.url, String(o.rate), String(o.durationMs), String(o.warmupMs)]);
+  const p = producer([feed.mode, feed.target, String(o.rate), String(o.durationMs), String(o.warmupMs), ...(feed.extra ?? [])]);
   await p.ready;
   const cpu = cpuShares({ workers: [workers.pid], producer: [p.pid] });
   const sent = await produced(p);
   const shares = cpu();
+  // Let the last items reach their handlers before the workers stop and report.
   await new Promise((r) => setTimeout(r, 500));
   const { latencies } = await stopAgents([workers]);
-  return { ...latencyFigures(latencies, sent, o), ...shares };
+  return { ...latencyFigures(latencies, sent, o), ...settings, ...shares };
 }
 
 /**
@@ -488,16 +503,7 @@ export async function latencyGraphile(db: Database, o: Options, schema: string):
   const concurrency = o.agents * o.slots;
   await resetGraphile(db.url, schema);
   try {
-    const workers = startChild("bench/child-graphile.ts", [db.url, schema, String(concurrency), "steady"], { ready: (l) => l.includes('"ready"') });
-    await workers.ready;
-    const p = producer(["graphile", db.url, String(o.rate), String(o.durationMs), String(o.warmupMs), schema]);
-    await p.ready;
-    const cpu = cpuShares({ workers: [workers.pid], producer: [p.pid] });
-    const sent = await produced(p);
-    const shares = cpu();
-    await new Promise((r) => setTimeout(r, 500));
-    const { latencies } = await stopAgents([workers]);
-    return { ...latencyFigures(latencies, sent, o), concurrency, ...shares };
+    return await steadyBaseline({ script: "bench/child-graphile.ts", args: [db.url, schema, String(concurrency), "steady"] }, { mode: "graphile", target: db.url, extra: [schema] }, o, { concurrency });
   } finally {
     await dropGraphile(db.url, schema);
   }
