@@ -68,11 +68,6 @@ export class Intake {
     reporter.viaStream(() => (this.#streaming && this.#channel!.ready ? this.#channel : undefined));
   }
 
-  /** Whether the agent stream is in use (false once the daemon said it has none, or with `stream` off). */
-  get streaming(): boolean {
-    return this.#streaming;
-  }
-
   /** Begins hearing the daemon's word: opens the stream, or the directive stream. */
   follow(): void {
     this.#following = true;
