@@ -78,8 +78,12 @@ describe("fair share across two daemons", () => {
           if (held.length > 0) await agent.complete(held);
         }),
       );
+      // dispatched_at is the claiming daemon's clock in whole milliseconds, so claims of one
+      // millisecond tie; they are put in turn order (share_tag) rather than id order, which is
+      // enqueue order and would list one tenant's items of the tie before the other's and let a
+      // window's edge cut a tie group by tenant.
       const rows = await fx.db.raw<{ tenant_key: string; leased_by: string }>(
-        `SELECT tenant_key, leased_by FROM ${fx.db.tables.qualified("work_item")} WHERE dispatched_at IS NOT NULL ORDER BY dispatched_at, id`,
+        `SELECT tenant_key, leased_by FROM ${fx.db.tables.qualified("work_item")} WHERE dispatched_at IS NOT NULL ORDER BY dispatched_at, share_tag, id`,
       );
       const seen: Record<string, number> = {};
       let windows = 0;
