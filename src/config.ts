@@ -222,7 +222,7 @@ const SETTINGS = {
     flag: "--token",
     env: ["AIFLOW_TOKENS"],
     default: undefined,
-    help: "bearer token grant ROLE:TOKEN[:TENANT,...] (role agent|engine|ops); repeatable; env separates by ';'",
+    help: "bearer token grant ROLE:TOKEN[:TENANT,...] (role agent|engine|ops|runs); repeatable; env separates by ';'",
     parse: parseTokenSpec,
     repeatable: true,
   },
@@ -327,6 +327,9 @@ const SETTINGS = {
   fairShareCredit: { flag: "--fair-share-credit", env: ["AIFLOW_FAIR_SHARE_CREDIT"], default: String(DEFAULT_CREDIT), help: "items' worth of turns an idle tenant may bank for its next burst", parse: int(0, 1_000_000) },
   priorityAging: { flag: "--priority-aging", env: ["AIFLOW_PRIORITY_AGING"], default: "0s", help: "waiting this long is worth one priority level inside a tenant; 0: priority is strict", parse: duration(0) },
   affinityIdle: { flag: "--affinity-idle", env: ["AIFLOW_AFFINITY_IDLE"], default: "1h", help: "a binding whose key has had no unfinished item for this long is removed", parse: duration(0) },
+  dagMaxNodes: { flag: "--dag-max-nodes", env: ["AIFLOW_DAG_MAX_NODES"], default: "10000", help: "most nodes a DAG definition may have", parse: int(1, 1_000_000) },
+  dagMaxDefinitionBytes: { flag: "--dag-max-definition-bytes", env: ["AIFLOW_DAG_MAX_DEFINITION_BYTES"], default: "4194304", help: "largest DAG definition accepted (its JSON)", parse: int(1024) },
+  dagMaxFanOut: { flag: "--dag-max-fan-out", env: ["AIFLOW_DAG_MAX_FAN_OUT"], default: "100000", help: "most iterations one fan-out node may have", parse: int(1, 10_000_000) },
   firingRetention: { flag: "--firing-retention-days", env: ["AIFLOW_FIRING_RETENTION_DAYS"], default: "30", help: "days trigger firings are kept (payloads may hold senders' secrets)", parse: int(1, 36500) },
   // Limits against hostile or broken callers (src/server/http2-limits.ts, src/server/gate.ts).
   maxConnections: { flag: "--max-connections", env: ["AIFLOW_MAX_CONNECTIONS"], default: "10000", help: "open client connections; more are closed at once (keep it below the fd limit)", parse: int(1) },

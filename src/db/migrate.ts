@@ -2,7 +2,7 @@
  * Forward-only, numbered SQL migrations (src/db/migrations/NNNN_name.sql). Each applies in its own
  * transaction; an advisory lock keyed on the schema and prefix serialises migrators, so several
  * daemons starting at once apply each migration exactly once. The DDL text names no prefix: the
- * migrator expands {{table:X}} and {{name:X}} with the configured schema and prefix.
+ * migrator expands {{table:X}}, {{name:X}} and {{channel:X}} with the configured schema and prefix.
  *
  * This uses a plain pg client rather than the slonik pool: migration files are multi-statement DDL
  * scripts, which need the simple query protocol.
@@ -41,7 +41,11 @@ export function loadMigrations(dir = MIGRATIONS_DIR): Migration[] {
 /** Expands the naming placeholders of a migration's text. */
 export function expand(sqlText: string, naming: Naming): string {
   const t = new Tables(naming.schema, naming.prefix);
-  return sqlText.replace(/\{\{schema\}\}/g, quoteIdent(naming.schema)).replace(/\{\{(table|name):([a-z0-9_]+)\}\}/g, (_, kind: string, what: string) => {
+  return sqlText
+    .replace(/\{\{schema\}\}/g, quoteIdent(naming.schema))
+    // A NOTIFY channel as a string literal (Tables.channel: the scope is a hex hash, the topic [a-z_]).
+    .replace(/\{\{channel:([a-z_]+)\}\}/g, (_, topic: string) => `'${t.channel(topic)}'`)
+    .replace(/\{\{(table|name):([a-z0-9_]+)\}\}/g, (_, kind: string, what: string) => {
     if (kind === "name") return t.objectName(what);
     if (!(TABLES as readonly string[]).includes(what)) throw new Error(`migration names unknown table '${what}'`);
     return t.qualified(what as TableName);

@@ -126,7 +126,8 @@ function wakeClaims(queue: WorkQueue, tenant: string, items: readonly NewItem[])
   if (picky.size > 0) queue.work.ring([...picky]);
 }
 
-function newItem(it: EnqueueItem, i: number, nowMs: number, config: Pick<Config, "payloadMaxBytes" | "maxRedeliveries">): NewItem {
+/** A validated item from its wire form; a bad field is INVALID_ARGUMENT naming it (QueueService.Enqueue, and the DAG engine for its nodes). */
+export function newItem(it: EnqueueItem, i: number, nowMs: number, config: Pick<Config, "payloadMaxBytes" | "maxRedeliveries">): NewItem {
   const f = (name: string) => `items[${i}].${name}`;
   const payloadJson = jsonOrNull(it.payloadJson, f("payload_json"), config.payloadMaxBytes);
   const selector = tagMap(it.workerParams?.selector ?? {}, f("worker_params.selector"));

@@ -22,6 +22,9 @@ import { AgentService, file_aiflow_cluster_v1_agent } from "@aiflow/wire/gen/aif
 import { file_aiflow_cluster_v1_ops, OpsService } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 import { file_aiflow_cluster_v1_queue, QueueService } from "@aiflow/wire/gen/aiflow/cluster/v1/queue_pb.js";
 import { file_aiflow_cluster_v1_runs, RunDirectoryService, TriggerFiringService } from "@aiflow/wire/gen/aiflow/cluster/v1/runs_pb.js";
+import { DagService, file_aiflow_dag_v1_dag } from "@aiflow/wire/gen/aiflow/dag/v1/dag_pb.js";
+import { DagEngine } from "../dag/engine.js";
+import { dagServiceImpl } from "./dag-service.js";
 import { file_grpc_health_v1_health, Health, HealthCheckResponse_ServingStatus } from "@aiflow/wire/gen/grpc/health/v1/health_pb.js";
 import { ServerReflection } from "@aiflow/wire/gen/grpc/reflection/v1/reflection_pb.js";
 import { ServerReflection as ServerReflectionAlpha } from "@aiflow/wire/gen/grpc/reflection/v1alpha/reflection_pb.js";
@@ -141,6 +144,19 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
   const bindings = new AffinityBindingStore(pool, tables);
   maintenance.add({ name: "affinity-cleanup", run: (now) => bindings.cleanup(now, config.affinityIdle) });
   maintenance.add({ name: "directive-prune", run: async () => hub.prune() });
+  const dag = new DagEngine({
+    pool,
+    tables,
+    config,
+    clock,
+    log: log.child({ component: "dag" }),
+    queue,
+    listener,
+    audit,
+    itemsOn: (tx) => new WorkItemStore(tx, tables, backoff, undefined, sharing),
+  });
+  await dag.start();
+  maintenance.add(dag.task());
   const runs = new EngineRunStore(pool, tables);
   const firings = new TriggerFiringStore(pool, tables);
   maintenance.add(firingRetentionTask({ config, firings, log }));
@@ -159,7 +175,7 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
   // The agent's unary work RPCs and its stream share one scope cache and one set of report rules.
   const kit = workKit(queue, (name) => agents.workScope(name));
   const health = new HealthState();
-  const files: DescFile[] = [file_grpc_health_v1_health, file_aiflow_cluster_v1_agent, file_aiflow_cluster_v1_queue, file_aiflow_cluster_v1_ops, file_aiflow_cluster_v1_runs];
+  const files: DescFile[] = [file_grpc_health_v1_health, file_aiflow_cluster_v1_agent, file_aiflow_cluster_v1_queue, file_aiflow_cluster_v1_ops, file_aiflow_cluster_v1_runs, file_aiflow_dag_v1_dag];
   const mounted: Mounted[] = [
     { services: [Health], access: "public", mount: healthRoutes(health) },
     // Reflection describes the API, so any valid token may read it, but not an anonymous caller.
@@ -202,6 +218,7 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
         r.service(TriggerFiringService, triggerFiringServiceImpl({ config, clock, runs, firings }));
       },
     },
+    { services: [DagService], access: "runs", mount: (r) => r.service(DagService, dagServiceImpl({ engine: dag, config, clock, draining: deps.draining })) },
   ];
   for (const s of mounted.flatMap((m) => m.services)) health.set(s.typeName, HealthCheckResponse_ServingStatus.SERVING);
 
@@ -212,6 +229,7 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
     access: new Map(mounted.flatMap((m) => m.services.map((s) => [s.typeName, m.access] as const))),
     background: [
       maintenance,
+      dag,
       heartbeats,
       work,
       done,

@@ -11,7 +11,7 @@
 import { timingSafeEqual } from "node:crypto";
 import { Code, ConnectError, createContextKey, type HandlerContext, type Interceptor } from "@connectrpc/connect";
 import type { CertReading } from "./cert-identity.js";
-import { checkGrants, tokenDigest, type Role, type TokenGrant } from "./tokens.js";
+import { checkGrants, ROLES, tokenDigest, type Role, type TokenGrant } from "./tokens.js";
 
 /** Who is calling. `roles` is every role (the daemon runs open) or the token's one role. */
 export interface Identity {
@@ -25,7 +25,7 @@ export interface Identity {
   readonly certAgents?: readonly string[];
 }
 
-const OPEN_IDENTITY: Identity = { principal: "anonymous", roles: new Set(["agent", "engine", "ops"]), tenants: undefined };
+const OPEN_IDENTITY: Identity = { principal: "anonymous", roles: new Set(ROLES), tenants: undefined };
 
 /** The caller's identity, set by the auth interceptor; read it with ctx.values.get(identityKey). */
 export const identityKey = createContextKey<Identity | undefined>(undefined, { description: "caller identity" });

@@ -1,12 +1,12 @@
 /**
  * Who a verified client certificate says its holder is. The mapping, the one place it is decided:
  *
- *   a URI SAN  spiffe://<trust domain>/<role>/<name>    role: agent | engine | ops
+ *   a URI SAN  spiffe://<trust domain>/<role>/<name>    role: agent | engine | ops | runs
  *
  * - For an agent, <name> is the agent name the holder may act as, or a prefix of names ending in '*'
  *   (spiffe://aiflow/agent/gpu-* may register gpu-1, gpu-2, … but not cpu-1), as a token's `agents`
  *   are written. Several such URIs in one certificate grant each of their names.
- * - For engine and ops, <name> names the caller (its principal in audit records and createdby).
+ * - For engine, ops and runs, <name> names the caller (its principal in audit records and createdby).
  * - URIs of another trust domain, other schemes and DNS or IP SANs are not identities (DNS and IP
  *   SANs name servers); a certificate with none of ours has no identity, and its calls need a token.
  * - A certificate that names two roles, or a name that is not one, is refused, not guessed at.
@@ -38,7 +38,7 @@ export function readCertIdentity(subjectAltName: string | undefined, trustDomain
   for (const uri of ours) {
     const parts = uri.slice(prefix.length).split("/");
     const [r, name] = parts;
-    if (parts.length !== 2 || !(ROLES as readonly string[]).includes(r!)) return { refused: `client certificate names '${uri}', which is not ${prefix}<agent|engine|ops>/<name>` };
+    if (parts.length !== 2 || !(ROLES as readonly string[]).includes(r!)) return { refused: `client certificate names '${uri}', which is not ${prefix}<${ROLES.join("|")}>/<name>` };
     if (role !== undefined && r !== role) return { refused: `client certificate names two roles (${role} and ${r}); a certificate is one caller` };
     role = r as Role;
     const ok = role === "agent" ? isAgentPattern(name) : isIdentifierText(name!);

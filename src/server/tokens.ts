@@ -2,7 +2,7 @@ import { createHash, randomBytes } from "node:crypto";
 import { ConfigError } from "../domain/errors.js";
 import { isIdentifierText } from "../domain/names.js";
 
-export const ROLES = ["agent", "engine", "ops"] as const;
+export const ROLES = ["agent", "engine", "ops", "runs"] as const;
 export type Role = (typeof ROLES)[number];
 
 /** One bearer token and what it may do. The secret itself is never kept: only its SHA-256 digest. */

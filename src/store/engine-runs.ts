@@ -135,6 +135,15 @@ export class EngineRunStore {
     return { kind: "conflict", row: current, fields };
   }
 
+  /**
+   * A run that was ended lives again (a resumed DAG run): ended_on goes back to null, written by the
+   * engine that owns the run on the save that resumes it. The first end after that wins as before.
+   */
+  async reopen(tenantKey: string, runId: string, by: string, nowMs: number): Promise<void> {
+    const run = this.t.id("engine_run");
+    await withDbErrors(() => this.db.query(sql.unsafe`UPDATE ${run} SET ended_on = NULL, updatedby = ${by}, updatedon = ${ts(nowMs)} WHERE tenant_key = ${tenantKey} AND run_id = ${runId}`));
+  }
+
   /** One run of one tenant, or null. */
   get(tenantKey: string, runId: string): Promise<EngineRunRow | null> {
     const run = this.t.id("engine_run");

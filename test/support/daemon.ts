@@ -15,6 +15,10 @@ export const TOKENS = {
   ops: "ops-token-1234",
   /** An engine token limited to tenant "t1". */
   engineT1: "engine-t1-token",
+  /** Two callers of DagService, and one limited to tenant "t1". */
+  runs: "runs-token-1234",
+  runs2: "runs-token-5678",
+  runsT1: "runs-t1-token",
 } as const;
 
 export const testTokens = () => [
@@ -22,6 +26,9 @@ export const testTokens = () => [
   parseTokenSpec(`engine:${TOKENS.engine}`, "test"),
   parseTokenSpec(`ops:${TOKENS.ops}`, "test"),
   parseTokenSpec(`engine:${TOKENS.engineT1}:t1`, "test"),
+  parseTokenSpec(`runs:${TOKENS.runs}`, "test"),
+  parseTokenSpec(`runs:${TOKENS.runs2}`, "test"),
+  parseTokenSpec(`runs:${TOKENS.runsT1}:t1`, "test"),
 ];
 
 export interface TestDaemonOptions {

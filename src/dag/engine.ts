@@ -1,0 +1,262 @@
+/**
+ * The DAG engine: runs of DAG definitions on the work queue (aiflow_run, aiflow_task,
+ * aiflow_checkpoint, with the run's aiflow_engine_run row written on the same save).
+ *
+ * Every change to a run is one transaction under the run row's lock (FOR UPDATE): a call's
+ * (start, cancel, signal, resume) or an advance's. An advance takes the run's due events (a node's
+ * work item ended: the trigger of migration 0010 wrote the event in the transaction that ended it;
+ * or a timeout came due), applies them with a Step (./step.ts) and deletes them, all in that one
+ * transaction. So a completion and its event commit together, and an event and its advance commit
+ * together: a daemon killed in between loses nothing (the events wait for the next advance, on any
+ * daemon) and doubles nothing (an applied event is gone). Daemons lock due runs with SKIP LOCKED,
+ * so several advance one database's runs without ever advancing one run twice at once.
+ *
+ * An advance starts when a daemon hears the trigger's NOTIFY for a run, and on every maintenance
+ * tick (timeouts come due by the clock; a notification may be lost with a dropped listener).
+ * Watchers hear a NOTIFY of the run's id that every save sends at commit.
+ */
+import type { DatabasePool, DatabaseTransactionConnection } from "slonik";
+import { msToNs, type Clock } from "../clock.js";
+import type { Config } from "../config.js";
+import type { AuditLog } from "../audit.js";
+import type { PgListener } from "../db/notify.js";
+import type { Tables } from "../db/tables.js";
+import { notFound } from "../domain/errors.js";
+import type { Logger } from "../log.js";
+import type { MaintenanceTask } from "../maintenance.js";
+import { workKey } from "../queue/work-keys.js";
+import type { WorkQueue } from "../queue/work-queue.js";
+import { DagRunStore, type RunRow, type TaskRow } from "../store/dag-runs.js";
+import { EngineRunStore } from "../store/engine-runs.js";
+import type { WorkItemRow, WorkItemStore } from "../store/work-items.js";
+import { newId } from "../util/ids.js";
+import type { NodeRec, RunMeta } from "./model.js";
+import type { Plan } from "./plan.js";
+import { Step } from "./step.js";
+
+export interface EngineDeps {
+  pool: DatabasePool;
+  tables: Tables;
+  config: Config;
+  clock: Clock;
+  log: Logger;
+  queue: WorkQueue;
+  listener: PgListener;
+  audit: AuditLog;
+  /** The queue's statements on a transaction (no prepared statements: they run on the pool's connections). */
+  itemsOn: (db: DatabaseTransactionConnection) => WorkItemStore;
+}
+
+/** Whose runs a call may touch: the caller's, in the tenant it names. */
+export interface Scope {
+  by: string;
+  tenantKey: string;
+}
+
+/** A run as GetRun shows it: its row, its attempts and its live work items' state. */
+export interface RunView {
+  run: RunRow;
+  tasks: readonly TaskRow[];
+  items: ReadonlyMap<string, WorkItemRow>;
+}
+
+export class DagEngine {
+  readonly channel: string;
+  readonly runs: DagRunStore;
+  readonly #watchers = new Map<string, Set<() => void>>();
+  #kicked = false;
+  #loop: Promise<void> | undefined;
+  #stopped = false;
+  #unlisten: (() => void) | undefined;
+
+  constructor(private readonly d: EngineDeps) {
+    this.channel = d.tables.channel("dag");
+    this.runs = new DagRunStore(d.pool, d.tables);
+  }
+
+  async start(): Promise<void> {
+    this.#unlisten = await this.d.listener.on(this.channel, (payload) => {
+      if (payload.startsWith("e")) this.kick();
+      else if (payload.startsWith("r")) this.#changed(payload.slice(1));
+    });
+    this.d.listener.onReconnect(() => {
+      this.kick();
+      for (const id of this.#watchers.keys()) this.#changed(id);
+    });
+    this.kick();
+  }
+
+  async stop(): Promise<void> {
+    this.#stopped = true;
+    this.#unlisten?.();
+    await this.#loop;
+  }
+
+  /** Advances every run with due events, once now and again if kicked meanwhile. */
+  kick(): void {
+    this.#kicked = true;
+    this.#loop ??= (async () => {
+      while (this.#kicked && !this.#stopped) {
+        this.#kicked = false;
+        try {
+          await this.advanceDue();
+        } catch (err) {
+          this.d.log.warn({ err }, "advancing DAG runs failed; the next notification or sweep tries again");
+        }
+      }
+      this.#loop = undefined;
+    })();
+  }
+
+  /** The sweep: due timeouts, and events whose notification was lost. */
+  task(): MaintenanceTask {
+    return { name: "dag-advance", run: () => this.advanceDue() };
+  }
+
+  /** Advances runs with due events until none is left that another daemon is not advancing; returns how many steps it took. */
+  async advanceDue(): Promise<number> {
+    let steps = 0;
+    for (;;) {
+      const nowMs = this.d.clock.nowMs();
+      const step = await this.d.pool.transaction(async (tx) => {
+        const runs = new DagRunStore(tx, this.d.tables);
+        const run = await runs.lockDueRun(msToNs(nowMs));
+        if (!run) return null;
+        const events = await runs.takeEvents(run.id, msToNs(nowMs));
+        const s = this.#step(tx, run, `dag:${this.d.config.instanceId}`, nowMs);
+        await s.apply(events);
+        await this.#save(tx, s, nowMs);
+        return s;
+      });
+      if (!step) return steps;
+      steps++;
+      await this.#after(step, "update");
+    }
+  }
+
+  /** Starts a run (or finds the caller's run of the idempotency key). */
+  async startRun(scope: Scope, plan: Plan, context: Record<string, unknown>, idempotencyKey: string | null): Promise<{ run: RunRow; existing: boolean }> {
+    const nowMs = this.d.clock.nowMs();
+    const id = newId(nowMs);
+    const nodes: Record<string, NodeRec> = Object.fromEntries(plan.nodes.map((n) => [n.name, { s: "pending", a: 0 } satisfies NodeRec]));
+    const meta: RunMeta = {
+      tenantKey: scope.tenantKey,
+      plan,
+      nodes,
+      affinityKey: plan.affinity === "run" ? `run:${id}` : null,
+      pendingEvents: {},
+      workers: {},
+      ...(idempotencyKey ? { idempotencyKey } : {}),
+    };
+    const nowNs = msToNs(nowMs);
+    const states = [{ state: "running" as const, at: nowNs.toString(), by: scope.by }];
+    const step = await this.d.pool.transaction(async (tx) => {
+      const runs = new DagRunStore(tx, this.d.tables);
+      const inserted = await runs.insertRun({ id, definitionId: plan.definitionId, context, meta, states, startNs: nowNs, by: scope.by, nowMs });
+      if (!inserted) return null;
+      const run = (await runs.get(id, null, true))!;
+      const s = this.#step(tx, run, scope.by, nowMs);
+      await s.start();
+      await this.#save(tx, s, nowMs);
+      return s;
+    });
+    if (!step) {
+      const existing = await this.runs.byIdempotencyKey(scope.by, scope.tenantKey, idempotencyKey!);
+      if (!existing) throw new Error(`run idempotency key '${idempotencyKey}' of ${scope.by} conflicted but its run is not there`);
+      return { run: existing, existing: true };
+    }
+    await this.#after(step, "create");
+    return { run: step.run, existing: false };
+  }
+
+  /** A call's step on one of the caller's runs (NOT_FOUND for anyone else's): cancel, signal, resume. */
+  async change<T>(scope: Scope, runId: string, fn: (s: Step) => Promise<T>): Promise<{ run: RunRow; value: T }> {
+    const nowMs = this.d.clock.nowMs();
+    const out = await this.d.pool.transaction(async (tx) => {
+      const runs = new DagRunStore(tx, this.d.tables);
+      const run = await runs.get(runId, scope, true);
+      if (!run) throw notFound(`tenant '${scope.tenantKey}' has no run '${runId}' of yours`);
+      const s = this.#step(tx, run, scope.by, nowMs);
+      const value = await fn(s);
+      await this.#save(tx, s, nowMs);
+      return { s, value };
+    });
+    await this.#after(out.s, "update");
+    return { run: out.s.run, value: out.value };
+  }
+
+  /** The caller's run with its attempts and the live state of its work items, or null. */
+  async view(scope: Scope, runId: string): Promise<RunView | null> {
+    const run = await this.runs.get(runId, scope);
+    if (!run) return null;
+    const [tasks, items] = await Promise.all([this.runs.tasksOfRun(run.id), this.d.queue.store.find(scope.tenantKey, [], run.id)]);
+    return { run, tasks, items: new Map(items.map((i) => [i.id, i])) };
+  }
+
+  /**
+   * Calls `onChange` whenever the run is saved (on any daemon), until the returned function is
+   * called. A change missed while the listener reconnected is reported as a change.
+   */
+  watch(runId: string, onChange: () => void): () => void {
+    let set = this.#watchers.get(runId);
+    if (!set) this.#watchers.set(runId, (set = new Set()));
+    set.add(onChange);
+    return () => {
+      set.delete(onChange);
+      if (set.size === 0) this.#watchers.delete(runId);
+    };
+  }
+
+  #changed(runId: string): void {
+    for (const f of this.#watchers.get(runId) ?? []) f();
+  }
+
+  #step(tx: DatabaseTransactionConnection, run: RunRow, by: string, nowMs: number): Step {
+    const { config } = this.d;
+    return new Step(run, { runs: new DagRunStore(tx, this.d.tables), items: this.d.itemsOn(tx), limits: config, instanceId: config.instanceId, nowMs, by });
+  }
+
+  /** The step's writes, the run row and its directory row: one save. */
+  async #save(tx: DatabaseTransactionConnection, s: Step, nowMs: number): Promise<void> {
+    await s.flush();
+    const runs = new DagRunStore(tx, this.d.tables);
+    await runs.saveRun(s.run, s.run.createdBy, nowMs, this.channel);
+    const directory = new EngineRunStore(tx, this.d.tables);
+    if (s.reopened) await directory.reopen(s.run.meta.tenantKey, s.run.id, s.run.createdBy, nowMs);
+    const res = await directory.record(
+      {
+        tenantKey: s.run.meta.tenantKey,
+        runId: s.run.id,
+        engineKind: "dag",
+        definitionId: s.run.definitionId,
+        parentRunId: null,
+        triggeredBy: null,
+        triggerFiringId: null,
+        endedOn: s.status === "running" ? null : s.run.endNs,
+      },
+      nowMs,
+      s.run.createdBy,
+    );
+    if (res.kind === "conflict") throw new Error(`the directory row of run '${s.run.id}' disagrees with the engine on ${res.fields.map((f) => f.field).join(", ")}`);
+  }
+
+  /** After commit: claims woken for the new items, holders of cancelled ones told, the audit written. */
+  async #after(s: Step, action: "create" | "update"): Promise<void> {
+    const { queue, audit } = this.d;
+    const counts = new Map<string, number>();
+    for (const r of s.enqueued) {
+      const key = workKey(r.tenant, r.item.engineKind);
+      counts.set(key, (counts.get(key) ?? 0) + 1);
+    }
+    for (const [key, n] of counts) queue.work.ring([key], n);
+    if (s.revoked.length > 0) {
+      queue.freed(s.revoked);
+      await queue.revoke(s.revoked, "its DAG run was cancelled or its node timed out");
+      queue.done.ring(["*"]);
+    }
+    const at = this.d.clock.nowMs();
+    audit.record({ table: "run", action, ids: [s.run.id], fields: ["context", "metadata", "states", "starttime", "endtime", "duration"], by: s.run.createdBy, at });
+    audit.record({ table: "task", action: "create", ids: s.createdTasks, fields: ["name", "definitionid", "runid", "metadata", "states", "starttime"], by: s.run.createdBy, at });
+    audit.record({ table: "task", action: "update", ids: s.endedTasks, fields: ["workerid", "context", "states", "endtime", "duration"], by: s.run.createdBy, at });
+  }
+}
