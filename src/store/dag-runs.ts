@@ -178,14 +178,18 @@ export class DagRunStore {
     return row && toRun(row);
   }
 
-  /** A run with events due, locked (FOR UPDATE SKIP LOCKED: a run another daemon is advancing is passed over). */
+  /**
+   * A run with events due, locked (FOR UPDATE SKIP LOCKED: a run another daemon is advancing is passed
+   * over). It looks among 64 runs with due events; when another daemon holds them all, that daemon
+   * takes each of them again after its commit (its loop runs until none is due).
+   */
   async lockDueRun(nowNs: bigint): Promise<RunRow | null> {
     const run = this.t.id("run");
     const ev = this.t.id("dag_event");
     const row = await withDbErrors(() =>
       this.db.maybeOne(sql.type(runRow)`
         SELECT ${RUN_COLUMNS} FROM ${run}
-         WHERE id IN (SELECT run_id FROM ${ev} WHERE COALESCE(due_at, 0) <= ${nowNs.toString()}::int8 ORDER BY COALESCE(due_at, 0) LIMIT 64)
+         WHERE id IN (SELECT DISTINCT run_id FROM ${ev} WHERE COALESCE(due_at, 0) <= ${nowNs.toString()}::int8 LIMIT 64)
          LIMIT 1
          FOR UPDATE SKIP LOCKED`),
     );
