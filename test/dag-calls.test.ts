@@ -108,6 +108,14 @@ describe("DagService calls", () => {
     expect([t.status, t.reason]).toEqual([RunStatus.FAILED, "node 'slow' failed: timed out after 10000 ms"]);
     expect((await slowAgent.complete(held, "too late")).map((o) => [o.ok, o.code])).toEqual([[false, Code.FailedPrecondition]]);
     expect(await fx.db.raw(`SELECT status, error FROM ${table("work_item")} WHERE run_id = $1`, [task.id])).toEqual([{ status: "cancelled", error: "the node timed out" }]);
+    // An attempt that ends in time takes its timeout with it.
+    const quick = await client.start("t", definition([{ name: "quick", timeoutMs: 60_000, engineKind: "dag-slow" }]));
+    let item: Awaited<ReturnType<TestAgent["claim"]>> = [];
+    await until("the quick node is claimed", async () => (item = await slowAgent.claim(1, 100)).length === 1, 20_000, 1);
+    expect(await fx.db.raw(`SELECT kind FROM ${fx.db.tables.qualified("dag_event")} WHERE run_id = $1`, [quick.id])).toEqual([{ kind: "timeout" }]);
+    await slowAgent.complete(item, "in time");
+    await client.until("t", quick.id, RunStatus.COMPLETED);
+    expect(await fx.db.raw(`SELECT kind FROM ${fx.db.tables.qualified("dag_event")} WHERE run_id = $1`, [quick.id])).toEqual([]);
   });
 
   it("an idempotency key starts one run per caller", async () => {

@@ -15,7 +15,7 @@
  *    others, and never one still in flight.
  */
 import { msToNs } from "../clock.js";
-import { failedPrecondition, invalidArgument, type AppError } from "../domain/errors.js";
+import { AppError, failedPrecondition, invalidArgument } from "../domain/errors.js";
 import { newId } from "../util/ids.js";
 import type { EnqueueRow, Requeued, WorkItemStore } from "../store/work-items.js";
 import type { CheckpointWrite, DagRunStore, NewTask, RunEvent, RunRow, TaskEnd } from "../store/dag-runs.js";
@@ -239,8 +239,9 @@ export class Step {
       item = itemOf(node, payloadJson, this.d.limits, `node '${name}'`);
     } catch (err) {
       // The node's payload, rendered from this run's context, is not one the queue takes (too large).
+      if (!(err instanceof AppError)) throw err;
       this.#addTask(taskId, node, index, rec.a, "queued", undefined);
-      this.#end(taskId, { node: node.name, iteration: index, attempt: rec.a, kind: "task" }, "failed", { error: (err as AppError).message });
+      this.#end(taskId, { node: node.name, iteration: index, attempt: rec.a, kind: "task" }, "failed", { error: err.message });
       return;
     }
     const affinityKey = this.run.meta.affinityKey;
@@ -391,6 +392,8 @@ export class Step {
     await this.#loadDone();
     await this.#writeEnds();
     await this.d.runs.saveCheckpoints(this.run.id, this.run.definitionId, [...this.#checkpoints.values()], this.#nowNs, this.d.by, this.d.nowMs, () => newId(this.d.nowMs));
+    // Timeouts of attempts that ended need not come due (each would cost an advance that changes nothing).
+    await this.d.runs.dropTimers(this.run.id, this.endedTasks);
     await this.d.runs.addTimers(this.run.id, this.#timers);
     if (this.enqueued.length > 0) await this.d.items.enqueueRows(this.enqueued);
     if (this.#cancelIds.length > 0)

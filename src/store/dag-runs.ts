@@ -217,6 +217,13 @@ export class DagRunStore {
     );
   }
 
+  /** Drops the timeouts of attempts that ended. */
+  async dropTimers(runId: string, taskIds: readonly string[]): Promise<void> {
+    if (taskIds.length === 0) return;
+    const ev = this.t.id("dag_event");
+    await withDbErrors(() => this.db.query(sql.unsafe`DELETE FROM ${ev} WHERE run_id = ${runId} AND kind = 'timeout' AND task_id = ANY(${sql.array(taskIds as string[], "text")})`));
+  }
+
   /** Writes the run's state back; `notify` tells watchers on every daemon at commit. */
   async saveRun(r: RunRow, by: string, nowMs: number, channel: string): Promise<void> {
     const run = this.t.id("run");
