@@ -12,6 +12,7 @@ import { AgentService } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
 import { OpsService } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 import { QueueService } from "@aiflow/wire/gen/aiflow/cluster/v1/queue_pb.js";
 import { RunDirectoryService, TriggerFiringService } from "@aiflow/wire/gen/aiflow/cluster/v1/runs_pb.js";
+import { DagService } from "@aiflow/wire/gen/aiflow/dag/v1/dag_pb.js";
 import { Health } from "@aiflow/wire/gen/grpc/health/v1/health_pb.js";
 import { ServerReflection } from "@aiflow/wire/gen/grpc/reflection/v1/reflection_pb.js";
 import { ServerReflection as ServerReflectionAlpha } from "@aiflow/wire/gen/grpc/reflection/v1alpha/reflection_pb.js";
@@ -27,11 +28,13 @@ const TOKEN = {
   engineTA: "m-engine-ta",
   ops: "m-ops-all-1",
   opsTA: "m-ops-ta-1",
+  runs: "m-runs-all-1",
+  runsTA: "m-runs-ta-1",
 } as const;
 type TokenKind = keyof typeof TOKEN | "none";
 /** Limited tokens first: a row's refused calls run before the allowed ones change its target. */
-const KINDS: TokenKind[] = ["none", "agentTA", "agentNames", "agent", "engineTA", "engine", "opsTA", "ops"];
-const ROLE_OF: Record<Exclude<TokenKind, "none">, "agent" | "engine" | "ops"> = {
+const KINDS: TokenKind[] = ["none", "agentTA", "agentNames", "agent", "engineTA", "engine", "opsTA", "ops", "runsTA", "runs"];
+const ROLE_OF: Record<Exclude<TokenKind, "none">, "agent" | "engine" | "ops" | "runs"> = {
   agent: "agent",
   agentTA: "agent",
   agentNames: "agent",
@@ -39,8 +42,10 @@ const ROLE_OF: Record<Exclude<TokenKind, "none">, "agent" | "engine" | "ops"> = 
   engineTA: "engine",
   ops: "ops",
   opsTA: "ops",
+  runs: "runs",
+  runsTA: "runs",
 };
-const LIMITED = new Set<TokenKind>(["agentTA", "agentNames", "engineTA", "opsTA"]);
+const LIMITED = new Set<TokenKind>(["agentTA", "agentNames", "engineTA", "opsTA", "runsTA"]);
 
 const grants = (): TokenGrant[] => [
   parseTokenSpec(`agent:${TOKEN.agent}`, "t"),
@@ -50,15 +55,18 @@ const grants = (): TokenGrant[] => [
   parseTokenSpec(`engine:${TOKEN.engineTA}:tA`, "t"),
   parseTokenSpec(`ops:${TOKEN.ops}`, "t"),
   parseTokenSpec(`ops:${TOKEN.opsTA}:tA`, "t"),
+  parseTokenSpec(`runs:${TOKEN.runs}`, "t"),
+  parseTokenSpec(`runs:${TOKEN.runsTA}:tA`, "t"),
 ];
 
-type Access = "agent" | "engine" | "ops" | "public" | "any";
+type Access = "agent" | "engine" | "ops" | "runs" | "public" | "any";
 const SERVICES: { service: DescService; access: Access; proto: string }[] = [
   { service: AgentService, access: "agent", proto: "aiflow/cluster/v1/agent.proto" },
   { service: QueueService, access: "engine", proto: "aiflow/cluster/v1/queue.proto" },
   { service: OpsService, access: "ops", proto: "aiflow/cluster/v1/ops.proto" },
   { service: RunDirectoryService, access: "engine", proto: "aiflow/cluster/v1/runs.proto" },
   { service: TriggerFiringService, access: "engine", proto: "aiflow/cluster/v1/runs.proto" },
+  { service: DagService, access: "runs", proto: "aiflow/dag/v1/dag.proto" },
   { service: Health, access: "public", proto: "grpc/health/v1/health.proto" },
   { service: ServerReflection, access: "any", proto: "grpc/reflection/v1/reflection.proto" },
   { service: ServerReflectionAlpha, access: "any", proto: "grpc/reflection/v1alpha/reflection.proto" },
@@ -137,6 +145,16 @@ const TABLE: Record<string, Row> = {
   },
   "aiflow.cluster.v1.TriggerFiringService/GetFiring": { request: () => ({ tenantKey: "tB", id: "01J00000000000000000000000" }) },
   "aiflow.cluster.v1.TriggerFiringService/ListFirings": { request: () => ({ tenantKey: "tB" }) },
+
+  // Runs of tB: a token limited to tA is refused before any read; an unknown run is NOT_FOUND.
+  "aiflow.dag.v1.DagService/PutDefinition": { request: () => ({ tenantKey: "tB", definition: { id: "def-b", nodes: [{ name: "a", engineKind: "nobody" }] } }) },
+  "aiflow.dag.v1.DagService/StartRun": { request: () => ({ tenantKey: "tB", definition: { nodes: [{ name: "a", engineKind: "nobody" }] } }) },
+  "aiflow.dag.v1.DagService/GetRun": { request: () => ({ tenantKey: "tB", runId: "01J00000000000000000000000" }) },
+  "aiflow.dag.v1.DagService/ListRuns": { request: () => ({ tenantKey: "tB" }) },
+  "aiflow.dag.v1.DagService/CancelRun": { request: () => ({ tenantKey: "tB", runId: "01J00000000000000000000000" }) },
+  "aiflow.dag.v1.DagService/SignalRun": { request: () => ({ tenantKey: "tB", runId: "01J00000000000000000000000", event: "go" }) },
+  "aiflow.dag.v1.DagService/ResumeRun": { request: () => ({ tenantKey: "tB", runId: "01J00000000000000000000000" }) },
+  "aiflow.dag.v1.DagService/WatchRun": { request: () => ({ tenantKey: "tB", runId: "01J00000000000000000000000" }) },
 
   "grpc.health.v1.Health/Check": { request: () => ({}) },
   "grpc.health.v1.Health/List": { request: () => ({}) },

@@ -62,7 +62,7 @@ describe("migrations", () => {
   it("serialises concurrent migrators: each migration is applied exactly once", async () => {
     const schema = fresh("mc");
     const results = await Promise.all(Array.from({ length: 4 }, () => migrate(url(), { schema, prefix: "aiflow_" }, log)));
-    const appliedAll = results.flatMap((r) => r.applied).sort();
+    const appliedAll = results.flatMap((r) => r.applied).sort((a, b) => a - b);
     expect(appliedAll).toEqual(loadMigrations().map((m) => m.version));
   });
 
