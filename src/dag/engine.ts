@@ -34,6 +34,9 @@ import type { NodeRec, RunMeta } from "./model.js";
 import type { Plan } from "./plan.js";
 import { Step } from "./step.js";
 
+/** Runs whose plans a daemon keeps in memory. */
+const PLAN_CACHE = 1_000;
+
 export interface EngineDeps {
   pool: DatabasePool;
   tables: Tables;
@@ -64,6 +67,8 @@ export class DagEngine {
   readonly channel: string;
   readonly runs: DagRunStore;
   readonly #watchers = new Map<string, Set<() => void>>();
+  /** Plans of runs this daemon touched lately, by run id: a run's plan never changes, and reading it is most of reading a big run. */
+  readonly #plans = new Map<string, Plan>();
   #kicked = false;
   #loop: Promise<void> | undefined;
   #stopped = false;
@@ -120,7 +125,7 @@ export class DagEngine {
       const nowMs = this.d.clock.nowMs();
       const step = await this.d.pool.transaction(async (tx) => {
         const runs = new DagRunStore(tx, this.d.tables);
-        const run = await runs.lockDueRun(msToNs(nowMs));
+        const run = await this.#withPlan(runs, await runs.lockDueRun(msToNs(nowMs)));
         if (!run) return null;
         const events = await runs.takeEvents(run.id, msToNs(nowMs));
         const s = this.#step(tx, run, `dag:${this.d.config.instanceId}`, nowMs);
@@ -154,14 +159,15 @@ export class DagEngine {
       const runs = new DagRunStore(tx, this.d.tables);
       const inserted = await runs.insertRun({ id, definitionId: plan.definitionId, context, meta, states, startNs: nowNs, by: scope.by, nowMs });
       if (!inserted) return null;
-      const run = (await runs.get(id, null, true))!;
+      this.#keepPlan(id, plan);
+      const run = (await this.#withPlan(runs, await runs.get(id, null, true)))!;
       const s = this.#step(tx, run, scope.by, nowMs);
       await s.start();
       await this.#save(tx, s, nowMs);
       return s;
     });
     if (!step) {
-      const existing = await this.runs.byIdempotencyKey(scope.by, scope.tenantKey, idempotencyKey!);
+      const existing = await this.#withPlan(this.runs, await this.runs.byIdempotencyKey(scope.by, scope.tenantKey, idempotencyKey!));
       if (!existing) throw new Error(`run idempotency key '${idempotencyKey}' of ${scope.by} conflicted but its run is not there`);
       return { run: existing, existing: true };
     }
@@ -174,7 +180,7 @@ export class DagEngine {
     const nowMs = this.d.clock.nowMs();
     const out = await this.d.pool.transaction(async (tx) => {
       const runs = new DagRunStore(tx, this.d.tables);
-      const run = await runs.get(runId, scope, true);
+      const run = await this.#withPlan(runs, await runs.get(runId, scope, true));
       if (!run) throw notFound(`tenant '${scope.tenantKey}' has no run '${runId}' of yours`);
       const s = this.#step(tx, run, scope.by, nowMs);
       const value = await fn(s);
@@ -187,7 +193,7 @@ export class DagEngine {
 
   /** The caller's run with its attempts and the live state of its work items, or null. */
   async view(scope: Scope, runId: string): Promise<RunView | null> {
-    const run = await this.runs.get(runId, scope);
+    const run = await this.#withPlan(this.runs, await this.runs.get(runId, scope));
     if (!run) return null;
     const [tasks, items] = await Promise.all([this.runs.tasksOfRun(run.id), this.d.queue.store.find(scope.tenantKey, [], run.id)]);
     return { run, tasks, items: new Map(items.map((i) => [i.id, i])) };
@@ -207,6 +213,25 @@ export class DagEngine {
     };
   }
 
+  /** The run with its plan, from the cache or read once. */
+  async #withPlan(runs: DagRunStore, run: RunRow | null): Promise<RunRow | null> {
+    if (!run) return null;
+    let plan = this.#plans.get(run.id);
+    if (!plan) {
+      plan = (await runs.planOf(run.id))!;
+      this.#keepPlan(run.id, plan);
+    }
+    run.meta.plan = plan;
+    return run;
+  }
+
+  #keepPlan(runId: string, plan: Plan): void {
+    this.#plans.delete(runId);
+    this.#plans.set(runId, plan);
+    // Oldest first in a Map: drop the least recently kept.
+    if (this.#plans.size > PLAN_CACHE) this.#plans.delete(this.#plans.keys().next().value!);
+  }
+
   #changed(runId: string): void {
     for (const f of this.#watchers.get(runId) ?? []) f();
   }
@@ -220,7 +245,7 @@ export class DagEngine {
   async #save(tx: DatabaseTransactionConnection, s: Step, nowMs: number): Promise<void> {
     await s.flush();
     const runs = new DagRunStore(tx, this.d.tables);
-    await runs.saveRun(s.run, s.run.createdBy, nowMs, this.channel);
+    await runs.saveRun(s.run, s.changes(), s.run.createdBy, nowMs, this.channel);
     const directory = new EngineRunStore(tx, this.d.tables);
     if (s.reopened) await directory.reopen(s.run.meta.tenantKey, s.run.id, s.run.createdBy, nowMs);
     const res = await directory.record(

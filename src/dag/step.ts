@@ -23,6 +23,13 @@ import { indicesOf, NODE_DONE, rangesOf, TASK_ENDED, taskName, type NodeRec, typ
 import { itemOf, type PlanLimits, type PlanNode } from "./plan.js";
 import { parsePath, render, resolve } from "./template.js";
 
+/** The parts of a run's row a step changed (see Step.changes). */
+export interface RunChanges {
+  context: Record<string, unknown>;
+  nodes: Record<string, NodeRec>;
+  workers: Record<string, string>;
+}
+
 export interface StepDeps {
   runs: DagRunStore;
   items: WorkItemStore;
@@ -54,12 +61,38 @@ export class Step {
   readonly #nowNs: bigint;
   #reopened = false;
 
+  /** What the run's row held when the step began, to write back only what changed (./engine.ts). */
+  readonly #nodeSnapshot = new Map<string, string>();
+  readonly #contextDirty = new Set<string>();
+  readonly #workersDirty = new Set<string>();
+
   constructor(
     readonly run: RunRow,
     private readonly d: StepDeps,
   ) {
     this.#nodes = new Map(run.meta.plan.nodes.map((n) => [n.name, n]));
     this.#nowNs = msToNs(d.nowMs);
+    for (const [name, rec] of Object.entries(run.meta.nodes)) this.#nodeSnapshot.set(name, JSON.stringify(rec));
+  }
+
+  /**
+   * What the step changed in the run's row: the context keys and node states it set, and the
+   * agents of the nodes it ended. A run's row holds its whole plan, context and task list; writing
+   * only these keeps an advance's cost to what it did, not to the size of the run.
+   */
+  changes(): RunChanges {
+    const pick = <T>(from: Record<string, T>, keys: Iterable<string>): Record<string, T> => Object.fromEntries([...keys].map((k) => [k, from[k]!]));
+    const nodes = Object.entries(this.run.meta.nodes).filter(([name, rec]) => this.#nodeSnapshot.get(name) !== JSON.stringify(rec));
+    return {
+      context: pick(this.run.context, this.#contextDirty),
+      nodes: Object.fromEntries(nodes),
+      workers: pick(this.run.meta.workers, this.#workersDirty),
+    };
+  }
+
+  #setContext(key: string, value: unknown): void {
+    this.run.context[key] = value;
+    this.#contextDirty.add(key);
   }
 
   get status(): RunStatus {
@@ -114,7 +147,10 @@ export class Step {
     const rec = this.run.meta.nodes[meta.node]!;
     const node = this.#nodes.get(meta.node)!;
     rec.fl = Math.max(0, (rec.fl ?? 1) - 1);
-    if (agent) this.run.meta.workers[meta.node] = agent;
+    if (agent) {
+      this.run.meta.workers[meta.node] = agent;
+      this.#workersDirty.add(meta.node);
+    }
     if (meta.iteration >= 0) {
       if (outcome === "completed") {
         rec.d = (rec.d ?? 0) + 1;
@@ -131,7 +167,7 @@ export class Step {
     if (rec.s !== "running" && rec.s !== "waiting") return;
     if (outcome === "completed") {
       rec.s = "completed";
-      this.run.context[node.name] = result === null ? null : JSON.parse(result);
+      this.#setContext(node.name, result === null ? null : JSON.parse(result));
     } else this.#nodeFailed(node, rec, error);
   }
 
@@ -157,10 +193,13 @@ export class Step {
           const rec = this.run.meta.nodes[name]!;
           if (rec.s !== "running") continue;
           const results = await this.d.runs.iterationResults(this.run.id, name);
-          this.run.context[name] = Array.from({ length: rec.n ?? 0 }, (_, i) => {
-            const r = results.get(i);
-            return r === undefined || r === null ? null : JSON.parse(r);
-          });
+          this.#setContext(
+            name,
+            Array.from({ length: rec.n ?? 0 }, (_, i) => {
+              const r = results.get(i);
+              return r === undefined || r === null ? null : JSON.parse(r);
+            }),
+          );
           rec.s = "completed";
         }
       }
@@ -206,7 +245,7 @@ export class Step {
     this.#checkpoint(node.name, new Set(), list.length);
     if (list.length === 0) {
       rec.s = "completed";
-      this.run.context[node.name] = [];
+      this.#setContext(node.name, []);
       return;
     }
     for (let i = 0; i < list.length; i++) this.#attempt(node, rec, i, list[i]);

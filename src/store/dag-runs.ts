@@ -13,6 +13,8 @@ import { withDbErrors } from "../db/errors.js";
 import type { Tables } from "../db/tables.js";
 import { ts } from "../db/values.js";
 import type { RunMeta, RunStateEntry, TaskMeta, TaskStateEntry } from "../dag/model.js";
+import type { Plan } from "../dag/plan.js";
+import type { RunChanges } from "../dag/step.js";
 
 const runRow = z.object({
   id: z.string(),
@@ -111,7 +113,8 @@ export interface RunListFilter {
   definitionId?: string;
 }
 
-const RUN_COLUMNS = sql.fragment`id, definitionid, context::text AS context, metadata::text AS metadata, states::text AS states, starttime, endtime, duration,
+// The plan is read apart (planOf): it never changes after the run starts, and the engine keeps it.
+const RUN_COLUMNS = sql.fragment`id, definitionid, context::text AS context, (metadata - 'plan')::text AS metadata, states::text AS states, starttime, endtime, duration,
   createdby, createdon, (extract(epoch FROM createdon) * 1000000)::int8 AS created_us`;
 const TASK_COLUMNS = sql.fragment`id, name, workerid, context::text AS context, metadata::text AS metadata, states::text AS states, starttime, endtime`;
 
@@ -119,6 +122,7 @@ const toRun = (r: RunRowRaw): RunRow => ({
   id: r.id,
   definitionId: r.definitionid,
   context: r.context === null ? {} : (JSON.parse(r.context) as Record<string, unknown>),
+  // The plan is filled in by the engine (planOf, or its cache).
   meta: JSON.parse(r.metadata) as RunMeta,
   states: JSON.parse(r.states) as RunStateEntry[],
   startNs: r.starttime,
@@ -224,13 +228,29 @@ export class DagRunStore {
     await withDbErrors(() => this.db.query(sql.unsafe`DELETE FROM ${ev} WHERE run_id = ${runId} AND kind = 'timeout' AND task_id = ANY(${sql.array(taskIds as string[], "text")})`));
   }
 
-  /** Writes the run's state back; `notify` tells watchers on every daemon at commit. */
-  async saveRun(r: RunRow, by: string, nowMs: number, channel: string): Promise<void> {
+  /** A run's plan (its definition as validated at start), or null when there is no such run. */
+  async planOf(runId: string): Promise<Plan | null> {
+    const run = this.t.id("run");
+    const text = await withDbErrors(() => this.db.maybeOneFirst(sql.type(z.object({ p: z.string() }))`SELECT (metadata -> 'plan')::text AS p FROM ${run} WHERE id = ${runId}`));
+    return text === null ? null : (JSON.parse(text) as Plan);
+  }
+
+  /**
+   * Writes back what a step changed: the context keys and node states it set merged into the
+   * stored ones (the plan and the rest stay as stored), the rest of the metadata that may change,
+   * the states and the times. The NOTIFY tells watchers on every daemon at commit.
+   */
+  async saveRun(r: RunRow, changes: RunChanges, by: string, nowMs: number, channel: string): Promise<void> {
     const run = this.t.id("run");
     const opt = (v: bigint | null) => (v === null ? null : v.toString());
+    const rest = { pendingEvents: r.meta.pendingEvents, reason: r.meta.reason ?? null };
     await withDbErrors(() =>
       this.db.query(sql.unsafe`
-        UPDATE ${run} SET context = ${JSON.stringify(r.context)}::jsonb, metadata = ${JSON.stringify(r.meta)}::jsonb, states = ${JSON.stringify(r.states)}::jsonb,
+        UPDATE ${run} SET context = COALESCE(context, '{}'::jsonb) || ${JSON.stringify(changes.context)}::jsonb,
+               metadata = metadata || ${JSON.stringify(rest)}::jsonb
+                          || jsonb_build_object('nodes', (metadata -> 'nodes') || ${JSON.stringify(changes.nodes)}::jsonb,
+                                                'workers', COALESCE(metadata -> 'workers', '{}'::jsonb) || ${JSON.stringify(changes.workers)}::jsonb),
+               states = ${JSON.stringify(r.states)}::jsonb,
                starttime = ${opt(r.startNs)}::int8, endtime = ${opt(r.endNs)}::int8, duration = ${opt(r.durationNs)}::int8,
                updatedby = ${by}, updatedon = ${ts(nowMs)}
          WHERE id = ${r.id}`),

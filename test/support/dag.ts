@@ -47,11 +47,27 @@ export class DagClient {
     return (await this.dag.getRun({ tenantKey: tenant, runId })).run!;
   }
 
-  /** Waits until the run's status is `status` and returns it. */
+  /**
+   * Waits until the run's status is `status` and returns it. It watches the run (WatchRun) rather
+   * than polling GetRun: a big run's every read is every attempt, and polling would load the daemon
+   * more than the run does.
+   */
   async until(tenant: string, runId: string, status: RunStatus, timeoutMs = 20_000): Promise<Run> {
-    let run: Run | undefined;
-    await until(`run ${runId} is ${RunStatus[status]} (now ${run ? RunStatus[run.status] : "?"})`, async () => (run = await this.get(tenant, runId)).status === status, timeoutMs, 20);
-    return run!;
+    const stop = new AbortController();
+    const timer = setTimeout(() => stop.abort(), timeoutMs);
+    let last: Run | undefined;
+    try {
+      for await (const m of this.dag.watchRun({ tenantKey: tenant, runId }, { signal: stop.signal })) {
+        last = m.run!;
+        if (last.status === status) return last;
+      }
+      throw new Error(`run ${runId} ended ${last ? RunStatus[last.status] : "?"}, not ${RunStatus[status]}`);
+    } catch (err) {
+      if (stop.signal.aborted) throw new Error(`timed out after ${timeoutMs}ms waiting until run ${runId} is ${RunStatus[status]} (now ${last ? RunStatus[last.status] : "?"})`);
+      throw err;
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   close(): void {
