@@ -123,7 +123,7 @@ export interface DaemonProc {
 
 /**
  * Development certificates made by scripts/dev-certs.sh in a temp dir: a CA, the daemon's certificate
- * for 127.0.0.1, and client certificates (`client("agent" | "engine" | "ops")`) for mutual TLS.
+ * for 127.0.0.1, and client certificates (`client("agent" | "engine" | "ops" | "runs")`) for mutual TLS.
  */
 export interface BenchTls {
   cert: string;
@@ -131,7 +131,7 @@ export interface BenchTls {
   /** The CA's file, and its PEM. */
   ca: string;
   caPem: Buffer;
-  client(role: "agent" | "engine" | "ops"): { cert: string; key: string };
+  client(role: "agent" | "engine" | "ops" | "runs"): { cert: string; key: string };
   remove(): void;
 }
 

@@ -1,9 +1,11 @@
 /**
  * npm run demo — the whole system on the embedded database: a daemon, three example agents (the
  * copyable worker in agent-sdk/examples), 10,000 items across two tenants, a live progress bar, one
- * agent drained half-way (its work finishes or moves; nothing is lost), and a summary. It runs over
- * mutual TLS with development certificates (scripts/dev-certs.sh): no bearer tokens, every caller
- * is named by its client certificate. It stops everything it started.
+ * agent drained half-way (its work finishes or moves; nothing is lost), and a summary. Then a DAG
+ * run (demo/dag.ts): the demo DAG fails at its flaky node, is resumed, and completes without
+ * running again what had completed. It runs over mutual TLS with development certificates
+ * (scripts/dev-certs.sh): no bearer tokens, every caller is named by its client certificate. It
+ * stops everything it started.
  */
 import { mkdtempSync, readFileSync, rmSync, chmodSync } from "node:fs";
 import { get as httpsGet } from "node:https";
@@ -21,6 +23,7 @@ import { sql } from "../bench/pg.js";
 import { startChild, type Child } from "../bench/proc.js";
 import { table } from "../src/cli/ctl/format.js";
 import { Bar } from "./bar.js";
+import { dagDemo } from "./dag.js";
 
 const ITEMS = Number(process.env.DEMO_ITEMS ?? 10_000);
 const TENANTS = ["acme", "globex"];
@@ -66,13 +69,13 @@ try {
       ready: () => true,
       stderr: "ignore",
     });
-    // Workers log to stderr only; nothing waits on a ready line from them.
+    // Workers log pino JSON on stdout (at warn: next to nothing); nothing waits on a ready line from them.
     agent.ready.catch(() => {});
     children.push(agent);
   }
 
-  // One client per role, each with that role's certificate (spiffe://aiflow/engine/producer, …/ops/operator).
-  const asRole = (role: "engine" | "ops") => {
+  // One client per role, each with that role's certificate (spiffe://aiflow/engine/producer, …/ops/operator, …/runs/orchestrator).
+  const asRole = (role: "engine" | "ops" | "runs") => {
     const c = certs.client(role);
     return createGrpcTransport({ baseUrl: `https://${address}`, nodeOptions: { ca: certs.caPem, cert: readFileSync(c.cert), key: readFileSync(c.key) } });
   };
@@ -155,7 +158,20 @@ try {
       ],
     ),
   );
-  process.exitCode = completed + dead === ITEMS ? 0 : 1;
+  const queueOk = completed + dead === ITEMS;
+
+  console.log("");
+  const agentCert = certs.client("agent");
+  const dagOk = await dagDemo({
+    address,
+    runs: asRole("runs"),
+    tls: { ca: certs.ca, cert: agentCert.cert, key: agentCert.key },
+    tenant: TENANTS[0]!,
+    flakyDir: mkdtempSync(join(dir, "flaky-")),
+    children,
+    say,
+  });
+  process.exitCode = queueOk && dagOk ? 0 : 1;
 } finally {
   say("stopping agents, daemon and Postgres");
   for (const c of children.slice(1).reverse()) await c.stop(15_000);

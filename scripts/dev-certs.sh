@@ -10,6 +10,7 @@
 #   agent.crt/.key   spiffe://aiflow/agent/*      (may act as any agent name)
 #   engine.crt/.key  spiffe://aiflow/engine/producer
 #   ops.crt/.key     spiffe://aiflow/ops/operator
+#   runs.crt/.key    spiffe://aiflow/runs/orchestrator   (DagService: starts and resumes DAG runs)
 # Existing files are left alone (run it again after deleting DIR to start over). Keys are P-256,
 # readable by their owner only. Certificates are valid for $AIFLOW_CERT_DAYS days (default 365).
 set -eu
@@ -52,6 +53,7 @@ leaf server serverAuth "$sans"
 leaf agent clientAuth "URI:spiffe://$domain/agent/*"
 leaf engine clientAuth "URI:spiffe://$domain/engine/producer"
 leaf ops clientAuth "URI:spiffe://$domain/ops/operator"
+leaf runs clientAuth "URI:spiffe://$domain/runs/orchestrator"
 rm -f ca.srl
 # Certificates are public; the keys stay owner-only. The daemon in a container reads them as
 # another user, so the compose stack hands them over with its own ownership (docker-compose.yml).
