@@ -247,9 +247,11 @@ describe("DAG runs", () => {
     const run = await client.start("t", definition(chain(2)));
     const seen: RunStatus[] = [];
     const nodeStates: string[] = [];
+    const attempts: number[] = [];
     const watching = (async () => {
-      for await (const m of client.dag.watchRun({ tenantKey: "t", runId: run.id })) {
+      for await (const m of client.dag.watchRun({ tenantKey: "t", runId: run.id, withAttempts: true })) {
         seen.push(m.run!.status);
+        attempts.push(m.run!.nodes.reduce((n, node) => n + node.attempts.length, 0));
         nodeStates.push(m.run!.nodes.map((n) => NodeStatus[n.status]).join(","));
       }
     })();
@@ -265,6 +267,10 @@ describe("DAG runs", () => {
     expect(seen.at(-1)).toBe(RunStatus.COMPLETED);
     expect(nodeStates.at(-1)).toBe("COMPLETED,COMPLETED");
     expect(nodeStates).toContain("COMPLETED,RUNNING");
+    expect(attempts.at(-1)).toBe(2);
+    // Without with_attempts, the nodes' states alone.
+    const quiet = await client.dag.watchRun({ tenantKey: "t", runId: run.id })[Symbol.asyncIterator]().next();
+    expect(quiet.value.run.nodes.map((n: { attempts: unknown[] }) => n.attempts.length)).toEqual([0, 0]);
   });
 });
 

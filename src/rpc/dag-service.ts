@@ -33,8 +33,8 @@ export function dagServiceImpl(d: { engine: DagEngine; config: Config; clock: Cl
     return { by: caller.principal, tenantKey };
   };
   const runIdOf = (raw: string) => identifier(raw, "run_id");
-  const viewOf = async (scope: Scope, runId: string) => {
-    const v = await engine.view(scope, runId);
+  const viewOf = async (scope: Scope, runId: string, attempts = true) => {
+    const v = await engine.view(scope, runId, attempts);
     if (!v) throw notFound(`tenant '${scope.tenantKey}' has no run '${runId}' of yours`);
     return runToWire(v);
   };
@@ -132,7 +132,7 @@ export function dagServiceImpl(d: { engine: DagEngine; config: Config; clock: Cl
         for (;;) {
           if (changed) {
             changed = false;
-            const run = await viewOf(scope, runId);
+            const run = await viewOf(scope, runId, req.withAttempts);
             yield { run };
             if (run.status !== RunStatus.RUNNING) return;
           }

@@ -48,7 +48,7 @@ export class DagClient {
   }
 
   /**
-   * Waits until the run's status is `status` and returns it. It watches the run (WatchRun) rather
+   * Waits until the run's status is `status` and returns it (with its attempts). It watches the run (WatchRun) rather
    * than polling GetRun: a big run's every read is every attempt, and polling would load the daemon
    * more than the run does.
    */
@@ -59,7 +59,7 @@ export class DagClient {
     try {
       for await (const m of this.dag.watchRun({ tenantKey: tenant, runId }, { signal: stop.signal })) {
         last = m.run!;
-        if (last.status === status) return last;
+        if (last.status === status) return this.get(tenant, runId);
       }
       throw new Error(`run ${runId} ended ${last ? RunStatus[last.status] : "?"}, not ${RunStatus[status]}`);
     } catch (err) {
