@@ -53,6 +53,11 @@ describe("DagService calls", () => {
     await D.maintenance.runOnce();
     expect((await client.get("t", run.id)).status).toBe(RunStatus.CANCELLED);
     expect(await fx.db.raw(`SELECT status FROM ${table("work_item")} WHERE run_id = $1`, [run.id])).toHaveLength(1);
+    const metrics = await D.metrics.registry.getMetricsAsJSON();
+    const ended = metrics.find((m) => m.name === "aiflow_dag_runs_ended_total")!.values;
+    expect(ended.find((v) => v.labels.status === "cancelled")?.value).toBe(1);
+    const steps = metrics.find((m) => m.name === "aiflow_dag_step_seconds")!.values.filter((v) => v.metricName === "aiflow_dag_step_seconds_count");
+    expect(new Set(steps.map((v) => v.labels.kind))).toEqual(new Set(["start", "cancel", "advance"]));
     const e = await refusal(client.dag.cancelRun({ tenantKey: "t", runId: run.id }));
     expect(e.code).toBe(Code.FailedPrecondition);
     expect(e.rawMessage).toMatch(/has cancelled; only a running run can be cancelled/);

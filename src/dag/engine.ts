@@ -15,6 +15,7 @@
  * tick (timeouts come due by the clock; a notification may be lost with a dropped listener).
  * Watchers hear a NOTIFY of the run's id that every save sends at commit.
  */
+import { performance } from "node:perf_hooks";
 import type { DatabasePool, DatabaseTransactionConnection } from "slonik";
 import { msToNs, type Clock } from "../clock.js";
 import type { Config } from "../config.js";
@@ -24,6 +25,7 @@ import type { Tables } from "../db/tables.js";
 import { notFound } from "../domain/errors.js";
 import type { Logger } from "../log.js";
 import type { MaintenanceTask } from "../maintenance.js";
+import type { DagEvents, DagStepKind } from "../observability/metrics.js";
 import { workKey } from "../queue/work-keys.js";
 import type { WorkQueue } from "../queue/work-queue.js";
 import { DagRunStore, type RunRow, type TaskRow } from "../store/dag-runs.js";
@@ -48,6 +50,7 @@ export interface EngineDeps {
   audit: AuditLog;
   /** The queue's statements on a transaction (no prepared statements: they run on the pool's connections). */
   itemsOn: (db: DatabaseTransactionConnection) => WorkItemStore;
+  metrics: DagEvents;
 }
 
 /** Whose runs a call may touch: the caller's, in the tenant it names. */
@@ -123,11 +126,14 @@ export class DagEngine {
     let steps = 0;
     for (;;) {
       const nowMs = this.d.clock.nowMs();
+      const began = performance.now();
+      let applied = 0;
       const step = await this.d.pool.transaction(async (tx) => {
         const runs = new DagRunStore(tx, this.d.tables);
         const run = await this.#withPlan(runs, await runs.lockDueRun(msToNs(nowMs)));
         if (!run) return null;
         const events = await runs.takeEvents(run.id, msToNs(nowMs));
+        applied = events.length;
         const s = this.#step(tx, run, `dag:${this.d.config.instanceId}`, nowMs);
         await s.apply(events);
         await this.#save(tx, s, nowMs);
@@ -135,7 +141,7 @@ export class DagEngine {
       });
       if (!step) return steps;
       steps++;
-      await this.#after(step, "update");
+      await this.#after(step, "update", "advance", began, applied);
     }
   }
 
@@ -155,6 +161,7 @@ export class DagEngine {
     };
     const nowNs = msToNs(nowMs);
     const states = [{ state: "running" as const, at: nowNs.toString(), by: scope.by }];
+    const began = performance.now();
     const step = await this.d.pool.transaction(async (tx) => {
       const runs = new DagRunStore(tx, this.d.tables);
       const inserted = await runs.insertRun({ id, definitionId: plan.definitionId, context, meta, states, startNs: nowNs, by: scope.by, nowMs });
@@ -171,13 +178,14 @@ export class DagEngine {
       if (!existing) throw new Error(`run idempotency key '${idempotencyKey}' of ${scope.by} conflicted but its run is not there`);
       return { run: existing, existing: true };
     }
-    await this.#after(step, "create");
+    await this.#after(step, "create", "start", began, 0);
     return { run: step.run, existing: false };
   }
 
-  /** A call's step on one of the caller's runs (NOT_FOUND for anyone else's): cancel, signal, resume. */
-  async change<T>(scope: Scope, runId: string, fn: (s: Step) => Promise<T>): Promise<{ run: RunRow; value: T }> {
+  /** A call's step (`kind`) on one of the caller's runs (NOT_FOUND for anyone else's): cancel, signal, resume. */
+  async change<T>(kind: DagStepKind, scope: Scope, runId: string, fn: (s: Step) => Promise<T>): Promise<{ run: RunRow; value: T }> {
     const nowMs = this.d.clock.nowMs();
+    const began = performance.now();
     const out = await this.d.pool.transaction(async (tx) => {
       const runs = new DagRunStore(tx, this.d.tables);
       const run = await this.#withPlan(runs, await runs.get(runId, scope, true));
@@ -187,7 +195,7 @@ export class DagEngine {
       await this.#save(tx, s, nowMs);
       return { s, value };
     });
-    await this.#after(out.s, "update");
+    await this.#after(out.s, "update", kind, began, 0);
     return { run: out.s.run, value: out.value };
   }
 
@@ -267,8 +275,10 @@ export class DagEngine {
   }
 
   /** After commit: claims woken for the new items, holders of cancelled ones told, the audit written. */
-  async #after(s: Step, action: "create" | "update"): Promise<void> {
-    const { queue, audit } = this.d;
+  async #after(s: Step, action: "create" | "update", kind: DagStepKind, began: number, events: number): Promise<void> {
+    const { queue, audit, metrics } = this.d;
+    metrics.dagStep(kind, (performance.now() - began) / 1000, events, s.enqueued.length);
+    if (s.ended) metrics.dagRunEnded(s.status);
     const counts = new Map<string, number>();
     for (const r of s.enqueued) {
       const key = workKey(r.tenant, r.item.engineKind);

@@ -73,7 +73,10 @@ export class Step {
     this.#nodes = new Map(run.meta.plan.nodes.map((n) => [n.name, n]));
     this.#nowNs = msToNs(d.nowMs);
     for (const [name, rec] of Object.entries(run.meta.nodes)) this.#nodeSnapshot.set(name, JSON.stringify(rec));
+    this.#startedRunning = run.states.at(-1)!.state === "running";
   }
+
+  readonly #startedRunning: boolean;
 
   /**
    * What the step changed in the run's row: the context keys and node states it set, and the
@@ -97,6 +100,11 @@ export class Step {
 
   get status(): RunStatus {
     return this.run.states.at(-1)!.state;
+  }
+
+  /** The run ended in this step (it was running when the step began and is not now). */
+  get ended(): boolean {
+    return this.#startedRunning && this.status !== "running";
   }
 
   /** The directory's ended_on must go back to null (a resume). */

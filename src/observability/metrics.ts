@@ -58,6 +58,17 @@ export interface QueueEvents {
   streamEnded(how: StreamEnding): void;
 }
 
+/** What changed a DAG run in one transaction (src/dag/engine.ts). */
+export type DagStepKind = "start" | "advance" | "cancel" | "signal" | "resume";
+
+/** The DAG engine's events, reported after each step commits. */
+export interface DagEvents {
+  /** A step committed: what it was, how long its transaction took, how many events it applied and items it queued. */
+  dagStep(kind: DagStepKind, seconds: number, events: number, queued: number): void;
+  /** A run ended (completed, failed or cancelled) in a step. */
+  dagRunEnded(status: string): void;
+}
+
 /** Seconds an item waits for dispatch, and runs: from a millisecond to hours. */
 const WAIT_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600];
 const RUN_BUCKETS = [0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 1800, 3600, 3 * 3600, 12 * 3600];
@@ -98,7 +109,7 @@ function childrenOf(h: Histogram<string>): (...values: string[]) => { observe(v:
   };
 }
 
-export class DaemonMetrics implements QueueEvents {
+export class DaemonMetrics implements QueueEvents, DagEvents {
   readonly registry = new Registry();
 
   readonly #emptyClaims = this.#counter("aiflow_queue_empty_claims_total", "Claims answered with no item (a long-poll that ended empty)");
@@ -140,6 +151,16 @@ export class DaemonMetrics implements QueueEvents {
     buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
     registers: [this.registry],
   });
+  readonly #dagSteps = new Histogram({
+    name: "aiflow_dag_step_seconds",
+    help: "Seconds a DAG run's step (one transaction under the run's lock) took, by kind: start, advance, cancel, signal, resume",
+    labelNames: ["kind"],
+    buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
+    registers: [this.registry],
+  });
+  readonly #dagEvents = this.#counter("aiflow_dag_events_total", "Events (a node's work item ended, a timeout came due) DAG advances applied");
+  readonly #dagQueued = this.#counter("aiflow_dag_nodes_queued_total", "Node attempts (iterations included) DAG steps queued as work items");
+  readonly #dagEnded = this.#counter("aiflow_dag_runs_ended_total", "DAG runs that ended, by status: completed, failed, cancelled", ["status"]);
   readonly #listenReconnects = this.#counter("aiflow_listen_reconnects_total", "Times the LISTEN connection was lost and made again (notifications may have been missed meanwhile)");
 
   /** The per-item histograms' children by label values: labels() hashes its arguments on every use, and a claim observes each item. */
@@ -221,6 +242,16 @@ export class DaemonMetrics implements QueueEvents {
   heartbeatFlush(rows: number, seconds: number): void {
     this.#flushRows.observe(rows);
     this.#flushSeconds.observe(seconds);
+  }
+
+  dagStep(kind: DagStepKind, seconds: number, events: number, queued: number): void {
+    this.#dagSteps.labels(kind).observe(seconds);
+    if (events > 0) this.#dagEvents.inc(events);
+    if (queued > 0) this.#dagQueued.inc(queued);
+  }
+
+  dagRunEnded(status: string): void {
+    this.#dagEnded.labels(status).inc();
   }
 
   listenReconnected(): void {

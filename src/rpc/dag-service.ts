@@ -96,7 +96,7 @@ export function dagServiceImpl(d: { engine: DagEngine; config: Config; clock: Cl
       const scope = scopeOf(req.tenantKey, ctx);
       const runId = runIdOf(req.runId);
       const reason = optionalText(req.reason, "reason", 1024) ?? `cancelled by ${scope.by}`;
-      await engine.change(scope, runId, (s) => s.cancel(reason));
+      await engine.change("cancel", scope, runId, (s) => s.cancel(reason));
       return { run: await viewOf(scope, runId) };
     },
 
@@ -107,14 +107,14 @@ export function dagServiceImpl(d: { engine: DagEngine; config: Config; clock: Cl
       if (!event) throw invalidArgument("event", "is required");
       const payloadText = jsonOrNull(req.payloadJson, "payload_json", config.payloadMaxBytes);
       const payload = payloadText === null ? null : JSON.parse(payloadText);
-      const { value } = await engine.change(scope, runId, (s) => s.signal(event, payload));
+      const { value } = await engine.change("signal", scope, runId, (s) => s.signal(event, payload));
       return { run: await viewOf(scope, runId), delivered: value };
     },
 
     async resumeRun(req, ctx) {
       const scope = scopeOf(req.tenantKey, ctx);
       const runId = runIdOf(req.runId);
-      await engine.change(scope, runId, (s) => s.resume());
+      await engine.change("resume", scope, runId, (s) => s.resume());
       return { run: await viewOf(scope, runId) };
     },
 

@@ -154,6 +154,7 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
     listener,
     audit,
     itemsOn: (tx) => new WorkItemStore(tx, tables, backoff, undefined, sharing),
+    metrics,
   });
   await dag.start();
   maintenance.add(dag.task());
