@@ -9,7 +9,7 @@ import { AttemptStatus, NodeStatus, RunStatus } from "@aiflow/wire/gen/aiflow/da
 import type { Daemon } from "../src/daemon.js";
 import { useTestDb } from "./support/kit.js";
 import { TestAgent } from "./support/queue.js";
-import { chain, DagClient, definition, work, type Handler } from "./support/dag.js";
+import { chain, DagClient, definition, RetryableError, work, type Handler } from "./support/dag.js";
 
 const fx = useTestDb("dagengine");
 let D: Daemon;
@@ -185,6 +185,27 @@ describe("DAG runs", () => {
       // The states history tells the story.
       const [hist] = await fx.db.raw<{ s: string[] }>(`SELECT array(SELECT e ->> 'state' FROM jsonb_array_elements(states) e) AS s FROM ${table("run")} WHERE id = $1`, [run.id]);
       expect(hist!.s).toEqual(["running", "failed", "running", "failed", "running", "completed"]);
+    } finally {
+      await w.stop();
+    }
+  });
+
+  it("a node's retries are its work item's: a retryable failure within max_retries does not fail the node, past them it does", async () => {
+    let left = 1;
+    const w = work(agent, (item) => {
+      if (item.taskName === "retried" && left-- > 0) throw new RetryableError("transient");
+      if (item.taskName === "exhausted") throw new RetryableError("always");
+      return item.retryCount;
+    });
+    try {
+      const ok = await client.start("t", definition([{ name: "retried", maxRetries: 1 }]));
+      const done = await client.until("t", ok.id, RunStatus.COMPLETED);
+      expect(JSON.parse(done.contextJson)).toEqual({ retried: 1 });
+      expect(done.nodes[0]!.attempts).toHaveLength(1);
+      const bad = await client.start("t", definition([{ name: "exhausted", maxRetries: 2 }]));
+      const failed = await client.until("t", bad.id, RunStatus.FAILED);
+      expect(failed.reason).toBe("node 'exhausted' failed: always");
+      expect(w.ran.filter((i) => i.taskName === "exhausted")).toHaveLength(3);
     } finally {
       await w.stop();
     }

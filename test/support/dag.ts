@@ -77,7 +77,10 @@ export class DagClient {
 
 export type Handler = (item: WorkItem, payload: unknown) => unknown;
 
-/** Claims and completes (or fails, when the handler throws) until stopped; returns every item it ran. */
+/** Thrown by a handler: the item is failed retryably (a retry while its node's max_retries allow). */
+export class RetryableError extends Error {}
+
+/** Claims and completes (or fails for good when the handler throws; retryably for a RetryableError) until stopped; returns every item it ran. */
 export function work(agent: TestAgent, handler: Handler, opts: { slots?: number } = {}) {
   const ran: WorkItem[] = [];
   let stopped = false;
@@ -90,7 +93,7 @@ export function work(agent: TestAgent, handler: Handler, opts: { slots?: number 
         try {
           result = handler(item, item.payloadJson ? JSON.parse(item.payloadJson) : null);
         } catch (err) {
-          await agent.fail([item], { error: (err as Error).message, retryable: false });
+          await agent.fail([item], { error: (err as Error).message, retryable: err instanceof RetryableError, retryDelayMs: 0 });
           continue;
         }
         await agent.complete([item], result ?? null);
