@@ -1,7 +1,7 @@
 /**
  * aiflowctl — the operator's command line for aiflowd, built on the generated Connect client. The
  * commands live in ./ctl/ by what they act on (agents, work, bindings, concurrency keys, tenants'
- * fair-share weights, rate limits); each carries its flags, defaults and exit codes, from which
+ * fair-share weights, rate limits, DAG runs); each carries its flags, defaults and exit codes, from which
  * `--help` is written.
  * Exit codes: 0 success, 1 the daemon refused or failed, 2 usage, 3 a drain deadline gave work back.
  */
@@ -9,6 +9,7 @@ import { createClient, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { OpsService } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 import { QueueService } from "@aiflow/wire/gen/aiflow/cluster/v1/queue_pb.js";
+import { DagService } from "@aiflow/wire/gen/aiflow/dag/v1/dag_pb.js";
 import { agentCommands } from "./ctl/agents.js";
 import { parseFlags, UsageError } from "./ctl/args.js";
 import { bindingCommands } from "./ctl/bindings.js";
@@ -17,12 +18,13 @@ import { explain } from "./ctl/errors.js";
 import { commandHelp, GLOBAL, mainHelp } from "./ctl/help.js";
 import { keyCommands } from "./ctl/keys.js";
 import { limitCommands } from "./ctl/limits.js";
+import { runCommands } from "./ctl/runs.js";
 import { tenantCommands } from "./ctl/tenants.js";
 import { tlsChoice, type TlsChoice } from "./ctl/tls.js";
 import { workCommands } from "./ctl/work.js";
 import { VERSION } from "../version.js";
 
-const COMMANDS: readonly Command[] = [...agentCommands, ...workCommands, ...bindingCommands, ...keyCommands, ...tenantCommands, ...limitCommands];
+const COMMANDS: readonly Command[] = [...agentCommands, ...workCommands, ...bindingCommands, ...keyCommands, ...tenantCommands, ...limitCommands, ...runCommands];
 
 
 export async function main(argv: readonly string[], env = process.env, out = (t: string) => process.stdout.write(t + "\n")): Promise<number> {
@@ -58,7 +60,7 @@ export async function main(argv: readonly string[], env = process.env, out = (t:
       return next(req);
     };
     const transport = createGrpcTransport({ baseUrl: choice.baseUrl, nodeOptions: choice.nodeOptions, interceptors: [auth], defaultTimeoutMs: timeoutMs });
-    return await spec.run({ args, json: args.has("json"), address, ops: createClient(OpsService, transport), queue: createClient(QueueService, transport), out });
+    return await spec.run({ args, json: args.has("json"), address, ops: createClient(OpsService, transport), queue: createClient(QueueService, transport), dag: createClient(DagService, transport), out });
   } catch (err) {
     if (err instanceof UsageError) return fail(err.message, 2);
     const { message, exit } = explain(err, spec, { address, tokenFrom, tls });

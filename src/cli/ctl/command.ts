@@ -8,6 +8,7 @@ import type { createClient } from "@connectrpc/connect";
 import { parseDuration } from "../../config.js";
 import type { OpsService } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 import type { QueueService } from "@aiflow/wire/gen/aiflow/cluster/v1/queue_pb.js";
+import type { DagService } from "@aiflow/wire/gen/aiflow/dag/v1/dag_pb.js";
 import { WorkItemStatus } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
 import { UsageError, type Parsed } from "./args.js";
 
@@ -27,6 +28,7 @@ export interface Ctx {
   address: string;
   ops: ReturnType<typeof createClient<typeof OpsService>>;
   queue: ReturnType<typeof createClient<typeof QueueService>>;
+  dag: ReturnType<typeof createClient<typeof DagService>>;
   out(text: string): void;
 }
 
@@ -40,7 +42,7 @@ export interface Command {
   /** Proto field → what the person typed (`tenant_key` → `--tenant`), for the daemon's refusals. */
   fields?: Record<string, string>;
   /** The role the command's token needs. */
-  role?: "ops" | "engine";
+  role?: "ops" | "engine" | "runs";
   run(ctx: Ctx): Promise<number>;
 }
 
