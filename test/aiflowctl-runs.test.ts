@@ -250,7 +250,7 @@ describe("fan-out, failure, resume, cancel, signal", () => {
     const done = await dag.until("t", id, RunStatus.COMPLETED);
     expect(done.nodes[1]!.attempts.map((a) => `${a.name}#${a.attempt}`).filter((n) => n.startsWith("square[3]"))).toEqual(["square[3]#1", "square[3]#2"]);
     const again = await ctl(["run", "resume", id, "--tenant", "t"]);
-    expect(again).toEqual({ code: 1, stdout: "", stderr: `aiflowctl: run '${id}' has completed; only a failed run resumes\n` });
+    expect(again).toEqual({ code: 1, stdout: "", stderr: `aiflowctl: run '${id}' is completed; only a failed run resumes\n` });
   });
 
   it("cancel prints the run's status (exit 0) and a second cancel exits 1; runs list --status filters and pages to --limit", async () => {
@@ -260,7 +260,7 @@ describe("fan-out, failure, resume, cancel, signal", () => {
     const cancelled = await ctl(["run", "cancel", ids[0]!, "--tenant", "t", "--reason", "not needed"]);
     expect(cancelled).toEqual({ code: 0, stdout: `run ${ids[0]} is cancelled\n`, stderr: "" });
     const twice = await ctl(["run", "cancel", ids[0]!, "--tenant", "t"]);
-    expect(twice).toEqual({ code: 1, stdout: "", stderr: `aiflowctl: run '${ids[0]}' has cancelled; only a running run can be cancelled\n` });
+    expect(twice).toEqual({ code: 1, stdout: "", stderr: `aiflowctl: run '${ids[0]}' is cancelled; only a running run can be cancelled\n` });
     const cancelledJson = await ctlJson<{ run: RunJson }>(["run", "cancel", ids[1]!, "--tenant", "t"]);
     expect([cancelledJson.run.status, cancelledJson.run.reason]).toEqual(["RUN_STATUS_CANCELLED", expect.stringMatching(/^cancelled by runs-\w+$/)]);
 

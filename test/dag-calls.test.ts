@@ -56,11 +56,11 @@ describe("DagService calls", () => {
     const metrics = await D.metrics.registry.getMetricsAsJSON();
     const ended = metrics.find((m) => m.name === "aiflow_dag_runs_ended_total")!.values;
     expect(ended.find((v) => v.labels.status === "cancelled")?.value).toBe(1);
-    const steps = metrics.find((m) => m.name === "aiflow_dag_step_seconds")!.values.filter((v) => v.metricName === "aiflow_dag_step_seconds_count");
+    const steps = metrics.find((m) => m.name === "aiflow_dag_step_seconds")!.values.filter((v) => (v as { metricName?: string }).metricName === "aiflow_dag_step_seconds_count");
     expect(new Set(steps.map((v) => v.labels.kind))).toEqual(new Set(["start", "cancel", "advance"]));
     const e = await refusal(client.dag.cancelRun({ tenantKey: "t", runId: run.id }));
     expect(e.code).toBe(Code.FailedPrecondition);
-    expect(e.rawMessage).toMatch(/has cancelled; only a running run can be cancelled/);
+    expect(e.rawMessage).toMatch(/is cancelled; only a running run can be cancelled/);
   });
 
   it("a signal reaches a waiting node, or waits for it when it is not reached yet", async () => {

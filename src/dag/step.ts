@@ -360,7 +360,7 @@ export class Step {
   }
 
   async cancel(reason: string): Promise<void> {
-    if (this.status !== "running") throw failedPrecondition(`run '${this.run.id}' has ${this.status}; only a running run can be cancelled`);
+    if (this.status !== "running") throw failedPrecondition(`run '${this.run.id}' is ${this.status}; only a running run can be cancelled`);
     this.#setStatus("cancelled", reason);
     for (const rec of Object.values(this.run.meta.nodes)) if (rec.s === "pending" || rec.s === "running" || rec.s === "waiting") rec.s = "cancelled";
     for (const t of await this.d.runs.tasksOfRun(this.run.id)) {
@@ -376,7 +376,7 @@ export class Step {
   async signal(event: string, payload: unknown): Promise<boolean> {
     const node = this.run.meta.plan.nodes.find((n) => n.kind === "wait" && n.event === event);
     if (!node) throw invalidArgument("event", `no wait node of run '${this.run.id}' waits for '${event}'`);
-    if (this.status !== "running") throw failedPrecondition(`run '${this.run.id}' has ${this.status}; events go to running runs`);
+    if (this.status !== "running") throw failedPrecondition(`run '${this.run.id}' is ${this.status}; events go to running runs`);
     const rec = this.run.meta.nodes[node.name]!;
     if (rec.s === "pending") {
       this.run.meta.pendingEvents[event] = payload;
@@ -390,7 +390,7 @@ export class Step {
 
   /** A failed run runs its failed nodes (a fan-out node, its iterations not completed nor in flight) again. */
   async resume(): Promise<void> {
-    if (this.status !== "failed") throw failedPrecondition(`run '${this.run.id}' has ${this.status}; only a failed run resumes`);
+    if (this.status !== "failed") throw failedPrecondition(`run '${this.run.id}' is ${this.status}; only a failed run resumes`);
     this.#setStatus("running");
     this.run.meta.reason = undefined;
     this.run.endNs = null;

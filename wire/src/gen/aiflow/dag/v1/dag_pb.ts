@@ -309,13 +309,15 @@ export type Attempt = Message<"aiflow.dag.v1.Attempt"> & {
   worker: string;
 
   /**
-   * Epoch ns.
+   * Epoch nanoseconds it was queued (its work item enqueued; for a wait node, began waiting).
    *
    * @generated from field: optional int64 start_time = 6;
    */
   startTime?: bigint | undefined;
 
   /**
+   * Epoch nanoseconds it ended.
+   *
    * @generated from field: optional int64 end_time = 7;
    */
   endTime?: bigint | undefined;
@@ -434,7 +436,8 @@ export type Run = Message<"aiflow.dag.v1.Run"> & {
   nodes: NodeState[];
 
   /**
-   * Epoch ns.
+   * Epoch nanoseconds the run started and ended (the last time it ended, for a resumed run), and
+   * nanoseconds between the two.
    *
    * @generated from field: optional int64 start_time = 7;
    */
@@ -1096,6 +1099,8 @@ export const DagService: GenService<{
   },
   /**
    * The run now, then again after every change, until it ends (the last message is the ended run).
+   * A run fails at its first failed node; items of other nodes already out still finish and are
+   * recorded on the run (GetRun shows them), after the stream has ended.
    *
    * @generated from rpc aiflow.dag.v1.DagService.WatchRun
    */
