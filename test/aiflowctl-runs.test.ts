@@ -112,13 +112,16 @@ describe("help", () => {
     for (const cmd of ["runs list", "run ID", "run start FILE", "run cancel ID", "run resume ID", "run signal ID EVENT"]) expect(main.stdout).toContain(`  ${cmd}`);
     expect(runs.code).toBe(0);
     expect(runs.stdout).toMatch(/--status S \(repeatable\) +only runs in this status: running, completed, failed, cancelled/);
-    expect(runs.stdout).toMatch(/--limit N +at most N runs, read page by page; default: 100/);
+    expect(runs.stdout).toMatch(/--limit N +at most N runs, read page by page; default: 50/);
     expect(runs.stdout).toContain("Needs a token with role 'runs'.");
     expect(runs.stdout).not.toContain("run start");
     expect(run.code).toBe(0);
     for (const flag of ["--tenant T", "--all", "--context JSON", "--idempotency-key K", "--wait", "--reason TEXT", "--payload JSON"]) expect(run.stdout).toContain(flag);
     expect(run.stdout).toContain("Needs a token with role 'runs'.");
     expect(run.stdout).toMatch(/Exit codes:\n(  .*\n)*  1 also with start --wait: the run failed or was cancelled/);
+    // --help after a subcommand (or a run ID) is the same help, exit 0, nothing sent.
+    const subs = await Promise.all([["runs", "list"], ["run", "start"], ["run", "cancel", "01ABC"], ["run", "resume"], ["run", "signal"], ["run", "01ABC"]].map((a) => ctl([...a, "--help"])));
+    for (const [i, r] of subs.entries()) expect([r.code, r.stdout, r.stderr]).toEqual([0, i === 0 ? runs.stdout : run.stdout, ""]);
   });
 });
 

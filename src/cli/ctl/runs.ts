@@ -141,7 +141,7 @@ export const runCommands: Command[] = [
       TENANT_FLAG,
       { name: "status", kind: "repeat", arg: "S", help: "only runs in this status: running, completed, failed, cancelled" },
       { name: "definition", kind: "value", arg: "ID", help: "only runs of this definition id" },
-      { name: "limit", kind: "value", arg: "N", help: "at most N runs, read page by page", default: "100" },
+      { name: "limit", kind: "value", arg: "N", help: "at most N runs, read page by page", default: "50" },
       { name: "page-token", kind: "value", arg: "TOKEN", help: "start after the runs that printed it" },
     ],
     role: "runs",
@@ -150,7 +150,7 @@ export const runCommands: Command[] = [
       if (ctx.args.positionals[0] !== "list") throw new UsageError("usage: aiflowctl runs list --tenant T [--status S]... [--definition ID] [--limit N]");
       const tenantKey = tenantOf(ctx.args);
       const statuses = runStatusesOf(ctx.args.all("status"));
-      const limit = wholeFlag(ctx.args, "limit", 100);
+      const limit = wholeFlag(ctx.args, "limit", 50);
       if (limit < 1) throw new UsageError("--limit must be at least 1");
       const definitionId = ctx.args.get("definition") ?? "";
       const runs: Run[] = [];
