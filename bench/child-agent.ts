@@ -1,5 +1,6 @@
 /**
- * Child process: one agent built with the SDK, running a no-op handler. Items whose payload carries
+ * Child process: one agent built with the SDK, running a no-op handler (a DAG split node's, whose
+ * payload is {"split": N}, returns the list 0..N-1 as `items`). Items whose payload carries
  * sentAt (and measure:true) record the dispatch latency: from the producer issuing Enqueue to this
  * handler starting. Prints {"ready":true}; on SIGTERM stops the agent and prints its figures, with
  * its garbage-collection pauses from the first measured item on (all since the last reset when none
@@ -75,11 +76,13 @@ const agent = createAgent({
     [kind!]: async (item) => {
       const started = nowMs();
       handled++;
-      const p = item.payload as { sentAt?: number; measure?: boolean } | null;
+      const p = item.payload as { sentAt?: number; measure?: boolean; split?: number } | null;
       if (p?.sentAt !== undefined && p.measure) {
         latencies.push(started - p.sentAt);
         firstMeasuredAt ??= started;
       }
+      // The DAG section's split node: its result is the list its fan-out node runs over.
+      if (typeof p?.split === "number") return { items: Array.from({ length: p.split }, (_, i) => i) };
       return null;
     },
   },

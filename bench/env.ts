@@ -12,7 +12,7 @@ import { silentLogger } from "../src/log.js";
 import { sql } from "./pg.js";
 import { startChild, type Child } from "./proc.js";
 
-export const TOKENS = { agent: "bench-agent-token", engine: "bench-engine-token", ops: "bench-ops-token" };
+export const TOKENS = { agent: "bench-agent-token", engine: "bench-engine-token", ops: "bench-ops-token", runs: "bench-runs-token" };
 export const TENANT = "bench";
 /**
  * V8 settings the daemon and the agent processes run with, as deployments are told to (Dockerfile,
@@ -162,7 +162,7 @@ export async function startDaemonProc(db: Database, index: number, extraEnv: Rec
       AIFLOW_LISTEN: `127.0.0.1:${port}`,
       AIFLOW_INSTANCE_ID: `bench-daemon-${index}`,
       AIFLOW_TENANTS: TENANT,
-      AIFLOW_TOKENS: `agent:${TOKENS.agent};engine:${TOKENS.engine};ops:${TOKENS.ops}`,
+      AIFLOW_TOKENS: `agent:${TOKENS.agent};engine:${TOKENS.engine};ops:${TOKENS.ops};runs:${TOKENS.runs}`,
       AIFLOW_LOG_LEVEL: "info",
       NO_COLOR: "1",
       // Several daemons per host: none takes the default metrics port (the observability section gives each one).

@@ -20,8 +20,12 @@ export const HELP = `npm run bench -- [options]
   --stream-agents N  simulated agents holding idle agent streams in the streams section (default 1000)
   --stream-idle D    how long the streams section watches them wait (default 10s)
   --drain-warmup N   items the drain's agents take first, uncounted (default 4000)
-  --only LIST        comma list of: enqueue,drain,mixed,tenants,latency,streams,heartbeat (default all),
-                     fast-path, agent-path, claim_cost;
+  --dag-items N      the DAG section's plain items (default 10000)
+  --dag-chains N     the DAG section's 10-node chain runs, started at once (default 200)
+  --dag-fanouts N    the DAG section's fan-out runs, started at once (default 5)
+  --dag-width N      each fan-out's iterations (default 1000)
+  --only LIST        comma list of: enqueue,drain,mixed,tenants,latency,streams,heartbeat,dag (default
+                     all), fast-path, agent-path, claim_cost;
                      mixed drains --items again, a mix of plain items, items that need GPU memory and
                      items under concurrency keys, with agents of several (simulated) GPU sizes, and
                      prints its rate ÷ the plain drain's (implies drain);
@@ -30,6 +34,10 @@ export const HELP = `npm run bench -- [options]
                      ten, and prints its rate ÷ the plain drain's and each tenant's share of the
                      dispatches while all had a backlog next to its weight's (implies drain);
                      latency includes the HTTP/2 floor (a bare Node HTTP/2 exchange at --rate);
+                     dag, on a database, daemons and agents of its own: plain items drained,
+                     then 10-node chains and fan-outs (split, --dag-width iterations, join) run
+                     by the same agents; runs and nodes a second, the hand-offs between nodes,
+                     and CPU per node ÷ CPU per plain item;
                      fast-path (only when named) drains twice in the run, with the daemon's
                      --grpc-fast-path and the SDK's fastTransport on, then both off;
                      agent-path (only when named) drains and runs the steady rate twice, the
@@ -58,7 +66,7 @@ export const WARMUP_MS = 20_000;
 
 export class BenchArgError extends Error {}
 
-const SECTIONS = ["enqueue", "drain", "mixed", "tenants", "latency", "streams", "heartbeat"];
+const SECTIONS = ["enqueue", "drain", "mixed", "tenants", "latency", "streams", "heartbeat", "dag"];
 /** Sections run only when --only names them. */
 const OPT_IN = ["fast-path", "agent-path", "claim_cost"];
 
@@ -80,7 +88,7 @@ const span = (raw: string, flag: string, minMs: number): number => {
 
 /** Throws BenchArgError for a bad option; `help` is set when --help was asked for. */
 export function parseOptions(argv: readonly string[]): { o: Options; only: Set<string>; help: boolean } {
-  const o: Options = { items: 100_000, agents: 4, slots: 32, daemons: 1, rate: 1000, durationMs: 10_000, warmupMs: WARMUP_MS, hbAgents: 1000, hbDurationMs: 10_000, hbSettleMs: 11_000, hbIdleMs: 5_000, drainWarmup: 4_000, baselineWorkers: 32, streamAgents: 1000, streamIdleMs: 10_000, graphile: true };
+  const o: Options = { items: 100_000, agents: 4, slots: 32, daemons: 1, rate: 1000, durationMs: 10_000, warmupMs: WARMUP_MS, hbAgents: 1000, hbDurationMs: 10_000, hbSettleMs: 11_000, hbIdleMs: 5_000, drainWarmup: 4_000, baselineWorkers: 32, streamAgents: 1000, streamIdleMs: 10_000, graphile: true, dagItems: 10_000, dagChains: 200, dagFanOuts: 5, dagWidth: 1000 };
   let only = new Set(SECTIONS);
   for (let i = 0; i < argv.length; i++) {
     const [flag, inline] = argv[i]!.split("=", 2);
@@ -101,6 +109,10 @@ export function parseOptions(argv: readonly string[]): { o: Options; only: Set<s
       case "--stream-agents": o.streamAgents = count(value(), flag); break;
       case "--stream-idle": o.streamIdleMs = span(value(), flag, 1000); break;
       case "--drain-warmup": o.drainWarmup = count(value(), flag, 0); break;
+      case "--dag-items": o.dagItems = count(value(), flag); break;
+      case "--dag-chains": o.dagChains = count(value(), flag); break;
+      case "--dag-fanouts": o.dagFanOuts = count(value(), flag); break;
+      case "--dag-width": o.dagWidth = count(value(), flag); break;
       case "--only": {
         only = new Set(value().split(","));
         const unknown = [...only].filter((s) => !SECTIONS.includes(s) && !OPT_IN.includes(s));
@@ -117,7 +129,7 @@ export function parseOptions(argv: readonly string[]): { o: Options; only: Set<s
         o.graphile = false;
         break;
       case "--smoke":
-        Object.assign(o, { items: 300, agents: 2, slots: 8, rate: 100, durationMs: 1000, warmupMs: 300, hbAgents: 50, hbDurationMs: 2000, hbSettleMs: 500, hbIdleMs: 1000, drainWarmup: 100, baselineWorkers: 4, streamAgents: 20, streamIdleMs: 1000 });
+        Object.assign(o, { items: 300, agents: 2, slots: 8, rate: 100, durationMs: 1000, warmupMs: 300, hbAgents: 50, hbDurationMs: 2000, hbSettleMs: 500, hbIdleMs: 1000, drainWarmup: 100, baselineWorkers: 4, streamAgents: 20, streamIdleMs: 1000, dagItems: 300, dagChains: 10, dagFanOuts: 1, dagWidth: 50 });
         break;
       default:
         throw new BenchArgError(`unknown option ${flag} (see --help)`);

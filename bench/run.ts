@@ -10,6 +10,7 @@ import { sql } from "./pg.js";
 import { clearCompleted, drainBaseline, drainGraphile, drainOurs, enqueueRate, settleDatabase, heartbeatCost, latencyBaseline, latencyGraphile, latencyOurs, rpcFigures, SHARE_DAEMON_ENV, startAgents, stopAgents, tenantShareFigures } from "./sections.js";
 import { CLAIM_COST, claimCost } from "./claim-cost.js";
 import { idleStreams } from "./streams.js";
+import { dagSection } from "./dag.js";
 import { http2Floor, perItem } from "./floor.js";
 import { drainRatio, gcFigures, latencyRatio, ratio, type DrainHeadline } from "./stats.js";
 import { BenchArgError, HELP, parseOptions } from "./options.js";
@@ -43,8 +44,8 @@ const graphileRuns = `graphile-worker ${GRAPHILE_VERSION} (concurrency ${o.agent
 const headline = (f: Record<string, number | string>): DrainHeadline => ({ itemsPerS: Number(f.items_per_s), cpuUsPerItem: Number(f.machine_cpu_us_per_item) });
 const daemons: DaemonProc[] = [];
 try {
-  // claim_cost runs in this process: a run of it alone starts no daemon.
-  if ([...only].some((s) => s !== "claim_cost")) {
+  // claim_cost runs in this process and dag on daemons of its own: a run of them alone starts none here.
+  if ([...only].some((s) => s !== "claim_cost" && s !== "dag")) {
     progress(`starting ${o.daemons} daemon(s)`);
     for (let i = 0; i < o.daemons; i++) daemons.push(await startDaemonProc(db, i));
   }
@@ -292,6 +293,7 @@ try {
       }
     }
   }
+  if (only.has("dag")) await dagSection(db, o, emit, progress);
   if (only.has("claim_cost")) {
     // In this process on a schema of its own (claim-cost.ts): the claim statement alone, shared and plain.
     await claimCost(db, CLAIM_COST, (figures) => emit("claim_cost", figures), progress);

@@ -42,6 +42,11 @@ export interface Options {
   tls?: boolean;
   /** Run the steady rate with traces exported and metrics scraped too (run.ts, observability.ts). */
   observability?: boolean;
+  /** The DAG section (dag.ts): its plain items, its 10-node chain runs, its fan-out runs and their width. */
+  dagItems: number;
+  dagChains: number;
+  dagFanOuts: number;
+  dagWidth: number;
 }
 
 type Figures = Record<string, number | string>;
@@ -217,10 +222,17 @@ export async function clearCompleted(db: Database): Promise<void> {
 }
 
 /**
+ * CPU of processes the drain cannot name itself (the DAG section's Postgres backends): started as
+ * the counted drain is released, read as it ends; each group's ms (null: not measurable here)
+ * becomes `<group>_cpu_us_per_item`.
+ */
+export type ExtraMeter = () => Promise<() => Promise<Record<string, number | null>>>;
+
+/**
  * A drain by fresh agents of what is pending; `fleet` "mixed": the agents of the mixed fleet
  * (MIXED_GPUS); "tenants": agents serving all of SHARE_TENANTS, warmed up on those tenants' items.
  */
-export async function drainOurs(db: Database, daemons: DaemonProc[], o: Options, fleet: Fleet = "plain"): Promise<{ figures: Figures; agents: Child[] }> {
+export async function drainOurs(db: Database, daemons: DaemonProc[], o: Options, fleet: Fleet = "plain", extra?: ExtraMeter): Promise<{ figures: Figures; agents: Child[] }> {
   await sql(db.url, `UPDATE ${workTable(db)} SET status = 'cancelled' WHERE status = 'pending'`);
   const gpus = (i: number): Record<string, string> => (fleet === "mixed" ? { BENCH_GPUS: MIXED_GPUS[i % MIXED_GPUS.length]!.join(",") } : {});
   const agents = await startAgents(daemons, o, fleet === "plain" ? "drain" : fleet, {}, gpus, fleet === "tenants" ? SHARE_TENANTS : [TENANT]);
@@ -236,9 +248,11 @@ export async function drainOurs(db: Database, daemons: DaemonProc[], o: Options,
   await sql(db.url, `VACUUM (ANALYZE) ${workTable(db)}`);
   const watches = daemons.map((d) => watchProc(d.child.pid));
   const meter = cpuMeter({ agents: agents.map((a) => a.pid) });
+  const extraMeter = await extra?.();
   await sql(db.url, `UPDATE ${workTable(db)} SET status = 'pending', next_attempt_at = (extract(epoch from clock_timestamp()) * 1e9)::bigint WHERE status = 'cancelled'`);
   await waitForDrained(db, 600_000);
   const cpu = meter();
+  const extraMs = (await extraMeter?.()) ?? {};
   const usage = watches.map((w) => w.stop());
   const [row] = await sql<{ n: string; span: string }>(
     db.url,
@@ -264,6 +278,7 @@ export async function drainOurs(db: Database, daemons: DaemonProc[], o: Options,
       // (Postgres, and this process watching).
       daemon_cpu_us_per_item: round((usage.reduce((s, u) => s + (u.cpuPercent / 100) * u.wallMs, 0) * 1000) / Number(row!.n), 1),
       agents_cpu_us_per_item: round((cpu.groupMs.agents! * 1000) / Number(row!.n), 1),
+      ...Object.fromEntries(Object.entries(extraMs).flatMap(([k, ms]) => (ms === null ? [] : [[`${k}_cpu_us_per_item`, round((ms * 1000) / Number(row!.n), 1)]]))),
     },
   };
 }

@@ -34,7 +34,7 @@ describe("benchmark options", () => {
     [["--items", "lots"], /--items needs a whole number ≥ 1, not 'lots'/],
     [["--agents", "0"], /--agents needs a whole number ≥ 1/],
     [["--warmup", "soon"], /--warmup/],
-    [["--only", "drain,latncy"], /--only takes a comma list of enqueue, drain, mixed, tenants, latency, streams, heartbeat, fast-path, agent-path, claim_cost; not 'latncy'/],
+    [["--only", "drain,latncy"], /--only takes a comma list of enqueue, drain, mixed, tenants, latency, streams, heartbeat, dag, fast-path, agent-path, claim_cost; not 'latncy'/],
     [["--itmes", "5"], /unknown option --itmes/],
   ])("refuses %j with a message naming the option", (argv, message) => {
     expect(() => parseOptions(argv)).toThrow(BenchArgError);
@@ -172,7 +172,7 @@ describe("benchmark smoke run", () => {
       .filter((l) => l.startsWith("{"))
       .map((l) => JSON.parse(l) as Record<string, unknown>);
     const names = sets.map((s) => s.bench);
-    expect(names).toEqual(["enqueue", "drain", "drain_baseline", "drain_graphile", "drain_ratio", "drain_mixed", "mixed_ratio", "drain_tenants", "tenant_shares", "tenants_ratio", "latency", "latency_baseline", "latency_graphile", "latency_ratio", "http2_floor", "drain_tls", "latency_tls", "tls_ratio", "streams", "heartbeat"]);
+    expect(names).toEqual(["enqueue", "drain", "drain_baseline", "drain_graphile", "drain_ratio", "drain_mixed", "mixed_ratio", "drain_tenants", "tenant_shares", "tenants_ratio", "latency", "latency_baseline", "latency_graphile", "latency_ratio", "http2_floor", "drain_tls", "latency_tls", "tls_ratio", "streams", "heartbeat", "dag_plain", "dag_chain", "dag_fanout", "dag_ratio"]);
     expect(sets.find((s) => s.bench === "drain_tls")!.items).toBe(50);
     expect(sets.find((s) => s.bench === "drain_graphile")!.items).toBe(50);
     expect(typeof sets.find((s) => s.bench === "drain_ratio")!.ours_over_graphile).toBe("number");
@@ -200,6 +200,13 @@ describe("benchmark smoke run", () => {
     // The test role may create databases: the heartbeats ran in one of their own, dropped after.
     expect(heartbeat.own_database).toBe(1);
     expect(await sql(databaseUrl(), "SELECT datname FROM pg_database WHERE datname LIKE 'aiflow\\_bench\\_%'")).toEqual([]);
+    // The DAG section: its own plain items, then chains and a fan-out (--smoke's sizes) by the same agents.
+    expect(sets.find((s) => s.bench === "dag_plain")).toMatchObject({ items: 300, own_database: 1 });
+    expect(sets.find((s) => s.bench === "dag_chain")).toMatchObject({ runs: 10, completed: 10, nodes: 100, handoffs: 90 });
+    expect(sets.find((s) => s.bench === "dag_fanout")).toMatchObject({ width: 50, runs: 1, completed: 1, nodes: 52 });
+    const dag = sets.find((s) => s.bench === "dag_ratio")!;
+    expect(dag.chain_node_over_plain).toBeGreaterThan(0);
+    expect(dag.fanout_node_over_plain).toBeGreaterThan(0);
     const floor = sets.find((s) => s.bench === "http2_floor")!;
     // Figures, not values: at 20 calls/s for half a second a process's CPU can be under one tick of
     // /proc's 10 ms clock, so a figure of 0 is a real reading here.
