@@ -272,6 +272,7 @@ export class DagEngine {
       s.run.createdBy,
     );
     if (res.kind === "conflict") throw new Error(`the directory row of run '${s.run.id}' disagrees with the engine on ${res.fields.map((f) => f.field).join(", ")}`);
+    await s.enqueue();
   }
 
   /** After commit: claims woken for the new items, holders of cancelled ones told, the audit written. */

@@ -434,7 +434,16 @@ export class Step {
     this.#ends = [];
   }
 
-  /** Writes the step (the run row itself is the engine's to save, with the directory). */
+  /**
+   * Inserts the step's work items: the last statement of the step's transaction. The insert takes
+   * its tenant's fair-share row (stamp_turns) until commit, so every advance of the tenant's runs
+   * waits for that row; written last, it is held for the commit alone, not for the step's writes.
+   */
+  async enqueue(): Promise<void> {
+    if (this.enqueued.length > 0) await this.d.items.enqueueRows(this.enqueued);
+  }
+
+  /** Writes the step but its items (the run row itself is the engine's to save, with the directory; `enqueue` goes last). */
   async flush(): Promise<void> {
     await this.#loadDone();
     await this.#writeEnds();
@@ -442,7 +451,6 @@ export class Step {
     // Timeouts of attempts that ended need not come due (each would cost an advance that changes nothing).
     await this.d.runs.dropTimers(this.run.id, this.endedTasks);
     await this.d.runs.addTimers(this.run.id, this.#timers);
-    if (this.enqueued.length > 0) await this.d.items.enqueueRows(this.enqueued);
     if (this.#cancelIds.length > 0)
       this.revoked.push(...(await this.d.items.cancel(this.run.meta.tenantKey, { ids: this.#cancelIds, runId: null, parentIds: [] }, "the node timed out", this.d.nowMs, this.d.by)));
   }

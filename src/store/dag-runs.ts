@@ -184,18 +184,21 @@ export class DagRunStore {
 
   /**
    * A run with events due, locked (FOR UPDATE SKIP LOCKED: a run another daemon is advancing is passed
-   * over). It looks among 64 runs with due events; when another daemon holds them all, that daemon
-   * takes each of them again after its commit (its loop runs until none is due).
+   * over): among the 64 runs whose due events have waited longest, so that under a backlog no run
+   * waits behind runs that started before it. When another daemon holds them all, that daemon takes
+   * each of them again after its commit (its loop runs until none is due).
    */
   async lockDueRun(nowNs: bigint): Promise<RunRow | null> {
     const run = this.t.id("run");
     const ev = this.t.id("dag_event");
     const row = await withDbErrors(() =>
       this.db.maybeOne(sql.type(runRow)`
-        SELECT ${RUN_COLUMNS} FROM ${run}
-         WHERE id IN (SELECT DISTINCT run_id FROM ${ev} WHERE COALESCE(due_at, 0) <= ${nowNs.toString()}::int8 LIMIT 64)
+        SELECT ${RUN_COLUMNS} FROM ${run} r
+          JOIN (SELECT run_id, min(id) AS waited FROM ${ev} WHERE COALESCE(due_at, 0) <= ${nowNs.toString()}::int8 GROUP BY run_id ORDER BY waited LIMIT 64) due
+            ON due.run_id = r.id
+         ORDER BY due.waited
          LIMIT 1
-         FOR UPDATE SKIP LOCKED`),
+         FOR UPDATE OF r SKIP LOCKED`),
     );
     return row && toRun(row);
   }
