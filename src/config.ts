@@ -330,6 +330,15 @@ const SETTINGS = {
   dagMaxNodes: { flag: "--dag-max-nodes", env: ["AIFLOW_DAG_MAX_NODES"], default: "10000", help: "most nodes a DAG definition may have", parse: int(1, 1_000_000) },
   dagMaxDefinitionBytes: { flag: "--dag-max-definition-bytes", env: ["AIFLOW_DAG_MAX_DEFINITION_BYTES"], default: "4194304", help: "largest DAG definition accepted (its JSON)", parse: int(1024) },
   dagMaxFanOut: { flag: "--dag-max-fan-out", env: ["AIFLOW_DAG_MAX_FAN_OUT"], default: "100000", help: "most iterations one fan-out node may have", parse: int(1, 10_000_000) },
+  triggersFile: {
+    flag: "--triggers-file",
+    env: ["AIFLOW_TRIGGERS_FILE"],
+    default: undefined,
+    help: "JSON file of webhook and cron triggers, put at each start (the file's triggers it no longer names are deleted)",
+    parse: text,
+  },
+  webhookMaxBytes: { flag: "--webhook-max-bytes", env: ["AIFLOW_WEBHOOK_MAX_BYTES"], default: "1048576", help: "largest webhook body accepted; a larger one is refused (413) and not kept", parse: int(1024, 64 * 1024 * 1024) },
+  cronCatchUp: { flag: "--cron-catch-up", env: ["AIFLOW_CRON_CATCH_UP"], default: "1h", help: "a cron tick missed while no daemon ran still fires when it is at most this old", parse: duration(0) },
   firingRetention: { flag: "--firing-retention-days", env: ["AIFLOW_FIRING_RETENTION_DAYS"], default: "30", help: "days trigger firings are kept (payloads may hold senders' secrets)", parse: int(1, 36500) },
   // Limits against hostile or broken callers (src/server/http2-limits.ts, src/server/gate.ts).
   maxConnections: { flag: "--max-connections", env: ["AIFLOW_MAX_CONNECTIONS"], default: "10000", help: "open client connections; more are closed at once (keep it below the fd limit)", parse: int(1) },

@@ -127,9 +127,10 @@ export async function startDaemon(config: Config, { log, clock = systemClock }: 
         registry: metrics.registry,
         readiness: () => services.readiness.report(),
         metricsToken: config.metricsToken,
+        webhooks: services.webhooks,
         tls: server.tls ? { reloader: server.tls, mutual: config.tlsClientCa !== undefined, trustDomain: config.tlsTrustDomain } : undefined,
       });
-      log.info({ address: `${endpoints.scheme}://${endpoints.address}`, metricsToken: config.metricsToken !== undefined }, "aiflowd serving /metrics, /healthz and /readyz");
+      log.info({ address: `${endpoints.scheme}://${endpoints.address}`, metricsToken: config.metricsToken !== undefined }, "aiflowd serving /metrics, /healthz, /readyz and webhooks at /hooks/<tenant>/<trigger>");
     }
     // Last, once every port serves: starters wait for this line.
     log.info(

@@ -32,8 +32,10 @@ import { DagRunStore, type RunRow, type TaskRow } from "../store/dag-runs.js";
 import { EngineRunStore } from "../store/engine-runs.js";
 import type { WorkItemRow, WorkItemStore } from "../store/work-items.js";
 import { newId } from "../util/ids.js";
-import type { NodeRec, RunMeta } from "./model.js";
-import type { Plan } from "./plan.js";
+import { fromJson } from "@bufbuild/protobuf";
+import { DefinitionSchema } from "@aiflow/wire/gen/aiflow/dag/v1/dag_pb.js";
+import type { NodeRec, RunCause, RunMeta } from "./model.js";
+import { planOf, type Plan } from "./plan.js";
 import { Step } from "./step.js";
 
 /** Runs whose plans a daemon keeps in memory. */
@@ -57,6 +59,16 @@ export interface EngineDeps {
 export interface Scope {
   by: string;
   tenantKey: string;
+}
+
+/**
+ * What a caller other than DagService adds to a step's transaction (the trigger firings): `guard`
+ * runs first, under the run's lock for a change (before it for a start), and may throw to write
+ * nothing; `record` runs after the run and its directory row are saved, before the commit.
+ */
+export interface StepHooks {
+  guard?: (tx: DatabaseTransactionConnection) => Promise<void>;
+  record?: (tx: DatabaseTransactionConnection, run: RunRow) => Promise<void>;
 }
 
 /** A run as GetRun shows it: its row, its attempts and its live work items' state. */
@@ -145,8 +157,22 @@ export class DagEngine {
     }
   }
 
-  /** Starts a run (or finds the caller's run of the idempotency key). */
-  async startRun(scope: Scope, plan: Plan, context: Record<string, unknown>, idempotencyKey: string | null): Promise<{ run: RunRow; existing: boolean }> {
+  /** The tenant's stored definition `definitionId`, planned; NOT_FOUND when there is none. */
+  async storedPlan(tenantKey: string, definitionId: string): Promise<Plan> {
+    const body = await this.runs.definition(tenantKey, definitionId);
+    if (body === null) throw notFound(`tenant '${tenantKey}' has no stored definition '${definitionId}' (store one with PutDefinition)`);
+    return planOf(fromJson(DefinitionSchema, JSON.parse(body)), this.d.config, false);
+  }
+
+  /** Starts a run (or finds the caller's run of the idempotency key); `cause` names the trigger firing that started it. */
+  async startRun(
+    scope: Scope,
+    plan: Plan,
+    context: Record<string, unknown>,
+    idempotencyKey: string | null,
+    cause?: RunCause,
+    hooks: StepHooks = {},
+  ): Promise<{ run: RunRow; existing: boolean }> {
     const nowMs = this.d.clock.nowMs();
     const id = newId(nowMs);
     const nodes: Record<string, NodeRec> = Object.fromEntries(plan.nodes.map((n) => [n.name, { s: "pending", a: 0 } satisfies NodeRec]));
@@ -158,11 +184,13 @@ export class DagEngine {
       pendingEvents: {},
       workers: {},
       ...(idempotencyKey ? { idempotencyKey } : {}),
+      ...(cause ? { cause } : {}),
     };
     const nowNs = msToNs(nowMs);
     const states = [{ state: "running" as const, at: nowNs.toString(), by: scope.by }];
     const began = performance.now();
     const step = await this.d.pool.transaction(async (tx) => {
+      await hooks.guard?.(tx);
       const runs = new DagRunStore(tx, this.d.tables);
       const inserted = await runs.insertRun({ id, definitionId: plan.definitionId, context, meta, states, startNs: nowNs, by: scope.by, nowMs });
       if (!inserted) return null;
@@ -171,6 +199,7 @@ export class DagEngine {
       const s = this.#step(tx, run, scope.by, nowMs);
       await s.start();
       await this.#save(tx, s, nowMs);
+      await hooks.record?.(tx, s.run);
       return s;
     });
     if (!step) {
@@ -183,16 +212,18 @@ export class DagEngine {
   }
 
   /** A call's step (`kind`) on one of the caller's runs (NOT_FOUND for anyone else's): cancel, signal, resume. */
-  async change<T>(kind: DagStepKind, scope: Scope, runId: string, fn: (s: Step) => Promise<T>): Promise<{ run: RunRow; value: T }> {
+  async change<T>(kind: DagStepKind, scope: Scope, runId: string, fn: (s: Step) => Promise<T>, hooks: StepHooks = {}): Promise<{ run: RunRow; value: T }> {
     const nowMs = this.d.clock.nowMs();
     const began = performance.now();
     const out = await this.d.pool.transaction(async (tx) => {
       const runs = new DagRunStore(tx, this.d.tables);
       const run = await this.#withPlan(runs, await runs.get(runId, scope, true));
       if (!run) throw notFound(`tenant '${scope.tenantKey}' has no run '${runId}' of yours`);
+      await hooks.guard?.(tx);
       const s = this.#step(tx, run, scope.by, nowMs);
       const value = await fn(s);
       await this.#save(tx, s, nowMs);
+      await hooks.record?.(tx, s.run);
       return { s, value };
     });
     await this.#after(out.s, "update", kind, began, 0);
@@ -264,8 +295,8 @@ export class DagEngine {
         engineKind: "dag",
         definitionId: s.run.definitionId,
         parentRunId: null,
-        triggeredBy: null,
-        triggerFiringId: null,
+        triggeredBy: s.run.meta.cause?.trigger ?? null,
+        triggerFiringId: s.run.meta.cause?.firingId ?? null,
         endedOn: s.status === "running" ? null : s.run.endNs,
       },
       nowMs,

@@ -43,6 +43,14 @@ export interface RunMeta {
   reason?: string;
   /** The agent that ran each node's latest finished attempt (worker assignments). */
   workers: Record<string, string>;
+  /** The trigger firing that started the run (its directory row's triggered_by and trigger_firing_id). */
+  cause?: RunCause;
+}
+
+/** What caused a run: a trigger, by name, and which of its firings. */
+export interface RunCause {
+  trigger: string;
+  firingId: string;
 }
 
 export interface RunStateEntry {

@@ -69,6 +69,11 @@ export interface DagEvents {
   dagRunEnded(status: string): void;
 }
 
+/** A trigger fired and its firing was recorded (src/triggers/firer.ts). */
+export interface TriggerEvents {
+  triggerFired(type: string, outcome: string): void;
+}
+
 /** Seconds an item waits for dispatch, and runs: from a millisecond to hours. */
 const WAIT_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600];
 const RUN_BUCKETS = [0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 1800, 3600, 3 * 3600, 12 * 3600];
@@ -109,7 +114,7 @@ function childrenOf(h: Histogram<string>): (...values: string[]) => { observe(v:
   };
 }
 
-export class DaemonMetrics implements QueueEvents, DagEvents {
+export class DaemonMetrics implements QueueEvents, DagEvents, TriggerEvents {
   readonly registry = new Registry();
 
   readonly #emptyClaims = this.#counter("aiflow_queue_empty_claims_total", "Claims answered with no item (a long-poll that ended empty)");
@@ -161,6 +166,11 @@ export class DaemonMetrics implements QueueEvents, DagEvents {
   readonly #dagEvents = this.#counter("aiflow_dag_events_total", "Events (a node's work item ended, a timeout came due) DAG advances applied");
   readonly #dagQueued = this.#counter("aiflow_dag_nodes_queued_total", "Node attempts (iterations included) DAG steps queued as work items");
   readonly #dagEnded = this.#counter("aiflow_dag_runs_ended_total", "DAG runs that ended, by status: completed, failed, cancelled", ["status"]);
+  readonly #triggerFirings = this.#counter(
+    "aiflow_trigger_firings_total",
+    "Trigger firings this daemon recorded, by trigger type (webhook, cron) and outcome (started, signalled, refused, failed)",
+    ["type", "outcome"],
+  );
   readonly #listenReconnects = this.#counter("aiflow_listen_reconnects_total", "Times the LISTEN connection was lost and made again (notifications may have been missed meanwhile)");
 
   /** The per-item histograms' children by label values: labels() hashes its arguments on every use, and a claim observes each item. */
@@ -252,6 +262,10 @@ export class DaemonMetrics implements QueueEvents, DagEvents {
 
   dagRunEnded(status: string): void {
     this.#dagEnded.labels(status).inc();
+  }
+
+  triggerFired(type: string, outcome: string): void {
+    this.#triggerFirings.labels(type, outcome).inc();
   }
 
   listenReconnected(): void {

@@ -4,7 +4,7 @@
  * caller reaches is found with createdby = the caller in the statement itself, so another caller's
  * run id reads as NOT_FOUND, the same as one that does not exist.
  */
-import { fromJson, toJsonString } from "@bufbuild/protobuf";
+import { toJsonString } from "@bufbuild/protobuf";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { z } from "zod";
 import { DefinitionSchema, RunStatus, type DagService } from "@aiflow/wire/gen/aiflow/dag/v1/dag_pb.js";
@@ -55,9 +55,7 @@ export function dagServiceImpl(d: { engine: DagEngine; config: Config; clock: Cl
       else if (req.source.case === "definitionId") {
         const id = optionalText(req.source.value, "definition_id", 256);
         if (!id) throw invalidArgument("definition_id", "is required");
-        const body = await engine.runs.definition(scope.tenantKey, id);
-        if (body === null) throw notFound(`tenant '${scope.tenantKey}' has no stored definition '${id}' (store one with PutDefinition)`);
-        plan = planOf(fromJson(DefinitionSchema, JSON.parse(body)), config, false);
+        plan = await engine.storedPlan(scope.tenantKey, id);
       } else throw invalidArgument("source", "give a definition or a definition_id");
       const context = contextOf(req.contextJson, config.payloadMaxBytes);
       const key = optionalText(req.idempotencyKey, "idempotency_key", 256);

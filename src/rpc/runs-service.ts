@@ -41,6 +41,7 @@ import type {
   TriggerType as StoredType,
 } from "../store/trigger-firings.js";
 import type { MaintenanceTask } from "../maintenance.js";
+import type { TriggerStore } from "../store/triggers.js";
 import { identifier, optionalText } from "./input/validate.js";
 
 /** Lists return this many rows when page_size is 0, and never more than PAGE_MAX. */
@@ -173,7 +174,7 @@ const DAY_MS = 86_400_000;
  * The table has no index on createdon, so the sweep runs at most every RETENTION_SWEEP_EVERY_MS of
  * clock time rather than on every maintenance tick.
  */
-export function firingRetentionTask(d: { config: Config; firings: TriggerFiringStore; log: Logger }): MaintenanceTask {
+export function firingRetentionTask(d: { config: Config; firings: TriggerFiringStore; deliveries: TriggerStore; log: Logger }): MaintenanceTask {
   let lastMs: number | undefined;
   return {
     name: "firing-retention",
@@ -181,6 +182,8 @@ export function firingRetentionTask(d: { config: Config; firings: TriggerFiringS
       if (lastMs !== undefined && now >= lastMs && now - lastMs < RETENTION_SWEEP_EVERY_MS) return;
       const days = d.config.firingRetention;
       const deleted = await d.firings.sweep(now - days * DAY_MS);
+      // A delivery id is kept as long as the firing it acted in: a replay is refused while that firing is on record.
+      await d.deliveries.sweepDeliveries(now - days * DAY_MS);
       lastMs = now;
       if (deleted > 0) d.log.info({ deleted, retentionDays: days }, "deleted trigger firings past retention");
     },

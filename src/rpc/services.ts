@@ -24,6 +24,13 @@ import { file_aiflow_cluster_v1_queue, QueueService } from "@aiflow/wire/gen/aif
 import { file_aiflow_cluster_v1_runs, RunDirectoryService, TriggerFiringService } from "@aiflow/wire/gen/aiflow/cluster/v1/runs_pb.js";
 import { DagService, file_aiflow_dag_v1_dag } from "@aiflow/wire/gen/aiflow/dag/v1/dag_pb.js";
 import { DagEngine } from "../dag/engine.js";
+import { file_aiflow_trigger_v1_trigger, TriggerService } from "@aiflow/wire/gen/aiflow/trigger/v1/trigger_pb.js";
+import { TriggerStore } from "../store/triggers.js";
+import { cronTask } from "../triggers/cron.js";
+import { applyTriggersFile, readTriggersFile } from "../triggers/file.js";
+import { TriggerFirer } from "../triggers/firer.js";
+import { webhookHandler } from "../triggers/webhook.js";
+import { triggerServiceImpl } from "./trigger-service.js";
 import { dagServiceImpl } from "./dag-service.js";
 import { file_grpc_health_v1_health, Health, HealthCheckResponse_ServingStatus } from "@aiflow/wire/gen/grpc/health/v1/health_pb.js";
 import { ServerReflection } from "@aiflow/wire/gen/grpc/reflection/v1/reflection_pb.js";
@@ -84,6 +91,8 @@ export interface Services {
   onShutdown(): void;
   /** What /readyz answers. */
   readiness: Readiness;
+  /** Serves POST /hooks/<tenant>/<trigger> on the HTTP port. */
+  webhooks: ReturnType<typeof webhookHandler>;
 }
 
 /** Routes for one or more services, and the role that may call them. */
@@ -160,7 +169,11 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
   maintenance.add(dag.task());
   const runs = new EngineRunStore(pool, tables);
   const firings = new TriggerFiringStore(pool, tables);
-  maintenance.add(firingRetentionTask({ config, firings, log }));
+  const triggers = new TriggerStore(pool, tables);
+  if (config.triggersFile) await applyTriggersFile(triggers, readTriggersFile(config.triggersFile), clock.nowMs());
+  const firer = new TriggerFirer({ pool, tables, engine: dag, clock, log: log.child({ component: "triggers" }), metrics });
+  maintenance.add(cronTask({ pool, tables, firer, log: log.child({ component: "cron" }), catchUpMs: config.cronCatchUp }));
+  maintenance.add(firingRetentionTask({ config, firings, deliveries: triggers, log }));
   await maintenance.runOnce();
   maintenance.start(config.sweepInterval);
 
@@ -176,7 +189,7 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
   // The agent's unary work RPCs and its stream share one scope cache and one set of report rules.
   const kit = workKit(queue, (name) => agents.workScope(name));
   const health = new HealthState();
-  const files: DescFile[] = [file_grpc_health_v1_health, file_aiflow_cluster_v1_agent, file_aiflow_cluster_v1_queue, file_aiflow_cluster_v1_ops, file_aiflow_cluster_v1_runs, file_aiflow_dag_v1_dag];
+  const files: DescFile[] = [file_grpc_health_v1_health, file_aiflow_cluster_v1_agent, file_aiflow_cluster_v1_queue, file_aiflow_cluster_v1_ops, file_aiflow_cluster_v1_runs, file_aiflow_dag_v1_dag, file_aiflow_trigger_v1_trigger];
   const mounted: Mounted[] = [
     { services: [Health], access: "public", mount: healthRoutes(health) },
     // Reflection describes the API, so any valid token may read it, but not an anonymous caller.
@@ -220,6 +233,7 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
       },
     },
     { services: [DagService], access: "runs", mount: (r) => r.service(DagService, dagServiceImpl({ engine: dag, config, clock, draining: deps.draining })) },
+    { services: [TriggerService], access: "runs", mount: (r) => r.service(TriggerService, triggerServiceImpl({ triggers, clock })) },
   ];
   for (const s of mounted.flatMap((m) => m.services)) health.set(s.typeName, HealthCheckResponse_ServingStatus.SERVING);
 
@@ -240,6 +254,7 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
     ],
     maintenance: { runOnce: () => maintenance.runOnce(), flushHeartbeats: () => heartbeats.flush() },
     onShutdown: () => health.shutdown(),
+    webhooks: webhookHandler({ triggers, firer, clock, log: log.child({ component: "webhooks" }), maxBytes: config.webhookMaxBytes }),
     readiness: new Readiness({ pool, tables, clock, draining: deps.draining, listening: () => listener.connected, log: log.child({ component: "readiness" }) }),
   };
 }

@@ -4,6 +4,8 @@
  *   GET /metrics   Prometheus text format, or OpenMetrics when the Accept header prefers it
  *   GET /healthz   200 while the process serves at all (a liveness probe)
  *   GET /readyz    200 when ready, 503 when not; a JSON body says which check failed (../observability/readiness.ts)
+ *   POST /hooks/<tenant>/<trigger>   webhook triggers (../triggers/webhook.ts), authenticated by
+ *                  their body's signature alone (neither the metrics token nor a certificate)
  *
  * Security, the same as the gRPC port's: with --tls-cert this is HTTPS with the same certificate,
  * reloaded with it. Who may read /metrics (which names tenants and agents):
@@ -37,6 +39,8 @@ export interface HttpEndpointsOptions {
   readiness: () => Promise<ReadinessReport>;
   /** Required of /metrics callers as a bearer token. */
   metricsToken?: string;
+  /** Serves POST /hooks/…; absent: those paths are 404. */
+  webhooks?: (req: IncomingMessage, res: ServerResponse, path: string) => Promise<void>;
   /** Serve HTTPS with the gRPC port's files (and join their reloads); `mutual`: ask for a client certificate. */
   tls?: { reloader: TlsReloader; mutual: boolean; trustDomain: string };
 }
@@ -70,7 +74,8 @@ export async function startHttpEndpoints(opts: HttpEndpointsOptions): Promise<Ht
   };
 
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
-    const path = (req.url ?? "/").split("?")[0];
+    const path = (req.url ?? "/").split("?")[0]!;
+    if (opts.webhooks && path.startsWith("/hooks/")) return opts.webhooks(req, res, path);
     if (path !== "/metrics" && path !== "/healthz" && path !== "/readyz") return reply(res, 404, "not found: this port serves /metrics, /healthz and /readyz\n");
     if (req.method !== "GET" && req.method !== "HEAD") {
       res.setHeader("allow", "GET, HEAD");

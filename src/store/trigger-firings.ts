@@ -74,15 +74,15 @@ export class TriggerFiringStore {
     private readonly t: Tables,
   ) {}
 
-  /** Appends one firing; every call is a new row with a new id. */
-  insert(f: FiringInput, nowMs: number, by: string): Promise<FiringRow> {
+  /** Appends one firing; every call is a new row with a new id (`id`, or one made now). */
+  insert(f: FiringInput, nowMs: number, by: string, id: string = ulid(nowMs)): Promise<FiringRow> {
     const firing = this.t.id("trigger_firing");
     const firedOn = f.firedOn === null ? null : f.firedOn.toString();
     return withDbErrors(() =>
       this.db.one(sql.type(firingRow)`
         INSERT INTO ${firing} (id, tenant_key, trigger_name, trigger_type, payload, action, definition_id, event, run_id, outcome, error,
                                fired_on, createdby, createdon)
-        VALUES (${ulid(nowMs)}, ${f.tenantKey}, ${f.triggerName}, ${f.triggerType}, ${f.payload}, ${f.action}, ${f.definitionId}, ${f.event},
+        VALUES (${id}, ${f.tenantKey}, ${f.triggerName}, ${f.triggerType}, ${f.payload}, ${f.action}, ${f.definitionId}, ${f.event},
                 ${f.runId}, ${f.outcome}, ${f.error}, ${firedOn}::int8, ${by}, ${ts(nowMs)})
         RETURNING ${COLUMNS}`),
     );

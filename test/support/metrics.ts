@@ -44,6 +44,7 @@ export const DAEMON_METRICS: Record<string, readonly string[]> = {
   aiflow_dag_events_total: [],
   aiflow_dag_nodes_queued_total: [],
   aiflow_dag_runs_ended_total: ["status"],
+  aiflow_trigger_firings_total: ["type", "outcome"],
   aiflow_db_pool_connections: ["pool", "state"],
   aiflow_heartbeat_flush_rows: [],
   aiflow_heartbeat_flush_seconds: [],
