@@ -13,6 +13,7 @@ import { OpsService } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 import { QueueService } from "@aiflow/wire/gen/aiflow/cluster/v1/queue_pb.js";
 import { RunDirectoryService, TriggerFiringService } from "@aiflow/wire/gen/aiflow/cluster/v1/runs_pb.js";
 import { DagService } from "@aiflow/wire/gen/aiflow/dag/v1/dag_pb.js";
+import { TriggerService } from "@aiflow/wire/gen/aiflow/trigger/v1/trigger_pb.js";
 import { Health } from "@aiflow/wire/gen/grpc/health/v1/health_pb.js";
 import { ServerReflection } from "@aiflow/wire/gen/grpc/reflection/v1/reflection_pb.js";
 import { ServerReflection as ServerReflectionAlpha } from "@aiflow/wire/gen/grpc/reflection/v1alpha/reflection_pb.js";
@@ -67,6 +68,7 @@ const SERVICES: { service: DescService; access: Access; proto: string }[] = [
   { service: RunDirectoryService, access: "engine", proto: "aiflow/cluster/v1/runs.proto" },
   { service: TriggerFiringService, access: "engine", proto: "aiflow/cluster/v1/runs.proto" },
   { service: DagService, access: "runs", proto: "aiflow/dag/v1/dag.proto" },
+  { service: TriggerService, access: "runs", proto: "aiflow/trigger/v1/trigger.proto" },
   { service: Health, access: "public", proto: "grpc/health/v1/health.proto" },
   { service: ServerReflection, access: "any", proto: "grpc/reflection/v1/reflection.proto" },
   { service: ServerReflectionAlpha, access: "any", proto: "grpc/reflection/v1alpha/reflection.proto" },
@@ -156,6 +158,14 @@ const TABLE: Record<string, Row> = {
   "aiflow.dag.v1.DagService/ResumeRun": { request: () => ({ tenantKey: "tB", runId: "01J00000000000000000000000" }) },
   "aiflow.dag.v1.DagService/WatchRun": { request: () => ({ tenantKey: "tB", runId: "01J00000000000000000000000" }) },
 
+  // Triggers of tB: a token limited to tA is refused before any read or write.
+  "aiflow.trigger.v1.TriggerService/PutTrigger": {
+    request: () => ({ tenantKey: "tB", trigger: { name: "hook-b", type: "TRIGGER_TYPE_WEBHOOK", action: "ACTION_START", definitionId: "def-b", secret: "a-secret-of-16-bytes-or-more" } }),
+  },
+  "aiflow.trigger.v1.TriggerService/GetTrigger": { request: () => ({ tenantKey: "tB", name: "hook-b" }) },
+  "aiflow.trigger.v1.TriggerService/ListTriggers": { request: () => ({ tenantKey: "tB" }) },
+  "aiflow.trigger.v1.TriggerService/DeleteTrigger": { request: () => ({ tenantKey: "tB", name: "no-such-trigger" }) },
+
   "grpc.health.v1.Health/Check": { request: () => ({}) },
   "grpc.health.v1.Health/List": { request: () => ({}) },
   "grpc.health.v1.Health/Watch": { request: () => ({}) },
@@ -197,7 +207,8 @@ function callCode(client: grpc.Client, method: string, kind: "unary" | "server_s
   });
 }
 
-const fx = useTestDaemon({ label: "authz", config: () => ({ tokens: grants() }) });
+// Every method is called once without a token: more than the default --auth-failure-limit from one address in a minute.
+const fx = useTestDaemon({ label: "authz", config: () => ({ tokens: grants(), authFailureLimit: 1_000 }) });
 let daemon: Daemon;
 const clients = new Map<string, grpc.Client>();
 const fixture = {} as Fixture;
