@@ -30,6 +30,7 @@ import { cronTask } from "../triggers/cron.js";
 import { applyTriggersFile, readTriggersFile } from "../triggers/file.js";
 import { TriggerFirer } from "../triggers/firer.js";
 import { webhookHandler } from "../triggers/webhook.js";
+import { AuthFailures } from "../server/auth-failures.js";
 import { triggerServiceImpl } from "./trigger-service.js";
 import { dagServiceImpl } from "./dag-service.js";
 import { file_grpc_health_v1_health, Health, HealthCheckResponse_ServingStatus } from "@aiflow/wire/gen/grpc/health/v1/health_pb.js";
@@ -254,7 +255,14 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
     ],
     maintenance: { runOnce: () => maintenance.runOnce(), flushHeartbeats: () => heartbeats.flush() },
     onShutdown: () => health.shutdown(),
-    webhooks: webhookHandler({ triggers, firer, clock, log: log.child({ component: "webhooks" }), maxBytes: config.webhookMaxBytes }),
+    webhooks: webhookHandler({
+      triggers,
+      firer,
+      clock,
+      log: log.child({ component: "webhooks" }),
+      maxBytes: config.webhookMaxBytes,
+      guesses: new AuthFailures(clock, config.authFailureLimit, config.authFailureWindow),
+    }),
     readiness: new Readiness({ pool, tables, clock, draining: deps.draining, listening: () => listener.connected, log: log.child({ component: "readiness" }) }),
   };
 }

@@ -12,13 +12,15 @@
  * or wrong signature (401), a body that is not JSON (400), a replayed delivery (409), and whatever
  * the action's own refusal was (./firer.ts). A success answers 202 with the firing's id and the run
  * it started or moved. Only a request that names no tenant and trigger at all is answered 404
- * without a record: there is nothing to record it under.
+ * without a record (there is nothing to record it under), and so is an address past its limit of
+ * unsigned and unknown-trigger deliveries (429; see `guesses`).
  */
 import { createHmac, timingSafeEqual } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { msToNs, type Clock } from "../clock.js";
 import { AppError } from "../domain/errors.js";
 import type { Logger } from "../log.js";
+import type { AuthFailures } from "../server/auth-failures.js";
 import type { TriggerStore } from "../store/triggers.js";
 import { TRIGGER_NAME } from "./definition.js";
 import { FiringRefused, type FireResult, type Refusal, type TriggerFirer } from "./firer.js";
@@ -29,6 +31,12 @@ const DELIVERY_ID = /^[\x21-\x7e]{1,200}$/;
 
 export interface WebhookDeps {
   triggers: TriggerStore;
+  /**
+   * Unsigned deliveries and deliveries to unknown triggers per remote address (--auth-failure-limit
+   * per --auth-failure-window): past the limit an address is answered 429 and not recorded until its
+   * window ends, so nobody without a secret can grow the firing log without bound.
+   */
+  guesses: AuthFailures;
   firer: TriggerFirer;
   clock: Clock;
   log: Logger;
@@ -62,11 +70,21 @@ export function webhookHandler(d: WebhookDeps): (req: IncomingMessage, res: Serv
       res.setHeader("allow", "POST");
       return answer(res, 405, { error: `method not allowed: webhooks are POST ${path}` });
     }
+    const address = req.socket.remoteAddress ?? "unknown";
+    if (d.guesses.throttled(address)) {
+      res.setHeader("connection", "close");
+      return answer(res, 429, { error: "too many unsigned or unknown-trigger webhooks from this address; wait for --auth-failure-window to pass" });
+    }
     const firedOnNs = sourceTime(req.headers.date, d.clock.nowMs());
     try {
       const body = await readBody(req, res, d.maxBytes);
       const trigger = await d.triggers.forWebhook(where.tenantKey, where.name);
-      const refuse = async (r: FiringRefused, payloadText: string | null) => reply(res, await d.firer.refuse(where, trigger, payloadText, firedOnNs, r));
+      const refuse = async (r: FiringRefused, payloadText: string | null) => {
+        const recorded = await d.firer.refuse(where, trigger, payloadText, firedOnNs, r);
+        if ((r.refusal === "unsigned" || r.refusal === "unknown_trigger") && d.guesses.record(address))
+          d.log.warn({ address, tenant: where.tenantKey, trigger: where.name }, "too many unsigned or unknown-trigger webhooks from one address: refusing its webhooks unrecorded until its window ends");
+        reply(res, recorded);
+      };
       if (body === null) return refuse(new FiringRefused("too_large", `the body is over --webhook-max-bytes (${d.maxBytes} bytes); it was not kept`), null);
       const text = body.toString("utf8");
       if (!trigger || trigger.trigger_type !== "webhook")
