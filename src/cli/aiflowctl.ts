@@ -1,8 +1,8 @@
 /**
  * aiflowctl — the operator's command line for aiflowd, built on the generated Connect client. The
  * commands live in ./ctl/ by what they act on (agents, work, bindings, concurrency keys, tenants'
- * fair-share weights, rate limits, DAG runs); each carries its flags, defaults and exit codes, from which
- * `--help` is written.
+ * fair-share weights, rate limits, DAG runs, triggers); each carries its flags, defaults and exit
+ * codes, from which `--help` is written.
  * Exit codes: 0 success, 1 the daemon refused or failed, 2 usage, 3 a drain deadline gave work back.
  */
 import { createClient, type Interceptor } from "@connectrpc/connect";
@@ -10,6 +10,7 @@ import { createGrpcTransport } from "@connectrpc/connect-node";
 import { OpsService } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 import { QueueService } from "@aiflow/wire/gen/aiflow/cluster/v1/queue_pb.js";
 import { DagService } from "@aiflow/wire/gen/aiflow/dag/v1/dag_pb.js";
+import { TriggerService } from "@aiflow/wire/gen/aiflow/trigger/v1/trigger_pb.js";
 import { agentCommands } from "./ctl/agents.js";
 import { parseFlags, UsageError } from "./ctl/args.js";
 import { bindingCommands } from "./ctl/bindings.js";
@@ -21,10 +22,11 @@ import { limitCommands } from "./ctl/limits.js";
 import { runCommands } from "./ctl/runs.js";
 import { tenantCommands } from "./ctl/tenants.js";
 import { tlsChoice, type TlsChoice } from "./ctl/tls.js";
+import { triggerCommands } from "./ctl/triggers.js";
 import { workCommands } from "./ctl/work.js";
 import { VERSION } from "../version.js";
 
-const COMMANDS: readonly Command[] = [...agentCommands, ...workCommands, ...bindingCommands, ...keyCommands, ...tenantCommands, ...limitCommands, ...runCommands];
+const COMMANDS: readonly Command[] = [...agentCommands, ...workCommands, ...bindingCommands, ...keyCommands, ...tenantCommands, ...limitCommands, ...runCommands, ...triggerCommands];
 
 
 export async function main(argv: readonly string[], env = process.env, out = (t: string) => process.stdout.write(t + "\n")): Promise<number> {
@@ -60,7 +62,7 @@ export async function main(argv: readonly string[], env = process.env, out = (t:
       return next(req);
     };
     const transport = createGrpcTransport({ baseUrl: choice.baseUrl, nodeOptions: choice.nodeOptions, interceptors: [auth], defaultTimeoutMs: timeoutMs });
-    return await spec.run({ args, json: args.has("json"), address, ops: createClient(OpsService, transport), queue: createClient(QueueService, transport), dag: createClient(DagService, transport), out });
+    return await spec.run({ args, json: args.has("json"), address, ops: createClient(OpsService, transport), queue: createClient(QueueService, transport), dag: createClient(DagService, transport), triggers: createClient(TriggerService, transport), out });
   } catch (err) {
     if (err instanceof UsageError) return fail(err.message, 2);
     const { message, exit } = explain(err, spec, { address, tokenFrom, tls });

@@ -9,6 +9,7 @@ import { parseDuration } from "../../config.js";
 import type { OpsService } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 import type { QueueService } from "@aiflow/wire/gen/aiflow/cluster/v1/queue_pb.js";
 import type { DagService } from "@aiflow/wire/gen/aiflow/dag/v1/dag_pb.js";
+import type { TriggerService } from "@aiflow/wire/gen/aiflow/trigger/v1/trigger_pb.js";
 import { WorkItemStatus } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
 import { UsageError, type Parsed } from "./args.js";
 
@@ -29,6 +30,7 @@ export interface Ctx {
   ops: ReturnType<typeof createClient<typeof OpsService>>;
   queue: ReturnType<typeof createClient<typeof QueueService>>;
   dag: ReturnType<typeof createClient<typeof DagService>>;
+  triggers: ReturnType<typeof createClient<typeof TriggerService>>;
   out(text: string): void;
 }
 
