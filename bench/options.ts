@@ -24,7 +24,8 @@ export const HELP = `npm run bench -- [options]
   --dag-chains N     the DAG section's 10-node chain runs, started at once (default 200)
   --dag-fanouts N    the DAG section's fan-out runs, started at once (default 5)
   --dag-width N      each fan-out's iterations (default 1000)
-  --only LIST        comma list of: enqueue,drain,mixed,tenants,latency,streams,heartbeat,dag (default
+  --trigger-starts N runs the triggers section starts by StartRun and as many by webhook (default 2000)
+  --only LIST        comma list of: enqueue,drain,mixed,tenants,latency,streams,heartbeat,dag,triggers (default
                      all), fast-path, agent-path, claim_cost;
                      mixed drains --items again, a mix of plain items, items that need GPU memory and
                      items under concurrency keys, with agents of several (simulated) GPU sizes, and
@@ -38,6 +39,8 @@ export const HELP = `npm run bench -- [options]
                      then 10-node chains and fan-outs (split, --dag-width iterations, join) run
                      by the same agents; runs and nodes a second, the hand-offs between nodes,
                      and CPU per node ÷ CPU per plain item;
+                     triggers, on a daemon and database of its own: runs started by signed
+                     webhooks against as many StartRun calls, starts a second and CPU per start;
                      fast-path (only when named) drains twice in the run, with the daemon's
                      --grpc-fast-path and the SDK's fastTransport on, then both off;
                      agent-path (only when named) drains and runs the steady rate twice, the
@@ -66,7 +69,7 @@ export const WARMUP_MS = 20_000;
 
 export class BenchArgError extends Error {}
 
-const SECTIONS = ["enqueue", "drain", "mixed", "tenants", "latency", "streams", "heartbeat", "dag"];
+const SECTIONS = ["enqueue", "drain", "mixed", "tenants", "latency", "streams", "heartbeat", "dag", "triggers"];
 /** Sections run only when --only names them. */
 const OPT_IN = ["fast-path", "agent-path", "claim_cost"];
 
@@ -88,7 +91,7 @@ const span = (raw: string, flag: string, minMs: number): number => {
 
 /** Throws BenchArgError for a bad option; `help` is set when --help was asked for. */
 export function parseOptions(argv: readonly string[]): { o: Options; only: Set<string>; help: boolean } {
-  const o: Options = { items: 100_000, agents: 4, slots: 32, daemons: 1, rate: 1000, durationMs: 10_000, warmupMs: WARMUP_MS, hbAgents: 1000, hbDurationMs: 10_000, hbSettleMs: 11_000, hbIdleMs: 5_000, drainWarmup: 4_000, baselineWorkers: 32, streamAgents: 1000, streamIdleMs: 10_000, graphile: true, dagItems: 10_000, dagChains: 200, dagFanOuts: 5, dagWidth: 1000 };
+  const o: Options = { items: 100_000, agents: 4, slots: 32, daemons: 1, rate: 1000, durationMs: 10_000, warmupMs: WARMUP_MS, hbAgents: 1000, hbDurationMs: 10_000, hbSettleMs: 11_000, hbIdleMs: 5_000, drainWarmup: 4_000, baselineWorkers: 32, streamAgents: 1000, streamIdleMs: 10_000, graphile: true, dagItems: 10_000, dagChains: 200, dagFanOuts: 5, dagWidth: 1000, triggerStarts: 2000 };
   let only = new Set(SECTIONS);
   for (let i = 0; i < argv.length; i++) {
     const [flag, inline] = argv[i]!.split("=", 2);
@@ -113,6 +116,7 @@ export function parseOptions(argv: readonly string[]): { o: Options; only: Set<s
       case "--dag-chains": o.dagChains = count(value(), flag); break;
       case "--dag-fanouts": o.dagFanOuts = count(value(), flag); break;
       case "--dag-width": o.dagWidth = count(value(), flag); break;
+      case "--trigger-starts": o.triggerStarts = count(value(), flag); break;
       case "--only": {
         only = new Set(value().split(","));
         const unknown = [...only].filter((s) => !SECTIONS.includes(s) && !OPT_IN.includes(s));
@@ -129,7 +133,7 @@ export function parseOptions(argv: readonly string[]): { o: Options; only: Set<s
         o.graphile = false;
         break;
       case "--smoke":
-        Object.assign(o, { items: 300, agents: 2, slots: 8, rate: 100, durationMs: 1000, warmupMs: 300, hbAgents: 50, hbDurationMs: 2000, hbSettleMs: 500, hbIdleMs: 1000, drainWarmup: 100, baselineWorkers: 4, streamAgents: 20, streamIdleMs: 1000, dagItems: 300, dagChains: 10, dagFanOuts: 1, dagWidth: 50 });
+        Object.assign(o, { items: 300, agents: 2, slots: 8, rate: 100, durationMs: 1000, warmupMs: 300, hbAgents: 50, hbDurationMs: 2000, hbSettleMs: 500, hbIdleMs: 1000, drainWarmup: 100, baselineWorkers: 4, streamAgents: 20, streamIdleMs: 1000, dagItems: 300, dagChains: 10, dagFanOuts: 1, dagWidth: 50, triggerStarts: 50 });
         break;
       default:
         throw new BenchArgError(`unknown option ${flag} (see --help)`);

@@ -47,6 +47,8 @@ export interface Options {
   dagChains: number;
   dagFanOuts: number;
   dagWidth: number;
+  /** The triggers section's starts of each kind. */
+  triggerStarts: number;
 }
 
 type Figures = Record<string, number | string>;

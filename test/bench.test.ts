@@ -34,7 +34,7 @@ describe("benchmark options", () => {
     [["--items", "lots"], /--items needs a whole number ≥ 1, not 'lots'/],
     [["--agents", "0"], /--agents needs a whole number ≥ 1/],
     [["--warmup", "soon"], /--warmup/],
-    [["--only", "drain,latncy"], /--only takes a comma list of enqueue, drain, mixed, tenants, latency, streams, heartbeat, dag, fast-path, agent-path, claim_cost; not 'latncy'/],
+    [["--only", "drain,latncy"], /--only takes a comma list of enqueue, drain, mixed, tenants, latency, streams, heartbeat, dag, triggers, fast-path, agent-path, claim_cost; not 'latncy'/],
     [["--itmes", "5"], /unknown option --itmes/],
   ])("refuses %j with a message naming the option", (argv, message) => {
     expect(() => parseOptions(argv)).toThrow(BenchArgError);
@@ -172,7 +172,7 @@ describe("benchmark smoke run", () => {
       .filter((l) => l.startsWith("{"))
       .map((l) => JSON.parse(l) as Record<string, unknown>);
     const names = sets.map((s) => s.bench);
-    expect(names).toEqual(["enqueue", "drain", "drain_baseline", "drain_graphile", "drain_ratio", "drain_mixed", "mixed_ratio", "drain_tenants", "tenant_shares", "tenants_ratio", "latency", "latency_baseline", "latency_graphile", "latency_ratio", "http2_floor", "drain_tls", "latency_tls", "tls_ratio", "streams", "heartbeat", "dag_plain", "dag_chain", "dag_fanout", "dag_ratio"]);
+    expect(names).toEqual(["enqueue", "drain", "drain_baseline", "drain_graphile", "drain_ratio", "drain_mixed", "mixed_ratio", "drain_tenants", "tenant_shares", "tenants_ratio", "latency", "latency_baseline", "latency_graphile", "latency_ratio", "http2_floor", "drain_tls", "latency_tls", "tls_ratio", "streams", "heartbeat", "dag_plain", "dag_chain", "dag_fanout", "dag_ratio", "triggers_startrun", "triggers_webhook", "triggers_ratio"]);
     expect(sets.find((s) => s.bench === "drain_tls")!.items).toBe(50);
     expect(sets.find((s) => s.bench === "drain_graphile")!.items).toBe(50);
     expect(typeof sets.find((s) => s.bench === "drain_ratio")!.ours_over_graphile).toBe("number");
@@ -207,6 +207,10 @@ describe("benchmark smoke run", () => {
     const dag = sets.find((s) => s.bench === "dag_ratio")!;
     expect(dag.chain_node_over_plain).toBeGreaterThan(0);
     expect(dag.fanout_node_over_plain).toBeGreaterThan(0);
+    // The triggers section: as many webhook starts as StartRun calls (--smoke's 50), and their ratios.
+    expect(sets.find((s) => s.bench === "triggers_startrun")).toMatchObject({ starts: 50 });
+    expect(sets.find((s) => s.bench === "triggers_webhook")).toMatchObject({ starts: 50 });
+    expect(sets.find((s) => s.bench === "triggers_ratio")!.webhook_starts_per_s_over_startrun).toBeGreaterThan(0);
     const floor = sets.find((s) => s.bench === "http2_floor")!;
     // Figures, not values: at 20 calls/s for half a second a process's CPU can be under one tick of
     // /proc's 10 ms clock, so a figure of 0 is a real reading here.
