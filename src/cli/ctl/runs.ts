@@ -3,9 +3,7 @@
  * resume, signal. Every call names its tenant with --tenant, checked before anything is sent. A
  * run is the caller's own: another token's run is "not found", like an id that does not exist.
  */
-import { readFile } from "node:fs/promises";
-import { text } from "node:stream/consumers";
-import { create, fromJson, type JsonValue } from "@bufbuild/protobuf";
+import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import {
   CancelRunResponseSchema,
@@ -23,6 +21,7 @@ import {
 import { UsageError, type Parsed } from "./args.js";
 import { printJson, wholeFlag, type Command, type Ctx } from "./command.js";
 import { status } from "./format.js";
+import { messageFromFile } from "./message-file.js";
 import { endLine, progressLines, runRows, runStatus, runTree } from "./run-view.js";
 
 /** ListRuns' largest page. */
@@ -57,29 +56,8 @@ function runStatusesOf(names: readonly string[]): RunStatus[] {
   });
 }
 
-/** FILE as aiflow.dag.v1.Definition in protobuf JSON (`-`: stdin); anything unreadable or malformed is a usage error naming it. */
-async function definitionFrom(path: string): Promise<Definition> {
-  const name = path === "-" ? "stdin" : path;
-  let body: string;
-  try {
-    body = path === "-" ? await text(process.stdin) : await readFile(path, "utf8");
-  } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code;
-    const why = code === "ENOENT" ? "no such file" : code === "EACCES" ? "permission denied" : code === "EISDIR" ? "a directory, not a file" : (err as Error).message;
-    throw new UsageError(`FILE: cannot read ${path} (${why})`);
-  }
-  let json: JsonValue;
-  try {
-    json = JSON.parse(body) as JsonValue;
-  } catch (err) {
-    throw new UsageError(`${name}: is not JSON (${(err as Error).message})`);
-  }
-  try {
-    return fromJson(DefinitionSchema, json);
-  } catch (err) {
-    throw new UsageError(`${name}: is not an aiflow.dag.v1.Definition in protobuf JSON (${(err as Error).message})`);
-  }
-}
+/** FILE as aiflow.dag.v1.Definition in protobuf JSON (`-`: stdin). */
+const definitionFrom = (path: string): Promise<Definition> => messageFromFile(path, DefinitionSchema);
 
 /** The run ID after the subcommand's name. */
 function idOf(args: Parsed, usage: string): string {

@@ -6,9 +6,6 @@
  * never returns it; reads say only whether one is set). It can come from an environment variable
  * (--secret-env) so that it need not sit in a trigger file that may be committed.
  */
-import { readFile } from "node:fs/promises";
-import { text } from "node:stream/consumers";
-import { fromJson, type JsonValue } from "@bufbuild/protobuf";
 import { timestampMs, type Timestamp } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError } from "@connectrpc/connect";
 import {
@@ -24,6 +21,7 @@ import {
 import { UsageError, type Parsed } from "./args.js";
 import { printJson, type Command, type Ctx } from "./command.js";
 import { enumName, table } from "./format.js";
+import { messageFromFile } from "./message-file.js";
 
 const USAGE = {
   list: "aiflowctl triggers list --tenant T",
@@ -45,31 +43,8 @@ function nameOf(args: Parsed, usage: string): string {
   return name;
 }
 
-/** FILE as aiflow.trigger.v1.Trigger in protobuf JSON (`-`: stdin); anything unreadable or malformed is a usage error naming it. */
-async function triggerFrom(path: string): Promise<Trigger> {
-  const name = path === "-" ? "stdin" : path;
-  let body: string;
-  try {
-    body = path === "-" ? await text(process.stdin) : await readFile(path, "utf8");
-  } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code;
-    const why = code === "ENOENT" ? "no such file" : code === "EACCES" ? "permission denied" : code === "EISDIR" ? "a directory, not a file" : (err as Error).message;
-    throw new UsageError(`FILE: cannot read ${path} (${why})`);
-  }
-  let json: JsonValue;
-  try {
-    json = JSON.parse(body) as JsonValue;
-  } catch (err) {
-    throw new UsageError(`${name}: is not JSON (${(err as Error).message})`);
-  }
-  try {
-    return fromJson(TriggerSchema, json);
-  } catch (err) {
-    // fromJson's message may quote a field's value, and the file's secret is one: say only where it failed.
-    const message = (err as Error).message;
-    throw new UsageError(`${name}: is not an aiflow.trigger.v1.Trigger in protobuf JSON (${/secret/i.test(message) ? "its secret is not a string" : message})`);
-  }
-}
+/** FILE as a Trigger; fromJson's reason may quote a field's value, and the file's secret is one: then say only where it failed. */
+const triggerFrom = (path: string): Promise<Trigger> => messageFromFile(path, TriggerSchema, (reason) => (/secret/i.test(reason) ? "its secret is not a string" : reason));
 
 /** The secret named by --secret-env, or undefined when the flag is not given. */
 function secretFromEnv(args: Parsed): { secret: string; from: string } | undefined {
