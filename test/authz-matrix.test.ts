@@ -12,7 +12,7 @@ import { AgentService } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
 import { OpsService } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 import { QueueService } from "@aiflow/wire/gen/aiflow/cluster/v1/queue_pb.js";
 import { RunDirectoryService, TriggerFiringService } from "@aiflow/wire/gen/aiflow/cluster/v1/runs_pb.js";
-import { DagService } from "@aiflow/wire/gen/aiflow/dag/v1/dag_pb.js";
+import { DagOpsService, DagService } from "@aiflow/wire/gen/aiflow/dag/v1/dag_pb.js";
 import { TriggerService } from "@aiflow/wire/gen/aiflow/trigger/v1/trigger_pb.js";
 import { Health } from "@aiflow/wire/gen/grpc/health/v1/health_pb.js";
 import { ServerReflection } from "@aiflow/wire/gen/grpc/reflection/v1/reflection_pb.js";
@@ -68,6 +68,7 @@ const SERVICES: { service: DescService; access: Access; proto: string }[] = [
   { service: RunDirectoryService, access: "engine", proto: "aiflow/cluster/v1/runs.proto" },
   { service: TriggerFiringService, access: "engine", proto: "aiflow/cluster/v1/runs.proto" },
   { service: DagService, access: "runs", proto: "aiflow/dag/v1/dag.proto" },
+  { service: DagOpsService, access: "ops", proto: "aiflow/dag/v1/dag.proto" },
   { service: TriggerService, access: "runs", proto: "aiflow/trigger/v1/trigger.proto" },
   { service: Health, access: "public", proto: "grpc/health/v1/health.proto" },
   { service: ServerReflection, access: "any", proto: "grpc/reflection/v1/reflection.proto" },
@@ -157,6 +158,8 @@ const TABLE: Record<string, Row> = {
   "aiflow.dag.v1.DagService/SignalRun": { request: () => ({ tenantKey: "tB", runId: "01J00000000000000000000000", event: "go" }) },
   "aiflow.dag.v1.DagService/ResumeRun": { request: () => ({ tenantKey: "tB", runId: "01J00000000000000000000000" }) },
   "aiflow.dag.v1.DagService/WatchRun": { request: () => ({ tenantKey: "tB", runId: "01J00000000000000000000000" }) },
+  // Any run of tB, for operators: refused to a token limited to tA before any read.
+  "aiflow.dag.v1.DagOpsService/GetRun": { request: () => ({ tenantKey: "tB", runId: "01J00000000000000000000000" }) },
 
   // Triggers of tB: a token limited to tA is refused before any read or write.
   "aiflow.trigger.v1.TriggerService/PutTrigger": {

@@ -7,7 +7,7 @@
  */
 import { beforeAll, describe, expect, it } from "vitest";
 import { Code } from "@connectrpc/connect";
-import { NodeStatus, RunStatus } from "@aiflow/wire/gen/aiflow/dag/v1/dag_pb.js";
+import { DagOpsService, NodeStatus, RunStatus } from "@aiflow/wire/gen/aiflow/dag/v1/dag_pb.js";
 import { FakeClock } from "../src/clock.js";
 import type { Daemon } from "../src/daemon.js";
 import { captureLog } from "./support/agents.js";
@@ -237,5 +237,16 @@ describe("DagService calls", () => {
     } finally {
       await w.stop();
     }
+  });
+
+  it("DagOpsService shows an operator any run of a tenant, whoever started it, and no run of another tenant", async () => {
+    const run = await new DagClient(D.address, TOKENS.runs2).start("t", definition([{ name: "w", wait: true, event: "go" }]));
+    const ops = fx.clientAt(D.address, DagOpsService, TOKENS.ops);
+    const seen = (await ops.getRun({ tenantKey: "t", runId: run.id })).run!;
+    expect([seen.id, seen.status, seen.nodes.map((n) => n.name)]).toEqual([run.id, RunStatus.RUNNING, ["w"]]);
+    const other = await refusal(ops.getRun({ tenantKey: "u", runId: run.id }));
+    expect([other.code, other.rawMessage]).toEqual([Code.NotFound, `tenant 'u' has no run '${run.id}'`]);
+    // The caller's own read stays its own.
+    expect(await codeOf(client.dag.getRun({ tenantKey: "t", runId: run.id }))).toBe(Code.NotFound);
   });
 });

@@ -230,10 +230,13 @@ export class DagEngine {
     return { run: out.s.run, value: out.value };
   }
 
-  /** The caller's run with its attempts and the live state of its work items (or only its nodes' states), or null. */
-  async view(scope: Scope, runId: string, attempts = true): Promise<RunView | null> {
-    const run = await this.#withPlan(this.runs, await this.runs.get(runId, scope));
-    if (!run) return null;
+  /**
+   * The caller's run with its attempts and the live state of its work items (or only its nodes'
+   * states), or null. With `anyCaller` (the operators' read), any run of the scope's tenant.
+   */
+  async view(scope: Scope, runId: string, attempts = true, anyCaller = false): Promise<RunView | null> {
+    const run = await this.#withPlan(this.runs, await this.runs.get(runId, anyCaller ? null : scope));
+    if (!run || run.meta.tenantKey !== scope.tenantKey) return null;
     if (!attempts) return { run, tasks: [], items: new Map() };
     const [tasks, items] = await Promise.all([this.runs.tasksOfRun(run.id), this.d.queue.store.find(scope.tenantKey, [], run.id)]);
     return { run, tasks, items: new Map(items.map((i) => [i.id, i])) };

@@ -7,7 +7,7 @@
 import { toJsonString } from "@bufbuild/protobuf";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { z } from "zod";
-import { DefinitionSchema, RunStatus, type DagService } from "@aiflow/wire/gen/aiflow/dag/v1/dag_pb.js";
+import { DefinitionSchema, RunStatus, type DagOpsService, type DagService } from "@aiflow/wire/gen/aiflow/dag/v1/dag_pb.js";
 import type { Config } from "../config.js";
 import type { DagEngine, Scope } from "../dag/engine.js";
 import { planOf } from "../dag/plan.js";
@@ -154,4 +154,18 @@ function contextOf(raw: string, maxBytes: number): Record<string, unknown> {
   const v = JSON.parse(text) as unknown;
   if (v === null || typeof v !== "object" || Array.isArray(v)) throw invalidArgument("context_json", "must be a JSON object");
   return v as Record<string, unknown>;
+}
+
+/** DagOpsService (role `ops`): any run of a tenant, read-only, for operators and the console. */
+export function dagOpsServiceImpl(engine: DagEngine): ServiceImpl<typeof DagOpsService> {
+  return {
+    async getRun(req, ctx) {
+      const tenantKey = identifier(req.tenantKey, "tenant_key");
+      assertTenant(callerOf(ctx), tenantKey);
+      const runId = identifier(req.runId, "run_id");
+      const v = await engine.view({ by: "", tenantKey }, runId, true, true);
+      if (!v) throw notFound(`tenant '${tenantKey}' has no run '${runId}'`);
+      return { run: runToWire(v) };
+    },
+  };
 }

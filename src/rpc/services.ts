@@ -22,7 +22,7 @@ import { AgentService, file_aiflow_cluster_v1_agent } from "@aiflow/wire/gen/aif
 import { file_aiflow_cluster_v1_ops, OpsService } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 import { file_aiflow_cluster_v1_queue, QueueService } from "@aiflow/wire/gen/aiflow/cluster/v1/queue_pb.js";
 import { file_aiflow_cluster_v1_runs, RunDirectoryService, TriggerFiringService } from "@aiflow/wire/gen/aiflow/cluster/v1/runs_pb.js";
-import { DagService, file_aiflow_dag_v1_dag } from "@aiflow/wire/gen/aiflow/dag/v1/dag_pb.js";
+import { DagOpsService, DagService, file_aiflow_dag_v1_dag } from "@aiflow/wire/gen/aiflow/dag/v1/dag_pb.js";
 import { DagEngine } from "../dag/engine.js";
 import { file_aiflow_trigger_v1_trigger, TriggerService } from "@aiflow/wire/gen/aiflow/trigger/v1/trigger_pb.js";
 import { TriggerStore } from "../store/triggers.js";
@@ -32,7 +32,7 @@ import { TriggerFirer } from "../triggers/firer.js";
 import { webhookHandler } from "../triggers/webhook.js";
 import { AuthFailures } from "../server/auth-failures.js";
 import { triggerServiceImpl } from "./trigger-service.js";
-import { dagServiceImpl } from "./dag-service.js";
+import { dagOpsServiceImpl, dagServiceImpl } from "./dag-service.js";
 import { file_grpc_health_v1_health, Health, HealthCheckResponse_ServingStatus } from "@aiflow/wire/gen/grpc/health/v1/health_pb.js";
 import { ServerReflection } from "@aiflow/wire/gen/grpc/reflection/v1/reflection_pb.js";
 import { ServerReflection as ServerReflectionAlpha } from "@aiflow/wire/gen/grpc/reflection/v1alpha/reflection_pb.js";
@@ -234,6 +234,7 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
       },
     },
     { services: [DagService], access: "runs", mount: (r) => r.service(DagService, dagServiceImpl({ engine: dag, config, clock, draining: deps.draining })) },
+    { services: [DagOpsService], access: "ops", mount: (r) => r.service(DagOpsService, dagOpsServiceImpl(dag)) },
     { services: [TriggerService], access: "runs", mount: (r) => r.service(TriggerService, triggerServiceImpl({ triggers, clock })) },
   ];
   for (const s of mounted.flatMap((m) => m.services)) health.set(s.typeName, HealthCheckResponse_ServingStatus.SERVING);

@@ -14,7 +14,46 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file aiflow/dag/v1/dag.proto.
  */
 export const file_aiflow_dag_v1_dag: GenFile = /*@__PURE__*/
-  fileDesc("ChdhaWZsb3cvZGFnL3YxL2RhZy5wcm90bxINYWlmbG93LmRhZy52MSJnCgpEZWZpbml0aW9uEgoKAmlkGAEgASgJEiIKBW5vZGVzGAIgAygLMhMuYWlmbG93LmRhZy52MS5Ob2RlEikKCGFmZmluaXR5GAMgASgOMhcuYWlmbG93LmRhZy52MS5BZmZpbml0eSLTAgoETm9kZRIMCgRuYW1lGAEgASgJEiUKBGtpbmQYAiABKA4yFy5haWZsb3cuZGFnLnYxLk5vZGVLaW5kEhMKC2VuZ2luZV9raW5kGAMgASgJEhQKDHBheWxvYWRfanNvbhgEIAEoCRISCgpkZXBlbmRzX29uGAUgAygJEhMKC21heF9yZXRyaWVzGAYgASgFEjYKDXdvcmtlcl9wYXJhbXMYByABKAsyHy5haWZsb3cuY2x1c3Rlci52MS5Xb3JrZXJQYXJhbXMSKgoHdGltZW91dBgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIPCgdmYW5fb3V0GAkgASgJEiwKCm9uX2ZhaWx1cmUYCiABKA4yGC5haWZsb3cuZGFnLnYxLk9uRmFpbHVyZRIQCghwcmlvcml0eRgLIAEoBRINCgVldmVudBgMIAEoCSJZChRQdXREZWZpbml0aW9uUmVxdWVzdBISCgp0ZW5hbnRfa2V5GAEgASgJEi0KCmRlZmluaXRpb24YAiABKAsyGS5haWZsb3cuZGFnLnYxLkRlZmluaXRpb24iPwoVUHV0RGVmaW5pdGlvblJlc3BvbnNlEhUKDWRlZmluaXRpb25faWQYASABKAkSDwoHY3JlYXRlZBgCIAEoCCKoAQoPU3RhcnRSdW5SZXF1ZXN0EhIKCnRlbmFudF9rZXkYASABKAkSLwoKZGVmaW5pdGlvbhgCIAEoCzIZLmFpZmxvdy5kYWcudjEuRGVmaW5pdGlvbkgAEhcKDWRlZmluaXRpb25faWQYAyABKAlIABIUCgxjb250ZXh0X2pzb24YBCABKAkSFwoPaWRlbXBvdGVuY3lfa2V5GAUgASgJQggKBnNvdXJjZSJFChBTdGFydFJ1blJlc3BvbnNlEh8KA3J1bhgBIAEoCzISLmFpZmxvdy5kYWcudjEuUnVuEhAKCGV4aXN0aW5nGAIgASgIIvsBCgdBdHRlbXB0Eg8KB3Rhc2tfaWQYASABKAkSDAoEbmFtZRgCIAEoCRIsCgZzdGF0dXMYAyABKA4yHC5haWZsb3cuZGFnLnYxLkF0dGVtcHRTdGF0dXMSFAoMd29ya19pdGVtX2lkGAQgASgJEg4KBndvcmtlchgFIAEoCRIXCgpzdGFydF90aW1lGAYgASgDSACIAQESFQoIZW5kX3RpbWUYByABKANIAYgBARINCgVlcnJvchgIIAEoCRIRCglpdGVyYXRpb24YCSABKAUSDwoHYXR0ZW1wdBgKIAEoBUINCgtfc3RhcnRfdGltZUILCglfZW5kX3RpbWUiqgEKCU5vZGVTdGF0ZRIMCgRuYW1lGAEgASgJEikKBnN0YXR1cxgCIAEoDjIZLmFpZmxvdy5kYWcudjEuTm9kZVN0YXR1cxIoCghhdHRlbXB0cxgDIAMoCzIWLmFpZmxvdy5kYWcudjEuQXR0ZW1wdBISCgppdGVyYXRpb25zGAQgASgFEhcKD2l0ZXJhdGlvbnNfZG9uZRgFIAEoBRINCgVlcnJvchgGIAEoCSLpAgoDUnVuEgoKAmlkGAEgASgJEhIKCnRlbmFudF9rZXkYAiABKAkSFQoNZGVmaW5pdGlvbl9pZBgDIAEoCRIoCgZzdGF0dXMYBCABKA4yGC5haWZsb3cuZGFnLnYxLlJ1blN0YXR1cxIUCgxjb250ZXh0X2pzb24YBSABKAkSJwoFbm9kZXMYBiADKAsyGC5haWZsb3cuZGFnLnYxLk5vZGVTdGF0ZRIXCgpzdGFydF90aW1lGAcgASgDSACIAQESFQoIZW5kX3RpbWUYCCABKANIAYgBARIVCghkdXJhdGlvbhgJIAEoA0gCiAEBEhIKCmNyZWF0ZWRfYnkYCiABKAkSLgoKY3JlYXRlZF9vbhgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGcmVhc29uGAwgASgJQg0KC19zdGFydF90aW1lQgsKCV9lbmRfdGltZUILCglfZHVyYXRpb24iMwoNR2V0UnVuUmVxdWVzdBISCgp0ZW5hbnRfa2V5GAEgASgJEg4KBnJ1bl9pZBgCIAEoCSIxCg5HZXRSdW5SZXNwb25zZRIfCgNydW4YASABKAsyEi5haWZsb3cuZGFnLnYxLlJ1biKPAQoPTGlzdFJ1bnNSZXF1ZXN0EhIKCnRlbmFudF9rZXkYASABKAkSKgoIc3RhdHVzZXMYAiADKA4yGC5haWZsb3cuZGFnLnYxLlJ1blN0YXR1cxIVCg1kZWZpbml0aW9uX2lkGAMgASgJEhEKCXBhZ2Vfc2l6ZRgEIAEoBRISCgpwYWdlX3Rva2VuGAUgASgJIk0KEExpc3RSdW5zUmVzcG9uc2USIAoEcnVucxgBIAMoCzISLmFpZmxvdy5kYWcudjEuUnVuEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJGChBDYW5jZWxSdW5SZXF1ZXN0EhIKCnRlbmFudF9rZXkYASABKAkSDgoGcnVuX2lkGAIgASgJEg4KBnJlYXNvbhgDIAEoCSI0ChFDYW5jZWxSdW5SZXNwb25zZRIfCgNydW4YASABKAsyEi5haWZsb3cuZGFnLnYxLlJ1biJbChBTaWduYWxSdW5SZXF1ZXN0EhIKCnRlbmFudF9rZXkYASABKAkSDgoGcnVuX2lkGAIgASgJEg0KBWV2ZW50GAMgASgJEhQKDHBheWxvYWRfanNvbhgEIAEoCSJHChFTaWduYWxSdW5SZXNwb25zZRIfCgNydW4YASABKAsyEi5haWZsb3cuZGFnLnYxLlJ1bhIRCglkZWxpdmVyZWQYAiABKAgiNgoQUmVzdW1lUnVuUmVxdWVzdBISCgp0ZW5hbnRfa2V5GAEgASgJEg4KBnJ1bl9pZBgCIAEoCSI0ChFSZXN1bWVSdW5SZXNwb25zZRIfCgNydW4YASABKAsyEi5haWZsb3cuZGFnLnYxLlJ1biJMCg9XYXRjaFJ1blJlcXVlc3QSEgoKdGVuYW50X2tleRgBIAEoCRIOCgZydW5faWQYAiABKAkSFQoNd2l0aF9hdHRlbXB0cxgDIAEoCCIzChBXYXRjaFJ1blJlc3BvbnNlEh8KA3J1bhgBIAEoCzISLmFpZmxvdy5kYWcudjEuUnVuKjYKCEFmZmluaXR5EhgKFEFGRklOSVRZX1VOU1BFQ0lGSUVEEAASEAoMQUZGSU5JVFlfUlVOEAEqTQoITm9kZUtpbmQSGQoVTk9ERV9LSU5EX1VOU1BFQ0lGSUVEEAASEgoOTk9ERV9LSU5EX1RBU0sQARISCg5OT0RFX0tJTkRfV0FJVBACKlUKCU9uRmFpbHVyZRIaChZPTl9GQUlMVVJFX1VOU1BFQ0lGSUVEEAASFwoTT05fRkFJTFVSRV9GQUlMX1JVThABEhMKD09OX0ZBSUxVUkVfU0tJUBACKooBCglSdW5TdGF0dXMSGgoWUlVOX1NUQVRVU19VTlNQRUNJRklFRBAAEhYKElJVTl9TVEFUVVNfUlVOTklORxABEhgKFFJVTl9TVEFUVVNfQ09NUExFVEVEEAISFQoRUlVOX1NUQVRVU19GQUlMRUQQAxIYChRSVU5fU1RBVFVTX0NBTkNFTExFRBAEKtsBCgpOb2RlU3RhdHVzEhsKF05PREVfU1RBVFVTX1VOU1BFQ0lGSUVEEAASFwoTTk9ERV9TVEFUVVNfUEVORElORxABEhcKE05PREVfU1RBVFVTX1JVTk5JTkcQAhIXChNOT0RFX1NUQVRVU19XQUlUSU5HEAMSGQoVTk9ERV9TVEFUVVNfQ09NUExFVEVEEAQSFgoSTk9ERV9TVEFUVVNfRkFJTEVEEAUSFwoTTk9ERV9TVEFUVVNfU0tJUFBFRBAGEhkKFU5PREVfU1RBVFVTX0NBTkNFTExFRBAHKtkBCg1BdHRlbXB0U3RhdHVzEh4KGkFUVEVNUFRfU1RBVFVTX1VOU1BFQ0lGSUVEEAASGQoVQVRURU1QVF9TVEFUVVNfUVVFVUVEEAESGgoWQVRURU1QVF9TVEFUVVNfUlVOTklORxACEhoKFkFUVEVNUFRfU1RBVFVTX1dBSVRJTkcQAxIcChhBVFRFTVBUX1NUQVRVU19DT01QTEVURUQQBBIZChVBVFRFTVBUX1NUQVRVU19GQUlMRUQQBRIcChhBVFRFTVBUX1NUQVRVU19DQU5DRUxMRUQQBjKIBQoKRGFnU2VydmljZRJaCg1QdXREZWZpbml0aW9uEiMuYWlmbG93LmRhZy52MS5QdXREZWZpbml0aW9uUmVxdWVzdBokLmFpZmxvdy5kYWcudjEuUHV0RGVmaW5pdGlvblJlc3BvbnNlEksKCFN0YXJ0UnVuEh4uYWlmbG93LmRhZy52MS5TdGFydFJ1blJlcXVlc3QaHy5haWZsb3cuZGFnLnYxLlN0YXJ0UnVuUmVzcG9uc2USRQoGR2V0UnVuEhwuYWlmbG93LmRhZy52MS5HZXRSdW5SZXF1ZXN0Gh0uYWlmbG93LmRhZy52MS5HZXRSdW5SZXNwb25zZRJLCghMaXN0UnVucxIeLmFpZmxvdy5kYWcudjEuTGlzdFJ1bnNSZXF1ZXN0Gh8uYWlmbG93LmRhZy52MS5MaXN0UnVuc1Jlc3BvbnNlEk4KCUNhbmNlbFJ1bhIfLmFpZmxvdy5kYWcudjEuQ2FuY2VsUnVuUmVxdWVzdBogLmFpZmxvdy5kYWcudjEuQ2FuY2VsUnVuUmVzcG9uc2USTgoJU2lnbmFsUnVuEh8uYWlmbG93LmRhZy52MS5TaWduYWxSdW5SZXF1ZXN0GiAuYWlmbG93LmRhZy52MS5TaWduYWxSdW5SZXNwb25zZRJOCglSZXN1bWVSdW4SHy5haWZsb3cuZGFnLnYxLlJlc3VtZVJ1blJlcXVlc3QaIC5haWZsb3cuZGFnLnYxLlJlc3VtZVJ1blJlc3BvbnNlEk0KCFdhdGNoUnVuEh4uYWlmbG93LmRhZy52MS5XYXRjaFJ1blJlcXVlc3QaHy5haWZsb3cuZGFnLnYxLldhdGNoUnVuUmVzcG9uc2UwAWIGcHJvdG8z", [file_aiflow_cluster_v1_work_item, file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChdhaWZsb3cvZGFnL3YxL2RhZy5wcm90bxINYWlmbG93LmRhZy52MSJAChpEYWdPcHNTZXJ2aWNlR2V0UnVuUmVxdWVzdBISCgp0ZW5hbnRfa2V5GAEgASgJEg4KBnJ1bl9pZBgCIAEoCSI+ChtEYWdPcHNTZXJ2aWNlR2V0UnVuUmVzcG9uc2USHwoDcnVuGAEgASgLMhIuYWlmbG93LmRhZy52MS5SdW4iZwoKRGVmaW5pdGlvbhIKCgJpZBgBIAEoCRIiCgVub2RlcxgCIAMoCzITLmFpZmxvdy5kYWcudjEuTm9kZRIpCghhZmZpbml0eRgDIAEoDjIXLmFpZmxvdy5kYWcudjEuQWZmaW5pdHki0wIKBE5vZGUSDAoEbmFtZRgBIAEoCRIlCgRraW5kGAIgASgOMhcuYWlmbG93LmRhZy52MS5Ob2RlS2luZBITCgtlbmdpbmVfa2luZBgDIAEoCRIUCgxwYXlsb2FkX2pzb24YBCABKAkSEgoKZGVwZW5kc19vbhgFIAMoCRITCgttYXhfcmV0cmllcxgGIAEoBRI2Cg13b3JrZXJfcGFyYW1zGAcgASgLMh8uYWlmbG93LmNsdXN0ZXIudjEuV29ya2VyUGFyYW1zEioKB3RpbWVvdXQYCCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDwoHZmFuX291dBgJIAEoCRIsCgpvbl9mYWlsdXJlGAogASgOMhguYWlmbG93LmRhZy52MS5PbkZhaWx1cmUSEAoIcHJpb3JpdHkYCyABKAUSDQoFZXZlbnQYDCABKAkiWQoUUHV0RGVmaW5pdGlvblJlcXVlc3QSEgoKdGVuYW50X2tleRgBIAEoCRItCgpkZWZpbml0aW9uGAIgASgLMhkuYWlmbG93LmRhZy52MS5EZWZpbml0aW9uIj8KFVB1dERlZmluaXRpb25SZXNwb25zZRIVCg1kZWZpbml0aW9uX2lkGAEgASgJEg8KB2NyZWF0ZWQYAiABKAgiqAEKD1N0YXJ0UnVuUmVxdWVzdBISCgp0ZW5hbnRfa2V5GAEgASgJEi8KCmRlZmluaXRpb24YAiABKAsyGS5haWZsb3cuZGFnLnYxLkRlZmluaXRpb25IABIXCg1kZWZpbml0aW9uX2lkGAMgASgJSAASFAoMY29udGV4dF9qc29uGAQgASgJEhcKD2lkZW1wb3RlbmN5X2tleRgFIAEoCUIICgZzb3VyY2UiRQoQU3RhcnRSdW5SZXNwb25zZRIfCgNydW4YASABKAsyEi5haWZsb3cuZGFnLnYxLlJ1bhIQCghleGlzdGluZxgCIAEoCCL7AQoHQXR0ZW1wdBIPCgd0YXNrX2lkGAEgASgJEgwKBG5hbWUYAiABKAkSLAoGc3RhdHVzGAMgASgOMhwuYWlmbG93LmRhZy52MS5BdHRlbXB0U3RhdHVzEhQKDHdvcmtfaXRlbV9pZBgEIAEoCRIOCgZ3b3JrZXIYBSABKAkSFwoKc3RhcnRfdGltZRgGIAEoA0gAiAEBEhUKCGVuZF90aW1lGAcgASgDSAGIAQESDQoFZXJyb3IYCCABKAkSEQoJaXRlcmF0aW9uGAkgASgFEg8KB2F0dGVtcHQYCiABKAVCDQoLX3N0YXJ0X3RpbWVCCwoJX2VuZF90aW1lIqoBCglOb2RlU3RhdGUSDAoEbmFtZRgBIAEoCRIpCgZzdGF0dXMYAiABKA4yGS5haWZsb3cuZGFnLnYxLk5vZGVTdGF0dXMSKAoIYXR0ZW1wdHMYAyADKAsyFi5haWZsb3cuZGFnLnYxLkF0dGVtcHQSEgoKaXRlcmF0aW9ucxgEIAEoBRIXCg9pdGVyYXRpb25zX2RvbmUYBSABKAUSDQoFZXJyb3IYBiABKAki6QIKA1J1bhIKCgJpZBgBIAEoCRISCgp0ZW5hbnRfa2V5GAIgASgJEhUKDWRlZmluaXRpb25faWQYAyABKAkSKAoGc3RhdHVzGAQgASgOMhguYWlmbG93LmRhZy52MS5SdW5TdGF0dXMSFAoMY29udGV4dF9qc29uGAUgASgJEicKBW5vZGVzGAYgAygLMhguYWlmbG93LmRhZy52MS5Ob2RlU3RhdGUSFwoKc3RhcnRfdGltZRgHIAEoA0gAiAEBEhUKCGVuZF90aW1lGAggASgDSAGIAQESFQoIZHVyYXRpb24YCSABKANIAogBARISCgpjcmVhdGVkX2J5GAogASgJEi4KCmNyZWF0ZWRfb24YCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnJlYXNvbhgMIAEoCUINCgtfc3RhcnRfdGltZUILCglfZW5kX3RpbWVCCwoJX2R1cmF0aW9uIjMKDUdldFJ1blJlcXVlc3QSEgoKdGVuYW50X2tleRgBIAEoCRIOCgZydW5faWQYAiABKAkiMQoOR2V0UnVuUmVzcG9uc2USHwoDcnVuGAEgASgLMhIuYWlmbG93LmRhZy52MS5SdW4ijwEKD0xpc3RSdW5zUmVxdWVzdBISCgp0ZW5hbnRfa2V5GAEgASgJEioKCHN0YXR1c2VzGAIgAygOMhguYWlmbG93LmRhZy52MS5SdW5TdGF0dXMSFQoNZGVmaW5pdGlvbl9pZBgDIAEoCRIRCglwYWdlX3NpemUYBCABKAUSEgoKcGFnZV90b2tlbhgFIAEoCSJNChBMaXN0UnVuc1Jlc3BvbnNlEiAKBHJ1bnMYASADKAsyEi5haWZsb3cuZGFnLnYxLlJ1bhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiRgoQQ2FuY2VsUnVuUmVxdWVzdBISCgp0ZW5hbnRfa2V5GAEgASgJEg4KBnJ1bl9pZBgCIAEoCRIOCgZyZWFzb24YAyABKAkiNAoRQ2FuY2VsUnVuUmVzcG9uc2USHwoDcnVuGAEgASgLMhIuYWlmbG93LmRhZy52MS5SdW4iWwoQU2lnbmFsUnVuUmVxdWVzdBISCgp0ZW5hbnRfa2V5GAEgASgJEg4KBnJ1bl9pZBgCIAEoCRINCgVldmVudBgDIAEoCRIUCgxwYXlsb2FkX2pzb24YBCABKAkiRwoRU2lnbmFsUnVuUmVzcG9uc2USHwoDcnVuGAEgASgLMhIuYWlmbG93LmRhZy52MS5SdW4SEQoJZGVsaXZlcmVkGAIgASgIIjYKEFJlc3VtZVJ1blJlcXVlc3QSEgoKdGVuYW50X2tleRgBIAEoCRIOCgZydW5faWQYAiABKAkiNAoRUmVzdW1lUnVuUmVzcG9uc2USHwoDcnVuGAEgASgLMhIuYWlmbG93LmRhZy52MS5SdW4iTAoPV2F0Y2hSdW5SZXF1ZXN0EhIKCnRlbmFudF9rZXkYASABKAkSDgoGcnVuX2lkGAIgASgJEhUKDXdpdGhfYXR0ZW1wdHMYAyABKAgiMwoQV2F0Y2hSdW5SZXNwb25zZRIfCgNydW4YASABKAsyEi5haWZsb3cuZGFnLnYxLlJ1bio2CghBZmZpbml0eRIYChRBRkZJTklUWV9VTlNQRUNJRklFRBAAEhAKDEFGRklOSVRZX1JVThABKk0KCE5vZGVLaW5kEhkKFU5PREVfS0lORF9VTlNQRUNJRklFRBAAEhIKDk5PREVfS0lORF9UQVNLEAESEgoOTk9ERV9LSU5EX1dBSVQQAipVCglPbkZhaWx1cmUSGgoWT05fRkFJTFVSRV9VTlNQRUNJRklFRBAAEhcKE09OX0ZBSUxVUkVfRkFJTF9SVU4QARITCg9PTl9GQUlMVVJFX1NLSVAQAiqKAQoJUnVuU3RhdHVzEhoKFlJVTl9TVEFUVVNfVU5TUEVDSUZJRUQQABIWChJSVU5fU1RBVFVTX1JVTk5JTkcQARIYChRSVU5fU1RBVFVTX0NPTVBMRVRFRBACEhUKEVJVTl9TVEFUVVNfRkFJTEVEEAMSGAoUUlVOX1NUQVRVU19DQU5DRUxMRUQQBCrbAQoKTm9kZVN0YXR1cxIbChdOT0RFX1NUQVRVU19VTlNQRUNJRklFRBAAEhcKE05PREVfU1RBVFVTX1BFTkRJTkcQARIXChNOT0RFX1NUQVRVU19SVU5OSU5HEAISFwoTTk9ERV9TVEFUVVNfV0FJVElORxADEhkKFU5PREVfU1RBVFVTX0NPTVBMRVRFRBAEEhYKEk5PREVfU1RBVFVTX0ZBSUxFRBAFEhcKE05PREVfU1RBVFVTX1NLSVBQRUQQBhIZChVOT0RFX1NUQVRVU19DQU5DRUxMRUQQByrZAQoNQXR0ZW1wdFN0YXR1cxIeChpBVFRFTVBUX1NUQVRVU19VTlNQRUNJRklFRBAAEhkKFUFUVEVNUFRfU1RBVFVTX1FVRVVFRBABEhoKFkFUVEVNUFRfU1RBVFVTX1JVTk5JTkcQAhIaChZBVFRFTVBUX1NUQVRVU19XQUlUSU5HEAMSHAoYQVRURU1QVF9TVEFUVVNfQ09NUExFVEVEEAQSGQoVQVRURU1QVF9TVEFUVVNfRkFJTEVEEAUSHAoYQVRURU1QVF9TVEFUVVNfQ0FOQ0VMTEVEEAYyiAUKCkRhZ1NlcnZpY2USWgoNUHV0RGVmaW5pdGlvbhIjLmFpZmxvdy5kYWcudjEuUHV0RGVmaW5pdGlvblJlcXVlc3QaJC5haWZsb3cuZGFnLnYxLlB1dERlZmluaXRpb25SZXNwb25zZRJLCghTdGFydFJ1bhIeLmFpZmxvdy5kYWcudjEuU3RhcnRSdW5SZXF1ZXN0Gh8uYWlmbG93LmRhZy52MS5TdGFydFJ1blJlc3BvbnNlEkUKBkdldFJ1bhIcLmFpZmxvdy5kYWcudjEuR2V0UnVuUmVxdWVzdBodLmFpZmxvdy5kYWcudjEuR2V0UnVuUmVzcG9uc2USSwoITGlzdFJ1bnMSHi5haWZsb3cuZGFnLnYxLkxpc3RSdW5zUmVxdWVzdBofLmFpZmxvdy5kYWcudjEuTGlzdFJ1bnNSZXNwb25zZRJOCglDYW5jZWxSdW4SHy5haWZsb3cuZGFnLnYxLkNhbmNlbFJ1blJlcXVlc3QaIC5haWZsb3cuZGFnLnYxLkNhbmNlbFJ1blJlc3BvbnNlEk4KCVNpZ25hbFJ1bhIfLmFpZmxvdy5kYWcudjEuU2lnbmFsUnVuUmVxdWVzdBogLmFpZmxvdy5kYWcudjEuU2lnbmFsUnVuUmVzcG9uc2USTgoJUmVzdW1lUnVuEh8uYWlmbG93LmRhZy52MS5SZXN1bWVSdW5SZXF1ZXN0GiAuYWlmbG93LmRhZy52MS5SZXN1bWVSdW5SZXNwb25zZRJNCghXYXRjaFJ1bhIeLmFpZmxvdy5kYWcudjEuV2F0Y2hSdW5SZXF1ZXN0Gh8uYWlmbG93LmRhZy52MS5XYXRjaFJ1blJlc3BvbnNlMAEycAoNRGFnT3BzU2VydmljZRJfCgZHZXRSdW4SKS5haWZsb3cuZGFnLnYxLkRhZ09wc1NlcnZpY2VHZXRSdW5SZXF1ZXN0GiouYWlmbG93LmRhZy52MS5EYWdPcHNTZXJ2aWNlR2V0UnVuUmVzcG9uc2ViBnByb3RvMw", [file_aiflow_cluster_v1_work_item, file_google_protobuf_duration, file_google_protobuf_timestamp]);
+
+/**
+ * @generated from message aiflow.dag.v1.DagOpsServiceGetRunRequest
+ */
+export type DagOpsServiceGetRunRequest = Message<"aiflow.dag.v1.DagOpsServiceGetRunRequest"> & {
+  /**
+   * @generated from field: string tenant_key = 1;
+   */
+  tenantKey: string;
+
+  /**
+   * @generated from field: string run_id = 2;
+   */
+  runId: string;
+};
+
+/**
+ * Describes the message aiflow.dag.v1.DagOpsServiceGetRunRequest.
+ * Use `create(DagOpsServiceGetRunRequestSchema)` to create a new message.
+ */
+export const DagOpsServiceGetRunRequestSchema: GenMessage<DagOpsServiceGetRunRequest> = /*@__PURE__*/
+  messageDesc(file_aiflow_dag_v1_dag, 0);
+
+/**
+ * @generated from message aiflow.dag.v1.DagOpsServiceGetRunResponse
+ */
+export type DagOpsServiceGetRunResponse = Message<"aiflow.dag.v1.DagOpsServiceGetRunResponse"> & {
+  /**
+   * @generated from field: aiflow.dag.v1.Run run = 1;
+   */
+  run?: Run | undefined;
+};
+
+/**
+ * Describes the message aiflow.dag.v1.DagOpsServiceGetRunResponse.
+ * Use `create(DagOpsServiceGetRunResponseSchema)` to create a new message.
+ */
+export const DagOpsServiceGetRunResponseSchema: GenMessage<DagOpsServiceGetRunResponse> = /*@__PURE__*/
+  messageDesc(file_aiflow_dag_v1_dag, 1);
 
 /**
  * A DAG: nodes and the dependencies between them.
@@ -50,7 +89,7 @@ export type Definition = Message<"aiflow.dag.v1.Definition"> & {
  * Use `create(DefinitionSchema)` to create a new message.
  */
 export const DefinitionSchema: GenMessage<Definition> = /*@__PURE__*/
-  messageDesc(file_aiflow_dag_v1_dag, 0);
+  messageDesc(file_aiflow_dag_v1_dag, 2);
 
 /**
  * @generated from message aiflow.dag.v1.Node
@@ -147,7 +186,7 @@ export type Node = Message<"aiflow.dag.v1.Node"> & {
  * Use `create(NodeSchema)` to create a new message.
  */
 export const NodeSchema: GenMessage<Node> = /*@__PURE__*/
-  messageDesc(file_aiflow_dag_v1_dag, 1);
+  messageDesc(file_aiflow_dag_v1_dag, 3);
 
 /**
  * @generated from message aiflow.dag.v1.PutDefinitionRequest
@@ -169,7 +208,7 @@ export type PutDefinitionRequest = Message<"aiflow.dag.v1.PutDefinitionRequest">
  * Use `create(PutDefinitionRequestSchema)` to create a new message.
  */
 export const PutDefinitionRequestSchema: GenMessage<PutDefinitionRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_dag_v1_dag, 2);
+  messageDesc(file_aiflow_dag_v1_dag, 4);
 
 /**
  * @generated from message aiflow.dag.v1.PutDefinitionResponse
@@ -193,7 +232,7 @@ export type PutDefinitionResponse = Message<"aiflow.dag.v1.PutDefinitionResponse
  * Use `create(PutDefinitionResponseSchema)` to create a new message.
  */
 export const PutDefinitionResponseSchema: GenMessage<PutDefinitionResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_dag_v1_dag, 3);
+  messageDesc(file_aiflow_dag_v1_dag, 5);
 
 /**
  * @generated from message aiflow.dag.v1.StartRunRequest
@@ -243,7 +282,7 @@ export type StartRunRequest = Message<"aiflow.dag.v1.StartRunRequest"> & {
  * Use `create(StartRunRequestSchema)` to create a new message.
  */
 export const StartRunRequestSchema: GenMessage<StartRunRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_dag_v1_dag, 4);
+  messageDesc(file_aiflow_dag_v1_dag, 6);
 
 /**
  * @generated from message aiflow.dag.v1.StartRunResponse
@@ -267,7 +306,7 @@ export type StartRunResponse = Message<"aiflow.dag.v1.StartRunResponse"> & {
  * Use `create(StartRunResponseSchema)` to create a new message.
  */
 export const StartRunResponseSchema: GenMessage<StartRunResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_dag_v1_dag, 5);
+  messageDesc(file_aiflow_dag_v1_dag, 7);
 
 /**
  * One node attempt (an aiflow_task row); a fan-out node has one per iteration per attempt.
@@ -347,7 +386,7 @@ export type Attempt = Message<"aiflow.dag.v1.Attempt"> & {
  * Use `create(AttemptSchema)` to create a new message.
  */
 export const AttemptSchema: GenMessage<Attempt> = /*@__PURE__*/
-  messageDesc(file_aiflow_dag_v1_dag, 6);
+  messageDesc(file_aiflow_dag_v1_dag, 8);
 
 /**
  * @generated from message aiflow.dag.v1.NodeState
@@ -393,7 +432,7 @@ export type NodeState = Message<"aiflow.dag.v1.NodeState"> & {
  * Use `create(NodeStateSchema)` to create a new message.
  */
 export const NodeStateSchema: GenMessage<NodeState> = /*@__PURE__*/
-  messageDesc(file_aiflow_dag_v1_dag, 7);
+  messageDesc(file_aiflow_dag_v1_dag, 9);
 
 /**
  * @generated from message aiflow.dag.v1.Run
@@ -476,7 +515,7 @@ export type Run = Message<"aiflow.dag.v1.Run"> & {
  * Use `create(RunSchema)` to create a new message.
  */
 export const RunSchema: GenMessage<Run> = /*@__PURE__*/
-  messageDesc(file_aiflow_dag_v1_dag, 8);
+  messageDesc(file_aiflow_dag_v1_dag, 10);
 
 /**
  * @generated from message aiflow.dag.v1.GetRunRequest
@@ -498,7 +537,7 @@ export type GetRunRequest = Message<"aiflow.dag.v1.GetRunRequest"> & {
  * Use `create(GetRunRequestSchema)` to create a new message.
  */
 export const GetRunRequestSchema: GenMessage<GetRunRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_dag_v1_dag, 9);
+  messageDesc(file_aiflow_dag_v1_dag, 11);
 
 /**
  * @generated from message aiflow.dag.v1.GetRunResponse
@@ -515,7 +554,7 @@ export type GetRunResponse = Message<"aiflow.dag.v1.GetRunResponse"> & {
  * Use `create(GetRunResponseSchema)` to create a new message.
  */
 export const GetRunResponseSchema: GenMessage<GetRunResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_dag_v1_dag, 10);
+  messageDesc(file_aiflow_dag_v1_dag, 12);
 
 /**
  * @generated from message aiflow.dag.v1.ListRunsRequest
@@ -556,7 +595,7 @@ export type ListRunsRequest = Message<"aiflow.dag.v1.ListRunsRequest"> & {
  * Use `create(ListRunsRequestSchema)` to create a new message.
  */
 export const ListRunsRequestSchema: GenMessage<ListRunsRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_dag_v1_dag, 11);
+  messageDesc(file_aiflow_dag_v1_dag, 13);
 
 /**
  * @generated from message aiflow.dag.v1.ListRunsResponse
@@ -578,7 +617,7 @@ export type ListRunsResponse = Message<"aiflow.dag.v1.ListRunsResponse"> & {
  * Use `create(ListRunsResponseSchema)` to create a new message.
  */
 export const ListRunsResponseSchema: GenMessage<ListRunsResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_dag_v1_dag, 12);
+  messageDesc(file_aiflow_dag_v1_dag, 14);
 
 /**
  * @generated from message aiflow.dag.v1.CancelRunRequest
@@ -607,7 +646,7 @@ export type CancelRunRequest = Message<"aiflow.dag.v1.CancelRunRequest"> & {
  * Use `create(CancelRunRequestSchema)` to create a new message.
  */
 export const CancelRunRequestSchema: GenMessage<CancelRunRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_dag_v1_dag, 13);
+  messageDesc(file_aiflow_dag_v1_dag, 15);
 
 /**
  * @generated from message aiflow.dag.v1.CancelRunResponse
@@ -624,7 +663,7 @@ export type CancelRunResponse = Message<"aiflow.dag.v1.CancelRunResponse"> & {
  * Use `create(CancelRunResponseSchema)` to create a new message.
  */
 export const CancelRunResponseSchema: GenMessage<CancelRunResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_dag_v1_dag, 14);
+  messageDesc(file_aiflow_dag_v1_dag, 16);
 
 /**
  * @generated from message aiflow.dag.v1.SignalRunRequest
@@ -658,7 +697,7 @@ export type SignalRunRequest = Message<"aiflow.dag.v1.SignalRunRequest"> & {
  * Use `create(SignalRunRequestSchema)` to create a new message.
  */
 export const SignalRunRequestSchema: GenMessage<SignalRunRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_dag_v1_dag, 15);
+  messageDesc(file_aiflow_dag_v1_dag, 17);
 
 /**
  * @generated from message aiflow.dag.v1.SignalRunResponse
@@ -682,7 +721,7 @@ export type SignalRunResponse = Message<"aiflow.dag.v1.SignalRunResponse"> & {
  * Use `create(SignalRunResponseSchema)` to create a new message.
  */
 export const SignalRunResponseSchema: GenMessage<SignalRunResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_dag_v1_dag, 16);
+  messageDesc(file_aiflow_dag_v1_dag, 18);
 
 /**
  * @generated from message aiflow.dag.v1.ResumeRunRequest
@@ -704,7 +743,7 @@ export type ResumeRunRequest = Message<"aiflow.dag.v1.ResumeRunRequest"> & {
  * Use `create(ResumeRunRequestSchema)` to create a new message.
  */
 export const ResumeRunRequestSchema: GenMessage<ResumeRunRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_dag_v1_dag, 17);
+  messageDesc(file_aiflow_dag_v1_dag, 19);
 
 /**
  * @generated from message aiflow.dag.v1.ResumeRunResponse
@@ -721,7 +760,7 @@ export type ResumeRunResponse = Message<"aiflow.dag.v1.ResumeRunResponse"> & {
  * Use `create(ResumeRunResponseSchema)` to create a new message.
  */
 export const ResumeRunResponseSchema: GenMessage<ResumeRunResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_dag_v1_dag, 18);
+  messageDesc(file_aiflow_dag_v1_dag, 20);
 
 /**
  * @generated from message aiflow.dag.v1.WatchRunRequest
@@ -752,7 +791,7 @@ export type WatchRunRequest = Message<"aiflow.dag.v1.WatchRunRequest"> & {
  * Use `create(WatchRunRequestSchema)` to create a new message.
  */
 export const WatchRunRequestSchema: GenMessage<WatchRunRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_dag_v1_dag, 19);
+  messageDesc(file_aiflow_dag_v1_dag, 21);
 
 /**
  * @generated from message aiflow.dag.v1.WatchRunResponse
@@ -769,7 +808,7 @@ export type WatchRunResponse = Message<"aiflow.dag.v1.WatchRunResponse"> & {
  * Use `create(WatchRunResponseSchema)` to create a new message.
  */
 export const WatchRunResponseSchema: GenMessage<WatchRunResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_dag_v1_dag, 20);
+  messageDesc(file_aiflow_dag_v1_dag, 22);
 
 /**
  * @generated from enum aiflow.dag.v1.Affinity
@@ -1111,4 +1150,25 @@ export const DagService: GenService<{
   },
 }> = /*@__PURE__*/
   serviceDesc(file_aiflow_dag_v1_dag, 0);
+
+/**
+ * DagOpsService is DAG runs as operators see them (role `ops`): any run of a tenant, whoever
+ * started it (DagService shows each caller only its own), read-only. What the console opens from
+ * an item's run_id. A token limited to other tenants is refused with PERMISSION_DENIED.
+ *
+ * @generated from service aiflow.dag.v1.DagOpsService
+ */
+export const DagOpsService: GenService<{
+  /**
+   * The run with every node's state and attempts; NOT_FOUND when the tenant has no such run.
+   *
+   * @generated from rpc aiflow.dag.v1.DagOpsService.GetRun
+   */
+  getRun: {
+    methodKind: "unary";
+    input: typeof DagOpsServiceGetRunRequestSchema;
+    output: typeof DagOpsServiceGetRunResponseSchema;
+  },
+}> = /*@__PURE__*/
+  serviceDesc(file_aiflow_dag_v1_dag, 1);
 
