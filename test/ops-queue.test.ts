@@ -59,6 +59,8 @@ describe("QueueStats", () => {
     expect(durationMs(s.oldestPendingAge!)).toBe(5_000);
     expect(s.completedPerSecond).toBeCloseTo(2 / 60, 10);
     expect(s.dispatchedPerSecond).toBeCloseTo(4 / 60, 10);
+    // Claimed as soon as enqueued (the fake clock had not moved): no wait.
+    expect([durationMs(s.dispatchWaitP50!), durationMs(s.dispatchWaitP99!)]).toEqual([0, 0]);
 
     const other = await stats("qs2");
     expect(depth(other)).toEqual({ "qs2/k2/PENDING": 1 });
@@ -76,6 +78,7 @@ describe("QueueStats", () => {
     const later = await stats("qs");
     expect(later.completedPerSecond).toBe(0);
     expect(later.dispatchedPerSecond).toBe(0);
+    expect(later.dispatchWaitP50).toBeUndefined();
     expect(durationMs(later.oldestPendingAge!)).toBe(66_000);
     expect(later.pending).toBe(3n);
 
@@ -87,6 +90,8 @@ describe("QueueStats", () => {
     expect(none.pending).toBe(0n);
     expect(none.dispatched).toBe(4n);
     expect(none.dispatchedPerSecond).toBeCloseTo(3 / 60, 10);
+    // Those three waited from their enqueue, 66 s before.
+    expect([durationMs(none.dispatchWaitP50!), durationMs(none.dispatchWaitP99!)]).toEqual([66_000, 66_000]);
   });
 
   it("an unknown tenant has an empty queue; a malformed one is INVALID_ARGUMENT", async () => {

@@ -222,6 +222,8 @@ export function opsServiceImpl(d: OpsDeps): ServiceImpl<typeof OpsService> {
         pending: total("pending"),
         dispatched: total("dispatched"),
         unplaceable,
+        dispatchWaitP50: s.waitP50Ms === null ? undefined : microsDuration(s.waitP50Ms),
+        dispatchWaitP99: s.waitP99Ms === null ? undefined : microsDuration(s.waitP99Ms),
       };
     },
 
@@ -335,4 +337,10 @@ export function drainDeadlineTask(queue: WorkQueue, agentOps: AgentOpsStore, inT
       }
     },
   };
+}
+
+/** A duration of `ms` (fractional), to the microsecond: durationFromMs wants whole milliseconds' worth of nanos. */
+function microsDuration(ms: number): { seconds: bigint; nanos: number } {
+  const us = Math.max(0, Math.round(ms * 1000));
+  return { seconds: BigInt(Math.floor(us / 1_000_000)), nanos: (us % 1_000_000) * 1000 };
 }

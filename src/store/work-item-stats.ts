@@ -26,6 +26,9 @@ export interface QueueStats {
   oldestPendingMs: number | null;
   dispatchedLastMinute: number;
   completedLastMinute: number;
+  /** Of the items dispatched in the last minute: ms from due (enqueued, or its retry's time) to dispatched, p50 and p99; null when none was. */
+  waitP50Ms: number | null;
+  waitP99Ms: number | null;
 }
 
 const requirementGroup = z.object({
@@ -53,11 +56,18 @@ export class WorkItemStatsStore {
     return withDbErrors(async () => {
       const depth = await this.db.any(sql.type(depthRow)`
         SELECT tenant_key, engine_kind, status, count(*) AS n FROM ${w} WHERE ${scope} GROUP BY 1, 2, 3 ORDER BY 1, 2, 3`);
-      const row = await this.db.one(sql.type(z.object({ oldest: z.number().nullable(), dispatched: z.number(), completed: z.number() }))`
+      const row = await this.db.one(
+        sql.type(z.object({ oldest: z.number().nullable(), dispatched: z.number(), completed: z.number(), p50: z.number().nullable(), p99: z.number().nullable() }))`
         SELECT (SELECT min(createdon) FROM ${w} WHERE ${scope} AND status = 'pending') AS oldest,
-               (SELECT count(*)::int FROM ${w} WHERE ${scope} AND dispatched_at >= ${since}) AS dispatched,
-               (SELECT count(*)::int FROM ${w} WHERE ${scope} AND status = 'completed' AND completed_at >= ${since}) AS completed`);
-      return { depth, oldestPendingMs: row.oldest, dispatchedLastMinute: row.dispatched, completedLastMinute: row.completed };
+               d.dispatched, d.p50, d.p99,
+               (SELECT count(*)::int FROM ${w} WHERE ${scope} AND status = 'completed' AND completed_at >= ${since}) AS completed
+          FROM (SELECT count(*)::int AS dispatched,
+                       percentile_cont(0.5) WITHIN GROUP (ORDER BY wait_ms) AS p50,
+                       percentile_cont(0.99) WITHIN GROUP (ORDER BY wait_ms) AS p99
+                  FROM (SELECT greatest(0, dispatched_at - coalesce(next_attempt_at, (extract(epoch FROM createdon) * 1e9)::int8)) / 1e6 AS wait_ms
+                          FROM ${w} WHERE ${scope} AND dispatched_at >= ${since}) AS waits) AS d`,
+      );
+      return { depth, oldestPendingMs: row.oldest, dispatchedLastMinute: row.dispatched, completedLastMinute: row.completed, waitP50Ms: row.p50, waitP99Ms: row.p99 };
     });
   }
 
