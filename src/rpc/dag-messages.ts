@@ -61,6 +61,7 @@ export function runToWire(v: RunView, withNodes = true): MessageInitShape<typeof
             iterations: rec.n ?? 0,
             iterationsDone: rec.d ?? 0,
             error: rec.err ?? "",
+            dependsOn: n.deps,
           };
         })
       : [],
