@@ -18,6 +18,7 @@ RUN npm ci --no-audit --no-fund
 COPY scripts/build.mjs scripts/
 COPY wire/src/ wire/src/
 COPY src/ src/
+COPY console/ console/
 RUN node scripts/build.mjs daemon
 
 FROM node:20-bookworm-slim AS deps

@@ -3,7 +3,8 @@
  * Compiles a package of this repository to JavaScript that runs on plain `node`, with the private
  * wire package (wire/) bundled inside it, so that what ships is one package:
  *
- *   node scripts/build.mjs daemon        -> dist/            (bin/aiflowd.js and bin/aiflowctl.js run it)
+ *   node scripts/build.mjs daemon        -> dist/            (bin/aiflowd.js and bin/aiflowctl.js run it;
+ *                                          dist/console is the web console, built by Vite from console/)
  *   node scripts/build.mjs sdk [OUT]     -> agent-sdk/dist/  (or OUT; the SDK's prepack runs this)
  *
  * Steps: wire/src is compiled to wire/dist; the package is compiled against wire/dist's
@@ -137,4 +138,10 @@ function walk(dir) {
 walk(out);
 pruneBundle();
 if (!existsSync(join(bundled, "codec", "index.js"))) throw new Error("the wire bundle is incomplete");
+
+// 5. The daemon's web console: a browser bundle of console/ (Vite), served from OUT/console.
+if (which === "daemon") {
+  const { build } = await import("vite");
+  await build({ configFile: join(ROOT, "console", "vite.config.ts"), build: { outDir: join(out, "console"), emptyOutDir: true } });
+}
 console.log(`built ${which} -> ${posix(relative(process.cwd(), out)) || "."}`);

@@ -8,6 +8,7 @@ import { readFileSync } from "node:fs";
 import { ConfigError } from "./domain/errors.js";
 import { DEFAULT_CREDIT, weightProblem } from "./domain/fair-share.js";
 import { parseTokenSpec, parseTokensFile, type TokenGrant } from "./server/tokens.js";
+import { DEFAULT_CONSOLE_DIR } from "./server/console.js";
 
 export { ConfigError };
 
@@ -165,6 +166,13 @@ const SETTINGS = {
     default: "127.0.0.1:9464",
     help: "HTTP address of /metrics, /healthz and /readyz (HTTPS with --tls-cert); off: none",
     parse: (raw, flag) => (raw === "off" ? null : listen(raw, flag)),
+  },
+  consoleDir: {
+    flag: "--console-dir",
+    env: ["AIFLOW_CONSOLE_DIR"],
+    default: DEFAULT_CONSOLE_DIR,
+    help: "the built web console served at /console/ on --http-listen (npm run build makes it)",
+    parse: text,
   },
   metricsToken: {
     flag: "--metrics-token",

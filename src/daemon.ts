@@ -18,6 +18,9 @@ import { rpcSpanInterceptor } from "./observability/rpc-spans.js";
 import { DaemonMetrics } from "./observability/metrics.js";
 import { rpcMetricsInterceptor } from "./observability/rpc-metrics.js";
 import { startHttpEndpoints, type HttpEndpoints } from "./server/http-endpoints.js";
+import { connectNodeAdapter } from "@connectrpc/connect-node";
+import { AuthFailures } from "./server/auth-failures.js";
+import { API_PREFIX, consoleFiles, guardedApi } from "./server/console.js";
 import { startServer, type RunningServer, type ServerLimits } from "./server/server.js";
 import type { ServerStats } from "./server/stats.js";
 import type { ReloadOutcome } from "./server/tls.js";
@@ -98,14 +101,16 @@ export async function startDaemon(config: Config, { log, clock = systemClock }: 
     const metrics = new DaemonMetrics();
     const services = await buildServices({ config, log, clock, pool, tables, databaseUrl: url, draining: draining.signal, metrics });
     cleanups.push(() => stopBackground(services.background, log));
+    // Tracing first (its span holds the call), then metrics: both see the code the error interceptor made.
+    const interceptors = [rpcSpanInterceptor(), rpcMetricsInterceptor(metrics.registry), errorInterceptor(log), auth.interceptor(services.access)];
+    const readMaxBytes = config.payloadMaxBytes * 2 + 1024 * 1024;
     const server: RunningServer = await startServer({
       host: config.listen.host,
       port: config.listen.port,
       routes: services.routes,
-      // Tracing first (its span holds the call), then metrics: both see the code the error interceptor made.
-      interceptors: [rpcSpanInterceptor(), rpcMetricsInterceptor(metrics.registry), errorInterceptor(log), auth.interceptor(services.access)],
+      interceptors,
       log,
-      readMaxBytes: config.payloadMaxBytes * 2 + 1024 * 1024,
+      readMaxBytes,
       auth: { authenticator: auth, access: services.access },
       limits: serverLimits(config),
       clock,
@@ -128,9 +133,18 @@ export async function startDaemon(config: Config, { log, clock = systemClock }: 
         readiness: () => services.readiness.report(),
         metricsToken: config.metricsToken,
         webhooks: services.webhooks,
+        console: {
+          files: consoleFiles(config.consoleDir).handler,
+          // The same routes and interceptors as the gRPC port, over the Connect protocol alone: what a browser speaks.
+          api: guardedApi(
+            connectNodeAdapter({ routes: services.routes, interceptors, requestPathPrefix: API_PREFIX, connect: true, grpc: false, grpcWeb: false, readMaxBytes, shutdownSignal: server.draining }),
+            new AuthFailures(clock, config.authFailureLimit, config.authFailureWindow),
+          ),
+        },
         tls: server.tls ? { reloader: server.tls, mutual: config.tlsClientCa !== undefined, trustDomain: config.tlsTrustDomain } : undefined,
       });
       log.info({ address: `${endpoints.scheme}://${endpoints.address}`, metricsToken: config.metricsToken !== undefined }, "aiflowd serving /metrics, /healthz, /readyz and webhooks at /hooks/<tenant>/<trigger>");
+      log.info({ console: `${endpoints.scheme}://${endpoints.address}/console/` }, "operators' console: sign in with an ops token");
     }
     // Last, once every port serves: starters wait for this line.
     log.info(

@@ -6,6 +6,8 @@
  *   GET /readyz    200 when ready, 503 when not; a JSON body says which check failed (../observability/readiness.ts)
  *   POST /hooks/<tenant>/<trigger>   webhook triggers (../triggers/webhook.ts), authenticated by
  *                  their body's signature alone (neither the metrics token nor a certificate)
+ *   GET /console/  the operators' web console, and POST /api/… the services it calls (./console.ts),
+ *                  authenticated by bearer token as on the gRPC port
  *
  * Security, the same as the gRPC port's: with --tls-cert this is HTTPS with the same certificate,
  * reloaded with it. Who may read /metrics (which names tenants and agents):
@@ -39,11 +41,15 @@ export interface HttpEndpointsOptions {
   readiness: () => Promise<ReadinessReport>;
   /** Required of /metrics callers as a bearer token. */
   metricsToken?: string;
+  /** Serves /console/… and /api/…; absent: those paths are 404. */
+  console?: { files: RouteHandler; api: RouteHandler };
   /** Serves POST /hooks/…; absent: those paths are 404. */
-  webhooks?: (req: IncomingMessage, res: ServerResponse, path: string) => Promise<void>;
+  webhooks?: RouteHandler;
   /** Serve HTTPS with the gRPC port's files (and join their reloads); `mutual`: ask for a client certificate. */
   tls?: { reloader: TlsReloader; mutual: boolean; trustDomain: string };
 }
+
+export type RouteHandler = (req: IncomingMessage, res: ServerResponse, path: string) => Promise<void> | void;
 
 export interface HttpEndpoints {
   readonly address: string;
@@ -76,6 +82,12 @@ export async function startHttpEndpoints(opts: HttpEndpointsOptions): Promise<Ht
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const path = (req.url ?? "/").split("?")[0]!;
     if (opts.webhooks && path.startsWith("/hooks/")) return opts.webhooks(req, res, path);
+    if (opts.console && path.startsWith("/api/")) return opts.console.api(req, res, path);
+    if (opts.console && (path === "/" || path === "/console")) {
+      res.writeHead(302, { location: "/console/" });
+      return void res.end();
+    }
+    if (opts.console && path.startsWith("/console/")) return opts.console.files(req, res, path);
     if (path !== "/metrics" && path !== "/healthz" && path !== "/readyz") return reply(res, 404, "not found: this port serves /metrics, /healthz and /readyz\n");
     if (req.method !== "GET" && req.method !== "HEAD") {
       res.setHeader("allow", "GET, HEAD");

@@ -1,0 +1,156 @@
+/**
+ * Fleet: every agent with its status, drain progress, version, tags, tenants and items in flight,
+ * and its CPU, memory and per-GPU use over the last minutes as small charts. The charts are the
+ * heartbeats this page has seen (ListAgents every 2 s keeps each agent's latest one): a history of
+ * FLEET_WINDOW_MS per agent, kept in memory while the tab is open. Drain (with a deadline),
+ * undrain and remove each ask first and call the same OpsService methods aiflowctl calls.
+ */
+import { useState } from "preact/hooks";
+import { durationFromMs, durationMs, timestampMs } from "@bufbuild/protobuf/wkt";
+import { AgentStatus } from "@aiflow/wire/gen/aiflow/cluster/v1/common_pb.js";
+import type { AgentSummary } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
+import { ops } from "./api.js";
+import { ago, bytes, ConfirmButton, ErrorLine, html, pct, Sparkline, time, usePoll } from "./ui.js";
+
+const FLEET_WINDOW_MS = 5 * 60_000;
+const POLL_MS = 2_000;
+const PAGE = 100;
+
+interface Sample {
+  at: number;
+  cpu: number;
+  mem: number;
+  gpus: { util: number; mem: number }[];
+}
+interface Metrics {
+  at?: number;
+  cpu?: { utilization?: number };
+  memory?: { used?: number; total?: number };
+  gpus?: { index?: number; utilization?: number; memory?: { used?: number; total?: number } }[];
+}
+
+const history = new Map<string, Sample[]>();
+
+/** Adds each agent's latest heartbeat to its history (once per heartbeat) and drops what is older than the window. */
+function remember(agents: readonly AgentSummary[]): void {
+  const now = Date.now();
+  for (const a of agents) {
+    const m = a.metrics as Metrics | undefined;
+    if (!m?.at) continue;
+    const list = history.get(a.name) ?? [];
+    if (list.at(-1)?.at !== m.at) {
+      list.push({
+        at: m.at,
+        cpu: (m.cpu?.utilization ?? 0) / 100,
+        mem: m.memory?.total ? (m.memory.used ?? 0) / m.memory.total : 0,
+        gpus: (m.gpus ?? []).map((g) => ({ util: (g.utilization ?? 0) / 100, mem: g.memory?.total ? (g.memory.used ?? 0) / g.memory.total : 0 })),
+      });
+    }
+    while (list.length > 0 && list[0]!.at < now - FLEET_WINDOW_MS) list.shift();
+    history.set(a.name, list);
+  }
+}
+
+export const STATUS: Record<number, string> = { [AgentStatus.ACTIVE]: "active", [AgentStatus.DRAINING]: "draining", [AgentStatus.INACTIVE]: "inactive" };
+
+export function Fleet() {
+  const [status, setStatus] = useState("");
+  const [tag, setTag] = useState("");
+  const [version, setVersion] = useState("");
+  const [page, setPage] = useState(0);
+  const tags = Object.fromEntries(tag.split(",").map((p) => p.trim()).filter((p) => p.includes("=")).map((p) => p.split("=", 2) as [string, string]));
+  const statuses = status ? [Number(status) as AgentStatus] : [];
+  const { data, error, reload } = usePoll(
+    async () => {
+      const res = await ops.listAgents({ statuses, tags, version });
+      remember(res.agents);
+      return res.agents;
+    },
+    POLL_MS,
+    [status, tag, version],
+  );
+  const agents = data ?? [];
+  const shown = agents.slice(page * PAGE, (page + 1) * PAGE);
+  return html`<section aria-labelledby="fleet-h">
+    <h1 id="fleet-h">Fleet</h1>
+    <form class="filters" onSubmit=${(e: Event) => e.preventDefault()}>
+      <label>Status <select value=${status} onChange=${(e: Event) => setStatus((e.target as HTMLSelectElement).value)}>
+        <option value="">any</option>
+        ${Object.entries(STATUS).map(([v, n]) => html`<option value=${v}>${n}</option>`)}
+      </select></label>
+      <label>Tags <input value=${tag} placeholder="gpu=a100,zone=eu" onChange=${(e: Event) => setTag((e.target as HTMLInputElement).value)} /></label>
+      <label>Version <input value=${version} placeholder="1.4.2" onChange=${(e: Event) => setVersion((e.target as HTMLInputElement).value)} /></label>
+      <span class="count" aria-live="polite">${agents.length} agents</span>
+    </form>
+    <${ErrorLine} error=${error} />
+    <table class="fleet">
+      <thead><tr><th scope="col">Agent</th><th scope="col">Status</th><th scope="col">Version</th><th scope="col">Tags</th><th scope="col">Tenants</th><th scope="col">In flight</th><th scope="col">CPU</th><th scope="col">Memory</th><th scope="col">GPUs</th><th scope="col">Seen</th><th scope="col">Actions</th></tr></thead>
+      <tbody>${shown.map((a) => html`<${AgentRow} key=${a.name} agent=${a} onChange=${reload} />`)}</tbody>
+    </table>
+    ${agents.length > PAGE &&
+    html`<nav class="pager" aria-label="Fleet pages">
+      <button type="button" disabled=${page === 0} onClick=${() => setPage(page - 1)}>Previous</button>
+      <span>${page * PAGE + 1}–${Math.min((page + 1) * PAGE, agents.length)} of ${agents.length}</span>
+      <button type="button" disabled=${(page + 1) * PAGE >= agents.length} onClick=${() => setPage(page + 1)}>Next</button>
+    </nav>`}
+  </section>`;
+}
+
+function AgentRow({ agent: a, onChange }: { agent: AgentSummary; onChange: () => void }) {
+  const samples = history.get(a.name) ?? [];
+  const m = a.metrics as Metrics | undefined;
+  const gpuCount = samples.at(-1)?.gpus.length ?? 0;
+  const meta = a.metadata;
+  return html`<tr data-agent=${a.name}>
+    <th scope="row">${a.name}</th>
+    <td><span class=${`status ${STATUS[a.status] ?? ""}`}>${STATUS[a.status] ?? "?"}</span>${a.drain && html`<${Drain} agent=${a} />`}</td>
+    <td>${a.agentVersion || "–"}</td>
+    <td>${Object.entries(meta?.tags ?? {}).map(([k, v]) => html`<span class="tag">${k}=${v}</span>`)}</td>
+    <td>${(meta?.tenants ?? []).join(", ")}</td>
+    <td>${a.inFlight}</td>
+    <td><${Sparkline} values=${samples.map((s) => s.cpu)} label=${`${a.name} CPU ${pct(samples.at(-1)?.cpu ?? 0)}`} /></td>
+    <td><${Sparkline} values=${samples.map((s) => s.mem)} label=${`${a.name} memory ${pct(samples.at(-1)?.mem ?? 0)}`} />
+      ${m?.memory?.total ? html`<span class="sub">${bytes(m.memory.used ?? 0)} of ${bytes(m.memory.total)}</span>` : null}</td>
+    <td class="gpus">${Array.from({ length: gpuCount }, (_, i) => html`<div class="gpu">
+      <span class="sub">GPU ${i}</span>
+      <${Sparkline} values=${samples.map((s) => s.gpus[i]?.util ?? 0)} label=${`${a.name} GPU ${i} utilisation`} />
+      <${Sparkline} values=${samples.map((s) => s.gpus[i]?.mem ?? 0)} label=${`${a.name} GPU ${i} memory`} />
+    </div>`)}</td>
+    <td>${a.lastSeenAge ? ago(durationMs(a.lastSeenAge)) : "–"}</td>
+    <td class="actions"><${AgentActions} agent=${a} onChange=${onChange} /></td>
+  </tr>`;
+}
+
+function Drain({ agent: a }: { agent: AgentSummary }) {
+  const d = a.drain!;
+  return html`<div class="drain" data-drain=${d.complete ? "done" : "running"}>
+    ${d.complete ? "drained" : `${d.inFlightNow} of ${d.inFlightAtStart} left`}
+    ${d.deadline ? html`<span class="sub">deadline ${time(timestampMs(d.deadline))}</span>` : null}
+    ${d.releasedAtDeadline > 0 ? html`<span class="sub">${d.releasedAtDeadline} given back at the deadline</span>` : null}
+  </div>`;
+}
+
+function AgentActions({ agent: a, onChange }: { agent: AgentSummary; onChange: () => void }) {
+  const [minutes, setMinutes] = useState("10");
+  const [reason, setReason] = useState("");
+  const [force, setForce] = useState(false);
+  const done = () => onChange();
+  return html`${a.status === AgentStatus.ACTIVE &&
+    html`<${ConfirmButton}
+      label="Drain"
+      title=${`Drain ${a.name}`}
+      onConfirm=${() => ops.drainAgent({ name: a.name, reason, deadline: Number(minutes) > 0 ? durationFromMs(Number(minutes) * 60_000) : undefined }).then(done)}
+    >
+      <p>${a.name} takes no new work and finishes what it holds; at the deadline what it still holds goes back to the queue without spending a retry.</p>
+      <label>Deadline in minutes (0: none) <input type="number" min="0" value=${minutes} onInput=${(e: Event) => setMinutes((e.target as HTMLInputElement).value)} /></label>
+      <label>Reason <input value=${reason} onInput=${(e: Event) => setReason((e.target as HTMLInputElement).value)} /></label>
+    <//>`}
+  ${a.status === AgentStatus.DRAINING &&
+  html`<${ConfirmButton} label="Undrain" title=${`Undrain ${a.name}`} onConfirm=${() => ops.undrainAgent({ name: a.name }).then(done)}>
+    <p>${a.name} goes back to active and claims work again.</p>
+  <//>`}
+  <${ConfirmButton} label="Remove" danger title=${`Remove ${a.name}`} onConfirm=${() => ops.removeAgent({ name: a.name, force }).then(done)}>
+    <p>Removes ${a.name} from the registry. It is refused while the agent holds work, unless forced (its work then goes back to the queue).</p>
+    <label><input type="checkbox" checked=${force} onChange=${(e: Event) => setForce((e.target as HTMLInputElement).checked)} /> Force</label>
+  <//>`;
+}
