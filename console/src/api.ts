@@ -2,8 +2,10 @@
  * The daemon's own services, called from the page over the Connect protocol (JSON over HTTP/1.1)
  * at /api on the origin that served it: the same services, roles and validation aiflowctl meets.
  *
- * The token is the only authority and lives in this tab's sessionStorage: it goes with each call as
- * `Authorization: Bearer`, never in a cookie, so another site cannot make the browser use it.
+ * The token lives in this tab's sessionStorage and goes with each call as `Authorization: Bearer`,
+ * never in a cookie, so another site cannot make the browser use it. Under mutual TLS the token may
+ * be empty: the client certificate the browser presents then names the caller, as it would on the
+ * gRPC port.
  */
 import { Code, ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-web";

@@ -58,11 +58,11 @@ function SignIn({ notice, onSignedIn }: { notice: string | undefined; onSignedIn
   const [value, setValue] = useState("");
   const [error, setError] = useState<string | undefined>(undefined);
   const [busy, setBusy] = useState(false);
-  const submit = async (e: Event) => {
-    e.preventDefault();
+  /** With a token, or ("" ) with none: the client certificate the browser presented names the caller. */
+  const signIn = async (t: string) => {
     setBusy(true);
     setError(undefined);
-    token.set(value.trim());
+    token.set(t);
     try {
       await ops.listAgents({ statuses: [] });
       onSignedIn();
@@ -73,15 +73,19 @@ function SignIn({ notice, onSignedIn }: { notice: string | undefined; onSignedIn
       setBusy(false);
     }
   };
+  const submit = (e: Event) => (e.preventDefault(), void signIn(value.trim()));
   return html`<main class="signin">
     <form onSubmit=${submit} aria-labelledby="signin-h">
       <h1 id="signin-h">aiflowd console</h1>
       ${notice && html`<p role="status">${notice}</p>`}
       <label for="token">Ops token</label>
-      <input id="token" name="token" type="password" autocomplete="off" required value=${value} onInput=${(e: Event) => setValue((e.target as HTMLInputElement).value)} />
+      <input id="token" name="token" type="password" autocomplete="off" value=${value} onInput=${(e: Event) => setValue((e.target as HTMLInputElement).value)} />
       <p class="hint">A token of role ops (aiflowd token new ops). It is kept for this tab only and sent with each call; nothing is stored in a cookie.</p>
       ${error && html`<p class="error" role="alert">${error}</p>`}
       <button type="submit" class="primary" disabled=${busy}>Sign in</button>
+      ${location.protocol === "https:" &&
+      html`<button type="button" disabled=${busy} onClick=${() => signIn("")}>Sign in with my client certificate</button>
+        <p class="hint">Under mutual TLS, a certificate of role ops (spiffe://…/ops/NAME) that this browser presented names you instead of a token.</p>`}
     </form>
   </main>`;
 }

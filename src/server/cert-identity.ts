@@ -67,6 +67,12 @@ function uriSans(text: string | undefined): string[] {
   return out;
 }
 
+/** What a TLS socket's verified client certificate says (undefined: none, or not verified). */
+export function socketIdentity(socket: TLSSocket, trustDomain: string): CertReading {
+  const verified = typeof socket.getPeerCertificate === "function" && socket.authorized;
+  return verified ? readCertIdentity(socket.getPeerCertificate().subjectaltname, trustDomain) : undefined;
+}
+
 /** The identity of a session's verified client certificate, read once per session (every call asks). */
 export class PeerIdentities {
   readonly #bySession = new WeakMap<Http2Session, CertReading | null>();
@@ -77,8 +83,7 @@ export class PeerIdentities {
     let r = this.#bySession.get(session);
     if (r === undefined) {
       const socket = session.socket as TLSSocket | undefined;
-      const verified = socket !== undefined && typeof socket.getPeerCertificate === "function" && socket.authorized;
-      r = (verified ? readCertIdentity(socket.getPeerCertificate().subjectaltname, this.trustDomain) : undefined) ?? null;
+      r = (socket ? socketIdentity(socket, this.trustDomain) : undefined) ?? null;
       this.#bySession.set(session, r);
     }
     return r ?? undefined;

@@ -8,9 +8,11 @@
  *                   roles, tenant limits, validation and error codes. No second API.
  *
  * What must stay true:
- * - No authority travels in a cookie: every call carries `Authorization: Bearer`, which a page of
- *   another origin cannot make a browser send (no CORS headers are ever served), so there is
- *   nothing to forge a request with (CSRF).
+ * - No authority travels in a cookie: a call carries `Authorization: Bearer`, which a page of
+ *   another origin cannot make a browser send (no CORS headers are ever served). Under mutual TLS a
+ *   browser's client certificate is ambient like a cookie, but the API takes only Connect's
+ *   application/json and application/proto bodies, which another origin can send only after a CORS
+ *   preflight that is never granted: there is no request to forge (CSRF).
  * - Every page is served with a Content-Security-Policy that allows only this origin's scripts,
  *   styles and calls: no inline script, no eval, no framing.
  * - Callers that fail to authenticate are counted per address as on the gRPC port; past
