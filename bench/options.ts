@@ -25,6 +25,9 @@ export const HELP = `npm run bench -- [options]
   --dag-fanouts N    the DAG section's fan-out runs, started at once (default 5)
   --dag-width N      each fan-out's iterations (default 1000)
   --trigger-starts N runs the triggers section starts by StartRun and as many by webhook (default 2000)
+  --console-agents N the console section's heartbeating agents (default 1000)
+  --console-items N  the console section's pending items (default 100000)
+  --console-window D how long the console section measures the daemon's CPU, closed and open (default 20s)
   --only LIST        comma list of: enqueue,drain,mixed,tenants,latency,streams,heartbeat,dag,triggers (default
                      all), fast-path, agent-path, claim_cost;
                      mixed drains --items again, a mix of plain items, items that need GPU memory and
@@ -45,6 +48,10 @@ export const HELP = `npm run bench -- [options]
                      --grpc-fast-path and the SDK's fastTransport on, then both off;
                      agent-path (only when named) drains and runs the steady rate twice, the
                      agents over the agent stream (the SDK's default), then by unary claims;
+                     console (only when named; needs Debian's chromium) opens the web console in
+                     headless Chromium over --console-agents heartbeating agents and
+                     --console-items pending items: the first views' milliseconds and the
+                     daemon's CPU with the console open ÷ closed;
                      claim_cost (only when named) times the claim statement in this process, no
                      daemon: an agent of 1, 10, 100, 1000 backlogged tenants (fair share) against
                      an agent of one tenant, 200 claims of 32 over 20,000 items each
@@ -71,7 +78,7 @@ export class BenchArgError extends Error {}
 
 const SECTIONS = ["enqueue", "drain", "mixed", "tenants", "latency", "streams", "heartbeat", "dag", "triggers"];
 /** Sections run only when --only names them. */
-const OPT_IN = ["fast-path", "agent-path", "claim_cost"];
+const OPT_IN = ["fast-path", "agent-path", "claim_cost", "console"];
 
 const count = (raw: string, flag: string, min = 1): number => {
   if (!/^\d+$/.test(raw) || Number(raw) < min) throw new BenchArgError(`${flag} needs a whole number ≥ ${min}, not '${raw}'`);
@@ -91,7 +98,7 @@ const span = (raw: string, flag: string, minMs: number): number => {
 
 /** Throws BenchArgError for a bad option; `help` is set when --help was asked for. */
 export function parseOptions(argv: readonly string[]): { o: Options; only: Set<string>; help: boolean } {
-  const o: Options = { items: 100_000, agents: 4, slots: 32, daemons: 1, rate: 1000, durationMs: 10_000, warmupMs: WARMUP_MS, hbAgents: 1000, hbDurationMs: 10_000, hbSettleMs: 11_000, hbIdleMs: 5_000, drainWarmup: 4_000, baselineWorkers: 32, streamAgents: 1000, streamIdleMs: 10_000, graphile: true, dagItems: 10_000, dagChains: 200, dagFanOuts: 5, dagWidth: 1000, triggerStarts: 2000 };
+  const o: Options = { items: 100_000, agents: 4, slots: 32, daemons: 1, rate: 1000, durationMs: 10_000, warmupMs: WARMUP_MS, hbAgents: 1000, hbDurationMs: 10_000, hbSettleMs: 11_000, hbIdleMs: 5_000, drainWarmup: 4_000, baselineWorkers: 32, streamAgents: 1000, streamIdleMs: 10_000, graphile: true, dagItems: 10_000, dagChains: 200, dagFanOuts: 5, dagWidth: 1000, triggerStarts: 2000, consoleAgents: 1000, consoleItems: 100_000, consoleWindowMs: 20_000 };
   let only = new Set(SECTIONS);
   for (let i = 0; i < argv.length; i++) {
     const [flag, inline] = argv[i]!.split("=", 2);
@@ -117,6 +124,9 @@ export function parseOptions(argv: readonly string[]): { o: Options; only: Set<s
       case "--dag-fanouts": o.dagFanOuts = count(value(), flag); break;
       case "--dag-width": o.dagWidth = count(value(), flag); break;
       case "--trigger-starts": o.triggerStarts = count(value(), flag); break;
+      case "--console-agents": o.consoleAgents = count(value(), flag); break;
+      case "--console-items": o.consoleItems = count(value(), flag); break;
+      case "--console-window": o.consoleWindowMs = span(value(), flag, 1000); break;
       case "--only": {
         only = new Set(value().split(","));
         const unknown = [...only].filter((s) => !SECTIONS.includes(s) && !OPT_IN.includes(s));
@@ -133,7 +143,7 @@ export function parseOptions(argv: readonly string[]): { o: Options; only: Set<s
         o.graphile = false;
         break;
       case "--smoke":
-        Object.assign(o, { items: 300, agents: 2, slots: 8, rate: 100, durationMs: 1000, warmupMs: 300, hbAgents: 50, hbDurationMs: 2000, hbSettleMs: 500, hbIdleMs: 1000, drainWarmup: 100, baselineWorkers: 4, streamAgents: 20, streamIdleMs: 1000, dagItems: 300, dagChains: 10, dagFanOuts: 1, dagWidth: 50, triggerStarts: 50 });
+        Object.assign(o, { items: 300, agents: 2, slots: 8, rate: 100, durationMs: 1000, warmupMs: 300, hbAgents: 50, hbDurationMs: 2000, hbSettleMs: 500, hbIdleMs: 1000, drainWarmup: 100, baselineWorkers: 4, streamAgents: 20, streamIdleMs: 1000, dagItems: 300, dagChains: 10, dagFanOuts: 1, dagWidth: 50, triggerStarts: 50, consoleAgents: 20, consoleItems: 300, consoleWindowMs: 1000 });
         break;
       default:
         throw new BenchArgError(`unknown option ${flag} (see --help)`);

@@ -12,6 +12,7 @@ import { CLAIM_COST, claimCost } from "./claim-cost.js";
 import { idleStreams } from "./streams.js";
 import { dagSection } from "./dag.js";
 import { triggersSection } from "./triggers.js";
+import { consoleSection } from "./console.js";
 import { http2Floor, perItem } from "./floor.js";
 import { drainRatio, gcFigures, latencyRatio, ratio, type DrainHeadline } from "./stats.js";
 import { BenchArgError, HELP, parseOptions } from "./options.js";
@@ -46,7 +47,7 @@ const headline = (f: Record<string, number | string>): DrainHeadline => ({ items
 const daemons: DaemonProc[] = [];
 try {
   // claim_cost runs in this process, dag and triggers on daemons of their own: a run of them alone starts none here.
-  if ([...only].some((s) => s !== "claim_cost" && s !== "dag" && s !== "triggers")) {
+  if ([...only].some((s) => s !== "claim_cost" && s !== "dag" && s !== "triggers" && s !== "console")) {
     progress(`starting ${o.daemons} daemon(s)`);
     for (let i = 0; i < o.daemons; i++) daemons.push(await startDaemonProc(db, i));
   }
@@ -296,6 +297,7 @@ try {
   }
   if (only.has("dag")) await dagSection(db, o, emit, progress);
   if (only.has("triggers")) await triggersSection(db, o, emit, progress);
+  if (only.has("console")) await consoleSection(db, o, emit, progress);
   if (only.has("claim_cost")) {
     // In this process on a schema of its own (claim-cost.ts): the claim statement alone, shared and plain.
     await claimCost(db, CLAIM_COST, (figures) => emit("claim_cost", figures), progress);

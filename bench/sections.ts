@@ -49,6 +49,10 @@ export interface Options {
   dagWidth: number;
   /** The triggers section's starts of each kind. */
   triggerStarts: number;
+  /** The console section's agents, items and CPU window. */
+  consoleAgents: number;
+  consoleItems: number;
+  consoleWindowMs: number;
 }
 
 type Figures = Record<string, number | string>;

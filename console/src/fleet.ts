@@ -1,7 +1,7 @@
 /**
  * Fleet: every agent with its status, drain progress, version, tags, tenants and items in flight,
  * and its CPU, memory and per-GPU use over the last minutes as small charts. The charts are the
- * heartbeats this page has seen (ListAgents every 2 s keeps each agent's latest one): a history of
+ * heartbeats this page has seen (ListAgents every 5 s keeps each agent's latest one): a history of
  * FLEET_WINDOW_MS per agent, kept in memory while the tab is open. Drain (with a deadline),
  * undrain and remove each ask first and call the same OpsService methods aiflowctl calls.
  */
@@ -13,7 +13,8 @@ import { ops } from "./api.js";
 import { ago, bytes, ConfirmButton, ErrorLine, html, pct, Sparkline, time, usePoll } from "./ui.js";
 
 const FLEET_WINDOW_MS = 5 * 60_000;
-const POLL_MS = 2_000;
+/** As often as agents heartbeat by default (--heartbeat-interval 5s): faster would mostly re-read the same beats. */
+const POLL_MS = 5_000;
 const PAGE = 100;
 
 interface Sample {

@@ -9,7 +9,7 @@ import { messageOf } from "./api.js";
 
 export const html = htm.bind(h);
 
-/** Calls `load` now and every `everyMs` while mounted; the latest value or error, and a reload. */
+/** Calls `load` now and every `everyMs` while mounted and the tab is visible; the latest value or error, and a reload. */
 export function usePoll<T>(load: () => Promise<T>, everyMs: number, deps: unknown[] = []): { data: T | undefined; error: string | undefined; reload: () => void } {
   const [data, setData] = useState<T | undefined>(undefined);
   const [error, setError] = useState<string | undefined>(undefined);
@@ -18,6 +18,11 @@ export function usePoll<T>(load: () => Promise<T>, everyMs: number, deps: unknow
     let live = true;
     let timer: ReturnType<typeof setTimeout> | undefined;
     const run = async () => {
+      // A tab nobody looks at costs the daemon nothing: it reads again once shown.
+      if (document.hidden) {
+        document.addEventListener("visibilitychange", () => live && void run(), { once: true });
+        return;
+      }
       try {
         const v = await load();
         if (!live) return;
