@@ -10,6 +10,8 @@ import { useTestDb } from "./support/kit.js";
 import { Pki } from "./support/pki.js";
 
 const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
+/** expect.poll with room for the page's own polling (its views read every 2-5 s) on a loaded machine. */
+const eventually = <T>(fn: () => T | Promise<T>, opts: { timeout?: number } = {}) => expect.poll(fn, { timeout: 15_000, ...opts });
 const fx = useTestDb("consolemtls");
 const pki = Pki.create();
 let D: Daemon;
@@ -49,7 +51,7 @@ describe("the console under mutual TLS", () => {
 
   it("refuses a certificate of another role at the daemon, with its reason", async () => {
     const { page, context } = await signInWith("runs");
-    await expect.poll(() => page.getByRole("alert").textContent()).toMatch(/needs a token with role 'ops'/);
+    await eventually(() => page.getByRole("alert").textContent()).toMatch(/needs a token with role 'ops'/);
     expect(await page.getByRole("heading", { name: "Fleet" }).count()).toBe(0);
     await context.close();
   });

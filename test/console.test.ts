@@ -19,6 +19,8 @@ import { DagClient, chain, definition } from "./support/dag.js";
 import { until, useTestDb } from "./support/kit.js";
 
 const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
+/** expect.poll with room for the page's own polling (its views read every 2-5 s) on a loaded machine. */
+const eventually = <T>(fn: () => T | Promise<T>, opts: { timeout?: number } = {}) => expect.poll(fn, { timeout: 15_000, ...opts });
 const SHOTS = ".tmp/console-screenshots";
 const AXE = readFileSync(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
 
@@ -77,6 +79,8 @@ beforeAll(async () => {
     args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
   });
   page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
+  // A step that cannot happen fails with what it waited for, not with the test's timeout.
+  page.setDefaultTimeout(10_000);
   page.on("console", (m) => {
     if (m.type() === "error" && !/401|Unauthorized/.test(m.text())) problems.push(`console: ${m.text()}`);
   });
@@ -145,7 +149,7 @@ describe("the console", () => {
     await page.getByLabel("Ops token").fill("wrong-token-123456");
     await page.getByRole("button", { name: "Sign in" }).click();
     await refused;
-    await expect.poll(() => page.getByRole("alert").textContent()).toMatch(/token/i);
+    await eventually(() => page.getByRole("alert").textContent()).toMatch(/token/i);
     expect(await page.evaluate("sessionStorage.length")).toBe(0);
     expect(await accessibilityProblems()).toEqual([]);
     // Keyboard: focus the field, type, Enter.
@@ -160,18 +164,17 @@ describe("the console", () => {
   it("shows the three agents with their heartbeat metrics, charted", async () => {
     for (const name of ["gpu-a", "gpu-b", "cpu-c"]) await row(name).waitFor();
     // Two heartbeats at least, so the charts have a line.
-    await expect.poll(async () => (await row("cpu-c").getByRole("img", { name: /cpu-c CPU 80%/ }).count()) > 0, { timeout: 15_000 }).toBe(true);
-    await expect.poll(() => row("gpu-a").getByRole("img", { name: "gpu-a GPU 0 utilisation" }).count()).toBe(1);
+    await eventually(async () => (await row("cpu-c").getByRole("img", { name: /cpu-c CPU 80%/ }).count()) > 0, { timeout: 15_000 }).toBe(true);
+    await eventually(() => row("gpu-a").getByRole("img", { name: "gpu-a GPU 0 utilisation" }).count()).toBe(1);
     expect(await row("cpu-c").getByRole("img", { name: /GPU/ }).count()).toBe(0);
     expect(await row("gpu-b").textContent()).toMatch(/4\.0 GiB of 16\.0 GiB/);
     // Filters: by tag.
     await page.getByLabel("Tags").fill("pool=gpu");
     await page.getByLabel("Tags").press("Enter");
-    await page.getByLabel("Tags").blur();
-    await expect.poll(() => page.locator("tr[data-agent]").count()).toBe(2);
+    await eventually(() => page.locator("tr[data-agent]").count()).toBe(2);
     await page.getByLabel("Tags").fill("");
-    await page.getByLabel("Tags").blur();
-    await expect.poll(() => page.locator("tr[data-agent]").count()).toBe(3);
+    await page.getByLabel("Tags").press("Enter");
+    await eventually(() => page.locator("tr[data-agent]").count()).toBe(3);
     expect(await accessibilityProblems()).toEqual([]);
   });
 
@@ -181,7 +184,7 @@ describe("the console", () => {
     await fx.clientAt(D.address, (await import("@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js")).OpsService, TOKENS.ops).drainAgent({ name: "gpu-b" });
     await fx.clientAt(D.address, (await import("@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js")).OpsService, TOKENS.ops).drainAgent({ name: "cpu-c" });
     await queue.enqueue({ tenantKey: "t", items: [{ engineKind: "hold", payloadJson: "{}" }] });
-    await expect.poll(() => row("gpu-a").locator("td").nth(4).textContent(), { timeout: 15_000 }).toBe("1");
+    await eventually(() => row("gpu-a").locator("td").nth(4).textContent(), { timeout: 15_000 }).toBe("1");
     const drain = row("gpu-a").getByRole("button", { name: "Drain" });
     await drain.focus();
     await page.keyboard.press("Enter");
@@ -190,19 +193,19 @@ describe("the console", () => {
     expect(await accessibilityProblems()).toEqual([]);
     // Escape closes it without draining.
     await page.keyboard.press("Escape");
-    await expect.poll(() => dialog.isVisible()).toBe(false);
+    await eventually(() => dialog.isVisible()).toBe(false);
     await drain.click();
     await dialog.getByLabel(/Deadline in minutes/).fill("5");
     await dialog.getByLabel("Reason").fill("rolling deploy");
     await shot("drain-dialog");
     await dialog.getByRole("button", { name: "Drain" }).click();
-    await expect.poll(() => row("gpu-a").locator("[data-drain]").getAttribute("data-drain"), { timeout: 10_000 }).toBe("running");
+    await eventually(() => row("gpu-a").locator("[data-drain]").getAttribute("data-drain"), { timeout: 10_000 }).toBe("running");
     expect(await row("gpu-a").textContent()).toMatch(/1 of 1 left.*deadline/);
     release();
-    await expect.poll(() => row("gpu-a").locator("[data-drain]").getAttribute("data-drain"), { timeout: 15_000 }).toBe("done");
+    await eventually(() => row("gpu-a").locator("[data-drain]").getAttribute("data-drain"), { timeout: 15_000 }).toBe("done");
     expect(await row("gpu-a").textContent()).toContain("drained");
     for (const name of ["gpu-a", "gpu-b", "cpu-c"]) await row(name).getByRole("button", { name: "Undrain" }).click().then(() => page.getByRole("dialog", { name: `Undrain ${name}` }).getByRole("button", { name: "Undrain" }).click());
-    await expect.poll(() => page.locator("tr[data-agent] .status.active").count(), { timeout: 10_000 }).toBe(3);
+    await eventually(() => page.locator("tr[data-agent] .status.active").count(), { timeout: 10_000 }).toBe(3);
   });
 
   it("redrives a dead letter, after which it completes", async () => {
@@ -215,7 +218,7 @@ describe("the console", () => {
     expect(await accessibilityProblems()).toEqual([]);
     await dead.getByRole("button", { name: "Redrive" }).click();
     await page.getByRole("dialog", { name: `Redrive ${id}` }).getByRole("button", { name: "Redrive" }).click();
-    await expect.poll(() => dead.count(), { timeout: 10_000 }).toBe(0);
+    await eventually(() => dead.count(), { timeout: 10_000 }).toBe(0);
     await until("the redriven item completes", async () => (await queue.getItem({ tenantKey: "t", id: id! })).item!.status === 3, 15_000, 50);
   });
 
@@ -241,13 +244,37 @@ describe("the console", () => {
     expect(await accessibilityProblems()).toEqual([]);
     // An item of the run opens from its attempt.
     await page.locator("table a[href^='#/items/']").first().click();
-    await expect.poll(() => page.locator(".detail").textContent()).toMatch(/Statuscompleted/);
+    await eventually(() => page.locator(".detail").textContent()).toMatch(/Statuscompleted/);
   });
+
+  it("drains every agent a filter matches, for a rolling deploy, and cancels a pending item", async () => {
+    await page.getByRole("link", { name: "Fleet" }).click();
+    await page.getByLabel("Tags").fill("pool=cpu");
+    await page.getByLabel("Tags").press("Enter");
+    await eventually(() => page.locator("tr[data-agent]").count()).toBe(1);
+    await page.getByRole("button", { name: "Drain matching…" }).click();
+    const dialog = page.getByRole("dialog", { name: "Drain matching agents" });
+    expect(await dialog.textContent()).toContain("tagged pool=cpu");
+    await dialog.getByRole("button", { name: "Drain them" }).click();
+    await eventually(() => page.getByRole("status").textContent()).toBe("1 agents draining");
+    await eventually(() => row("cpu-c").locator(".status").textContent()).toBe("draining");
+    await page.getByLabel("Tags").fill("");
+    await page.getByLabel("Tags").press("Enter");
+    await eventually(() => page.locator("tr[data-agent] .status.active").count()).toBe(2);
+
+    const queue = fx.clientAt(D.address, QueueService, TOKENS.engine);
+    const [id] = (await queue.enqueue({ tenantKey: "t", items: [{ engineKind: "nobody-runs-this", payloadJson: "{}" }] })).results.map((r) => r.id);
+    await page.goto(`${base}/console/#/items/${id}`);
+    await eventually(() => page.locator(".detail").textContent()).toMatch(/Statuspending/);
+    await page.getByRole("button", { name: "Cancel item" }).click();
+    await page.getByRole("dialog", { name: `Cancel ${id}` }).getByRole("button", { name: "Cancel item" }).click();
+    await eventually(() => page.locator(".detail").textContent(), { timeout: 10_000 }).toMatch(/Statuscancelled/);
+  }, 60_000);
 
   it("shows bindings and limits, and ran under its CSP with no error", async () => {
     await page.getByRole("link", { name: "Bindings and limits" }).click();
     await page.getByRole("heading", { name: "Tenants" }).waitFor();
-    await expect.poll(() => page.locator("table").nth(2).textContent()).toMatch(/t/);
+    await eventually(() => page.locator("table").nth(2).textContent()).toMatch(/t/);
     expect(await accessibilityProblems()).toEqual([]);
     expect(problems).toEqual([]);
   });

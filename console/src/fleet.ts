@@ -79,9 +79,10 @@ export function Fleet() {
         <option value="">any</option>
         ${Object.entries(STATUS).map(([v, n]) => html`<option value=${v}>${n}</option>`)}
       </select></label>
-      <label>Tags <input value=${tag} placeholder="gpu=a100,zone=eu" onChange=${(e: Event) => setTag((e.target as HTMLInputElement).value)} /></label>
-      <label>Version <input value=${version} placeholder="1.4.2" onChange=${(e: Event) => setVersion((e.target as HTMLInputElement).value)} /></label>
+      <label>Tags <${FilterInput} placeholder="gpu=a100,zone=eu" onApply=${setTag} /></label>
+      <label>Version <${FilterInput} placeholder="1.4.2" onApply=${setVersion} /></label>
       <span class="count" aria-live="polite">${agents.length} agents</span>
+      <${DrainSelected} tags=${tags} onChange=${reload} />
     </form>
     <${ErrorLine} error=${error} />
     <table class="fleet">
@@ -95,6 +96,16 @@ export function Fleet() {
       <button type="button" disabled=${(page + 1) * PAGE >= agents.length} onClick=${() => setPage(page + 1)}>Next</button>
     </nav>`}
   </section>`;
+}
+
+/**
+ * A filter's text field. What is typed is the field's own state, applied (and read by the next
+ * poll) on change: Enter or leaving the field. Bound to the applied filter instead, each poll's
+ * re-render would put back the old text while a person types.
+ */
+function FilterInput({ placeholder, onApply }: { placeholder: string; onApply: (v: string) => void }) {
+  const [draft, setDraft] = useState("");
+  return html`<input value=${draft} placeholder=${placeholder} onInput=${(e: Event) => setDraft((e.target as HTMLInputElement).value)} onChange=${() => onApply(draft)} />`;
 }
 
 function AgentRow({ agent: a, onChange }: { agent: AgentSummary; onChange: () => void }) {
@@ -154,4 +165,28 @@ function AgentActions({ agent: a, onChange }: { agent: AgentSummary; onChange: (
     <p>Removes ${a.name} from the registry. It is refused while the agent holds work, unless forced (its work then goes back to the queue).</p>
     <label><input type="checkbox" checked=${force} onChange=${(e: Event) => setForce((e.target as HTMLInputElement).checked)} /> Force</label>
   <//>`;
+}
+
+/** A rolling deploy's drain: every agent with the filter's tags and a version below the one given. */
+function DrainSelected({ tags, onChange }: { tags: Record<string, string>; onChange: () => void }) {
+  const [below, setBelow] = useState("");
+  const [minutes, setMinutes] = useState("10");
+  const [drained, setDrained] = useState<string | undefined>(undefined);
+  const tagText = Object.entries(tags).map(([k, v]) => `${k}=${v}`).join(", ");
+  const drain = async () => {
+    if (below.trim() === "" && tagText === "") throw new Error("give a version to drain below, or filter by tags first: a drain of the whole fleet is one agent at a time");
+    const res = await ops.drainAgent({
+      selector: { tags, versionBelow: below.trim() },
+      deadline: Number(minutes) > 0 ? durationFromMs(Number(minutes) * 60_000) : undefined,
+      reason: below.trim() ? `rolling deploy: below ${below.trim()}` : "rolling deploy",
+    });
+    setDrained(`${res.agents.length} agents draining`);
+    onChange();
+  };
+  return html`<${ConfirmButton} label="Drain matching…" title="Drain matching agents" confirm="Drain them" onConfirm=${drain}>
+      <p>Drains every agent ${tagText ? `tagged ${tagText}` : ""}${tagText && below ? " and " : ""}${below ? `of a version below ${below}` : ""}${!tagText && !below ? "that matches (give a version or filter by tags)" : ""}.</p>
+      <label>Version below <input value=${below} placeholder="1.10.0" onInput=${(e: Event) => setBelow((e.target as HTMLInputElement).value)} /></label>
+      <label>Deadline in minutes (0: none) <input type="number" min="0" value=${minutes} onInput=${(e: Event) => setMinutes((e.target as HTMLInputElement).value)} /></label>
+    <//>
+    <span role="status" class="outcome">${drained ?? ""}</span>`;
 }

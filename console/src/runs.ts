@@ -6,10 +6,10 @@
  */
 import { useState } from "preact/hooks";
 import { timestampMs } from "@bufbuild/protobuf/wkt";
-import type { WorkItem } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
+import { WorkItemStatus, type WorkItem } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
 import { AttemptStatus, NodeStatus, RunStatus, type NodeState, type Run } from "@aiflow/wire/gen/aiflow/dag/v1/dag_pb.js";
 import { dagOps, ops } from "./api.js";
-import { ErrorLine, html, time, usePoll } from "./ui.js";
+import { ConfirmButton, ErrorLine, html, time, usePoll } from "./ui.js";
 import { STATUS_NAME } from "./queue.js";
 
 const NODE: Record<number, string> = {
@@ -80,7 +80,16 @@ function ItemDetail({ item: i }: { item: WorkItem }) {
     ["Result", i.resultJson || "–"],
     ["Payload", i.payloadJson || "–"],
   ];
-  return html`<dl class="detail">${rows.map(([k, v]) => html`<div><dt>${k}</dt><dd>${v}</dd></div>`)}</dl>`;
+  const live = i.status === WorkItemStatus.PENDING || i.status === WorkItemStatus.DISPATCHED;
+  return html`<dl class="detail">${rows.map(([k, v]) => html`<div><dt>${k}</dt><dd>${v}</dd></div>`)}</dl>
+    <p class="actions">
+      ${live && html`<${ConfirmButton} label="Cancel item" danger title=${`Cancel ${i.id}`} onConfirm=${() => ops.cancelItems({ tenantKey: i.tenantKey, ids: [i.id], reason: "cancelled from the console" })}>
+        <p>The item will not run (again); an agent holding it is told to stop, and its late completion is refused.</p>
+      <//>`}
+      ${i.status === WorkItemStatus.FAILED && html`<${ConfirmButton} label="Redrive" title=${`Redrive ${i.id}`} onConfirm=${() => ops.redriveItems({ tenantKey: i.tenantKey, ids: [i.id] })}>
+        <p>The item goes back to pending with a fresh retry budget.</p>
+      <//>`}
+    </p>`;
 }
 
 function RunView({ tenant, runId }: { tenant: string; runId: string }) {
