@@ -247,7 +247,7 @@ describe("the console", () => {
     await eventually(() => page.locator(".detail").textContent()).toMatch(/Statuscompleted/);
   });
 
-  it("drains every agent a filter matches, for a rolling deploy, and cancels a pending item", async () => {
+  it("drains every agent a filter matches, for a rolling deploy, and finds a pending item by its key and cancels it", async () => {
     await page.getByRole("link", { name: "Fleet" }).click();
     await page.getByLabel("Tags").fill("pool=cpu");
     await page.getByLabel("Tags").press("Enter");
@@ -263,8 +263,12 @@ describe("the console", () => {
     await eventually(() => page.locator("tr[data-agent] .status.active").count()).toBe(2);
 
     const queue = fx.clientAt(D.address, QueueService, TOKENS.engine);
-    const [id] = (await queue.enqueue({ tenantKey: "t", items: [{ engineKind: "nobody-runs-this", payloadJson: "{}" }] })).results.map((r) => r.id);
-    await page.goto(`${base}/console/#/items/${id}`);
+    const [id] = (await queue.enqueue({ tenantKey: "t", items: [{ engineKind: "nobody-runs-this", payloadJson: "{}", idempotencyKey: "order-77" }] })).results.map((r) => r.id);
+    // Found by its producer's key, then opened.
+    await page.getByRole("link", { name: "Items and runs" }).click();
+    await page.getByLabel("or with idempotency key").fill("order-77");
+    await page.getByRole("button", { name: "List items" }).click();
+    await page.locator(`tr[data-item="${id}"]`).getByRole("link").click();
     await eventually(() => page.locator(".detail").textContent()).toMatch(/Statuspending/);
     await page.getByRole("button", { name: "Cancel item" }).click();
     await page.getByRole("dialog", { name: `Cancel ${id}` }).getByRole("button", { name: "Cancel item" }).click();

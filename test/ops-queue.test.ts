@@ -107,7 +107,7 @@ describe("operator work-item actions", () => {
   it("ListItems spans tenants with every filter and pages; GetItem needs no tenant", async () => {
     const [a1, a2] = await producer.enqueue("la", [
       { engineKind: "k", runId: "run-la", priority: 1 },
-      { engineKind: "k", runId: "run-la", priority: 2 },
+      { engineKind: "k", runId: "run-la", priority: 2, idempotencyKey: "order-42" },
     ]);
     const [b1] = await producer.enqueue("lb", [{ engineKind: "k", priority: 3 }]);
     const x = await agent("li-agent", ["lb"]);
@@ -118,6 +118,8 @@ describe("operator work-item actions", () => {
     expect(both.items.filter((i) => ["la", "lb"].includes(i.tenantKey)).map((i) => i.id)).toEqual([a1, a2, b1]);
     expect((await list({ tenantKey: "la" })).items.map((i) => i.id)).toEqual([a1, a2]);
     expect((await list({ runId: "run-la" })).items.map((i) => i.id)).toEqual([a1, a2]);
+    expect((await list({ idempotencyKey: "order-42" })).items.map((i) => i.id)).toEqual([a2]);
+    expect((await list({ tenantKey: "lb", idempotencyKey: "order-42" })).items).toEqual([]);
     const mine = (await list({ agentId: "li-agent" })).items;
     expect(mine.map((i) => [i.id, i.tenantKey, i.status])).toEqual([[b1, "lb", WorkItemStatus.DISPATCHED]]);
 

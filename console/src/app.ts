@@ -1,6 +1,6 @@
 /**
  * The shell: sign-in, navigation, and the view the hash names (#/fleet, #/queue, #/items/ID,
- * #/runs/TENANT/ID, #/limits). Signing in checks the token with a call the daemon authorises like
+ * #/runs/TENANT/ID, #/list/RUN/KEY, #/limits). Signing in checks the token with a call the daemon authorises like
  * any other (ListAgents needs role ops); the page keeps it for this tab only, and signs out when
  * the daemon refuses it later.
  */
@@ -36,7 +36,7 @@ export function App() {
     return () => removeEventListener("hashchange", onHash);
   }, []);
   if (!signedIn) return html`<${SignIn} notice=${notice} onSignedIn=${() => (setNotice(undefined), setSignedIn(true))} />`;
-  const view = route[0] === "runs" ? "items" : route[0] || "fleet";
+  const view = route[0] === "runs" || route[0] === "list" ? "items" : route[0] || "fleet";
   return html`<div class="shell">
     <header>
       <span class="brand">aiflowd</span>

@@ -32,12 +32,14 @@ const ATTEMPT: Record<number, string> = {
 const RUN: Record<number, string> = { [RunStatus.RUNNING]: "running", [RunStatus.COMPLETED]: "completed", [RunStatus.FAILED]: "failed", [RunStatus.CANCELLED]: "cancelled" };
 const nsTime = (ns: bigint | undefined) => (ns === undefined ? undefined : Number(ns / 1_000_000n));
 
-/** The search form; `route` is the hash's path after #/ (items/ID or runs/TENANT/ID). */
+/** The search forms; `route` is the hash's path after #/ (items/ID, runs/TENANT/ID, or list/RUN/KEY). */
 export function ItemsAndRuns({ route }: { route: string[] }) {
   const [kind, a, b] = route;
   const [id, setId] = useState(kind === "items" ? (a ?? "") : "");
   const [tenant, setTenant] = useState(kind === "runs" ? (a ?? "") : "");
   const [runId, setRunId] = useState(kind === "runs" ? (b ?? "") : "");
+  const [listRun, setListRun] = useState(kind === "list" ? (a ?? "") : "");
+  const [key, setKey] = useState(kind === "list" ? (b ?? "") : "");
   return html`<section aria-labelledby="items-h">
     <h1 id="items-h">Items and runs</h1>
     <div class="searches">
@@ -50,9 +52,15 @@ export function ItemsAndRuns({ route }: { route: string[] }) {
         <label>Run id <input name="run" value=${runId} onInput=${(e: Event) => setRunId((e.target as HTMLInputElement).value)} /></label>
         <button type="submit">Open run</button>
       </form>
+      <form onSubmit=${(e: Event) => (e.preventDefault(), (location.hash = `#/list/${encodeURIComponent(listRun.trim())}/${encodeURIComponent(key.trim())}`))}>
+        <label>Items of run <input name="list-run" value=${listRun} onInput=${(e: Event) => setListRun((e.target as HTMLInputElement).value)} /></label>
+        <label>or with idempotency key <input name="key" value=${key} onInput=${(e: Event) => setKey((e.target as HTMLInputElement).value)} /></label>
+        <button type="submit">List items</button>
+      </form>
     </div>
     ${kind === "items" && a && html`<${ItemView} id=${a} />`}
     ${kind === "runs" && a && b && html`<${RunView} tenant=${a} runId=${b} />`}
+    ${kind === "list" && (a || b) && html`<${ItemList} runId=${a ?? ""} idempotencyKey=${b ?? ""} />`}
   </section>`;
 }
 
@@ -60,6 +68,22 @@ function ItemView({ id }: { id: string }) {
   const { data, error } = usePoll(() => ops.getItem({ id }), 2_000, [id]);
   const i = data?.item;
   return html`<${ErrorLine} error=${error} />${i && html`<${ItemDetail} item=${i} />`}`;
+}
+
+/** Items of a run, or with an idempotency key, across the tenants the token reaches (first 200). */
+function ItemList({ runId, idempotencyKey }: { runId: string; idempotencyKey: string }) {
+  const { data, error } = usePoll(async () => (await ops.listItems({ runId, idempotencyKey, pageSize: 200 })).items, 5_000, [runId, idempotencyKey]);
+  return html`<${ErrorLine} error=${error} />
+    ${data &&
+    (data.length === 0
+      ? html`<p>No items.</p>`
+      : html`<table class="items">
+          <thead><tr><th scope="col">Item</th><th scope="col">Tenant</th><th scope="col">Engine kind</th><th scope="col">Status</th><th scope="col">Agent</th><th scope="col">Error</th></tr></thead>
+          <tbody>${data.map(
+            (i) => html`<tr data-item=${i.id}><th scope="row"><a href=${`#/items/${encodeURIComponent(i.id)}`}>${i.id}</a></th><td>${i.tenantKey}</td><td>${i.engineKind}</td>
+              <td>${STATUS_NAME[i.status]}</td><td>${i.agentId || "–"}</td><td class="message">${i.error}</td></tr>`,
+          )}</tbody>
+        </table>`)}`;
 }
 
 function ItemDetail({ item: i }: { item: WorkItem }) {

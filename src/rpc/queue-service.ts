@@ -181,7 +181,7 @@ export async function listItemsPage(store: WorkItemStore, agents: AgentStore, te
   };
 }
 
-type ListItemsQuery = Pick<ListItemsRequest, "statuses" | "engineKind" | "runId" | "parentWorkItemId" | "agentId" | "pageSize" | "pageToken">;
+type ListItemsQuery = Pick<ListItemsRequest, "statuses" | "engineKind" | "runId" | "parentWorkItemId" | "agentId" | "pageSize" | "pageToken"> & { idempotencyKey?: string };
 
 function listFilter(req: ListItemsQuery) {
   const statuses = req.statuses.map((s, i) => {
@@ -195,6 +195,7 @@ function listFilter(req: ListItemsQuery) {
     runId: req.runId ? identifier(req.runId, "run_id") : undefined,
     parentId: req.parentWorkItemId ? identifier(req.parentWorkItemId, "parent_work_item_id") : undefined,
     agent: req.agentId ? identifier(req.agentId, "agent_id") : undefined,
+    idempotencyKey: req.idempotencyKey ? (optionalText(req.idempotencyKey, "idempotency_key", 256) ?? undefined) : undefined,
   };
 }
 

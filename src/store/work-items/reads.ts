@@ -18,6 +18,7 @@ export interface ListFilter {
   runId?: string;
   parentId?: string;
   agent?: string;
+  idempotencyKey?: string;
   /** Keyset cursor: the last row of the previous page. */
   after?: { priority: number; createdon: number; id: string };
   limit: number;
@@ -71,6 +72,7 @@ export function list(q: ItemsContext, f: ListFilter): Promise<Page<WorkItemRow>>
   if (f.runId) conds.push(sql.fragment`run_id = ${f.runId}`);
   if (f.parentId) conds.push(sql.fragment`parent_work_item_id = ${f.parentId}`);
   if (f.agent) conds.push(sql.fragment`agent_id = ${f.agent}`);
+  if (f.idempotencyKey) conds.push(sql.fragment`idempotency_key = ${f.idempotencyKey}`);
   if (f.after) conds.push(sql.fragment`(priority, createdon, id) > (${f.after.priority}, ${ts(f.after.createdon)}, ${f.after.id})`);
   const order = sql.fragment`priority, createdon, id`;
   const inner = sql.fragment`SELECT ${ITEM_COLUMNS} FROM ${w} WHERE ${sql.join(conds, sql.fragment` AND `)} ORDER BY ${order} LIMIT ${f.limit + 1}`;
