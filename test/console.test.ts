@@ -275,10 +275,21 @@ describe("the console", () => {
     await eventually(() => page.locator(".detail").textContent(), { timeout: 10_000 }).toMatch(/Statuscancelled/);
   }, 60_000);
 
-  it("shows bindings and limits, and ran under its CSP with no error", async () => {
+  it("shows bindings and limits, sets and clears a rate limit, and ran under its CSP with no error", async () => {
     await page.getByRole("link", { name: "Bindings and limits" }).click();
     await page.getByRole("heading", { name: "Tenants" }).waitFor();
     await eventually(() => page.locator("table").nth(2).textContent()).toMatch(/t/);
+    await page.getByRole("button", { name: "Set a rate limit…" }).click();
+    const dialog = page.getByRole("dialog", { name: "Set a rate limit" });
+    await dialog.getByLabel("Tenant").fill("t");
+    await dialog.getByLabel("Key", { exact: true }).fill("api");
+    await dialog.getByLabel("Dispatches").fill("50");
+    await dialog.getByRole("button", { name: "Set it" }).click();
+    const rule = page.locator("table").nth(3).locator("tr", { hasText: "50 per 1 s" });
+    await rule.waitFor();
+    await rule.getByRole("button", { name: "Clear" }).click();
+    await page.getByRole("dialog", { name: "Clear the rate limit of api" }).getByRole("button", { name: "Clear" }).click();
+    await eventually(() => rule.count()).toBe(0);
     expect(await accessibilityProblems()).toEqual([]);
     expect(problems).toEqual([]);
   });

@@ -5,7 +5,7 @@
  * the OpsService method aiflowctl calls.
  */
 import { useState } from "preact/hooks";
-import { durationMs, timestampMs } from "@bufbuild/protobuf/wkt";
+import { durationFromMs, durationMs, timestampMs } from "@bufbuild/protobuf/wkt";
 import type { Binding, ConcurrencyKey, Tenant } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 import { ops } from "./api.js";
 import { ConfirmButton, ErrorLine, html, time, usePoll } from "./ui.js";
@@ -40,13 +40,44 @@ export function Limits() {
     <h2>Rate limits</h2>
     <${ErrorLine} error=${rates.error} />
     <table>
-      <thead><tr><th scope="col">Tenant</th><th scope="col">Key</th><th scope="col">Limit</th><th scope="col">Next slot</th></tr></thead>
+      <thead><tr><th scope="col">Tenant</th><th scope="col">Key</th><th scope="col">Limit</th><th scope="col">Next slot</th><th scope="col">Actions</th></tr></thead>
       <tbody>
-        ${(rates.data?.rules ?? []).map((r) => html`<tr><th scope="row">${r.tenantKey}</th><td>${r.key}${r.prefix ? "*" : ""}</td><td>${r.count} per ${r.interval ? durationMs(r.interval) / 1000 : "?"} s (burst ${r.burst})</td><td>–</td></tr>`)}
-        ${(rates.data?.keys ?? []).map((k) => html`<tr><th scope="row">${k.tenantKey}</th><td>${k.key}</td><td>${k.limit ? `${k.limit.count} per ${k.limit.interval ? durationMs(k.limit.interval) / 1000 : "?"} s` : "–"}</td><td>${time(k.nextSlotAt ? timestampMs(k.nextSlotAt) : undefined)}</td></tr>`)}
+        ${(rates.data?.rules ?? []).map(
+          (r) => html`<tr><th scope="row">${r.tenantKey}</th><td>${r.key}${r.prefix ? "*" : ""}</td><td>${r.count} per ${r.interval ? durationMs(r.interval) / 1000 : "?"} s (burst ${r.burst})</td><td>–</td>
+            <td><${ConfirmButton} label="Clear" title=${`Clear the rate limit of ${r.key}${r.prefix ? "*" : ""}`} onConfirm=${() => ops.setRateLimit({ tenantKey: r.tenantKey, key: r.key, prefix: r.prefix, clear: true }).then(rates.reload)}>
+              <p>Items of the key stop waiting for slots from the next claim on.</p>
+            <//></td></tr>`,
+        )}
+        ${(rates.data?.keys ?? []).map((k) => html`<tr><th scope="row">${k.tenantKey}</th><td>${k.key}</td><td>${k.limit ? `${k.limit.count} per ${k.limit.interval ? durationMs(k.limit.interval) / 1000 : "?"} s` : "–"}</td><td>${time(k.nextSlotAt ? timestampMs(k.nextSlotAt) : undefined)}</td><td></td></tr>`)}
       </tbody>
     </table>
+    <${SetRateLimit} onChange=${rates.reload} />
   </section>`;
+}
+
+/** An operator's rate limit on a key or a key prefix: count per interval, with a burst. */
+function SetRateLimit({ onChange }: { onChange: () => void }) {
+  const [tenant, setTenant] = useState("");
+  const [key, setKey] = useState("");
+  const [count, setCount] = useState("10");
+  const [seconds, setSeconds] = useState("1");
+  const [burst, setBurst] = useState("1");
+  const [prefix, setPrefix] = useState(false);
+  const field = (label: string, value: string, set: (v: string) => void, type = "text") =>
+    html`<label>${label} <input type=${type} value=${value} onInput=${(e: Event) => set((e.target as HTMLInputElement).value)} /></label>`;
+  return html`<${ConfirmButton}
+    label="Set a rate limit…"
+    title="Set a rate limit"
+    confirm="Set it"
+    onConfirm=${() =>
+      ops
+        .setRateLimit({ tenantKey: tenant.trim(), key: key.trim(), prefix, count: Number(count), interval: durationFromMs(Math.round(Number(seconds) * 1000)), burst: Number(burst) })
+        .then(onChange)}
+  >
+    ${field("Tenant", tenant, setTenant)} ${field("Key", key, setKey)}
+    <label><input type="checkbox" checked=${prefix} onChange=${(e: Event) => setPrefix((e.target as HTMLInputElement).checked)} /> Every key starting with it</label>
+    ${field("Dispatches", count, setCount, "number")} ${field("Per seconds", seconds, setSeconds, "number")} ${field("Burst", burst, setBurst, "number")}
+  <//>`;
 }
 
 function BindingRow({ binding: b, onChange }: { binding: Binding; onChange: () => void }) {
