@@ -12,7 +12,7 @@
  *
  * Figures: the first views' milliseconds, and the daemon's CPU with the console open ÷ closed.
  */
-import { chromium } from "playwright-core";
+import { launchChromium } from "../test/support/browser.js";
 import { freePort, openOwnDatabase, startDaemonProc, TOKENS, type Database } from "./env.js";
 import { sql } from "./pg.js";
 import { cpuMeter, startChild } from "./proc.js";
@@ -20,7 +20,6 @@ import { enqueueRate, type Options } from "./sections.js";
 import { ratio, round } from "./stats.js";
 
 type Figures = Record<string, number | string>;
-const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
 
 export async function consoleSection(db: Database, o: Options, emit: (name: string, f: Figures) => void, progress: (msg: string) => void): Promise<void> {
   const own = await openOwnDatabase(db);
@@ -40,10 +39,7 @@ export async function consoleSection(db: Database, o: Options, emit: (name: stri
     progress(`console: daemon CPU over ${window / 1000} s with no console open`);
     const closed = await daemonCpu(daemon.child.pid, window);
 
-    const browser = await chromium.launch({
-      executablePath: CHROMIUM,
-      args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-    });
+    const browser = await launchChromium();
     try {
       const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
       const base = `http://127.0.0.1:${httpPort}`;

@@ -4,12 +4,12 @@
  * certificate of another role is refused by the daemon; the page is HTTPS only.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { chromium, type Browser } from "playwright-core";
+import type { Browser } from "playwright-core";
+import { launchChromium } from "./support/browser.js";
 import type { Daemon } from "../src/daemon.js";
 import { useTestDb } from "./support/kit.js";
 import { Pki } from "./support/pki.js";
 
-const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
 /** expect.poll with room for the page's own polling (its views read every 2-5 s) on a loaded machine. */
 const eventually = <T>(fn: () => T | Promise<T>, opts: { timeout?: number } = {}) => expect.poll(fn, { timeout: 15_000, ...opts });
 const fx = useTestDb("consolemtls");
@@ -20,10 +20,7 @@ let browser: Browser;
 beforeAll(async () => {
   const server = pki.server();
   D = await fx.startDaemon({ config: { httpListen: { host: "127.0.0.1", port: 0 }, tlsCert: server.cert, tlsKey: server.key, tlsClientCa: pki.ca.cert } });
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-  });
+  browser = await launchChromium();
 }, 60_000);
 
 afterAll(async () => {

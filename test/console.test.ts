@@ -10,7 +10,8 @@
 import { mkdirSync, readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { chromium, type Browser, type Page } from "playwright-core";
+import type { Browser, Page } from "playwright-core";
+import { launchChromium } from "./support/browser.js";
 import { createAgent, NonRetryableError, type Agent } from "../agent-sdk/src/index.js";
 import { QueueService } from "@aiflow/wire/gen/aiflow/cluster/v1/queue_pb.js";
 import type { Daemon } from "../src/daemon.js";
@@ -18,7 +19,6 @@ import { TOKENS } from "./support/daemon.js";
 import { DagClient, chain, definition } from "./support/dag.js";
 import { until, useTestDb } from "./support/kit.js";
 
-const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
 /** expect.poll with room for the page's own polling (its views read every 2-5 s) on a loaded machine. */
 const eventually = <T>(fn: () => T | Promise<T>, opts: { timeout?: number } = {}) => expect.poll(fn, { timeout: 15_000, ...opts });
 const SHOTS = ".tmp/console-screenshots";
@@ -74,10 +74,7 @@ beforeAll(async () => {
     await agent.start();
     agents.push(agent);
   }
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-  });
+  browser = await launchChromium();
   page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
   // A step that cannot happen fails with what it waited for, not with the test's timeout.
   page.setDefaultTimeout(10_000);
