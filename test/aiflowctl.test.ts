@@ -395,6 +395,8 @@ describe("fleet and queue commands", () => {
     expect(one.dispatched.every((i) => i.status === "WORK_ITEM_STATUS_DISPATCHED")).toBe(true);
 
     expect([qstats.pending, qstats.dispatched, qstats.deadLetters]).toEqual(["1", "2", "0"]);
+    // Two dispatched within the minute: how long they waited, as a person reads it.
+    expect((await ctl(["queue", "stats", "--tenant", "c1"])).stdout).toMatch(/dispatched\/s 0\.0  completed\/s 0\.0  wait p50 \d+(ms|s) p99 \d+(ms|s)\n/);
     expect(sorted(qstats.depth.map((d) => `${d.tenantKey}/${d.engineKind}/${d.status}=${d.count}`))).toEqual([
       "c1/k/WORK_ITEM_STATUS_DISPATCHED=2",
       "c1/k/WORK_ITEM_STATUS_PENDING=1",

@@ -54,7 +54,9 @@ export const workCommands: Command[] = [
           if (ctx.args.has("watch") && process.stdout.isTTY) ctx.out("\u001b[2J\u001b[H");
           ctx.out(
             `pending ${res.pending}  dispatched ${res.dispatched}  dead letters ${res.deadLetters}  oldest pending ${humanDuration(durationMs(res.oldestPendingAge!))}` +
-              `  dispatched/s ${res.dispatchedPerSecond.toFixed(1)}  completed/s ${res.completedPerSecond.toFixed(1)}\n`,
+              `  dispatched/s ${res.dispatchedPerSecond.toFixed(1)}  completed/s ${res.completedPerSecond.toFixed(1)}` +
+              (res.dispatchWaitP50 ? `  wait p50 ${humanDuration(durationMs(res.dispatchWaitP50))} p99 ${humanDuration(durationMs(res.dispatchWaitP99 ?? res.dispatchWaitP50))}` : "") +
+              "\n",
           );
           ctx.out(res.depth.length ? table(["TENANT", "KIND", "STATUS", "COUNT"], res.depth.map((d) => [d.tenantKey, d.engineKind, status(itemStatus(d.status)), String(d.count)])) : "queue is empty");
         }
