@@ -51,7 +51,7 @@ export function triggerServiceImpl(d: { triggers: TriggerStore; clock: Clock }):
         throw resourceExhausted(`tenant '${tenantKey}' has ${TRIGGERS_PER_TENANT} triggers, the most it may have; delete one first`);
       const nowMs = d.clock.nowMs();
       const next = firstTick(write.schedule, write.timeZone, nowMs);
-      const { row, created } = await d.triggers.put(write, next, true, newId(nowMs), callerOf(ctx).principal, nowMs);
+      const { row, created } = await d.triggers.put(write, next, newId(nowMs), callerOf(ctx).principal, nowMs);
       return { trigger: triggerToWire(row), created };
     },
 

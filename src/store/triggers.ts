@@ -3,8 +3,9 @@
  *
  * What must stay true:
  * - A cron trigger's tick fires once across daemons: `lockTick` takes the trigger FOR UPDATE SKIP
- *   LOCKED while its next_fire_ns is still that tick, and `moveCron` moves next_fire_ns on in the same transaction as the firing's row
- *   and run, so a tick is either wholly fired (and past) or not at all.
+ *   LOCKED while its next_fire_ns is still that tick, and `moveCron` moves next_fire_ns on in the
+ *   same transaction as the firing's row and run, so a tick is either wholly fired (and past) or
+ *   not at all.
  * - A delivery id acts once: `claimDelivery` inserts it in the transaction that starts or moves the
  *   run; a second delivery of the id finds the row (or waits for the first to commit) and inserts
  *   nothing.
@@ -69,10 +70,10 @@ export class TriggerStore {
 
   /**
    * Creates or replaces the trigger of (tenant, name), owned by `by`. A cron trigger is next due at
-   * `nextFireNs`, except that with `keepNextFire` a replacement that keeps its schedule and time
-   * zone keeps its place (a file read again at a restart must not skip or repeat a tick).
+   * `nextFireNs`, except that a replacement that keeps its schedule and time zone keeps its place
+   * (a file read again at a restart must not skip or repeat a tick).
    */
-  async put(w: TriggerWrite, nextFireNs: bigint | null, keepNextFire: boolean, id: string, by: string, nowMs: number): Promise<{ row: TriggerRow; created: boolean }> {
+  async put(w: TriggerWrite, nextFireNs: bigint | null, id: string, by: string, nowMs: number): Promise<{ row: TriggerRow; created: boolean }> {
     const trigger = this.t.id("trigger");
     const next = nextFireNs === null ? null : nextFireNs.toString();
     const row = await withDbErrors(() =>
@@ -86,7 +87,7 @@ export class TriggerStore {
           run_id = EXCLUDED.run_id, run_id_path = EXCLUDED.run_id_path, schedule = EXCLUDED.schedule, time_zone = EXCLUDED.time_zone,
           secret = CASE WHEN EXCLUDED.trigger_type <> 'webhook' THEN NULL ELSE coalesce(EXCLUDED.secret, t.secret) END,
           source = EXCLUDED.source,
-          next_fire_ns = CASE WHEN ${keepNextFire} AND t.trigger_type = 'cron' AND EXCLUDED.trigger_type = 'cron'
+          next_fire_ns = CASE WHEN t.trigger_type = 'cron' AND EXCLUDED.trigger_type = 'cron'
                                     AND t.schedule IS NOT DISTINCT FROM EXCLUDED.schedule AND t.time_zone IS NOT DISTINCT FROM EXCLUDED.time_zone
                               THEN t.next_fire_ns ELSE EXCLUDED.next_fire_ns END,
           owner = EXCLUDED.owner, updatedby = EXCLUDED.updatedby, updatedon = EXCLUDED.updatedon

@@ -17,7 +17,7 @@
 import { readFileSync } from "node:fs";
 import { z } from "zod";
 import { AppError, ConfigError } from "../domain/errors.js";
-import { isIdentifierText } from "../domain/names.js";
+import { isTenantKey } from "../domain/names.js";
 import type { TriggerStore, TriggerWrite } from "../store/triggers.js";
 import { newId } from "../util/ids.js";
 import { checkTrigger, firstTick } from "./definition.js";
@@ -60,7 +60,7 @@ export function readTriggersFile(path: string, env: NodeJS.ProcessEnv = process.
   const seen = new Set<string>();
   return parsed.triggers.map((e, i) => {
     const at = `${path}: triggers[${i}]`;
-    if (!isIdentifierText(e.tenant) || e.tenant.length > 128) throw new ConfigError(FLAG, `${at}.tenant: '${e.tenant.slice(0, 80)}' is not a tenant key`);
+    if (!isTenantKey(e.tenant)) throw new ConfigError(FLAG, `${at}.tenant: '${e.tenant.slice(0, 80)}' is not a tenant key`);
     const key = `${e.tenant}/${e.name}`;
     if (seen.has(key)) throw new ConfigError(FLAG, `${at}: tenant '${e.tenant}' names trigger '${e.name}' twice`);
     seen.add(key);
@@ -106,6 +106,6 @@ export function readTriggersFile(path: string, env: NodeJS.ProcessEnv = process.
 
 /** Puts the file's triggers (a cron trigger that keeps its schedule keeps its next tick) and deletes the file's triggers it no longer names. */
 export async function applyTriggersFile(store: TriggerStore, triggers: readonly FileTrigger[], nowMs: number): Promise<void> {
-  for (const t of triggers) await store.put(t.write, firstTick(t.write.schedule, t.write.timeZone, nowMs), true, newId(nowMs), t.owner, nowMs);
+  for (const t of triggers) await store.put(t.write, firstTick(t.write.schedule, t.write.timeZone, nowMs), newId(nowMs), t.owner, nowMs);
   await store.deleteFileTriggersExcept(triggers.map((t) => ({ tenantKey: t.write.tenantKey, name: t.write.name })));
 }

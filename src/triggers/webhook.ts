@@ -19,6 +19,7 @@ import { createHmac, timingSafeEqual } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { msToNs, type Clock } from "../clock.js";
 import { AppError } from "../domain/errors.js";
+import { isTenantKey } from "../domain/names.js";
 import type { Logger } from "../log.js";
 import type { AuthFailures } from "../server/auth-failures.js";
 import type { TriggerStore } from "../store/triggers.js";
@@ -26,7 +27,6 @@ import { TRIGGER_NAME } from "./definition.js";
 import { FiringRefused, type FireResult, type Refusal, type TriggerFirer } from "./firer.js";
 
 export const HOOKS_PREFIX = "/hooks/";
-const TENANT = /^[A-Za-z0-9_.:-]{1,128}$/;
 const DELIVERY_ID = /^[\x21-\x7e]{1,200}$/;
 
 export interface WebhookDeps {
@@ -132,7 +132,7 @@ function parsePath(path: string): { tenantKey: string; name: string } | null {
   } catch {
     return null;
   }
-  return TENANT.test(tenantKey) && TRIGGER_NAME.test(name) ? { tenantKey, name } : null;
+  return isTenantKey(tenantKey) && TRIGGER_NAME.test(name) ? { tenantKey, name } : null;
 }
 
 /**
