@@ -88,6 +88,7 @@ async def handle_async(item: WorkItem, ctx: HandlerContext) -> Any:
 
 
 def options(cfg: Dict[str, Any]) -> AgentOptions:
+    cfg = {k: v for k, v in cfg.items() if v is not None}
     kinds = cfg.pop("engine_kinds", ["py"])
     handlers: Dict[str, Any] = {k: handle for k in kinds}
     handlers["pyasync"] = handle_async
