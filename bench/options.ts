@@ -29,7 +29,7 @@ export const HELP = `npm run bench -- [options]
   --console-items N  the console section's pending items (default 100000)
   --console-window D how long the console section measures the daemon's CPU, closed and open (default 20s)
   --only LIST        comma list of: enqueue,drain,mixed,tenants,latency,streams,heartbeat,dag,triggers (default
-                     all), fast-path, agent-path, claim_cost;
+                     all), fast-path, agent-path, claim_cost, console, python;
                      mixed drains --items again, a mix of plain items, items that need GPU memory and
                      items under concurrency keys, with agents of several (simulated) GPU sizes, and
                      prints its rate ÷ the plain drain's (implies drain);
@@ -52,6 +52,10 @@ export const HELP = `npm run bench -- [options]
                      headless Chromium over --console-agents heartbeating agents and
                      --console-items pending items: the first views' milliseconds and the
                      daemon's CPU with the console open ÷ closed;
+                     python (only when named; needs Debian's python3-grpcio) drains --items three
+                     times on the same daemons: --agents SDK agents, as many Python agents
+                     (agent-sdk/python) of the same slots, then half of each; items/s and CPU
+                     per item of each, Python ÷ TypeScript;
                      claim_cost (only when named) times the claim statement in this process, no
                      daemon: an agent of 1, 10, 100, 1000 backlogged tenants (fair share) against
                      an agent of one tenant, 200 claims of 32 over 20,000 items each
@@ -78,7 +82,7 @@ export class BenchArgError extends Error {}
 
 const SECTIONS = ["enqueue", "drain", "mixed", "tenants", "latency", "streams", "heartbeat", "dag", "triggers"];
 /** Sections run only when --only names them. */
-const OPT_IN = ["fast-path", "agent-path", "claim_cost", "console"];
+const OPT_IN = ["fast-path", "agent-path", "claim_cost", "console", "python"];
 
 const count = (raw: string, flag: string, min = 1): number => {
   if (!/^\d+$/.test(raw) || Number(raw) < min) throw new BenchArgError(`${flag} needs a whole number ≥ ${min}, not '${raw}'`);

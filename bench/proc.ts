@@ -5,6 +5,7 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { readdirSync, readFileSync } from "node:fs";
 import { createInterface } from "node:readline";
+import { PYTHON, pythonEnv } from "./python.js";
 
 const children = new Set<ChildProcess>();
 let hooked = false;
@@ -40,7 +41,8 @@ export function startChild(
   args: readonly string[],
   opts: { env?: NodeJS.ProcessEnv; ready: (line: string) => boolean; stderr?: "inherit" | "ignore"; nodeArgs?: readonly string[] },
 ): Child {
-  hookExit();
+  // A .py script is a Python agent: Debian's interpreter with the library on its path (./python.ts).
+  if (script.endsWith(".py")) return track(spawn(PYTHON, [script, ...args], { env: { ...pythonEnv(), ...opts.env }, stdio: ["ignore", "pipe", opts.stderr ?? "inherit"] }), script, opts);
   // BENCH_CPU_PROF=DIR writes a V8 CPU profile of every child (daemon, agents, producer) into DIR.
   const prof = process.env.BENCH_CPU_PROF ? ["--cpu-prof", `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] : [];
   // BENCH_NODE_ARGS adds Node options to every child (say --trace-gc, or --import of a probe).
@@ -49,6 +51,12 @@ export function startChild(
     env: { ...process.env, ...opts.env },
     stdio: ["ignore", "pipe", opts.stderr ?? "inherit", "ipc"],
   });
+  return track(proc, script, opts);
+}
+
+/** Watches a spawned child: its ready line, its later lines, its exit; killed if this process exits first. */
+function track(proc: ChildProcess, script: string, opts: { ready: (line: string) => boolean }): Child {
+  hookExit();
   children.add(proc);
   // "close", not "exit": it comes after the child's output has been read to its end, so its last
   // lines (its figures) reach the listeners before it counts as gone.

@@ -14,6 +14,7 @@ import { dagSection } from "./dag.js";
 import { triggersSection } from "./triggers.js";
 import { consoleSection } from "./console.js";
 import { http2Floor, perItem } from "./floor.js";
+import { pythonAvailable } from "./python.js";
 import { drainRatio, gcFigures, latencyRatio, ratio, type DrainHeadline } from "./stats.js";
 import { BenchArgError, HELP, parseOptions } from "./options.js";
 import { scrapeEverySecond, startCollectorStub, tracingEnv } from "./observability.js";
@@ -32,6 +33,10 @@ if (parsed.help) {
   process.exit(0);
 }
 const { o, only } = parsed;
+if (only.has("python") && !pythonAvailable()) {
+  console.error("bench: --only python needs Debian's python3-grpcio and python3-protobuf (.ci/run installs them)");
+  process.exit(2);
+}
 const progress = (msg: string) => process.stderr.write(`bench: ${msg}\n`);
 const results: { name: string; figures: Record<string, number | string> }[] = [];
 const emit = (name: string, figures: Record<string, number | string>) => {
@@ -153,6 +158,29 @@ try {
       cpu_stream_over_unary: ratio(Number(s.cpu), Number(u.cpu)),
       p50_stream_over_unary: ratio(Number(s.p50), Number(u.p50)),
       p99_stream_over_unary: ratio(Number(s.p99), Number(u.p99)),
+    });
+  }
+  if (only.has("python")) {
+    // The drain with Python agents (agent-sdk/python, same slots) beside the SDK's: all
+    // TypeScript, all Python, then half and half, on the same daemons and database.
+    const figures: Record<string, Record<string, number | string>> = {};
+    const mixes = { typescript: 0, python: o.agents, mixed: Math.floor(o.agents / 2) } as const;
+    for (const [mix, pythonAgents] of Object.entries(mixes)) {
+      progress(`python: ${mix} fleet (${pythonAgents} of ${o.agents} agents in Python): enqueueing ${o.items} items, draining with ${o.slots} slots each`);
+      await clearCompleted(db);
+      await enqueueRate(db, daemons, o.items);
+      const run = await drainOurs(db, daemons, { ...o, pythonAgents });
+      await stopAgents(run.agents);
+      emit(`drain_python_${mix}`, { ...run.figures, python_agents: pythonAgents });
+      figures[mix] = run.figures;
+      await settleDatabase(db);
+    }
+    const [ts, py, mixed] = [figures.typescript!, figures.python!, figures.mixed!];
+    emit("python_ratio", {
+      python_over_ts_items_per_s: ratio(Number(py.items_per_s), Number(ts.items_per_s)),
+      python_over_ts_agents_cpu_per_item: ratio(Number(py.agents_cpu_us_per_item), Number(ts.agents_cpu_us_per_item)),
+      python_over_ts_machine_cpu_per_item: ratio(Number(py.machine_cpu_us_per_item), Number(ts.machine_cpu_us_per_item)),
+      mixed_over_ts_items_per_s: ratio(Number(mixed.items_per_s), Number(ts.items_per_s)),
     });
   }
   if (only.has("fast-path")) {

@@ -38,6 +38,8 @@ export interface Options {
   fastTransport?: boolean;
   /** The SDK agents take work over the agent stream (the SDK's default) or, false, by unary claims. */
   agentStream?: boolean;
+  /** How many of the agents are Python ones (bench/child_agent.py), the first of them; default none. */
+  pythonAgents?: number;
   /** Run the drain and the steady rate over TLS too (run.ts). */
   tls?: boolean;
   /** Run the steady rate with traces exported and metrics scraped too (run.ts, observability.ts). */
@@ -135,7 +137,7 @@ export async function enqueueRate(db: Database, daemons: DaemonProc[], items: nu
 
 export async function startAgents(
   daemons: DaemonProc[],
-  o: Pick<Options, "agents" | "slots" | "prefetch" | "fastTransport" | "agentStream">,
+  o: Pick<Options, "agents" | "slots" | "prefetch" | "fastTransport" | "agentStream" | "pythonAgents">,
   tag: string,
   env: Record<string, string> = {},
   envOf: (i: number) => Record<string, string> = () => ({}),
@@ -143,6 +145,11 @@ export async function startAgents(
 ): Promise<Child[]> {
   const agents = Array.from({ length: o.agents }, (_, i) => {
     const d = daemons[i % daemons.length]!;
+    if (i < (o.pythonAgents ?? 0))
+      return startChild("bench/child_agent.py", [d.url, TOKENS.agent, `bench-${tag}-py-${i}`, String(o.slots), tenants.join(","), KIND], {
+        env: { ...clientTlsEnv(d), ...env, ...envOf(i) },
+        ready: (l) => l.includes('"ready"'),
+      });
     return startChild("bench/child-agent.ts", [d.url, TOKENS.agent, `bench-${tag}-${i}`, String(o.slots), tenants.join(","), KIND, o.prefetch === undefined ? "" : String(o.prefetch), o.fastTransport === false ? "slow" : "fast", o.agentStream === false ? "unary" : "stream"], {
       nodeArgs: NODE_TUNING,
       env: { ...clientTlsEnv(d), ...env, ...envOf(i) },
@@ -155,6 +162,8 @@ export async function startAgents(
 
 /** Starts an agent child's figures afresh; resolves once it has. */
 function resetFigures(agent: Child): Promise<void> {
+  // A Python agent (no IPC channel) keeps no figures but its count of items handled.
+  if (!agent.proc.send) return Promise.resolve();
   return new Promise((resolve) => {
     agent.onLine((line) => {
       if (line.includes('"reset"')) resolve();

@@ -1,6 +1,7 @@
 /**
  * npm run demo — the whole system on the embedded database: a daemon, three example agents (the
- * copyable worker in agent-sdk/examples), 10,000 items across two tenants, a live progress bar, one
+ * copyable worker in agent-sdk/examples) and, where Debian's Python with grpcio is present, one
+ * Python agent (agent-sdk/python/examples/worker.py), 10,000 items across two tenants, a live progress bar, one
  * agent drained half-way (its work finishes or moves; nothing is lost), and a summary. Then a DAG
  * run (demo/dag.ts): the demo DAG fails at its flaky node, is resumed, and completes without
  * running again what had completed. It runs over mutual TLS with development certificates
@@ -21,6 +22,7 @@ import { startEmbeddedPostgres } from "../src/db/embedded.js";
 import { freePort, makeBenchTls } from "../bench/env.js";
 import { sql } from "../bench/pg.js";
 import { startChild, type Child } from "../bench/proc.js";
+import { pythonAvailable } from "../bench/python.js";
 import { table } from "../src/cli/ctl/format.js";
 import { Bar } from "./bar.js";
 import { dagDemo } from "./dag.js";
@@ -60,11 +62,14 @@ try {
   await daemon.ready;
 
   const agentNames = ["demo-agent-1", "demo-agent-2", "demo-agent-3"];
-  say(`starting ${agentNames.length} example agents (agent-sdk/examples/worker.ts)`);
+  const python = pythonAvailable();
+  if (python) agentNames.push("demo-agent-py");
+  say(`starting ${agentNames.length} example agents (agent-sdk/examples/worker.ts${python ? ", and agent-sdk/python/examples/worker.py in Python" : "; no Python agent: Debian's python3-grpcio is not installed"})`);
   for (const name of agentNames) {
     // The agent certificate (spiffe://aiflow/agent/*) is its identity: no token.
     const agentCert = certs.client("agent");
-    const agent = startChild("agent-sdk/examples/worker.ts", ["--address", address, "--tls-ca", certs.ca, "--tls-cert", agentCert.cert, "--tls-key", agentCert.key, "--name", name, "--tenants", TENANTS.join(","), "--slots", "16", "--grace", "10000"], {
+    const script = name.endsWith("-py") ? "agent-sdk/python/examples/worker.py" : "agent-sdk/examples/worker.ts";
+    const agent = startChild(script, ["--address", address, "--tls-ca", certs.ca, "--tls-cert", agentCert.cert, "--tls-key", agentCert.key, "--name", name, "--tenants", TENANTS.join(","), "--slots", "16", "--grace", "10000"], {
       env: { AIFLOW_LOG_LEVEL: "warn" },
       ready: () => true,
       stderr: "ignore",

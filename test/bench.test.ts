@@ -34,7 +34,7 @@ describe("benchmark options", () => {
     [["--items", "lots"], /--items needs a whole number ≥ 1, not 'lots'/],
     [["--agents", "0"], /--agents needs a whole number ≥ 1/],
     [["--warmup", "soon"], /--warmup/],
-    [["--only", "drain,latncy"], /--only takes a comma list of enqueue, drain, mixed, tenants, latency, streams, heartbeat, dag, triggers, fast-path, agent-path, claim_cost, console; not .latncy./],
+    [["--only", "drain,latncy"], /--only takes a comma list of enqueue, drain, mixed, tenants, latency, streams, heartbeat, dag, triggers, fast-path, agent-path, claim_cost, console, python; not .latncy./],
     [["--itmes", "5"], /unknown option --itmes/],
   ])("refuses %j with a message naming the option", (argv, message) => {
     expect(() => parseOptions(argv)).toThrow(BenchArgError);
@@ -217,5 +217,26 @@ describe("benchmark smoke run", () => {
     expect(floor.server_us_per_call).toBeGreaterThanOrEqual(0);
     expect(floor.client_us_per_call).toBeGreaterThanOrEqual(0);
     expect(typeof floor.daemons_us_per_item).toBe("number");
+  });
+});
+
+describe("benchmark: the Python agents' section", () => {
+  it("drains with SDK agents, Python agents, then half of each, and prints Python ÷ TypeScript", { timeout: 120_000 }, async () => {
+    const { stdout } = await run(process.execPath, ["--import", "tsx", "bench/run.ts", "--smoke", "--items", "50", "--drain-warmup", "10", "--agents", "2", "--slots", "4", "--only", "python"], {
+      env: { ...process.env, DATABASE_URL: databaseUrl(), NO_COLOR: "1" },
+    });
+    const sets = stdout
+      .split("\n")
+      .filter((l) => l.startsWith("{"))
+      .map((l) => JSON.parse(l) as Record<string, unknown>);
+    expect(sets.map((s) => s.bench)).toEqual(["drain_python_typescript", "drain_python_python", "drain_python_mixed", "python_ratio"]);
+    expect(sets.slice(0, 3).map((s) => [s.items, s.python_agents, s.retries])).toEqual([
+      [50, 0, 0],
+      [50, 2, 0],
+      [50, 1, 0],
+    ]);
+    const r = sets[3]!;
+    expect(r.python_over_ts_items_per_s).toBeGreaterThan(0);
+    expect(typeof r.python_over_ts_agents_cpu_per_item).toBe("number");
   });
 });

@@ -6,14 +6,11 @@
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { once } from "node:events";
-import { fileURLToPath } from "node:url";
 import { afterEach } from "vitest";
+import { PYTHON, PYTHON_PKG, pythonEnv } from "../../../bench/python.js";
 import { TOKENS } from "../../../test/support/daemon.js";
 
-const PKG = fileURLToPath(new URL("..", import.meta.url));
-/** Debian's interpreter: the python3 on PATH may be another (pyenv's) that lacks Debian's grpcio. */
-export const PYTHON = process.env.AIFLOW_TEST_PYTHON ?? "/usr/bin/python3";
-export const PYTHONPATH = `${PKG}src:${PKG}gen`;
+export { PYTHON, PYTHONPATH } from "../../../bench/python.js";
 
 export interface PyEvent {
   event: string;
@@ -36,8 +33,8 @@ export class PythonAgent {
   readonly #waiters = new Set<() => void>();
 
   private constructor(options: PyOptions) {
-    this.#child = spawn(PYTHON, [`${PKG}test/worker.py`, JSON.stringify(options)], {
-      env: { ...process.env, PYTHONPATH, PYTHONUNBUFFERED: "1", GRPC_VERBOSITY: "NONE" },
+    this.#child = spawn(PYTHON, [`${PYTHON_PKG}test/worker.py`, JSON.stringify(options)], {
+      env: pythonEnv(),
       stdio: ["pipe", "pipe", "pipe"],
     });
     live.add(this);
