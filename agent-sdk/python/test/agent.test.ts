@@ -125,6 +125,48 @@ describe("a Python agent", () => {
     expect((await producer.get(syncId!)).status).toBe(WorkItemStatus.CANCELLED);
   });
 
+  it("a handler holds its slot until it returns, even after its item was cancelled: the next item waits for it", async () => {
+    const name = agentName("slot");
+    const py = PythonAgent.start(daemon.address, { name, slots: 1, prefetch: 0, engine_kinds: ["py-slot"] });
+    await py.state("running");
+    const [zombie] = await producer.enqueue([{ engineKind: "py-slot", payloadJson: JSON.stringify({ block: true, ignore_abort: true }) }]);
+    await py.started(zombie!);
+    await producer.queue.cancel({ tenantKey: "t1", ids: [zombie!], reason: "changed my mind" });
+    expect(await py.finished(zombie!)).toMatchObject({ outcome: "cancelled" });
+    const [next] = await producer.enqueue([{ engineKind: "py-slot" }]);
+    // Its handler still runs (it ignores the cancellation): the one slot is not free for the next item.
+    py.send(`release ${zombie}`);
+    expect(await py.finished(next!)).toMatchObject({ outcome: "completed" });
+    const order = py.events.map((e) => `${e.event}:${e.id ?? ""}`);
+    expect(order.indexOf(`returned:${zombie}`)).toBeGreaterThan(-1);
+    expect(order.indexOf(`started:${next}`)).toBeGreaterThan(order.indexOf(`returned:${zombie}`));
+    expect((await producer.get(zombie!)).status).toBe(WorkItemStatus.CANCELLED);
+  });
+
+  it("takes items ahead of a free slot once it has measured its handlers, and a drain gives back those still waiting, unstarted and unspent", async () => {
+    const name = agentName("ahead");
+    const py = PythonAgent.start(daemon.address, { name, slots: 1, prefetch: 8, engine_kinds: ["py-ahead"], on_daemon_drain: "exit" });
+    await py.state("running");
+    // Quick items first: the handler's time and the round trip are measured.
+    await producer.waitDone(await producer.enqueue(Array.from({ length: 20 }, () => ({ engineKind: "py-ahead" }))));
+    const [blocker] = await producer.enqueue([{ engineKind: "py-ahead", payloadJson: JSON.stringify({ block: true }) }]);
+    await py.started(blocker!);
+    const queued = await producer.enqueue(Array.from({ length: 8 }, () => ({ engineKind: "py-ahead" })));
+    const heldByAgent = async () =>
+      Number((await fx.db.raw<{ n: string }>(`SELECT count(*) AS n FROM ${table("work_item")} WHERE id = ANY($1) AND status = 'dispatched' AND agent_id = $2`, [queued, name]))[0]!.n);
+    await until("the agent holds items ahead of its one slot", async () => (await heldByAgent()) > 0);
+    const waiting = (await fx.db.raw<{ id: string }>(`SELECT id FROM ${table("work_item")} WHERE id = ANY($1) AND status = 'dispatched' AND agent_id = $2`, [queued, name])).map((r) => r.id);
+
+    const ops = fx.clientAt(daemon.address, OpsService, TOKENS.ops);
+    await ops.drainAgent({ name, reason: "ahead test" });
+    for (const id of waiting) expect(await py.finished(id)).toMatchObject({ outcome: "released" });
+    for (const id of waiting) expect(py.events.some((e) => e.event === "started" && e.id === id)).toBe(false);
+    py.send("release all");
+    expect(await py.exited).toBe(0);
+    expect((await producer.get(blocker!)).status).toBe(WorkItemStatus.COMPLETED);
+    for (const id of waiting) expect(await producer.get(id)).toMatchObject({ status: WorkItemStatus.PENDING, retryCount: 0, redeliveryCount: 0 });
+  });
+
   it("an operator's drain with a deadline: it takes nothing more, gives the item still running back at the deadline without spending an attempt, and pauses; an undrain resumes it", async () => {
     const name = agentName("opsdrain");
     const py = PythonAgent.start(daemon.address, { name, slots: 2, engine_kinds: ["py-opsdrain"] });

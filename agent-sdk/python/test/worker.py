@@ -61,6 +61,7 @@ def handle(item: WorkItem, ctx: HandlerContext) -> Any:
                 if p.get("ignore_abort"):
                     while not (g.is_set() or released_all.is_set()):
                         time.sleep(0.02)
+                    emit("returned", id=item.id)
                     return {"by": ctx.agent, "zombie": True}
                 ctx.check()
     if "spin" in p:

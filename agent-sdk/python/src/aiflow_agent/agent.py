@@ -298,6 +298,7 @@ class Agent:
                 self._deadline_timer = None
 
     def _start_draining(self, why: str) -> None:
+        self._work.release_waiting()
         left = None if math.isinf(self._deadline_at) else max(0.0, self._deadline_at - time.monotonic())
         self._log.info("draining (%s): taking nothing more; %d in flight; deadline in %s", why, self._work.busy, "none" if left is None else f"{left:.1f}s")
         self._arm_deadline()

@@ -28,6 +28,8 @@ class Report:
     #: The work run it reports (work.Run); opaque here.
     run: object
     answered: bool = False
+    #: When it was last sent (time.monotonic()); its answer's delay is the stream's round trip.
+    sent_at: float = 0.0
 
 
 class Reporter:
@@ -64,6 +66,7 @@ class Reporter:
                 except StreamClosed:
                     self._pending.append(r)
                     continue
+                r.sent_at = time.monotonic()
                 self._sent.append(r)
                 fut.add_done_callback(functools.partial(self._answered, r))
 
