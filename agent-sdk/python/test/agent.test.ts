@@ -10,6 +10,7 @@ import { beforeAll, describe, expect, it } from "vitest";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { OpsService } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 import type { Daemon } from "../../../src/daemon.js";
+import type { TableName } from "../../../src/db/tables.js";
 import { agentRow } from "../../../test/support/agents.js";
 import { TOKENS } from "../../../test/support/daemon.js";
 import { useTestDb } from "../../../test/support/kit.js";
@@ -28,7 +29,7 @@ beforeAll(async () => {
   producer = fx.closers.add(new Producer(daemon.address, "t1"));
 });
 
-const table = (name: string) => fx.db.tables.qualified(name);
+const table = (name: TableName) => fx.db.tables.qualified(name);
 
 describe("a Python agent", () => {
   it("registers by name with its capacity, heartbeats its metrics, and completes the work pushed to it", async () => {
