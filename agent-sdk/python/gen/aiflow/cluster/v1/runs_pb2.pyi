@@ -76,10 +76,12 @@ class GetRunRequest(_message.Message):
     def __init__(self, tenant_key: _Optional[str] = ..., run_id: _Optional[str] = ...) -> None: ...
 
 class GetRunResponse(_message.Message):
-    __slots__ = ["run"]
+    __slots__ = ["engine_table", "run"]
+    ENGINE_TABLE_FIELD_NUMBER: _ClassVar[int]
     RUN_FIELD_NUMBER: _ClassVar[int]
+    engine_table: str
     run: EngineRun
-    def __init__(self, run: _Optional[_Union[EngineRun, _Mapping]] = ...) -> None: ...
+    def __init__(self, run: _Optional[_Union[EngineRun, _Mapping]] = ..., engine_table: _Optional[str] = ...) -> None: ...
 
 class ListFiringsRequest(_message.Message):
     __slots__ = ["outcomes", "page_size", "page_token", "run_id", "tenant_key", "trigger_name"]
