@@ -68,7 +68,7 @@ export interface Scope {
  */
 export interface StepHooks {
   guard?: (tx: DatabaseTransactionConnection) => Promise<void>;
-  record?: (tx: DatabaseTransactionConnection, run: RunRow) => Promise<void>;
+  record?: (tx: DatabaseTransactionConnection, run: { id: string }) => Promise<void>;
 }
 
 /** A run as GetRun shows it: its row, its attempts and its live work items' state. */

@@ -16,7 +16,7 @@ import { assertTenant, callerOf } from "../server/auth.js";
 import { newId } from "../util/ids.js";
 import { onAbort } from "../util/on-abort.js";
 import { decodeCursor, encodeCursor } from "./input/page-tokens.js";
-import { identifier, jsonOrNull, optionalText } from "./input/validate.js";
+import { identifier, jsonObject, jsonOrNull, optionalText } from "./input/validate.js";
 import { runToWire, STATUS_FROM_WIRE } from "./dag-messages.js";
 import type { Clock } from "../clock.js";
 
@@ -57,7 +57,7 @@ export function dagServiceImpl(d: { engine: DagEngine; config: Config; clock: Cl
         if (!id) throw invalidArgument("definition_id", "is required");
         plan = await engine.storedPlan(scope.tenantKey, id);
       } else throw invalidArgument("source", "give a definition or a definition_id");
-      const context = contextOf(req.contextJson, config.payloadMaxBytes);
+      const context = jsonObject(req.contextJson, "context_json", config.payloadMaxBytes);
       const key = optionalText(req.idempotencyKey, "idempotency_key", 256);
       const { run, existing } = await engine.startRun(scope, plan, context, key);
       return { run: await viewOf(scope, run.id), existing };
@@ -145,15 +145,6 @@ export function dagServiceImpl(d: { engine: DagEngine; config: Config; clock: Cl
       }
     },
   };
-}
-
-/** The starting context: a JSON object, within the payload cap. */
-function contextOf(raw: string, maxBytes: number): Record<string, unknown> {
-  const text = jsonOrNull(raw, "context_json", maxBytes);
-  if (text === null) return {};
-  const v = JSON.parse(text) as unknown;
-  if (v === null || typeof v !== "object" || Array.isArray(v)) throw invalidArgument("context_json", "must be a JSON object");
-  return v as Record<string, unknown>;
 }
 
 /** DagOpsService (role `ops`): any run of a tenant, read-only, for operators and the console. */

@@ -84,7 +84,8 @@ export function runDirectoryServiceImpl(d: RunsServiceDeps): ServiceImpl<typeof 
       const runId = identifier(req.runId, "run_id");
       const row = await d.runs.get(tenantKey, runId);
       if (!row) throw notFound(`tenant '${tenantKey}' has no run '${runId}' in the directory`);
-      return { run: runToWire(row) };
+      const table = await d.runs.engineTable(tenantKey, runId);
+      return { run: runToWire(row), engineTable: table === null ? "" : d.config.tablePrefix + table };
     },
 
     async listRuns(req, ctx) {

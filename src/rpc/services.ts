@@ -7,7 +7,7 @@ import type { DescFile, DescService } from "@bufbuild/protobuf";
 import type { ConnectRouter } from "@connectrpc/connect";
 import { unplaceableTask } from "../fleet/unplaceable.js";
 import { pino } from "pino";
-import type { DatabasePool } from "slonik";
+import type { DatabasePool, DatabaseTransactionConnection } from "slonik";
 import { AuditLog } from "../audit.js";
 import type { Clock } from "../clock.js";
 import type { Config } from "../config.js";
@@ -33,6 +33,12 @@ import { webhookHandler } from "../triggers/webhook.js";
 import { AuthFailures } from "../server/auth-failures.js";
 import { triggerServiceImpl } from "./trigger-service.js";
 import { dagOpsServiceImpl, dagServiceImpl } from "./dag-service.js";
+import { graphServiceImpl } from "./graph-service.js";
+import { machineServiceImpl } from "./machine-service.js";
+import { GraphEngine } from "../engines/graph/engine.js";
+import { MachineEngine } from "../engines/machine/engine.js";
+import { file_aiflow_graph_v1_graph, GraphService } from "@aiflow/wire/gen/aiflow/graph/v1/graph_pb.js";
+import { file_aiflow_machine_v1_machine, MachineService } from "@aiflow/wire/gen/aiflow/machine/v1/machine_pb.js";
 import { file_grpc_health_v1_health, Health, HealthCheckResponse_ServingStatus } from "@aiflow/wire/gen/grpc/health/v1/health_pb.js";
 import { ServerReflection } from "@aiflow/wire/gen/grpc/reflection/v1/reflection_pb.js";
 import { ServerReflection as ServerReflectionAlpha } from "@aiflow/wire/gen/grpc/reflection/v1alpha/reflection_pb.js";
@@ -168,11 +174,18 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
   });
   await dag.start();
   maintenance.add(dag.task());
+  const native = { pool, tables, config, clock, queue, listener, itemsOn: (tx: DatabaseTransactionConnection) => new WorkItemStore(tx, tables, backoff, undefined, sharing) };
+  const graphs = new GraphEngine({ ...native, log: log.child({ component: "graph" }) });
+  const machines = new MachineEngine({ ...native, log: log.child({ component: "statemachine" }) });
+  for (const e of [graphs, machines]) {
+    await e.start();
+    maintenance.add(e.task());
+  }
   const runs = new EngineRunStore(pool, tables);
   const firings = new TriggerFiringStore(pool, tables);
   const triggers = new TriggerStore(pool, tables);
   if (config.triggersFile) await applyTriggersFile(triggers, readTriggersFile(config.triggersFile), clock.nowMs());
-  const firer = new TriggerFirer({ pool, tables, engine: dag, clock, log: log.child({ component: "triggers" }), metrics });
+  const firer = new TriggerFirer({ pool, tables, engine: dag, machines, clock, log: log.child({ component: "triggers" }), metrics });
   maintenance.add(cronTask({ pool, tables, firer, log: log.child({ component: "cron" }), catchUpMs: config.cronCatchUp }));
   maintenance.add(firingRetentionTask({ config, firings, deliveries: triggers, log }));
   await maintenance.runOnce();
@@ -190,7 +203,7 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
   // The agent's unary work RPCs and its stream share one scope cache and one set of report rules.
   const kit = workKit(queue, (name) => agents.workScope(name));
   const health = new HealthState();
-  const files: DescFile[] = [file_grpc_health_v1_health, file_aiflow_cluster_v1_agent, file_aiflow_cluster_v1_queue, file_aiflow_cluster_v1_ops, file_aiflow_cluster_v1_runs, file_aiflow_dag_v1_dag, file_aiflow_trigger_v1_trigger];
+  const files: DescFile[] = [file_grpc_health_v1_health, file_aiflow_cluster_v1_agent, file_aiflow_cluster_v1_queue, file_aiflow_cluster_v1_ops, file_aiflow_cluster_v1_runs, file_aiflow_dag_v1_dag, file_aiflow_graph_v1_graph, file_aiflow_machine_v1_machine, file_aiflow_trigger_v1_trigger];
   const mounted: Mounted[] = [
     { services: [Health], access: "public", mount: healthRoutes(health) },
     // Reflection describes the API, so any valid token may read it, but not an anonymous caller.
@@ -235,6 +248,8 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
     },
     { services: [DagService], access: "runs", mount: (r) => r.service(DagService, dagServiceImpl({ engine: dag, config, clock, draining: deps.draining })) },
     { services: [DagOpsService], access: "ops", mount: (r) => r.service(DagOpsService, dagOpsServiceImpl(dag)) },
+    { services: [GraphService], access: "runs", mount: (r) => r.service(GraphService, graphServiceImpl({ engine: graphs, config })) },
+    { services: [MachineService], access: "runs", mount: (r) => r.service(MachineService, machineServiceImpl({ engine: machines, config })) },
     { services: [TriggerService], access: "runs", mount: (r) => r.service(TriggerService, triggerServiceImpl({ triggers, clock })) },
   ];
   for (const s of mounted.flatMap((m) => m.services)) health.set(s.typeName, HealthCheckResponse_ServingStatus.SERVING);
@@ -247,6 +262,8 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
     background: [
       maintenance,
       dag,
+      graphs,
+      machines,
       heartbeats,
       work,
       done,

@@ -18,7 +18,7 @@ import { ts } from "../db/values.js";
 import { ulid } from "ulid";
 import { z } from "zod";
 import { withDbErrors } from "../db/errors.js";
-import type { Tables } from "../db/tables.js";
+import type { TableName, Tables } from "../db/tables.js";
 
 const runRow = z.object({
   id: z.string(),
@@ -142,6 +142,24 @@ export class EngineRunStore {
   async reopen(tenantKey: string, runId: string, by: string, nowMs: number): Promise<void> {
     const run = this.t.id("engine_run");
     await withDbErrors(() => this.db.query(sql.unsafe`UPDATE ${run} SET ended_on = NULL, updatedby = ${by}, updatedon = ${ts(nowMs)} WHERE tenant_key = ${tenantKey} AND run_id = ${runId}`));
+  }
+
+  /**
+   * The engine table holding the run's own state, resolved from its id in the entity reference's
+   * order: the DAG engine's run (aiflow_run.id), then aiflow_graph_run.run_id, then
+   * aiflow_machine_run.run_id; null when none holds a run of that tenant by that id.
+   */
+  async engineTable(tenantKey: string, runId: string): Promise<TableName | null> {
+    const [dag, graph, machine] = [this.t.id("run"), this.t.id("graph_run"), this.t.id("machine_run")];
+    const found = await withDbErrors(() =>
+      this.db.oneFirst(sql.type(z.object({ t: z.string() }))`
+        SELECT CASE
+          WHEN EXISTS (SELECT 1 FROM ${dag} WHERE id = ${runId} AND metadata ->> 'tenantKey' = ${tenantKey}) THEN 'run'
+          WHEN EXISTS (SELECT 1 FROM ${graph} WHERE run_id = ${runId} AND tenant_key = ${tenantKey}) THEN 'graph_run'
+          WHEN EXISTS (SELECT 1 FROM ${machine} WHERE run_id = ${runId} AND tenant_key = ${tenantKey}) THEN 'machine_run'
+          ELSE '' END AS t`),
+    );
+    return found === "" ? null : (found as TableName);
   }
 
   /** One run of one tenant, or null. */

@@ -1,5 +1,6 @@
 /**
- * Fires a trigger: carries out its action on the DAG engine and records the firing in
+ * Fires a trigger: carries out its action (a DAG run started; an event for a DAG run or a state
+ * machine, whichever the run directory says the run is) and records the firing in
  * aiflow_trigger_firing, once, after the outcome is known.
  *
  * What must stay true:
@@ -17,6 +18,8 @@
 import type { DatabasePool, DatabaseTransactionConnection } from "slonik";
 import type { Clock } from "../clock.js";
 import type { DagEngine, StepHooks } from "../dag/engine.js";
+import type { MachineEngine } from "../engines/machine/engine.js";
+import { EngineRunStore } from "../store/engine-runs.js";
 import type { Tables } from "../db/tables.js";
 import { AppError, type ErrorKind } from "../domain/errors.js";
 import type { Logger } from "../log.js";
@@ -75,7 +78,7 @@ export class FiringRefused extends Error {
 
 export class TriggerFirer {
   constructor(
-    private readonly d: { pool: DatabasePool; tables: Tables; engine: DagEngine; clock: Clock; log: Logger; metrics: TriggerEvents },
+    private readonly d: { pool: DatabasePool; tables: Tables; engine: DagEngine; machines: MachineEngine; clock: Clock; log: Logger; metrics: TriggerEvents },
   ) {}
 
   /** Carries out the trigger's action and records the firing; see the module's comment. */
@@ -104,7 +107,11 @@ export class TriggerFirer {
       }
       runId ??= runIdAt(f.payload, t.run_id_path!);
       const target = runId;
-      await this.d.engine.change("signal", scope, target, (s) => s.signal(t.event!, f.payload), hooks("signalled"));
+      const owner = await new EngineRunStore(this.d.pool, this.d.tables).get(t.tenant_key, target);
+      if (owner?.engine_kind === "statemachine") {
+        const h = hooks("signalled");
+        await this.d.machines.signal(scope, target, t.event!, f.payload, { guard: h.guard && ((w) => h.guard!(w.tx)), record: (w, run) => h.record!(w.tx, run) });
+      } else await this.d.engine.change("signal", scope, target, (s) => s.signal(t.event!, f.payload), hooks("signalled"));
       return this.#done(t, { outcome: "signalled", firingId, runId: target, error: null });
     } catch (err) {
       if (err instanceof TickTaken) throw err;

@@ -93,4 +93,14 @@ export function tagMap(raw: Record<string, string>, field: string, maxEntries = 
  * Optional JSON text: empty is null; otherwise checked as ./json-text.ts describes (INVALID_ARGUMENT)
  * and at most `maxBytes` as stored (RESOURCE_EXHAUSTED). Returns the text as given.
  */
+import { jsonText } from "./json-text.js";
 export { jsonText as jsonOrNull } from "./json-text.js";
+
+/** A JSON object given as text (a run's starting context or state), within `maxBytes`; empty: {}. */
+export function jsonObject(raw: string, field: string, maxBytes: number): Record<string, unknown> {
+  const text = jsonText(raw, field, maxBytes);
+  if (text === null) return {};
+  const v = JSON.parse(text) as unknown;
+  if (v === null || typeof v !== "object" || Array.isArray(v)) throw invalidArgument(field, "must be a JSON object");
+  return v as Record<string, unknown>;
+}

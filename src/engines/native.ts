@@ -1,0 +1,179 @@
+/**
+ * What the graph and state-machine engines share: a transaction of one run (its row, its directory
+ * row, the work items it queues or cancels) and the advance loop that applies the outcomes of their
+ * work items.
+ *
+ * What must stay true (as for the DAG engine, ../dag/engine.ts):
+ * - Every change to a run is one transaction under the run row's lock: a call's, or an advance's.
+ *   A run's directory row (aiflow_engine_run) is written in that same transaction, and the items it
+ *   queues are inserted in it too, so a step and its item commit together or not at all.
+ * - An advance takes a run's events (migration 0012's trigger wrote each in the transaction that
+ *   ended its work item) and applies them in the transaction that deletes them: a daemon killed in
+ *   between loses nothing (the events wait for the next advance, on any daemon) and doubles nothing.
+ *   Daemons lock runs with SKIP LOCKED, so several advance one database's runs, never one run twice
+ *   at once.
+ * - An advance starts when a daemon hears the trigger's NOTIFY and on every maintenance tick (a
+ *   notification may be lost with a dropped listener).
+ */
+import type { DatabasePool, DatabaseTransactionConnection } from "slonik";
+import { msToNs, type Clock } from "../clock.js";
+import type { Config } from "../config.js";
+import type { PgListener } from "../db/notify.js";
+import type { Tables } from "../db/tables.js";
+import type { Logger } from "../log.js";
+import type { MaintenanceTask } from "../maintenance.js";
+import { workKey } from "../queue/work-keys.js";
+import type { WorkQueue } from "../queue/work-queue.js";
+import type { NativeKind } from "../store/engine-definitions.js";
+import { EngineEventStore, type ItemEnded } from "../store/engine-events.js";
+import { EngineRunStore } from "../store/engine-runs.js";
+import type { EnqueueRow, NewItem, Requeued, WorkItemStore } from "../store/work-items.js";
+import { newId } from "../util/ids.js";
+
+export interface NativeDeps {
+  pool: DatabasePool;
+  tables: Tables;
+  config: Config;
+  clock: Clock;
+  log: Logger;
+  queue: WorkQueue;
+  listener: PgListener;
+  /** The queue's statements on a transaction. */
+  itemsOn: (db: DatabaseTransactionConnection) => WorkItemStore;
+}
+
+/** Whose runs a call may touch: the caller's, in the tenant it names. */
+export interface Scope {
+  by: string;
+  tenantKey: string;
+}
+
+/** What one transaction of a run writes besides its row: the items it queues and cancels. */
+export class Writes {
+  readonly enqueued: EnqueueRow[] = [];
+  readonly revoked: Requeued[] = [];
+  readonly nowNs: bigint;
+
+  constructor(
+    readonly tx: DatabaseTransactionConnection,
+    private readonly d: NativeDeps,
+    readonly nowMs: number,
+  ) {
+    this.nowNs = msToNs(nowMs);
+  }
+
+  /** Queues `item` for the run (inserted at the end of the transaction); returns its id. */
+  enqueue(tenantKey: string, by: string, runId: string, taskId: string, taskName: string, item: NewItem): string {
+    const id = newId(this.nowMs);
+    this.enqueued.push({ id, tenant: tenantKey, engineId: this.d.config.instanceId, by, nowMs: this.nowMs, item: { ...item, runId, taskId, taskName } });
+    return id;
+  }
+
+  /** Cancels a run's work item now; its holder is told after the commit. */
+  async cancel(tenantKey: string, itemId: string, reason: string, by: string): Promise<void> {
+    this.revoked.push(...(await this.d.itemsOn(this.tx).cancel(tenantKey, { ids: [itemId], runId: null, parentIds: [] }, reason, this.nowMs, by)));
+  }
+
+  /** The run's directory row, on the same save. */
+  async record(kind: NativeKind, r: { tenantKey: string; runId: string; definitionId: string; by: string; ended: boolean }): Promise<void> {
+    const res = await new EngineRunStore(this.tx, this.d.tables).record(
+      { tenantKey: r.tenantKey, runId: r.runId, engineKind: kind, definitionId: r.definitionId, parentRunId: null, triggeredBy: null, triggerFiringId: null, endedOn: r.ended ? this.nowNs : null },
+      this.nowMs,
+      r.by,
+    );
+    if (res.kind === "conflict") throw new Error(`the directory row of run '${r.runId}' disagrees with the engine on ${res.fields.map((f) => f.field).join(", ")}`);
+  }
+
+  async flush(): Promise<void> {
+    if (this.enqueued.length > 0) await this.d.itemsOn(this.tx).enqueueRows(this.enqueued);
+  }
+}
+
+/** Runs `fn` in one transaction, then wakes claims for the items it queued and tells holders of those it cancelled. */
+export async function inRunTransaction<T>(d: NativeDeps, reason: string, fn: (w: Writes) => Promise<T>): Promise<T> {
+  let writes: Writes | undefined;
+  const out = await d.pool.transaction(async (tx) => {
+    writes = new Writes(tx, d, d.clock.nowMs());
+    const value = await fn(writes);
+    await writes.flush();
+    return value;
+  });
+  const w = writes!;
+  const counts = new Map<string, number>();
+  for (const r of w.enqueued) {
+    const key = workKey(r.tenant, r.item.engineKind);
+    counts.set(key, (counts.get(key) ?? 0) + 1);
+  }
+  for (const [key, n] of counts) d.queue.work.ring([key], n);
+  if (w.revoked.length > 0) {
+    d.queue.freed(w.revoked);
+    await d.queue.revoke(w.revoked, reason);
+    d.queue.done.ring(["*"]);
+  }
+  return out;
+}
+
+/** Applies the outcomes of a kind's work items to its runs, one locked run per transaction. */
+export class Advancer {
+  #kicked = false;
+  #loop: Promise<void> | undefined;
+  #stopped = false;
+  #unlisten: (() => void) | undefined;
+
+  constructor(
+    private readonly kind: NativeKind,
+    private readonly d: NativeDeps,
+    /** Applies a locked run's events (oldest first) in the advance's transaction. */
+    private readonly apply: (w: Writes, runId: string, events: readonly ItemEnded[]) => Promise<void>,
+  ) {}
+
+  async start(): Promise<void> {
+    this.#unlisten = await this.d.listener.on(this.d.tables.channel("engines"), () => this.kick());
+    this.d.listener.onReconnect(() => this.kick());
+    this.kick();
+  }
+
+  async stop(): Promise<void> {
+    this.#stopped = true;
+    this.#unlisten?.();
+    await this.#loop;
+  }
+
+  kick(): void {
+    this.#kicked = true;
+    this.#loop ??= (async () => {
+      while (this.#kicked && !this.#stopped) {
+        this.#kicked = false;
+        try {
+          await this.advanceDue();
+        } catch (err) {
+          this.d.log.warn({ err, engine: this.kind }, "advancing runs failed; the next notification or sweep tries again");
+        }
+      }
+      this.#loop = undefined;
+    })();
+  }
+
+  task(): MaintenanceTask {
+    return { name: `${this.kind}-advance`, run: () => this.advanceDue() };
+  }
+
+  /** Advances runs with events until none is left that another daemon is not advancing; returns how many. */
+  async advanceDue(): Promise<number> {
+    let n = 0;
+    const events = (w: Writes) => new EngineEventStore(w.tx, this.d.tables);
+    for (;;) {
+      const did = await inRunTransaction(this.d, "its run was cancelled", async (w) => {
+        const runId = await events(w).lockDue(this.kind);
+        if (runId === null) return false;
+        await this.apply(w, runId, await events(w).take(this.kind, runId));
+        return true;
+      });
+      if (!did) return n;
+      n++;
+    }
+  }
+}
+
+/** An ended item's result as JSON (null when it had none). */
+export const resultOf = (e: ItemEnded): unknown => (e.result === null ? null : JSON.parse(e.result));

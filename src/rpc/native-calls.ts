@@ -1,0 +1,58 @@
+/**
+ * What GraphService and MachineService share: the caller's scope (tenant checked against the token),
+ * run ids, the source of a run's definition (inline or stored), and keyset pages of the caller's
+ * runs, newest first.
+ */
+import type { HandlerContext } from "@connectrpc/connect";
+import { z } from "zod";
+import { invalidArgument } from "../domain/errors.js";
+import type { Scope } from "../engines/native.js";
+import { assertTenant, callerOf } from "../server/auth.js";
+import { decodeCursor, encodeCursor } from "./input/page-tokens.js";
+import { identifier, optionalText } from "./input/validate.js";
+
+const PAGE_DEFAULT = 50;
+const PAGE_MAX = 500;
+const listCursor = z.object({ u: z.string().regex(/^\d{1,19}$/), i: z.string().max(64), q: z.string() });
+
+export function scopeOf(tenantRaw: string, ctx: HandlerContext): Scope {
+  const caller = callerOf(ctx);
+  const tenantKey = identifier(tenantRaw, "tenant_key");
+  assertTenant(caller, tenantKey);
+  return { by: caller.principal, tenantKey };
+}
+
+export const runIdOf = (raw: string) => identifier(raw, "run_id");
+
+/** A StartRun's plan: of its inline definition, or of the stored one it names. */
+export async function planFrom<D, P>(
+  source: { case: "definition"; value: D } | { case: "definitionId"; value: string } | { case: undefined; value?: undefined },
+  inline: (def: D) => P,
+  stored: (id: string) => Promise<P>,
+): Promise<P> {
+  if (source.case === "definition") return inline(source.value);
+  if (source.case === "definitionId") {
+    const id = optionalText(source.value, "definition_id", 256);
+    if (!id) throw invalidArgument("definition_id", "is required");
+    return stored(id);
+  }
+  throw invalidArgument("source", "give a definition or a definition_id");
+}
+
+/** One page of the caller's runs, read by `read(cursor, limit)`, and the token of the next. */
+export async function pageOf<R extends { createdUs: bigint; id: string }>(
+  scope: Scope,
+  req: { pageSize: number; pageToken: string },
+  kind: string,
+  read: (cursor: { createdUs: bigint; id: string } | null, limit: number) => Promise<readonly R[]>,
+): Promise<{ rows: readonly R[]; nextPageToken: string }> {
+  if (req.pageSize < 0) throw invalidArgument("page_size", `${req.pageSize} is negative`);
+  const size = Math.min(req.pageSize || PAGE_DEFAULT, PAGE_MAX);
+  const query = JSON.stringify([kind, scope.tenantKey]);
+  const cursor = req.pageToken ? decodeCursor(req.pageToken, listCursor) : null;
+  if (cursor && cursor.q !== query) throw invalidArgument("page_token", "was issued for a different tenant or list");
+  const rows = await read(cursor && { createdUs: BigInt(cursor.u), id: cursor.i }, size + 1);
+  const page = rows.slice(0, size);
+  const last = page.at(-1);
+  return { rows: page, nextPageToken: rows.length > size && last ? encodeCursor({ u: last.createdUs.toString(), i: last.id, q: query }) : "" };
+}
