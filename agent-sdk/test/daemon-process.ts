@@ -34,7 +34,7 @@ export async function spawnDaemon(schema: string, port: number, instanceId: stri
     // Test files run side by side: no daemon takes the default metrics port.
     "--http-listen": "off",
   };
-  const args = ["--import", "tsx", "src/cli/aiflowd.ts", "serve", ...Object.entries(flags).flat(), "--token", `agent:${TOKENS.agent}`, "--token", `engine:${TOKENS.engine}`];
+  const args = ["--import", "tsx", "src/cli/aiflowd.ts", "serve", ...Object.entries(flags).flat(), "--token", `agent:${TOKENS.agent}`, "--token", `engine:${TOKENS.engine}`, "--token", `runs:${TOKENS.runs}`];
   const child = spawn(process.execPath, args, { cwd: ROOT, stdio: ["ignore", "pipe", "inherit"], env: { ...process.env, NO_COLOR: "1", ...env } });
   let out = "";
   await new Promise<void>((resolve, reject) => {
