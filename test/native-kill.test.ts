@@ -39,7 +39,7 @@ afterAll(async () => {
     }
 });
 
-const STEPS = 25;
+const STEPS = 30;
 const RUNS = 20;
 
 describe("kill -9 of a daemon mid-step", () => {
@@ -60,8 +60,8 @@ describe("kill -9 of a daemon mid-step", () => {
     const runs = await Promise.all(Array.from({ length: RUNS }, () => graphs.start("t", def)));
     const stepsTaken = async () => Number((await fx.db.raw<{ n: string }>(`SELECT coalesce(sum(steps), 0) AS n FROM ${fx.db.tables.qualified("graph_run")}`))[0]!.n);
     for (let kill = 1; kill <= 3; kill++) {
-      // Mid-run: a third, two thirds, and nearly all of the steps taken.
-      const mark = Math.floor((RUNS * STEPS * kill) / 3.3);
+      // Mid-run: a quarter, half and three quarters of the steps taken.
+      const mark = Math.floor((RUNS * STEPS * kill) / 4);
       await until(`${mark} steps taken`, async () => (await stepsTaken()) >= mark, 60_000, 10);
       // The victim is advancing runs: some run's last step is its.
       const advancedBy = `graph:kill-victim-${kill - 1}`;
