@@ -14,6 +14,8 @@ import { QueueService } from "@aiflow/wire/gen/aiflow/cluster/v1/queue_pb.js";
 import { RunDirectoryService, TriggerFiringService } from "@aiflow/wire/gen/aiflow/cluster/v1/runs_pb.js";
 import { DagOpsService, DagService } from "@aiflow/wire/gen/aiflow/dag/v1/dag_pb.js";
 import { TriggerService } from "@aiflow/wire/gen/aiflow/trigger/v1/trigger_pb.js";
+import { GraphService } from "@aiflow/wire/gen/aiflow/graph/v1/graph_pb.js";
+import { MachineService } from "@aiflow/wire/gen/aiflow/machine/v1/machine_pb.js";
 import { Health } from "@aiflow/wire/gen/grpc/health/v1/health_pb.js";
 import { ServerReflection } from "@aiflow/wire/gen/grpc/reflection/v1/reflection_pb.js";
 import { ServerReflection as ServerReflectionAlpha } from "@aiflow/wire/gen/grpc/reflection/v1alpha/reflection_pb.js";
@@ -70,10 +72,15 @@ const SERVICES: { service: DescService; access: Access; proto: string }[] = [
   { service: DagService, access: "runs", proto: "aiflow/dag/v1/dag.proto" },
   { service: DagOpsService, access: "ops", proto: "aiflow/dag/v1/dag.proto" },
   { service: TriggerService, access: "runs", proto: "aiflow/trigger/v1/trigger.proto" },
+  { service: GraphService, access: "runs", proto: "aiflow/graph/v1/graph.proto" },
+  { service: MachineService, access: "runs", proto: "aiflow/machine/v1/machine.proto" },
   { service: Health, access: "public", proto: "grpc/health/v1/health.proto" },
   { service: ServerReflection, access: "any", proto: "grpc/reflection/v1/reflection.proto" },
   { service: ServerReflectionAlpha, access: "any", proto: "grpc/reflection/v1alpha/reflection.proto" },
 ];
+
+const GRAPH_B = { id: "graph-b", start: "a", nodes: [{ name: "a", kind: "NODE_KIND_TASK", engineKind: "nobody" }, { name: "z", kind: "NODE_KIND_END" }], edges: [{ from: "a", to: "z" }] };
+const MACHINE_B = { id: "machine-b", initial: "a", states: [{ name: "a", transitions: [{ event: "go", to: "z" }] }, { name: "z", terminal: true }] };
 
 /** What the fixture made in tenant tB. */
 interface Fixture {
@@ -160,6 +167,19 @@ const TABLE: Record<string, Row> = {
   "aiflow.dag.v1.DagService/WatchRun": { request: () => ({ tenantKey: "tB", runId: "01J00000000000000000000000" }) },
   // Any run of tB, for operators: refused to a token limited to tA before any read.
   "aiflow.dag.v1.DagOpsService/GetRun": { request: () => ({ tenantKey: "tB", runId: "01J00000000000000000000000" }) },
+
+  // Graph runs and machines of tB: a token limited to tA is refused before any read; an unknown run is NOT_FOUND.
+  "aiflow.graph.v1.GraphService/PutDefinition": { request: () => ({ tenantKey: "tB", definition: GRAPH_B }) },
+  "aiflow.graph.v1.GraphService/StartRun": { request: () => ({ tenantKey: "tB", definition: GRAPH_B }) },
+  "aiflow.graph.v1.GraphService/GetRun": { request: () => ({ tenantKey: "tB", runId: "01J00000000000000000000000" }) },
+  "aiflow.graph.v1.GraphService/ListRuns": { request: () => ({ tenantKey: "tB" }) },
+  "aiflow.graph.v1.GraphService/CancelRun": { request: () => ({ tenantKey: "tB", runId: "01J00000000000000000000000" }) },
+  "aiflow.machine.v1.MachineService/PutDefinition": { request: () => ({ tenantKey: "tB", definition: MACHINE_B }) },
+  "aiflow.machine.v1.MachineService/StartRun": { request: () => ({ tenantKey: "tB", definition: MACHINE_B }) },
+  "aiflow.machine.v1.MachineService/GetRun": { request: () => ({ tenantKey: "tB", runId: "01J00000000000000000000000" }) },
+  "aiflow.machine.v1.MachineService/ListRuns": { request: () => ({ tenantKey: "tB" }) },
+  "aiflow.machine.v1.MachineService/SignalRun": { request: () => ({ tenantKey: "tB", runId: "01J00000000000000000000000", event: "go" }) },
+  "aiflow.machine.v1.MachineService/CancelRun": { request: () => ({ tenantKey: "tB", runId: "01J00000000000000000000000" }) },
 
   // Triggers of tB: a token limited to tA is refused before any read or write.
   "aiflow.trigger.v1.TriggerService/PutTrigger": {

@@ -120,23 +120,25 @@ describe("a graph run", () => {
 });
 
 describe("a graph definition", () => {
-  const base = (): GraphDef => ({ start: "a", nodes: [task("a"), task("b"), end("done")], edges: [{ from: "a", to: "b" }, { from: "b", to: "done" }] });
-  it.each<[string, (d: GraphDef) => void, RegExp]>([
-    ["an edge to an unknown node", (d) => d.edges!.push({ from: "a", to: "ghost" }), /edge 2 \('a' -> 'ghost'\)\.to: names 'ghost', which is not a node of the definition/],
+  /** A plain object a test spoils before it is sent. */
+  type Plain = { start: string; maxSteps?: bigint; nodes: { name: string; kind?: NodeKind; engineKind?: string; payloadJson?: string }[]; edges: { from: string; to: string; when?: string }[] };
+  const base = (): Plain => ({ start: "a", nodes: [task("a"), task("b"), end("done")], edges: [{ from: "a", to: "b" }, { from: "b", to: "done" }] });
+  it.each<[string, (d: Plain) => void, RegExp]>([
+    ["an edge to an unknown node", (d) => d.edges.push({ from: "a", to: "ghost" }), /edge 2 \('a' -> 'ghost'\)\.to: names 'ghost', which is not a node of the definition/],
     ["an end node no path reaches", (d) => (d.edges = [{ from: "a", to: "b" }, { from: "b", to: "a" }]), /no end node is reachable from the start 'a'/],
-    ["a condition that does not parse", (d) => (d.edges![0]!.when = "result.ok = true"), /edge 0 \('a' -> 'b'\)\.when: bad condition 'result.ok = true': at 11: '=' is not part of the language/],
-    ["a condition reading what edges cannot", (d) => (d.edges![0]!.when = "context.x"), /'context' is not a value here: paths start at result, state, steps, visits/],
-    ["a task node with no edges", (d) => d.nodes!.push(task("stuck")), /node 'stuck': has no edges/],
-    ["a task node without an engine kind", (d) => (d.nodes![1] = { name: "b", kind: NodeKind.TASK }), /node 'b'\.engine_kind: is required/],
-    ["an edge out of an end node", (d) => d.edges!.push({ from: "done", to: "a" }), /leaves end node 'done'/],
+    ["a condition that does not parse", (d) => (d.edges[0]!.when = "result.ok = true"), /edge 0 \('a' -> 'b'\)\.when: bad condition 'result.ok = true': at 11: '=' is not part of the language/],
+    ["a condition reading what edges cannot", (d) => (d.edges[0]!.when = "context.x"), /'context' is not a value here: paths start at result, state, steps, visits/],
+    ["a task node with no edges", (d) => d.nodes.push(task("stuck")), /node 'stuck': has no edges/],
+    ["a task node without an engine kind", (d) => (d.nodes[1] = { name: "b", kind: NodeKind.TASK }), /node 'b'\.engine_kind: is required/],
+    ["an edge out of an end node", (d) => d.edges.push({ from: "done", to: "a" }), /leaves end node 'done'/],
     ["an unknown start", (d) => (d.start = "zzz"), /definition\.start: names 'zzz'/],
-    ["a duplicate node", (d) => d.nodes!.push(task("a")), /node 'a': is a duplicate name/],
+    ["a duplicate node", (d) => d.nodes.push(task("a")), /node 'a': is a duplicate name/],
     ["max_steps past the cap", (d) => (d.maxSteps = 100_001n), /definition\.max_steps: 100001 is outside 1\.\.100000/],
-    ["a payload that is not JSON", (d) => (d.nodes![0] = task("a", "{nope")), /node 'a'\.payload_json: is not JSON/],
+    ["a payload that is not JSON", (d) => (d.nodes[0] = task("a", "{nope")), /node 'a'\.payload_json: is not JSON/],
   ])("with %s is INVALID_ARGUMENT naming it", async (_what, spoil, message) => {
     const def = base();
     spoil(def);
-    const err = await refusal(graphs.start("t", def));
+    const err = await refusal(graphs.start("t", def as GraphDef));
     expect(err.code).toBe(Code.InvalidArgument);
     expect(err.rawMessage).toMatch(message);
   });

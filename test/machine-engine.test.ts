@@ -98,7 +98,7 @@ describe("a state machine", () => {
     const none = await refusal(machines.signal("t", m.runId, "decide", { by: "x" }));
     expect(none.code).toBe(Code.InvalidArgument);
     expect(none.rawMessage).toBe("event: state 'draft' has no transition for event 'decide' (it takes: submit)");
-    const slow: MachineDef = { ...review, states: review.states!.map((s) => (s.name === "draft" ? { ...s, transitions: [{ event: "submit", to: "reviewing", action: { engineKind: "nobody" } }] } : s)) };
+    const slow = { ...review, states: review.states!.map((s) => (s.name === "draft" ? { ...s, transitions: [{ event: "submit", to: "reviewing", action: { engineKind: "nobody" } }] } : s)) } as MachineDef;
     const s = await machines.start("t", slow);
     const res = await machines.signal("t", s.runId, "submit", { doc: "x" });
     expect(res).toMatchObject({ to: "reviewing", actionStarted: true, run: { suspended: true, state: "draft", pendingEvent: "submit", pendingTo: "reviewing" } });

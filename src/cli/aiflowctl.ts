@@ -23,10 +23,13 @@ import { runCommands } from "./ctl/runs.js";
 import { tenantCommands } from "./ctl/tenants.js";
 import { tlsChoice, type TlsChoice } from "./ctl/tls.js";
 import { triggerCommands } from "./ctl/triggers.js";
+import { engineCommands } from "./ctl/engines.js";
+import { GraphService } from "@aiflow/wire/gen/aiflow/graph/v1/graph_pb.js";
+import { MachineService } from "@aiflow/wire/gen/aiflow/machine/v1/machine_pb.js";
 import { workCommands } from "./ctl/work.js";
 import { VERSION } from "../version.js";
 
-const COMMANDS: readonly Command[] = [...agentCommands, ...workCommands, ...bindingCommands, ...keyCommands, ...tenantCommands, ...limitCommands, ...runCommands, ...triggerCommands];
+const COMMANDS: readonly Command[] = [...agentCommands, ...workCommands, ...bindingCommands, ...keyCommands, ...tenantCommands, ...limitCommands, ...runCommands, ...engineCommands, ...triggerCommands];
 
 
 export async function main(argv: readonly string[], env = process.env, out = (t: string) => process.stdout.write(t + "\n")): Promise<number> {
@@ -62,7 +65,7 @@ export async function main(argv: readonly string[], env = process.env, out = (t:
       return next(req);
     };
     const transport = createGrpcTransport({ baseUrl: choice.baseUrl, nodeOptions: choice.nodeOptions, interceptors: [auth], defaultTimeoutMs: timeoutMs });
-    return await spec.run({ args, json: args.has("json"), address, ops: createClient(OpsService, transport), queue: createClient(QueueService, transport), dag: createClient(DagService, transport), triggers: createClient(TriggerService, transport), out });
+    return await spec.run({ args, json: args.has("json"), address, ops: createClient(OpsService, transport), queue: createClient(QueueService, transport), dag: createClient(DagService, transport), triggers: createClient(TriggerService, transport), graph: createClient(GraphService, transport), machine: createClient(MachineService, transport), out });
   } catch (err) {
     if (err instanceof UsageError) return fail(err.message, 2);
     const { message, exit } = explain(err, spec, { address, tokenFrom, tls });

@@ -10,6 +10,8 @@ import type { OpsService } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 import type { QueueService } from "@aiflow/wire/gen/aiflow/cluster/v1/queue_pb.js";
 import type { DagService } from "@aiflow/wire/gen/aiflow/dag/v1/dag_pb.js";
 import type { TriggerService } from "@aiflow/wire/gen/aiflow/trigger/v1/trigger_pb.js";
+import type { GraphService } from "@aiflow/wire/gen/aiflow/graph/v1/graph_pb.js";
+import type { MachineService } from "@aiflow/wire/gen/aiflow/machine/v1/machine_pb.js";
 import { WorkItemStatus } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
 import { UsageError, type Parsed } from "./args.js";
 
@@ -31,6 +33,8 @@ export interface Ctx {
   queue: ReturnType<typeof createClient<typeof QueueService>>;
   dag: ReturnType<typeof createClient<typeof DagService>>;
   triggers: ReturnType<typeof createClient<typeof TriggerService>>;
+  graph: ReturnType<typeof createClient<typeof GraphService>>;
+  machine: ReturnType<typeof createClient<typeof MachineService>>;
   out(text: string): void;
 }
 
