@@ -73,6 +73,12 @@ describe("a state machine", () => {
     expect(reviewed).toMatchObject({ state: "reviewing", history: ["draft", "reviewing"], live: true });
     expect(JSON.parse(reviewed.contextJson)).toMatchObject({ submit: { run: started.runId, doc: "good" }, reviewing: { score: 0.9 } });
 
+    // An event the state has no transition for, from a trigger: refused and recorded, and nothing moved.
+    const again = await deliver(A.httpUrl!, "t", "submitted", JSON.stringify({ run: started.runId, doc: "other" }), { secret: SECRET });
+    expect(again.body.outcome).toBe("refused");
+    expect(again.body.error).toBe("event: state 'reviewing' has no transition for event 'submit' (it takes: decide)");
+    expect(await machines.get("t", started.runId)).toMatchObject({ state: "reviewing", history: ["draft", "reviewing"] });
+
     const decide = await deliver(A.httpUrl!, "t", "decided", JSON.stringify({ run: started.runId, by: "ann" }), { secret: SECRET });
     expect(decide.body.outcome).toBe("signalled");
     const done = await machines.get("t", started.runId);
@@ -87,6 +93,7 @@ describe("a state machine", () => {
     );
     expect(firings).toEqual([
       { trigger_name: "submitted", outcome: "signalled", run_id: started.runId },
+      { trigger_name: "submitted", outcome: "refused", run_id: null },
       { trigger_name: "decided", outcome: "signalled", run_id: started.runId },
       { trigger_name: "decided", outcome: "refused", run_id: null },
     ]);
