@@ -11,7 +11,8 @@ import type { TableName } from "../src/db/tables.js";
 import { TOKENS } from "./support/daemon.js";
 import { work } from "./support/dag.js";
 import { refusal, useTestDb } from "./support/kit.js";
-import { MachineClient, type MachineDef } from "./support/native.js";
+import { GraphClient, MachineClient, type MachineDef } from "./support/native.js";
+import { NodeKind } from "@aiflow/wire/gen/aiflow/graph/v1/graph_pb.js";
 import { TestAgent } from "./support/queue.js";
 import { deliver, TriggerClient } from "./support/triggers.js";
 
@@ -159,6 +160,40 @@ describe("a state machine", () => {
       expect(err.code).toBe(Code.InvalidArgument);
       expect(err.rawMessage).toMatch(message);
     }
+  });
+});
+
+describe("triggers that start runs of these engines", () => {
+  it("a webhook starts a machine and a graph run of stored definitions, each with the payload in its data and its directory row naming the trigger and the firing", async () => {
+    await machines.machine.putDefinition({ tenantKey: "t", definition: { ...review, id: "review-started" } });
+    const graphs = fx.closers.add(new GraphClient(A.address));
+    await graphs.graph.putDefinition({ tenantKey: "t", definition: { id: "one-review", start: "r", nodes: [{ name: "r", kind: NodeKind.TASK, engineKind: "review", payloadJson: '{"doc": "{{ context.payload.doc }}"}' }, { name: "z", kind: NodeKind.END }], edges: [{ from: "r", to: "z" }] } });
+    const triggers = fx.closers.add(new TriggerClient(A.address));
+    await triggers.put("t", { name: "new-review", type: TriggerType.WEBHOOK, action: Action.START, engineKind: "statemachine", definitionId: "review-started", secret: SECRET });
+    await triggers.put("t", { name: "new-graph", type: TriggerType.WEBHOOK, action: Action.START, engineKind: "graph", definitionId: "one-review", secret: SECRET });
+    expect((await triggers.triggers.getTrigger({ tenantKey: "t", name: "new-graph" })).trigger).toMatchObject({ engineKind: "graph", definitionId: "one-review" });
+
+    const m = await deliver(A.httpUrl!, "t", "new-review", JSON.stringify({ doc: "good" }), { secret: SECRET });
+    const g = await deliver(A.httpUrl!, "t", "new-graph", JSON.stringify({ doc: "good" }), { secret: SECRET });
+    expect([m.status, m.body.outcome, g.status, g.body.outcome]).toEqual([202, "started", 202, "started"]);
+    const machine = await machines.get("t", m.body.run_id!);
+    expect(machine).toMatchObject({ state: "draft", definitionId: "review-started", live: true });
+    expect(JSON.parse(machine.contextJson)).toMatchObject({ payload: { doc: "good" }, trigger: { name: "new-review", firing_id: m.body.firing_id } });
+    const run = await graphs.ended("t", g.body.run_id!);
+    expect(JSON.parse(run.stateJson)).toMatchObject({ payload: { doc: "good" }, r: { score: 0.9 } });
+    const dir = await fx.db.raw(`SELECT run_id, engine_kind, triggered_by, trigger_firing_id FROM ${table("engine_run")} WHERE run_id = ANY($1) ORDER BY engine_kind`, [[m.body.run_id, g.body.run_id]]);
+    expect(dir).toEqual([
+      { run_id: g.body.run_id, engine_kind: "graph", triggered_by: "new-graph", trigger_firing_id: g.body.firing_id },
+      { run_id: m.body.run_id, engine_kind: "statemachine", triggered_by: "new-review", trigger_firing_id: m.body.firing_id },
+    ]);
+  });
+
+  it("a start trigger names an engine there is, and a signal trigger none", async () => {
+    const triggers = fx.closers.add(new TriggerClient(A.address));
+    const bad = await refusal(triggers.put("t", { name: "x", type: TriggerType.WEBHOOK, action: Action.START, engineKind: "pipeline", definitionId: "d", secret: SECRET }));
+    expect(bad.rawMessage).toMatch(/^trigger\.engine_kind: 'pipeline' is not an engine: give dag, graph or statemachine/);
+    const sig = await refusal(triggers.put("t", { name: "y", type: TriggerType.WEBHOOK, action: Action.SIGNAL, engineKind: "graph", event: "e", runId: "r", secret: SECRET }));
+    expect(sig.rawMessage).toMatch(/^trigger\.engine_kind: is for a start/);
   });
 });
 

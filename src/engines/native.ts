@@ -48,6 +48,22 @@ export interface Scope {
   tenantKey: string;
 }
 
+/** The trigger firing that started a run. */
+export interface Cause {
+  trigger: string;
+  firingId: string;
+}
+
+/**
+ * What a caller other than the engine's own service adds to a run's transaction (a trigger's
+ * firing): `guard` runs first (under the run's lock for a change) and may throw to write nothing;
+ * `record` runs after the run and its directory row are saved, before the commit.
+ */
+export interface RunHooks {
+  guard?: (w: Writes) => Promise<void>;
+  record?: (w: Writes, run: { id: string }) => Promise<void>;
+}
+
 /** What one transaction of a run writes besides its row: the items it queues and cancels. */
 export class Writes {
   readonly enqueued: EnqueueRow[] = [];
@@ -75,9 +91,19 @@ export class Writes {
   }
 
   /** The run's directory row, on the same save. */
-  async record(kind: NativeKind, r: { tenantKey: string; runId: string; definitionId: string; by: string; ended: boolean }): Promise<void> {
+  async record(kind: NativeKind, r: { tenantKey: string; runId: string; definitionId: string; by: string; ended: boolean; cause?: Cause }): Promise<void> {
     const res = await new EngineRunStore(this.tx, this.d.tables).record(
-      { tenantKey: r.tenantKey, runId: r.runId, engineKind: kind, definitionId: r.definitionId, parentRunId: null, triggeredBy: null, triggerFiringId: null, endedOn: r.ended ? this.nowNs : null },
+      {
+        tenantKey: r.tenantKey,
+        runId: r.runId,
+        engineKind: kind,
+        definitionId: r.definitionId,
+        parentRunId: null,
+        // Known at the start only; later saves leave them as the start wrote them (the directory merges).
+        triggeredBy: r.cause?.trigger ?? null,
+        triggerFiringId: r.cause?.firingId ?? null,
+        endedOn: r.ended ? this.nowNs : null,
+      },
       this.nowMs,
       r.by,
     );

@@ -185,7 +185,7 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
   const firings = new TriggerFiringStore(pool, tables);
   const triggers = new TriggerStore(pool, tables);
   if (config.triggersFile) await applyTriggersFile(triggers, readTriggersFile(config.triggersFile), clock.nowMs());
-  const firer = new TriggerFirer({ pool, tables, engine: dag, machines, clock, log: log.child({ component: "triggers" }), metrics });
+  const firer = new TriggerFirer({ pool, tables, engine: dag, graphs, machines, clock, log: log.child({ component: "triggers" }), metrics });
   maintenance.add(cronTask({ pool, tables, firer, log: log.child({ component: "cron" }), catchUpMs: config.cronCatchUp }));
   maintenance.add(firingRetentionTask({ config, firings, deliveries: triggers, log }));
   await maintenance.runOnce();

@@ -25,6 +25,8 @@ const triggerRow = z.object({
   trigger_type: z.enum(["webhook", "cron"]),
   action: z.enum(["start", "signal"]),
   definition_id: z.string().nullable(),
+  /** A start's engine; null: dag. */
+  engine_kind: z.enum(["graph", "statemachine"]).nullable(),
   event: z.string().nullable(),
   run_id: z.string().nullable(),
   run_id_path: z.string().nullable(),
@@ -49,6 +51,8 @@ export interface TriggerWrite {
   type: "webhook" | "cron";
   action: "start" | "signal";
   definitionId: string | null;
+  /** A start's engine; null: dag. */
+  engineKind: "graph" | "statemachine" | null;
   event: string | null;
   runId: string | null;
   runIdPath: string | null;
@@ -59,7 +63,7 @@ export interface TriggerWrite {
   source: "rpc" | "file";
 }
 
-const COLUMNS = sql.fragment`id, tenant_key, name, trigger_type, action, definition_id, event, run_id, run_id_path, schedule, time_zone,
+const COLUMNS = sql.fragment`id, tenant_key, name, trigger_type, action, definition_id, engine_kind, event, run_id, run_id_path, schedule, time_zone,
   secret IS NOT NULL AS has_secret, source, owner, next_fire_ns, createdby, createdon, updatedby, updatedon`;
 
 export class TriggerStore {
@@ -78,12 +82,12 @@ export class TriggerStore {
     const next = nextFireNs === null ? null : nextFireNs.toString();
     const row = await withDbErrors(() =>
       this.db.one(sql.type(triggerRow.extend({ created: z.boolean() }))`
-        INSERT INTO ${trigger} AS t (id, tenant_key, name, trigger_type, action, definition_id, event, run_id, run_id_path, schedule, time_zone, secret, source,
+        INSERT INTO ${trigger} AS t (id, tenant_key, name, trigger_type, action, definition_id, engine_kind, event, run_id, run_id_path, schedule, time_zone, secret, source,
                                      owner, next_fire_ns, createdby, createdon, updatedby, updatedon)
-        VALUES (${id}, ${w.tenantKey}, ${w.name}, ${w.type}, ${w.action}, ${w.definitionId}, ${w.event}, ${w.runId}, ${w.runIdPath}, ${w.schedule}, ${w.timeZone},
+        VALUES (${id}, ${w.tenantKey}, ${w.name}, ${w.type}, ${w.action}, ${w.definitionId}, ${w.engineKind}, ${w.event}, ${w.runId}, ${w.runIdPath}, ${w.schedule}, ${w.timeZone},
                 ${w.secret}, ${w.source}, ${by}, ${next}::int8, ${by}, ${ts(nowMs)}, ${by}, ${ts(nowMs)})
         ON CONFLICT (tenant_key, name) DO UPDATE SET
-          trigger_type = EXCLUDED.trigger_type, action = EXCLUDED.action, definition_id = EXCLUDED.definition_id, event = EXCLUDED.event,
+          trigger_type = EXCLUDED.trigger_type, action = EXCLUDED.action, definition_id = EXCLUDED.definition_id, engine_kind = EXCLUDED.engine_kind, event = EXCLUDED.event,
           run_id = EXCLUDED.run_id, run_id_path = EXCLUDED.run_id_path, schedule = EXCLUDED.schedule, time_zone = EXCLUDED.time_zone,
           secret = CASE WHEN EXCLUDED.trigger_type <> 'webhook' THEN NULL ELSE coalesce(EXCLUDED.secret, t.secret) END,
           source = EXCLUDED.source,

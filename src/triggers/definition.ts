@@ -26,6 +26,8 @@ export interface TriggerInput {
   type: "webhook" | "cron" | "";
   action: "start" | "signal" | "";
   definitionId: string;
+  /** A start's engine: "" (dag), dag, graph or statemachine. */
+  engineKind: string;
   event: string;
   runId: string;
   runIdPath: string;
@@ -54,6 +56,7 @@ export function checkTrigger(i: TriggerInput, source: "rpc" | "file", hasStoredS
     type: i.type,
     action: i.action,
     definitionId: null,
+    engineKind: null,
     event: null,
     runId: null,
     runIdPath: null,
@@ -64,13 +67,16 @@ export function checkTrigger(i: TriggerInput, source: "rpc" | "file", hasStoredS
   };
   if (i.action === "start") {
     write.definitionId = text("definition_id", i.definitionId);
-    if (!write.definitionId) throw bad("definition_id", "is required to start a run: name a definition stored with DagService.PutDefinition");
+    if (!write.definitionId) throw bad("definition_id", "is required to start a run: name a definition stored with its engine's PutDefinition");
+    if (!["", "dag", "graph", "statemachine"].includes(i.engineKind)) throw bad("engine_kind", `'${i.engineKind.slice(0, 40)}' is not an engine: give dag, graph or statemachine`);
+    write.engineKind = i.engineKind === "" || i.engineKind === "dag" ? null : (i.engineKind as "graph" | "statemachine");
     for (const [f, v] of [["event", i.event], ["run_id", i.runId], ["run_id_path", i.runIdPath]] as const)
       if (v !== "") throw bad(f, "is for a signal; a start trigger starts a new run");
   } else {
     write.event = text("event", i.event);
     if (!write.event) throw bad("event", "is required to signal a run: the event its wait node waits for");
     if (i.definitionId !== "") throw bad("definition_id", "is for a start; a signal trigger moves an existing run");
+    if (i.engineKind !== "") throw bad("engine_kind", "is for a start; a signal goes to whichever engine the run directory names for the run");
     if ((i.runId === "") === (i.runIdPath === "")) throw bad("run_id", "give the run to signal as run_id, or (webhooks) as run_id_path into the body, not both");
     if (i.runIdPath !== "") {
       if (i.type !== "webhook") throw bad("run_id_path", "only a webhook has a body to read the run from; give run_id");

@@ -18,7 +18,9 @@
 import type { DatabasePool, DatabaseTransactionConnection } from "slonik";
 import type { Clock } from "../clock.js";
 import type { DagEngine, StepHooks } from "../dag/engine.js";
+import type { GraphEngine } from "../engines/graph/engine.js";
 import type { MachineEngine } from "../engines/machine/engine.js";
+import type { RunHooks } from "../engines/native.js";
 import { EngineRunStore } from "../store/engine-runs.js";
 import type { Tables } from "../db/tables.js";
 import { AppError, type ErrorKind } from "../domain/errors.js";
@@ -78,7 +80,7 @@ export class FiringRefused extends Error {
 
 export class TriggerFirer {
   constructor(
-    private readonly d: { pool: DatabasePool; tables: Tables; engine: DagEngine; machines: MachineEngine; clock: Clock; log: Logger; metrics: TriggerEvents },
+    private readonly d: { pool: DatabasePool; tables: Tables; engine: DagEngine; graphs: GraphEngine; machines: MachineEngine; clock: Clock; log: Logger; metrics: TriggerEvents },
   ) {}
 
   /** Carries out the trigger's action and records the firing; see the module's comment. */
@@ -100,18 +102,26 @@ export class TriggerFirer {
     const scope = { by: t.owner, tenantKey: t.tenant_key };
     try {
       if (t.action === "start") {
-        const plan = await this.d.engine.storedPlan(t.tenant_key, t.definition_id!);
         const context = { payload: f.payload, trigger: { name: t.name, firing_id: firingId, fired_on: f.firedOnNs.toString() } };
-        const { run } = await this.d.engine.startRun(scope, plan, context, null, { trigger: t.name, firingId }, hooks("started"));
-        return this.#done(t, { outcome: "started", firingId, runId: run.id, error: null });
+        const cause = { trigger: t.name, firingId };
+        let started: string;
+        if (t.engine_kind === "graph") {
+          const plan = await this.d.graphs.storedPlan(t.tenant_key, t.definition_id!);
+          started = (await this.d.graphs.startRun(scope, plan, context, cause, native(hooks("started")))).runId;
+        } else if (t.engine_kind === "statemachine") {
+          const plan = await this.d.machines.storedPlan(t.tenant_key, t.definition_id!);
+          started = (await this.d.machines.startRun(scope, plan, context, cause, native(hooks("started")))).runId;
+        } else {
+          const plan = await this.d.engine.storedPlan(t.tenant_key, t.definition_id!);
+          started = (await this.d.engine.startRun(scope, plan, context, null, cause, hooks("started"))).run.id;
+        }
+        return this.#done(t, { outcome: "started", firingId, runId: started, error: null });
       }
       runId ??= runIdAt(f.payload, t.run_id_path!);
       const target = runId;
       const owner = await new EngineRunStore(this.d.pool, this.d.tables).get(t.tenant_key, target);
-      if (owner?.engine_kind === "statemachine") {
-        const h = hooks("signalled");
-        await this.d.machines.signal(scope, target, t.event!, f.payload, { guard: h.guard && ((w) => h.guard!(w.tx)), record: (w, run) => h.record!(w.tx, run) });
-      } else await this.d.engine.change("signal", scope, target, (s) => s.signal(t.event!, f.payload), hooks("signalled"));
+      if (owner?.engine_kind === "statemachine") await this.d.machines.signal(scope, target, t.event!, f.payload, native(hooks("signalled")));
+      else await this.d.engine.change("signal", scope, target, (s) => s.signal(t.event!, f.payload), hooks("signalled"));
       return this.#done(t, { outcome: "signalled", firingId, runId: target, error: null });
     } catch (err) {
       if (err instanceof TickTaken) throw err;
@@ -185,6 +195,9 @@ export class TriggerFirer {
     return r;
   }
 }
+
+/** The DAG engine's step hooks as the graph and state-machine engines take them (on their transaction's connection). */
+const native = (h: StepHooks): RunHooks => ({ guard: h.guard && ((w) => h.guard!(w.tx)), record: h.record && ((w, run) => h.record!(w.tx, run)) });
 
 /** Who wrote a firing row: the trigger, by name. */
 const by = (name: string) => `trigger:${name}`;

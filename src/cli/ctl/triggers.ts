@@ -62,7 +62,7 @@ const iso = (ts: Timestamp | undefined) => (ts ? new Date(timestampMs(ts)).toISO
 
 /** What the trigger acts on: the definition it starts, or the event and the run it signals (a fixed id, or read from the webhook's body). */
 function targetText(t: Trigger): string {
-  if (t.action === Action.START) return t.definitionId || "-";
+  if (t.action === Action.START) return t.engineKind && t.engineKind !== "dag" ? `${t.engineKind}:${t.definitionId}` : t.definitionId || "-";
   return `${t.event || "-"} → ${t.runId || (t.runIdPath ? `body.${t.runIdPath}` : "-")}`;
 }
 

@@ -21,7 +21,7 @@ import { GraphRunStore, type GraphRunRow } from "../../store/graph-runs.js";
 import { newId } from "../../util/ids.js";
 import { holds, parseCondition } from "../condition.js";
 import { itemFor } from "../definition-parts.js";
-import { Advancer, inRunTransaction, resultOf, type NativeDeps, type Scope, type Writes } from "../native.js";
+import { Advancer, inRunTransaction, resultOf, type Cause, type NativeDeps, type RunHooks, type Scope, type Writes } from "../native.js";
 import { EDGE_ROOTS, graphPlanOf, type GraphPlan } from "./plan.js";
 
 export class GraphEngine {
@@ -54,9 +54,10 @@ export class GraphEngine {
     return graphPlanOf(fromJson(DefinitionSchema, JSON.parse(body)), this.d.config, false);
   }
 
-  /** Starts a run at the plan's start node. */
-  startRun(scope: Scope, plan: GraphPlan, state: Record<string, unknown>): Promise<GraphRunRow> {
+  /** Starts a run at the plan's start node; `cause` names the trigger firing that started it. */
+  startRun(scope: Scope, plan: GraphPlan, state: Record<string, unknown>, cause?: Cause, hooks: RunHooks = {}): Promise<GraphRunRow> {
     return inRunTransaction(this.d, "its graph run was cancelled", async (w) => {
+      await hooks.guard?.(w);
       const nowMs = w.nowMs;
       const run: GraphRunRow = {
         id: newId(nowMs),
@@ -79,7 +80,8 @@ export class GraphEngine {
       };
       this.#run(run, plan.start, w);
       await new GraphRunStore(w.tx, this.d.tables).insert(run, nowMs);
-      await this.#record(w, run);
+      await this.#record(w, run, cause);
+      await hooks.record?.(w, { id: run.runId });
       return run;
     });
   }
@@ -162,7 +164,7 @@ export class GraphEngine {
     await this.#record(w, run);
   }
 
-  #record(w: Writes, run: GraphRunRow): Promise<void> {
-    return w.record("graph", { tenantKey: run.tenantKey, runId: run.runId, definitionId: run.definitionId, by: run.createdBy, ended: run.status !== "running" });
+  #record(w: Writes, run: GraphRunRow, cause?: Cause): Promise<void> {
+    return w.record("graph", { tenantKey: run.tenantKey, runId: run.runId, definitionId: run.definitionId, by: run.createdBy, ended: run.status !== "running", cause });
   }
 }

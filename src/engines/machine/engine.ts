@@ -22,18 +22,8 @@ import { MachineRunStore, type MachineRunRow } from "../../store/machine-runs.js
 import { newId } from "../../util/ids.js";
 import { holds, parseCondition } from "../condition.js";
 import { itemFor } from "../definition-parts.js";
-import { Advancer, inRunTransaction, resultOf, type NativeDeps, type Scope, type Writes } from "../native.js";
+import { Advancer, inRunTransaction, resultOf, type Cause, type NativeDeps, type RunHooks, type Scope, type Writes } from "../native.js";
 import { GUARD_ROOTS, machinePlanOf, type MachinePlan } from "./plan.js";
-
-/**
- * What a caller other than MachineService adds to a signal's transaction (a trigger's firing):
- * `guard` runs first, under the machine's lock, and may throw to write nothing; `record` runs after
- * the machine and its directory row are saved, before the commit.
- */
-export interface SignalHooks {
-  guard?: (w: Writes) => Promise<void>;
-  record?: (w: Writes, run: { id: string }) => Promise<void>;
-}
 
 export interface Signalled {
   run: MachineRunRow;
@@ -70,9 +60,10 @@ export class MachineEngine {
     return machinePlanOf(fromJson(DefinitionSchema, JSON.parse(body)), this.d.config, false);
   }
 
-  /** Starts a machine in its initial state. */
-  startRun(scope: Scope, plan: MachinePlan, context: Record<string, unknown>): Promise<MachineRunRow> {
+  /** Starts a machine in its initial state; `cause` names the trigger firing that started it. */
+  startRun(scope: Scope, plan: MachinePlan, context: Record<string, unknown>, cause?: Cause, hooks: RunHooks = {}): Promise<MachineRunRow> {
     return inRunTransaction(this.d, "its machine was cancelled", async (w) => {
+      await hooks.guard?.(w);
       const nowMs = w.nowMs;
       const run: MachineRunRow = {
         id: newId(nowMs),
@@ -94,13 +85,14 @@ export class MachineEngine {
         createdUs: BigInt(nowMs) * 1000n,
       };
       await new MachineRunStore(w.tx, this.d.tables).insert(run, nowMs);
-      await this.#record(w, run);
+      await this.#record(w, run, cause);
+      await hooks.record?.(w, { id: run.runId });
       return run;
     });
   }
 
   /** Applies an event to the caller's machine (see the module's comment); refusals change nothing. */
-  signal(scope: Scope, runId: string, event: string, payload: unknown, hooks: SignalHooks = {}): Promise<Signalled> {
+  signal(scope: Scope, runId: string, event: string, payload: unknown, hooks: RunHooks = {}): Promise<Signalled> {
     return inRunTransaction(this.d, "its machine was cancelled", async (w) => {
       const run = await this.#locked(w, scope, runId);
       await hooks.guard?.(w);
@@ -185,7 +177,7 @@ export class MachineEngine {
     await this.#record(w, run);
   }
 
-  #record(w: Writes, run: MachineRunRow): Promise<void> {
-    return w.record("statemachine", { tenantKey: run.tenantKey, runId: run.runId, definitionId: run.definitionId, by: run.createdBy, ended: !run.live });
+  #record(w: Writes, run: MachineRunRow, cause?: Cause): Promise<void> {
+    return w.record("statemachine", { tenantKey: run.tenantKey, runId: run.runId, definitionId: run.definitionId, by: run.createdBy, ended: !run.live, cause });
   }
 }

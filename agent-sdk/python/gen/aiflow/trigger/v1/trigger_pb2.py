@@ -14,35 +14,35 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1f\x61iflow/trigger/v1/trigger.proto\x12\x11\x61iflow.trigger.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc3\x04\n\x07Trigger\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12\x32\n\x04type\x18\x02 \x01(\x0e\x32\x1e.aiflow.trigger.v1.TriggerTypeR\x04type\x12\x31\n\x06\x61\x63tion\x18\x03 \x01(\x0e\x32\x19.aiflow.trigger.v1.ActionR\x06\x61\x63tion\x12#\n\rdefinition_id\x18\x04 \x01(\tR\x0c\x64\x65\x66initionId\x12\x14\n\x05\x65vent\x18\x05 \x01(\tR\x05\x65vent\x12\x15\n\x06run_id\x18\x06 \x01(\tR\x05runId\x12\x1e\n\x0brun_id_path\x18\x07 \x01(\tR\trunIdPath\x12\x1a\n\x08schedule\x18\x08 \x01(\tR\x08schedule\x12\x1b\n\ttime_zone\x18\t \x01(\tR\x08timeZone\x12\x16\n\x06secret\x18\n \x01(\tR\x06secret\x12\x1d\n\nhas_secret\x18\x14 \x01(\x08R\thasSecret\x12\x14\n\x05owner\x18\x15 \x01(\tR\x05owner\x12\x16\n\x06source\x18\x16 \x01(\tR\x06source\x12\x37\n\tnext_fire\x18\x17 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\x08nextFire\x12\x39\n\ncreated_on\x18\x18 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\tcreatedOn\x12\x39\n\nupdated_on\x18\x19 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\tupdatedOn\"h\n\x11PutTriggerRequest\x12\x1d\n\ntenant_key\x18\x01 \x01(\tR\ttenantKey\x12\x34\n\x07trigger\x18\x02 \x01(\x0b\x32\x1a.aiflow.trigger.v1.TriggerR\x07trigger\"d\n\x12PutTriggerResponse\x12\x34\n\x07trigger\x18\x01 \x01(\x0b\x32\x1a.aiflow.trigger.v1.TriggerR\x07trigger\x12\x18\n\x07\x63reated\x18\x02 \x01(\x08R\x07\x63reated\"F\n\x11GetTriggerRequest\x12\x1d\n\ntenant_key\x18\x01 \x01(\tR\ttenantKey\x12\x12\n\x04name\x18\x02 \x01(\tR\x04name\"J\n\x12GetTriggerResponse\x12\x34\n\x07trigger\x18\x01 \x01(\x0b\x32\x1a.aiflow.trigger.v1.TriggerR\x07trigger\"4\n\x13ListTriggersRequest\x12\x1d\n\ntenant_key\x18\x01 \x01(\tR\ttenantKey\"N\n\x14ListTriggersResponse\x12\x36\n\x08triggers\x18\x01 \x03(\x0b\x32\x1a.aiflow.trigger.v1.TriggerR\x08triggers\"I\n\x14\x44\x65leteTriggerRequest\x12\x1d\n\ntenant_key\x18\x01 \x01(\tR\ttenantKey\x12\x12\n\x04name\x18\x02 \x01(\tR\x04name\"\x17\n\x15\x44\x65leteTriggerResponse*\\\n\x0bTriggerType\x12\x1c\n\x18TRIGGER_TYPE_UNSPECIFIED\x10\x00\x12\x18\n\x14TRIGGER_TYPE_WEBHOOK\x10\x01\x12\x15\n\x11TRIGGER_TYPE_CRON\x10\x02*E\n\x06\x41\x63tion\x12\x16\n\x12\x41\x43TION_UNSPECIFIED\x10\x00\x12\x10\n\x0c\x41\x43TION_START\x10\x01\x12\x11\n\rACTION_SIGNAL\x10\x02\x32\x8b\x03\n\x0eTriggerService\x12Y\n\nPutTrigger\x12$.aiflow.trigger.v1.PutTriggerRequest\x1a%.aiflow.trigger.v1.PutTriggerResponse\x12Y\n\nGetTrigger\x12$.aiflow.trigger.v1.GetTriggerRequest\x1a%.aiflow.trigger.v1.GetTriggerResponse\x12_\n\x0cListTriggers\x12&.aiflow.trigger.v1.ListTriggersRequest\x1a\'.aiflow.trigger.v1.ListTriggersResponse\x12\x62\n\rDeleteTrigger\x12\'.aiflow.trigger.v1.DeleteTriggerRequest\x1a(.aiflow.trigger.v1.DeleteTriggerResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1f\x61iflow/trigger/v1/trigger.proto\x12\x11\x61iflow.trigger.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe4\x04\n\x07Trigger\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12\x32\n\x04type\x18\x02 \x01(\x0e\x32\x1e.aiflow.trigger.v1.TriggerTypeR\x04type\x12\x31\n\x06\x61\x63tion\x18\x03 \x01(\x0e\x32\x19.aiflow.trigger.v1.ActionR\x06\x61\x63tion\x12#\n\rdefinition_id\x18\x04 \x01(\tR\x0c\x64\x65\x66initionId\x12\x14\n\x05\x65vent\x18\x05 \x01(\tR\x05\x65vent\x12\x15\n\x06run_id\x18\x06 \x01(\tR\x05runId\x12\x1e\n\x0brun_id_path\x18\x07 \x01(\tR\trunIdPath\x12\x1a\n\x08schedule\x18\x08 \x01(\tR\x08schedule\x12\x1b\n\ttime_zone\x18\t \x01(\tR\x08timeZone\x12\x16\n\x06secret\x18\n \x01(\tR\x06secret\x12\x1f\n\x0b\x65ngine_kind\x18\x0b \x01(\tR\nengineKind\x12\x1d\n\nhas_secret\x18\x14 \x01(\x08R\thasSecret\x12\x14\n\x05owner\x18\x15 \x01(\tR\x05owner\x12\x16\n\x06source\x18\x16 \x01(\tR\x06source\x12\x37\n\tnext_fire\x18\x17 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\x08nextFire\x12\x39\n\ncreated_on\x18\x18 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\tcreatedOn\x12\x39\n\nupdated_on\x18\x19 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\tupdatedOn\"h\n\x11PutTriggerRequest\x12\x1d\n\ntenant_key\x18\x01 \x01(\tR\ttenantKey\x12\x34\n\x07trigger\x18\x02 \x01(\x0b\x32\x1a.aiflow.trigger.v1.TriggerR\x07trigger\"d\n\x12PutTriggerResponse\x12\x34\n\x07trigger\x18\x01 \x01(\x0b\x32\x1a.aiflow.trigger.v1.TriggerR\x07trigger\x12\x18\n\x07\x63reated\x18\x02 \x01(\x08R\x07\x63reated\"F\n\x11GetTriggerRequest\x12\x1d\n\ntenant_key\x18\x01 \x01(\tR\ttenantKey\x12\x12\n\x04name\x18\x02 \x01(\tR\x04name\"J\n\x12GetTriggerResponse\x12\x34\n\x07trigger\x18\x01 \x01(\x0b\x32\x1a.aiflow.trigger.v1.TriggerR\x07trigger\"4\n\x13ListTriggersRequest\x12\x1d\n\ntenant_key\x18\x01 \x01(\tR\ttenantKey\"N\n\x14ListTriggersResponse\x12\x36\n\x08triggers\x18\x01 \x03(\x0b\x32\x1a.aiflow.trigger.v1.TriggerR\x08triggers\"I\n\x14\x44\x65leteTriggerRequest\x12\x1d\n\ntenant_key\x18\x01 \x01(\tR\ttenantKey\x12\x12\n\x04name\x18\x02 \x01(\tR\x04name\"\x17\n\x15\x44\x65leteTriggerResponse*\\\n\x0bTriggerType\x12\x1c\n\x18TRIGGER_TYPE_UNSPECIFIED\x10\x00\x12\x18\n\x14TRIGGER_TYPE_WEBHOOK\x10\x01\x12\x15\n\x11TRIGGER_TYPE_CRON\x10\x02*E\n\x06\x41\x63tion\x12\x16\n\x12\x41\x43TION_UNSPECIFIED\x10\x00\x12\x10\n\x0c\x41\x43TION_START\x10\x01\x12\x11\n\rACTION_SIGNAL\x10\x02\x32\x8b\x03\n\x0eTriggerService\x12Y\n\nPutTrigger\x12$.aiflow.trigger.v1.PutTriggerRequest\x1a%.aiflow.trigger.v1.PutTriggerResponse\x12Y\n\nGetTrigger\x12$.aiflow.trigger.v1.GetTriggerRequest\x1a%.aiflow.trigger.v1.GetTriggerResponse\x12_\n\x0cListTriggers\x12&.aiflow.trigger.v1.ListTriggersRequest\x1a\'.aiflow.trigger.v1.ListTriggersResponse\x12\x62\n\rDeleteTrigger\x12\'.aiflow.trigger.v1.DeleteTriggerRequest\x1a(.aiflow.trigger.v1.DeleteTriggerResponseb\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'aiflow.trigger.v1.trigger_pb2', globals())
 if _descriptor._USE_C_DESCRIPTORS == False:
 
   DESCRIPTOR._options = None
-  _TRIGGERTYPE._serialized_start=1259
-  _TRIGGERTYPE._serialized_end=1351
-  _ACTION._serialized_start=1353
-  _ACTION._serialized_end=1422
+  _TRIGGERTYPE._serialized_start=1292
+  _TRIGGERTYPE._serialized_end=1384
+  _ACTION._serialized_start=1386
+  _ACTION._serialized_end=1455
   _TRIGGER._serialized_start=88
-  _TRIGGER._serialized_end=667
-  _PUTTRIGGERREQUEST._serialized_start=669
-  _PUTTRIGGERREQUEST._serialized_end=773
-  _PUTTRIGGERRESPONSE._serialized_start=775
-  _PUTTRIGGERRESPONSE._serialized_end=875
-  _GETTRIGGERREQUEST._serialized_start=877
-  _GETTRIGGERREQUEST._serialized_end=947
-  _GETTRIGGERRESPONSE._serialized_start=949
-  _GETTRIGGERRESPONSE._serialized_end=1023
-  _LISTTRIGGERSREQUEST._serialized_start=1025
-  _LISTTRIGGERSREQUEST._serialized_end=1077
-  _LISTTRIGGERSRESPONSE._serialized_start=1079
-  _LISTTRIGGERSRESPONSE._serialized_end=1157
-  _DELETETRIGGERREQUEST._serialized_start=1159
-  _DELETETRIGGERREQUEST._serialized_end=1232
-  _DELETETRIGGERRESPONSE._serialized_start=1234
-  _DELETETRIGGERRESPONSE._serialized_end=1257
-  _TRIGGERSERVICE._serialized_start=1425
-  _TRIGGERSERVICE._serialized_end=1820
+  _TRIGGER._serialized_end=700
+  _PUTTRIGGERREQUEST._serialized_start=702
+  _PUTTRIGGERREQUEST._serialized_end=806
+  _PUTTRIGGERRESPONSE._serialized_start=808
+  _PUTTRIGGERRESPONSE._serialized_end=908
+  _GETTRIGGERREQUEST._serialized_start=910
+  _GETTRIGGERREQUEST._serialized_end=980
+  _GETTRIGGERRESPONSE._serialized_start=982
+  _GETTRIGGERRESPONSE._serialized_end=1056
+  _LISTTRIGGERSREQUEST._serialized_start=1058
+  _LISTTRIGGERSREQUEST._serialized_end=1110
+  _LISTTRIGGERSRESPONSE._serialized_start=1112
+  _LISTTRIGGERSRESPONSE._serialized_end=1190
+  _DELETETRIGGERREQUEST._serialized_start=1192
+  _DELETETRIGGERREQUEST._serialized_end=1265
+  _DELETETRIGGERRESPONSE._serialized_start=1267
+  _DELETETRIGGERRESPONSE._serialized_end=1290
+  _TRIGGERSERVICE._serialized_start=1458
+  _TRIGGERSERVICE._serialized_end=1853
 # @@protoc_insertion_point(module_scope)

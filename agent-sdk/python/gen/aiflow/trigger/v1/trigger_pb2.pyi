@@ -68,10 +68,11 @@ class PutTriggerResponse(_message.Message):
     def __init__(self, trigger: _Optional[_Union[Trigger, _Mapping]] = ..., created: bool = ...) -> None: ...
 
 class Trigger(_message.Message):
-    __slots__ = ["action", "created_on", "definition_id", "event", "has_secret", "name", "next_fire", "owner", "run_id", "run_id_path", "schedule", "secret", "source", "time_zone", "type", "updated_on"]
+    __slots__ = ["action", "created_on", "definition_id", "engine_kind", "event", "has_secret", "name", "next_fire", "owner", "run_id", "run_id_path", "schedule", "secret", "source", "time_zone", "type", "updated_on"]
     ACTION_FIELD_NUMBER: _ClassVar[int]
     CREATED_ON_FIELD_NUMBER: _ClassVar[int]
     DEFINITION_ID_FIELD_NUMBER: _ClassVar[int]
+    ENGINE_KIND_FIELD_NUMBER: _ClassVar[int]
     EVENT_FIELD_NUMBER: _ClassVar[int]
     HAS_SECRET_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -88,6 +89,7 @@ class Trigger(_message.Message):
     action: Action
     created_on: _timestamp_pb2.Timestamp
     definition_id: str
+    engine_kind: str
     event: str
     has_secret: bool
     name: str
@@ -101,7 +103,7 @@ class Trigger(_message.Message):
     time_zone: str
     type: TriggerType
     updated_on: _timestamp_pb2.Timestamp
-    def __init__(self, name: _Optional[str] = ..., type: _Optional[_Union[TriggerType, str]] = ..., action: _Optional[_Union[Action, str]] = ..., definition_id: _Optional[str] = ..., event: _Optional[str] = ..., run_id: _Optional[str] = ..., run_id_path: _Optional[str] = ..., schedule: _Optional[str] = ..., time_zone: _Optional[str] = ..., secret: _Optional[str] = ..., has_secret: bool = ..., owner: _Optional[str] = ..., source: _Optional[str] = ..., next_fire: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., created_on: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., updated_on: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., type: _Optional[_Union[TriggerType, str]] = ..., action: _Optional[_Union[Action, str]] = ..., definition_id: _Optional[str] = ..., event: _Optional[str] = ..., run_id: _Optional[str] = ..., run_id_path: _Optional[str] = ..., schedule: _Optional[str] = ..., time_zone: _Optional[str] = ..., secret: _Optional[str] = ..., engine_kind: _Optional[str] = ..., has_secret: bool = ..., owner: _Optional[str] = ..., source: _Optional[str] = ..., next_fire: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., created_on: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., updated_on: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class TriggerType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []

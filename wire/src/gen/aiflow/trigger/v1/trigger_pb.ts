@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file aiflow/trigger/v1/trigger.proto.
  */
 export const file_aiflow_trigger_v1_trigger: GenFile = /*@__PURE__*/
-  fileDesc("Ch9haWZsb3cvdHJpZ2dlci92MS90cmlnZ2VyLnByb3RvEhFhaWZsb3cudHJpZ2dlci52MSKyAwoHVHJpZ2dlchIMCgRuYW1lGAEgASgJEiwKBHR5cGUYAiABKA4yHi5haWZsb3cudHJpZ2dlci52MS5UcmlnZ2VyVHlwZRIpCgZhY3Rpb24YAyABKA4yGS5haWZsb3cudHJpZ2dlci52MS5BY3Rpb24SFQoNZGVmaW5pdGlvbl9pZBgEIAEoCRINCgVldmVudBgFIAEoCRIOCgZydW5faWQYBiABKAkSEwoLcnVuX2lkX3BhdGgYByABKAkSEAoIc2NoZWR1bGUYCCABKAkSEQoJdGltZV96b25lGAkgASgJEg4KBnNlY3JldBgKIAEoCRISCgpoYXNfc2VjcmV0GBQgASgIEg0KBW93bmVyGBUgASgJEg4KBnNvdXJjZRgWIAEoCRItCgluZXh0X2ZpcmUYFyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCmNyZWF0ZWRfb24YGCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnVwZGF0ZWRfb24YGSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIlQKEVB1dFRyaWdnZXJSZXF1ZXN0EhIKCnRlbmFudF9rZXkYASABKAkSKwoHdHJpZ2dlchgCIAEoCzIaLmFpZmxvdy50cmlnZ2VyLnYxLlRyaWdnZXIiUgoSUHV0VHJpZ2dlclJlc3BvbnNlEisKB3RyaWdnZXIYASABKAsyGi5haWZsb3cudHJpZ2dlci52MS5UcmlnZ2VyEg8KB2NyZWF0ZWQYAiABKAgiNQoRR2V0VHJpZ2dlclJlcXVlc3QSEgoKdGVuYW50X2tleRgBIAEoCRIMCgRuYW1lGAIgASgJIkEKEkdldFRyaWdnZXJSZXNwb25zZRIrCgd0cmlnZ2VyGAEgASgLMhouYWlmbG93LnRyaWdnZXIudjEuVHJpZ2dlciIpChNMaXN0VHJpZ2dlcnNSZXF1ZXN0EhIKCnRlbmFudF9rZXkYASABKAkiRAoUTGlzdFRyaWdnZXJzUmVzcG9uc2USLAoIdHJpZ2dlcnMYASADKAsyGi5haWZsb3cudHJpZ2dlci52MS5UcmlnZ2VyIjgKFERlbGV0ZVRyaWdnZXJSZXF1ZXN0EhIKCnRlbmFudF9rZXkYASABKAkSDAoEbmFtZRgCIAEoCSIXChVEZWxldGVUcmlnZ2VyUmVzcG9uc2UqXAoLVHJpZ2dlclR5cGUSHAoYVFJJR0dFUl9UWVBFX1VOU1BFQ0lGSUVEEAASGAoUVFJJR0dFUl9UWVBFX1dFQkhPT0sQARIVChFUUklHR0VSX1RZUEVfQ1JPThACKkUKBkFjdGlvbhIWChJBQ1RJT05fVU5TUEVDSUZJRUQQABIQCgxBQ1RJT05fU1RBUlQQARIRCg1BQ1RJT05fU0lHTkFMEAIyiwMKDlRyaWdnZXJTZXJ2aWNlElkKClB1dFRyaWdnZXISJC5haWZsb3cudHJpZ2dlci52MS5QdXRUcmlnZ2VyUmVxdWVzdBolLmFpZmxvdy50cmlnZ2VyLnYxLlB1dFRyaWdnZXJSZXNwb25zZRJZCgpHZXRUcmlnZ2VyEiQuYWlmbG93LnRyaWdnZXIudjEuR2V0VHJpZ2dlclJlcXVlc3QaJS5haWZsb3cudHJpZ2dlci52MS5HZXRUcmlnZ2VyUmVzcG9uc2USXwoMTGlzdFRyaWdnZXJzEiYuYWlmbG93LnRyaWdnZXIudjEuTGlzdFRyaWdnZXJzUmVxdWVzdBonLmFpZmxvdy50cmlnZ2VyLnYxLkxpc3RUcmlnZ2Vyc1Jlc3BvbnNlEmIKDURlbGV0ZVRyaWdnZXISJy5haWZsb3cudHJpZ2dlci52MS5EZWxldGVUcmlnZ2VyUmVxdWVzdBooLmFpZmxvdy50cmlnZ2VyLnYxLkRlbGV0ZVRyaWdnZXJSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_timestamp]);
+  fileDesc("Ch9haWZsb3cvdHJpZ2dlci92MS90cmlnZ2VyLnByb3RvEhFhaWZsb3cudHJpZ2dlci52MSLHAwoHVHJpZ2dlchIMCgRuYW1lGAEgASgJEiwKBHR5cGUYAiABKA4yHi5haWZsb3cudHJpZ2dlci52MS5UcmlnZ2VyVHlwZRIpCgZhY3Rpb24YAyABKA4yGS5haWZsb3cudHJpZ2dlci52MS5BY3Rpb24SFQoNZGVmaW5pdGlvbl9pZBgEIAEoCRINCgVldmVudBgFIAEoCRIOCgZydW5faWQYBiABKAkSEwoLcnVuX2lkX3BhdGgYByABKAkSEAoIc2NoZWR1bGUYCCABKAkSEQoJdGltZV96b25lGAkgASgJEg4KBnNlY3JldBgKIAEoCRITCgtlbmdpbmVfa2luZBgLIAEoCRISCgpoYXNfc2VjcmV0GBQgASgIEg0KBW93bmVyGBUgASgJEg4KBnNvdXJjZRgWIAEoCRItCgluZXh0X2ZpcmUYFyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCmNyZWF0ZWRfb24YGCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnVwZGF0ZWRfb24YGSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIlQKEVB1dFRyaWdnZXJSZXF1ZXN0EhIKCnRlbmFudF9rZXkYASABKAkSKwoHdHJpZ2dlchgCIAEoCzIaLmFpZmxvdy50cmlnZ2VyLnYxLlRyaWdnZXIiUgoSUHV0VHJpZ2dlclJlc3BvbnNlEisKB3RyaWdnZXIYASABKAsyGi5haWZsb3cudHJpZ2dlci52MS5UcmlnZ2VyEg8KB2NyZWF0ZWQYAiABKAgiNQoRR2V0VHJpZ2dlclJlcXVlc3QSEgoKdGVuYW50X2tleRgBIAEoCRIMCgRuYW1lGAIgASgJIkEKEkdldFRyaWdnZXJSZXNwb25zZRIrCgd0cmlnZ2VyGAEgASgLMhouYWlmbG93LnRyaWdnZXIudjEuVHJpZ2dlciIpChNMaXN0VHJpZ2dlcnNSZXF1ZXN0EhIKCnRlbmFudF9rZXkYASABKAkiRAoUTGlzdFRyaWdnZXJzUmVzcG9uc2USLAoIdHJpZ2dlcnMYASADKAsyGi5haWZsb3cudHJpZ2dlci52MS5UcmlnZ2VyIjgKFERlbGV0ZVRyaWdnZXJSZXF1ZXN0EhIKCnRlbmFudF9rZXkYASABKAkSDAoEbmFtZRgCIAEoCSIXChVEZWxldGVUcmlnZ2VyUmVzcG9uc2UqXAoLVHJpZ2dlclR5cGUSHAoYVFJJR0dFUl9UWVBFX1VOU1BFQ0lGSUVEEAASGAoUVFJJR0dFUl9UWVBFX1dFQkhPT0sQARIVChFUUklHR0VSX1RZUEVfQ1JPThACKkUKBkFjdGlvbhIWChJBQ1RJT05fVU5TUEVDSUZJRUQQABIQCgxBQ1RJT05fU1RBUlQQARIRCg1BQ1RJT05fU0lHTkFMEAIyiwMKDlRyaWdnZXJTZXJ2aWNlElkKClB1dFRyaWdnZXISJC5haWZsb3cudHJpZ2dlci52MS5QdXRUcmlnZ2VyUmVxdWVzdBolLmFpZmxvdy50cmlnZ2VyLnYxLlB1dFRyaWdnZXJSZXNwb25zZRJZCgpHZXRUcmlnZ2VyEiQuYWlmbG93LnRyaWdnZXIudjEuR2V0VHJpZ2dlclJlcXVlc3QaJS5haWZsb3cudHJpZ2dlci52MS5HZXRUcmlnZ2VyUmVzcG9uc2USXwoMTGlzdFRyaWdnZXJzEiYuYWlmbG93LnRyaWdnZXIudjEuTGlzdFRyaWdnZXJzUmVxdWVzdBonLmFpZmxvdy50cmlnZ2VyLnYxLkxpc3RUcmlnZ2Vyc1Jlc3BvbnNlEmIKDURlbGV0ZVRyaWdnZXISJy5haWZsb3cudHJpZ2dlci52MS5EZWxldGVUcmlnZ2VyUmVxdWVzdBooLmFpZmxvdy50cmlnZ2VyLnYxLkRlbGV0ZVRyaWdnZXJSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_timestamp]);
 
 /**
  * @generated from message aiflow.trigger.v1.Trigger
@@ -36,7 +36,7 @@ export type Trigger = Message<"aiflow.trigger.v1.Trigger"> & {
   action: Action;
 
   /**
-   * For ACTION_START: the stored definition (DagService.PutDefinition) to run.
+   * For ACTION_START: the stored definition (PutDefinition of the engine_kind's service) to run.
    *
    * @generated from field: string definition_id = 4;
    */
@@ -85,6 +85,14 @@ export type Trigger = Message<"aiflow.trigger.v1.Trigger"> & {
    * @generated from field: string secret = 10;
    */
   secret: string;
+
+  /**
+   * For ACTION_START: the engine whose definition it runs: "dag" (empty: dag), "graph" or
+   * "statemachine".
+   *
+   * @generated from field: string engine_kind = 11;
+   */
+  engineKind: string;
 
   /**
    * Output only.
@@ -326,15 +334,17 @@ export enum Action {
   UNSPECIFIED = 0,
 
   /**
-   * Starts a run of the tenant's stored DAG definition `definition_id`; its context holds the
-   * firing's payload under "payload" and the firing under "trigger" ({name, firing_id, fired_on}).
+   * Starts a run of the tenant's stored definition `definition_id` of `engine_kind`; its context (a
+   * graph run's state) holds the firing's payload under "payload" and the firing under "trigger"
+   * ({name, firing_id, fired_on}).
    *
    * @generated from enum value: ACTION_START = 1;
    */
   START = 1,
 
   /**
-   * Delivers `event` with the firing's payload to a run of the trigger's owner (DagService.SignalRun).
+   * Delivers `event` with the firing's payload to a run of the trigger's owner: a DAG run's wait node
+   * (DagService.SignalRun) or a state machine (MachineService.SignalRun), as the run directory says.
    *
    * @generated from enum value: ACTION_SIGNAL = 2;
    */
