@@ -111,6 +111,17 @@ describe("a graph run", () => {
     expect((await refusal(graphs.graph.cancelRun({ tenantKey: "t", runId: started.runId }))).code).toBe(Code.FailedPrecondition);
   });
 
+  it("counts its transactions by kind and the runs that ended by status (aiflow_engine_step_seconds, aiflow_engine_runs_ended_total)", async () => {
+    const metric = async (name: string) => (await D.metrics.registry.getMetricsAsJSON()).find((m) => m.name === name)!.values;
+    const ended = async (status: string) => (await metric("aiflow_engine_runs_ended_total")).find((v) => v.labels.engine === "graph" && v.labels.status === status)?.value ?? 0;
+    const before = { completed: await ended("completed"), stopped: await ended("stopped") };
+    await graphs.ended("t", (await graphs.start("t", loop(100, 2))).runId);
+    await graphs.ended("t", (await graphs.start("t", loop(2, 100))).runId);
+    expect({ completed: await ended("completed"), stopped: await ended("stopped") }).toEqual({ completed: before.completed + 1, stopped: before.stopped + 1 });
+    const steps = (await metric("aiflow_engine_step_seconds")).filter((v) => (v as { metricName?: string }).metricName === "aiflow_engine_step_seconds_count" && v.labels.engine === "graph");
+    expect(new Set(steps.map((v) => v.labels.kind))).toEqual(new Set(["start", "advance", "cancel"]));
+  });
+
   it("belongs to its caller: another caller's run id, or one of another tenant, is NOT_FOUND", async () => {
     const run = await graphs.start("t", loop(3, 1));
     const other = fx.closers.add(new GraphClient(D.address, TOKENS.runs2));

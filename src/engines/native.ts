@@ -15,6 +15,7 @@
  * - An advance starts when a daemon hears the trigger's NOTIFY and on every maintenance tick (a
  *   notification may be lost with a dropped listener).
  */
+import { performance } from "node:perf_hooks";
 import type { DatabasePool, DatabaseTransactionConnection } from "slonik";
 import { msToNs, type Clock } from "../clock.js";
 import type { Config } from "../config.js";
@@ -22,6 +23,7 @@ import type { PgListener } from "../db/notify.js";
 import type { Tables } from "../db/tables.js";
 import type { Logger } from "../log.js";
 import type { MaintenanceTask } from "../maintenance.js";
+import type { EngineEvents, EngineStepKind } from "../observability/metrics.js";
 import { workKey } from "../queue/work-keys.js";
 import type { WorkQueue } from "../queue/work-queue.js";
 import type { NativeKind } from "../store/engine-definitions.js";
@@ -40,6 +42,7 @@ export interface NativeDeps {
   listener: PgListener;
   /** The queue's statements on a transaction. */
   itemsOn: (db: DatabaseTransactionConnection) => WorkItemStore;
+  metrics: EngineEvents;
 }
 
 /** Whose runs a call may touch: the caller's, in the tenant it names. */
@@ -69,6 +72,8 @@ export class Writes {
   readonly enqueued: EnqueueRow[] = [];
   readonly revoked: Requeued[] = [];
   readonly nowNs: bigint;
+  /** How the run ended in this transaction, when it did (for the metrics, after the commit). */
+  ended: string | null = null;
 
   constructor(
     readonly tx: DatabaseTransactionConnection,
@@ -115,8 +120,18 @@ export class Writes {
   }
 }
 
-/** Runs `fn` in one transaction, then wakes claims for the items it queued and tells holders of those it cancelled. */
-export async function inRunTransaction<T>(d: NativeDeps, reason: string, fn: (w: Writes) => Promise<T>): Promise<T> {
+/**
+ * Runs `fn` in one transaction (a `step` of `engine`'s), then wakes claims for the items it queued,
+ * tells holders of those it cancelled and counts it.
+ */
+export async function inRunTransaction<T>(
+  d: NativeDeps,
+  /** `counted`: whether what the transaction returned counts as a step (an advance that found no run does not). */
+  step: { engine: NativeKind; kind: EngineStepKind; counted?: (value: T) => boolean },
+  reason: string,
+  fn: (w: Writes) => Promise<T>,
+): Promise<T> {
+  const began = performance.now();
   let writes: Writes | undefined;
   const out = await d.pool.transaction(async (tx) => {
     writes = new Writes(tx, d, d.clock.nowMs());
@@ -136,6 +151,8 @@ export async function inRunTransaction<T>(d: NativeDeps, reason: string, fn: (w:
     await d.queue.revoke(w.revoked, reason);
     d.queue.done.ring(["*"]);
   }
+  if (step.counted?.(out) ?? true) d.metrics.engineStep(step.engine, step.kind, (performance.now() - began) / 1000);
+  if (w.ended !== null) d.metrics.engineRunEnded(step.engine, w.ended);
   return out;
 }
 
@@ -189,7 +206,7 @@ export class Advancer {
     let n = 0;
     const events = (w: Writes) => new EngineEventStore(w.tx, this.d.tables);
     for (;;) {
-      const did = await inRunTransaction(this.d, "its run was cancelled", async (w) => {
+      const did = await inRunTransaction(this.d, { engine: this.kind, kind: "advance", counted: (advanced: boolean) => advanced }, "its run was cancelled", async (w) => {
         const runId = await events(w).lockDue(this.kind);
         if (runId === null) return false;
         await this.apply(w, runId, await events(w).take(this.kind, runId));

@@ -69,6 +69,17 @@ export interface DagEvents {
   dagRunEnded(status: string): void;
 }
 
+/** What changed a graph run or a state machine in one transaction (src/engines/native.ts). */
+export type EngineStepKind = "start" | "advance" | "signal" | "cancel";
+
+/** The graph and state-machine engines' events, reported after each transaction commits. */
+export interface EngineEvents {
+  /** A transaction of `engine`'s (graph, statemachine) committed: what it was and how long it took. */
+  engineStep(engine: string, kind: EngineStepKind, seconds: number): void;
+  /** A run of `engine` ended in it, as `status` says. */
+  engineRunEnded(engine: string, status: string): void;
+}
+
 /** A trigger fired and its firing was recorded (src/triggers/firer.ts). */
 export interface TriggerEvents {
   triggerFired(type: string, outcome: string): void;
@@ -114,7 +125,7 @@ function childrenOf(h: Histogram<string>): (...values: string[]) => { observe(v:
   };
 }
 
-export class DaemonMetrics implements QueueEvents, DagEvents, TriggerEvents {
+export class DaemonMetrics implements QueueEvents, DagEvents, EngineEvents, TriggerEvents {
   readonly registry = new Registry();
 
   readonly #emptyClaims = this.#counter("aiflow_queue_empty_claims_total", "Claims answered with no item (a long-poll that ended empty)");
@@ -166,6 +177,18 @@ export class DaemonMetrics implements QueueEvents, DagEvents, TriggerEvents {
   readonly #dagEvents = this.#counter("aiflow_dag_events_total", "Events (a node's work item ended, a timeout came due) DAG advances applied");
   readonly #dagQueued = this.#counter("aiflow_dag_nodes_queued_total", "Node attempts (iterations included) DAG steps queued as work items");
   readonly #dagEnded = this.#counter("aiflow_dag_runs_ended_total", "DAG runs that ended, by status: completed, failed, cancelled", ["status"]);
+  readonly #engineSteps = new Histogram({
+    name: "aiflow_engine_step_seconds",
+    help: "Seconds a graph run's or a state machine's transaction (under the run's lock) took, by engine (graph, statemachine) and kind: start, advance, signal, cancel",
+    labelNames: ["engine", "kind"],
+    buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
+    registers: [this.registry],
+  });
+  readonly #engineEnded = this.#counter(
+    "aiflow_engine_runs_ended_total",
+    "Graph runs and state machines that ended, by engine and status (graph: completed, stopped, failed, cancelled; statemachine: terminal, failed, cancelled)",
+    ["engine", "status"],
+  );
   readonly #triggerFirings = this.#counter(
     "aiflow_trigger_firings_total",
     "Trigger firings this daemon recorded, by trigger type (webhook, cron) and outcome (started, signalled, refused, failed)",
@@ -262,6 +285,14 @@ export class DaemonMetrics implements QueueEvents, DagEvents, TriggerEvents {
 
   dagRunEnded(status: string): void {
     this.#dagEnded.labels(status).inc();
+  }
+
+  engineStep(engine: string, kind: EngineStepKind, seconds: number): void {
+    this.#engineSteps.labels(engine, kind).observe(seconds);
+  }
+
+  engineRunEnded(engine: string, status: string): void {
+    this.#engineEnded.labels(engine, status).inc();
   }
 
   triggerFired(type: string, outcome: string): void {

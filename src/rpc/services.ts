@@ -174,7 +174,7 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
   });
   await dag.start();
   maintenance.add(dag.task());
-  const native = { pool, tables, config, clock, queue, listener, itemsOn: (tx: DatabaseTransactionConnection) => new WorkItemStore(tx, tables, backoff, undefined, sharing) };
+  const native = { pool, tables, config, clock, queue, listener, metrics, itemsOn: (tx: DatabaseTransactionConnection) => new WorkItemStore(tx, tables, backoff, undefined, sharing) };
   const graphs = new GraphEngine({ ...native, log: log.child({ component: "graph" }) });
   const machines = new MachineEngine({ ...native, log: log.child({ component: "statemachine" }) });
   for (const e of [graphs, machines]) {

@@ -44,6 +44,8 @@ export const DAEMON_METRICS: Record<string, readonly string[]> = {
   aiflow_dag_events_total: [],
   aiflow_dag_nodes_queued_total: [],
   aiflow_dag_runs_ended_total: ["status"],
+  aiflow_engine_step_seconds: ["engine", "kind"],
+  aiflow_engine_runs_ended_total: ["engine", "status"],
   aiflow_trigger_firings_total: ["type", "outcome"],
   aiflow_db_pool_connections: ["pool", "state"],
   aiflow_heartbeat_flush_rows: [],

@@ -56,7 +56,7 @@ export class GraphEngine {
 
   /** Starts a run at the plan's start node; `cause` names the trigger firing that started it. */
   startRun(scope: Scope, plan: GraphPlan, state: Record<string, unknown>, cause?: Cause, hooks: RunHooks = {}): Promise<GraphRunRow> {
-    return inRunTransaction(this.d, "its graph run was cancelled", async (w) => {
+    return inRunTransaction(this.d, { engine: "graph", kind: "start" }, "its graph run was cancelled", async (w) => {
       await hooks.guard?.(w);
       const nowMs = w.nowMs;
       const run: GraphRunRow = {
@@ -79,6 +79,7 @@ export class GraphEngine {
         createdUs: BigInt(nowMs) * 1000n,
       };
       this.#run(run, plan.start, w);
+      if (run.status !== "running") w.ended = run.status;
       await new GraphRunStore(w.tx, this.d.tables).insert(run, nowMs);
       await this.#record(w, run, cause);
       await hooks.record?.(w, { id: run.runId });
@@ -88,7 +89,7 @@ export class GraphEngine {
 
   /** Cancels a running run of the caller's, and its work item. */
   cancel(scope: Scope, runId: string, reason: string): Promise<GraphRunRow> {
-    return inRunTransaction(this.d, "its graph run was cancelled", async (w) => {
+    return inRunTransaction(this.d, { engine: "graph", kind: "cancel" }, "its graph run was cancelled", async (w) => {
       const runs = new GraphRunStore(w.tx, this.d.tables);
       const run = await runs.get(runId, scope, true);
       if (!run) throw notFound(`tenant '${scope.tenantKey}' has no graph run '${runId}' of yours`);
@@ -96,7 +97,7 @@ export class GraphEngine {
       run.status = "cancelled";
       run.reason = reason;
       if (run.workItemId) await w.cancel(run.tenantKey, run.workItemId, reason, scope.by);
-      await this.#save(w, run, scope.by);
+      await this.#save(w, run, scope.by, "running");
       return run;
     });
   }
@@ -109,6 +110,7 @@ export class GraphEngine {
 
   async #advance(w: Writes, runId: string, events: readonly ItemEnded[]): Promise<void> {
     const run = (await new GraphRunStore(w.tx, this.d.tables).get(runId, null, true))!;
+    const before = run.status;
     for (const e of events) {
       if (run.status !== "running" || e.work_item_id !== run.workItemId) continue;
       run.workItemId = null;
@@ -116,7 +118,7 @@ export class GraphEngine {
       else if (e.status === "failed") this.#end(run, "failed", null, `node '${run.task}' failed: ${e.error ?? "its work item failed"}`);
       else this.#end(run, "cancelled", `node '${run.task}''s work item was cancelled`, null);
     }
-    await this.#save(w, run, `graph:${this.d.config.instanceId}`);
+    await this.#save(w, run, `graph:${this.d.config.instanceId}`, before);
   }
 
   /** The current node completed with `result`: the first edge whose condition holds picks the next node. */
@@ -159,7 +161,9 @@ export class GraphEngine {
     run.workItemId = null;
   }
 
-  async #save(w: Writes, run: GraphRunRow, by: string): Promise<void> {
+  /** Writes the run and its directory row; `before` is its status when the transaction began. */
+  async #save(w: Writes, run: GraphRunRow, by: string, before: GraphRunRow["status"]): Promise<void> {
+    if (before === "running" && run.status !== "running") w.ended = run.status;
     await new GraphRunStore(w.tx, this.d.tables).save(run, by, w.nowMs);
     await this.#record(w, run);
   }

@@ -62,7 +62,7 @@ export class MachineEngine {
 
   /** Starts a machine in its initial state; `cause` names the trigger firing that started it. */
   startRun(scope: Scope, plan: MachinePlan, context: Record<string, unknown>, cause?: Cause, hooks: RunHooks = {}): Promise<MachineRunRow> {
-    return inRunTransaction(this.d, "its machine was cancelled", async (w) => {
+    return inRunTransaction(this.d, { engine: "statemachine", kind: "start" }, "its machine was cancelled", async (w) => {
       await hooks.guard?.(w);
       const nowMs = w.nowMs;
       const run: MachineRunRow = {
@@ -93,7 +93,7 @@ export class MachineEngine {
 
   /** Applies an event to the caller's machine (see the module's comment); refusals change nothing. */
   signal(scope: Scope, runId: string, event: string, payload: unknown, hooks: RunHooks = {}): Promise<Signalled> {
-    return inRunTransaction(this.d, "its machine was cancelled", async (w) => {
+    return inRunTransaction(this.d, { engine: "statemachine", kind: "signal" }, "its machine was cancelled", async (w) => {
       const run = await this.#locked(w, scope, runId);
       await hooks.guard?.(w);
       if (!run.live) throw failedPrecondition(`machine '${runId}' has ended in state '${run.state}' (${run.reason ?? run.failure ?? "ended"}): it takes no more events`);
@@ -116,7 +116,7 @@ export class MachineEngine {
         run.suspended = true;
         run.pending = { from: run.state, event, to: t.to };
         run.workItemId = w.enqueue(run.tenantKey, run.createdBy, run.runId, `machine:${run.history.length}`, `${run.state}--${event}-->${t.to}`, item);
-      } else this.#move(run, t.to);
+      } else this.#move(run, t.to, w);
       await this.#save(w, run, scope.by);
       await hooks.record?.(w, { id: run.runId });
       return { run, to: t.to, actionStarted: t.action !== null };
@@ -125,11 +125,12 @@ export class MachineEngine {
 
   /** Stops the caller's live machine (and its action's work item). */
   cancel(scope: Scope, runId: string, reason: string): Promise<MachineRunRow> {
-    return inRunTransaction(this.d, "its machine was cancelled", async (w) => {
+    return inRunTransaction(this.d, { engine: "statemachine", kind: "cancel" }, "its machine was cancelled", async (w) => {
       const run = await this.#locked(w, scope, runId);
       if (!run.live) throw failedPrecondition(`machine '${runId}' has already ended in state '${run.state}'`);
       if (run.workItemId) await w.cancel(run.tenantKey, run.workItemId, reason, scope.by);
       Object.assign(run, { live: false, suspended: false, pending: null, workItemId: null, reason });
+      w.ended = "cancelled";
       await this.#save(w, run, scope.by);
       return run;
     });
@@ -153,9 +154,10 @@ export class MachineEngine {
       Object.assign(run, { suspended: false, pending: null, workItemId: null });
       if (e.status === "completed") {
         run.context[p.to] = resultOf(e);
-        this.#move(run, p.to);
+        this.#move(run, p.to, w);
       } else {
         run.live = false;
+        w.ended = e.status === "failed" ? "failed" : "cancelled";
         run.failure = e.status === "failed" ? (e.error ?? "its work item failed") : "its work item was cancelled";
         run.reason = `the action of '${p.from}' --${p.event}--> '${p.to}' ${e.status === "failed" ? "failed" : "was cancelled"}`;
       }
@@ -163,11 +165,12 @@ export class MachineEngine {
     await this.#save(w, run, `statemachine:${this.d.config.instanceId}`);
   }
 
-  #move(run: MachineRunRow, to: string): void {
+  #move(run: MachineRunRow, to: string, w: Writes): void {
     run.state = to;
     run.history.push(to);
     if (run.plan.states.find((s) => s.name === to)!.terminal) {
       run.live = false;
+      w.ended = "terminal";
       run.reason = `reached terminal state '${to}'`;
     }
   }
