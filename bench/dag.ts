@@ -6,7 +6,9 @@
  *  - plain: --dag-items items added by batch Enqueue and drained as the drain section drains
  *    (parked, released in one statement, first claim to last completion);
  *  - chain: --dag-chains runs of a 10-node chain, all started at once (StartRun, 16 calls in flight);
- *  - fan-out: --dag-fanouts runs of split → a fan-out over split's --dag-width-element result → join.
+ *  - fan-out: --dag-fanouts runs of split → a fan-out over split's --dag-width-element result → join;
+ *  - graph: --dag-chains graph runs (GraphService) of one node looping to itself 10 times, the
+ *    graph engine's chain: its steps next to the DAG chain's nodes.
  *
  * A part's span is the database's: its first run's start to its last run's end. Its CPU is the
  * whole machine's and, apart, the daemons', the agents' and the daemons' Postgres backends' (their
@@ -20,6 +22,7 @@ import { create } from "@bufbuild/protobuf";
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { DagService, DefinitionSchema, NodeKind, type Definition } from "@aiflow/wire/gen/aiflow/dag/v1/dag_pb.js";
+import { GraphService, NodeKind as GraphNodeKind } from "@aiflow/wire/gen/aiflow/graph/v1/graph_pb.js";
 import { freePort, KIND, openOwnDatabase, startDaemonProc, TENANT, TOKENS, type DaemonProc, type Database } from "./env.js";
 import { backendCpuMeter, pollUntil, sql } from "./pg.js";
 import { cpuMeter, type Child } from "./proc.js";
@@ -96,6 +99,12 @@ export async function dagSection(db: Database, o: Options, emit: Emit, progress:
     const fanPerNode = perNode(fanCpu, Number(fan.nodes));
     emit("dag_fanout", { ...fan, ...fanPerNode, ...fanCpu.steps });
 
+    progress(`dag: ${o.dagChains} graph runs of ${CHAIN_LENGTH} steps at once`);
+    const graphCpu = await graphPhase(place, agents, o.dagChains);
+    const graph: Figures = await graphFigures(place);
+    const graphPerStep = perNode(graphCpu, Number(graph.steps));
+    emit("graph_chain", { ...graph, ...Object.fromEntries(Object.entries(graphPerStep).map(([k, v]) => [k.replace(/_per_node$/, "_per_step"), v])) });
+
     const p = plain.figures;
     const drainOnly = Number(p.machine_cpu_us_per_item);
     const withEnqueue = drainOnly + Number(p.enqueue_machine_cpu_us_per_item);
@@ -112,6 +121,9 @@ export async function dagSection(db: Database, o: Options, emit: Emit, progress:
       fanout_cpu_us_per_node: Number(fanPerNode.machine_cpu_us_per_node),
       chain_node_over_plain: ratio(Number(chainPerNode.machine_cpu_us_per_node), drainOnly),
       fanout_node_over_plain: ratio(Number(fanPerNode.machine_cpu_us_per_node), drainOnly),
+      graph_steps_per_s: Number(graph.steps_per_s),
+      graph_steps_per_s_over_chain_nodes: ratio(Number(graph.steps_per_s), Number(chain.nodes_per_s)),
+      graph_step_over_chain_node: ratio(Number(graphPerStep.machine_cpu_us_per_node), Number(chainPerNode.machine_cpu_us_per_node)),
       chain_node_over_plain_with_enqueue: ratio(Number(chainPerNode.machine_cpu_us_per_node), withEnqueue),
       fanout_node_over_plain_with_enqueue: ratio(Number(fanPerNode.machine_cpu_us_per_node), withEnqueue),
       ...(Number.isFinite(ownPlain)
@@ -228,6 +240,68 @@ async function runPhase(p: Place, agents: Child[], parts: { def: Definition; run
       advance_mean_ms: steps > 0 ? round(((after.seconds - before.seconds) * 1000) / steps, 2) : Number.NaN,
       events_per_advance: steps > 0 ? round((after.events - before.events) / steps, 1) : Number.NaN,
     },
+  };
+}
+
+/** `runs` graph runs of a node looping CHAIN_LENGTH times, started at once; the CPU meanwhile. */
+async function graphPhase(p: Place, agents: Child[], runs: number): Promise<PhaseCpu> {
+  for (const t of ["work_item", "graph_run", "engine_event"]) await sql(p.db.url, `VACUUM (ANALYZE) ${table(p, t)}`);
+  const clients = p.daemons.map((d) => createClient(GraphService, createGrpcTransport({ baseUrl: d.url })));
+  const meter = cpuMeter({ daemons: p.daemons.map((d) => d.child.pid), agents: agents.map((a) => a.pid) });
+  const pg = await postgresMeter(p);
+  const definition = {
+    id: "bench-graph",
+    start: "step",
+    nodes: [{ name: "step", kind: GraphNodeKind.TASK, engineKind: KIND, payloadJson: "{}" }, { name: "done", kind: GraphNodeKind.END }],
+    edges: [
+      { from: "step", to: "done", when: `steps >= ${CHAIN_LENGTH}` },
+      { from: "step", to: "step" },
+    ],
+  };
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: Math.min(STARTS_IN_FLIGHT, runs) }, async () => {
+      while (next < runs) {
+        const i = next++;
+        await clients[i % clients.length]!.startRun({ tenantKey: TENANT, source: { case: "definition", value: definition } }, { headers });
+      }
+    }),
+  );
+  await pollUntil<{ live: string; n: string }>(
+    p.db.url,
+    `SELECT count(*) FILTER (WHERE status = 'running') AS live, count(*) AS n FROM ${table(p, "graph_run")}`,
+    (r) => Number(r.live) === 0 && Number(r.n) >= runs,
+    600_000,
+    `${runs} graph runs`,
+  );
+  const cpu = meter();
+  return { machineMs: cpu.machineMs, daemonsMs: cpu.groupMs.daemons!, agentsMs: cpu.groupMs.agents!, postgresMs: await pg(), steps: {} };
+}
+
+/** The graph runs from the database: how many reached their end node, steps a second, and each step's hand-off from the last one's item completing to its own item queued. */
+async function graphFigures(p: Place): Promise<Figures> {
+  const [r] = await sql<{ runs: string; completed: string; steps: string; span_ms: string }>(
+    p.db.url,
+    `SELECT count(*) AS runs, count(*) FILTER (WHERE status = 'completed') AS completed, sum(steps) AS steps,
+            extract(epoch FROM max(updatedon) - min(createdon)) * 1000 AS span_ms FROM ${table(p, "graph_run")}`,
+  );
+  const handoffs = await sql<{ ms: string }>(
+    p.db.url,
+    `SELECT (extract(epoch FROM b.createdon) * 1e3 - a.completed_at / 1e6) AS ms
+       FROM ${table(p, "work_item")} a JOIN ${table(p, "work_item")} b
+         ON b.run_id = a.run_id AND b.task_id = 'graph:' || (substr(a.task_id, 7)::int + 1)
+      WHERE a.task_id LIKE 'graph:%'`,
+  );
+  const h = summarize(handoffs.map((x) => Number(x.ms)));
+  const seconds = Number(r!.span_ms) / 1000;
+  return {
+    runs: Number(r!.runs),
+    completed: Number(r!.completed),
+    steps: Number(r!.steps),
+    seconds: round(seconds, 3),
+    steps_per_s: round(Number(r!.steps) / seconds, 0),
+    handoff_queued_p50_ms: round(h.p50, 2),
+    handoff_queued_p99_ms: round(h.p99, 2),
   };
 }
 

@@ -172,7 +172,7 @@ describe("benchmark smoke run", () => {
       .filter((l) => l.startsWith("{"))
       .map((l) => JSON.parse(l) as Record<string, unknown>);
     const names = sets.map((s) => s.bench);
-    expect(names).toEqual(["enqueue", "drain", "drain_baseline", "drain_graphile", "drain_ratio", "drain_mixed", "mixed_ratio", "drain_tenants", "tenant_shares", "tenants_ratio", "latency", "latency_baseline", "latency_graphile", "latency_ratio", "http2_floor", "drain_tls", "latency_tls", "tls_ratio", "streams", "heartbeat", "dag_plain", "dag_chain", "dag_fanout", "dag_ratio", "triggers_startrun", "triggers_webhook", "triggers_ratio"]);
+    expect(names).toEqual(["enqueue", "drain", "drain_baseline", "drain_graphile", "drain_ratio", "drain_mixed", "mixed_ratio", "drain_tenants", "tenant_shares", "tenants_ratio", "latency", "latency_baseline", "latency_graphile", "latency_ratio", "http2_floor", "drain_tls", "latency_tls", "tls_ratio", "streams", "heartbeat", "dag_plain", "dag_chain", "dag_fanout", "graph_chain", "dag_ratio", "triggers_startrun", "triggers_webhook", "triggers_ratio"]);
     expect(sets.find((s) => s.bench === "drain_tls")!.items).toBe(50);
     expect(sets.find((s) => s.bench === "drain_graphile")!.items).toBe(50);
     expect(typeof sets.find((s) => s.bench === "drain_ratio")!.ours_over_graphile).toBe("number");
@@ -204,7 +204,9 @@ describe("benchmark smoke run", () => {
     expect(sets.find((s) => s.bench === "dag_plain")).toMatchObject({ items: 300, own_database: 1 });
     expect(sets.find((s) => s.bench === "dag_chain")).toMatchObject({ runs: 10, completed: 10, nodes: 100, handoffs: 90 });
     expect(sets.find((s) => s.bench === "dag_fanout")).toMatchObject({ width: 50, runs: 1, completed: 1, nodes: 52 });
+    expect(sets.find((s) => s.bench === "graph_chain")).toMatchObject({ runs: 10, completed: 10, steps: 100 });
     const dag = sets.find((s) => s.bench === "dag_ratio")!;
+    expect(dag.graph_step_over_chain_node).toBeGreaterThan(0);
     expect(dag.chain_node_over_plain).toBeGreaterThan(0);
     expect(dag.fanout_node_over_plain).toBeGreaterThan(0);
     // The triggers section: as many webhook starts as StartRun calls (--smoke's 50), and their ratios.
