@@ -8,6 +8,7 @@ import { z } from "zod";
 import { withDbErrors } from "../db/errors.js";
 import type { Tables } from "../db/tables.js";
 import { ts } from "../db/values.js";
+import { afterCursor, forUpdate, ownedBy, type Owner, type RunCursor } from "./owned-runs.js";
 import type { GraphPlan } from "../engines/graph/plan.js";
 
 export type GraphStatus = "running" | "completed" | "stopped" | "failed" | "cancelled";
@@ -106,19 +107,17 @@ export class GraphRunStore {
   }
 
   /** The caller's run in the tenant (scope), or any run (null); with `lock`, FOR UPDATE. */
-  async get(runId: string, scope: { by: string; tenantKey: string } | null, lock = false): Promise<GraphRunRow | null> {
+  async get(runId: string, scope: Owner | null, lock = false): Promise<GraphRunRow | null> {
     const runs = this.t.id("graph_run");
-    const where = scope ? sql.fragment`AND createdby = ${scope.by} AND tenant_key = ${scope.tenantKey}` : sql.fragment``;
-    const r = await withDbErrors(() => this.db.maybeOne(sql.type(row)`SELECT ${COLUMNS} FROM ${runs} WHERE run_id = ${runId} ${where} ${lock ? sql.fragment`FOR UPDATE` : sql.fragment``}`));
+    const r = await withDbErrors(() => this.db.maybeOne(sql.type(row)`SELECT ${COLUMNS} FROM ${runs} WHERE run_id = ${runId} ${ownedBy(scope)} ${forUpdate(lock)}`));
     return r && toRow(r);
   }
 
   /** The caller's runs of the tenant after `cursor`, newest first. */
-  async list(scope: { by: string; tenantKey: string }, cursor: { createdUs: bigint; id: string } | null, limit: number): Promise<readonly GraphRunRow[]> {
+  async list(scope: Owner, cursor: RunCursor | null, limit: number): Promise<readonly GraphRunRow[]> {
     const runs = this.t.id("graph_run");
-    const after = cursor ? sql.fragment`AND (createdon, id) < ('epoch'::timestamptz + ${cursor.createdUs.toString()}::int8 * interval '1 microsecond', ${cursor.id})` : sql.fragment``;
     const rows = await withDbErrors(() =>
-      this.db.any(sql.type(row)`SELECT ${COLUMNS} FROM ${runs} WHERE createdby = ${scope.by} AND tenant_key = ${scope.tenantKey} ${after} ORDER BY createdon DESC, id DESC LIMIT ${limit}`),
+      this.db.any(sql.type(row)`SELECT ${COLUMNS} FROM ${runs} WHERE true ${ownedBy(scope)} ${afterCursor(cursor)} ORDER BY createdon DESC, id DESC LIMIT ${limit}`),
     );
     return rows.map(toRow);
   }
