@@ -174,12 +174,14 @@ const TABLE: Record<string, Row> = {
   "aiflow.graph.v1.GraphService/GetRun": { request: () => ({ tenantKey: "tB", runId: "01J00000000000000000000000" }) },
   "aiflow.graph.v1.GraphService/ListRuns": { request: () => ({ tenantKey: "tB" }) },
   "aiflow.graph.v1.GraphService/CancelRun": { request: () => ({ tenantKey: "tB", runId: "01J00000000000000000000000" }) },
+  "aiflow.graph.v1.GraphService/WatchRun": { request: () => ({ tenantKey: "tB", runId: "01J00000000000000000000000" }) },
   "aiflow.machine.v1.MachineService/PutDefinition": { request: () => ({ tenantKey: "tB", definition: MACHINE_B }) },
   "aiflow.machine.v1.MachineService/StartRun": { request: () => ({ tenantKey: "tB", definition: MACHINE_B }) },
   "aiflow.machine.v1.MachineService/GetRun": { request: () => ({ tenantKey: "tB", runId: "01J00000000000000000000000" }) },
   "aiflow.machine.v1.MachineService/ListRuns": { request: () => ({ tenantKey: "tB" }) },
   "aiflow.machine.v1.MachineService/SignalRun": { request: () => ({ tenantKey: "tB", runId: "01J00000000000000000000000", event: "go" }) },
   "aiflow.machine.v1.MachineService/CancelRun": { request: () => ({ tenantKey: "tB", runId: "01J00000000000000000000000" }) },
+  "aiflow.machine.v1.MachineService/WatchRun": { request: () => ({ tenantKey: "tB", runId: "01J00000000000000000000000" }) },
 
   // Triggers of tB: a token limited to tA is refused before any read or write.
   "aiflow.trigger.v1.TriggerService/PutTrigger": {

@@ -16,12 +16,15 @@ import { TestAgent } from "./support/queue.js";
 
 const fx = useTestDb("graph");
 let D: Daemon;
+/** Every daemon of the file's schema: any of them may advance a run. */
+const daemons: Daemon[] = [];
 let graphs: GraphClient;
 let agent: TestAgent;
 let worker: ReturnType<typeof work>;
 
 beforeAll(async () => {
   D = await fx.startDaemon({ config: { sweepInterval: 50 } });
+  daemons.push(D);
   graphs = fx.closers.add(new GraphClient(D.address));
   agent = fx.closers.add(await TestAgent.register(D.address, "graph-agent-1", { tenants: ["t"], engineKinds: ["g"], slots: 16 }));
   // count: {n} → {n: n + 1}; label: {label} → {label}; boom: fails.
@@ -69,6 +72,20 @@ describe("a graph run", () => {
     expect(items.every((i) => i.status === "completed")).toBe(true);
   });
 
+  it("WatchRun sends the run now and after every step until it ends, on another daemon than the one that advances it", async () => {
+    const other = await fx.startDaemon({ config: { instanceId: "graph-watch", sweepInterval: 3_600_000 } });
+    daemons.push(other);
+    const watcher = fx.closers.add(new GraphClient(other.address));
+    const run = await graphs.start("t", loop(100, 5));
+    const seen: { status: RunStatus; steps: bigint }[] = [];
+    for await (const m of watcher.graph.watchRun({ tenantKey: "t", runId: run.runId })) seen.push({ status: m.run!.status, steps: m.run!.steps });
+    expect(seen.at(-1)).toEqual({ status: RunStatus.COMPLETED, steps: 5n });
+    expect(seen.slice(0, -1).every((s) => s.status === RunStatus.RUNNING)).toBe(true);
+    // Steps only grow, and several steps may arrive in one message, but the last message is the end.
+    expect(seen.map((s) => Number(s.steps))).toEqual([...seen.map((s) => Number(s.steps))].sort((a, b) => a - b));
+    expect((await refusal((async () => { for await (const _ of watcher.graph.watchRun({ tenantKey: "t", runId: "no-such-run" })) void _; })())).code).toBe(Code.NotFound);
+  });
+
   it("a node's max_visits stops a cycle before the step bound", async () => {
     const def = loop(100, 1_000);
     def.nodes![0] = { ...task("count", '{"n": "{{ context.count.n }}"}'), maxVisits: 3n };
@@ -112,8 +129,9 @@ describe("a graph run", () => {
   });
 
   it("counts its transactions by kind and the runs that ended by status (aiflow_engine_step_seconds, aiflow_engine_runs_ended_total)", async () => {
-    const metric = async (name: string) => (await D.metrics.registry.getMetricsAsJSON()).find((m) => m.name === name)!.values;
-    const ended = async (status: string) => (await metric("aiflow_engine_runs_ended_total")).find((v) => v.labels.engine === "graph" && v.labels.status === status)?.value ?? 0;
+    const metric = async (name: string) => (await Promise.all(daemons.map(async (d) => (await d.metrics.registry.getMetricsAsJSON()).find((m) => m.name === name)!.values))).flat();
+    const ended = async (status: string) =>
+      (await metric("aiflow_engine_runs_ended_total")).filter((v) => v.labels.engine === "graph" && v.labels.status === status).reduce((n, v) => n + v.value, 0);
     const before = { completed: await ended("completed"), stopped: await ended("stopped") };
     await graphs.ended("t", (await graphs.start("t", loop(100, 2))).runId);
     await graphs.ended("t", (await graphs.start("t", loop(2, 100))).runId);

@@ -123,6 +123,24 @@ describe("a state machine", () => {
     expect((await machines.get("t", g.runId)).history).toEqual(["draft", "reviewing"]);
   });
 
+  it("WatchRun sends the machine now and after each change, until it has ended", async () => {
+    const m = await machines.start("t", review);
+    const viaB = fx.closers.add(new MachineClient(B.address));
+    const states: string[] = [];
+    const watched = (async () => {
+      for await (const msg of viaB.machine.watchRun({ tenantKey: "t", runId: m.runId })) {
+        const r = msg.run!;
+        states.push(`${r.state}${r.suspended ? "*" : ""}${r.live ? "" : "!"}`);
+        if (states.length === 1) await machines.signal("t", m.runId, "submit", { doc: "good" });
+        if (r.state === "reviewing" && !r.suspended && r.live) await machines.signal("t", m.runId, "decide", { by: "ann" });
+      }
+    })();
+    await watched;
+    expect(states[0]).toBe("draft");
+    expect(states.at(-1)).toBe("approved!");
+    expect(states).toContain("reviewing");
+  });
+
   it("stops where it was when its action fails, saying why", async () => {
     const m = await machines.start("t", review);
     await machines.signal("t", m.runId, "submit", { doc: "bad" });

@@ -14,9 +14,11 @@
  *   at once.
  * - An advance starts when a daemon hears the trigger's NOTIFY and on every maintenance tick (a
  *   notification may be lost with a dropped listener).
+ * - Every save of a run sends `r<run id>` on the same channel at commit, which watchers (WatchRun,
+ *   on any daemon) hear; the trigger's notifications are the bare run id, which start advances.
  */
 import { performance } from "node:perf_hooks";
-import type { DatabasePool, DatabaseTransactionConnection } from "slonik";
+import { sql, type DatabasePool, type DatabaseTransactionConnection } from "slonik";
 import { msToNs, type Clock } from "../clock.js";
 import type { Config } from "../config.js";
 import type { PgListener } from "../db/notify.js";
@@ -74,6 +76,8 @@ export class Writes {
   readonly nowNs: bigint;
   /** How the run ended in this transaction, when it did (for the metrics, after the commit). */
   ended: string | null = null;
+  /** Runs saved in this transaction: their watchers are told at commit. */
+  readonly #saved = new Set<string>();
 
   constructor(
     readonly tx: DatabaseTransactionConnection,
@@ -113,10 +117,13 @@ export class Writes {
       r.by,
     );
     if (res.kind === "conflict") throw new Error(`the directory row of run '${r.runId}' disagrees with the engine on ${res.fields.map((f) => f.field).join(", ")}`);
+    this.#saved.add(r.runId);
   }
 
   async flush(): Promise<void> {
     if (this.enqueued.length > 0) await this.d.itemsOn(this.tx).enqueueRows(this.enqueued);
+    const channel = this.d.tables.channel("engines");
+    for (const runId of this.#saved) await this.tx.query(sql.unsafe`SELECT pg_notify(${channel}, ${`r${runId}`})`);
   }
 }
 
@@ -171,7 +178,9 @@ export class Advancer {
   ) {}
 
   async start(): Promise<void> {
-    this.#unlisten = await this.d.listener.on(this.d.tables.channel("engines"), () => this.kick());
+    this.#unlisten = await this.d.listener.on(this.d.tables.channel("engines"), (payload) => {
+      if (!payload.startsWith("r")) this.kick();
+    });
     this.d.listener.onReconnect(() => this.kick());
     this.kick();
   }
@@ -215,6 +224,38 @@ export class Advancer {
       if (!did) return n;
       n++;
     }
+  }
+}
+
+/** Calls a run's watchers whenever it is saved, on any daemon; a change missed while the listener reconnected counts as a change. */
+export class RunWatch {
+  readonly #watchers = new Map<string, Set<() => void>>();
+  #unlisten: (() => void) | undefined;
+
+  constructor(private readonly d: Pick<NativeDeps, "listener" | "tables">) {}
+
+  async start(): Promise<void> {
+    this.#unlisten = await this.d.listener.on(this.d.tables.channel("engines"), (payload) => {
+      if (payload.startsWith("r")) for (const f of this.#watchers.get(payload.slice(1)) ?? []) f();
+    });
+    this.d.listener.onReconnect(() => {
+      for (const set of this.#watchers.values()) for (const f of set) f();
+    });
+  }
+
+  async stop(): Promise<void> {
+    this.#unlisten?.();
+  }
+
+  /** Calls `onChange` after each save of the run until the returned function is called. */
+  watch(runId: string, onChange: () => void): () => void {
+    let set = this.#watchers.get(runId);
+    if (!set) this.#watchers.set(runId, (set = new Set()));
+    set.add(onChange);
+    return () => {
+      set.delete(onChange);
+      if (set.size === 0) this.#watchers.delete(runId);
+    };
   }
 }
 

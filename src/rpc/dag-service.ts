@@ -14,10 +14,10 @@ import { planOf } from "../dag/plan.js";
 import { invalidArgument, notFound } from "../domain/errors.js";
 import { assertTenant, callerOf } from "../server/auth.js";
 import { newId } from "../util/ids.js";
-import { onAbort } from "../util/on-abort.js";
 import { decodeCursor, encodeCursor } from "./input/page-tokens.js";
 import { identifier, jsonObject, jsonOrNull, optionalText } from "./input/validate.js";
 import { runToWire, STATUS_FROM_WIRE } from "./dag-messages.js";
+import { watchRun } from "./native-calls.js";
 import type { Clock } from "../clock.js";
 
 const PAGE_DEFAULT = 50;
@@ -119,30 +119,7 @@ export function dagServiceImpl(d: { engine: DagEngine; config: Config; clock: Cl
     async *watchRun(req, ctx) {
       const scope = scopeOf(req.tenantKey, ctx);
       const runId = runIdOf(req.runId);
-      let changed = true;
-      let wake: (() => void) | undefined;
-      const unwatch = engine.watch(runId, () => {
-        changed = true;
-        wake?.();
-      });
-      const stops = [ctx.signal, d.draining].map((signal) => onAbort(signal, () => wake?.()));
-      try {
-        for (;;) {
-          if (changed) {
-            changed = false;
-            const run = await viewOf(scope, runId, req.withAttempts);
-            yield { run };
-            if (run.status !== RunStatus.RUNNING) return;
-          }
-          if (ctx.signal.aborted || d.draining.aborted) return;
-          // The executor runs at once: a change that came during the yield or the read is seen here.
-          await new Promise<void>((resolve) => (changed || ctx.signal.aborted || d.draining.aborted ? resolve() : (wake = resolve)));
-          wake = undefined;
-        }
-      } finally {
-        unwatch();
-        for (const stop of stops) stop();
-      }
+      yield* watchRun(engine, runId, async () => ({ run: await viewOf(scope, runId, req.withAttempts) }), (m) => m.run.status !== RunStatus.RUNNING, [ctx.signal, d.draining]);
     },
   };
 }

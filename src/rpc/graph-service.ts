@@ -13,7 +13,7 @@ import type { GraphEngine } from "../engines/graph/engine.js";
 import { graphPlanOf } from "../engines/graph/plan.js";
 import type { GraphRunRow } from "../store/graph-runs.js";
 import { jsonObject, optionalText } from "./input/validate.js";
-import { pageOf, planFrom, runIdOf, scopeOf } from "./native-calls.js";
+import { pageOf, planFrom, runIdOf, scopeOf, watchRun } from "./native-calls.js";
 
 const STATUS: Record<GraphRunRow["status"], RunStatus> = {
   running: RunStatus.RUNNING,
@@ -42,7 +42,7 @@ export function graphRunToWire(r: GraphRunRow): MessageInitShape<typeof RunSchem
   };
 }
 
-export function graphServiceImpl(d: { engine: GraphEngine; config: Config }): ServiceImpl<typeof GraphService> {
+export function graphServiceImpl(d: { engine: GraphEngine; config: Config; draining: AbortSignal }): ServiceImpl<typeof GraphService> {
   const { engine, config } = d;
   return {
     async putDefinition(req, ctx) {
@@ -76,6 +76,17 @@ export function graphServiceImpl(d: { engine: GraphEngine; config: Config }): Se
       const scope = scopeOf(req.tenantKey, ctx);
       const reason = optionalText(req.reason, "reason", 1024) ?? `cancelled by ${scope.by}`;
       return { run: graphRunToWire(await engine.cancel(scope, runIdOf(req.runId), reason)) };
+    },
+
+    async *watchRun(req, ctx) {
+      const scope = scopeOf(req.tenantKey, ctx);
+      const runId = runIdOf(req.runId);
+      const read = async () => {
+        const run = await engine.get(scope, runId);
+        if (!run) throw notFound(`tenant '${scope.tenantKey}' has no graph run '${runId}' of yours`);
+        return run;
+      };
+      for await (const run of watchRun(engine.watches, runId, read, (r) => r.status !== "running", [ctx.signal, d.draining])) yield { run: graphRunToWire(run) };
     },
   };
 }

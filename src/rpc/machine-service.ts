@@ -13,7 +13,7 @@ import type { MachineEngine } from "../engines/machine/engine.js";
 import { EVENT, machinePlanOf } from "../engines/machine/plan.js";
 import type { MachineRunRow } from "../store/machine-runs.js";
 import { jsonObject, jsonOrNull, optionalText } from "./input/validate.js";
-import { pageOf, planFrom, runIdOf, scopeOf } from "./native-calls.js";
+import { pageOf, planFrom, runIdOf, scopeOf, watchRun } from "./native-calls.js";
 
 export function machineRunToWire(r: MachineRunRow): MessageInitShape<typeof RunSchema> {
   return {
@@ -41,7 +41,7 @@ export function eventName(raw: string): string {
   return raw;
 }
 
-export function machineServiceImpl(d: { engine: MachineEngine; config: Config }): ServiceImpl<typeof MachineService> {
+export function machineServiceImpl(d: { engine: MachineEngine; config: Config; draining: AbortSignal }): ServiceImpl<typeof MachineService> {
   const { engine, config } = d;
   return {
     async putDefinition(req, ctx) {
@@ -84,6 +84,17 @@ export function machineServiceImpl(d: { engine: MachineEngine; config: Config })
       const scope = scopeOf(req.tenantKey, ctx);
       const reason = optionalText(req.reason, "reason", 1024) ?? `cancelled by ${scope.by}`;
       return { run: machineRunToWire(await engine.cancel(scope, runIdOf(req.runId), reason)) };
+    },
+
+    async *watchRun(req, ctx) {
+      const scope = scopeOf(req.tenantKey, ctx);
+      const runId = runIdOf(req.runId);
+      const read = async () => {
+        const run = await engine.get(scope, runId);
+        if (!run) throw notFound(`tenant '${scope.tenantKey}' has no machine run '${runId}' of yours`);
+        return run;
+      };
+      for await (const run of watchRun(engine.watches, runId, read, (r) => !r.live, [ctx.signal, d.draining])) yield { run: machineRunToWire(run) };
     },
   };
 }

@@ -8,6 +8,8 @@ import { z } from "zod";
 import { invalidArgument } from "../domain/errors.js";
 import type { Scope } from "../engines/native.js";
 import { assertTenant, callerOf } from "../server/auth.js";
+import type { RunWatch } from "../engines/native.js";
+import { onAbort } from "../util/on-abort.js";
 import { decodeCursor, encodeCursor } from "./input/page-tokens.js";
 import { identifier, optionalText } from "./input/validate.js";
 
@@ -55,4 +57,36 @@ export async function pageOf<R extends { createdUs: bigint; id: string }>(
   const page = rows.slice(0, size);
   const last = page.at(-1);
   return { rows: page, nextPageToken: rows.length > size && last ? encodeCursor({ u: last.createdUs.toString(), i: last.id, q: query }) : "" };
+}
+
+/**
+ * A WatchRun stream: the run now, then again after every save (on any daemon) until `ended` says it
+ * is over or the call or the daemon stops. Saves that come while a message is being read and sent
+ * are covered by the next read.
+ */
+export async function* watchRun<R>(watches: Pick<RunWatch, "watch">, runId: string, read: () => Promise<R>, ended: (r: R) => boolean, signals: readonly AbortSignal[]): AsyncGenerator<R> {
+  let changed = true;
+  let wake: (() => void) | undefined;
+  const unwatch = watches.watch(runId, () => {
+    changed = true;
+    wake?.();
+  });
+  const stops = signals.map((signal) => onAbort(signal, () => wake?.()));
+  const stopped = () => signals.some((s) => s.aborted);
+  try {
+    for (;;) {
+      if (changed) {
+        changed = false;
+        const run = await read();
+        yield run;
+        if (ended(run)) return;
+      }
+      if (stopped()) return;
+      await new Promise<void>((resolve) => (changed || stopped() ? resolve() : (wake = resolve)));
+      wake = undefined;
+    }
+  } finally {
+    unwatch();
+    for (const stop of stops) stop();
+  }
 }

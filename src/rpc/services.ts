@@ -248,8 +248,8 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
     },
     { services: [DagService], access: "runs", mount: (r) => r.service(DagService, dagServiceImpl({ engine: dag, config, clock, draining: deps.draining })) },
     { services: [DagOpsService], access: "ops", mount: (r) => r.service(DagOpsService, dagOpsServiceImpl(dag)) },
-    { services: [GraphService], access: "runs", mount: (r) => r.service(GraphService, graphServiceImpl({ engine: graphs, config })) },
-    { services: [MachineService], access: "runs", mount: (r) => r.service(MachineService, machineServiceImpl({ engine: machines, config })) },
+    { services: [GraphService], access: "runs", mount: (r) => r.service(GraphService, graphServiceImpl({ engine: graphs, config, draining: deps.draining })) },
+    { services: [MachineService], access: "runs", mount: (r) => r.service(MachineService, machineServiceImpl({ engine: machines, config, draining: deps.draining })) },
     { services: [TriggerService], access: "runs", mount: (r) => r.service(TriggerService, triggerServiceImpl({ triggers, clock })) },
   ];
   for (const s of mounted.flatMap((m) => m.services)) health.set(s.typeName, HealthCheckResponse_ServingStatus.SERVING);

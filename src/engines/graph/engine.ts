@@ -21,7 +21,7 @@ import { GraphRunStore, type GraphRunRow } from "../../store/graph-runs.js";
 import { newId } from "../../util/ids.js";
 import { holds, parseCondition } from "../condition.js";
 import { itemFor } from "../definition-parts.js";
-import { Advancer, inRunTransaction, resultOf, type Cause, type NativeDeps, type RunHooks, type Scope, type Writes } from "../native.js";
+import { Advancer, RunWatch, inRunTransaction, resultOf, type Cause, type NativeDeps, type RunHooks, type Scope, type Writes } from "../native.js";
 import { EDGE_ROOTS, graphPlanOf, type GraphPlan } from "./plan.js";
 
 export class GraphEngine {
@@ -32,11 +32,21 @@ export class GraphEngine {
   constructor(private readonly d: NativeDeps) {
     this.runs = new GraphRunStore(d.pool, d.tables);
     this.#defs = new EngineDefinitionStore(d.pool, d.tables);
+    this.watches = new RunWatch(d);
     this.#advancer = new Advancer("graph", d, (w, runId, events) => this.#advance(w, runId, events));
   }
 
-  start = () => this.#advancer.start();
-  stop = () => this.#advancer.stop();
+  /** Its runs' watchers (WatchRun). */
+  readonly watches: RunWatch;
+
+  start = async () => {
+    await this.#advancer.start();
+    await this.watches.start();
+  };
+  stop = async () => {
+    await this.#advancer.stop();
+    await this.watches.stop();
+  };
   task = () => this.#advancer.task();
   advanceDue = () => this.#advancer.advanceDue();
 

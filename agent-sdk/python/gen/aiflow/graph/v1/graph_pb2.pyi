@@ -181,6 +181,20 @@ class StartRunResponse(_message.Message):
     run: Run
     def __init__(self, run: _Optional[_Union[Run, _Mapping]] = ...) -> None: ...
 
+class WatchRunRequest(_message.Message):
+    __slots__ = ["run_id", "tenant_key"]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_KEY_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    tenant_key: str
+    def __init__(self, tenant_key: _Optional[str] = ..., run_id: _Optional[str] = ...) -> None: ...
+
+class WatchRunResponse(_message.Message):
+    __slots__ = ["run"]
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    run: Run
+    def __init__(self, run: _Optional[_Union[Run, _Mapping]] = ...) -> None: ...
+
 class NodeKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []
 

@@ -49,6 +49,11 @@ class GraphServiceStub(object):
                 request_serializer=aiflow_dot_graph_dot_v1_dot_graph__pb2.CancelRunRequest.SerializeToString,
                 response_deserializer=aiflow_dot_graph_dot_v1_dot_graph__pb2.CancelRunResponse.FromString,
                 )
+        self.WatchRun = channel.unary_stream(
+                '/aiflow.graph.v1.GraphService/WatchRun',
+                request_serializer=aiflow_dot_graph_dot_v1_dot_graph__pb2.WatchRunRequest.SerializeToString,
+                response_deserializer=aiflow_dot_graph_dot_v1_dot_graph__pb2.WatchRunResponse.FromString,
+                )
 
 
 class GraphServiceServicer(object):
@@ -101,6 +106,14 @@ class GraphServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchRun(self, request, context):
+        """The run now, then again after every step, until it ends (the last message is the ended run).
+        Steps that come while a message is being made are sent together in the next one.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GraphServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -128,6 +141,11 @@ def add_GraphServiceServicer_to_server(servicer, server):
                     servicer.CancelRun,
                     request_deserializer=aiflow_dot_graph_dot_v1_dot_graph__pb2.CancelRunRequest.FromString,
                     response_serializer=aiflow_dot_graph_dot_v1_dot_graph__pb2.CancelRunResponse.SerializeToString,
+            ),
+            'WatchRun': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchRun,
+                    request_deserializer=aiflow_dot_graph_dot_v1_dot_graph__pb2.WatchRunRequest.FromString,
+                    response_serializer=aiflow_dot_graph_dot_v1_dot_graph__pb2.WatchRunResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -231,5 +249,22 @@ class GraphService(object):
         return grpc.experimental.unary_unary(request, target, '/aiflow.graph.v1.GraphService/CancelRun',
             aiflow_dot_graph_dot_v1_dot_graph__pb2.CancelRunRequest.SerializeToString,
             aiflow_dot_graph_dot_v1_dot_graph__pb2.CancelRunResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def WatchRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(request, target, '/aiflow.graph.v1.GraphService/WatchRun',
+            aiflow_dot_graph_dot_v1_dot_graph__pb2.WatchRunRequest.SerializeToString,
+            aiflow_dot_graph_dot_v1_dot_graph__pb2.WatchRunResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

@@ -54,6 +54,11 @@ class MachineServiceStub(object):
                 request_serializer=aiflow_dot_machine_dot_v1_dot_machine__pb2.CancelRunRequest.SerializeToString,
                 response_deserializer=aiflow_dot_machine_dot_v1_dot_machine__pb2.CancelRunResponse.FromString,
                 )
+        self.WatchRun = channel.unary_stream(
+                '/aiflow.machine.v1.MachineService/WatchRun',
+                request_serializer=aiflow_dot_machine_dot_v1_dot_machine__pb2.WatchRunRequest.SerializeToString,
+                response_deserializer=aiflow_dot_machine_dot_v1_dot_machine__pb2.WatchRunResponse.FromString,
+                )
 
 
 class MachineServiceServicer(object):
@@ -113,6 +118,14 @@ class MachineServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchRun(self, request, context):
+        """The machine now, then again after every change, until it is no longer live (the last message
+        is the ended machine). Changes that come while a message is being made are sent together.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MachineServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -145,6 +158,11 @@ def add_MachineServiceServicer_to_server(servicer, server):
                     servicer.CancelRun,
                     request_deserializer=aiflow_dot_machine_dot_v1_dot_machine__pb2.CancelRunRequest.FromString,
                     response_serializer=aiflow_dot_machine_dot_v1_dot_machine__pb2.CancelRunResponse.SerializeToString,
+            ),
+            'WatchRun': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchRun,
+                    request_deserializer=aiflow_dot_machine_dot_v1_dot_machine__pb2.WatchRunRequest.FromString,
+                    response_serializer=aiflow_dot_machine_dot_v1_dot_machine__pb2.WatchRunResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -265,5 +283,22 @@ class MachineService(object):
         return grpc.experimental.unary_unary(request, target, '/aiflow.machine.v1.MachineService/CancelRun',
             aiflow_dot_machine_dot_v1_dot_machine__pb2.CancelRunRequest.SerializeToString,
             aiflow_dot_machine_dot_v1_dot_machine__pb2.CancelRunResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def WatchRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(request, target, '/aiflow.machine.v1.MachineService/WatchRun',
+            aiflow_dot_machine_dot_v1_dot_machine__pb2.WatchRunRequest.SerializeToString,
+            aiflow_dot_machine_dot_v1_dot_machine__pb2.WatchRunResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
