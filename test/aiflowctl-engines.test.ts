@@ -74,6 +74,12 @@ describe("aiflowctl graph", () => {
     const json = JSON.parse((await ctl(["graph", runId, "--tenant", "t", "--json"])).stdout) as { run: { path: string[]; status: string } };
     expect(json.run).toMatchObject({ path: ["tick", "tick", "tick"], status: "RUN_STATUS_STOPPED" });
     expect((await ctl(["graph", "list", "--tenant", "t"])).stdout).toMatch(new RegExp(`${runId}\\s+stopped\\s+loop\\s+tick\\s+3`));
+
+    // --wait: each step on stderr, the end in one line, exit 1 when the run did not complete.
+    const waited = await ctl(["graph", "start", def, "--tenant", "t", "--wait"]);
+    expect(waited.code).toBe(1);
+    expect(waited.stderr.split("\n").filter((l) => l.startsWith("  step "))).toEqual(["  step 1: tick", "  step 2: tick", "  step 3: tick"]);
+    expect(waited.stderr).toMatch(/graph run \S+ stopped after 3 steps: max_steps reached/);
   });
 });
 

@@ -21,6 +21,7 @@ import {
   StartRunResponseSchema as MachineStartSchema,
   type Run as MachineRun,
 } from "@aiflow/wire/gen/aiflow/machine/v1/machine_pb.js";
+import { create } from "@bufbuild/protobuf";
 import { UsageError, type Parsed } from "./args.js";
 import { printJson, type Command, type Ctx } from "./command.js";
 import { enumName, status, table } from "./format.js";
@@ -69,6 +70,20 @@ export function machineView(m: MachineRun): string {
   return lines.join("\n");
 }
 
+/** Follows a graph run with WatchRun until it ends, a line on stderr for each step; watched again if the stream ends first (its daemon stopping). */
+async function followGraph(ctx: Ctx, tenantKey: string, runId: string): Promise<GraphRun> {
+  let shown = 0;
+  for (;;) {
+    for await (const m of ctx.graph.watchRun({ tenantKey, runId }, { timeoutMs: 0 })) {
+      const run = m.run!;
+      // Steps that came together arrive in one message: the path names each.
+      for (; shown < Number(run.steps); shown++) process.stderr.write(`  step ${shown + 1}: ${run.path[shown]}\n`);
+      if (run.status !== RunStatus.RUNNING) return run;
+    }
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
 async function graph(ctx: Ctx): Promise<number> {
   const sub = ctx.args.positionals[0];
   if (!sub) throw new UsageError("give the run ID, or list, start or cancel (see aiflowctl graph --help)");
@@ -85,9 +100,16 @@ async function graph(ctx: Ctx): Promise<number> {
       if (!file) throw new UsageError("give the definition FILE (or - for stdin): aiflowctl graph start FILE --tenant T");
       const definition = await messageFromFile(file, GraphDefinitionSchema);
       const res = await ctx.graph.startRun({ tenantKey, source: { case: "definition", value: definition }, stateJson: ctx.args.get("state") ?? "" });
-      if (ctx.json) printJson(ctx, GraphStartSchema, res);
-      else ctx.out(res.run!.runId);
-      return 0;
+      if (!ctx.args.has("wait")) {
+        if (ctx.json) printJson(ctx, GraphStartSchema, res);
+        else ctx.out(res.run!.runId);
+        return 0;
+      }
+      if (!ctx.json) ctx.out(res.run!.runId);
+      const ended = await followGraph(ctx, tenantKey, res.run!.runId);
+      if (ctx.json) printJson(ctx, GraphStartSchema, create(GraphStartSchema, { run: ended }));
+      else process.stderr.write(`graph run ${ended.runId} ${enumName(RunStatus, ended.status, "RUN_STATUS_")} after ${ended.steps} steps${ended.reason ? `: ${ended.reason}` : ""}${ended.error ? `: ${ended.error}` : ""}\n`);
+      return ended.status === RunStatus.COMPLETED ? 0 : 1;
     }
     case "cancel": {
       const res = await ctx.graph.cancelRun({ tenantKey, runId: idOf(ctx.args, "graph cancel ID --tenant T"), reason: ctx.args.get("reason") ?? "" });
@@ -156,14 +178,16 @@ export const engineCommands: Command[] = [
     usage: [
       "  graph ID --tenant T                                               one graph run: where it is, its path, why it stopped",
       "  graph list --tenant T                                             the caller's graph runs, newest first",
-      "  graph start FILE --tenant T [--state JSON]                        start a run of a graph definition (protobuf JSON, - for stdin)",
+      "  graph start FILE --tenant T [--state JSON] [--wait]               start a run of a graph definition (protobuf JSON, - for stdin)",
       "  graph cancel ID --tenant T [--reason TEXT]                        cancel a running graph run",
     ],
     flags: [
       TENANT_FLAG,
       { name: "state", kind: "value", arg: "JSON", help: "start: the run's state, a JSON object", default: "{}" },
+      { name: "wait", kind: "bool", help: "start: print each step to stderr until the run ends" },
       { name: "reason", kind: "value", arg: "TEXT", help: "cancel: why, kept on the run", default: "cancelled by <caller>" },
     ],
+    exits: ["1 also with start --wait: the run stopped at a bound, failed or was cancelled"],
     role: "runs",
     fields: FIELDS,
     run: graph,
