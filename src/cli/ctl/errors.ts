@@ -49,8 +49,10 @@ function unreachable(text: string, s: CallSetting): string | undefined {
   // Closed before any answer: what a TLS port does to h2c, and a mutual-TLS daemon to a client
   // certificate it does not accept (it closes the connection as the handshake ends, with no alert).
   const tls = Boolean(s.tls) || address.startsWith("https://");
-  // Over TLS the close can also arrive as a reset, when the client's first bytes were still unread.
-  if (/stream closed with error code CANCEL/.test(text) || (tls && /ECONNRESET|socket hang up/.test(text))) {
+  // The close can also arrive as a reset, when the client's first bytes were still unread: over TLS
+  // (a handshake refused), and over h2c to a TLS port, whose server resets the plaintext preface
+  // about as often as it closes after it.
+  if (/stream closed with error code CANCEL/.test(text) || (tls && /ECONNRESET|socket hang up/.test(text)) || (!tls && /read ECONNRESET/.test(text))) {
     if (!tls) return `${address} closed the connection without answering: if it serves TLS, give --tls-ca FILE (or AIFLOW_TLS_CA) ${to}`;
     return s.tls?.cert
       ? `${address} closed the connection as the TLS handshake ended: under mutual TLS, the certificate of ${s.tls.cert.from} is not one it accepts (not signed by the CA of its --tls-client-ca, or expired)`
