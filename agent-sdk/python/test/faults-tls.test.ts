@@ -40,7 +40,10 @@ describe("a daemon killed and started again", () => {
 
   it("mid-item (SIGKILL): the handler keeps running, the agent registers again with the daemon back on its port, reports the result there and takes work again", async () => {
     const port = await freePort();
-    const timings = { heartbeatInterval: "300ms", leaseTtl: "30s" };
+    // The daemon is back well within the agent's liveness window (a few heartbeat intervals) and its
+    // lease: an outage longer than that makes the restarted daemon judge the agent gone, and give its
+    // item back with a redelivery spent, as it should.
+    const timings = { heartbeatInterval: "10s", leaseTtl: "60s" };
     child = await spawnDaemon(fx.db.schema, port, "py-killed-1", timings);
     const address = `127.0.0.1:${port}`;
     const name = agentName("survivor");
