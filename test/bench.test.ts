@@ -239,6 +239,8 @@ describe("benchmark: the Python agents' section", () => {
     ]);
     const r = sets[3]!;
     expect(r.python_over_ts_items_per_s).toBeGreaterThan(0);
-    expect(typeof r.python_over_ts_agents_cpu_per_item).toBe("number");
+    // A figure, not a value: 50 items can take the SDK agents less than one 10 ms tick of /proc's
+    // CPU clock, and a ratio over 0 is NaN (null in JSON).
+    expect(r).toHaveProperty("python_over_ts_agents_cpu_per_item");
   });
 });

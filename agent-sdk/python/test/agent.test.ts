@@ -212,7 +212,8 @@ describe("a Python agent", () => {
 describe("a Python agent's liveness", () => {
   let fast: Daemon;
   beforeAll(async () => {
-    fast = await fx.startDaemon({ config: { instanceId: "py-fast", heartbeatInterval: 200, heartbeatFlush: 50, sweepInterval: 50, leaseTtl: 600 } });
+    // A liveness window of 1.2 s and leases of 1 s (renewed every third): the handler below computes for 3 TTLs.
+    fast = await fx.startDaemon({ config: { instanceId: "py-fast", heartbeatInterval: 400, heartbeatFlush: 50, sweepInterval: 50, leaseTtl: 1_000 } });
   });
 
   it("a handler computing for several lease TTLs keeps its lease: the liveness thread renews it, and the agent never looks dead", async () => {
@@ -220,7 +221,7 @@ describe("a Python agent's liveness", () => {
     const py = PythonAgent.start(fast.address, { name, engine_kinds: ["py-spin"] });
     await py.state("running");
     const p = new Producer(fast.address, "t1");
-    const [id] = await p.enqueue([{ engineKind: "py-spin", payloadJson: JSON.stringify({ spin: 2.5 }) }]);
+    const [id] = await p.enqueue([{ engineKind: "py-spin", payloadJson: JSON.stringify({ spin: 3 }) }]);
     const [done] = await p.waitDone([id!], 30_000);
     p.close();
     expect(done).toMatchObject({ status: WorkItemStatus.COMPLETED, agentId: name, redeliveryCount: 0, retryCount: 0 });
