@@ -7,7 +7,9 @@ import os
 import random
 import tempfile
 import unittest
-from typing import Any, Dict, List, Tuple
+import logging
+import threading
+from typing import Any, Dict, List, Tuple, cast
 
 from aiflow.cluster.v1 import work_item_pb2
 from aiflow_agent import AgentOptions, Backoff, OptionsError, TlsOptions
@@ -15,7 +17,9 @@ from aiflow_agent.backoff import delay
 from aiflow_agent.handlers import describe_handlers, resolve_handler
 from aiflow_agent.options import parse_address
 from aiflow_agent.resources import mount_point_of, parse_gpu_capacity, parse_gpu_metrics
+from aiflow_agent.reporter import Report, Reporter
 from aiflow_agent.types import HandlerContext, Handlers, WorkAborted, item_from_wire
+from aiflow_agent.work import Work, WorkHooks
 
 
 def h(_item: Any, _ctx: Any) -> None:
@@ -147,6 +151,37 @@ class Mounts(unittest.TestCase):
     def test_the_root_filesystem_is_its_own_mount_point(self) -> None:
         self.assertEqual(mount_point_of("/"), "/")
         self.assertTrue(os.path.ismount(mount_point_of(tempfile.gettempdir())))
+
+
+class ReportsBeforeIdle(unittest.TestCase):
+    """A drain waits until nothing runs, then for every report: each report must be submitted while
+    its run still counts as running, or the drain can stop before it and leave it unreported."""
+
+    def test_a_release_and_a_completion_are_submitted_while_their_runs_still_run(self) -> None:
+        gate = threading.Event()
+
+        def blocks(item: Any, ctx: HandlerContext) -> None:
+            gate.wait(10)
+
+        work = Work(opts(slots=2, handlers={"block": blocks, "quick": h}), logging.getLogger("t"), WorkHooks())
+        seen: List[Tuple[str, bool]] = []
+        done = threading.Event()
+
+        class Recorder:
+            def submit(self, r: Report) -> None:
+                seen.append((r.kind, any(x.item.id == r.part.work_item_id for x in work._running)))
+                if r.kind == "complete":
+                    done.set()
+
+        work.reporter = cast(Reporter, Recorder())
+        work.accept([work_item_pb2.WorkItem(id="b1", engine_kind="block", lease_token="t1")], taking=True)
+        work.release_running()
+        self.assertEqual(seen, [("release", True)])
+        gate.set()
+        work.accept([work_item_pb2.WorkItem(id="q1", engine_kind="quick", lease_token="t2")], taking=True)
+        self.assertTrue(done.wait(10))
+        self.assertEqual(seen, [("release", True), ("complete", True)])
+        work.close()
 
 
 if __name__ == "__main__":

@@ -260,27 +260,28 @@ class Work:
             return self._loop
 
     def _settle(self, run: Run, started: float, result: Any, err: Optional[BaseException]) -> None:
-        """The handler returned (``result``) or raised (``err``): its slot frees, and its outcome is
-        reported unless the item was aborted meanwhile."""
+        """The handler returned (``result``) or raised (``err``): its outcome is reported unless the
+        item was aborted meanwhile, and its slot frees."""
         self.ahead.handler_took(time.monotonic() - started)
-        report: Optional[Report] = None
-        if run.phase == "running":
-            report = self._report_of(run, result, err)
+        with self._cond:
+            reporting = run.phase == "running"
+            if reporting:
+                run.phase = "reporting"
+        # Submitted before the run stops counting as running: a drain that waits for nothing to run
+        # and then for every report finds this one among them. And before the credit the freed slot
+        # gives, so that the two travel in one message.
+        if reporting:
+            self._report(self._report_of(run, result, err))
         start: List[Run] = []
         with self._cond:
             self._busy -= 1
-            if run.phase == "running":
-                run.phase = "reporting"
-                self._running.discard(run)
+            self._running.discard(run)
             # A waiting item takes the slot before it is announced free.
             while self._busy < self._opts.slots and self._waiting:
                 nxt = self._waiting.popleft()
                 self._take_slot(nxt)
                 start.append(nxt)
             self._cond.notify_all()
-        # The report is gathered before the credit the freed slot gives: they travel in one message.
-        if report is not None:
-            self._report(report)
         for r in start:
             self._start(r)
         self._safe(self.hooks.slot_freed)
@@ -309,15 +310,18 @@ class Work:
                 return
             if run.phase == "waiting":
                 self._waiting.remove(run)
-            self._running.discard(run)
             run.phase = "aborted"
-            self._cond.notify_all()
         run.ctx.log.info("item aborted (%s): %s", kind, reason)
         run.ctx._abort(reason if kind == "released" else f"{kind}: {reason}")
         if kind == "released":
             self._report(Report("release", pb.LeaseRef(work_item_id=item_id, lease_token=run.token), run))
         else:
             self._finished(run, Outcome(kind, reason))
+        # Only now is it no longer running: a drain waiting for that finds its release submitted.
+        with self._cond:
+            self._running.discard(run)
+            self._cond.notify_all()
+        self._safe(self.hooks.slot_freed)
 
     def _report(self, report: Report) -> None:
         assert self.reporter is not None
