@@ -21,6 +21,7 @@ import { performance } from "node:perf_hooks";
 import { sql, type DatabasePool, type DatabaseTransactionConnection } from "slonik";
 import { msToNs, type Clock } from "../clock.js";
 import type { Config } from "../config.js";
+import type { Scope } from "../dag/engine.js";
 import type { PgListener } from "../db/notify.js";
 import type { Tables } from "../db/tables.js";
 import type { Logger } from "../log.js";
@@ -47,11 +48,8 @@ export interface NativeDeps {
   metrics: EngineEvents;
 }
 
-/** Whose runs a call may touch: the caller's, in the tenant it names. */
-export interface Scope {
-  by: string;
-  tenantKey: string;
-}
+/** Whose runs a call may touch: the caller's, in the tenant it names (as for DAG runs). */
+export type { Scope };
 
 /** The trigger firing that started a run. */
 export interface Cause {

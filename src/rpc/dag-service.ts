@@ -5,8 +5,7 @@
  * run id reads as NOT_FOUND, the same as one that does not exist.
  */
 import { toJsonString } from "@bufbuild/protobuf";
-import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
-import { z } from "zod";
+import type { ServiceImpl } from "@connectrpc/connect";
 import { DefinitionSchema, RunStatus, type DagOpsService, type DagService } from "@aiflow/wire/gen/aiflow/dag/v1/dag_pb.js";
 import type { Config } from "../config.js";
 import type { DagEngine, Scope } from "../dag/engine.js";
@@ -14,25 +13,13 @@ import { planOf } from "../dag/plan.js";
 import { invalidArgument, notFound } from "../domain/errors.js";
 import { assertTenant, callerOf } from "../server/auth.js";
 import { newId } from "../util/ids.js";
-import { decodeCursor, encodeCursor } from "./input/page-tokens.js";
 import { identifier, jsonObject, jsonOrNull, optionalText } from "./input/validate.js";
 import { runToWire, STATUS_FROM_WIRE } from "./dag-messages.js";
-import { watchRun } from "./native-calls.js";
+import { pageOf, planFrom, runIdOf, scopeOf, watchRun } from "./run-calls.js";
 import type { Clock } from "../clock.js";
-
-const PAGE_DEFAULT = 50;
-const PAGE_MAX = 500;
-const listCursor = z.object({ u: z.string().regex(/^\d{1,19}$/), i: z.string().max(64), q: z.string() });
 
 export function dagServiceImpl(d: { engine: DagEngine; config: Config; clock: Clock; draining: AbortSignal }): ServiceImpl<typeof DagService> {
   const { engine, config } = d;
-  const scopeOf = (tenantRaw: string, ctx: HandlerContext): Scope => {
-    const caller = callerOf(ctx);
-    const tenantKey = identifier(tenantRaw, "tenant_key");
-    assertTenant(caller, tenantKey);
-    return { by: caller.principal, tenantKey };
-  };
-  const runIdOf = (raw: string) => identifier(raw, "run_id");
   const viewOf = async (scope: Scope, runId: string, attempts = true) => {
     const v = await engine.view(scope, runId, attempts);
     if (!v) throw notFound(`tenant '${scope.tenantKey}' has no run '${runId}' of yours`);
@@ -50,13 +37,7 @@ export function dagServiceImpl(d: { engine: DagEngine; config: Config; clock: Cl
 
     async startRun(req, ctx) {
       const scope = scopeOf(req.tenantKey, ctx);
-      let plan;
-      if (req.source.case === "definition") plan = planOf(req.source.value, config, true);
-      else if (req.source.case === "definitionId") {
-        const id = optionalText(req.source.value, "definition_id", 256);
-        if (!id) throw invalidArgument("definition_id", "is required");
-        plan = await engine.storedPlan(scope.tenantKey, id);
-      } else throw invalidArgument("source", "give a definition or a definition_id");
+      const plan = await planFrom(req.source, (def) => planOf(def, config, true), (id) => engine.storedPlan(scope.tenantKey, id));
       const context = jsonObject(req.contextJson, "context_json", config.payloadMaxBytes);
       const key = optionalText(req.idempotencyKey, "idempotency_key", 256);
       const { run, existing } = await engine.startRun(scope, plan, context, key);
@@ -76,18 +57,9 @@ export function dagServiceImpl(d: { engine: DagEngine; config: Config; clock: Cl
         return v;
       });
       const definitionId = optionalText(req.definitionId, "definition_id", 256) ?? undefined;
-      if (req.pageSize < 0) throw invalidArgument("page_size", `${req.pageSize} is negative`);
-      const size = Math.min(req.pageSize || PAGE_DEFAULT, PAGE_MAX);
-      const query = JSON.stringify([scope.tenantKey, [...statuses].sort(), definitionId ?? ""]);
-      const cursor = req.pageToken ? decodeCursor(req.pageToken, listCursor) : null;
-      if (cursor && cursor.q !== query) throw invalidArgument("page_token", "was issued for a different tenant or different filters");
-      const rows = await engine.runs.list(scope, { statuses, definitionId }, cursor && { createdUs: BigInt(cursor.u), id: cursor.i }, size + 1);
-      const page = rows.slice(0, size);
-      const last = page.at(-1);
-      return {
-        runs: page.map((run) => runToWire({ run, tasks: [], items: new Map() }, false)),
-        nextPageToken: rows.length > size && last ? encodeCursor({ u: last.createdUs.toString(), i: last.id, q: query }) : "",
-      };
+      const query = [scope.tenantKey, [...statuses].sort(), definitionId ?? ""];
+      const { rows, nextPageToken } = await pageOf(req, query, (cursor, limit) => engine.runs.list(scope, { statuses, definitionId }, cursor, limit));
+      return { runs: rows.map((run) => runToWire({ run, tasks: [], items: new Map() }, false)), nextPageToken };
     },
 
     async cancelRun(req, ctx) {

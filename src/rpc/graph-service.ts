@@ -13,7 +13,7 @@ import type { GraphEngine } from "../engines/graph/engine.js";
 import { graphPlanOf } from "../engines/graph/plan.js";
 import type { GraphRunRow } from "../store/graph-runs.js";
 import { jsonObject, optionalText } from "./input/validate.js";
-import { pageOf, planFrom, runIdOf, scopeOf, watchRun } from "./native-calls.js";
+import { pageOf, planFrom, runIdOf, scopeOf, watchRun } from "./run-calls.js";
 
 const STATUS: Record<GraphRunRow["status"], RunStatus> = {
   running: RunStatus.RUNNING,
@@ -68,7 +68,7 @@ export function graphServiceImpl(d: { engine: GraphEngine; config: Config; drain
 
     async listRuns(req, ctx) {
       const scope = scopeOf(req.tenantKey, ctx);
-      const { rows, nextPageToken } = await pageOf(scope, req, "graph", (cursor, limit) => engine.runs.list(scope, cursor, limit));
+      const { rows, nextPageToken } = await pageOf(req, ["graph", scope.tenantKey], (cursor, limit) => engine.runs.list(scope, cursor, limit));
       return { runs: rows.map(graphRunToWire), nextPageToken };
     },
 

@@ -13,7 +13,7 @@ import type { MachineEngine } from "../engines/machine/engine.js";
 import { EVENT, machinePlanOf } from "../engines/machine/plan.js";
 import type { MachineRunRow } from "../store/machine-runs.js";
 import { jsonObject, jsonOrNull, optionalText } from "./input/validate.js";
-import { pageOf, planFrom, runIdOf, scopeOf, watchRun } from "./native-calls.js";
+import { pageOf, planFrom, runIdOf, scopeOf, watchRun } from "./run-calls.js";
 
 export function machineRunToWire(r: MachineRunRow): MessageInitShape<typeof RunSchema> {
   return {
@@ -67,7 +67,7 @@ export function machineServiceImpl(d: { engine: MachineEngine; config: Config; d
 
     async listRuns(req, ctx) {
       const scope = scopeOf(req.tenantKey, ctx);
-      const { rows, nextPageToken } = await pageOf(scope, req, "statemachine", (cursor, limit) => engine.runs.list(scope, cursor, limit));
+      const { rows, nextPageToken } = await pageOf(req, ["statemachine", scope.tenantKey], (cursor, limit) => engine.runs.list(scope, cursor, limit));
       return { runs: rows.map(machineRunToWire), nextPageToken };
     },
 

@@ -1,14 +1,14 @@
 /**
- * What GraphService and MachineService share: the caller's scope (tenant checked against the token),
- * run ids, the source of a run's definition (inline or stored), and keyset pages of the caller's
- * runs, newest first.
+ * What the run services (DagService, GraphService, MachineService) share: the caller's scope (tenant
+ * checked against the token), run ids, the source of a run's definition (inline or stored), keyset
+ * pages of the caller's runs, newest first, and the WatchRun loop.
  */
 import type { HandlerContext } from "@connectrpc/connect";
 import { z } from "zod";
 import { invalidArgument } from "../domain/errors.js";
-import type { Scope } from "../engines/native.js";
+import type { RunWatch, Scope } from "../engines/native.js";
+import type { RunCursor } from "../store/owned-runs.js";
 import { assertTenant, callerOf } from "../server/auth.js";
-import type { RunWatch } from "../engines/native.js";
 import { onAbort } from "../util/on-abort.js";
 import { decodeCursor, encodeCursor } from "./input/page-tokens.js";
 import { identifier, optionalText } from "./input/validate.js";
@@ -41,22 +41,24 @@ export async function planFrom<D, P>(
   throw invalidArgument("source", "give a definition or a definition_id");
 }
 
-/** One page of the caller's runs, read by `read(cursor, limit)`, and the token of the next. */
-export async function pageOf<R extends { createdUs: bigint; id: string }>(
-  scope: Scope,
+/**
+ * One page of the caller's runs, read by `read(cursor, limit)`, and the token of the next. `query`
+ * is what the list is of (tenant, filters): a token names it, and one issued for another is refused.
+ */
+export async function pageOf<R extends RunCursor>(
   req: { pageSize: number; pageToken: string },
-  kind: string,
-  read: (cursor: { createdUs: bigint; id: string } | null, limit: number) => Promise<readonly R[]>,
+  query: readonly unknown[],
+  read: (cursor: RunCursor | null, limit: number) => Promise<readonly R[]>,
 ): Promise<{ rows: readonly R[]; nextPageToken: string }> {
   if (req.pageSize < 0) throw invalidArgument("page_size", `${req.pageSize} is negative`);
   const size = Math.min(req.pageSize || PAGE_DEFAULT, PAGE_MAX);
-  const query = JSON.stringify([kind, scope.tenantKey]);
+  const q = JSON.stringify(query);
   const cursor = req.pageToken ? decodeCursor(req.pageToken, listCursor) : null;
-  if (cursor && cursor.q !== query) throw invalidArgument("page_token", "was issued for a different tenant or list");
+  if (cursor && cursor.q !== q) throw invalidArgument("page_token", "was issued for a different tenant or different filters");
   const rows = await read(cursor && { createdUs: BigInt(cursor.u), id: cursor.i }, size + 1);
   const page = rows.slice(0, size);
   const last = page.at(-1);
-  return { rows: page, nextPageToken: rows.length > size && last ? encodeCursor({ u: last.createdUs.toString(), i: last.id, q: query }) : "" };
+  return { rows: page, nextPageToken: rows.length > size && last ? encodeCursor({ u: last.createdUs.toString(), i: last.id, q }) : "" };
 }
 
 /**
