@@ -26,7 +26,6 @@ import { notFound } from "../domain/errors.js";
 import type { Logger } from "../log.js";
 import type { MaintenanceTask } from "../maintenance.js";
 import type { DagEvents, DagStepKind } from "../observability/metrics.js";
-import { workKey } from "../queue/work-keys.js";
 import type { WorkQueue } from "../queue/work-queue.js";
 import { DagRunStore, type RunRow, type TaskRow } from "../store/dag-runs.js";
 import { EngineRunStore } from "../store/engine-runs.js";
@@ -37,6 +36,8 @@ import { DefinitionSchema } from "@aiflow/wire/gen/aiflow/dag/v1/dag_pb.js";
 import type { NodeRec, RunCause, RunMeta } from "./model.js";
 import { planOf, type Plan } from "./plan.js";
 import { Step } from "./step.js";
+import { RunWatch } from "../engines/run-watch.js";
+import { KickLoop } from "../util/kick-loop.js";
 
 /** Runs whose plans a daemon keeps in memory. */
 const PLAN_CACHE = 1_000;
@@ -81,51 +82,40 @@ export interface RunView {
 export class DagEngine {
   readonly channel: string;
   readonly runs: DagRunStore;
-  readonly #watchers = new Map<string, Set<() => void>>();
+  readonly #watches: RunWatch;
+  readonly #advances: KickLoop;
   /** Plans of runs this daemon touched lately, by run id: a run's plan never changes, and reading it is most of reading a big run. */
   readonly #plans = new Map<string, Plan>();
-  #kicked = false;
-  #loop: Promise<void> | undefined;
-  #stopped = false;
   #unlisten: (() => void) | undefined;
 
   constructor(private readonly d: EngineDeps) {
     this.channel = d.tables.channel("dag");
     this.runs = new DagRunStore(d.pool, d.tables);
+    this.#watches = new RunWatch(d, "dag");
+    this.#advances = new KickLoop(
+      () => this.advanceDue(),
+      (err) => this.d.log.warn({ err }, "advancing DAG runs failed; the next notification or sweep tries again"),
+    );
   }
 
   async start(): Promise<void> {
     this.#unlisten = await this.d.listener.on(this.channel, (payload) => {
       if (payload.startsWith("e")) this.kick();
-      else if (payload.startsWith("r")) this.#changed(payload.slice(1));
     });
-    this.d.listener.onReconnect(() => {
-      this.kick();
-      for (const id of this.#watchers.keys()) this.#changed(id);
-    });
+    await this.#watches.start();
+    this.d.listener.onReconnect(() => this.kick());
     this.kick();
   }
 
   async stop(): Promise<void> {
-    this.#stopped = true;
     this.#unlisten?.();
-    await this.#loop;
+    await this.#watches.stop();
+    await this.#advances.stop();
   }
 
   /** Advances every run with due events, once now and again if kicked meanwhile. */
   kick(): void {
-    this.#kicked = true;
-    this.#loop ??= (async () => {
-      while (this.#kicked && !this.#stopped) {
-        this.#kicked = false;
-        try {
-          await this.advanceDue();
-        } catch (err) {
-          this.d.log.warn({ err }, "advancing DAG runs failed; the next notification or sweep tries again");
-        }
-      }
-      this.#loop = undefined;
-    })();
+    this.#advances.kick();
   }
 
   /** The sweep: due timeouts, and events whose notification was lost. */
@@ -247,13 +237,7 @@ export class DagEngine {
    * called. A change missed while the listener reconnected is reported as a change.
    */
   watch(runId: string, onChange: () => void): () => void {
-    let set = this.#watchers.get(runId);
-    if (!set) this.#watchers.set(runId, (set = new Set()));
-    set.add(onChange);
-    return () => {
-      set.delete(onChange);
-      if (set.size === 0) this.#watchers.delete(runId);
-    };
+    return this.#watches.watch(runId, onChange);
   }
 
   /** The run with its plan, from the cache or read once. */
@@ -273,10 +257,6 @@ export class DagEngine {
     this.#plans.set(runId, plan);
     // Oldest first in a Map: drop the least recently kept.
     if (this.#plans.size > PLAN_CACHE) this.#plans.delete(this.#plans.keys().next().value!);
-  }
-
-  #changed(runId: string): void {
-    for (const f of this.#watchers.get(runId) ?? []) f();
   }
 
   #step(tx: DatabaseTransactionConnection, run: RunRow, by: string, nowMs: number): Step {
@@ -314,17 +294,7 @@ export class DagEngine {
     const { queue, audit, metrics } = this.d;
     metrics.dagStep(kind, (performance.now() - began) / 1000, events, s.enqueued.length);
     if (s.ended) metrics.dagRunEnded(s.status);
-    const counts = new Map<string, number>();
-    for (const r of s.enqueued) {
-      const key = workKey(r.tenant, r.item.engineKind);
-      counts.set(key, (counts.get(key) ?? 0) + 1);
-    }
-    for (const [key, n] of counts) queue.work.ring([key], n);
-    if (s.revoked.length > 0) {
-      queue.freed(s.revoked);
-      await queue.revoke(s.revoked, "its DAG run was cancelled or its node timed out");
-      queue.done.ring(["*"]);
-    }
+    await queue.announce(s.enqueued, s.revoked, "its DAG run was cancelled or its node timed out");
     const at = this.d.clock.nowMs();
     audit.record({ table: "run", action, ids: [s.run.id], fields: ["context", "metadata", "states", "starttime", "endtime", "duration"], by: s.run.createdBy, at });
     audit.record({ table: "task", action: "create", ids: s.createdTasks, fields: ["name", "definitionid", "runid", "metadata", "states", "starttime"], by: s.run.createdBy, at });

@@ -27,7 +27,7 @@ import type { Tables } from "../db/tables.js";
 import type { Logger } from "../log.js";
 import type { MaintenanceTask } from "../maintenance.js";
 import type { EngineEvents, EngineStepKind } from "../observability/metrics.js";
-import { workKey } from "../queue/work-keys.js";
+import { KickLoop } from "../util/kick-loop.js";
 import type { WorkQueue } from "../queue/work-queue.js";
 import type { NativeKind } from "../store/engine-definitions.js";
 import { EngineEventStore, type ItemEnded } from "../store/engine-events.js";
@@ -47,6 +47,9 @@ export interface NativeDeps {
   itemsOn: (db: DatabaseTransactionConnection) => WorkItemStore;
   metrics: EngineEvents;
 }
+
+/** The LISTEN/NOTIFY topic of both engines (migration 0012's trigger sends on it too): bare run ids start advances, `r<run id>` tells watchers. */
+export const TOPIC = "engines";
 
 /** Whose runs a call may touch: the caller's, in the tenant it names (as for DAG runs). */
 export type { Scope };
@@ -120,7 +123,7 @@ export class Writes {
 
   async flush(): Promise<void> {
     if (this.enqueued.length > 0) await this.d.itemsOn(this.tx).enqueueRows(this.enqueued);
-    const channel = this.d.tables.channel("engines");
+    const channel = this.d.tables.channel(TOPIC);
     for (const runId of this.#saved) await this.tx.query(sql.unsafe`SELECT pg_notify(${channel}, ${`r${runId}`})`);
   }
 }
@@ -145,17 +148,7 @@ export async function inRunTransaction<T>(
     return value;
   });
   const w = writes!;
-  const counts = new Map<string, number>();
-  for (const r of w.enqueued) {
-    const key = workKey(r.tenant, r.item.engineKind);
-    counts.set(key, (counts.get(key) ?? 0) + 1);
-  }
-  for (const [key, n] of counts) d.queue.work.ring([key], n);
-  if (w.revoked.length > 0) {
-    d.queue.freed(w.revoked);
-    await d.queue.revoke(w.revoked, reason);
-    d.queue.done.ring(["*"]);
-  }
+  await d.queue.announce(w.enqueued, w.revoked, reason);
   if (step.counted?.(out) ?? true) d.metrics.engineStep(step.engine, step.kind, (performance.now() - began) / 1000);
   if (w.ended !== null) d.metrics.engineRunEnded(step.engine, w.ended);
   return out;
@@ -163,9 +156,7 @@ export async function inRunTransaction<T>(
 
 /** Applies the outcomes of a kind's work items to its runs, one locked run per transaction. */
 export class Advancer {
-  #kicked = false;
-  #loop: Promise<void> | undefined;
-  #stopped = false;
+  readonly #loop: KickLoop;
   #unlisten: (() => void) | undefined;
 
   constructor(
@@ -173,10 +164,15 @@ export class Advancer {
     private readonly d: NativeDeps,
     /** Applies a locked run's events (oldest first) in the advance's transaction. */
     private readonly apply: (w: Writes, runId: string, events: readonly ItemEnded[]) => Promise<void>,
-  ) {}
+  ) {
+    this.#loop = new KickLoop(
+      () => this.advanceDue(),
+      (err) => this.d.log.warn({ err, engine: this.kind }, "advancing runs failed; the next notification or sweep tries again"),
+    );
+  }
 
   async start(): Promise<void> {
-    this.#unlisten = await this.d.listener.on(this.d.tables.channel("engines"), (payload) => {
+    this.#unlisten = await this.d.listener.on(this.d.tables.channel(TOPIC), (payload) => {
       if (!payload.startsWith("r")) this.kick();
     });
     this.d.listener.onReconnect(() => this.kick());
@@ -184,24 +180,12 @@ export class Advancer {
   }
 
   async stop(): Promise<void> {
-    this.#stopped = true;
     this.#unlisten?.();
-    await this.#loop;
+    await this.#loop.stop();
   }
 
   kick(): void {
-    this.#kicked = true;
-    this.#loop ??= (async () => {
-      while (this.#kicked && !this.#stopped) {
-        this.#kicked = false;
-        try {
-          await this.advanceDue();
-        } catch (err) {
-          this.d.log.warn({ err, engine: this.kind }, "advancing runs failed; the next notification or sweep tries again");
-        }
-      }
-      this.#loop = undefined;
-    })();
+    this.#loop.kick();
   }
 
   task(): MaintenanceTask {
@@ -222,38 +206,6 @@ export class Advancer {
       if (!did) return n;
       n++;
     }
-  }
-}
-
-/** Calls a run's watchers whenever it is saved, on any daemon; a change missed while the listener reconnected counts as a change. */
-export class RunWatch {
-  readonly #watchers = new Map<string, Set<() => void>>();
-  #unlisten: (() => void) | undefined;
-
-  constructor(private readonly d: Pick<NativeDeps, "listener" | "tables">) {}
-
-  async start(): Promise<void> {
-    this.#unlisten = await this.d.listener.on(this.d.tables.channel("engines"), (payload) => {
-      if (payload.startsWith("r")) for (const f of this.#watchers.get(payload.slice(1)) ?? []) f();
-    });
-    this.d.listener.onReconnect(() => {
-      for (const set of this.#watchers.values()) for (const f of set) f();
-    });
-  }
-
-  async stop(): Promise<void> {
-    this.#unlisten?.();
-  }
-
-  /** Calls `onChange` after each save of the run until the returned function is called. */
-  watch(runId: string, onChange: () => void): () => void {
-    let set = this.#watchers.get(runId);
-    if (!set) this.#watchers.set(runId, (set = new Set()));
-    set.add(onChange);
-    return () => {
-      set.delete(onChange);
-      if (set.size === 0) this.#watchers.delete(runId);
-    };
   }
 }
 

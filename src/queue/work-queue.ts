@@ -5,7 +5,7 @@
 import type { Clock } from "../clock.js";
 import type { Config } from "../config.js";
 import type { Logger } from "../log.js";
-import type { Requeued, WorkItemStore } from "../store/work-items.js";
+import type { EnqueueRow, Requeued, WorkItemStore } from "../store/work-items.js";
 import { invalidArgument } from "../domain/errors.js";
 import type { Wakeups } from "./wakeups.js";
 import { identifier, optionalText } from "../rpc/input/validate.js";
@@ -56,6 +56,24 @@ export class WorkQueue {
     const keys = new Set<string>();
     for (const r of rows) if (r.freed !== null && r.engine_kind !== null) keys.add(workKey(r.freed, r.engine_kind));
     if (keys.size > 0) this.work.ring([...keys]);
+  }
+
+  /**
+   * After an engine's transaction committed: claims are woken for the items it queued (one ring per
+   * tenant and engine kind), and the items it cancelled give back what they held and their holders
+   * are told to stop.
+   */
+  async announce(enqueued: readonly EnqueueRow[], revoked: readonly Requeued[], reason: string): Promise<void> {
+    const counts = new Map<string, number>();
+    for (const r of enqueued) {
+      const key = workKey(r.tenant, r.item.engineKind);
+      counts.set(key, (counts.get(key) ?? 0) + 1);
+    }
+    for (const [key, n] of counts) this.work.ring([key], n);
+    if (revoked.length === 0) return;
+    this.freed(revoked);
+    await this.revoke(revoked, reason);
+    this.done.ring(["*"]);
   }
 
   async revoke(rows: readonly Requeued[], reason: string): Promise<void> {

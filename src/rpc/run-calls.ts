@@ -6,7 +6,8 @@
 import type { HandlerContext } from "@connectrpc/connect";
 import { z } from "zod";
 import { invalidArgument } from "../domain/errors.js";
-import type { RunWatch, Scope } from "../engines/native.js";
+import type { Scope } from "../engines/native.js";
+import type { RunWatch } from "../engines/run-watch.js";
 import type { RunCursor } from "../store/owned-runs.js";
 import { assertTenant, callerOf } from "../server/auth.js";
 import { onAbort } from "../util/on-abort.js";

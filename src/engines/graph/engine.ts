@@ -21,7 +21,8 @@ import { GraphRunStore, type GraphRunRow } from "../../store/graph-runs.js";
 import { newId } from "../../util/ids.js";
 import { holds, parseCondition } from "../condition.js";
 import { itemFor } from "../definition-parts.js";
-import { Advancer, RunWatch, inRunTransaction, resultOf, type Cause, type NativeDeps, type RunHooks, type Scope, type Writes } from "../native.js";
+import { RunWatch } from "../run-watch.js";
+import { Advancer, TOPIC, inRunTransaction, resultOf, type Cause, type NativeDeps, type RunHooks, type Scope, type Writes } from "../native.js";
 import { EDGE_ROOTS, graphPlanOf, type GraphPlan } from "./plan.js";
 
 export class GraphEngine {
@@ -32,7 +33,7 @@ export class GraphEngine {
   constructor(private readonly d: NativeDeps) {
     this.runs = new GraphRunStore(d.pool, d.tables);
     this.#defs = new EngineDefinitionStore(d.pool, d.tables);
-    this.watches = new RunWatch(d);
+    this.watches = new RunWatch(d, TOPIC);
     this.#advancer = new Advancer("graph", d, (w, runId, events) => this.#advance(w, runId, events));
   }
 
@@ -112,10 +113,9 @@ export class GraphEngine {
     });
   }
 
-  /** The caller's run (or, without a scope's caller, any run of the tenant), or null. */
-  async get(scope: Scope, runId: string, anyCaller = false): Promise<GraphRunRow | null> {
-    const run = await this.runs.get(runId, anyCaller ? null : scope);
-    return run && run.tenantKey === scope.tenantKey ? run : null;
+  /** The caller's run in the scope's tenant, or null. */
+  async get(scope: Scope, runId: string): Promise<GraphRunRow | null> {
+    return this.runs.get(runId, scope);
   }
 
   async #advance(w: Writes, runId: string, events: readonly ItemEnded[]): Promise<void> {

@@ -22,7 +22,8 @@ import { MachineRunStore, type MachineRunRow } from "../../store/machine-runs.js
 import { newId } from "../../util/ids.js";
 import { holds, parseCondition } from "../condition.js";
 import { itemFor } from "../definition-parts.js";
-import { Advancer, RunWatch, inRunTransaction, resultOf, type Cause, type NativeDeps, type RunHooks, type Scope, type Writes } from "../native.js";
+import { RunWatch } from "../run-watch.js";
+import { Advancer, TOPIC, inRunTransaction, resultOf, type Cause, type NativeDeps, type RunHooks, type Scope, type Writes } from "../native.js";
 import { GUARD_ROOTS, machinePlanOf, type MachinePlan } from "./plan.js";
 
 export interface Signalled {
@@ -39,7 +40,7 @@ export class MachineEngine {
   constructor(private readonly d: NativeDeps) {
     this.runs = new MachineRunStore(d.pool, d.tables);
     this.#defs = new EngineDefinitionStore(d.pool, d.tables);
-    this.watches = new RunWatch(d);
+    this.watches = new RunWatch(d, TOPIC);
     this.#advancer = new Advancer("statemachine", d, (w, runId, events) => this.#advance(w, runId, events));
   }
 
