@@ -193,6 +193,16 @@ interface PhaseCpu {
   steps: Figures;
 }
 
+/** Makes `n` start calls, STARTS_IN_FLIGHT at a time; `start(i)` makes the i-th. */
+async function startAll(n: number, start: (i: number) => Promise<unknown>): Promise<void> {
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: Math.min(STARTS_IN_FLIGHT, n) }, async () => {
+      while (next < n) await start(next++);
+    }),
+  );
+}
+
 /**
  * Starts each part's runs of its definition (STARTS_IN_FLIGHT calls at a time, over the daemons in
  * turn) and waits until all have ended; the CPU of the machine and of each group meanwhile.
@@ -208,15 +218,7 @@ async function runPhase(p: Place, agents: Child[], parts: { def: Definition; run
   const meter = cpuMeter({ daemons: p.daemons.map((d) => d.child.pid), agents: agents.map((a) => a.pid) });
   const pg = await postgresMeter(p);
   const starts = parts.flatMap(({ def, runs }) => Array.from({ length: runs }, () => def));
-  let next = 0;
-  await Promise.all(
-    Array.from({ length: Math.min(STARTS_IN_FLIGHT, starts.length) }, async () => {
-      while (next < starts.length) {
-        const i = next++;
-        await clients[i % clients.length]!.startRun({ tenantKey: TENANT, source: { case: "definition", value: starts[i]! }, contextJson: "{}" }, { headers });
-      }
-    }),
-  );
+  await startAll(starts.length, (i) => clients[i % clients.length]!.startRun({ tenantKey: TENANT, source: { case: "definition", value: starts[i]! }, contextJson: "{}" }, { headers }));
   // The definition ids are this file's constants, so they may stand in the statement's text.
   const ids = parts.map(({ def }) => `'${def.id}'`).join(", ");
   await pollUntil<{ live: string; n: string }>(
@@ -258,15 +260,7 @@ async function graphPhase(p: Place, agents: Child[], runs: number): Promise<Phas
       { from: "step", to: "step" },
     ],
   };
-  let next = 0;
-  await Promise.all(
-    Array.from({ length: Math.min(STARTS_IN_FLIGHT, runs) }, async () => {
-      while (next < runs) {
-        const i = next++;
-        await clients[i % clients.length]!.startRun({ tenantKey: TENANT, source: { case: "definition", value: definition } }, { headers });
-      }
-    }),
-  );
+  await startAll(runs, (i) => clients[i % clients.length]!.startRun({ tenantKey: TENANT, source: { case: "definition", value: definition } }, { headers }));
   await pollUntil<{ live: string; n: string }>(
     p.db.url,
     `SELECT count(*) FILTER (WHERE status = 'running') AS live, count(*) AS n FROM ${table(p, "graph_run")}`,
