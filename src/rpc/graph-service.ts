@@ -8,6 +8,7 @@ import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
 import { RunStatus, type GraphService, type RunSchema } from "@aiflow/wire/gen/aiflow/graph/v1/graph_pb.js";
 import type { Config } from "../config.js";
+import type { Scope } from "../engines/native.js";
 import { invalidArgument, notFound } from "../domain/errors.js";
 import type { GraphEngine } from "../engines/graph/engine.js";
 import { graphPlanOf } from "../engines/graph/plan.js";
@@ -44,6 +45,11 @@ export function graphRunToWire(r: GraphRunRow): MessageInitShape<typeof RunSchem
 
 export function graphServiceImpl(d: { engine: GraphEngine; config: Config; draining: AbortSignal }): ServiceImpl<typeof GraphService> {
   const { engine, config } = d;
+  const runOf = async (scope: Scope, runId: string) => {
+    const run = await engine.get(scope, runId);
+    if (!run) throw notFound(`tenant '${scope.tenantKey}' has no graph run '${runId}' of yours`);
+    return run;
+  };
   return {
     async putDefinition(req, ctx) {
       const scope = scopeOf(req.tenantKey, ctx);
@@ -60,10 +66,7 @@ export function graphServiceImpl(d: { engine: GraphEngine; config: Config; drain
 
     async getRun(req, ctx) {
       const scope = scopeOf(req.tenantKey, ctx);
-      const runId = runIdOf(req.runId);
-      const run = await engine.get(scope, runId);
-      if (!run) throw notFound(`tenant '${scope.tenantKey}' has no graph run '${runId}' of yours`);
-      return { run: graphRunToWire(run) };
+      return { run: graphRunToWire(await runOf(scope, runIdOf(req.runId))) };
     },
 
     async listRuns(req, ctx) {
@@ -81,12 +84,7 @@ export function graphServiceImpl(d: { engine: GraphEngine; config: Config; drain
     async *watchRun(req, ctx) {
       const scope = scopeOf(req.tenantKey, ctx);
       const runId = runIdOf(req.runId);
-      const read = async () => {
-        const run = await engine.get(scope, runId);
-        if (!run) throw notFound(`tenant '${scope.tenantKey}' has no graph run '${runId}' of yours`);
-        return run;
-      };
-      for await (const run of watchRun(engine.watches, runId, read, (r) => r.status !== "running", [ctx.signal, d.draining])) yield { run: graphRunToWire(run) };
+      for await (const run of watchRun(engine.watches, runId, () => runOf(scope, runId), (r) => r.status !== "running", [ctx.signal, d.draining])) yield { run: graphRunToWire(run) };
     },
   };
 }

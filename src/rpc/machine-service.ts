@@ -8,6 +8,7 @@ import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { MachineService, RunSchema } from "@aiflow/wire/gen/aiflow/machine/v1/machine_pb.js";
 import type { Config } from "../config.js";
+import type { Scope } from "../engines/native.js";
 import { invalidArgument, notFound } from "../domain/errors.js";
 import type { MachineEngine } from "../engines/machine/engine.js";
 import { EVENT, machinePlanOf } from "../engines/machine/plan.js";
@@ -43,6 +44,11 @@ export function eventName(raw: string): string {
 
 export function machineServiceImpl(d: { engine: MachineEngine; config: Config; draining: AbortSignal }): ServiceImpl<typeof MachineService> {
   const { engine, config } = d;
+  const runOf = async (scope: Scope, runId: string) => {
+    const run = await engine.get(scope, runId);
+    if (!run) throw notFound(`tenant '${scope.tenantKey}' has no machine run '${runId}' of yours`);
+    return run;
+  };
   return {
     async putDefinition(req, ctx) {
       const scope = scopeOf(req.tenantKey, ctx);
@@ -59,10 +65,7 @@ export function machineServiceImpl(d: { engine: MachineEngine; config: Config; d
 
     async getRun(req, ctx) {
       const scope = scopeOf(req.tenantKey, ctx);
-      const runId = runIdOf(req.runId);
-      const run = await engine.get(scope, runId);
-      if (!run) throw notFound(`tenant '${scope.tenantKey}' has no machine run '${runId}' of yours`);
-      return { run: machineRunToWire(run) };
+      return { run: machineRunToWire(await runOf(scope, runIdOf(req.runId))) };
     },
 
     async listRuns(req, ctx) {
@@ -89,12 +92,7 @@ export function machineServiceImpl(d: { engine: MachineEngine; config: Config; d
     async *watchRun(req, ctx) {
       const scope = scopeOf(req.tenantKey, ctx);
       const runId = runIdOf(req.runId);
-      const read = async () => {
-        const run = await engine.get(scope, runId);
-        if (!run) throw notFound(`tenant '${scope.tenantKey}' has no machine run '${runId}' of yours`);
-        return run;
-      };
-      for await (const run of watchRun(engine.watches, runId, read, (r) => !r.live, [ctx.signal, d.draining])) yield { run: machineRunToWire(run) };
+      for await (const run of watchRun(engine.watches, runId, () => runOf(scope, runId), (r) => !r.live, [ctx.signal, d.draining])) yield { run: machineRunToWire(run) };
     },
   };
 }

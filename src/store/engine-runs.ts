@@ -88,6 +88,15 @@ export class EngineRunStore {
     private readonly t: Tables,
   ) {}
 
+  /**
+   * An engine's own record of its run, on the save of its state: as `record`, but a disagreement is
+   * a bug in the engine (it wrote the stored facts itself), so it throws and the save rolls back.
+   */
+  async recordOwn(f: RunFacts, nowMs: number, by: string): Promise<void> {
+    const res = await this.record(f, nowMs, by);
+    if (res.kind === "conflict") throw new Error(`the directory row of run '${f.runId}' disagrees with the engine on ${res.fields.map((x) => x.field).join(", ")}`);
+  }
+
   /** The merge described above, as one statement; on disagreement, a read of the row that refused it. */
   async record(f: RunFacts, nowMs: number, by: string): Promise<RecordRunResult> {
     const run = this.t.id("engine_run");
