@@ -27,7 +27,6 @@ class Report:
     part: Part
     #: The work run it reports (work.Run); opaque here.
     run: object
-    answered: bool = False
     #: When it was last sent (time.monotonic()); its answer's delay is the stream's round trip.
     sent_at: float = 0.0
 
@@ -76,11 +75,8 @@ class Reporter:
             if r not in self._sent:
                 return
             self._sent.remove(r)
-            if err is not None:
-                if not self._closed:
-                    self._pending.append(r)
-            else:
-                r.answered = True
+            if err is not None and not self._closed:
+                self._pending.append(r)
             self._cond.notify_all()
         if err is None:
             self._on_answer(r, f.result())
