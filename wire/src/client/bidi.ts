@@ -11,6 +11,8 @@
  *   the caller, so a slow reader holds the daemon back through the window rather than buffering.
  * - Every end is a ConnectError from the response iterator: the status in the trailers (or a
  *   trailers-only response), a reset's code, the caller's abort (CANCELED) or its deadline.
+ * - The response's end is the call's end, with the request side still open: the client then
+ *   closes the stream itself (wire/test/client-bidi.test.ts holds both transports to this).
  */
 import http2 from "node:http2";
 import type { DescMessage, MessageShape } from "@bufbuild/protobuf";
@@ -82,8 +84,9 @@ export async function bidiExchange<I extends DescMessage, O extends DescMessage>
     trailers = t;
     webHeaders(t).forEach((value, key) => trailer.set(key, value));
   });
-  s.on("close", () => {
-    req.signal.removeEventListener("abort", onAbort);
+  /** The response is over: its status decides how the call ends (once). */
+  const finish = () => {
+    if (ended) return;
     const reset = errors.fromReset(s.rstCode);
     if (reset) fail(reset);
     else {
@@ -94,6 +97,17 @@ export async function bidiExchange<I extends DescMessage, O extends DescMessage>
     }
     ended = true;
     poke();
+  };
+  // The daemon ending its response ends the call, whether or not the agent's request side is
+  // still open (it always is: an agent never half-closes first). `close` alone would wait for
+  // both sides and never come; the request side is let go of here instead.
+  s.on("end", () => {
+    finish();
+    if (!s.closed) s.close(http2.constants.NGHTTP2_NO_ERROR);
+  });
+  s.on("close", () => {
+    req.signal.removeEventListener("abort", onAbort);
+    finish();
   });
   void pump(s, req.message, inCodec).catch((e: unknown) => {
     fail(e instanceof ConnectError ? e : errors.fromNode(e));
