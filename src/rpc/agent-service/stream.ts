@@ -14,15 +14,22 @@
  * - A parked stream costs nothing per unit of time: no timer, no statement, no signal listener per
  *   wait; it is woken by a ring for its keys, an insert's offer, its own next message, a directive,
  *   or the daemon's fallback re-check (which rings keys with due work).
+ * - The database away does not end a session: a statement that fails for it is tried again, in
+ *   order, after a backoff, while the session keeps its stream, its credits and what it holds
+ *   (pushes simply pause). Ending it would cost the agent a reconnect and a fresh stream at the
+ *   worst moment, and every agent would come back at once when the database does.
  * - The end decides the fate of the unreported items it pushed: the agent's goodbye releases them
  *   at once, spending nothing; a broken stream (reset, cancelled, half-closed without a goodbye)
  *   requeues them at once, one redelivery spent; a daemon shutting down, or ending the stream with
- *   an error of its own (the database away), leaves them leased, to be reported through any daemon.
+ *   an error of its own (a bug, a message it refused), leaves them leased, to be reported through
+ *   any daemon.
  */
 import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { ConnectRequest, ConnectResponseSchema } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
 import { AppError } from "../../domain/errors.js";
+import { databaseAway } from "../../db/errors.js";
+import { OutageLog } from "../../db/outage-log.js";
 import { callerOf, type Identity } from "../../server/auth.js";
 import type { DirectiveMessage, KnownAgent } from "../../fleet/directives.js";
 import type { HeartbeatBuffer } from "../../fleet/heartbeat-buffer.js";
@@ -60,6 +67,9 @@ const OUT_HARD = 10_000;
 const INBOX_MAX = 16;
 /** Claims in a row that lost a race and look again at once. */
 const RACE_RETRIES = 3;
+/** Backoff of a statement the database was away for: from the first to the most, doubling, with jitter. */
+const AWAY_FIRST_MS = 50;
+const AWAY_MOST_MS = 2_000;
 
 /**
  * How the stream ended: the agent half-closed (goodbye), the call broke on the agent's side
@@ -70,6 +80,7 @@ type Ending = StreamEnding;
 
 export function agentStreamImpl(d: AgentStreamDeps) {
   const traceDispatches = dispatchTracer();
+  const outage = new OutageLog(d.queue.log, "database unavailable: agent streams keep their sessions and try again");
   return {
     async *connect(requests: AsyncIterable<ConnectRequest>, ctx: HandlerContext): AsyncGenerator<Response> {
       const caller = callerOf(ctx);
@@ -81,7 +92,7 @@ export function agentStreamImpl(d: AgentStreamDeps) {
       const state = await d.known(name);
       // Dispatch spans link to this call's span, as a Claim's do to the Claim's.
       const trace = traceDispatches && ((parts: Handed[]) => traceDispatches(ctx.values.get(callSpanKey), parts));
-      yield* new Session(d, name, caller, state, trace).run(first.value, reader, ctx.signal);
+      yield* new Session(d, name, caller, state, trace, outage).run(first.value, reader, ctx.signal);
     },
   };
 }
@@ -100,6 +111,10 @@ class Session {
   #poke: (() => void) | undefined;
   #outWake: (() => void) | undefined;
   #roomWake: (() => void) | undefined;
+  /** Cuts short a wait for the database: the session ended, or its call is gone. */
+  #endWake: (() => void) | undefined;
+  /** The call is gone or the daemon is shutting down: whatever the first word was, nothing waits for the database any more. */
+  #gone = false;
 
   constructor(
     private readonly d: AgentStreamDeps,
@@ -107,13 +122,18 @@ class Session {
     private readonly caller: Identity,
     state: KnownAgent,
     private readonly trace: ((parts: Handed[]) => void) | undefined,
+    private readonly outage: OutageLog,
   ) {
     this.#status = state.status;
   }
 
   async *run(first: ConnectRequest, reader: AsyncIterator<ConnectRequest>, signal: AbortSignal): AsyncGenerator<Response> {
     const { d, name } = this;
-    const off = [onAbort(signal, () => this.#end("broken")), onAbort(d.draining, () => this.#end("shutdown"))];
+    const gone = () => {
+      this.#gone = true;
+      this.#endWake?.();
+    };
+    const off = [onAbort(signal, () => (this.#end("broken"), gone())), onAbort(d.draining, () => (this.#end("shutdown"), gone()))];
     // Subscribed before the first response, so a directive issued meanwhile follows the status.
     const unsubscribe = d.queue.hub.subscribe(name, (m) => this.#directive(m));
     d.queue.events.streamOpened();
@@ -153,6 +173,33 @@ class Session {
     this.#ending = how;
     this.#error ??= error;
     this.#wake();
+    this.#endWake?.();
+  }
+
+  /**
+   * Runs one statement, again after a backoff for as long as the database is away and the session
+   * lives. The statements tried again are each one transaction that either applied or did not (a
+   * report applied whose answer was lost is refused when tried again, by its lease token, never
+   * applied twice). When the session ends meanwhile, the last failure is thrown.
+   */
+  async #db<T>(statement: () => Promise<T>): Promise<T> {
+    // After a goodbye the agent still waits for the answers to what it reported, so those wait too.
+    const over = () => this.#gone || (this.#ending !== undefined && this.#ending !== "goodbye");
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await statement();
+      } catch (err) {
+        if (over() || !databaseAway(err)) throw err;
+        this.outage.note(err, { agent: this.name });
+        const most = Math.min(AWAY_MOST_MS, AWAY_FIRST_MS * 2 ** attempt);
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, most / 2 + Math.random() * (most / 2));
+          this.#endWake = () => (clearTimeout(timer), resolve());
+        });
+        this.#endWake = undefined;
+        if (over()) throw err;
+      }
+    }
   }
 
   #wake(): void {
@@ -240,19 +287,19 @@ class Session {
     }
     if (req.releases.length > 0) {
       const { valid, refused } = perItem(req.releases, "releases", (xs, f) => kit.leasesOf(xs, f));
-      const ok = valid.length > 0 ? await kit.release(name, valid, tenants) : [];
+      const ok = valid.length > 0 ? await this.#db(() => kit.release(name, valid, tenants)) : [];
       res.releaseOutcomes = [...this.#reported(valid, ok), ...refused];
     }
     if (req.failures.length > 0) {
       const { valid, refused } = perItem(req.failures, "failures", (xs, f) => kit.failuresOf(xs, f));
-      const outcomes = valid.length > 0 ? await kit.fail(name, valid, tenants) : [];
+      const outcomes = valid.length > 0 ? await this.#db(() => kit.fail(name, valid, tenants)) : [];
       for (const f of valid) this.#held.delete(f.id);
       res.failureOutcomes = [...outcomes, ...refused];
     }
     if (req.extensions.length > 0) {
       const { valid, refused } = perItem(req.extensions, "extensions", (xs, f) => kit.leasesOf(xs, f));
       if (valid.length > 0) {
-        const e = await kit.extend(name, valid, tenants);
+        const e = await this.#db(() => kit.extend(name, valid, tenants));
         res.extendOutcomes = [...e.outcomes, ...refused];
         res.leaseExpiresAtNs = e.leaseExpiresAtNs;
       } else res.extendOutcomes = refused;
@@ -294,7 +341,7 @@ class Session {
   async #completeAlone(): Promise<void> {
     const { d, name } = this;
     const items = this.#takeCompletions();
-    const done = await d.queue.store.complete(name, items, d.queue.clock.nowMs(), d.kit.limitOf(this.caller)).catch((err: unknown) => {
+    const done = await this.#db(() => d.queue.store.complete(name, items, d.queue.clock.nowMs(), d.kit.limitOf(this.caller))).catch((err: unknown) => {
       this.#completions.unshift(...items);
       throw err;
     });
@@ -309,7 +356,7 @@ class Session {
   async #claim(): Promise<void> {
     const { d, name } = this;
     const { queue, kit } = d;
-    const scope = await kit.scopeOf(name);
+    const scope = await this.#db(() => kit.scopeOf(name));
     assertScopeWithin(this.caller, name, scope);
     const keys = kit.claimKeys(scope);
     let woken = false;
@@ -324,10 +371,14 @@ class Session {
       let raced = 0;
       for (;;) {
         const want = Math.min(this.#credit, queue.config.claimMaxItems);
-        const now = queue.clock.nowMs();
-        const dispatch = newDispatch(name, queue.config.instanceId, now, queue.config.leaseTtl);
         const completions = this.#takeCompletions();
-        const r = await queue.store.claim(kit.claimInput(name, want, now, dispatch, completions, scope)).catch((err: unknown) => {
+        // The lease runs from when the statement runs: a try after a wait for the database dispatches anew.
+        let dispatch = newDispatch(name, queue.config.instanceId, queue.clock.nowMs(), queue.config.leaseTtl);
+        const r = await this.#db(() => {
+          const now = queue.clock.nowMs();
+          dispatch = newDispatch(name, queue.config.instanceId, now, queue.config.leaseTtl);
+          return queue.store.claim(kit.claimInput(name, want, now, dispatch, completions, scope));
+        }).catch((err: unknown) => {
           // Nothing was applied: the completions are still the agent's to hear about.
           this.#completions.unshift(...completions);
           throw err;
@@ -390,7 +441,7 @@ class Session {
       if (keep.length < p.rows.length) back.push({ rows: p.rows.slice(keep.length), dispatch: p.dispatch });
       if (keep.length > 0) send.push({ rows: keep, dispatch: p.dispatch });
     }
-    if (back.length > 0) await kit.giveBack(name, back);
+    if (back.length > 0) await this.#db(() => kit.giveBack(name, back));
     if (send.length === 0) return;
     this.trace?.(send);
     const items = [];
