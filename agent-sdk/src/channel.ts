@@ -246,7 +246,13 @@ export class Channel {
     this.#gather().name = this.opts.name;
     this.#topUp();
     const responses = this.link.client.connect(call.requests(), { signal: AbortSignal.any([call.abort.signal, this.#closed.signal]) });
-    for await (const res of responses) this.#receive(call, res);
+    try {
+      for await (const res of responses) this.#receive(call, res);
+    } finally {
+      // The daemon's end of the response is the call's end: the request side is let go of too, or
+      // the HTTP/2 stream stays half open and a daemon stopping gracefully waits for it.
+      call.end();
+    }
   }
 
   #receive(call: Call, res: ConnectResponse): void {
