@@ -67,6 +67,11 @@ const OUT_HARD = 10_000;
 const INBOX_MAX = 16;
 /** Claims in a row that lost a race and look again at once. */
 const RACE_RETRIES = 3;
+/**
+ * How a graceful stop ends every agent stream, at once: UNAVAILABLE, which every gRPC client takes
+ * for "try again", and the agent does elsewhere (its items stay leased, to be reported there).
+ */
+const shuttingDown = () => new ConnectError("the daemon is shutting down: connect to another daemon (or to this one once it is back)", Code.Unavailable);
 /** Backoff of a statement the database was away for: from the first to the most, doubling, with jitter. */
 const AWAY_FIRST_MS = 50;
 const AWAY_MOST_MS = 2_000;
@@ -133,7 +138,7 @@ class Session {
       this.#gone = true;
       this.#endWake?.();
     };
-    const off = [onAbort(signal, () => (this.#end("broken"), gone())), onAbort(d.draining, () => (this.#end("shutdown"), gone()))];
+    const off = [onAbort(signal, () => (this.#end("broken"), gone())), onAbort(d.draining, () => (this.#end("shutdown", shuttingDown()), gone()))];
     // Subscribed before the first response, so a directive issued meanwhile follows the status.
     const unsubscribe = d.queue.hub.subscribe(name, (m) => this.#directive(m));
     d.queue.events.streamOpened();
