@@ -18,6 +18,14 @@
  *      daemon marks the agent inactive at once), close the connections.
  * Heartbeats and lease renewals go on until step 4, so a long drain never looks like a dead agent.
  *
+ * A shutdown always finishes: no step waits on the daemon without a bound (rpcTimeoutMs, or one
+ * derived from it), and a step that gives up says at warn what it gave up on (the withdrawal, a
+ * claim, the goodbye, a report, the deregistration). What the agent holds then goes the way it goes
+ * when the connection breaks: an item still running runs on and is reported by unary calls, or
+ * given back at the deadline; nothing is dropped for having given up. Step 2 is bounded by the
+ * deadline (a daemon's drain without one waits for the items, as the operator asked, until the
+ * process's own drain or stop sets one). With `handleSignals`, a second signal exits at once.
+ *
  * A drain the daemon orders (by default, `onDaemonDrain: "pause"`) runs steps 1 to 3 and then
  * pauses: the agent stays registered, heartbeating and following directives, and an undrain makes
  * it claim again, also midway through the drain. The process's own drain, stop or signal still
@@ -35,7 +43,7 @@ import { capacityToWire, detectCapacity, heartbeatMounts, type Capacity } from "
 import { HeartbeatThread } from "./liveness/heartbeat.js";
 import { LeaseKeeper } from "./leases.js";
 import type { AgentMetrics } from "./metrics.js";
-import { isTerminal, Lifecycle, type AgentState } from "./lifecycle.js";
+import { isTerminal, Lifecycle, within, type AgentState } from "./lifecycle.js";
 import { errorText, Link, type AgentClient } from "./link.js";
 import { resolveOptions, type AgentOptions, type ResolvedOptions } from "./options.js";
 import { Reporter } from "./reporter.js";
@@ -237,16 +245,10 @@ export class Agent extends EventEmitter<AgentEvents> {
   async #start(): Promise<void> {
     if (!this.#life.to("starting")) throw new Error(`agent '${this.name}' cannot start: it is ${this.#life.state}`);
     if (this.#o.handleSignals)
-      this.#removeSignalHandlers = onShutdownSignals(
-        (signal) => {
-          this.#log.info({ signal }, "signal received: draining (a second one stops at once)");
-          void this.drain();
-        },
-        (signal) => {
-          this.#log.warn({ signal }, "second signal: stopping now");
-          void this.stop();
-        },
-      );
+      this.#removeSignalHandlers = onShutdownSignals((signal) => {
+        this.#log.info({ signal }, "signal received: draining (a second one exits at once)");
+        void this.drain();
+      }, this.#log);
     try {
       await this.#serveMetrics();
     } catch (err) {
@@ -443,7 +445,9 @@ export class Agent extends EventEmitter<AgentEvents> {
     if (!this.#life.to("drained")) return;
     // 4. Deregister, close.
     this.#leases.stop();
-    await Promise.all([this.#intake.leave(this.#o.rpcTimeoutMs), this.#heartbeat.stop()]);
+    const ms = this.#o.rpcTimeoutMs;
+    const heartbeats = within(this.#heartbeat.stop(), ms, () => this.#log.warn({ timeoutMs: ms }, `the heartbeat thread did not end within ${ms} ms: stopping without it`));
+    await Promise.all([this.#intake.leave(ms), heartbeats]);
     if (this.#link.generation > 0) await this.#link.deregister(this.name);
     this.#close();
     // The last items' spans leave before the process may exit.

@@ -152,7 +152,14 @@ export class Channel {
     this.#topUp();
   }
 
-  /** Takes no more work; resolves when the daemon has answered the withdrawal (or the call ended). */
+  /**
+   * Takes no more work; resolves when the daemon has answered the withdrawal, or the call ended, or
+   * rpcTimeoutMs passed without either. A shutdown waits on this, so it must not wait on a stream
+   * that does not answer: one that leaves the withdrawal unanswered that long is ended as broken,
+   * as if the daemon had dropped it, and what the agent holds goes the way it goes for any stream
+   * that ends (running items run on and their reports go by unary calls, or on the next stream,
+   * once the link recovered; the daemon requeues what it pushed and was not reported).
+   */
   stop(): Promise<void> {
     this.#taking = false;
     const call = this.#call;
@@ -161,7 +168,19 @@ export class Channel {
     const next = this.#gather();
     delete next.credits;
     next.withdrawCredits = true;
-    return new Promise((resolve) => call.withdrawals.push(resolve));
+    const ms = this.opts.rpcTimeoutMs;
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => {
+        resolve();
+        if (call.abort.signal.aborted) return;
+        this.log.warn({ timeoutMs: ms }, `the daemon did not answer the credit withdrawal within ${ms} ms: ending the agent stream as broken and stopping without the answer`);
+        call.abort.abort(new ConnectError(`the daemon did not answer the credit withdrawal within ${ms} ms`, Code.DeadlineExceeded));
+      }, ms);
+      call.withdrawals.push(() => {
+        clearTimeout(timer);
+        resolve();
+      });
+    });
   }
 
   /** Sends reports on the open call; resolves with their outcomes, rejects when the call ends first. */

@@ -4,6 +4,11 @@
  * the stream, or with the `stream` option off, by unary claims (claimer.ts) and the WatchDirectives
  * stream (directives.ts). The agent sees one interface either way; which one is in use changes at
  * most once, from the stream to unary calls, when the daemon says it has no stream.
+ *
+ * stop() and leave() are steps of every shutdown, so each has a bound and says in the log what it
+ * stopped waiting for: the stream's own (channel.ts stop()), and here the claim loop's and the
+ * goodbye's. What the agent holds when one gives up goes the way it goes for a connection that
+ * broke: nothing is dropped by giving up.
  */
 import type { Logger } from "pino";
 import type { Directive } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
@@ -11,6 +16,7 @@ import type { WorkItem as WireItem } from "@aiflow/wire/gen/aiflow/cluster/v1/wo
 import { Channel } from "./channel.js";
 import { Claimer } from "./claimer.js";
 import { DirectiveFollower } from "./directives.js";
+import { within } from "./lifecycle.js";
 import type { Link } from "./link.js";
 import type { ClaimResult } from "./metrics.js";
 import type { ResolvedOptions } from "./options.js";
@@ -30,6 +36,8 @@ export interface IntakeHooks {
 }
 
 export class Intake {
+  readonly #opts: ResolvedOptions;
+  readonly #log: Logger;
   readonly #claimer: Claimer;
   readonly #directives: DirectiveFollower;
   readonly #channel: Channel | undefined;
@@ -37,6 +45,8 @@ export class Intake {
   #following = false;
 
   constructor(link: Link, opts: ResolvedOptions, log: Logger, reporter: Reporter, hooks: IntakeHooks) {
+    this.#opts = opts;
+    this.#log = log;
     this.#directives = new DirectiveFollower(link, opts, (d) => hooks.onDirective(d), log);
     this.#claimer = new Claimer(link, opts, {
       room: () => hooks.room(),
@@ -81,9 +91,14 @@ export class Intake {
     else this.#claimer.start();
   }
 
-  /** Takes no more; resolves once nothing more is coming (items still on their way are handed over first). */
-  stop(): Promise<void> {
-    return this.#streaming ? this.#channel!.stop() : this.#claimer.stop();
+  /**
+   * Takes no more; resolves once nothing more is coming (items still on their way are handed over
+   * first), or once it stopped waiting for that: the stream gives up after rpcTimeoutMs (channel.ts),
+   * the claim loop after the longest its claim in flight may take by its own deadline.
+   */
+  async stop(): Promise<void> {
+    if (this.#streaming) return this.#channel!.stop();
+    await this.#claimerStopped();
   }
 
   /** Room came free. */
@@ -97,9 +112,33 @@ export class Intake {
     return this.#directives.contradicts(status, withinMs);
   }
 
-  /** The agent leaves: a goodbye on the stream (within `timeoutMs`), the directive stream closed. */
+  /**
+   * The agent leaves: a goodbye on the stream, the claim loop and the directive stream stopped.
+   * A daemon that has not ended the stream `timeoutMs` after the goodbye is not waited for: the
+   * stream is closed where it stands (the daemon then requeues what it pushed and was not reported;
+   * every report was answered or given up on before the goodbye).
+   */
   async leave(timeoutMs: number): Promise<void> {
-    await Promise.all([this.#channel?.goodbye(timeoutMs), this.#claimer.stop(), this.#directives.stop()]);
+    const channel = this.#channel;
+    // The goodbye's own bound (twice ours) is only a backstop: ours fires first, says so, and closes.
+    const goodbye =
+      channel &&
+      within(channel.goodbye(2 * timeoutMs), timeoutMs, () => {
+        this.#log.warn({ timeoutMs }, `the daemon did not end the agent stream within ${timeoutMs} ms of the goodbye: closing it without waiting more`);
+        channel.close();
+      });
+    const directives = within(this.#directives.stop(), timeoutMs, () => this.#log.warn({ timeoutMs }, `the directive stream did not end within ${timeoutMs} ms of its cancel: stopping without waiting more`));
+    await Promise.all([goodbye, this.#claimerStopped(), directives]);
+  }
+
+  /**
+   * Stops the claim loop, waiting at most as long as a claim in flight may take by its own deadline
+   * (claimWaitMs and rpcTimeoutMs: a long-poll is cancelled at once, but a claim carrying
+   * completions is let finish, so that their outcomes are not lost to a cancel).
+   */
+  #claimerStopped(): Promise<boolean> {
+    const ms = this.#opts.claimWaitMs + this.#opts.rpcTimeoutMs;
+    return within(this.#claimer.stop(), ms, () => this.#log.warn({ timeoutMs: ms }, `the claim in flight did not end within ${ms} ms: stopping without its answer`));
   }
 
   /** The agent failed: everything ends where it stands. */

@@ -47,6 +47,27 @@ const NEXT: Record<AgentState, readonly AgentState[]> = {
 
 export const isTerminal = (s: AgentState) => s === "stopped" || s === "failed";
 
+/**
+ * Waits for `work` at most `ms`. A shutdown must always finish (an operator's SIGTERM, a
+ * supervisor's stop), so no step of it waits on the daemon, or on a connection to it, without a
+ * bound like this one. Resolves true when `work` settled in time (its rejection counts as settled:
+ * the step is over either way); false when it gave up, after calling `gaveUp`, which logs what the
+ * agent stopped waiting for and ends what it can. `work` runs on; its rejection is ignored.
+ */
+export function within(work: Promise<unknown>, ms: number, gaveUp: () => void): Promise<boolean> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => {
+      resolve(false);
+      gaveUp();
+    }, ms);
+    const settled = () => {
+      clearTimeout(timer);
+      resolve(true);
+    };
+    work.then(settled, settled);
+  });
+}
+
 /** Holds the state, refuses transitions the diagram does not have, and tells listeners. */
 export class Lifecycle {
   #state: AgentState = "initialized";
