@@ -10,14 +10,18 @@
  * The parent counts executions and refused (zombie) completions from these lines, and compares
  * them with the database; nothing here is trusted for the invariants themselves.
  *
- *   tsx bench/chaos/child-agent.ts ADDRESSES(comma) TOKEN NAME TENANT KIND SLOTS MIN_MS MAX_MS RECORD_FILE LOG_FILE
+ *   tsx bench/chaos/child-agent.ts ADDRESSES(comma) TOKEN NAME TENANT KIND SLOTS MIN_MS MAX_MS RECORD_FILE LOG_FILE [MODE]
+ *
+ * MODE is `stream` (the default, as the SDK's: work over the agent stream) or `unary` (`stream: false`:
+ * unary claims and the directive stream); the SDK's transport is left at its default either way.
  */
 import { appendFileSync } from "node:fs";
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { pino } from "pino";
 import { createAgent } from "../../agent-sdk/src/index.js";
 
-const [addresses, token, name, tenant, kind, slotsRaw, minRaw, maxRaw, recordFile, logFile] = process.argv.slice(2);
+const [addresses, token, name, tenant, kind, slotsRaw, minRaw, maxRaw, recordFile, logFile, mode = "stream"] = process.argv.slice(2);
+if (mode !== "stream" && mode !== "unary") throw new Error(`child-agent: MODE is stream or unary, not '${mode}'`);
 const minMs = Number(minRaw);
 const maxMs = Number(maxRaw);
 const record = (line: object) => appendFileSync(recordFile!, `${JSON.stringify(line)}\n`);
@@ -57,6 +61,7 @@ const agent = createAgent({
   reconnect: { initialDelayMs: 100, maxDelayMs: 1000 },
   keepalive: { intervalMs: 2000, timeoutMs: 2000 },
   rpcTimeoutMs: 5000,
+  stream: mode === "stream",
   handlers: {
     [kind!]: async (item, ctx) => {
       await sleep(minMs + Math.random() * (maxMs - minMs), ctx.signal);

@@ -29,6 +29,16 @@ export interface FleetOptions {
   slots: number;
   handlerMs: readonly [number, number];
   daemonEnv: Record<string, string>;
+  /** How the agents take work: the agent stream (the SDK's default) or unary claims (`stream: false`). */
+  mode: "stream" | "unary";
+}
+
+/** How a process took a SIGTERM: whether it exited within its bound or needed the SIGKILL after it. */
+export interface TermOutcome {
+  process: string;
+  /** From the SIGTERM to the exit (a hung one: to the exit after the SIGKILL). */
+  ms: number;
+  hung: boolean;
 }
 
 interface Slot {
@@ -109,7 +119,7 @@ export class Fleet {
     const file = (ext: string) => join(this.#o.dir, `${a.name}.g${g}.${ext}`);
     const child = startChild(
       "bench/chaos/child-agent.ts",
-      [this.addresses.join(","), TOKEN, a.name, TENANT, KIND, String(this.#o.slots), String(min), String(max), file("jsonl"), file("log")],
+      [this.addresses.join(","), TOKEN, a.name, TENANT, KIND, String(this.#o.slots), String(min), String(max), file("jsonl"), file("log"), this.#o.mode],
       { nodeArgs: NODE_TUNING, stderr: "inherit", ready: (line) => line.includes('"ready":true') },
     );
     this.#watch(a, child);
@@ -121,14 +131,43 @@ export class Fleet {
 
   /** kill -9 of agent i; a replacement under the same name is started at once. */
   async killAgent(i: number): Promise<void> {
-    const a = this.#agents[i]!;
-    await this.#kill(a);
-    await this.startAgent(i);
+    await this.killAgents([i]);
+  }
+
+  /** kill -9 of these agents at once; once every one has exited, their replacements start together. */
+  async killAgents(indices: readonly number[]): Promise<void> {
+    await Promise.all(indices.map((i) => this.#kill(this.#agents[i]!)));
+    await Promise.all(indices.map((i) => this.startAgent(i)));
   }
 
   async killDaemon(i: number): Promise<void> {
     await this.#kill(this.#daemons[i]!);
     await this.startDaemon(i);
+  }
+
+  /** kill -9 of these daemons at once; they stay down until startDaemons. */
+  async killDaemonsOnly(indices: readonly number[]): Promise<void> {
+    await Promise.all(indices.map((i) => this.#kill(this.#daemons[i]!)));
+  }
+
+  async startDaemons(indices: readonly number[]): Promise<void> {
+    await Promise.all(indices.map((i) => this.startDaemon(i)));
+  }
+
+  /**
+   * A graceful restart: SIGTERM to daemon i and a wait for its exit; one that has not exited within
+   * `boundMs` is hung (SIGKILL then, so the run goes on). It is started again either way.
+   */
+  async termDaemon(i: number, boundMs: number): Promise<TermOutcome> {
+    const d = this.#daemons[i]!;
+    d.expectExit = true;
+    const outcome = await terminate(d.name, d.child!, boundMs);
+    await this.startDaemon(i);
+    return outcome;
+  }
+
+  get daemonCount(): number {
+    return this.#daemons.length;
   }
 
   agentIndex(name: string): number {
@@ -163,6 +202,16 @@ export class Fleet {
     });
   }
 
+  /**
+   * SIGTERM to every agent at once (they deregister through a daemon); each must exit within
+   * `boundMs`, or it is hung and gets a SIGKILL. Told per agent, for the verdict.
+   */
+  async stopAgents(boundMs: number): Promise<TermOutcome[]> {
+    this.#closing = true;
+    const live = this.#agents.filter((a) => a.child && a.child.proc.exitCode === null && a.child.proc.signalCode === null);
+    return Promise.all(live.map((a) => terminate(a.name, a.child!, boundMs)));
+  }
+
   /** Agents first (they deregister through a daemon), then daemons; SIGKILL after a grace. */
   async stop(): Promise<void> {
     this.#closing = true;
@@ -175,4 +224,21 @@ export class Fleet {
     this.#closing = true;
     for (const s of [...this.#agents, ...this.#daemons]) if (s.child && s.child.proc.exitCode === null) s.child.proc.kill("SIGKILL");
   }
+}
+
+/**
+ * SIGTERM, then the exit raced against `boundMs`: past it the process is hung and gets a SIGKILL.
+ * (proc.ts's Child.stop escalates the same way but does not say whether it had to.)
+ */
+async function terminate(name: string, child: Child, boundMs: number): Promise<TermOutcome> {
+  const t0 = Date.now();
+  child.proc.kill("SIGTERM");
+  let timer: NodeJS.Timeout | undefined;
+  const hung = await Promise.race([child.exited.then(() => false), new Promise<boolean>((r) => (timer = setTimeout(() => r(true), boundMs)))]);
+  clearTimeout(timer);
+  if (hung) {
+    child.proc.kill("SIGKILL");
+    await child.exited;
+  }
+  return { process: name, ms: Date.now() - t0, hung };
 }

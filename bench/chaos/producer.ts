@@ -3,6 +3,7 @@
  * items 0..N-1 in small batches at a steady rate, each with the idempotency key `chaos-<n>`, so a
  * batch whose answer was lost to a fault is simply sent again (to the next daemon) until one
  * answers: the key makes the retry enqueue nothing twice. Error answers are counted by code.
+ * Once `unpaced` aborts (the fault schedule is over), the rest is enqueued without waiting for its turn.
  */
 import { Code, ConnectError, createClient, type Interceptor } from "@connectrpc/connect";
 import { Http2SessionManager } from "@connectrpc/connect-node";
@@ -19,6 +20,8 @@ export interface ProducerOptions {
   batch: number;
   /** Stops retrying when aborted (the run is failing or interrupted). */
   signal: AbortSignal;
+  /** When aborted, the pace is dropped: every batch still to come is sent at once, one after another. */
+  unpaced?: AbortSignal;
 }
 
 export interface ProducerFigures {
@@ -26,6 +29,8 @@ export interface ProducerFigures {
   /** Enqueue answers that named an existing item: a retried batch whose first answer was lost. */
   existing: number;
   errorsByCode: Record<string, number>;
+  /** The first few answers other than UNAVAILABLE (the expected answer of a daemon or database away), with when. */
+  unexpected: { at: string; code: string; message: string }[];
 }
 
 export async function produce(o: ProducerOptions): Promise<ProducerFigures> {
@@ -37,13 +42,13 @@ export async function produce(o: ProducerOptions): Promise<ProducerFigures> {
     const session = new Http2SessionManager(`http://${address}`);
     return { session, client: createClient(QueueService, createSdkGrpcTransport({ baseUrl: `http://${address}`, sessionManager: session, interceptors: [auth] })) };
   });
-  const figures: ProducerFigures = { enqueued: 0, existing: 0, errorsByCode: {} };
+  const figures: ProducerFigures = { enqueued: 0, existing: 0, errorsByCode: {}, unexpected: [] };
   const started = Date.now();
   let current = 0;
   try {
     for (let first = 0; first < o.items && !o.signal.aborted; first += o.batch) {
       const due = started + (first / o.ratePerSec) * 1000;
-      if (due > Date.now()) await new Promise((r) => setTimeout(r, due - Date.now()));
+      if (due > Date.now() && !o.unpaced?.aborted) await waitUntil(due, o.unpaced);
       const n = Math.min(o.batch, o.items - first);
       const items = Array.from({ length: n }, (_, k) => ({ engineKind: o.kind, idempotencyKey: `chaos-${first + k}`, payloadJson: JSON.stringify({ n: first + k }) }));
       for (;;) {
@@ -54,8 +59,10 @@ export async function produce(o: ProducerOptions): Promise<ProducerFigures> {
           break;
         } catch (err) {
           if (o.signal.aborted) throw err;
-          const code = Code[ConnectError.from(err).code];
+          const e = ConnectError.from(err);
+          const code = Code[e.code];
           figures.errorsByCode[code] = (figures.errorsByCode[code] ?? 0) + 1;
+          if (e.code !== Code.Unavailable && figures.unexpected.length < 5) figures.unexpected.push({ at: new Date().toISOString(), code, message: e.rawMessage });
           current = (current + 1) % targets.length;
           await new Promise((r) => setTimeout(r, 200));
         }
@@ -65,4 +72,13 @@ export async function produce(o: ProducerOptions): Promise<ProducerFigures> {
     for (const t of targets) t.session.abort();
   }
   return figures;
+}
+
+/** Resolves at `due`, or earlier when `signal` aborts. */
+function waitUntil(due: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => (clearTimeout(timer), signal?.removeEventListener("abort", done), resolve());
+    const timer = setTimeout(done, due - Date.now());
+    signal?.addEventListener("abort", done, { once: true });
+  });
 }

@@ -1,6 +1,8 @@
 /**
- * The chaos run (issue 29): daemons, SDK agents and a producer on a Postgres cluster of the run's
- * own, under a seeded schedule of faults, then a verdict from the database. See HELP.
+ * The chaos run: daemons, SDK agents (in the SDK's default stream mode, or unary) and a producer on
+ * a Postgres cluster of the run's own, under a seeded schedule of faults (faults.ts), each one's
+ * recovery measured (recovery.ts), then a verdict from the database, the agents' records and the
+ * processes' exits (verify.ts). See HELP.
  * Output: one JSON line per figure set ({"figures":"…",…}), a summary table, exit 0 when every
  * invariant holds and 1 otherwise (2: bad options).
  */
@@ -12,38 +14,48 @@ import { freePort } from "../env.js";
 import { Fleet, KIND, TENANT, ENGINE_TOKEN } from "./fleet.js";
 import { ChaosPostgres } from "./postgres.js";
 import { produce, type ProducerFigures } from "./producer.js";
-import { broken, readAgentRecords, verify } from "./verify.js";
+import { broken, readAgentRecords, verify, type RunChecks } from "./verify.js";
+import { DAEMON_TERM_BOUND_MS, FAULT_HELP, FAULT_KINDS, FAULTS, type FaultKind } from "./faults.js";
+import { byKind, rateBefore, recovery, type KindRecovery, type Query, type Recovery } from "./recovery.js";
 import { mulberry32 as prng } from "../../test/support/prng.js";
 
 const HELP = `npm run chaos -- [options]
   --seed N        seed of the fault schedule and every random choice in it (default: the time)
+  --mode M        how the agents take work: stream (the SDK's default, the agent stream) or unary
+                  (stream: false, unary claims) (default stream)
   --daemons N     daemon processes (default 2)
   --agents N      SDK agent processes (default 6)
   --items N       items enqueued, each with an idempotency key (default 5000)
-  --rate N        items enqueued per second (default 100)
-  --faults N      faults of each kind (default 2): agent-kill, daemon-kill, pg-fast, pg-immediate, pg-outage
+  --rate N        items enqueued per second while faults are injected; the rest goes at once after
+                  the last fault (default 25)
+  --faults N      faults of each kind (default 2)
+  --kinds a,b,…   the fault kinds (default all):
+${FAULT_KINDS.map((k) => `                    ${k.padEnd(15)} ${FAULT_HELP[k]}`).join("\n")}
   --keep          keep the run's directory (logs, agents' records) even when it passes
-  --small         the CI-sized run: 2 daemons, 2 agents, 300 items, one fault of each kind (< 60 s)
+  --small         the CI-sized run: 2 daemons, 3 agents, 300 items, one fault of each kind (~90 s)
 The run starts its own embedded Postgres on a spare port: a server it may stop and restart,
 which a shared one must never be. Its data directory is removed at the end.`;
 
-const FAULT_KINDS = ["agent-kill", "daemon-kill", "pg-fast", "pg-immediate", "pg-outage"] as const;
-type FaultKind = (typeof FAULT_KINDS)[number];
+type Mode = "stream" | "unary";
 
 interface Options {
   seed: number;
+  mode: Mode;
   daemons: number;
   agents: number;
   items: number;
   rate: number;
   faults: number;
+  kinds: FaultKind[];
   keep: boolean;
   small: boolean;
 }
 
+const NUMERIC = ["seed", "daemons", "agents", "items", "rate", "faults"];
+
 function parseOptions(argv: string[]): Options | "help" {
-  const o: Options = { seed: Date.now() % 1_000_000, daemons: 2, agents: 6, items: 5000, rate: 100, faults: 2, keep: false, small: false };
-  if (argv.includes("--small")) Object.assign(o, { daemons: 2, agents: 2, items: 300, rate: 15, faults: 1, small: true });
+  const o: Options = { seed: Date.now() % 1_000_000, mode: "stream", daemons: 2, agents: 6, items: 5000, rate: 25, faults: 2, kinds: [...FAULT_KINDS], keep: false, small: false };
+  if (argv.includes("--small")) Object.assign(o, { daemons: 2, agents: 3, items: 300, rate: 2, faults: 1, small: true });
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i]!;
     if (a === "--help" || a === "-h") return "help";
@@ -52,8 +64,21 @@ function parseOptions(argv: string[]): Options | "help" {
       o.keep = true;
       continue;
     }
+    if (a === "--mode") {
+      const m = argv[++i];
+      if (m !== "stream" && m !== "unary") throw new ArgError(`--mode is stream or unary, not '${m}'`);
+      o.mode = m;
+      continue;
+    }
+    if (a === "--kinds") {
+      const ks = (argv[++i] ?? "").split(",").filter(Boolean);
+      const bad = ks.filter((k) => !(FAULT_KINDS as readonly string[]).includes(k));
+      if (ks.length === 0 || bad.length > 0) throw new ArgError(`--kinds takes some of ${FAULT_KINDS.join(", ")}${bad.length ? `, not ${bad.join(", ")}` : ""}`);
+      o.kinds = FAULT_KINDS.filter((k) => ks.includes(k));
+      continue;
+    }
     const key = a.replace(/^--/, "") as keyof Options;
-    if (!a.startsWith("--") || !["seed", "daemons", "agents", "items", "rate", "faults"].includes(key)) throw new ArgError(`unknown option ${a}`);
+    if (!a.startsWith("--") || !NUMERIC.includes(key)) throw new ArgError(`unknown option ${a}`);
     const v = Number(argv[++i]);
     if (!Number.isInteger(v) || v < (key === "faults" || key === "seed" ? 0 : 1)) throw new ArgError(`${a} needs a whole number, not '${argv[i]}'`);
     (o as unknown as Record<string, number>)[key] = v;
@@ -63,21 +88,16 @@ function parseOptions(argv: string[]): Options | "help" {
 
 class ArgError extends Error {}
 
-
 /** Daemon timings: short, so that faults recover within seconds; the liveness window is 3 × 1 s. */
-const HEARTBEAT_MS = 1000;
-const LIVENESS_INTERVALS = 3;
-const LIVENESS_WINDOW_MS = HEARTBEAT_MS * LIVENESS_INTERVALS;
 const DAEMON_ENV = {
-  AIFLOW_HEARTBEAT_INTERVAL: `${HEARTBEAT_MS}ms`,
-  AIFLOW_LIVENESS_INTERVALS: String(LIVENESS_INTERVALS),
+  AIFLOW_HEARTBEAT_INTERVAL: "1000ms",
+  AIFLOW_LIVENESS_INTERVALS: "3",
   AIFLOW_LEASE_TTL: "5s",
   AIFLOW_SWEEP_INTERVAL: "500ms",
   AIFLOW_SHUTDOWN_GRACE: "3s",
 };
-/** The outage outlasts the liveness window by this much: every agent's last beat is older than the window when Postgres returns. */
-const OUTAGE_EXTRA_MS = 1500;
-const RECOVERY_TIMEOUT_MS = 30_000;
+/** An agent given SIGTERM at the end must exit within this: 3 × its rpcTimeoutMs, the SDK's bound on each step of a shutdown. */
+const AGENT_TERM_BOUND_MS = 15_000;
 
 const line = (o: object) => console.log(JSON.stringify(o));
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -88,6 +108,7 @@ async function main(o: Options): Promise<number> {
   chmodSync(dir, 0o755);
   const pgPort = await freePort();
   const postgres = new ChaosPostgres(join(dir, "pg"), pgPort);
+  const recoveryTimeoutMs = o.small ? 20_000 : 30_000;
   line({ figures: "setup", dir, postgresPort: pgPort, why: "an embedded Postgres of the run's own: a server it may stop and restart", ...o });
   let fleet: Fleet | undefined;
   let passed = false;
@@ -109,17 +130,19 @@ async function main(o: Options): Promise<number> {
   process.prependListener("SIGINT", onSignal);
   process.prependListener("SIGTERM", onSignal);
   const abort = new AbortController();
+  const unpaced = new AbortController();
   try {
     await postgres.start();
     const ports = await Promise.all(Array.from({ length: o.daemons }, () => freePort()));
-    fleet = new Fleet({ dir, dbUrl: postgres.url, ports, agents: o.agents, slots: 4, handlerMs: [5, 40], daemonEnv: DAEMON_ENV });
+    // Handlers long enough that a fault finds items mid-handler even at the small run's pace.
+    fleet = new Fleet({ dir, dbUrl: postgres.url, ports, agents: o.agents, slots: 4, handlerMs: [20, 300], daemonEnv: DAEMON_ENV, mode: o.mode });
     // The first daemon migrates alone; the rest start beside each other.
     await fleet.startDaemon(0);
     await Promise.all(ports.slice(1).map((_, i) => fleet!.startDaemon(i + 1)));
     await Promise.all(fleet.agentNames.map((_, i) => fleet!.startAgent(i)));
     const db = new pg.Pool({ connectionString: postgres.url, max: 2, connectionTimeoutMillis: 1000 });
     db.on("error", () => {}); // A restart drops idle connections; the pool makes new ones.
-    const query = async <T extends pg.QueryResultRow>(text: string): Promise<T[] | undefined> => {
+    const query: Query = async <T extends pg.QueryResultRow>(text: string) => {
       try {
         return (await db.query<T>(text)).rows;
       } catch {
@@ -128,53 +151,44 @@ async function main(o: Options): Promise<number> {
     };
 
     const startedAt = Date.now();
-    const producing = produce({ addresses: fleet.addresses, token: ENGINE_TOKEN, tenant: TENANT, kind: KIND, items: o.items, ratePerSec: o.rate, batch: 10, signal: abort.signal });
+    const batch = o.small ? 2 : 10;
+    const producing = produce({ addresses: fleet.addresses, token: ENGINE_TOKEN, tenant: TENANT, kind: KIND, items: o.items, ratePerSec: o.rate, batch, signal: abort.signal, unpaced: unpaced.signal });
     let producer: ProducerFigures | undefined;
     void producing.then((p) => (producer = p)).catch(() => {});
 
-    const schedule: FaultKind[] = FAULT_KINDS.flatMap((k) => Array.from({ length: o.faults }, () => k));
+    const schedule: FaultKind[] = o.kinds.flatMap((k) => Array.from({ length: o.faults }, () => k));
     for (let i = schedule.length - 1; i > 0; i--) {
       const j = Math.floor(random() * (i + 1));
       [schedule[i], schedule[j]] = [schedule[j]!, schedule[i]!];
     }
-    const recoveries: Record<string, unknown>[] = [];
+    const recoveries: (Recovery & { kind: FaultKind; target: string; at: string })[] = [];
+    const hung: RunChecks["hung"] = [];
     for (const kind of schedule) {
-      await sleep(o.small ? 500 + random() * 1000 : 1000 + random() * 2000);
+      await sleep(o.small ? 300 + random() * 500 : 1000 + random() * 2000);
       // A fault should find work in flight; wait for some (briefly) rather than hit an idle fleet.
-      for (let t = 0; t < 50; t++) {
+      for (let t = 0; t < 100; t++) {
         const r = await query<{ n: string }>(`SELECT count(*) AS n FROM aiflow_work_item WHERE status = 'dispatched'`);
         if (Number(r?.[0]?.n ?? 0) > 0) break;
-        await sleep(100);
+        await sleep(50);
       }
+      const before = await rateBefore(query, Date.now());
       const faultAt = Date.now();
-      let target = "postgres";
-      if (kind === "agent-kill") {
-        const busy = (await query<{ name: string }>(`SELECT DISTINCT a.name FROM aiflow_work_item w JOIN aiflow_agent a ON w.agent_id IN (a.id, a.name) WHERE w.status = 'dispatched' ORDER BY a.name`)) ?? [];
-        const names = busy.length > 0 ? busy.map((b) => b.name) : fleet.agentNames;
-        target = names[Math.floor(random() * names.length)]!;
-        await fleet.killAgent(fleet.agentIndex(target));
-      } else if (kind === "daemon-kill") {
-        const i = Math.floor(random() * o.daemons);
-        target = `chaos-daemon-${i}`;
-        await fleet.killDaemon(i);
-      } else {
-        await postgres.stop(kind === "pg-fast" ? "fast" : "immediate");
-        if (kind === "pg-outage") await sleep(LIVENESS_WINDOW_MS + OUTAGE_EXTRA_MS);
-        await postgres.start();
-      }
+      const { target, term } = await FAULTS[kind]({ fleet, postgres, random, query });
       const liftedAt = Date.now();
-      recoveries.push({ kind, target, at: new Date(faultAt).toISOString(), ...(await recovery(query, o.agents, faultAt, liftedAt)) });
-      line({ figures: "fault", ...recoveries.at(-1) });
+      const at = new Date(faultAt).toISOString();
+      if (term?.hung) hung.push({ process: term.process, at, boundMs: DAEMON_TERM_BOUND_MS });
+      const r = await recovery(query, { agents: o.agents, faultAt, liftedAt, timeoutMs: recoveryTimeoutMs, rateBefore: before, producing: () => producer === undefined });
+      recoveries.push({ kind, target, at, ...r });
+      line({ figures: "fault", ...recoveries.at(-1), ...(term ? { sigtermExitMs: term.ms } : {}) });
     }
 
-    // The end: everything enqueued, then every item finished (or the timeout).
+    // The end: the rest enqueued at once, then every item finished (or the timeout).
+    unpaced.abort();
     producer = await producing;
     const drainDeadline = Date.now() + (o.small ? 45_000 : 120_000);
-    let open = -1;
     while (Date.now() < drainDeadline) {
       const r = await query<{ open: string; total: string }>(`SELECT count(*) FILTER (WHERE status IN ('pending', 'dispatched')) AS open, count(*) AS total FROM aiflow_work_item`);
-      open = r ? Number(r[0]!.open) : -1;
-      if (open === 0 && Number(r![0]!.total) >= o.items) break;
+      if (r && Number(r[0]!.open) === 0 && Number(r[0]!.total) >= o.items) break;
       await sleep(200);
     }
     const drainedAt = Date.now();
@@ -185,27 +199,49 @@ async function main(o: Options): Promise<number> {
       await sleep(100);
     }
     const observedUntil = Date.now();
-    const records = readAgentRecords(fleet.recordFiles());
-    const { verdict, marks } = await verify(postgres.url, o.items, fleet.agentNames, records, fleet.auditFiles(), fleet.agentGaps, observedUntil);
+    const { verdict, marks } = await verify(postgres.url, o.items, fleet.agentNames, readAgentRecords(fleet.recordFiles()), fleet.auditFiles(), fleet.agentGaps, observedUntil);
     await db.end();
+    // SIGTERM to every agent, each bounded; then their records again, with what they wrote on the way out.
+    const stops = await fleet.stopAgents(AGENT_TERM_BOUND_MS);
+    const endAt = new Date().toISOString();
+    for (const s of stops) if (s.hung) hung.push({ process: s.process, at: endAt, boundMs: AGENT_TERM_BOUND_MS });
+    const records = readAgentRecords(fleet.recordFiles());
     const crashes = [...fleet.crashes];
-    const failures = broken(verdict, crashes.length);
+    const checks: RunChecks = {
+      crashes: crashes.length,
+      refused: records.refusedZombie,
+      internal: (records.rpcErrorsByCode.Internal ?? 0) + (producer.errorsByCode.Internal ?? 0),
+      unrecovered: recoveries.filter((r) => r.unrecovered).map((r) => ({ kind: r.kind, at: r.at, open: r.open })),
+      recoveryTimeoutMs,
+      hung,
+    };
+    const failures = broken(verdict, checks);
     passed = failures.length === 0;
 
-    const byKind = Object.fromEntries(
-      FAULT_KINDS.map((k) => {
-        const rs = recoveries.filter((r) => r.kind === k);
-        const max = (f: string) => (rs.some((r) => r[f] === null) ? null : Math.max(...rs.map((r) => r[f] as number)));
-        return [k, { count: rs.length, maxToNextCompletionMs: max("toNextCompletionMs"), maxToAllAgentsActiveMs: max("toAllAgentsActiveMs") }];
-      }),
-    );
-    line({ figures: "recovery", byKind });
-    line({ figures: "work", durationMs: drainedAt - startedAt, executions: verdict.executions, redeliveries: verdict.redeliveries, retries: verdict.retries, refusedZombieCompletions: records.refusedZombie, producer });
-    line({ figures: "answers", agentErrorsByCode: records.rpcErrorsByCode, producerErrorsByCode: producer.errorsByCode, internal: (records.rpcErrorsByCode.Internal ?? 0) + (producer.errorsByCode.Internal ?? 0) });
+    const kinds = byKind(o.kinds, recoveries);
+    line({ figures: "recovery", mode: o.mode, timeoutMs: recoveryTimeoutMs, byKind: kinds });
+    line({ figures: "work", mode: o.mode, durationMs: drainedAt - startedAt, executions: verdict.executions, redeliveries: verdict.redeliveries, retries: verdict.retries, refusedZombieCompletions: records.refusedZombie, refusedExamples: records.refusedIds, outcomes: records.outcomes, producer });
+    line({ figures: "answers", agentErrorsByCode: records.rpcErrorsByCode, producerErrorsByCode: producer.errorsByCode, internal: checks.internal });
     line({ figures: "liveness", livenessSweepMarks: marks.length, inactiveMarkedLive: verdict.inactiveMarkedLive, agentsNotActiveAtEnd: verdict.agentsNotActiveAtEnd, crashes });
+    line({ figures: "shutdown", agentStopMs: Object.fromEntries(stops.map((s) => [s.process, s.ms])), boundMs: AGENT_TERM_BOUND_MS, hung });
     const { examples, ...counts } = verdict;
-    line({ figures: "invariants", seed: o.seed, passed, broken: failures, ...counts, crashes: crashes.length, examples });
-    summary(o, verdict, records.refusedZombie, producer, records.rpcErrorsByCode, byKind, crashes.length, failures);
+    line({
+      figures: "invariants",
+      seed: o.seed,
+      mode: o.mode,
+      passed,
+      broken: failures,
+      ...counts,
+      crashes: crashes.length,
+      unrecovered: checks.unrecovered.length,
+      unrecoveredKinds: checks.unrecovered.map((u) => u.kind),
+      refused: checks.refused,
+      internal: checks.internal,
+      hung: hung.length,
+      hungProcesses: hung.map((h) => h.process),
+      examples: { ...examples, ...(records.refusedIds.length ? { refused: records.refusedIds } : {}) },
+    });
+    summary(o, verdict, checks, producer, kinds, failures, drainedAt - startedAt);
     return passed ? 0 : 1;
   } finally {
     abort.abort();
@@ -221,46 +257,19 @@ async function main(o: Options): Promise<number> {
   }
 }
 
-/** From the fault to the first completion after it was lifted, and to every agent active again (null: not within the timeout). */
-async function recovery(
-  query: <T extends pg.QueryResultRow>(text: string) => Promise<T[] | undefined>,
-  agents: number,
-  faultAt: number,
-  liftedAt: number,
-): Promise<{ faultMs: number; toNextCompletionMs: number | null; toAllAgentsActiveMs: number | null }> {
-  let toNextCompletionMs: number | null = null;
-  let toAllAgentsActiveMs: number | null = null;
-  const deadline = liftedAt + RECOVERY_TIMEOUT_MS;
-  const liftedNs = BigInt(liftedAt) * 1_000_000n;
-  while (Date.now() < deadline && (toNextCompletionMs === null || toAllAgentsActiveMs === null)) {
-    const r = await query<{ done: boolean; active: string; open: string }>(
-      `SELECT EXISTS (SELECT 1 FROM aiflow_work_item WHERE completed_at > ${liftedNs}) AS done,
-              (SELECT count(*) FROM aiflow_agent WHERE status = 'active') AS active,
-              (SELECT count(*) FROM aiflow_work_item WHERE status IN ('pending', 'dispatched')) AS open`,
-    );
-    if (r) {
-      // With nothing left to do there is no next completion to wait for.
-      if (toNextCompletionMs === null && (r[0]!.done || Number(r[0]!.open) === 0)) toNextCompletionMs = Date.now() - faultAt;
-      if (toAllAgentsActiveMs === null && Number(r[0]!.active) >= agents) toAllAgentsActiveMs = Date.now() - faultAt;
-    }
-    await sleep(50);
-  }
-  return { faultMs: liftedAt - faultAt, toNextCompletionMs, toAllAgentsActiveMs };
-}
-
 function summary(
   o: Options,
   v: Awaited<ReturnType<typeof verify>>["verdict"],
-  refused: number,
+  x: RunChecks,
   producer: ProducerFigures,
-  agentErrors: Record<string, number>,
-  byKind: Record<string, { count: number; maxToNextCompletionMs: number | null; maxToAllAgentsActiveMs: number | null }>,
-  crashes: number,
+  kinds: Record<string, KindRecovery>,
   failures: string[],
+  durationMs: number,
 ): void {
-  const ms = (n: number | null) => (n === null ? "—" : `${(n / 1000).toFixed(1)} s`);
+  const s = (n: number | null) => (n === null ? "—" : `${(n / 1000).toFixed(1)} s`);
   const rows: [string, string][] = [
-    ["seed", String(o.seed)],
+    ["seed / mode", `${o.seed} / ${o.mode}`],
+    ["daemons / agents / duration", `${o.daemons} / ${o.agents} / ${s(durationMs)}`],
     ["items enqueued / rows / completed", `${v.enqueued} / ${v.rows} / ${v.completed}`],
     ["lost / doubled / stuck", `${v.lost} / ${v.doubled} / ${v.stuck}`],
     ["ran beyond redeliveries / holder without run", `${v.overRun} / ${v.holderDidNotRun}`],
@@ -268,10 +277,17 @@ function summary(
     ["live agents marked inactive", String(v.inactiveMarkedLive)],
     ["agents not active at end", v.agentsNotActiveAtEnd.join(", ") || "none"],
     ["executions / redeliveries / retries", `${v.executions} / ${v.redeliveries} / ${v.retries}`],
-    ["refused zombie completions", String(refused)],
-    ["INTERNAL answers (agents + producer)", String((agentErrors.Internal ?? 0) + (producer.errorsByCode.Internal ?? 0))],
-    ["processes that died on their own", String(crashes)],
-    ...Object.entries(byKind).map(([k, r]): [string, string] => [`recovery ${k} (×${r.count})`, `next completion ${ms(r.maxToNextCompletionMs)}, all agents active ${ms(r.maxToAllAgentsActiveMs)}`]),
+    ["unrecovered faults", x.unrecovered.length === 0 ? "0" : `${x.unrecovered.length} (${x.unrecovered.map((u) => u.kind).join(", ")})`],
+    ["refused results (lease lost)", String(x.refused)],
+    ["INTERNAL answers (agents + producer)", `${x.internal} (producer ${producer.errorsByCode.Internal ?? 0})`],
+    ["hung on SIGTERM", x.hung.length === 0 ? "0" : `${x.hung.length} (${x.hung.map((h) => h.process).join(", ")})`],
+    ["processes that died on their own", String(x.crashes)],
+    ...Object.entries(kinds).map(([k, r]): [string, string] => [
+      `recovery ${k} (×${r.count})`,
+      r.count === r.nothingLeft
+        ? `down ${s(r.maxDownMs)}; nothing left to do`
+        : `down ${s(r.maxDownMs)}; then first completion ${s(r.maxFirstCompletionMs)}, rate half ${r.maxRateHalfMs === null ? "not soon" : s(r.maxRateHalfMs)}, all agents active ${s(r.maxAllAgentsActiveMs)}${r.unrecovered ? `; UNRECOVERED ${r.unrecovered}` : ""}`,
+    ]),
     ["verdict", failures.length === 0 ? "PASS" : `FAIL: ${failures.join("; ")}`],
   ];
   const w = Math.max(...rows.map(([k]) => k.length));

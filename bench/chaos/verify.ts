@@ -9,6 +9,15 @@
  *   - no live agent marked inactive: every liveness-sweep mark (the daemons' audit stream) fell in a
  *     time when the agent had no live process;
  *   - every agent active at the end.
+ * and, from the run itself (broken()'s RunChecks):
+ *   - every fault recovered: after it was lifted, an item completed within the recovery timeout
+ *     (unless nothing was left to do);
+ *   - no result refused: an agent that finished a run never heard "lease lost" for it (a killed
+ *     agent reports nothing, so it cannot be refused: any refusal is a live agent's lost work);
+ *   - no INTERNAL answer on the agents' main connection or the producer's;
+ *   - no process hung on SIGTERM: every agent at the end, and every daemon of a graceful restart,
+ *     exited within its bound;
+ *   - no process died on its own.
  */
 import { existsSync, readFileSync } from "node:fs";
 import pg from "pg";
@@ -20,6 +29,10 @@ export interface AgentRecords {
   accepted: Map<string, number>;
   /** Completions refused because the lease had been lost (a zombie's result): items with a finished run and a lease-lost outcome in one process. */
   refusedZombie: number;
+  /** The items of those refusals (up to five), for the report. */
+  refusedIds: string[];
+  /** Every outcome the agents were told, by kind (completed, lease-lost, unreported, …). */
+  outcomes: Record<string, number>;
   rpcErrorsByCode: Record<string, number>;
 }
 
@@ -36,16 +49,20 @@ function jsonLines(file: string): Record<string, unknown>[] {
 }
 
 export function readAgentRecords(files: readonly string[]): AgentRecords {
-  const r: AgentRecords = { runs: new Map(), accepted: new Map(), refusedZombie: 0, rpcErrorsByCode: {} };
+  const r: AgentRecords = { runs: new Map(), accepted: new Map(), refusedZombie: 0, refusedIds: [], outcomes: {}, rpcErrorsByCode: {} };
   for (const file of files) {
     const agent = /(chaos-agent-\d+)\.g\d+\.jsonl$/.exec(file)![1]!;
     const ranHere = new Set<string>();
     for (const l of jsonLines(file)) {
+      if (typeof l.outcome === "string") r.outcomes[l.outcome] = (r.outcomes[l.outcome] ?? 0) + 1;
       if (typeof l.run === "string") {
         ranHere.add(l.run);
         r.runs.set(l.run, [...(r.runs.get(l.run) ?? []), agent]);
       } else if (l.outcome === "completed") r.accepted.set(l.id as string, (r.accepted.get(l.id as string) ?? 0) + 1);
-      else if (l.outcome === "lease-lost" && ranHere.has(l.id as string)) r.refusedZombie++;
+      else if (l.outcome === "lease-lost" && ranHere.has(l.id as string)) {
+        r.refusedZombie++;
+        if (r.refusedIds.length < 5) r.refusedIds.push(`${l.id as string}@${agent}`);
+      }
       else if (typeof l.rpcError === "string") r.rpcErrorsByCode[l.rpcError] = (r.rpcErrorsByCode[l.rpcError] ?? 0) + 1;
     }
   }
@@ -155,8 +172,22 @@ export async function verify(
   }
 }
 
+/** What the run itself saw, beside the database: its faults' recoveries, the agents' answers, its processes' exits. */
+export interface RunChecks {
+  crashes: number;
+  /** Finished runs whose result was refused (records.refusedZombie). */
+  refused: number;
+  /** INTERNAL answers on the agents' main connection and the producer's. */
+  internal: number;
+  /** Faults after which nothing completed within the recovery timeout while work was open. */
+  unrecovered: { kind: string; at: string; open: number }[];
+  recoveryTimeoutMs: number;
+  /** Processes that did not exit within their bound on SIGTERM (agents at the end, daemons of a daemon-term). */
+  hung: { process: string; at: string; boundMs: number }[];
+}
+
 /** The invariants that must hold for the run to pass. */
-export function broken(v: Verdict, crashes: number): string[] {
+export function broken(v: Verdict, x: RunChecks): string[] {
   const b: string[] = [];
   if (v.lost > 0 || v.rows !== v.enqueued) b.push(`lost ${v.lost} (rows ${v.rows} for ${v.enqueued} enqueued)`);
   if (v.stuck > 0) b.push(`stuck ${v.stuck}`);
@@ -167,6 +198,13 @@ export function broken(v: Verdict, crashes: number): string[] {
   if (v.holderDidNotRun > 0) b.push(`completed by a holder with no recorded run ${v.holderDidNotRun}`);
   if (v.inactiveMarkedLive > 0) b.push(`live agents marked inactive ${v.inactiveMarkedLive}`);
   if (v.agentsNotActiveAtEnd.length > 0) b.push(`agents not active at the end: ${v.agentsNotActiveAtEnd.join(", ")}`);
-  if (crashes > 0) b.push(`processes that died on their own ${crashes}`);
+  for (const u of x.unrecovered) b.push(`fault ${u.kind} at ${u.at}: no completion within ${x.recoveryTimeoutMs / 1000} s (${u.open} items open)`);
+  if (x.refused > 0) b.push(`results refused (lease lost) ${x.refused}`);
+  if (x.internal > 0) b.push(`INTERNAL answers ${x.internal}`);
+  const agentsHung = x.hung.filter((h) => h.process.startsWith("chaos-agent-"));
+  const daemonsHung = x.hung.filter((h) => !h.process.startsWith("chaos-agent-"));
+  if (agentsHung.length > 0) b.push(`agents hung on SIGTERM: ${agentsHung.map((h) => `${h.process} (over ${h.boundMs / 1000} s)`).join(", ")}`);
+  if (daemonsHung.length > 0) b.push(`daemons hung on SIGTERM: ${daemonsHung.map((h) => `${h.process} at ${h.at} (over ${h.boundMs / 1000} s)`).join(", ")}`);
+  if (x.crashes > 0) b.push(`processes that died on their own ${x.crashes}`);
   return b;
 }
