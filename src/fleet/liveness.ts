@@ -13,6 +13,15 @@
  *   stopped, or is presumed dead. When the sweeping daemon wrote the agent's last beat itself (it
  *   remembers: HeartbeatBuffer.ownBeatsBefore), it alone may hold a newer one, since an agent moves
  *   to another daemon by registering there, which rewrites its row.
+ * - A daemon judges no agent until it has reached the database for a full window: since its first
+ *   maintenance run, or since its first run after one the database's absence failed (Maintenance's
+ *   reachedSinceMs). Before that, agents have not had a window to reach it (they were beating to
+ *   the daemon it replaced, or to none while every daemon was down or cut off), and the daemons
+ *   that got the database back with it have not all written what they held. So a restart costs
+ *   nothing (the first run, before the server serves, marks no one), and after an outage of the
+ *   database itself the first daemon back does not judge agents whose last write is a
+ *   registration (judged by its time alone, below) while the daemon holding their beats is still
+ *   on its way back. An agent silent for the whole window goes inactive at its end, as ever.
  *
  * Why this way: of "no sweep until every live instance has flushed" and "the sweep's clock stops
  * while the database was unreachable", the first is the rule, because it needs no guess of how long
@@ -56,15 +65,23 @@ export function agentLivenessTask(deps: {
 }): MaintenanceTask {
   const window = deps.config.livenessIntervals * deps.config.heartbeatInterval;
   const silentLimit = SILENT_DAEMON_WINDOWS * window;
-  // This daemon has reached the database since `reachedSince` without a break: every sweep since
-  // then succeeded within a window of the one before. After a longer gap (the database away, or
-  // this process hung or paused) the count starts again.
+  // This daemon has reached the database since `reachedSince` without a break: Maintenance says
+  // so, and every sweep since then ran within a window of the one before. After a longer gap
+  // (this process hung or paused) the count starts again too.
   let reachedSince = Number.NEGATIVE_INFINITY;
   let lastSweep = Number.NEGATIVE_INFINITY;
   return {
     name: "agent-liveness",
-    async run(now) {
-      const since = now - lastSweep > window ? now : reachedSince;
+    async run(now, run) {
+      const reached = run?.reachedSinceMs ?? Number.NEGATIVE_INFINITY;
+      const since = Math.max(reached, now - lastSweep > window ? now : reachedSince);
+      if (now - reached < window) {
+        // Too soon to judge anyone (see the file's opening comment). Maintenance vouches for the
+        // database since `reached`, so the stretch counts as swept.
+        reachedSince = since;
+        lastSweep = now;
+        return;
+      }
       const deadBefore = now - silentLimit;
       const gone = await deps.agents.markStaleInactive(now, now - window, {
         self: deps.config.instanceId,
