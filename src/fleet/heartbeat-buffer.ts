@@ -20,6 +20,12 @@ export class HeartbeatBuffer {
    * ownBeatsBefore).
    */
   readonly #written = new Map<string, number>();
+  /**
+   * For each agent, when its latest beat arrived here, written or not: what this daemon knows
+   * first-hand of which agents are in touch with it, whether the database is there or not (see
+   * heardSince).
+   */
+  readonly #heard = new Map<string, number>();
   #timer: NodeJS.Timeout | undefined;
   #flushing: Promise<void> | undefined;
   /** A flush requested while another was writing (shared by every such request). */
@@ -49,12 +55,25 @@ export class HeartbeatBuffer {
 
   add(write: HeartbeatWrite): void {
     this.#pending.set(write.name, write);
+    this.#heard.set(write.name, Math.max(write.at, this.#heard.get(write.name) ?? write.at));
   }
 
   /** Drops a buffered heartbeat (the agent deregistered; its last beat must not land after). */
   discard(name: string): void {
     this.#pending.delete(name);
     this.#written.delete(name);
+    this.#heard.delete(name);
+  }
+
+  /**
+   * The agents whose beat arrived here at or after `sinceMs`, written or not: those in touch with
+   * this daemon since then, even while the database was away (the lease carry-over after an
+   * outage extends their leases). One entry per agent that ever beat here, as for #written.
+   */
+  heardSince(sinceMs: number): string[] {
+    const names: string[] = [];
+    for (const [name, at] of this.#heard) if (at >= sinceMs) names.push(name);
+    return names;
   }
 
   /**

@@ -139,11 +139,36 @@ export class WorkQueue {
     if (rows.some((r) => r.status === "failed")) this.done.ring(["*"]);
   }
 
-  /** The expiry sweep: one statement, safe when every daemon runs it. */
-  expiryTask(): MaintenanceTask {
+  /**
+   * The expiry sweep: one statement, safe when every daemon runs it. What must stay true around an
+   * outage (or a start), so that work an agent kept running is neither refused nor run again:
+   *
+   * - At the first run after this daemon (re)gained the database, before any expiry, the leases of
+   *   the agents whose heartbeats reached it within the last liveness window (`inTouch`: the
+   *   agents it knows first-hand to be alive, beats received while the database was away
+   *   included) are extended to a full TTL from now. Those agents could not renew while the
+   *   database was away; they kept working, and their results must be accepted.
+   * - For one lease TTL since then it expires nothing: as if every lease had been renewed when the
+   *   database came back, which is no more than its holder's next renewal would give it. That is
+   *   the time the agents of the other daemons have to be extended likewise (each daemon extends
+   *   those it heard from at its own first run back, within a sweep interval or two of this one)
+   *   and the time an agent that reaches a daemon only now has to renew (it renews every TTL/3).
+   *   A lease granted or renewed since then cannot expire sooner anyway, so the hold-off only
+   *   touches leases that ran out while this daemon could not see their holders; an agent that is
+   *   gone meanwhile goes inactive by liveness, which gives its work back without waiting for this.
+   */
+  expiryTask(inTouch: { heardSince(sinceMs: number): string[] }): MaintenanceTask {
+    const ttl = this.config.leaseTtl;
+    const window = this.config.livenessIntervals * this.config.heartbeatInterval;
     return {
       name: "lease-expiry",
-      run: async (now) => {
+      run: async (now, run) => {
+        if (run?.justReached) {
+          const agents = inTouch.heardSince(now - window);
+          const kept = await this.store.extendHeldLeases(agents, now, ttl, "lease-carry-over");
+          if (kept.length > 0) this.log.info({ agents: agents.length, items: kept.length }, "database back: leases of the agents heard from during the outage extended");
+        }
+        if (now - (run?.reachedSinceMs ?? Number.NEGATIVE_INFINITY) < ttl) return;
         const rows = await this.store.requeueExpired(now, "expiry-sweep");
         this.events.requeued(rows, "expired");
         this.freed(rows);

@@ -150,7 +150,7 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
   // Engine liveness first: it writes this instance's buffered heartbeats before the agent sweep judges them.
   maintenance.add(engineLivenessTask({ config, engines, heartbeats, log }));
   maintenance.add(agentLivenessTask({ config, agents, hub, audit, heartbeats, log, onAgentGone }));
-  maintenance.add(queue.expiryTask());
+  maintenance.add(queue.expiryTask(heartbeats));
   maintenance.add(queue.dueTask());
   maintenance.add(queue.strandedTask());
   const agentOps = new AgentOpsStore(pool, tables);

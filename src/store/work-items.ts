@@ -28,7 +28,7 @@ import { ItemsContext, type Backoff, type Sharing } from "./work-items/context.j
 import { enqueueRows, enqueueRowsOf, type EnqueueResult, type EnqueueRow, type HandoffInput, type NewItem } from "./work-items/enqueue.js";
 import { complete, extend, fail, release, type Completion } from "./work-items/fenced-writes.js";
 import { childCounts, find, get, list, type ListFilter } from "./work-items/reads.js";
-import { dueKeys, dueSince, failStranded, failUnplaceable, releaseAgent, requeueAgent, requeueExpired, requeueLeases } from "./work-items/sweeps.js";
+import { dueKeys, dueSince, extendHeldLeases, failStranded, failUnplaceable, releaseAgent, requeueAgent, requeueExpired, requeueLeases } from "./work-items/sweeps.js";
 import type { Page } from "./paging.js";
 
 export { ITEM_COLUMNS, ITEM_STATUSES, workItemRow, type ClaimedRow, type Completed, type ItemStatus, type Requeued, type WorkItemRow } from "./work-items/columns.js";
@@ -98,6 +98,11 @@ export class WorkItemStore {
   /** The expiry sweep: dispatched items whose lease ran out go back (an attempt spent) or fail. */
   requeueExpired(nowMs: number, by: string, limit = 1000): Promise<readonly Requeued[]> {
     return requeueExpired(this.#q, nowMs, by, limit);
+  }
+
+  /** The lease carry-over after an outage: these agents' dispatched items leased to nowMs + ttlMs at least, tokens kept (./work-items/sweeps.ts). */
+  extendHeldLeases(agents: readonly string[], nowMs: number, ttlMs: number, by: string): Promise<readonly { id: string }[]> {
+    return extendHeldLeases(this.#q, agents, nowMs, ttlMs, by);
   }
 
   /** Everything an agent holds goes back at once (it went inactive), an attempt spent. */

@@ -3,7 +3,7 @@
  * goes inactive or its drain deadline passes, items stranded by their affinity key, and the due
  * checks that wake waiting claims. Each write returns items to `pending` (or fails them) in one
  * statement, and only from the state it names, so a sweep and a fenced write of one item never
- * both succeed.
+ * both succeed. One more keeps items where they are: the lease carry-over after an outage.
  */
 import { sql, type FragmentSqlToken } from "slonik";
 import { z } from "zod";
@@ -22,6 +22,35 @@ import type { ItemsContext } from "./context.js";
  */
 export function requeueExpired(q: ItemsContext, nowMs: number, by: string, limit: number): Promise<readonly Requeued[]> {
   return requeue(q, sql.fragment`status = 'dispatched' AND lease_expires_at < ${msToNs(nowMs)}`, "lease expired", nowMs, by, true, limit);
+}
+
+/**
+ * The lease carry-over after an outage: the dispatched items of these agents (those a daemon heard
+ * from while the database was away) get their lease extended to nowMs + ttlMs, in one statement.
+ * What must stay true: a lease is never shortened, its token never changes (the holder's later
+ * writes are fenced by it), and only a holder that may still run its work is extended: an active
+ * or draining agent, not one found inactive or removed (its leases are given back). Rows another
+ * write holds are skipped, as the sweeps skip them: that write completes, extends or ends them.
+ */
+export function extendHeldLeases(q: ItemsContext, agents: readonly string[], nowMs: number, ttlMs: number, by: string): Promise<readonly { id: string }[]> {
+  if (agents.length === 0) return Promise.resolve([]);
+  const w = q.t.id("work_item");
+  const a = q.t.id("agent");
+  const until = msToNs(nowMs + ttlMs);
+  return withDbErrors(() =>
+    q.db.any(sql.type(z.object({ id: z.string() }))`
+        WITH held AS (
+          SELECT wi.id FROM ${w} wi
+           WHERE wi.status = 'dispatched' AND wi.lease_expires_at < ${until}::bigint
+             AND wi.agent_id = ANY(${sql.array([...agents], "text")})
+             AND EXISTS (SELECT 1 FROM ${a} ag WHERE ag.name = wi.agent_id AND ag.status IN ('active', 'draining') AND ag.deletedon IS NULL)
+           ORDER BY wi.id FOR UPDATE OF wi SKIP LOCKED
+        )
+        UPDATE ${w} w SET lease_expires_at = ${until}::bigint, updatedby = ${by}, updatedon = ${ts(nowMs)}
+          FROM held
+         WHERE w.id = held.id
+        RETURNING w.id`),
+  );
 }
 
 /** Everything an agent holds goes back at once (it went inactive), one redelivery spent on each. */
