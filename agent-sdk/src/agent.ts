@@ -110,6 +110,7 @@ export class Agent extends EventEmitter<AgentEvents> {
   #error: Error | undefined;
   #starting: Promise<void> | undefined;
   #shutdown: Promise<void> | undefined;
+  #failbackTimer: NodeJS.Timeout | undefined;
   #deadlineAt = Number.POSITIVE_INFINITY;
   #deadlineTimer: NodeJS.Timeout | undefined;
   #removeSignalHandlers: (() => void) | undefined;
@@ -277,6 +278,33 @@ export class Agent extends EventEmitter<AgentEvents> {
     this.#life.to("running");
     this.#intake.start();
     if (reg.status === "draining") this.#onDaemonStatus("draining", undefined, "registration");
+    this.#scheduleFailback();
+  }
+
+  /**
+   * Failback (link.ts goHome): while the agent runs on a daemon other than its home one, it tries
+   * to go back every failbackMs (±50 %, so a fleet that failed over together does not move back
+   * together), on the stream only at a moment it holds nothing (intake.ts).
+   */
+  #scheduleFailback(): void {
+    const every = this.#o.failbackMs;
+    if (every <= 0 || this.#o.addresses.length < 2 || this.#leaving) return;
+    this.#failbackTimer = setTimeout(() => void this.#tryFailback(), every * (0.5 + Math.random()));
+    this.#failbackTimer.unref();
+  }
+
+  async #tryFailback(): Promise<void> {
+    const running = () => this.#life.state === "running" && !this.#leaving;
+    try {
+      if (running() && this.#link.away) {
+        const idle = () => this.#work.busy === 0 && this.#work.held().length === 0;
+        // The heartbeat thread stays where it beats: any daemon takes heartbeats, and it moves on by itself when that one goes.
+        await this.#intake.failback(this.#link, idle, running);
+      }
+    } catch (err) {
+      this.#log.debug({ err: errorText(err) }, "failback: not this time");
+    }
+    if (!isTerminal(this.#life.state)) this.#scheduleFailback();
   }
 
   /** Opens the metrics endpoint when `metricsPort` asks for one (prom-client is loaded only then). */
@@ -369,6 +397,7 @@ export class Agent extends EventEmitter<AgentEvents> {
 
   #beginShutdown(deadlineAt: number, why: string): Promise<void> {
     this.#leaving = true;
+    clearTimeout(this.#failbackTimer);
     this.#tighten(deadlineAt);
     return (this.#shutdown ??= this.#shutdownInOrder(why));
   }
@@ -458,6 +487,7 @@ export class Agent extends EventEmitter<AgentEvents> {
 
   #fail(err: AgentFailedError): void {
     if (isTerminal(this.#life.state)) return;
+    clearTimeout(this.#failbackTimer);
     this.#error = err;
     this.#log.error({ err }, "agent failed");
     this.#life.to("failed");

@@ -216,6 +216,24 @@ export class Channel {
     }
   }
 
+  /** Credits are being granted (start() and no stop() since). */
+  get taking(): boolean {
+    return this.#taking;
+  }
+
+  /**
+   * Ends the current call with a goodbye and opens the stream again, on the link's current daemon
+   * (after a failback, the home one). The goodbye releases what the old call pushed and was not
+   * reported, so this is for an agent that withdrew its credits and holds nothing.
+   */
+  reopen(): void {
+    const call = this.#call;
+    if (!call || this.#leaving) return;
+    this.#flush();
+    call.push({ goodbye: true });
+    call.end();
+  }
+
   /** Ends the stream where it stands (the daemon sees a break) and opens it no more. */
   close(): void {
     this.#leaving = true;

@@ -101,6 +101,29 @@ export class Intake {
     await this.#claimerStopped();
   }
 
+  /**
+   * Moves to the home daemon (Link.goHome) while the agent is on another one. By unary claims the
+   * next claim simply goes there (leases are good at any daemon). On the stream the agent first
+   * withdraws its credits and moves only if it then holds nothing (`idle`), since the goodbye that
+   * ends the old call releases what that call pushed and was not reported; otherwise it takes work
+   * again where it is (unless `running` says the agent stopped meanwhile) and tries later.
+   * Resolves with whether it moved.
+   */
+  async failback(link: Link, idle: () => boolean, running: () => boolean): Promise<boolean> {
+    const channel = this.#streaming ? this.#channel : undefined;
+    if (!channel) return link.goHome();
+    if (!channel.taking || !idle()) return false;
+    await channel.stop();
+    let moved = false;
+    try {
+      moved = idle() && (await link.goHome());
+      if (moved) channel.reopen();
+    } finally {
+      if (running()) channel.start();
+    }
+    return moved;
+  }
+
   /** Room came free. */
   nudge(): void {
     if (this.#streaming) this.#channel!.nudge();

@@ -48,7 +48,9 @@ export class Link {
   readonly #log: Logger;
   readonly #hooks: LinkHooks;
   readonly #closed = new AbortController();
-  #current = 0;
+  #current: number;
+  /** The daemon this agent belongs on while every daemon is up (see homeIndex). */
+  readonly #home: number;
   #generation = 0;
   #recovering: Promise<void> | undefined;
   #fatal: AgentFailedError | undefined;
@@ -70,6 +72,7 @@ export class Link {
       const transport = opts.fastTransport ? createSdkGrpcTransport(transportOptions) : createGrpcTransport(transportOptions);
       return { address, session, client: createClient(AgentService, transport) };
     });
+    this.#home = this.#current = homeIndex(opts.name, this.#targets.length);
   }
 
   /** The client of the daemon the agent is registered with. */
@@ -84,6 +87,34 @@ export class Link {
   /** Index of the current daemon in the addresses. */
   get index(): number {
     return this.#current;
+  }
+
+  /** On a daemon other than its home one, and not recovering: failback may move it (goHome). */
+  get away(): boolean {
+    return this.#current !== this.#home && this.#recovering === undefined && !this.#closed.signal.aborted && this.#fatal === undefined;
+  }
+
+  /**
+   * Failback: registers with the home daemon and makes it the current one. False, with nothing
+   * changed, when it does not answer or refuses; a recovery started meanwhile wins (it registered
+   * wherever it could). Calls made on the old daemon's client finish there: leases and reports are
+   * good at any daemon.
+   */
+  async goHome(): Promise<boolean> {
+    if (!this.away) return false;
+    const home = this.#targets[this.#home]!;
+    try {
+      await this.#hooks.register(home.client, home.address);
+    } catch (err) {
+      this.#log.debug({ address: home.address, err: errorText(err) }, "failback: the home daemon cannot take this agent yet");
+      return false;
+    }
+    if (this.#recovering !== undefined || this.#closed.signal.aborted) return false;
+    const from = this.address;
+    this.#current = this.#home;
+    this.#generation++;
+    this.#log.info({ from, address: home.address }, "failback: back on the home daemon");
+    return true;
   }
 
   /** The client `offset` places after the current one, for calls that go round the daemons themselves. */

@@ -150,6 +150,13 @@ export interface AgentOptions {
    */
   fastTransport?: boolean;
   /**
+   * With several addresses, how often (on average, with jitter of ±50 %) an agent that failed over
+   * away from its home daemon (its name hashed over the addresses, so a fleet given one list spreads
+   * over it) tries to go back; on the stream it moves only at a moment it holds no item. 0: never.
+   * @default 30000
+   */
+  failbackMs?: number;
+  /**
    * Takes work and the daemon's directives over one long-lived stream (AgentService.Connect), and
    * reports on it; false: by unary claims and the WatchDirectives stream, as against a daemon that
    * has no such stream (the agent falls back to those by itself when the daemon answers UNIMPLEMENTED).
@@ -208,6 +215,7 @@ export interface ResolvedOptions {
   keepalive: { intervalMs: number; timeoutMs: number };
   interceptors: Interceptor[];
   fastTransport: boolean;
+  failbackMs: number;
   stream: boolean;
   /** Where the metrics endpoint listens; undefined when there is none. */
   metrics: { host: string; port: number } | undefined;
@@ -286,6 +294,7 @@ export function resolveOptions(o: AgentOptions): ResolvedOptions {
     },
     interceptors: [...(o.interceptors ?? [])],
     fastTransport: o.fastTransport ?? false,
+    failbackMs: positive("failbackMs", o.failbackMs, 30_000),
     stream: o.stream ?? true,
     metrics: metricsListen(o.metricsPort, o.metricsHost),
   };

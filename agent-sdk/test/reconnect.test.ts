@@ -9,7 +9,7 @@ import type { TestDb } from "../../test/support/db.js";
 import { freePort } from "../../test/support/free-port.js";
 import { useTestDb } from "../../test/support/kit.js";
 import type { Registration } from "../src/index.js";
-import { callLog, deferred, finished, Producer, testAgent, until, WorkItemStatus } from "./support.js";
+import { callLog, deferred, finished, homedName, Producer, testAgent, until, WorkItemStatus } from "./support.js";
 
 const fx = useTestDb("sdkreconn");
 let db: TestDb;
@@ -73,7 +73,8 @@ describe("several addresses", () => {
     const live = await start("second-address");
     const dead = `127.0.0.1:${await freePort()}`;
     const producer = new Producer(live.address, "t1");
-    const agent = testAgent([dead, live.address], { engineKinds: ["failover-start"], handlers: { "failover-start": async () => "served" } });
+    // Its home is the dead address: it starts there, and fails over.
+    const agent = testAgent([dead, live.address], { name: homedName("sdk", 0, 2), engineKinds: ["failover-start"], handlers: { "failover-start": async () => "served" } });
     await agent.start();
     expect(agent.registration?.address).toBe(live.address);
     const [id] = await producer.enqueue([{ engineKind: "failover-start" }]);
@@ -90,6 +91,7 @@ describe("several addresses", () => {
     const running = deferred();
     const gate = deferred();
     const agent = testAgent([a.address, b.address], {
+      name: homedName("sdk", 0, 2),
       engineKinds: ["failover-mid"],
       handlers: {
         "failover-mid": async () => {

@@ -17,6 +17,7 @@ import { WorkItemStatus, type WorkItem as WireItem } from "@aiflow/wire/gen/aifl
 
 export { WorkItemStatus, type WireItem };
 export { until } from "../../test/support/kit.js";
+import { homeIndex } from "../src/link.js";
 
 /** A producer: QueueService with the engine token, on a connection of its own. */
 export class Producer {
@@ -169,6 +170,14 @@ afterEach(async () => {
 let seq = 0;
 /** A unique agent name for this test file. */
 export const agentName = (label: string) => `${label}-${process.pid}-${++seq}`;
+
+/** A unique agent name whose home daemon (link.ts homeIndex) is the `index`-th of `n` addresses. */
+export function homedName(label: string, index: number, n: number): string {
+  for (;;) {
+    const name = agentName(label);
+    if (homeIndex(name, n) === index) return name;
+  }
+}
 
 /** An agent against `address` with short timings; stopped after the test. */
 export function testAgent(address: string | string[], options: Partial<AgentOptions> & Pick<AgentOptions, "handlers">): Agent {

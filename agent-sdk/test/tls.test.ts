@@ -29,7 +29,7 @@ import { QueueService } from "@aiflow/wire/gen/aiflow/cluster/v1/queue_pb.js";
 import { AgentFailedError, type Agent } from "../src/index.js";
 import { resolveOptions, type AgentOptions } from "../src/options.js";
 import { TlsMaterial } from "../src/tls.js";
-import { agentName, testAgent, until, WorkItemStatus } from "./support.js";
+import { agentName, homedName, testAgent, until, WorkItemStatus } from "./support.js";
 
 const pki = Pki.create();
 const stranger = Pki.create("another-ca");
@@ -380,7 +380,8 @@ describe("a daemon serving mutual TLS", () => {
     const dead = `https://127.0.0.1:${await freePort()}`;
     const agent = testAgent([dead, daemon.address], {
       token: undefined,
-      name: agentName("gpu"),
+      // Its home is the dead address: it starts there, and fails over.
+      name: homedName("gpu", 0, 2),
       tls: { ca: pki.ca.certPem, cert: certs.gpu.certPem, key: certs.gpu.keyPem },
       engineKinds: ["mtls-failover"],
       handlers: { "mtls-failover": async () => "second" },
