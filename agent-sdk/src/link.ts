@@ -68,7 +68,8 @@ export class Link {
       const url = opts.urls[i]!;
       // Pings find a dead connection while a long-poll or the directive stream waits on it.
       const session = new GuardedSessionManager(url, { pingIntervalMs: opts.keepalive.intervalMs, pingTimeoutMs: opts.keepalive.timeoutMs }, nodeOptions);
-      const transportOptions = { baseUrl: url, sessionManager: session, interceptors: [...interceptors, ...auth, ...opts.interceptors] };
+      // Innermost, so that every interceptor (the caller's own too) sees a torn-down call as UNAVAILABLE.
+      const transportOptions = { baseUrl: url, sessionManager: session, interceptors: [...interceptors, ...auth, ...opts.interceptors, tornDownIsUnavailable] };
       const transport = opts.fastTransport ? createSdkGrpcTransport(transportOptions) : createGrpcTransport(transportOptions);
       return { address, session, client: createClient(AgentService, transport) };
     });
@@ -219,6 +220,66 @@ export class Link {
       await sleep(delay, this.#closed.signal);
     }
   }
+}
+
+/**
+ * A call torn down under its caller by the connection (the daemon dying or closing it, a GOAWAY
+ * with an error, a reset) ends UNAVAILABLE, the code that says "try again", whichever transport
+ * carried it. connect-node reads such an end as INTERNAL (a reset with INTERNAL_ERROR, a session
+ * closed with an error code) or CANCELED (a reset with CANCEL: what Node gives the streams of a
+ * connection that closed), which callers took for the daemon's answer or for their own cancel.
+ * The SDK's own transport maps its resets so itself (wire/src/client/transport.ts), and its server
+ * streams are connect-node's: this maps what connect-node produced, once, for both. A call whose
+ * caller cancelled it, or whose deadline passed, keeps its code: its signal says so.
+ */
+export const tornDownIsUnavailable: Interceptor = (next) => async (req) => {
+  try {
+    const res = await next(req);
+    return res.stream ? { ...res, message: tornDownMessages(res.message, req.signal) } : res;
+  } catch (err) {
+    throw asUnavailable(err, req.signal);
+  }
+};
+
+async function* tornDownMessages<T>(messages: AsyncIterable<T>, signal: AbortSignal): AsyncGenerator<T> {
+  try {
+    yield* messages;
+  } catch (err) {
+    throw asUnavailable(err, signal);
+  }
+}
+
+/** The resets that tear a call down: connect-node names them in its message, Node in its error's. */
+const TORN_DOWN_RESET = /^http\/2 stream closed with error code (INTERNAL_ERROR|CANCEL|REFUSED_STREAM) \(0x[0-9a-f]+\)$|^Stream closed with error code NGHTTP2_(INTERNAL_ERROR|CANCEL|REFUSED_STREAM)$/;
+/** Node's errors for a session that ended under its streams, or would take none. */
+const TORN_DOWN_SESSION: ReadonlySet<string> = new Set(["ERR_HTTP2_SESSION_ERROR", "ERR_HTTP2_STREAM_CANCEL", "ERR_HTTP2_GOAWAY_SESSION"]);
+
+function asUnavailable(err: unknown, signal: AbortSignal): unknown {
+  if (signal.aborted || !(err instanceof ConnectError) || err.code === Code.Unavailable) return err;
+  if (err.code !== Code.Internal && err.code !== Code.Canceled) return err;
+  if (!tornDown(err)) return err;
+  return new ConnectError(err.rawMessage, Code.Unavailable, err.metadata, undefined, err);
+}
+
+function tornDown(err: ConnectError): boolean {
+  if (TORN_DOWN_RESET.test(err.rawMessage)) return true;
+  for (let e: unknown = err.cause, depth = 0; e instanceof Error && depth < 8; e = e.cause, depth++) {
+    const code = (e as { code?: unknown }).code;
+    if (code === "ERR_HTTP2_STREAM_ERROR" && TORN_DOWN_RESET.test(e.message)) return true;
+    if (typeof code === "string" && TORN_DOWN_SESSION.has(code)) return true;
+  }
+  return false;
+}
+
+/**
+ * The home daemon of the agent `name` among `n` addresses: FNV-1a of the name, modulo n. A fleet
+ * given the same list of addresses spreads over them evenly, and each agent's choice is the same
+ * across restarts, so failback (Link.goHome) restores the spread a failover undid.
+ */
+export function homeIndex(name: string, n: number): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < name.length; i++) h = Math.imul(h ^ name.charCodeAt(i), 0x01000193) >>> 0;
+  return h % n;
 }
 
 /** A TLS handshake that failed, said in terms of the agent's `tls` options; undefined for any other failure. */

@@ -31,10 +31,10 @@ const errors: Interceptor = (next) => async (req) => {
     return await next(req);
   } catch (err) {
     const e = ConnectError.from(err);
-    // An aborted call is the SDK cancelling its own long-poll (a stop, a failover), not an answer;
-    // a stream reset by a dying connection reads as INTERNAL on the client but is no daemon's answer.
-    const reset = e.code === Code.Internal && /http\/2 stream closed/.test(e.rawMessage);
-    if (e.code !== Code.Canceled) record({ rpcError: reset ? "StreamReset" : Code[e.code], method: req.method.localName });
+    // An aborted call is the SDK cancelling its own long-poll (a stop, a failover), not an answer.
+    // A connection torn down under a call (a reset, a dying daemon) is UNAVAILABLE by the SDK's own
+    // mapping (agent-sdk/src/link.ts), so an INTERNAL here is counted as one: the run fails on it.
+    if (e.code !== Code.Canceled) record({ rpcError: Code[e.code], method: req.method.localName });
     throw err;
   }
 };

@@ -286,17 +286,29 @@ function readFrame<O extends DescMessage>(body: Buffer, outCodec: Codec<O>, read
   }
 }
 
-/** What an HTTP/2 reset means for gRPC (https://github.com/grpc/grpc/blob/master/doc/PROTOCOL-HTTP2.md#errors). */
+/**
+ * What an HTTP/2 reset means for the caller: gRPC's table (PROTOCOL-HTTP2.md#errors), except that a
+ * stream torn down under the call is UNAVAILABLE, the code a caller retries. A reset reaches here
+ * only when the caller did not end the call (its cancel or deadline settles the call first, and the
+ * CANCEL it resets with is not read back), so each of these is the peer's or the connection's:
+ * - INTERNAL_ERROR: what Node gives every stream of a session that ends in an error (a daemon that
+ *   dies, a GOAWAY with an error code, a failed keepalive), and what a peer resets with when it
+ *   gives up on a stream;
+ * - CANCEL: what Node gives the streams of a connection that closed under them, and what a server
+ *   cancelling its calls in flight resets with;
+ * - REFUSED_STREAM: the peer did not process the stream (gRPC's own table says UNAVAILABLE).
+ * Read as INTERNAL, a daemon dying looked to callers like a daemon that answered with a bug.
+ */
 function errorFromReset(rstCode: number | undefined, cause?: unknown): ConnectError | undefined {
   const c = http2.constants;
   if (rstCode === undefined || rstCode === c.NGHTTP2_NO_ERROR) return undefined;
   const message = `http/2 stream closed with error code 0x${rstCode.toString(16)}`;
   const error = (code: Code) => new ConnectError(message, code, undefined, undefined, cause);
   switch (rstCode) {
+    case c.NGHTTP2_INTERNAL_ERROR:
+    case c.NGHTTP2_CANCEL:
     case c.NGHTTP2_REFUSED_STREAM:
       return error(Code.Unavailable);
-    case c.NGHTTP2_CANCEL:
-      return error(Code.Canceled);
     case c.NGHTTP2_ENHANCE_YOUR_CALM:
       return error(Code.ResourceExhausted);
     case c.NGHTTP2_INADEQUATE_SECURITY:
@@ -306,7 +318,14 @@ function errorFromReset(rstCode: number | undefined, cause?: unknown): ConnectEr
   }
 }
 
-/** Node's connection errors as connect-node maps them: a refused or unknown peer is UNAVAILABLE, a reset ABORTED. */
+/** Node's errors for a session that ended under its streams, or would take none: UNAVAILABLE, as a reset that tears a stream down is. */
+const TORN_DOWN: ReadonlySet<string> = new Set(["ERR_HTTP2_SESSION_ERROR", "ERR_HTTP2_STREAM_CANCEL", "ERR_HTTP2_GOAWAY_SESSION"]);
+
+/**
+ * Node's connection errors as connect-node maps them (a refused or unknown peer is UNAVAILABLE, a
+ * reset socket ABORTED), and a session torn down under the call UNAVAILABLE, where connect-node
+ * says INTERNAL.
+ */
 function errorFromNode(reason: unknown): ConnectError {
   const codes: string[] = [];
   for (let e: unknown = reason; e instanceof Error && codes.length < 8; e = e.cause) {
@@ -315,7 +334,7 @@ function errorFromNode(reason: unknown): ConnectError {
   }
   let code = Code.Internal;
   if (codes.some((c) => c === "ERR_STREAM_WRITE_AFTER_END" || c === "ERR_STREAM_DESTROYED" || c === "ERR_HTTP2_INVALID_STREAM" || c === "ECONNRESET")) code = Code.Aborted;
-  else if (codes.some((c) => c === "ETIMEDOUT" || c === "ENOTFOUND" || c === "EAI_AGAIN" || c === "ECONNREFUSED")) code = Code.Unavailable;
+  else if (codes.some((c) => c === "ETIMEDOUT" || c === "ENOTFOUND" || c === "EAI_AGAIN" || c === "ECONNREFUSED" || TORN_DOWN.has(c))) code = Code.Unavailable;
   const err = ConnectError.from(reason, code);
   if (err !== reason) err.cause = reason;
   return err;
