@@ -68,7 +68,8 @@ const agent = createAgent({
   prefetch: prefetchRaw ? Number(prefetchRaw) : undefined,
   logger: pino({ level: "warn" }),
   interceptors: [timing],
-  fastTransport: transport !== "slow",
+  // "fast" or "slow" set the SDK's fastTransport; anything else leaves the SDK's default.
+  fastTransport: transport === "fast" ? true : transport === "slow" ? false : undefined,
   stream: path !== "unary",
   // Over TLS (npm run bench -- --tls): the address is https:// and this is the CA to trust.
   tls: process.env.BENCH_TLS_CA ? { ca: process.env.BENCH_TLS_CA } : undefined,

@@ -29,7 +29,7 @@ export const HELP = `npm run bench -- [options]
   --console-items N  the console section's pending items (default 100000)
   --console-window D how long the console section measures the daemon's CPU, closed and open (default 20s)
   --only LIST        comma list of: enqueue,drain,mixed,tenants,latency,streams,heartbeat,dag,triggers (default
-                     all), fast-path, agent-path, claim_cost, console, python;
+                     all), fast-path, agent-path, sdk-transport, claim_cost, console, python;
                      mixed drains --items again, a mix of plain items, items that need GPU memory and
                      items under concurrency keys, with agents of several (simulated) GPU sizes, and
                      prints its rate ÷ the plain drain's (implies drain);
@@ -46,6 +46,9 @@ export const HELP = `npm run bench -- [options]
                      webhooks against as many StartRun calls, starts a second and CPU per start;
                      fast-path (only when named) drains twice in the run, with the daemon's
                      --grpc-fast-path and the SDK's fastTransport on, then both off;
+                     sdk-transport (only when named) drains twice on the same daemons, the SDK
+                     agents over its default transport (connect-node) and then over its own
+                     (fastTransport): items/s and the agents' CPU per item of each, own ÷ default;
                      agent-path (only when named) drains and runs the steady rate twice, the
                      agents over the agent stream (the SDK's default), then by unary claims;
                      console (only when named; needs Debian's chromium) opens the web console in
@@ -82,7 +85,7 @@ export class BenchArgError extends Error {}
 
 const SECTIONS = ["enqueue", "drain", "mixed", "tenants", "latency", "streams", "heartbeat", "dag", "triggers"];
 /** Sections run only when --only names them. */
-const OPT_IN = ["fast-path", "agent-path", "claim_cost", "console", "python"];
+const OPT_IN = ["fast-path", "agent-path", "sdk-transport", "claim_cost", "console", "python"];
 
 const count = (raw: string, flag: string, min = 1): number => {
   if (!/^\d+$/.test(raw) || Number(raw) < min) throw new BenchArgError(`${flag} needs a whole number ≥ ${min}, not '${raw}'`);

@@ -134,6 +134,26 @@ try {
     emit("http2_floor", { ...(await http2Floor(o)), ...perItem(ours, o.rate) });
   }
   if (agents) await Promise.all(agents.map((a) => a.stop()));
+  if (only.has("sdk-transport")) {
+    // The SDK's two client transports on the same daemons: what the opt-in one saves an agent.
+    const figures: Record<string, Record<string, number | string>> = {};
+    for (const transport of ["default", "fast"] as const) {
+      progress(`SDK transport ${transport}: enqueueing ${o.items} items, draining with ${o.agents} agents × ${o.slots} slots`);
+      await clearCompleted(db);
+      await enqueueRate(db, daemons, o.items);
+      const run = await drainOurs(db, daemons, { ...o, fastTransport: transport === "fast" ? true : undefined });
+      await stopAgents(run.agents);
+      emit(`drain_sdk_transport_${transport}`, run.figures);
+      figures[transport] = run.figures;
+      await settleDatabase(db);
+    }
+    const [d, f] = [figures.default!, figures.fast!];
+    emit("sdk_transport_ratio", {
+      fast_over_default_items_per_s: ratio(Number(f.items_per_s), Number(d.items_per_s)),
+      fast_over_default_agents_cpu_per_item: ratio(Number(f.agents_cpu_us_per_item), Number(d.agents_cpu_us_per_item)),
+      fast_over_default_machine_cpu_per_item: ratio(Number(f.machine_cpu_us_per_item), Number(d.machine_cpu_us_per_item)),
+    });
+  }
   if (only.has("agent-path")) {
     // The same drain and steady rate with the agents over the stream (the SDK's default), then
     // claiming by unary calls, on the same daemons.

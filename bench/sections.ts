@@ -150,7 +150,7 @@ export async function startAgents(
         env: { ...clientTlsEnv(d), ...env, ...envOf(i) },
         ready: (l) => l.includes('"ready"'),
       });
-    return startChild("bench/child-agent.ts", [d.url, TOKENS.agent, `bench-${tag}-${i}`, String(o.slots), tenants.join(","), KIND, o.prefetch === undefined ? "" : String(o.prefetch), o.fastTransport === false ? "slow" : "fast", o.agentStream === false ? "unary" : "stream"], {
+    return startChild("bench/child-agent.ts", [d.url, TOKENS.agent, `bench-${tag}-${i}`, String(o.slots), tenants.join(","), KIND, o.prefetch === undefined ? "" : String(o.prefetch), o.fastTransport === undefined ? "default" : o.fastTransport ? "fast" : "slow", o.agentStream === false ? "unary" : "stream"], {
       nodeArgs: NODE_TUNING,
       env: { ...clientTlsEnv(d), ...env, ...envOf(i) },
       ready: (l) => l.includes('"ready"'),
