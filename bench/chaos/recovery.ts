@@ -1,7 +1,7 @@
 /**
  * How the fleet recovers from a fault, read from the database while it happens: the first item
  * completed after the fault was lifted, when the completion rate (items completed over the last
- * 1 s, by completed_at) is back to half of what it was in the second before the fault, and when
+ * 1 s, by completed_at) is back to half of what it was before the fault, and when
  * every agent is active again. A fault after which nothing completed within the timeout while work
  * was open (or still coming) is unrecovered, which fails the run.
  */
@@ -19,16 +19,25 @@ const RATE_WAIT_MS = 5000;
 const ns = (ms: number) => BigInt(Math.round(ms)) * 1_000_000n;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-/** Items completed in the rate window before `at`; null while Postgres does not answer. */
+/**
+ * The completion rate before `at`: the median of the five 1 s windows before it (a median, so that
+ * a backlog's burst after the previous fault does not set it); null while Postgres does not answer.
+ */
 export async function rateBefore(query: Query, at: number): Promise<number | null> {
-  const r = await query<{ n: string }>(`SELECT count(*) AS n FROM aiflow_work_item WHERE completed_at >= ${ns(at - RATE_WINDOW_MS)} AND completed_at < ${ns(at)}`);
-  return r ? Number(r[0]!.n) : null;
+  const windows = 5;
+  const r = await query<{ w: number; n: string }>(
+    `SELECT floor((${ns(at)} - completed_at) / ${ns(RATE_WINDOW_MS)})::int AS w, count(*) AS n FROM aiflow_work_item
+      WHERE completed_at >= ${ns(at - windows * RATE_WINDOW_MS)} AND completed_at < ${ns(at)} GROUP BY 1`,
+  );
+  if (!r) return null;
+  const counts = Array.from({ length: windows }, (_, w) => Number(r.find((x) => x.w === w)?.n ?? 0)).sort((a, b) => a - b);
+  return counts[Math.floor(windows / 2)]!;
 }
 
 export interface Recovery {
   /** From the fault to its lift (the outage, the restart). */
   downMs: number;
-  /** Items completed in the second before the fault. */
+  /** Items completed a second before the fault (the median of five 1 s windows). */
   rateBefore: number | null;
   /** From the lift to the first completion after it (by the row's completed_at). */
   firstCompletionMs: number | null;

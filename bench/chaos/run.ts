@@ -32,7 +32,8 @@ const HELP = `npm run chaos -- [options]
   --kinds a,b,…   the fault kinds (default all):
 ${FAULT_KINDS.map((k) => `                    ${k.padEnd(15)} ${FAULT_HELP[k]}`).join("\n")}
   --keep          keep the run's directory (logs, agents' records) even when it passes
-  --small         the CI-sized run: 2 daemons, 3 agents, 300 items, one fault of each kind (~90 s)
+  --small         the CI-sized run: 2 daemons, 3 agents, 300 items at 2 a second, one fault of each
+                  kind, a 20 s recovery bound (about 100 s)
 The run starts its own embedded Postgres on a spare port: a server it may stop and restart,
 which a shared one must never be. Its data directory is removed at the end.`;
 
@@ -269,7 +270,8 @@ function summary(
   const s = (n: number | null) => (n === null ? "—" : `${(n / 1000).toFixed(1)} s`);
   const rows: [string, string][] = [
     ["seed / mode", `${o.seed} / ${o.mode}`],
-    ["daemons / agents / duration", `${o.daemons} / ${o.agents} / ${s(durationMs)}`],
+    ["daemons / agents", `${o.daemons} / ${o.agents}`],
+    ["work / whole run", `${s(durationMs)} / ${s(performance.now())}`],
     ["items enqueued / rows / completed", `${v.enqueued} / ${v.rows} / ${v.completed}`],
     ["lost / doubled / stuck", `${v.lost} / ${v.doubled} / ${v.stuck}`],
     ["ran beyond redeliveries / holder without run", `${v.overRun} / ${v.holderDidNotRun}`],
