@@ -11,6 +11,8 @@
  *   agent can take (it may take fewer later, when the claim-ahead allowance shrinks; those wait).
  * - stop() returns once the daemon has answered the withdrawal: every item pushed under the old
  *   credits has arrived by then (the stream is ordered), so a drain hands over what it still brings.
+ *   A daemon that leaves it unanswered for rpcTimeoutMs has its stream ended as broken, and stop()
+ *   returns then: a shutdown never waits on a stream without a bound.
  * - A report is answered on the stream it was sent on, or rejected when that stream ends without
  *   answering: the reporter then sends it again after the link recovered (reports are fenced by
  *   lease token, so one applied before the end and sent again is refused, not applied twice).

@@ -98,7 +98,8 @@ export interface AgentOptions {
   gracefulShutdownMs?: number;
   /**
    * Installs SIGTERM and SIGINT handlers: the first signal drains within `gracefulShutdownMs`, a
-   * second one stops at once. They are removed when the agent stops.
+   * second one exits the process at once (code 128 + the signal's number). They are removed when
+   * the agent stops.
    * @default false
    */
   handleSignals?: boolean;
