@@ -423,7 +423,9 @@ export class Agent extends EventEmitter<AgentEvents> {
     await this.#work.nothingRunning();
     if (!current()) return;
     clearTimeout(this.#deadlineTimer);
-    await this.#reporter.flush(this.#o.rpcTimeoutMs);
+    // Bounded, but nothing is given up on: the agent stays registered and reports what is left
+    // once the daemon answers (a flush that gave up would leave it unable to report after an undrain).
+    if (!(await this.#reporter.answered(this.#o.rpcTimeoutMs))) this.#log.warn({ timeoutMs: this.#o.rpcTimeoutMs }, "pausing for the daemon's drain with reports unanswered: they go on being sent");
     if (!current()) return;
     this.#deadlineAt = Number.POSITIVE_INFINITY;
     this.#life.to("paused");

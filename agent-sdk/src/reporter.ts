@@ -110,12 +110,25 @@ export class Reporter {
    * what is still unanswered resolves as not reported, and later submissions too.
    */
   async flush(timeoutMs: number): Promise<void> {
-    const timer = setTimeout(() => this.close(), timeoutMs);
+    if (!(await this.answered(timeoutMs))) this.close();
+  }
+
+  /**
+   * Sends what is queued and waits, at most `timeoutMs`, until every report is answered; true when
+   * they all were. Unlike flush() it gives up on nothing: what is unanswered goes on being sent
+   * (an agent that pauses for the daemon's drain keeps its reports, and reports again once undrained).
+   */
+  async answered(timeoutMs: number): Promise<boolean> {
+    let timedOut = false;
+    let wake!: () => void;
+    const timeout = new Promise<void>((resolve) => (wake = resolve));
+    const timer = setTimeout(() => ((timedOut = true), wake()), timeoutMs);
     try {
-      while (this.#queue.length > 0 || this.#sending.size > 0) {
+      while (!timedOut && (this.#queue.length > 0 || this.#sending.size > 0)) {
         this.#flushNow();
-        await Promise.all(this.#sending);
+        await Promise.race([Promise.all(this.#sending), timeout]);
       }
+      return this.#queue.length === 0 && this.#sending.size === 0;
     } finally {
       clearTimeout(timer);
     }

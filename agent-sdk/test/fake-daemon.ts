@@ -36,6 +36,8 @@ export class FakeDaemon {
   status = AgentStatus.ACTIVE;
   /** How the n-th Connect (from 1) is served. */
   stream: (n: number) => StreamPolicy = () => "stuck";
+  /** While set, unary Complete calls answer only once it resolves (the agent's deadline may pass first). */
+  completeGate: Promise<void> | undefined;
   /** Items for the first stream message that grants credits. */
   items: MessageInitShape<typeof WorkItemSchema>[] = [];
   #streams = 0;
@@ -91,7 +93,10 @@ export class FakeDaemon {
       deregister: unary("Deregister", () => ({})),
       claim: unary("Claim", () => ({ status: this.status })),
       extendLease: unary("ExtendLease", (req: { leases: { workItemId: string }[] }) => ({ outcomes: req.leases.map((l) => ok(l.workItemId)) })),
-      complete: unary("Complete", (req: { items: { workItemId: string }[] }) => ({ outcomes: req.items.map((i) => ok(i.workItemId)) })),
+      complete: unary("Complete", async (req: { items: { workItemId: string }[] }) => {
+        await this.completeGate;
+        return { outcomes: req.items.map((i) => ok(i.workItemId)) };
+      }),
       fail: unary("Fail", (req: { items: { workItemId: string }[] }) => ({ outcomes: req.items.map((i) => ok(i.workItemId)) })),
       release: unary("Release", (req: { leases: { workItemId: string }[] }) => ({ outcomes: req.leases.map((l) => ok(l.workItemId)) })),
       watchDirectives: (_req, ctx) => this.#silence(ctx),

@@ -133,6 +133,31 @@ describe.each([true, false])("a daemon whose agent stream stops answering (fastT
   );
 
   it(
+    "the daemon's drain pauses the agent with a report unanswered, and the report still goes through afterwards",
+    async () => {
+      const log = keptLogger();
+      fake.items = [{ id: "w2", leaseToken: "lease-2", engineKind: "k", tenantKey: "t1", payloadJson: "{}" }];
+      fake.stream = (n) => (n === 1 ? "stuck" : "unavailable");
+      const gate = deferred();
+      fake.completeGate = gate.promise;
+      const agent = agentOn(log.logger, { engineKinds: ["k"], handlers: { k: async () => ({ done: true }) } });
+      const outcome = finished(agent, "w2", TEST_TIMEOUT_MS);
+      const paused = new Promise<void>((resolve) => agent.on("state", (s) => s === "paused" && resolve()));
+      await agent.start();
+      await fake.on(connectSent(1, (m) => m.completions.length > 0));
+      fake.status = AgentStatus.DRAINING;
+      fake.push(1, { directives: [{ kind: { case: "status", value: { status: AgentStatus.DRAINING, reason: "test" } } }] });
+      // The report cannot be answered in time: the agent pauses with it still on its way.
+      await paused;
+      expect(log.lines.filter((l) => /pausing for the daemon's drain with reports unanswered/.test(l.msg)).map((l) => l.level)).toEqual([WARN]);
+      gate.resolve();
+      expect((await outcome).outcome).toEqual<ItemOutcome>({ kind: "completed" });
+      await agent.stop();
+    },
+    TEST_TIMEOUT_MS,
+  );
+
+  it(
     "the daemon's drain pauses the agent although the withdrawal is never answered, and stop() still finishes from there",
     async () => {
       const log = keptLogger();
