@@ -191,7 +191,7 @@ describe("DagService calls", () => {
       [[{ name: "a", payloadJson: `{"x":"{{ context.a"}` }], Code.InvalidArgument, /^node 'a'.payload_json: bad template: .* unclosed/],
       [[{ name: "a", payloadJson: `{"x":"{{ secrets.a }}"}` }], Code.InvalidArgument, /^node 'a'.payload_json: bad template: 'secrets.a' must start with context, item, index, run_id$/],
       [[{ name: "a", payloadJson: `{"x":"{{ item }}"}` }], Code.InvalidArgument, /^node 'a'.payload_json: uses item or index, which only a fan-out node has$/],
-      [[{ name: "a", payloadJson: `{"x":` }], Code.InvalidArgument, /^node 'a'.payload_json: is not JSON/],
+      [[{ name: "a", payloadJson: `{"x":` }], Code.InvalidArgument, /^node 'a'.payload_json: is not valid JSON: .* at position \d+$/],
       [[{ name: "a", fanOut: "item.list" }], Code.InvalidArgument, /^node 'a'.fan_out: 'item.list' must be a path into the run context/],
       [[{ name: "a", fanOut: "context.list..x" }], Code.InvalidArgument, /^node 'a'.fan_out: 'context.list..x' has/],
       [[{ name: "w", wait: true }], Code.InvalidArgument, /^node 'w'.event: is required for a wait node$/],

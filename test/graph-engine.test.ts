@@ -163,7 +163,7 @@ describe("a graph definition", () => {
     ["an unknown start", (d) => (d.start = "zzz"), /definition\.start: names 'zzz'/],
     ["a duplicate node", (d) => d.nodes.push(task("a")), /node 'a': is a duplicate name/],
     ["max_steps past the cap", (d) => (d.maxSteps = 100_001n), /definition\.max_steps: 100001 is outside 1\.\.100000/],
-    ["a payload that is not JSON", (d) => (d.nodes[0] = task("a", "{nope")), /node 'a'\.payload_json: is not JSON/],
+    ["a payload that is not JSON", (d) => (d.nodes[0] = task("a", "{nope")), /node 'a'\.payload_json: is not valid JSON/],
   ])("with %s is INVALID_ARGUMENT naming it", async (_what, spoil, message) => {
     const def = base();
     spoil(def);

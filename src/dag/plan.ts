@@ -15,7 +15,7 @@ import { WorkerParamsSchema } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item
 import { Affinity, DefinitionSchema, NodeKind, OnFailure, type Definition } from "@aiflow/wire/gen/aiflow/dag/v1/dag_pb.js";
 import type { Config } from "../config.js";
 import { invalidArgument, resourceExhausted } from "../domain/errors.js";
-import { inRange, optionalText } from "../rpc/input/validate.js";
+import { inRange, jsonOrNull, optionalText } from "../rpc/input/validate.js";
 import { newItem } from "../rpc/queue-service.js";
 import type { NewItem } from "../store/work-items.js";
 import { checkTemplate, parsePath, TemplateError, type Path } from "./template.js";
@@ -73,7 +73,7 @@ export function planOf(def: Definition, limits: PlanLimits, inline: boolean): Pl
       if (!names.has(d)) throw invalidArgument(`node '${n.name}'.depends_on`, `names '${d}', which is not a node of the definition`);
     }
   const cycle = findCycle(nodes);
-  if (cycle) throw invalidArgument(`node '${cycle[0]}'`, `is on a cycle: ${cycle.join(" -> ")}`);
+  if (cycle) throw invalidArgument(`node '${cycle[0]}'`, `is on a cycle: ${cycleText(cycle)}`);
   return { definitionId, affinity, nodes };
 }
 
@@ -83,12 +83,9 @@ function planNode(n: Definition["nodes"][number], where: string, affinity: "none
   const kind = n.kind === NodeKind.WAIT ? "wait" : "task";
   let payload: unknown = null;
   let roots = new Set<string>();
-  if (n.payloadJson.trim() !== "") {
-    try {
-      payload = JSON.parse(n.payloadJson);
-    } catch (err) {
-      throw invalidArgument(`${where}.payload_json`, `is not JSON (${(err as Error).message})`);
-    }
+  const text = templateText(n.payloadJson, `${where}.payload_json`, limits);
+  if (text !== null) {
+    payload = JSON.parse(text);
     try {
       roots = checkTemplate(payload);
     } catch (err) {
@@ -155,29 +152,51 @@ export function itemOf(
   }
 }
 
-/** A cycle among the nodes as the names along it (first = last), or null. */
+/** A cycle's names as a refusal shows them: a long one by its ends and its length, so the message stays readable (and fits a gRPC trailer). */
+function cycleText(cycle: readonly string[]): string {
+  if (cycle.length <= 12) return cycle.join(" -> ");
+  return `${cycle.slice(0, 6).join(" -> ")} -> … (${cycle.length - 11} more) … -> ${cycle.slice(-5).join(" -> ")}`;
+}
+
+/**
+ * A payload template's JSON text, checked as a payload is (json-text.ts: nesting, NUL, lone
+ * surrogates, duplicate keys, numbers jsonb holds) within the definition's own byte cap; null when
+ * empty. The plan keeps the template in jsonb and walks it, so what the queue would refuse in a
+ * payload is refused here, naming the field.
+ */
+export function templateText(raw: string, field: string, limits: Pick<PlanLimits, "dagMaxDefinitionBytes">): string | null {
+  return jsonOrNull(raw, field, limits.dagMaxDefinitionBytes);
+}
+
+/**
+ * A cycle among the nodes as the names along it (first = last), or null. A depth-first search with
+ * a stack of its own: a chain as long as --dag-max-nodes allows must not cost the call stack a frame
+ * per node (a recursive walk overflowed at some thousands, and the refusal became INTERNAL).
+ */
 function findCycle(nodes: readonly PlanNode[]): string[] | null {
   const deps = new Map(nodes.map((n) => [n.name, n.deps]));
+  // 1: on the current path; 2: finished (no cycle through it).
   const state = new Map<string, 1 | 2>();
-  const stack: string[] = [];
-  const visit = (name: string): string[] | null => {
-    state.set(name, 1);
-    stack.push(name);
-    for (const d of deps.get(name) ?? []) {
-      if (state.get(d) === 1) return [...stack.slice(stack.indexOf(d)), d];
-      if (!state.has(d)) {
-        const c = visit(d);
-        if (c) return c;
-      }
-    }
-    stack.pop();
-    state.set(name, 2);
-    return null;
-  };
   for (const n of nodes) {
     if (state.has(n.name)) continue;
-    const c = visit(n.name);
-    if (c) return c;
+    // The current path, each entry with the index of the next dependency to look at.
+    const path: { name: string; next: number }[] = [{ name: n.name, next: 0 }];
+    state.set(n.name, 1);
+    while (path.length > 0) {
+      const top = path.at(-1)!;
+      const ds = deps.get(top.name) ?? [];
+      if (top.next >= ds.length) {
+        path.pop();
+        state.set(top.name, 2);
+        continue;
+      }
+      const d = ds[top.next++]!;
+      if (state.get(d) === 1) return [...path.slice(path.findIndex((p) => p.name === d)).map((p) => p.name), d];
+      if (!state.has(d)) {
+        state.set(d, 1);
+        path.push({ name: d, next: 0 });
+      }
+    }
   }
   return null;
 }

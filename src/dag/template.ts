@@ -6,7 +6,12 @@
  *
  * A path is a root (`context`, `item`, `index` or `run_id`) and then `.name` or `[N]` steps. A path
  * that is not there when the node starts reads as null.
+ *
+ * What must stay true, since templates come from whoever defines a run:
+ * - checkTemplate() refuses a template nested more than MAX_TEMPLATE_DEPTH levels, and walks it
+ *   without recursion: render() recurses once per level, so only a checked template may reach it.
  */
+import { MAX_JSON_DEPTH } from "../rpc/input/json-text.js";
 
 export type Root = "context" | "item" | "index" | "run_id";
 export type Step = string | number;
@@ -16,6 +21,8 @@ export interface Path {
 }
 
 const ROOTS: readonly Root[] = ["context", "item", "index", "run_id"];
+/** The deepest a template may nest: what a payload may (../rpc/input/json-text.ts). */
+export const MAX_TEMPLATE_DEPTH = MAX_JSON_DEPTH;
 const MARK = /\{\{([^{}]*)\}\}/g;
 
 export class TemplateError extends Error {
@@ -63,7 +70,7 @@ export interface Scope {
 
 /**
  * Checks every mark of a template (parsed JSON) and returns the roots it uses; throws TemplateError
- * on an unclosed mark or a bad path.
+ * on an unclosed mark, a bad path, or nesting deeper than MAX_TEMPLATE_DEPTH.
  */
 export function checkTemplate(template: unknown): Set<Root> {
   const roots = new Set<Root>();
@@ -97,8 +104,16 @@ export function render(template: unknown, scope: Scope): unknown {
   return template;
 }
 
-function walkStrings(v: unknown, visit: (s: string) => void): void {
-  if (typeof v === "string") visit(v);
-  else if (Array.isArray(v)) for (const x of v) walkStrings(x, visit);
-  else if (v !== null && typeof v === "object") for (const x of Object.values(v)) walkStrings(x, visit);
+/** Visits every string of a parsed JSON value, with a stack of its own (no recursion), refusing one nested too deep. */
+function walkStrings(root: unknown, visit: (s: string) => void): void {
+  const todo: { v: unknown; depth: number }[] = [{ v: root, depth: 0 }];
+  while (todo.length > 0) {
+    const { v, depth } = todo.pop()!;
+    if (typeof v === "string") visit(v);
+    else if (v !== null && typeof v === "object") {
+      if (depth >= MAX_TEMPLATE_DEPTH) throw new TemplateError(`nests deeper than ${MAX_TEMPLATE_DEPTH} levels of objects and lists`);
+      const children = Array.isArray(v) ? v : Object.values(v);
+      for (let i = children.length - 1; i >= 0; i--) todo.push({ v: children[i], depth: depth + 1 });
+    }
+  }
 }

@@ -7,7 +7,7 @@
 import { toJson, type JsonValue } from "@bufbuild/protobuf";
 import { WorkerParamsSchema, type WorkerParams } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
 import type { Config } from "../config.js";
-import { itemOf } from "../dag/plan.js";
+import { itemOf, templateText } from "../dag/plan.js";
 import { checkTemplate, TemplateError } from "../dag/template.js";
 import { AppError, invalidArgument, resourceExhausted } from "../domain/errors.js";
 import { inRange } from "../rpc/input/validate.js";
@@ -45,12 +45,9 @@ export function checkName(name: string, where: string): void {
 export function workPlan(w: { engineKind: string; payloadJson: string; maxRetries: number; workerParams?: WorkerParams; priority: number }, where: string, limits: Limits): WorkPlan {
   if (w.engineKind.trim() === "") throw invalidArgument(`${where}.engine_kind`, "is required: the agents that serve this engine kind run it");
   let payload: unknown = null;
-  if (w.payloadJson.trim() !== "") {
-    try {
-      payload = JSON.parse(w.payloadJson);
-    } catch (err) {
-      throw invalidArgument(`${where}.payload_json`, `is not JSON (${(err as Error).message})`);
-    }
+  const text = templateText(w.payloadJson, `${where}.payload_json`, limits);
+  if (text !== null) {
+    payload = JSON.parse(text);
     let roots: Set<string>;
     try {
       roots = checkTemplate(payload);

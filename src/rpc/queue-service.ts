@@ -20,7 +20,8 @@ import { decodeCursor, encodeCursor } from "./input/page-tokens.js";
 import { handedTraceparent } from "../observability/rpc-spans.js";
 import { MAX_KEY_CHARS } from "../domain/names.js";
 
-const listCursor = z.object({ priority: z.number().int(), createdon: z.number(), id: z.string() });
+/** A ListItems page token: the last item's sort key. Its priority is an int4 column's, so a forged one past int4 is refused here, not by Postgres as INTERNAL. */
+const listCursor = z.object({ priority: z.number().int().min(-(2 ** 31)).max(2 ** 31 - 1), createdon: z.number(), id: z.string() });
 
 const MAX_ENQUEUE = 10_000;
 const MAX_WAIT_MS = 60_000;
