@@ -8,6 +8,9 @@
  * that is not there when the node starts reads as null.
  *
  * What must stay true, since templates come from whoever defines a run:
+ * - A path reads the data's own keys only: `__proto__`, `constructor` and `prototype` are refused
+ *   when the template is checked, and resolve() reads own properties, so no path reaches an
+ *   object's prototype or its functions whatever the data holds.
  * - checkTemplate() refuses a template nested more than MAX_TEMPLATE_DEPTH levels, and walks it
  *   without recursion: render() recurses once per level, so only a checked template may reach it.
  */
@@ -21,6 +24,8 @@ export interface Path {
 }
 
 const ROOTS: readonly Root[] = ["context", "item", "index", "run_id"];
+/** Keys a path may not name: on a JavaScript object they lead to its prototype and its functions, not its data. */
+const FORBIDDEN_STEPS: ReadonlySet<string> = new Set(["__proto__", "constructor", "prototype"]);
 /** The deepest a template may nest: what a payload may (../rpc/input/json-text.ts). */
 export const MAX_TEMPLATE_DEPTH = MAX_JSON_DEPTH;
 const MARK = /\{\{([^{}]*)\}\}/g;
@@ -40,6 +45,7 @@ export function parsePath(raw: string): Path {
     const field = /^\.([A-Za-z_][A-Za-z0-9_-]*)/.exec(rest);
     const index = /^\[(\d{1,9})\]/.exec(rest);
     if (field) {
+      if (FORBIDDEN_STEPS.has(field[1]!)) throw new TemplateError(`'${text}' names '${field[1]}', which a path may not (it would read an object's prototype, not its data)`);
       steps.push(field[1]!);
       rest = rest.slice(field[0].length);
     } else if (index) {
@@ -56,7 +62,7 @@ export function resolve(path: Path, scope: Scope): unknown {
   for (const s of path.steps) {
     if (v === null || typeof v !== "object") return null;
     if (typeof s === "number") v = Array.isArray(v) ? (v[s] ?? null) : null;
-    else v = Array.isArray(v) ? null : ((v as Record<string, unknown>)[s] ?? null);
+    else v = Array.isArray(v) || !Object.hasOwn(v, s) ? null : ((v as Record<string, unknown>)[s] ?? null);
   }
   return v;
 }
