@@ -64,8 +64,24 @@ const postgresUrl: Parser<string> = (raw, flag) => {
   return rewritten;
 };
 
-/** The URL with its password masked; works on text that does not parse as a URL too (for errors). */
-export const redactDatabaseUrl = (url: string) => url.replace(/(:\/\/[^:/?#@]*:)[^@/?#]*@/, "$1****@");
+/**
+ * The URL with its secrets masked, for logs and errors: the userinfo's password, and the value of
+ * every query parameter whose name, percent-decoded as pg decodes it, ends in "password" (libpq's
+ * password and sslpassword, in any case), which pg takes as well as the userinfo's. Works on text
+ * that does not parse as a URL too.
+ */
+export const redactDatabaseUrl = (url: string) =>
+  url
+    .replace(/(:\/\/[^:/?#@]*:)[^@/?#]*@/, "$1****@")
+    .replace(/([?&])([^=&#]*)=[^&#]*/g, (param, sep: string, name: string) => (/password$/i.test(decodedName(name)) ? `${sep}${name}=****` : param));
+
+const decodedName = (name: string) => {
+  try {
+    return decodeURIComponent(name.replace(/\+/g, " "));
+  } catch {
+    return name;
+  }
+};
 
 const int =
   (min: number, max = Number.MAX_SAFE_INTEGER): Parser<number> =>
