@@ -89,6 +89,17 @@ class Options(unittest.TestCase):
                 with self.assertRaisesRegex(OptionsError, message):
                     opts(**kw).check()
 
+    def test_repr_hides_the_token_and_the_private_key(self) -> None:
+        # Options end up in logs and tracebacks by repr; the bearer token and a PEM key given as
+        # bytes are secrets (issue 51).
+        key = b"-----BEGIN PRIVATE KEY-----\nS3CRETKEY\n-----END PRIVATE KEY-----\n"
+        o = opts(token="s3cret-bearer-token", tls=TlsOptions(cert="/x.crt", key=key))
+        for text in (repr(o), str(o), repr(o.tls)):
+            self.assertNotIn("s3cret-bearer-token", text)
+            self.assertNotIn("S3CRETKEY", text)
+        self.assertIn("name='py-1'", repr(o))
+        self.assertEqual(o.token, "s3cret-bearer-token")
+
     def test_pem_from_a_file(self) -> None:
         with tempfile.NamedTemporaryFile("wb", suffix=".crt", delete=False) as f:
             f.write(b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")

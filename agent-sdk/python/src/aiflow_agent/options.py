@@ -34,7 +34,8 @@ class TlsOptions:
 
     ca: Optional[PemSource] = None
     cert: Optional[PemSource] = None
-    key: Optional[PemSource] = None
+    #: Left out of repr(): given as bytes, it is the private key itself.
+    key: Optional[PemSource] = field(default=None, repr=False)
     server_name: Optional[str] = None
 
 
@@ -118,7 +119,8 @@ class AgentOptions:
     handlers: Handlers
     address: Optional[str] = None
     addresses: Optional[Sequence[str]] = None
-    token: Optional[str] = None
+    #: Left out of repr() (options end up in logs and tracebacks): it is the agent's credential.
+    token: Optional[str] = field(default=None, repr=False)
     tls: Optional[TlsOptions] = None
     engine_kinds: Optional[Sequence[str]] = None
     tags: Mapping[str, str] = field(default_factory=dict)
