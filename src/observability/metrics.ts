@@ -85,6 +85,14 @@ export interface TriggerEvents {
   triggerFired(type: string, outcome: string): void;
 }
 
+/**
+ * A webhook delivery was refused (src/triggers/webhook.ts), for `reason` (one of a fixed set: the
+ * webhook's refusals and its action's error kinds), recorded as a firing or only counted here.
+ */
+export interface WebhookEvents {
+  webhookRefused(reason: string, recorded: boolean): void;
+}
+
 /** Seconds an item waits for dispatch, and runs: from a millisecond to hours. */
 const WAIT_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600];
 const RUN_BUCKETS = [0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 1800, 3600, 3 * 3600, 12 * 3600];
@@ -125,7 +133,7 @@ function childrenOf(h: Histogram<string>): (...values: string[]) => { observe(v:
   };
 }
 
-export class DaemonMetrics implements QueueEvents, DagEvents, EngineEvents, TriggerEvents {
+export class DaemonMetrics implements QueueEvents, DagEvents, EngineEvents, TriggerEvents, WebhookEvents {
   readonly registry = new Registry();
 
   readonly #emptyClaims = this.#counter("aiflow_queue_empty_claims_total", "Claims answered with no item (a long-poll that ended empty)");
@@ -193,6 +201,11 @@ export class DaemonMetrics implements QueueEvents, DagEvents, EngineEvents, Trig
     "aiflow_trigger_firings_total",
     "Trigger firings this daemon recorded, by trigger type (webhook, cron) and outcome (started, signalled, refused, failed)",
     ["type", "outcome"],
+  );
+  readonly #webhookRefusals = this.#counter(
+    "aiflow_webhook_refusals_total",
+    "Webhook deliveries refused, by reason (unsigned, stale, replayed, unknown_trigger, too_large, bad_body, throttled, or the action's refusal) and whether a firing was recorded (false: an unserved tenant, past the per-trigger limit a minute, or a throttled address)",
+    ["reason", "recorded"],
   );
   readonly #listenReconnects = this.#counter("aiflow_listen_reconnects_total", "Times the LISTEN connection was lost and made again (notifications may have been missed meanwhile)");
 
@@ -297,6 +310,10 @@ export class DaemonMetrics implements QueueEvents, DagEvents, EngineEvents, Trig
 
   triggerFired(type: string, outcome: string): void {
     this.#triggerFirings.labels(type, outcome).inc();
+  }
+
+  webhookRefused(reason: string, recorded: boolean): void {
+    this.#webhookRefusals.labels(reason, recorded ? "true" : "false").inc();
   }
 
   listenReconnected(): void {

@@ -47,6 +47,7 @@ export const DAEMON_METRICS: Record<string, readonly string[]> = {
   aiflow_engine_step_seconds: ["engine", "kind"],
   aiflow_engine_runs_ended_total: ["engine", "status"],
   aiflow_trigger_firings_total: ["type", "outcome"],
+  aiflow_webhook_refusals_total: ["reason", "recorded"],
   aiflow_db_pool_connections: ["pool", "state"],
   aiflow_heartbeat_flush_rows: [],
   aiflow_heartbeat_flush_seconds: [],
