@@ -3,7 +3,9 @@
  * firing, or signals a waiting run; every refusal (unknown trigger, bad or missing signature, a body
  * over the cap or not JSON, a replayed delivery, an unknown run or event) is answered with its HTTP
  * status and recorded as a refused firing carrying what the trigger meant to do, and changes nothing
- * else. The entity reference's two queries over the log answer what they promise.
+ * else — a refusal that proved nothing keeps only its body's size, digest and first KiB, and none is
+ * recorded under a tenant with no webhook trigger here (the hostile-webhook-* tests push on those
+ * bounds). The entity reference's two queries over the log answer what they promise.
  */
 import { beforeAll, describe, expect, it } from "vitest";
 import { Action, TriggerType } from "@aiflow/wire/gen/aiflow/trigger/v1/trigger_pb.js";
@@ -13,6 +15,7 @@ import type { Daemon } from "../src/daemon.js";
 import { TOKENS } from "./support/daemon.js";
 import { DagClient, definition } from "./support/dag.js";
 import { useTestDb } from "./support/kit.js";
+import { sha256Hex } from "./support/hostile-webhook.js";
 import { deliver, TriggerClient } from "./support/triggers.js";
 
 const clock = new FakeClock(Date.UTC(2026, 11, 1, 12));
@@ -39,7 +42,9 @@ interface FiringDbRow {
   fired_on: string | null;
 }
 const firing = async (id: string) => (await fx.db.raw<FiringDbRow>(`SELECT * FROM ${table("trigger_firing")} WHERE id = $1`, [id]))[0]!;
-const count = async (t: "trigger_firing" | "run" | "engine_run") => Number((await fx.db.raw<{ n: string }>(`SELECT count(*) AS n FROM ${table(t)}`))[0]!.n);
+/** What a firing keeps of a short body that proved nothing (src/triggers/payload.ts). */
+const unverified = (body: string) => JSON.stringify({ unverified_body: { bytes: Buffer.byteLength(body), sha256: sha256Hex(body), first_1024_bytes: body } });
+const count = async (t: "trigger_firing" | "run" | "engine_run" | "trigger_delivery") => Number((await fx.db.raw<{ n: string }>(`SELECT count(*) AS n FROM ${table(t)}`))[0]!.n);
 
 beforeAll(async () => {
   D = await fx.startDaemon({ clock, config: { sweepInterval: 3_600_000, webhookMaxBytes: MAX, httpListen: { host: "127.0.0.1", port: 0 } } });
@@ -79,8 +84,9 @@ describe("a signed webhook", () => {
     expect(again.body.outcome).toBe("refused");
     expect(await count("run")).toBe(runs + 1);
     const f = await firing(again.body.firing_id!);
-    expect(f).toMatchObject({ outcome: "refused", action: "start", definition_id: "deploy", run_id: null, payload: body });
-    expect(f.error).toMatch(/delivery 'd-2' was already acted on/);
+    // A replay proves only that someone saw the delivery: its body is kept as one that proved nothing.
+    expect(f).toMatchObject({ outcome: "refused", action: "start", definition_id: "deploy", run_id: null, payload: unverified(body) });
+    expect(f.error).toMatch(/delivery 'd-2' was already acted on \(firing \w+\)/);
   });
 
   it("signals the run its body names, which moves on; the firing records the run it moved", async () => {
@@ -110,7 +116,7 @@ describe("refused webhooks are answered and recorded, and change nothing else", 
   it("a wrong signature, or none, is 401 and recorded with the action it was meant to carry", async () => {
     const runs = await count("run");
     const wrong = await refused(await deliver(url, "t", "on-push", '{"ref":"x"}', { secret: "another-secret-entirely" }), 401, /X-Hub-Signature-256/);
-    expect(wrong).toMatchObject({ trigger_name: "on-push", action: "start", definition_id: "deploy", payload: '{"ref":"x"}' });
+    expect(wrong).toMatchObject({ trigger_name: "on-push", action: "start", definition_id: "deploy", payload: unverified('{"ref":"x"}') });
     await refused(await deliver(url, "t", "on-push", '{"ref":"x"}', { signature: null }), 401, /missing or is not/);
     await refused(await deliver(url, "t", "on-push", '{"ref":"x"}', { signature: "sha256=zz" }), 401, /missing or is not/);
     // A signature of another body (a tampered payload).
@@ -119,11 +125,16 @@ describe("refused webhooks are answered and recorded, and change nothing else", 
     expect(await count("run")).toBe(runs);
   });
 
-  it("an unknown trigger is 404 and recorded under the name it was sent to", async () => {
+  it("an unknown trigger is 404 and recorded under the name it was sent to; under a tenant with no webhook trigger it is not recorded", async () => {
     const f = await refused(await deliver(url, "t", "no-such-hook", '{"a":1}', { secret: SECRET }), 404, /has no webhook trigger 'no-such-hook'/);
-    expect(f).toMatchObject({ trigger_name: "no-such-hook", trigger_type: "webhook", action: null, payload: '{"a":1}' });
-    // Another tenant's trigger of the same name is unknown here.
-    await refused(await deliver(url, "other", "on-push", '{"a":1}', { secret: SECRET }), 404, /tenant 'other' has no webhook trigger/);
+    expect(f).toMatchObject({ trigger_name: "no-such-hook", trigger_type: "webhook", action: null, payload: unverified('{"a":1}') });
+    // Another tenant's trigger of the same name is unknown here, and that tenant has no log to fill.
+    const before = await count("trigger_firing");
+    const other = await deliver(url, "other", "on-push", '{"a":1}', { secret: SECRET });
+    expect(other.status).toBe(404);
+    expect(other.body).toMatchObject({ outcome: "refused", error: expect.stringMatching(/tenant 'other' has no webhook trigger/) });
+    expect(other.body.firing_id).toBeUndefined();
+    expect(await count("trigger_firing")).toBe(before);
   });
 
   it("a body over --webhook-max-bytes is 413 and recorded without its payload", async () => {
@@ -134,7 +145,7 @@ describe("refused webhooks are answered and recorded, and change nothing else", 
   });
 
   it("a signed body that is not JSON is 400 and recorded as it arrived", async () => {
-    const f = await refused(await deliver(url, "t", "on-push", "ref=main&x=1", { secret: SECRET }), 400, /not JSON/);
+    const f = await refused(await deliver(url, "t", "on-push", "ref=main&x=1", { secret: SECRET }), 400, /not valid JSON: expected a value at position 0/);
     expect(f.payload).toBe("ref=main&x=1");
   });
 
@@ -147,7 +158,9 @@ describe("refused webhooks are answered and recorded, and change nothing else", 
     const noWait = await dag.start("t", definition([{ name: "only" }]));
     await refused(await deliver(url, "t", "approve", JSON.stringify({ run: { id: noWait.id } }), { secret: SECRET }), 422, /no wait node .* waits for 'approved'/);
     // None of these moved the run a replay would have been refused for: each can be delivered again once fixed.
-    expect(await fx.db.raw(`SELECT delivery_id FROM ${table("trigger_delivery")}`)).toEqual([{ delivery_id: "d-1" }, { delivery_id: "d-2" }]);
+    // (The other keys there are the three acted-on bodies' digests, which hold a space: src/triggers/signature.ts.)
+    expect(await fx.db.raw(`SELECT delivery_id FROM ${table("trigger_delivery")} WHERE delivery_id NOT LIKE '% %' ORDER BY delivery_id`)).toEqual([{ delivery_id: "d-1" }, { delivery_id: "d-2" }]);
+    expect(await count("trigger_delivery")).toBe(5);
   });
 
   it("a request that names no trigger, or does not POST, is answered and not recorded", async () => {

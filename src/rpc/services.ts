@@ -279,6 +279,7 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
       clock,
       log: log.child({ component: "webhooks" }),
       maxBytes: config.webhookMaxBytes,
+      metrics,
       guesses: new AuthFailures(clock, config.authFailureLimit, config.authFailureWindow),
     }),
     readiness: new Readiness({ pool, tables, clock, draining: deps.draining, listening: () => listener.connected, log: log.child({ component: "readiness" }) }),

@@ -6,9 +6,11 @@
  *   LOCKED while its next_fire_ns is still that tick, and `moveCron` moves next_fire_ns on in the
  *   same transaction as the firing's row and run, so a tick is either wholly fired (and past) or
  *   not at all.
- * - A delivery id acts once: `claimDelivery` inserts it in the transaction that starts or moves the
- *   run; a second delivery of the id finds the row (or waits for the first to commit) and inserts
- *   nothing.
+ * - A delivery acts once: `claimDelivery` inserts each of its replay keys (its delivery id, and the
+ *   digest of what its signature covers: ../triggers/signature.ts) in the transaction that starts or
+ *   moves the run; a second delivery with any of those keys finds the row (or waits for the first
+ *   to commit) and inserts nothing. Digest keys contain a space, which a delivery id (visible ASCII)
+ *   never does, so the two kinds share aiflow_trigger_delivery without colliding.
  * - The secret is read only by the webhook path (`forWebhook`); every other read leaves it out.
  * Nothing here calls now(): times come from the caller's clock.
  */
@@ -175,7 +177,32 @@ export class TriggerStore {
     await withDbErrors(() => this.db.query(sql.unsafe`UPDATE ${trigger} SET next_fire_ns = ${next}::int8 WHERE id = ${id}`));
   }
 
-  /** Records a delivery id as acted on; false when it already was (a replay). */
+  /**
+   * The webhook triggers' tenants: true when `tenantKey` has at least one. Only their firing logs
+   * take refusals of deliveries that proved nothing (../triggers/webhook.ts).
+   */
+  async servesWebhooks(tenantKey: string): Promise<boolean> {
+    const trigger = this.t.id("trigger");
+    const row = await withDbErrors(() =>
+      this.db.maybeOne(sql.type(z.object({ one: z.number() }))`SELECT 1 AS one FROM ${trigger} WHERE tenant_key = ${tenantKey} AND trigger_type = 'webhook' LIMIT 1`),
+    );
+    return row !== null;
+  }
+
+  /** The first of `keys` already acted on, with the firing that acted on it, or null (read without a lock: `claimDelivery` decides). */
+  async claimed(tenantKey: string, triggerName: string, keys: readonly string[]): Promise<{ key: string; firingId: string } | null> {
+    if (keys.length === 0) return null;
+    const delivery = this.t.id("trigger_delivery");
+    const rows = await withDbErrors(() =>
+      this.db.any(sql.type(z.object({ delivery_id: z.string(), firing_id: z.string() }))`
+        SELECT delivery_id, firing_id FROM ${delivery}
+         WHERE tenant_key = ${tenantKey} AND trigger_name = ${triggerName} AND delivery_id = ANY(${sql.array([...keys], "text")})`),
+    );
+    const key = keys.find((k) => rows.some((r) => r.delivery_id === k));
+    return key === undefined ? null : { key, firingId: rows.find((r) => r.delivery_id === key)!.firing_id };
+  }
+
+  /** Records a delivery's replay key as acted on; false when it already was (a replay). */
   async claimDelivery(tenantKey: string, triggerName: string, deliveryId: string, firingId: string, nowMs: number): Promise<boolean> {
     const delivery = this.t.id("trigger_delivery");
     const row = await withDbErrors(() =>
@@ -188,7 +215,11 @@ export class TriggerStore {
     return row !== null;
   }
 
-  /** Forgets delivery ids recorded before `cutoffMs` (the firing retention: the firings they point at are gone too). */
+  /**
+   * Forgets replay keys recorded before `cutoffMs` (the firing retention: the firings they point at
+   * are gone too). From then on a GitHub-signed body that acted then could act again: the README
+   * says so.
+   */
   async sweepDeliveries(cutoffMs: number): Promise<number> {
     const delivery = this.t.id("trigger_delivery");
     const res = await withDbErrors(() => this.db.query(sql.unsafe`DELETE FROM ${delivery} WHERE createdon < ${ts(cutoffMs)}`));

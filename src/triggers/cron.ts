@@ -75,7 +75,7 @@ async function fireTick(d: CronDeps, t: TriggerRow, nowMs: number): Promise<void
   if (tickMs < oldest) return missTicks(d, t, cron, tickMs, oldest, hold);
   const iso = new Date(tickMs).toISOString();
   const payload = { schedule: t.schedule, time_zone: t.time_zone ?? "UTC", tick: iso };
-  await d.firer.fire({ trigger: t, payloadText: JSON.stringify(payload), payload, firedOnNs: tickNs, deliveryId: null }, hold(nextTick(cron, tickMs)));
+  await d.firer.fire({ trigger: t, payloadText: JSON.stringify(payload), payload, firedOnNs: tickNs, replayKeys: [] }, hold(nextTick(cron, tickMs)));
 }
 
 /** Skips the ticks older than the catch-up window, recording one refused firing that counts them. */

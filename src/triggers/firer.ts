@@ -8,9 +8,11 @@
  *   StepHooks), so a run a trigger started always has its firing row, and its directory row names
  *   the trigger and the firing (triggered_by, trigger_firing_id). A crash before the commit leaves
  *   neither; after it, both.
- * - A refusal (the action could not be carried out: no such definition, run or event, a replayed
- *   delivery, a bad signature…) is recorded alone, with the action, definition and event it was
- *   meant to carry, and changes nothing else. A failure (a bug) is recorded as `failed` with words
+ * - A refusal (the action could not be carried out: no such definition, run or event, a bad
+ *   signature…) is recorded alone, with the action, definition and event it was meant to carry,
+ *   and changes nothing else. A replay (a replay key already acted on) is the one refusal `fire`
+ *   does not record: it throws Replayed, and the webhook records it as a delivery that proved
+ *   nothing (./webhook.ts), since anyone who once saw the delivery can send it again. A failure (a bug) is recorded as `failed` with words
  *   that point to the log, never the cause's text, which may quote the payload.
  * - With the database away nothing can be recorded: the error goes to the caller (the webhook
  *   answers 503, cron tries the tick again at the next sweep) and nothing was written.
@@ -29,6 +31,7 @@ import type { TriggerEvents } from "../observability/metrics.js";
 import { TriggerFiringStore, type FiringInput, type FiringOutcome } from "../store/trigger-firings.js";
 import { TriggerStore, type TriggerRow } from "../store/triggers.js";
 import { newId } from "../util/ids.js";
+import { replayMessage } from "./signature.js";
 
 /** One firing of a known trigger. */
 export interface Firing {
@@ -39,8 +42,11 @@ export interface Firing {
   payload: unknown;
   /** The source's time, epoch ns. */
   firedOnNs: bigint;
-  /** A webhook's delivery id: it acts at most once. */
-  deliveryId: string | null;
+  /**
+   * What makes a webhook delivery act at most once: its delivery id and the replay key of its
+   * signature (./signature.ts), each claimed in the run's transaction. Empty for cron.
+   */
+  replayKeys: readonly string[];
 }
 
 /**
@@ -57,7 +63,7 @@ export interface TickHold {
 export class TickTaken extends Error {}
 
 /** Why a firing was refused, beyond the domain's error kinds. */
-export type Refusal = ErrorKind | "replayed" | "unsigned" | "too_large" | "unknown_trigger" | "bad_body";
+export type Refusal = ErrorKind | "replayed" | "unsigned" | "stale" | "too_large" | "unknown_trigger" | "bad_body";
 
 export interface FireResult {
   outcome: FiringOutcome;
@@ -78,6 +84,16 @@ export class FiringRefused extends Error {
   }
 }
 
+/** A delivery whose replay key `key` was already acted on, in `firingId`; nothing was written. */
+export class Replayed extends FiringRefused {
+  constructor(
+    readonly key: string,
+    readonly firingId: string | null,
+  ) {
+    super("replayed", replayMessage(key, firingId));
+  }
+}
+
 export class TriggerFirer {
   constructor(
     private readonly d: { pool: DatabasePool; tables: Tables; engine: DagEngine; graphs: GraphEngine; machines: MachineEngine; clock: Clock; log: Logger; metrics: TriggerEvents },
@@ -93,8 +109,10 @@ export class TriggerFirer {
     const hooks = (outcome: FiringOutcome): StepHooks => ({
       guard: tick ? (tx) => tick.take(tx) : undefined,
       record: async (tx, run) => {
-        if (f.deliveryId !== null && !(await new TriggerStore(tx, this.d.tables).claimDelivery(t.tenant_key, t.name, f.deliveryId, firingId, this.d.clock.nowMs())))
-          throw new FiringRefused("replayed", `delivery '${f.deliveryId}' was already acted on; a delivery id starts or moves a run once`);
+        const deliveries = new TriggerStore(tx, this.d.tables);
+        for (const key of f.replayKeys)
+          if (!(await deliveries.claimDelivery(t.tenant_key, t.name, key, firingId, this.d.clock.nowMs())))
+            throw new Replayed(key, (await deliveries.claimed(t.tenant_key, t.name, [key]))?.firingId ?? null);
         await recordOn(tx, outcome, run.id, null);
         await tick?.consume(tx);
       },
@@ -124,7 +142,7 @@ export class TriggerFirer {
       else await this.d.engine.change("signal", scope, target, (s) => s.signal(t.event!, f.payload), hooks("signalled"));
       return this.#done(t, { outcome: "signalled", firingId, runId: target, error: null });
     } catch (err) {
-      if (err instanceof TickTaken) throw err;
+      if (err instanceof TickTaken || err instanceof Replayed) throw err;
       if (err instanceof AppError && err.kind === "unavailable") throw err;
       const refused = err instanceof FiringRefused ? err.refusal : err instanceof AppError ? err.kind : undefined;
       if (refused === undefined) this.d.log.error({ err, trigger: t.name, tenant: t.tenant_key, firing: firingId }, "a trigger's action failed");
@@ -144,7 +162,7 @@ export class TriggerFirer {
   async refuse(where: { tenantKey: string; name: string }, trigger: TriggerRow | null, payloadText: string | null, firedOnNs: bigint, refusal: FiringRefused): Promise<FireResult> {
     const firingId = newId(this.d.clock.nowMs());
     const row: FiringInput = trigger
-      ? this.#row({ trigger, payloadText, payload: null, firedOnNs, deliveryId: null }, "refused", null, refusal.message)
+      ? this.#row({ trigger, payloadText, payload: null, firedOnNs, replayKeys: [] }, "refused", null, refusal.message)
       : {
           tenantKey: where.tenantKey,
           triggerName: where.name,

@@ -1,30 +1,45 @@
 /**
  * Webhooks: `POST /hooks/<tenant>/<trigger>` on the daemon's HTTP port.
  *
- * The signature is the only credential: the body's HMAC-SHA256 under the trigger's secret, sent as
- * `X-Hub-Signature-256: sha256=<hex>` (GitHub's header; any sender can compute it), compared in
- * constant time. A delivery id (`X-GitHub-Delivery` or `X-Delivery-Id`) makes a delivery act at
- * most once. The source's time is the request's `Date` header when it has one, else the time the
- * request arrived.
+ * The signature is the only credential (./signature.ts): `X-Aiflow-Signature: t=…,v1=…` over the
+ * signed time and the body, within ±5 minutes of it, or GitHub's `X-Hub-Signature-256` over the
+ * body alone. A delivery acts at most once per replay key, claimed in the transaction of the run it
+ * starts or moves: its delivery id (`X-GitHub-Delivery` or `X-Delivery-Id`) when it has one, and
+ * what its signature covers (the signed time and the body's digest, or the body's digest alone), so
+ * a copy with its unsigned headers removed or changed is a replay (409). The source's time is the
+ * signed time, else the request's `Date` header, else the time the request arrived.
  *
- * Every request that names a tenant and a trigger is recorded as a firing, whatever becomes of it:
- * an unknown trigger (404), a body over --webhook-max-bytes (413, its payload not kept), a missing
- * or wrong signature (401), a body that is not JSON (400), a replayed delivery (409), and whatever
- * the action's own refusal was (./firer.ts). A success answers 202 with the firing's id and the run
- * it started or moved. Only a request that names no tenant and trigger at all is answered 404
- * without a record (there is nothing to record it under), and so is an address past its limit of
- * unsigned and unknown-trigger deliveries (429; see `guesses`).
+ * What is recorded, and why so (the firing log keeps what arrived, for senders who proved who they
+ * are; ./payload.ts says what of a body each row keeps):
+ * - A delivery whose signature proved the secret is recorded with its whole body, whatever became
+ *   of it: started or signalled (202), a body that is not a payload (400: not UTF-8, not JSON, or
+ *   what StartRun's check refuses — one place, ../rpc/input/json-text.ts), or the action's own
+ *   refusal (./firer.ts).
+ * - A delivery that proved nothing — an unknown trigger (404), a body over --webhook-max-bytes
+ *   (413), a missing or wrong signature (401), a signed time outside the window (401), a replay
+ *   (409) — is recorded with its body's size, digest and first KiB, only under a tenant that has a
+ *   webhook trigger here, and at most REFUSALS_RECORDED_PER_MINUTE a minute per trigger (per tenant
+ *   for unknown names: ./refusal-budget.ts). The others are answered the same, with `recorded:
+ *   false`, and counted.
+ * - An address past its limit of unsigned and unknown-trigger deliveries (`guesses`) is answered
+ *   429 before its body is read, unrecorded; the failure is counted before anything is written, so
+ *   no insert that fails lets a request escape the count.
+ * Every refusal is counted in aiflow_webhook_refusals_total{reason,recorded}; nothing a sender puts
+ * in a body is a 500 (a 500 is a bug, with its cause in the log).
  */
-import { createHmac, timingSafeEqual } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { msToNs, type Clock } from "../clock.js";
+import { type Clock, msToNs } from "../clock.js";
 import { AppError } from "../domain/errors.js";
 import { isTenantKey } from "../domain/names.js";
 import type { Logger } from "../log.js";
+import type { WebhookEvents } from "../observability/metrics.js";
 import type { AuthFailures } from "../server/auth-failures.js";
 import type { TriggerStore } from "../store/triggers.js";
 import { TRIGGER_NAME } from "./definition.js";
-import { FiringRefused, type FireResult, type Refusal, type TriggerFirer } from "./firer.js";
+import { FiringRefused, Replayed, type FireResult, type Refusal, type TriggerFirer } from "./firer.js";
+import { parseBody, unverifiedPayload, verifiedPayload } from "./payload.js";
+import { RefusalBudget } from "./refusal-budget.js";
+import { verify } from "./signature.js";
 
 export const HOOKS_PREFIX = "/hooks/";
 const DELIVERY_ID = /^[\x21-\x7e]{1,200}$/;
@@ -34,7 +49,7 @@ export interface WebhookDeps {
   /**
    * Unsigned deliveries and deliveries to unknown triggers per remote address (--auth-failure-limit
    * per --auth-failure-window): past the limit an address is answered 429 and not recorded until its
-   * window ends, so nobody without a secret can grow the firing log without bound.
+   * window ends.
    */
   guesses: AuthFailures;
   firer: TriggerFirer;
@@ -42,6 +57,10 @@ export interface WebhookDeps {
   log: Logger;
   /** --webhook-max-bytes. */
   maxBytes: number;
+  /** aiflow_webhook_refusals_total. */
+  metrics: WebhookEvents;
+  /** Refusals of deliveries that proved nothing recorded per trigger a minute (default REFUSALS_RECORDED_PER_MINUTE). */
+  refusalsPerMinute?: number;
 }
 
 /** HTTP status of each refusal. */
@@ -49,6 +68,7 @@ const STATUS: Record<Refusal, number> = {
   unknown_trigger: 404,
   not_found: 404,
   unsigned: 401,
+  stale: 401,
   unauthenticated: 401,
   too_large: 413,
   bad_body: 400,
@@ -63,6 +83,7 @@ const STATUS: Record<Refusal, number> = {
 
 /** Serves one request whose path starts with /hooks/. */
 export function webhookHandler(d: WebhookDeps): (req: IncomingMessage, res: ServerResponse, path: string) => Promise<void> {
+  const budget = new RefusalBudget(d.clock, d.log, d.refusalsPerMinute);
   return async (req, res, path) => {
     const where = parsePath(path);
     if (!where) return answer(res, 404, { error: "not found: webhooks are POST /hooks/<tenant>/<trigger>" });
@@ -72,36 +93,64 @@ export function webhookHandler(d: WebhookDeps): (req: IncomingMessage, res: Serv
     }
     const address = req.socket.remoteAddress ?? "unknown";
     if (d.guesses.throttled(address)) {
+      d.metrics.webhookRefused("throttled", false);
       res.setHeader("connection", "close");
       return answer(res, 429, { error: "too many unsigned or unknown-trigger webhooks from this address; wait for --auth-failure-window to pass" });
     }
-    const firedOnNs = sourceTime(req.headers.date, d.clock.nowMs());
+    const arrivedNs = sourceTime(req.headers.date, d.clock.nowMs());
     try {
       const body = await readBody(req, res, d.maxBytes);
-      const trigger = await d.triggers.forWebhook(where.tenantKey, where.name);
-      const refuse = async (r: FiringRefused, payloadText: string | null) => {
-        const recorded = await d.firer.refuse(where, trigger, payloadText, firedOnNs, r);
+      const row = await d.triggers.forWebhook(where.tenantKey, where.name);
+      const trigger = row?.trigger_type === "webhook" ? row : null;
+
+      /** A delivery that proved nothing: see the module's comment. */
+      const unproven = async (r: FiringRefused): Promise<void> => {
         if ((r.refusal === "unsigned" || r.refusal === "unknown_trigger") && d.guesses.record(address))
           d.log.warn({ address, tenant: where.tenantKey, trigger: where.name }, "too many unsigned or unknown-trigger webhooks from one address: refusing its webhooks unrecorded until its window ends");
+        const served = trigger !== null || (await d.triggers.servesWebhooks(where.tenantKey));
+        if (!served || !budget.take({ tenantKey: where.tenantKey, trigger: trigger ? where.name : null })) {
+          d.metrics.webhookRefused(r.refusal, false);
+          return answer(res, STATUS[r.refusal], { outcome: "refused", recorded: false, error: r.message });
+        }
+        const recorded = await d.firer.refuse(where, trigger, unverifiedPayload(body), arrivedNs, r);
+        d.metrics.webhookRefused(r.refusal, true);
         reply(res, recorded);
       };
-      if (body === null) return refuse(new FiringRefused("too_large", `the body is over --webhook-max-bytes (${d.maxBytes} bytes); it was not kept`), null);
-      const text = body.toString("utf8");
-      if (!trigger || trigger.trigger_type !== "webhook")
-        return refuse(new FiringRefused("unknown_trigger", `tenant '${where.tenantKey}' has no webhook trigger '${where.name}'`), text);
-      if (!signed(body, trigger.secret, req.headers["x-hub-signature-256"]))
-        return refuse(new FiringRefused("unsigned", "the X-Hub-Signature-256 header is missing or is not the body's HMAC-SHA256 under the trigger's secret"), text);
-      let payload: unknown = null;
-      if (body.length > 0) {
-        try {
-          payload = JSON.parse(text);
-        } catch {
-          return refuse(new FiringRefused("bad_body", "the body is not JSON"), text);
-        }
+      if (body === null) return unproven(new FiringRefused("too_large", `the body is over --webhook-max-bytes (${d.maxBytes} bytes); it was not kept`));
+      if (!trigger) return unproven(new FiringRefused("unknown_trigger", `tenant '${where.tenantKey}' has no webhook trigger '${where.name}'`));
+      const verdict = verify(body, trigger.secret, req.headers, d.clock.nowMs());
+      if (!verdict.ok) return unproven(new FiringRefused(verdict.refusal, verdict.why));
+      const firedOnNs = verdict.firedOnNs ?? arrivedNs;
+
+      // Signed from here on: a refusal keeps the whole body.
+      const proven = async (r: FiringRefused): Promise<void> => {
+        const recorded = await d.firer.refuse(where, trigger, verifiedPayload(body), firedOnNs, r);
+        d.metrics.webhookRefused(r.refusal, true);
+        d.log.warn({ tenant: where.tenantKey, trigger: where.name, firing: recorded.firingId, why: r.message }, "a signed webhook's body is not a payload; refused and recorded");
+        reply(res, recorded);
+      };
+      let parsed: ReturnType<typeof parseBody>;
+      try {
+        parsed = parseBody(body, d.maxBytes);
+      } catch (err) {
+        if (err instanceof FiringRefused) return proven(err);
+        throw err;
       }
-      const rawDelivery = header(req.headers["x-github-delivery"]) ?? header(req.headers["x-delivery-id"]);
-      if (rawDelivery !== undefined && !DELIVERY_ID.test(rawDelivery)) return refuse(new FiringRefused("bad_body", "the delivery id header is not 1-200 visible ASCII characters"), text);
-      return reply(res, await d.firer.fire({ trigger, payloadText: text, payload, firedOnNs, deliveryId: rawDelivery ?? null }));
+      const deliveryId = header(req.headers["x-github-delivery"]) ?? header(req.headers["x-delivery-id"]);
+      if (deliveryId !== undefined && !DELIVERY_ID.test(deliveryId)) return proven(new FiringRefused("bad_body", "the delivery id header is not 1-200 visible ASCII characters"));
+      const replayKeys = [...(deliveryId === undefined ? [] : [deliveryId]), verdict.replayKey];
+      // A replay is refused here without running the action; the claim in the run's transaction decides races.
+      const seen = await d.triggers.claimed(where.tenantKey, where.name, replayKeys);
+      if (seen) return unproven(new Replayed(seen.key, seen.firingId));
+      let result: FireResult;
+      try {
+        result = await d.firer.fire({ trigger, payloadText: parsed.text, payload: parsed.payload, firedOnNs, replayKeys });
+      } catch (err) {
+        if (err instanceof Replayed) return unproven(err);
+        throw err;
+      }
+      if (result.outcome === "refused") d.metrics.webhookRefused(result.refusal ?? "invalid_argument", true);
+      return reply(res, result);
     } catch (err) {
       if (err instanceof AppError && err.kind === "unavailable") {
         d.log.warn({ tenant: where.tenantKey, trigger: where.name }, "a webhook came while the database is unavailable; answered 503 and nothing was recorded");
@@ -152,13 +201,6 @@ async function readBody(req: IncomingMessage, res: ServerResponse, max: number):
     if (size <= max) chunks.push(chunk);
   }
   return size > max ? null : Buffer.concat(chunks);
-}
-
-function signed(body: Buffer, secret: string | null, given: string | string[] | undefined): boolean {
-  const sig = header(given);
-  if (!secret || !sig || !/^sha256=[0-9a-fA-F]{64}$/.test(sig)) return false;
-  const expected = createHmac("sha256", secret).update(body).digest();
-  return timingSafeEqual(expected, Buffer.from(sig.slice(7), "hex"));
 }
 
 const header = (v: string | string[] | undefined): string | undefined => (Array.isArray(v) ? v[0] : v);
