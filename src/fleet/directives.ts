@@ -41,6 +41,8 @@ export interface KnownAgent {
 export interface AgentScope {
   tenants: readonly string[];
   kinds: readonly string[];
+  /** Items it runs at once, as it registered (0: it gave none); bounds the credits its stream may hold. */
+  slots: number;
 }
 
 type Subscriber = (d: DirectiveMessage) => void;

@@ -223,7 +223,6 @@ export class AgentStore {
     return withDbErrors(() => this.db.maybeOne(sql.type(agentRow)`SELECT * FROM ${agent} WHERE name = ${name} AND deletedon IS NULL`));
   }
 
-  /** The tenants and engine kinds an agent registered with (what its claims can take). */
   /** Every registered (not removed) agent's tenants, engine kinds and capacity: what could ever run work that states requirements. */
   capacities(): Promise<readonly { tenants: string[]; kinds: string[]; capacity: Record<string, unknown> | null }[]> {
     const agent = this.t.id("agent");
@@ -236,12 +235,14 @@ export class AgentStore {
     );
   }
 
-  workScope(name: string): Promise<{ tenants: string[]; kinds: string[] } | null> {
+  /** The tenants, engine kinds and slots an agent registered with (what its claims can take, and how many at once). */
+  workScope(name: string): Promise<{ tenants: string[]; kinds: string[]; slots: number } | null> {
     const agent = this.t.id("agent");
     return withDbErrors(() =>
-      this.db.maybeOne(sql.type(z.object({ tenants: z.array(z.string()), kinds: z.array(z.string()) }))`
+      this.db.maybeOne(sql.type(z.object({ tenants: z.array(z.string()), kinds: z.array(z.string()), slots: z.number() }))`
         SELECT ARRAY(SELECT jsonb_array_elements_text(metadata -> 'tenants')) AS tenants,
-               ARRAY(SELECT jsonb_array_elements_text(metadata -> 'engineKinds')) AS kinds
+               ARRAY(SELECT jsonb_array_elements_text(metadata -> 'engineKinds')) AS kinds,
+               CASE WHEN jsonb_typeof(metadata -> 'slots') = 'number' THEN (metadata ->> 'slots')::numeric::int4 ELSE 0 END AS slots
           FROM ${agent} WHERE name = ${name} AND deletedon IS NULL`),
     );
   }

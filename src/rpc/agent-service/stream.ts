@@ -59,6 +59,15 @@ export interface AgentStreamDeps {
 
 /** Items a stream may hold granted and unreported at once (credits beyond it are not granted). */
 export const MAX_OUTSTANDING = 10_000;
+
+/**
+ * Items an agent of `slots` registered slots may hold granted and unreported at once: its slots and
+ * a claim-ahead allowance of 3 × slots, and never less than 256 in all (slots 0, an agent that
+ * registered none, gets 256). The SDKs ask for at most slots + prefetch, and their default
+ * prefetch is 3 × slots at most 256 − slots (agent-sdk/src/options.ts, and the Python agent's), so
+ * an agent on the defaults never meets this; an agent that grants itself more is refused the rest.
+ */
+export const creditCap = (slots: number) => Math.min(MAX_OUTSTANDING, Math.max(4 * slots, slots + 256));
 /** Responses queued before the session stops reading requests (the agent's writes then wait). */
 const OUT_SOFT = 64;
 /** Responses queued at which the agent is cut off: it stopped reading while directives kept coming. */
@@ -321,10 +330,16 @@ class Session {
       res.creditsWithdrawn = true;
     }
     if (req.credits > 0) {
-      const room = MAX_OUTSTANDING - this.#held.size - this.#credit;
-      const granted = Math.min(req.credits, Math.max(0, room));
+      // Held and not reported: completions already applied from this or an earlier message are
+      // reported, though #held lets them go only once their statement runs.
+      let reported = 0;
+      for (const c of this.#completions) if (this.#held.has(c.id)) reported++;
+      const { slots } = await this.#db(() => kit.scopeOf(name));
+      const cap = creditCap(slots);
+      const granted = Math.min(req.credits, Math.max(0, cap - (this.#held.size - reported) - this.#credit));
       this.#credit += granted;
-      if (granted < req.credits) res.refused = `credits: ${req.credits - granted} of ${req.credits} not granted (at most ${MAX_OUTSTANDING} items granted and unreported at once)`;
+      if (granted < req.credits)
+        res.refused = `credits: ${req.credits - granted} of ${req.credits} not granted (agent '${name}' registered ${slots} slots: at most ${cap} items granted and unreported at once)`;
     }
     if (Object.keys(res).length > 0) this.#send(res);
   }
