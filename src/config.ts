@@ -9,6 +9,7 @@ import { ConfigError } from "./domain/errors.js";
 import { DEFAULT_CREDIT, weightProblem } from "./domain/fair-share.js";
 import { parseTokenSpec, parseTokensFile, type TokenGrant } from "./server/tokens.js";
 import { DEFAULT_CONSOLE_DIR } from "./server/console.js";
+import { DEFAULT_MAX_LABEL_VALUES } from "./observability/label-values.js";
 
 export { ConfigError };
 
@@ -196,6 +197,13 @@ const SETTINGS = {
     default: undefined,
     help: "bearer token /metrics requires (prefer the env var: flags show in ps); at least 16 characters",
     parse: secret(16),
+  },
+  metricsMaxLabelValues: {
+    flag: "--metrics-max-label-values",
+    env: ["AIFLOW_METRICS_MAX_LABEL_VALUES"],
+    default: String(DEFAULT_MAX_LABEL_VALUES),
+    help: 'distinct values each of the tenant and engine_kind labels takes on /metrics (the first seen keep theirs); later ones are counted as "other"',
+    parse: int(1, 100_000),
   },
   metricsMaxAgents: { flag: "--metrics-max-agents", env: ["AIFLOW_METRICS_MAX_AGENTS"], default: "1000", help: "agents with series of their own on /metrics (the first by name); the rest count in aggregates only", parse: int(0, 100_000) },
   metricsRefresh: {

@@ -101,7 +101,7 @@ export async function startDaemon(config: Config, { log, clock = systemClock }: 
     const tables = new Tables(naming.schema, naming.prefix);
 
     const draining = new AbortController();
-    const metrics = new DaemonMetrics();
+    const metrics = new DaemonMetrics({ maxLabelValues: config.metricsMaxLabelValues });
     const services = await buildServices({ config, log, clock, pool, tables, databaseUrl: url, draining: draining.signal, metrics });
     cleanups.push(() => stopBackground(services.background, log));
     // Tracing first (its span holds the call), then metrics: both see the code the error interceptor made.

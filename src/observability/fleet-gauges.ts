@@ -12,6 +12,10 @@
  *
  * Per-agent series are bounded by --metrics-max-agents (the first agents by name that are active
  * or draining); aiflow_agents_unlisted counts those left out, which still count in aiflow_agents.
+ * The tenant and engine_kind labels are bounded as the daemon's counters' are (./label-values.ts,
+ * the same bound): the values past it are summed under "other" (their oldest age is the oldest of
+ * them), and a snapshot meets the values it has not seen yet busiest first, so that those keep
+ * their own series.
  */
 import { Gauge, type Registry } from "prom-client";
 import type { Clock } from "../clock.js";
@@ -20,6 +24,7 @@ import type { Logger } from "../log.js";
 import { LATE, within } from "../util/within.js";
 import type { AgentGaugeRow, AgentStatus } from "../store/agents.js";
 import type { QueueGaugeRow } from "../store/work-item-stats.js";
+import { metricLabels, type MetricLabels } from "./label-values.js";
 
 /** How long a scrape waits for a snapshot before answering without it. */
 export const SNAPSHOT_TIMEOUT_MS = 5_000;
@@ -29,9 +34,12 @@ export interface GaugeSources {
   fleet(limit: number): Promise<{ byStatus: readonly { status: AgentStatus; n: number }[]; agents: readonly AgentGaugeRow[] }>;
 }
 
+/** A queue row with its tenant and engine kind as the labels show them. */
+type LabelledRow = QueueGaugeRow & { tenant: string; kind: string };
+
 interface Snapshot {
   atMs: number;
-  queue: readonly QueueGaugeRow[];
+  queue: readonly LabelledRow[];
   byStatus: ReadonlyMap<AgentStatus, number>;
   agents: readonly AgentGaugeRow[];
 }
@@ -45,17 +53,24 @@ interface HeartbeatMetrics {
 
 const num = (v: unknown): v is number => typeof v === "number" && Number.isFinite(v);
 
+/** The queue's rows with their tenant and engine kind as the labels show them, the busiest rows meeting the bound first. */
+function labelled(rows: readonly QueueGaugeRow[], labels: MetricLabels): LabelledRow[] {
+  return [...rows].sort((a, b) => b.n - a.n).map((r) => ({ ...r, tenant: labels.tenant.of(r.tenant_key), kind: labels.engineKind.of(r.engine_kind) }));
+}
+
 export class FleetGauges {
   #snapshot: Snapshot | undefined;
   #reading: Promise<Snapshot | undefined> | undefined;
   /** How the database's absence is logged: a line a second at most, however often scrapes come. */
   readonly #outage: OutageLog;
+  readonly #labels: MetricLabels;
 
   constructor(
     registry: Registry,
     private readonly sources: GaugeSources,
-    private readonly opts: { clock: Clock; refreshMs: number; maxAgents: number; log: Logger },
+    private readonly opts: { clock: Clock; refreshMs: number; maxAgents: number; log: Logger; labels?: MetricLabels },
   ) {
+    this.#labels = opts.labels ?? metricLabels();
     this.#outage = new OutageLog(opts.log, "database unavailable: /metrics answers without the queue and fleet gauges until it is back");
     const current = () => this.current();
     const gauge = (name: string, help: string, labelNames: readonly string[], fill: (g: Gauge, s: Snapshot) => void) =>
@@ -72,11 +87,23 @@ export class FleetGauges {
       });
 
     gauge("aiflow_queue_items", "Work items by tenant, engine kind and status (finished ones too, until they are deleted)", ["tenant", "engine_kind", "status"], (g, s) => {
-      for (const r of s.queue) g.set({ tenant: r.tenant_key, engine_kind: r.engine_kind, status: r.status }, r.n);
+      const sums = new Map<string, { tenant: string; engine_kind: string; status: string; n: number }>();
+      for (const r of s.queue) {
+        const key = `${r.tenant}\0${r.kind}\0${r.status}`;
+        const sum = sums.get(key) ?? { tenant: r.tenant, engine_kind: r.kind, status: r.status, n: 0 };
+        sums.set(key, { ...sum, n: sum.n + r.n });
+      }
+      for (const { n, ...l } of sums.values()) g.set(l, n);
     });
     gauge("aiflow_queue_oldest_due_pending_age_seconds", "Seconds the pending item due longest ago has been due, per tenant and engine kind", ["tenant", "engine_kind"], (g, s) => {
-      for (const r of s.queue)
-        if (r.oldest_due_ns !== null) g.set({ tenant: r.tenant_key, engine_kind: r.engine_kind }, Math.max(0, s.atMs - Number(r.oldest_due_ns / 1_000_000n)) / 1000);
+      const oldest = new Map<string, { tenant: string; engine_kind: string; ns: bigint }>();
+      for (const r of s.queue) {
+        if (r.oldest_due_ns === null) continue;
+        const key = `${r.tenant}\0${r.kind}`;
+        const was = oldest.get(key);
+        if (!was || r.oldest_due_ns < was.ns) oldest.set(key, { tenant: r.tenant, engine_kind: r.kind, ns: r.oldest_due_ns });
+      }
+      for (const { ns, ...l } of oldest.values()) g.set(l, Math.max(0, s.atMs - Number(ns / 1_000_000n)) / 1000);
     });
     gauge("aiflow_agents", "Registered agents by status (removed ones left out)", ["status"], (g, s) => {
       for (const status of ["active", "draining", "inactive"] as const) g.set({ status }, s.byStatus.get(status) ?? 0);
@@ -123,7 +150,7 @@ export class FleetGauges {
   async #read(now: number): Promise<Snapshot | undefined> {
     try {
       const [queue, fleet] = await Promise.all([this.sources.queue(now), this.sources.fleet(this.opts.maxAgents)]);
-      this.#snapshot = { atMs: now, queue, byStatus: new Map(fleet.byStatus.map((r) => [r.status, r.n])), agents: fleet.agents };
+      this.#snapshot = { atMs: now, queue: labelled(queue, this.#labels), byStatus: new Map(fleet.byStatus.map((r) => [r.status, r.n])), agents: fleet.agents };
       return this.#snapshot;
     } catch (err) {
       if (!this.#outage.note(err)) this.opts.log.error({ err }, "could not read the queue and fleet gauges; /metrics answers without them");

@@ -15,10 +15,14 @@
  *
  * Counters count what this daemon did: each event happens on exactly one daemon (an expiry sweep's
  * rows come back to the daemon whose statement took them), so summing over instances is right.
+ *
+ * The tenant and engine_kind labels take the values callers name, bounded by
+ * --metrics-max-label-values (./label-values.ts): past it, a value is counted as "other".
  */
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
 import type { ServerStats } from "../server/stats.js";
 import type { ClaimedRow, Completed, Requeued } from "../store/work-items.js";
+import { metricLabels, type MetricLabels } from "./label-values.js";
 
 /** What became of a dispatched item, for aiflow_queue_run_seconds' `outcome`. */
 export type RunOutcome = "completed" | "failed" | "retried" | "lost" | "released" | "cancelled";
@@ -135,6 +139,12 @@ function childrenOf(h: Histogram<string>): (...values: string[]) => { observe(v:
 
 export class DaemonMetrics implements QueueEvents, DagEvents, EngineEvents, TriggerEvents, WebhookEvents {
   readonly registry = new Registry();
+  /** The tenant and engine_kind values of this daemon's series, shared with ./fleet-gauges.ts. */
+  readonly labels: MetricLabels;
+
+  constructor(opts: { maxLabelValues?: number } = {}) {
+    this.labels = metricLabels(opts.maxLabelValues);
+  }
 
   readonly #emptyClaims = this.#counter("aiflow_queue_empty_claims_total", "Claims answered with no item (a long-poll that ended empty)");
   readonly #directDispatches = this.#counter("aiflow_queue_direct_dispatches_total", "Items an Enqueue handed straight to a waiting claim, with no claim statement");
@@ -228,7 +238,7 @@ export class DaemonMetrics implements QueueEvents, DagEvents, EngineEvents, Trig
   dispatched(rows: readonly ClaimedRow[], atMs: number): void {
     for (const r of rows) {
       const due = r.next_attempt_at === null ? r.createdon_ms : Math.max(r.createdon_ms, Number(r.next_attempt_at / 1_000_000n));
-      this.#waitOf(r.tenant_key, r.engine_kind).observe(Math.max(0, atMs - due) / 1000);
+      this.#waitOf(this.labels.tenant.of(r.tenant_key), this.#kind(r.engine_kind)).observe(Math.max(0, atMs - due) / 1000);
     }
   }
 
@@ -244,10 +254,10 @@ export class DaemonMetrics implements QueueEvents, DagEvents, EngineEvents, Trig
   failed(rows: readonly Requeued[], refused: number): void {
     for (const r of rows) {
       if (r.status === "failed") {
-        this.#deadLetters.labels(r.engine_kind).inc();
+        this.#deadLetters.labels(this.#kind(r.engine_kind)).inc();
         this.#ran(r.engine_kind, "failed", r.run_s);
       } else {
-        this.#retries.labels(r.engine_kind).inc();
+        this.#retries.labels(this.#kind(r.engine_kind)).inc();
         this.#ran(r.engine_kind, "retried", r.run_s);
       }
     }
@@ -258,7 +268,7 @@ export class DaemonMetrics implements QueueEvents, DagEvents, EngineEvents, Trig
     if (cause === "expired" && rows.length > 0) this.#leaseExpiries.inc(rows.length);
     for (const r of rows) {
       this.#ran(r.engine_kind, cause === "released" ? "released" : "lost", r.run_s);
-      if (r.status === "failed") this.#deadLetters.labels(r.engine_kind).inc();
+      if (r.status === "failed") this.#deadLetters.labels(this.#kind(r.engine_kind)).inc();
       else if (cause !== "released") this.#redeliveries.inc();
     }
   }
@@ -268,7 +278,7 @@ export class DaemonMetrics implements QueueEvents, DagEvents, EngineEvents, Trig
   }
 
   stranded(rows: readonly { engine_kind: string }[]): void {
-    for (const r of rows) this.#deadLetters.labels(r.engine_kind).inc();
+    for (const r of rows) this.#deadLetters.labels(this.#kind(r.engine_kind)).inc();
   }
 
   streamOpened(): void {
@@ -281,7 +291,11 @@ export class DaemonMetrics implements QueueEvents, DagEvents, EngineEvents, Trig
   }
 
   #ran(kind: string, outcome: RunOutcome, seconds: number | null): void {
-    if (seconds !== null && seconds >= 0) this.#runOf(kind, outcome).observe(seconds);
+    if (seconds !== null && seconds >= 0) this.#runOf(this.#kind(kind), outcome).observe(seconds);
+  }
+
+  #kind(kind: string): string {
+    return this.labels.engineKind.of(kind);
   }
 
   /** A heartbeat flush wrote `rows` agents in `seconds`. */

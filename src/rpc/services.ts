@@ -196,7 +196,7 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
   new FleetGauges(
     metrics.registry,
     { queue: (now) => itemStats.gauges(now), fleet: (limit) => agentOps.gauges(limit) },
-    { clock, refreshMs: config.metricsRefresh, maxAgents: config.metricsMaxAgents, log: log.child({ component: "metrics" }) },
+    { clock, refreshMs: config.metricsRefresh, maxAgents: config.metricsMaxAgents, log: log.child({ component: "metrics" }), labels: metrics.labels },
   );
   metrics.watchPools({ main: () => poolUsage(pool) ?? { inUse: 0, idle: 0, waiting: 0 }, hot: () => hot.usage() });
 
