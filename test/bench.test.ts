@@ -34,7 +34,7 @@ describe("benchmark options", () => {
     [["--items", "lots"], /--items needs a whole number ≥ 1, not 'lots'/],
     [["--agents", "0"], /--agents needs a whole number ≥ 1/],
     [["--warmup", "soon"], /--warmup/],
-    [["--only", "drain,latncy"], /--only takes a comma list of enqueue, drain, mixed, tenants, latency, streams, heartbeat, dag, triggers, fast-path, agent-path, claim_cost, console, python; not .latncy./],
+    [["--only", "drain,latncy"], /--only takes a comma list of enqueue, drain, mixed, tenants, latency, streams, heartbeat, dag, triggers, fast-path, agent-path, sdk-transport, claim_cost, console, python; not .latncy./],
     [["--itmes", "5"], /unknown option --itmes/],
   ])("refuses %j with a message naming the option", (argv, message) => {
     expect(() => parseOptions(argv)).toThrow(BenchArgError);
