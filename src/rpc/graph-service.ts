@@ -33,6 +33,7 @@ export function graphRunToWire(r: GraphRunRow): MessageInitShape<typeof RunSchem
     task: r.task,
     steps: BigInt(r.steps),
     path: r.path,
+    pathDropped: BigInt(r.pathDropped),
     runCounts: Object.fromEntries(Object.entries(r.runCounts).map(([k, v]) => [k, BigInt(v)])),
     stateJson: JSON.stringify(r.state),
     reason: r.reason ?? "",

@@ -24,6 +24,7 @@ export function machineRunToWire(r: MachineRunRow): MessageInitShape<typeof RunS
     state: r.state,
     contextJson: JSON.stringify(r.context),
     history: r.history,
+    historyDropped: BigInt(r.historyDropped),
     live: r.live,
     suspended: r.suspended,
     failure: r.failure ?? "",

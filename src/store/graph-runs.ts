@@ -21,7 +21,10 @@ export interface GraphRunRow {
   plan: GraphPlan;
   task: string;
   steps: number;
+  /** The latest nodes walked, in order (at most --run-history-max: ../engines/run-history.ts). */
   path: string[];
+  /** Nodes dropped from the front of `path`. */
+  pathDropped: number;
   runCounts: Record<string, number>;
   state: Record<string, unknown>;
   status: GraphStatus;
@@ -42,6 +45,7 @@ const row = z.object({
   task: z.string().nullable(),
   steps: z.bigint().nullable(),
   path: z.string().nullable(),
+  path_dropped: z.bigint(),
   run_counts: z.string().nullable(),
   state: z.string().nullable(),
   status: z.enum(["running", "completed", "stopped", "failed", "cancelled"]),
@@ -53,7 +57,7 @@ const row = z.object({
   created_us: z.bigint(),
 });
 
-const COLUMNS = sql.fragment`id, run_id, tenant_key, definition_id, plan::text AS plan, task, steps, path, run_counts, state, status, reason, error, work_item_id,
+const COLUMNS = sql.fragment`id, run_id, tenant_key, definition_id, plan::text AS plan, task, steps, path, path_dropped, run_counts, state, status, reason, error, work_item_id,
   createdby, createdon, (extract(epoch FROM createdon) * 1000000)::int8 AS created_us`;
 
 const toRow = (r: z.infer<typeof row>): GraphRunRow => ({
@@ -65,6 +69,7 @@ const toRow = (r: z.infer<typeof row>): GraphRunRow => ({
   task: r.task ?? "",
   steps: Number(r.steps ?? 0n),
   path: r.path === null ? [] : (JSON.parse(r.path) as string[]),
+  pathDropped: Number(r.path_dropped),
   runCounts: r.run_counts === null ? {} : (JSON.parse(r.run_counts) as Record<string, number>),
   state: r.state === null ? {} : (JSON.parse(r.state) as Record<string, unknown>),
   status: r.status,
@@ -86,10 +91,10 @@ export class GraphRunStore {
     const runs = this.t.id("graph_run");
     await withDbErrors(() =>
       this.db.query(sql.unsafe`
-        INSERT INTO ${runs} (id, run_id, tenant_key, definition_id, plan, task, steps, path, run_counts, state, status, reason, error, work_item_id,
-                             createdby, createdon, updatedby, updatedon)
+        INSERT INTO ${runs} (id, run_id, tenant_key, definition_id, plan, task, steps, path, path_dropped, run_counts, state, status, reason, error,
+                             work_item_id, createdby, createdon, updatedby, updatedon)
         VALUES (${r.id}, ${r.runId}, ${r.tenantKey}, ${r.definitionId}, ${JSON.stringify(r.plan)}::jsonb, ${r.task}, ${r.steps}, ${JSON.stringify(r.path)},
-                ${JSON.stringify(r.runCounts)}, ${JSON.stringify(r.state)}, ${r.status}, ${r.reason}, ${r.error}, ${r.workItemId},
+                ${r.pathDropped}, ${JSON.stringify(r.runCounts)}, ${JSON.stringify(r.state)}, ${r.status}, ${r.reason}, ${r.error}, ${r.workItemId},
                 ${r.createdBy}, ${ts(nowMs)}, ${r.createdBy}, ${ts(nowMs)})`),
     );
   }
@@ -99,7 +104,7 @@ export class GraphRunStore {
     const runs = this.t.id("graph_run");
     await withDbErrors(() =>
       this.db.query(sql.unsafe`
-        UPDATE ${runs} SET task = ${r.task}, steps = ${r.steps}, path = ${JSON.stringify(r.path)}, run_counts = ${JSON.stringify(r.runCounts)},
+        UPDATE ${runs} SET task = ${r.task}, steps = ${r.steps}, path = ${JSON.stringify(r.path)}, path_dropped = ${r.pathDropped}, run_counts = ${JSON.stringify(r.runCounts)},
                state = ${JSON.stringify(r.state)}, status = ${r.status}, reason = ${r.reason}, error = ${r.error}, work_item_id = ${r.workItemId},
                updatedby = ${by}, updatedon = ${ts(nowMs)}
          WHERE run_id = ${r.runId}`),

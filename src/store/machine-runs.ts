@@ -26,7 +26,10 @@ export interface MachineRunRow {
   plan: MachinePlan;
   state: string;
   context: Record<string, unknown>;
+  /** The latest states visited, in order (at most --run-history-max: ../engines/run-history.ts). */
   history: string[];
+  /** States dropped from the front of `history`. */
+  historyDropped: number;
   live: boolean;
   suspended: boolean;
   failure: string | null;
@@ -47,6 +50,7 @@ const row = z.object({
   state: z.string().nullable(),
   context: z.string().nullable(),
   history: z.string().nullable(),
+  history_dropped: z.bigint(),
   live: z.boolean().nullable(),
   suspended: z.boolean().nullable(),
   failure: z.string().nullable(),
@@ -58,7 +62,7 @@ const row = z.object({
   created_us: z.bigint(),
 });
 
-const COLUMNS = sql.fragment`id, run_id, tenant_key, definition_id, plan::text AS plan, state, context, history, live, suspended, failure, reason, pending::text AS pending,
+const COLUMNS = sql.fragment`id, run_id, tenant_key, definition_id, plan::text AS plan, state, context, history, history_dropped, live, suspended, failure, reason, pending::text AS pending,
   work_item_id, createdby, createdon, (extract(epoch FROM createdon) * 1000000)::int8 AS created_us`;
 
 const toRow = (r: z.infer<typeof row>): MachineRunRow => ({
@@ -70,6 +74,7 @@ const toRow = (r: z.infer<typeof row>): MachineRunRow => ({
   state: r.state ?? "",
   context: r.context === null ? {} : (JSON.parse(r.context) as Record<string, unknown>),
   history: r.history === null ? [] : (JSON.parse(r.history) as string[]),
+  historyDropped: Number(r.history_dropped),
   live: r.live ?? false,
   suspended: r.suspended ?? false,
   failure: r.failure,
@@ -91,10 +96,10 @@ export class MachineRunStore {
     const runs = this.t.id("machine_run");
     await withDbErrors(() =>
       this.db.query(sql.unsafe`
-        INSERT INTO ${runs} (id, run_id, tenant_key, definition_id, plan, state, context, history, live, suspended, failure, reason, pending, work_item_id,
-                             createdby, createdon, updatedby, updatedon)
+        INSERT INTO ${runs} (id, run_id, tenant_key, definition_id, plan, state, context, history, history_dropped, live, suspended, failure, reason, pending,
+                             work_item_id, createdby, createdon, updatedby, updatedon)
         VALUES (${r.id}, ${r.runId}, ${r.tenantKey}, ${r.definitionId}, ${JSON.stringify(r.plan)}::jsonb, ${r.state}, ${JSON.stringify(r.context)},
-                ${JSON.stringify(r.history)}, ${r.live}, ${r.suspended}, ${r.failure}, ${r.reason}, ${r.pending === null ? null : JSON.stringify(r.pending)}::jsonb,
+                ${JSON.stringify(r.history)}, ${r.historyDropped}, ${r.live}, ${r.suspended}, ${r.failure}, ${r.reason}, ${r.pending === null ? null : JSON.stringify(r.pending)}::jsonb,
                 ${r.workItemId}, ${r.createdBy}, ${ts(nowMs)}, ${r.createdBy}, ${ts(nowMs)})`),
     );
   }
@@ -104,7 +109,7 @@ export class MachineRunStore {
     const runs = this.t.id("machine_run");
     await withDbErrors(() =>
       this.db.query(sql.unsafe`
-        UPDATE ${runs} SET state = ${r.state}, context = ${JSON.stringify(r.context)}, history = ${JSON.stringify(r.history)}, live = ${r.live},
+        UPDATE ${runs} SET state = ${r.state}, context = ${JSON.stringify(r.context)}, history = ${JSON.stringify(r.history)}, history_dropped = ${r.historyDropped}, live = ${r.live},
                suspended = ${r.suspended}, failure = ${r.failure}, reason = ${r.reason}, pending = ${r.pending === null ? null : JSON.stringify(r.pending)}::jsonb,
                work_item_id = ${r.workItemId}, updatedby = ${by}, updatedon = ${ts(nowMs)}
          WHERE run_id = ${r.runId}`),

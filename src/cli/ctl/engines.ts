@@ -42,6 +42,9 @@ function idOf(args: Parsed, usage: string): string {
   return id;
 }
 
+/** A run's kept steps, after a note of how many it dropped (the daemon keeps the latest --run-history-max). */
+const walk = (kept: readonly string[], dropped: bigint, none: string) => (dropped > 0n ? `(${dropped} earlier dropped) … → ` : "") + (kept.join(" → ") || none);
+
 const graphStatus = (r: GraphRun) => status(enumName(RunStatus, r.status, "RUN_STATUS_"));
 const machineStatus = (m: MachineRun) => status(m.live ? (m.suspended ? "suspended" : "live") : m.failure ? "failed" : "ended");
 
@@ -52,7 +55,7 @@ export function graphView(r: GraphRun): string {
     `graph run ${r.runId}  ${graphStatus(r)}  definition ${r.definitionId}`,
     `  at:     ${r.task}${r.workItemId ? ` (work item ${r.workItemId})` : ""}`,
     `  steps:  ${r.steps}${counts ? `  (${counts})` : ""}`,
-    `  path:   ${r.path.join(" → ") || "(none yet)"}`,
+    `  path:   ${walk(r.path, r.pathDropped, "(none yet)")}`,
   ];
   if (r.reason) lines.push(`  reason: ${r.reason}`);
   if (r.error) lines.push(`  error:  ${r.error}`);
@@ -62,7 +65,7 @@ export function graphView(r: GraphRun): string {
 
 /** A machine as a person reads it: its state, the states it went through, what it waits on. */
 export function machineView(m: MachineRun): string {
-  const lines = [`machine ${m.runId}  ${machineStatus(m)}  definition ${m.definitionId}`, `  state:   ${m.state}`, `  history: ${m.history.join(" → ")}`];
+  const lines = [`machine ${m.runId}  ${machineStatus(m)}  definition ${m.definitionId}`, `  state:   ${m.state}`, `  history: ${walk(m.history, m.historyDropped, "")}`];
   if (m.suspended) lines.push(`  running: the action of ${m.state} --${m.pendingEvent}--> ${m.pendingTo} (work item ${m.workItemId})`);
   if (m.reason) lines.push(`  reason:  ${m.reason}`);
   if (m.failure) lines.push(`  failure: ${m.failure}`);
@@ -76,8 +79,8 @@ async function followGraph(ctx: Ctx, tenantKey: string, runId: string): Promise<
   for (;;) {
     for await (const m of ctx.graph.watchRun({ tenantKey, runId }, { timeoutMs: 0 })) {
       const run = m.run!;
-      // Steps that came together arrive in one message: the path names each.
-      for (; shown < Number(run.steps); shown++) process.stderr.write(`  step ${shown + 1}: ${run.path[shown]}\n`);
+      // Steps that came together arrive in one message: the path names each (those it still keeps).
+      for (; shown < Number(run.steps); shown++) process.stderr.write(`  step ${shown + 1}: ${run.path[shown - Number(run.pathDropped)] ?? "(dropped)"}\n`);
       if (run.status !== RunStatus.RUNNING) return run;
     }
     await new Promise((r) => setTimeout(r, 200));
@@ -135,7 +138,7 @@ async function machine(ctx: Ctx): Promise<number> {
     case "list": {
       const res = await ctx.machine.listRuns({ tenantKey });
       if (ctx.json) printJson(ctx, MachineListSchema, res);
-      else ctx.out(res.runs.length ? table(["RUN", "STATUS", "DEFINITION", "STATE", "HISTORY"], res.runs.map((m) => [m.runId, machineStatus(m), m.definitionId, m.state, m.history.join(" → ")])) : "no machines");
+      else ctx.out(res.runs.length ? table(["RUN", "STATUS", "DEFINITION", "STATE", "HISTORY"], res.runs.map((m) => [m.runId, machineStatus(m), m.definitionId, m.state, walk(m.history, m.historyDropped, "")])) : "no machines");
       return 0;
     }
     case "start": {

@@ -9,7 +9,8 @@
  * - One work item at a time: a run waits on one item (work_item_id), and only that item's end moves
  *   it (an event for any other item, or for a run no longer running, changes nothing).
  * - `steps` counts nodes run (an end node runs nothing) and never passes max_steps; a node never runs
- *   more often than its max_visits; `path` lists the nodes in the order they ran, then the end node.
+ *   more often than its max_visits; `path` lists the nodes in the order they ran, then the end node:
+ *   the latest --run-history-max of them, `pathDropped` counting those dropped from its front.
  */
 import { fromJson, toJsonString } from "@bufbuild/protobuf";
 import { DefinitionSchema } from "@aiflow/wire/gen/aiflow/graph/v1/graph_pb.js";
@@ -22,6 +23,7 @@ import { newId } from "../../util/ids.js";
 import { holds, parseCondition } from "../condition.js";
 import { itemFor } from "../definition-parts.js";
 import { RunWatch } from "../run-watch.js";
+import { keepLatest } from "../run-history.js";
 import { Advancer, TOPIC, inRunTransaction, resultOf, type Cause, type NativeDeps, type RunHooks, type Scope, type Writes } from "../native.js";
 import { EDGE_ROOTS, graphPlanOf, type GraphPlan } from "./plan.js";
 
@@ -79,6 +81,7 @@ export class GraphEngine {
         task: plan.start,
         steps: 0,
         path: [],
+        pathDropped: 0,
         runCounts: {},
         state,
         status: "running",
@@ -140,7 +143,7 @@ export class GraphEngine {
     if (!edge) return this.#end(run, "failed", null, `no edge from node '${from}' holds for its result`);
     const to = run.plan.nodes.find((n) => n.name === edge.to)!;
     if (to.kind === "end") {
-      run.path.push(to.name);
+      this.#walked(run, to.name);
       run.task = to.name;
       return this.#end(run, "completed", `reached end node '${to.name}'`, null);
     }
@@ -159,9 +162,15 @@ export class GraphEngine {
     run.task = name;
     if (item instanceof AppError) return this.#end(run, "failed", null, `node '${name}' could not be queued: ${item.message}`);
     run.steps++;
-    run.path.push(name);
+    this.#walked(run, name);
     run.runCounts[name] = (run.runCounts[name] ?? 0) + 1;
     run.workItemId = w.enqueue(run.tenantKey, run.createdBy, run.runId, `graph:${run.steps}`, name, item);
+  }
+
+  /** Appends a node to the path, which keeps the latest --run-history-max. */
+  #walked(run: GraphRunRow, name: string): void {
+    run.path.push(name);
+    run.pathDropped += keepLatest(run.path, this.d.config.runHistoryMax);
   }
 
   #end(run: GraphRunRow, status: GraphRunRow["status"], reason: string | null, error: string | null): void {

@@ -11,6 +11,8 @@
  * - An event no transition accepts changes nothing (its refusal is the caller's error, or the
  *   trigger's refused firing); nor does an event while the machine is suspended or has ended.
  * - Only the action's own work item moves a suspended machine, once.
+ * - `history` keeps the latest --run-history-max states; `historyDropped` counts the rest, so their
+ *   sum numbers the transitions (an action's work item is machine:<that number>).
  */
 import { fromJson, toJsonString } from "@bufbuild/protobuf";
 import { DefinitionSchema } from "@aiflow/wire/gen/aiflow/machine/v1/machine_pb.js";
@@ -23,6 +25,7 @@ import { newId } from "../../util/ids.js";
 import { holds, parseCondition } from "../condition.js";
 import { itemFor } from "../definition-parts.js";
 import { RunWatch } from "../run-watch.js";
+import { keepLatest } from "../run-history.js";
 import { Advancer, TOPIC, inRunTransaction, resultOf, type Cause, type NativeDeps, type RunHooks, type Scope, type Writes } from "../native.js";
 import { GUARD_ROOTS, machinePlanOf, type MachinePlan } from "./plan.js";
 
@@ -85,6 +88,7 @@ export class MachineEngine {
         state: plan.initial,
         context,
         history: [plan.initial],
+        historyDropped: 0,
         live: true,
         suspended: false,
         failure: null,
@@ -126,7 +130,7 @@ export class MachineEngine {
         if (item instanceof AppError) throw item;
         run.suspended = true;
         run.pending = { from: run.state, event, to: t.to };
-        run.workItemId = w.enqueue(run.tenantKey, run.createdBy, run.runId, `machine:${run.history.length}`, `${run.state}--${event}-->${t.to}`, item);
+        run.workItemId = w.enqueue(run.tenantKey, run.createdBy, run.runId, `machine:${run.historyDropped + run.history.length}`, `${run.state}--${event}-->${t.to}`, item);
       } else this.#move(run, t.to, w);
       await this.#save(w, run, scope.by);
       await hooks.record?.(w, { id: run.runId });
@@ -179,6 +183,7 @@ export class MachineEngine {
   #move(run: MachineRunRow, to: string, w: Writes): void {
     run.state = to;
     run.history.push(to);
+    run.historyDropped += keepLatest(run.history, this.d.config.runHistoryMax);
     if (run.plan.states.find((s) => s.name === to)!.terminal) {
       run.live = false;
       w.ended = "terminal";

@@ -125,7 +125,7 @@ class PutDefinitionResponse(_message.Message):
     def __init__(self, definition_id: _Optional[str] = ..., created: bool = ...) -> None: ...
 
 class Run(_message.Message):
-    __slots__ = ["created_by", "created_on", "definition_id", "error", "path", "reason", "run_counts", "run_id", "state_json", "status", "steps", "task", "tenant_key", "work_item_id"]
+    __slots__ = ["created_by", "created_on", "definition_id", "error", "path", "path_dropped", "reason", "run_counts", "run_id", "state_json", "status", "steps", "task", "tenant_key", "work_item_id"]
     class RunCountsEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -137,6 +137,7 @@ class Run(_message.Message):
     CREATED_ON_FIELD_NUMBER: _ClassVar[int]
     DEFINITION_ID_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    PATH_DROPPED_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     RUN_COUNTS_FIELD_NUMBER: _ClassVar[int]
@@ -152,6 +153,7 @@ class Run(_message.Message):
     definition_id: str
     error: str
     path: _containers.RepeatedScalarFieldContainer[str]
+    path_dropped: int
     reason: str
     run_counts: _containers.ScalarMap[str, int]
     run_id: str
@@ -161,7 +163,7 @@ class Run(_message.Message):
     task: str
     tenant_key: str
     work_item_id: str
-    def __init__(self, run_id: _Optional[str] = ..., tenant_key: _Optional[str] = ..., definition_id: _Optional[str] = ..., status: _Optional[_Union[RunStatus, str]] = ..., task: _Optional[str] = ..., steps: _Optional[int] = ..., path: _Optional[_Iterable[str]] = ..., run_counts: _Optional[_Mapping[str, int]] = ..., state_json: _Optional[str] = ..., reason: _Optional[str] = ..., error: _Optional[str] = ..., work_item_id: _Optional[str] = ..., created_by: _Optional[str] = ..., created_on: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    def __init__(self, run_id: _Optional[str] = ..., tenant_key: _Optional[str] = ..., definition_id: _Optional[str] = ..., status: _Optional[_Union[RunStatus, str]] = ..., task: _Optional[str] = ..., steps: _Optional[int] = ..., path: _Optional[_Iterable[str]] = ..., run_counts: _Optional[_Mapping[str, int]] = ..., state_json: _Optional[str] = ..., reason: _Optional[str] = ..., error: _Optional[str] = ..., work_item_id: _Optional[str] = ..., created_by: _Optional[str] = ..., created_on: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., path_dropped: _Optional[int] = ...) -> None: ...
 
 class StartRunRequest(_message.Message):
     __slots__ = ["definition", "definition_id", "state_json", "tenant_key"]

@@ -96,12 +96,13 @@ class PutDefinitionResponse(_message.Message):
     def __init__(self, definition_id: _Optional[str] = ..., created: bool = ...) -> None: ...
 
 class Run(_message.Message):
-    __slots__ = ["context_json", "created_by", "created_on", "definition_id", "failure", "history", "live", "pending_event", "pending_to", "reason", "run_id", "state", "suspended", "tenant_key", "work_item_id"]
+    __slots__ = ["context_json", "created_by", "created_on", "definition_id", "failure", "history", "history_dropped", "live", "pending_event", "pending_to", "reason", "run_id", "state", "suspended", "tenant_key", "work_item_id"]
     CONTEXT_JSON_FIELD_NUMBER: _ClassVar[int]
     CREATED_BY_FIELD_NUMBER: _ClassVar[int]
     CREATED_ON_FIELD_NUMBER: _ClassVar[int]
     DEFINITION_ID_FIELD_NUMBER: _ClassVar[int]
     FAILURE_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_DROPPED_FIELD_NUMBER: _ClassVar[int]
     HISTORY_FIELD_NUMBER: _ClassVar[int]
     LIVE_FIELD_NUMBER: _ClassVar[int]
     PENDING_EVENT_FIELD_NUMBER: _ClassVar[int]
@@ -118,6 +119,7 @@ class Run(_message.Message):
     definition_id: str
     failure: str
     history: _containers.RepeatedScalarFieldContainer[str]
+    history_dropped: int
     live: bool
     pending_event: str
     pending_to: str
@@ -127,7 +129,7 @@ class Run(_message.Message):
     suspended: bool
     tenant_key: str
     work_item_id: str
-    def __init__(self, run_id: _Optional[str] = ..., tenant_key: _Optional[str] = ..., definition_id: _Optional[str] = ..., state: _Optional[str] = ..., context_json: _Optional[str] = ..., history: _Optional[_Iterable[str]] = ..., live: bool = ..., suspended: bool = ..., failure: _Optional[str] = ..., reason: _Optional[str] = ..., pending_event: _Optional[str] = ..., pending_to: _Optional[str] = ..., work_item_id: _Optional[str] = ..., created_by: _Optional[str] = ..., created_on: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    def __init__(self, run_id: _Optional[str] = ..., tenant_key: _Optional[str] = ..., definition_id: _Optional[str] = ..., state: _Optional[str] = ..., context_json: _Optional[str] = ..., history: _Optional[_Iterable[str]] = ..., live: bool = ..., suspended: bool = ..., failure: _Optional[str] = ..., reason: _Optional[str] = ..., pending_event: _Optional[str] = ..., pending_to: _Optional[str] = ..., work_item_id: _Optional[str] = ..., created_by: _Optional[str] = ..., created_on: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., history_dropped: _Optional[int] = ...) -> None: ...
 
 class SignalRunRequest(_message.Message):
     __slots__ = ["event", "payload_json", "run_id", "tenant_key"]
