@@ -18,6 +18,12 @@
  * These are socket lifetimes, so they run on real time (performance.now), never the daemon's Clock:
  * a test's fake clock jumping an hour must not cut its connections. One sweep checks every session;
  * its period is a quarter of the shortest limit (10 ms to 1 s), which is the precision of them all.
+ *
+ * A session is never destroyed from inside one of its own events (`cut` defers it): Node drains the
+ * tick queue, and with it a stream's 'close' listeners, after each callback nghttp2 makes into JS
+ * while it is still parsing a read, and a session destroyed there aborts the process
+ * (`Assertion failed: (current_nghttp2_memory_) >= (previous_size)`) or leaves its socket reading in
+ * a loop that grows memory by hundreds of MB a second (issue 51).
  */
 import http2, { type Http2Server, type ServerHttp2Session, type ServerHttp2Stream } from "node:http2";
 import type { Socket } from "node:net";
@@ -57,6 +63,8 @@ interface SessionState {
   pingSentAt: number | undefined;
   resetWindowAt: number;
   resets: number;
+  /** Its destruction is scheduled: the sweep leaves it alone. */
+  cutting: boolean;
 }
 
 export interface SessionGuard {
@@ -101,7 +109,7 @@ export function guardSessions(server: Http2Server, limits: Http2Limits, log: Log
 
   server.on("session", (s: ServerHttp2Session) => {
     const t = now();
-    const state: SessionState = { openedAt: t, prefaced: false, streamed: false, active: 0, idleSince: t, goawayAt: undefined, lastPingAt: t, pingSentAt: undefined, resetWindowAt: t, resets: 0 };
+    const state: SessionState = { openedAt: t, prefaced: false, streamed: false, active: 0, idleSince: t, goawayAt: undefined, lastPingAt: t, pingSentAt: undefined, resetWindowAt: t, resets: 0, cutting: false };
     states.set(s, state);
     unstreamed.add(s);
     s.once("remoteSettings", () => (state.prefaced = true));
@@ -122,6 +130,14 @@ export function guardSessions(server: Http2Server, limits: Http2Limits, log: Log
     });
   });
 
+  /** Ends the session on the next turn of the event loop, outside any read of it (see above). */
+  const cut = (s: ServerHttp2Session, st: SessionState, err?: Error, code?: number) => {
+    if (st.cutting) return;
+    st.cutting = true;
+    unstreamed.delete(s);
+    setImmediate(() => s.destroy(err, code));
+  };
+
   const resetSeen = (s: ServerHttp2Session, state: SessionState) => {
     const t = now();
     if (t - state.resetWindowAt >= limits.resetWindowMs) {
@@ -131,13 +147,16 @@ export function guardSessions(server: Http2Server, limits: Http2Limits, log: Log
     if (++state.resets !== limits.maxResets + 1) return;
     stats.resetFloods++;
     log.warn({ remote: s.socket?.remoteAddress, resets: state.resets, windowMs: limits.resetWindowMs }, "connection cut: it resets streams too fast (rapid reset)");
-    s.destroy(new Error("rapid reset"), http2.constants.NGHTTP2_ENHANCE_YOUR_CALM);
+    // Called from a stream's 'close' listener, inside nghttp2's parsing of the read that reset it:
+    // cut() defers the destroy (with its GOAWAY ENHANCE_YOUR_CALM) past the read.
+    cut(s, state, new Error("rapid reset"), http2.constants.NGHTTP2_ENHANCE_YOUR_CALM);
   };
 
+  // Runs from a timer, outside any session's read: it may end sessions at once.
   const sweep = () => {
     const t = now();
     for (const [s, st] of states) {
-      if (s.destroyed) continue;
+      if (s.destroyed || st.cutting) continue;
       if (!st.prefaced && t - st.openedAt >= limits.prefaceTimeoutMs) {
         stats.prefaceTimeouts++;
         log.debug({ remote: s.socket?.remoteAddress }, "connection cut: no HTTP/2 preface in time");
