@@ -369,6 +369,21 @@ const SETTINGS = {
     help: "entries a graph run's path and a state machine's history keep (the latest); older ones are dropped and counted (path_dropped, history_dropped)",
     parse: int(1, 1_000_000),
   },
+  // Quotas on what callers queue (src/rpc/enqueue-quota.ts).
+  maxItemsPerCall: {
+    flag: "--max-items-per-call",
+    env: ["AIFLOW_MAX_ITEMS_PER_CALL"],
+    default: "10000",
+    help: "most work items one call queues: an Enqueue's items, a DAG fan-out node's iterations, all a run's start or signal queues; more is RESOURCE_EXHAUSTED (a fan-out an engine reaches on its own fails its node)",
+    parse: int(1, 1_000_000),
+  },
+  maxEnqueueRate: {
+    flag: "--max-enqueue-rate",
+    env: ["AIFLOW_MAX_ENQUEUE_RATE"],
+    default: "100000",
+    help: "work items one tenant may queue a second on this daemon (a bucket holding a second's worth); calls past it are RESOURCE_EXHAUSTED, engine advances are charged; 0: no limit",
+    parse: int(0, 100_000_000),
+  },
   triggersFile: {
     flag: "--triggers-file",
     env: ["AIFLOW_TRIGGERS_FILE"],

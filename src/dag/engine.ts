@@ -14,6 +14,9 @@
  * An advance starts when a daemon hears the trigger's NOTIFY for a run, and on every maintenance
  * tick (timeouts come due by the clock; a notification may be lost with a dropped listener).
  * Watchers hear a NOTIFY of the run's id that every save sends at commit.
+ *
+ * What a step queues is held to the enqueue quota (../rpc/enqueue-quota.ts) before it commits: a
+ * call's step is admitted whole or refused (and writes nothing), an advance's is charged.
  */
 import { performance } from "node:perf_hooks";
 import type { DatabasePool, DatabaseTransactionConnection } from "slonik";
@@ -38,6 +41,7 @@ import { planOf, type Plan } from "./plan.js";
 import { Step } from "./step.js";
 import { RunWatch } from "../engines/run-watch.js";
 import { KickLoop } from "../util/kick-loop.js";
+import { enqueueQuota } from "../rpc/enqueue-quota.js";
 
 /** Runs whose plans a daemon keeps in memory. */
 const PLAN_CACHE = 1_000;
@@ -136,8 +140,9 @@ export class DagEngine {
         if (!run) return null;
         const events = await runs.takeEvents(run.id, msToNs(nowMs));
         applied = events.length;
-        const s = this.#step(tx, run, `dag:${this.d.config.instanceId}`, nowMs);
+        const s = this.#step(tx, run, `dag:${this.d.config.instanceId}`, nowMs, false);
         await s.apply(events);
+        enqueueQuota(this.d.queue).charge(run.meta.tenantKey, s.enqueued.length);
         await this.#save(tx, s, nowMs);
         return s;
       });
@@ -186,8 +191,9 @@ export class DagEngine {
       if (!inserted) return null;
       this.#keepPlan(id, plan);
       const run = (await this.#withPlan(runs, await runs.get(id, null, true)))!;
-      const s = this.#step(tx, run, scope.by, nowMs);
+      const s = this.#step(tx, run, scope.by, nowMs, true);
       await s.start();
+      enqueueQuota(this.d.queue).admit(scope.tenantKey, s.enqueued.length, "the run's start");
       await this.#save(tx, s, nowMs);
       await hooks.record?.(tx, s.run);
       return s;
@@ -210,8 +216,9 @@ export class DagEngine {
       const run = await this.#withPlan(runs, await runs.get(runId, scope, true));
       if (!run) throw notFound(`tenant '${scope.tenantKey}' has no run '${runId}' of yours`);
       await hooks.guard?.(tx);
-      const s = this.#step(tx, run, scope.by, nowMs);
+      const s = this.#step(tx, run, scope.by, nowMs, true);
       const value = await fn(s);
+      enqueueQuota(this.d.queue).admit(scope.tenantKey, s.enqueued.length, `the run's ${kind}`);
       await this.#save(tx, s, nowMs);
       await hooks.record?.(tx, s.run);
       return { s, value };
@@ -259,9 +266,9 @@ export class DagEngine {
     if (this.#plans.size > PLAN_CACHE) this.#plans.delete(this.#plans.keys().next().value!);
   }
 
-  #step(tx: DatabaseTransactionConnection, run: RunRow, by: string, nowMs: number): Step {
+  #step(tx: DatabaseTransactionConnection, run: RunRow, by: string, nowMs: number, call: boolean): Step {
     const { config } = this.d;
-    return new Step(run, { runs: new DagRunStore(tx, this.d.tables), items: this.d.itemsOn(tx), limits: config, instanceId: config.instanceId, nowMs, by });
+    return new Step(run, { runs: new DagRunStore(tx, this.d.tables), items: this.d.itemsOn(tx), limits: config, instanceId: config.instanceId, nowMs, by, call });
   }
 
   /** The step's writes, the run row and its directory row: one save. */

@@ -13,9 +13,11 @@
  *    completion, a cancelled item of an attempt the timeout ended) changes nothing.
  *  - Iterations that completed stay completed (the checkpoint's cursor): a resume re-runs only the
  *    others, and never one still in flight.
+ *  - A fan-out queues at most --max-items-per-call iterations in one step: a caller's step wider than
+ *    that is refused whole (the call writes nothing), an advance's fails the node.
  */
 import { msToNs } from "../clock.js";
-import { AppError, failedPrecondition, invalidArgument } from "../domain/errors.js";
+import { AppError, failedPrecondition, invalidArgument, resourceExhausted } from "../domain/errors.js";
 import { newId } from "../util/ids.js";
 import type { EnqueueRow, Requeued, WorkItemStore } from "../store/work-items.js";
 import type { CheckpointWrite, DagRunStore, NewTask, RunEvent, RunRow, TaskEnd } from "../store/dag-runs.js";
@@ -33,7 +35,9 @@ export interface RunChanges {
 export interface StepDeps {
   runs: DagRunStore;
   items: WorkItemStore;
-  limits: PlanLimits & { dagMaxFanOut: number };
+  limits: PlanLimits & { dagMaxFanOut: number; maxItemsPerCall: number };
+  /** A caller's step (start, signal, resume), refused whole when a fan-out is wider than one call may queue; an advance's fails the node instead. */
+  call: boolean;
   instanceId: string;
   nowMs: number;
   /** Who writes: the caller for a call's step, the engine for an advance. */
@@ -246,6 +250,12 @@ export class Step {
     const list = resolve(parsePath(node.fanOut), this.#scope());
     if (!Array.isArray(list)) return this.#nodeFailed(node, rec, `fan_out '${node.fanOut}' is ${list === null ? "not in the run context" : `a${typeof list === "object" ? "n object" : ` ${typeof list}`}`}, not a list`);
     if (list.length > this.d.limits.dagMaxFanOut) return this.#nodeFailed(node, rec, `fan_out '${node.fanOut}' has ${list.length} elements; the limit is ${this.d.limits.dagMaxFanOut}`);
+    const perCall = this.d.limits.maxItemsPerCall;
+    if (list.length > perCall) {
+      const why = `fan_out '${node.fanOut}' has ${list.length} elements; one call or step queues at most ${perCall} work items (--max-items-per-call)`;
+      if (this.d.call) throw resourceExhausted(`node '${node.name}': ${why}`);
+      return this.#nodeFailed(node, rec, why);
+    }
     rec.s = "running";
     Object.assign(rec, { n: list.length, d: 0, f: 0, fl: 0 });
     await this.#loadDone();

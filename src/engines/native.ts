@@ -34,6 +34,7 @@ import { EngineEventStore, type ItemEnded } from "../store/engine-events.js";
 import { EngineRunStore } from "../store/engine-runs.js";
 import type { EnqueueRow, NewItem, Requeued, WorkItemStore } from "../store/work-items.js";
 import { newId } from "../util/ids.js";
+import { enqueueQuota } from "../rpc/enqueue-quota.js";
 
 export interface NativeDeps {
   pool: DatabasePool;
@@ -143,6 +144,11 @@ export async function inRunTransaction<T>(
   const out = await d.pool.transaction(async (tx) => {
     writes = new Writes(tx, d, d.clock.nowMs());
     const value = await fn(writes);
+    // What the step queues, before it commits: a call's admitted or refused whole, an advance's charged.
+    const quota = enqueueQuota(d.queue);
+    for (const [tenant, n] of countBy(writes.enqueued.map((e) => e.tenant)))
+      if (step.kind === "start" || step.kind === "signal") quota.admit(tenant, n, `the ${step.engine} run's ${step.kind}`);
+      else quota.charge(tenant, n);
     await writes.flush();
     return value;
   });
@@ -207,6 +213,12 @@ export class Advancer {
     }
   }
 }
+
+const countBy = (keys: readonly string[]) => {
+  const n = new Map<string, number>();
+  for (const k of keys) n.set(k, (n.get(k) ?? 0) + 1);
+  return n;
+};
 
 /** An ended item's result as JSON (null when it had none). */
 export const resultOf = (e: ItemEnded): unknown => (e.result === null ? null : JSON.parse(e.result));

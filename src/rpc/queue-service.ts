@@ -3,7 +3,7 @@
  */
 import { durationMs } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
-import { invalidArgument, notFound, resourceExhausted } from "../domain/errors.js";
+import { invalidArgument, notFound } from "../domain/errors.js";
 import type { EnqueueItem, ListItemsRequest, QueueService } from "@aiflow/wire/gen/aiflow/cluster/v1/queue_pb.js";
 import { assertTenant, callerOf } from "../server/auth.js";
 import { WorkItemStore, type ItemStatus, type NewItem } from "../store/work-items.js";
@@ -19,11 +19,11 @@ import { z } from "zod";
 import { decodeCursor, encodeCursor } from "./input/page-tokens.js";
 import { handedTraceparent } from "../observability/rpc-spans.js";
 import { MAX_KEY_CHARS } from "../domain/names.js";
+import { enqueueQuota } from "./enqueue-quota.js";
 
 /** A ListItems page token: the last item's sort key. Its priority is an int4 column's, so a forged one past int4 is refused here, not by Postgres as INTERNAL. */
 const listCursor = z.object({ priority: z.number().int().min(-(2 ** 31)).max(2 ** 31 - 1), createdon: z.number(), id: z.string() });
 
-const MAX_ENQUEUE = 10_000;
 const MAX_WAIT_MS = 60_000;
 /** Items one Wait may name: its reply carries each of them. */
 const MAX_WAIT_IDS = 1_000;
@@ -47,9 +47,12 @@ export function queueServiceImpl(queue: WorkQueue, agents: AgentStore, draining:
       const tenant = tenantOf(req.tenantKey, ctx);
       const caller = callerOf(ctx);
       if (req.items.length === 0) throw invalidArgument("items", "needs at least one item");
-      if (req.items.length > MAX_ENQUEUE) throw resourceExhausted(`items: ${req.items.length} in one call; the limit is ${MAX_ENQUEUE}`);
+      const quota = enqueueQuota(queue);
+      quota.checkCall(req.items.length, "items");
       const now = clock.nowMs();
       const items = req.items.map((it, i) => newItem(it, i, now, config));
+      // Valid items only spend the tenant's rate; they are admitted before anything is written.
+      quota.admit(tenant, items.length, "items");
       const parents = [...new Set(items.map((i) => i.parentId).filter((p): p is string => p !== null))];
       if (parents.length > 0) {
         const found = await store.find(tenant, parents, null);
