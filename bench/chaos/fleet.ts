@@ -14,6 +14,13 @@ export const ENGINE_TOKEN = "chaos-engine-token";
 export const TENANT = "chaos";
 export const KIND = "chaos";
 
+/**
+ * A process that has not said it is ready within this is killed and the run fails: a daemon whose
+ * start failed part-way may live on without ever serving, and the run would wait for it for good.
+ * Generous: a daemon waits for its database at start, and a loaded CI host starts tsx slowly.
+ */
+export const START_BOUND_MS = 90_000;
+
 export interface Crash {
   process: string;
   code: number | null;
@@ -109,7 +116,7 @@ export class Fleet {
     });
     this.#watch(d, child);
     this.#logTo(child, join(this.#o.dir, `${d.name}.g${g}.log`));
-    await child.ready;
+    await this.#ready(d, child, g);
   }
 
   async startAgent(i: number): Promise<void> {
@@ -123,7 +130,7 @@ export class Fleet {
       { nodeArgs: NODE_TUNING, stderr: "inherit", ready: (line) => line.includes('"ready":true') },
     );
     this.#watch(a, child);
-    await child.ready;
+    await this.#ready(a, child, g);
     const gaps = this.agentGaps.get(a.name);
     const open = gaps?.at(-1);
     if (open && open[1] === undefined) open[1] = Date.now();
@@ -172,6 +179,21 @@ export class Fleet {
 
   agentIndex(name: string): number {
     return this.#agents.findIndex((a) => a.name === name);
+  }
+
+  /** The child's ready line, or (past START_BOUND_MS) a SIGKILL and an error that fails the run. */
+  async #ready(s: Slot, child: Child, generation: number): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<"late">((r) => (timer = setTimeout(() => r("late"), START_BOUND_MS)));
+    try {
+      if ((await Promise.race([child.ready, late])) !== "late") return;
+    } finally {
+      clearTimeout(timer);
+    }
+    s.expectExit = true;
+    child.proc.kill("SIGKILL");
+    await child.exited;
+    throw new Error(`${s.name} (generation ${generation}, pid ${child.pid}) did not say it was ready within ${START_BOUND_MS / 1000} s (its log: ${join(this.#o.dir, `${s.name}.g${generation}.log`)})`);
   }
 
   async #kill(s: Slot): Promise<void> {
