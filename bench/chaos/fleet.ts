@@ -11,6 +11,8 @@ import { startChild, type Child } from "../proc.js";
 
 export const TOKEN = "chaos-agent-token";
 export const ENGINE_TOKEN = "chaos-engine-token";
+/** The DAG producer's (role `runs`): every DAG run of the chaos run belongs to this caller. */
+export const RUNS_TOKEN = "chaos-runs-token";
 export const TENANT = "chaos";
 export const KIND = "chaos";
 
@@ -104,7 +106,7 @@ export class Fleet {
         AIFLOW_LISTEN: this.addresses[i]!,
         AIFLOW_INSTANCE_ID: d.name,
         AIFLOW_TENANTS: TENANT,
-        AIFLOW_TOKENS: `agent:${TOKEN};engine:${ENGINE_TOKEN}`,
+        AIFLOW_TOKENS: `agent:${TOKEN};engine:${ENGINE_TOKEN};runs:${RUNS_TOKEN}`,
         AIFLOW_AUDIT_LOG: join(this.#o.dir, `${d.name}.g${g}.audit.jsonl`),
         AIFLOW_LOG_LEVEL: "info",
         NO_COLOR: "1",
