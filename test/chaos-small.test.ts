@@ -1,7 +1,8 @@
 /**
  * The CI-sized chaos run (`npm run chaos -- --small`), once with the agents in the SDK's default
- * stream mode and once with `stream: false` (unary claims): 2 daemons, 3 agents, 300 items, one fault
- * of each kind, on a Postgres of its own that it restarts. The global setup has built the daemon.
+ * stream mode and once with `stream: false` (unary claims): 2 daemons, 3 agents, 300 items and 10 DAG
+ * runs advancing through the faults, one fault of each kind, on a Postgres of its own that it
+ * restarts. The global setup has built the daemon.
  * A fixed seed, so a failure here replays with `npm run chaos -- --small --mode stream --seed 29`.
  */
 import { execFile } from "node:child_process";
@@ -50,17 +51,33 @@ async function chaosSmall(mode: "stream" | "unary"): Promise<void> {
     refused: 0,
     internal: 0,
     hung: 0,
+    // The DAG runs: every one started ended (completed), every node (each fan-out iteration) exactly once.
+    dagRuns: 10,
+    dagRunsStarted: 10,
+    dagRunsEnded: 10,
+    dagRunsNotEnded: 0,
+    dagNodes: 100,
+    dagNodesCompleted: 100,
+    dagNodesDoubled: 0,
+    dagNodesMissing: 0,
+    dagItems: 100,
+    dagItemsCompleted: 100,
+    dagItemsStuck: 0,
+    dagItemsFailed: 0,
+    dagItemsDoubled: 0,
+    dagItemsOverRun: 0,
+    dagItemsHolderDidNotRun: 0,
   });
   expect(invariants!.broken, story).toEqual([]);
   expect(result.code, story).toBe(0);
 }
 
 describe("chaos run, small", () => {
-  it("in the SDK's default stream mode: loses, doubles, strands and refuses no work, and recovers from every fault", { timeout: 240_000 }, async () => {
+  it("in the SDK's default stream mode: loses, doubles, strands and refuses no work, ends every DAG run with each node completed once, and recovers from every fault", { timeout: 240_000 }, async () => {
     await chaosSmall("stream");
   });
 
-  it("with unary claims (stream: false): loses, doubles, strands and refuses no work, and recovers from every fault", { timeout: 240_000 }, async () => {
+  it("with unary claims (stream: false): loses, doubles, strands and refuses no work, ends every DAG run with each node completed once, and recovers from every fault", { timeout: 240_000 }, async () => {
     await chaosSmall("unary");
   });
 });
