@@ -395,7 +395,22 @@ const SETTINGS = {
   cronCatchUp: { flag: "--cron-catch-up", env: ["AIFLOW_CRON_CATCH_UP"], default: "1h", help: "a cron tick missed while no daemon ran still fires when it is at most this old", parse: duration(0) },
   firingRetention: { flag: "--firing-retention-days", env: ["AIFLOW_FIRING_RETENTION_DAYS"], default: "30", help: "days trigger firings are kept (payloads may hold senders' secrets)", parse: int(1, 36500) },
   // Limits against hostile or broken callers (src/server/http2-limits.ts, src/server/gate.ts).
-  maxConnections: { flag: "--max-connections", env: ["AIFLOW_MAX_CONNECTIONS"], default: "10000", help: "open client connections; more are closed at once (keep it below the fd limit)", parse: int(1) },
+  maxConnections: {
+    flag: "--max-connections",
+    env: ["AIFLOW_MAX_CONNECTIONS"],
+    default: "10000",
+    help: "open client connections on the gRPC port; past it a new one evicts one that opened no stream or sits idle unauthenticated, else is closed at once (keep it below the fd limit)",
+    parse: int(1),
+  },
+  maxConnectionsPerAddress: {
+    flag: "--max-connections-per-address",
+    env: ["AIFLOW_MAX_CONNECTIONS_PER_ADDRESS"],
+    // A tenth of --max-connections: one address cannot take every slot, and a NATed fleet of a
+    // thousand agents still fits. Behind a TLS-terminating proxy every client shares its address.
+    default: "1000",
+    help: "open connections from one address on the gRPC port, evicting as --max-connections does among that address's own; behind a proxy or NAT raise it to --max-connections",
+    parse: int(1),
+  },
   http2MaxConcurrentStreams: {
     flag: "--http2-max-concurrent-streams",
     env: ["AIFLOW_HTTP2_MAX_CONCURRENT_STREAMS"],

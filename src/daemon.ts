@@ -192,6 +192,7 @@ export async function startDaemon(config: Config, { log, clock = systemClock }: 
 export function serverLimits(config: Config): ServerLimits {
   return {
     maxConnections: config.maxConnections,
+    maxConnectionsPerAddress: config.maxConnectionsPerAddress,
     maxConcurrentStreams: config.http2MaxConcurrentStreams,
     prefaceTimeoutMs: config.http2PrefaceTimeout,
     headersTimeoutMs: config.http2HeadersTimeout,

@@ -9,12 +9,14 @@
  *   the direct path reserves from it as it reads, `body` watches connect-node's streams): a call that
  *   would pass it is answered RESOURCE_EXHAUSTED, and what a call holds is released when it ends;
  * - a body must be complete within --http2-body-timeout of its headers;
- * - Health.Watch, the one stream open to anyone, is capped per address and in total.
+ * - Health.Watch, the one stream open to anyone, is capped per address and in total;
+ * - a session some call of which passed with credentials is reported (`authenticated`): the
+ *   connection caps (./http2-limits.ts) never evict it to make room for a stranger.
  * The interceptor stays the second line: tenant and agent checks need the message and run in handlers.
  * Services not in the access map pass here; connect answers them (unimplemented, or the
  * interceptor's deny by default).
  */
-import type { IncomingHttpHeaders, ServerHttp2Stream } from "node:http2";
+import type { Http2Session, IncomingHttpHeaders, ServerHttp2Stream } from "node:http2";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { Health } from "@aiflow/wire/gen/grpc/health/v1/health_pb.js";
 import type { Clock } from "../clock.js";
@@ -53,6 +55,8 @@ export interface GateOptions extends GateLimits {
   log: Logger;
   clock: Clock;
   stats: ServerStats;
+  /** A call on `session` presented credentials the gate accepted. */
+  authenticated?: (session: Http2Session) => void;
 }
 
 const HEALTH_WATCH = `/${Health.typeName}/Watch`;
@@ -106,6 +110,7 @@ export function createGate(opts: GateOptions): Gate {
         refuse(stream, headers, decision.error, opts.bodyTimeoutMs);
         return true;
       }
+      if (stream.session) opts.authenticated?.(stream.session);
     }
     if (path === HEALTH_WATCH) {
       const full = watches.acquire(address);

@@ -1,9 +1,14 @@
 /**
  * What one client connection may hold, and for how long. The guarantees, each behind a setting:
- * - at most `maxConnections` sockets are open. A connection past it evicts the oldest connection
- *   that has not yet opened a stream (a flood of empty connections then churns itself, and a probe
- *   that connects and asks at once still gets in); with none to evict it is closed on accept.
- *   Either is counted, and logged at warn once per burst;
+ * - at most `maxConnections` sockets are open, and at most `maxConnectionsPerAddress` from one
+ *   address. A connection past either cap makes room by evicting, among the connections it counts
+ *   against (all of them, or its address's own), the oldest that has not yet opened a stream, else
+ *   one with no call open that never authenticated (no call of it presented a token or certificate
+ *   the gate accepted; at the global cap the longest idle). A connection that authenticated, or has
+ *   a call open, is never evicted, so a flood of empty or unauthenticated connections churns itself
+ *   and authenticated callers keep their room; a probe that connects and asks at once still gets
+ *   in. With nothing to evict the new connection is closed on accept. Either is counted, and logged
+ *   at warn once per burst;
  * - at most `maxConcurrentStreams` calls are open per connection (advertised in SETTINGS, so
  *   well-behaved clients queue; nghttp2 refuses the excess of the others);
  * - a connection sends its preface within `prefaceTimeoutMs` and its first request's headers within
@@ -25,14 +30,16 @@
  * (`Assertion failed: (current_nghttp2_memory_) >= (previous_size)`) or leaves its socket reading in
  * a loop that grows memory by hundreds of MB a second (issue 51).
  */
-import http2, { type Http2Server, type ServerHttp2Session, type ServerHttp2Stream } from "node:http2";
+import http2, { type Http2Server, type Http2Session, type ServerHttp2Session, type ServerHttp2Stream } from "node:http2";
 import type { Socket } from "node:net";
 import { performance } from "node:perf_hooks";
 import type { Logger } from "../log.js";
+import { ConnectionCaps } from "./connection-caps.js";
 import type { ServerStats } from "./stats.js";
 
 export interface Http2Limits {
   maxConnections: number;
+  maxConnectionsPerAddress: number;
   maxConcurrentStreams: number;
   prefaceTimeoutMs: number;
   headersTimeoutMs: number;
@@ -54,6 +61,9 @@ export function http2ServerOptions(limits: Http2Limits): http2.ServerOptions {
 
 interface SessionState {
   readonly openedAt: number;
+  readonly address: string;
+  /** address:port, which tells a new connection's own session from the others. */
+  readonly peer: string;
   prefaced: boolean;
   streamed: boolean;
   active: number;
@@ -63,11 +73,15 @@ interface SessionState {
   pingSentAt: number | undefined;
   resetWindowAt: number;
   resets: number;
-  /** Its destruction is scheduled: the sweep leaves it alone. */
+  /** A call of it passed the gate with a token or certificate: never evicted. */
+  authenticated: boolean;
+  /** Its destruction is scheduled: not to be picked again. */
   cutting: boolean;
 }
 
 export interface SessionGuard {
+  /** The gate accepted the credentials of a call on this session. */
+  authenticated(session: Http2Session): void;
   stop(): void;
 }
 
@@ -75,68 +89,108 @@ export function guardSessions(server: Http2Server, limits: Http2Limits, log: Log
   const states = new Map<ServerHttp2Session, SessionState>();
   const now = () => performance.now();
 
-  let open = 0;
-  /** Sessions that have not opened a stream, oldest first: the ones a new connection may evict. */
+  /** Sessions that have not opened a stream, oldest first: the first a new connection may evict. */
   const unstreamed = new Set<ServerHttp2Session>();
-  let burst = 0;
-  const overCap = (what: string, remote: string | undefined) => {
-    if (burst++ === 0) log.warn({ maxConnections: limits.maxConnections, remote }, `--max-connections are open: ${what} (more of this burst are counted, not logged)`);
-  };
-  // After the server's own 'connection' listener, so the socket's session exists.
-  server.on("connection", (socket: Socket) => {
-    open++;
-    socket.once("close", () => {
-      open--;
-      if (burst > 0 && open < limits.maxConnections) {
-        log.warn({ overCap: burst }, "connections below --max-connections again");
-        burst = 0;
-      }
-    });
-    if (open <= limits.maxConnections) return;
-    // The new connection's own session is the newest there; any older one may go.
-    const victim = unstreamed.size > 1 ? unstreamed.values().next().value : undefined;
-    if (victim) {
-      unstreamed.delete(victim);
-      stats.connectionsEvicted++;
-      overCap("evicting connections that opened no stream", socket.remoteAddress);
-      victim.destroy();
-    } else {
-      stats.connectionsRefused++;
-      overCap("refusing new connections", socket.remoteAddress);
-      socket.destroy();
-    }
-  });
-
-  server.on("session", (s: ServerHttp2Session) => {
-    const t = now();
-    const state: SessionState = { openedAt: t, prefaced: false, streamed: false, active: 0, idleSince: t, goawayAt: undefined, lastPingAt: t, pingSentAt: undefined, resetWindowAt: t, resets: 0, cutting: false };
-    states.set(s, state);
-    unstreamed.add(s);
-    s.once("remoteSettings", () => (state.prefaced = true));
-    s.on("goaway", () => (state.goawayAt ??= now()));
-    s.on("stream", (stream: ServerHttp2Stream) => {
-      if (!state.streamed) unstreamed.delete(s);
-      state.streamed = true;
-      state.active++;
-      stream.once("close", () => {
-        state.active--;
-        if (state.active === 0) state.idleSince = now();
-        if (stream.rstCode !== http2.constants.NGHTTP2_NO_ERROR && stream.rstCode !== undefined) resetSeen(s, state);
-      });
-    });
-    s.once("close", () => {
-      states.delete(s);
-      unstreamed.delete(s);
-    });
-  });
+  /** Sessions with no call open that never authenticated, longest idle first: the next. */
+  const idleStrangers = new Set<ServerHttp2Session>();
+  /** Each address's sessions, oldest first: where a connection over its address's cap looks. */
+  const byAddress = new Map<string, Set<ServerHttp2Session>>();
+  const caps = new ConnectionCaps(limits, log, { total: "--max-connections", perAddress: "--max-connections-per-address", connections: "connections" });
 
   /** Ends the session on the next turn of the event loop, outside any read of it (see above). */
   const cut = (s: ServerHttp2Session, st: SessionState, err?: Error, code?: number) => {
     if (st.cutting) return;
     st.cutting = true;
     unstreamed.delete(s);
+    idleStrangers.delete(s);
     setImmediate(() => s.destroy(err, code));
   };
+  const evictable = (set: Iterable<ServerHttp2Session>, except: string) => {
+    for (const s of set) if (!s.destroyed && states.get(s)?.peer !== except) return s;
+    return undefined;
+  };
+  /** Of an address's sessions: the oldest that opened no stream, else the first idle stranger. */
+  const evictableFrom = (sessions: Iterable<ServerHttp2Session>, except: string) => {
+    let stranger: ServerHttp2Session | undefined;
+    for (const s of sessions) {
+      const st = states.get(s);
+      if (!st || st.cutting || s.destroyed || st.peer === except) continue;
+      if (!st.streamed) return s;
+      stranger ??= idleStrangers.has(s) ? s : undefined;
+    }
+    return stranger;
+  };
+
+  // After the server's own 'connection' listener: over h2c the socket's session exists (the newest,
+  // never its own victim); over TLS it comes after the handshake, and the socket counts meanwhile.
+  server.on("connection", (socket: Socket) => {
+    if (socket.destroyed) return;
+    const address = socket.remoteAddress ?? "unknown";
+    const over = caps.open(socket, address);
+    if (!over) return;
+    const except = `${address}:${socket.remotePort}`;
+    const victim = over === "address" ? evictableFrom(byAddress.get(address) ?? [], except) : (evictable(unstreamed, except) ?? evictable(idleStrangers, except));
+    if (victim) {
+      stats.connectionsEvicted++;
+      caps.overCap(over, address, "evicting connections that opened no stream or sit idle unauthenticated");
+      cut(victim, states.get(victim)!);
+    } else {
+      stats.connectionsRefused++;
+      caps.overCap(over, address, "refusing new connections");
+      socket.destroy();
+    }
+  });
+
+  server.on("session", (s: ServerHttp2Session) => {
+    const t = now();
+    const address = s.socket?.remoteAddress ?? "unknown";
+    const state: SessionState = {
+      openedAt: t,
+      address,
+      peer: `${address}:${s.socket?.remotePort}`,
+      prefaced: false,
+      streamed: false,
+      active: 0,
+      idleSince: t,
+      goawayAt: undefined,
+      lastPingAt: t,
+      pingSentAt: undefined,
+      resetWindowAt: t,
+      resets: 0,
+      authenticated: false,
+      cutting: false,
+    };
+    states.set(s, state);
+    unstreamed.add(s);
+    let mine = byAddress.get(address);
+    if (!mine) byAddress.set(address, (mine = new Set()));
+    mine.add(s);
+    s.once("remoteSettings", () => (state.prefaced = true));
+    s.on("goaway", () => (state.goawayAt ??= now()));
+    s.on("stream", (stream: ServerHttp2Stream) => {
+      if (!state.streamed) unstreamed.delete(s);
+      state.streamed = true;
+      state.active++;
+      idleStrangers.delete(s);
+      stream.once("close", () => {
+        state.active--;
+        if (state.active === 0) {
+          state.idleSince = now();
+          // Re-added, so the set stays in order of how long each has been idle. A stream may close
+          // after its session did (one whose end was never read): a closed session is not kept.
+          if (!state.authenticated && !state.cutting && states.has(s)) idleStrangers.add(s);
+        }
+        if (stream.rstCode !== http2.constants.NGHTTP2_NO_ERROR && stream.rstCode !== undefined) resetSeen(s, state);
+      });
+    });
+    s.once("close", () => {
+      states.delete(s);
+      unstreamed.delete(s);
+      idleStrangers.delete(s);
+      mine.delete(s);
+      if (mine.size === 0) byAddress.delete(address);
+    });
+  });
 
   const resetSeen = (s: ServerHttp2Session, state: SessionState) => {
     const t = now();
@@ -146,7 +200,7 @@ export function guardSessions(server: Http2Server, limits: Http2Limits, log: Log
     }
     if (++state.resets !== limits.maxResets + 1) return;
     stats.resetFloods++;
-    log.warn({ remote: s.socket?.remoteAddress, resets: state.resets, windowMs: limits.resetWindowMs }, "connection cut: it resets streams too fast (rapid reset)");
+    log.warn({ remote: state.address, resets: state.resets, windowMs: limits.resetWindowMs }, "connection cut: it resets streams too fast (rapid reset)");
     // Called from a stream's 'close' listener, inside nghttp2's parsing of the read that reset it:
     // cut() defers the destroy (with its GOAWAY ENHANCE_YOUR_CALM) past the read.
     cut(s, state, new Error("rapid reset"), http2.constants.NGHTTP2_ENHANCE_YOUR_CALM);
@@ -207,5 +261,15 @@ export function guardSessions(server: Http2Server, limits: Http2Limits, log: Log
   const shortest = Math.min(limits.prefaceTimeoutMs, limits.headersTimeoutMs, limits.idleTimeoutMs, limits.keepaliveTimeoutMs, limits.goawayGraceMs || Infinity, limits.keepaliveIntervalMs || Infinity);
   const timer = setInterval(sweep, Math.min(1000, Math.max(10, shortest / 4)));
   timer.unref();
-  return { stop: () => clearInterval(timer) };
+  return {
+    authenticated(session) {
+      // A server stream's session: a server session.
+      const s = session as ServerHttp2Session;
+      const st = states.get(s);
+      if (!st || st.authenticated) return;
+      st.authenticated = true;
+      idleStrangers.delete(s);
+    },
+    stop: () => clearInterval(timer),
+  };
 }

@@ -97,7 +97,18 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     log: opts.log,
     contextValues,
   });
-  const gate = createGate({ ...limits, auth: opts.auth.authenticator, access: opts.auth.access, log: opts.log, clock: opts.clock, stats, peers, streamingRequests: streams.streamingRequests });
+  const gate = createGate({
+    ...limits,
+    auth: opts.auth.authenticator,
+    access: opts.auth.access,
+    log: opts.log,
+    clock: opts.clock,
+    stats,
+    peers,
+    streamingRequests: streams.streamingRequests,
+    // Called for calls only, so after `guard` below exists.
+    authenticated: (session) => guard.authenticated(session),
+  });
   const fastOptions = { interceptors: opts.interceptors, readMaxBytes, shutdownSignal: hardStop.signal, budget: gate.budget, log: opts.log, contextValues };
   const fastUnary = grpcUnaryFastPath(unary, fastOptions);
   const fastBidi = grpcBidiFastPath(streams.bidi, fastOptions);
