@@ -411,6 +411,27 @@ const SETTINGS = {
     help: "open connections from one address on the gRPC port, evicting as --max-connections does among that address's own; behind a proxy or NAT raise it to --max-connections",
     parse: int(1),
   },
+  httpMaxConnections: {
+    flag: "--http-max-connections",
+    env: ["AIFLOW_HTTP_MAX_CONNECTIONS"],
+    default: "1000",
+    help: "open connections on --http-listen; more are closed at once",
+    parse: int(1),
+  },
+  httpMaxConnectionsPerAddress: {
+    flag: "--http-max-connections-per-address",
+    env: ["AIFLOW_HTTP_MAX_CONNECTIONS_PER_ADDRESS"],
+    default: "100",
+    help: "open connections from one address on --http-listen; more from it are closed at once",
+    parse: int(1),
+  },
+  httpRequestTimeout: {
+    flag: "--http-request-timeout",
+    env: ["AIFLOW_HTTP_REQUEST_TIMEOUT"],
+    default: "10s",
+    help: "a request on --http-listen must arrive whole (headers and body) within this of its first byte, or its connection is closed",
+    parse: duration(100, 600_000),
+  },
   http2MaxConcurrentStreams: {
     flag: "--http2-max-concurrent-streams",
     env: ["AIFLOW_HTTP2_MAX_CONCURRENT_STREAMS"],

@@ -135,6 +135,7 @@ export async function startDaemon(config: Config, { log, clock = systemClock }: 
         registry: metrics.registry,
         readiness: () => services.readiness.report(),
         metricsToken: config.metricsToken,
+        limits: { maxConnections: config.httpMaxConnections, maxConnectionsPerAddress: config.httpMaxConnectionsPerAddress, requestTimeoutMs: config.httpRequestTimeout },
         webhooks: services.webhooks,
         console: {
           files: consoleFiles(config.consoleDir).handler,

@@ -17,6 +17,15 @@
  *   probes (which present none) still reach /healthz and /readyz;
  * - with neither, anyone who reaches the port (the default port is on loopback).
  * The probes say only ready or not, and why in words that hold no address or secret.
+ *
+ * What a connection may hold (`limits`), since this is the port that faces the internet: at most
+ * `maxConnections` are open, and `maxConnectionsPerAddress` from one address; a connection past
+ * either is closed on accept (nothing is evicted: every connection here is short-lived, below).
+ * A request must arrive whole, headers and body, within `requestTimeoutMs` of its first byte, a
+ * connection that sends nothing within it is closed too, and the check runs every quarter of it
+ * (Node checks every 30 s by default, so half-written requests lived 25–40 s against a 10 s limit).
+ * A connection closed for a timeout or a malformed request is answered and then destroyed, not just
+ * ended, so a peer that never closes its side cannot keep it half-open.
  */
 import { createHash, timingSafeEqual } from "node:crypto";
 import { once } from "node:events";
@@ -31,6 +40,7 @@ import { ConfigError } from "../domain/errors.js";
 import type { Logger } from "../log.js";
 import type { ReadinessReport } from "../observability/readiness.js";
 import { readCertIdentity } from "./cert-identity.js";
+import { ConnectionCaps, type CapLimits } from "./connection-caps.js";
 import type { TlsReloader } from "./tls.js";
 
 export interface HttpEndpointsOptions {
@@ -47,6 +57,12 @@ export interface HttpEndpointsOptions {
   webhooks?: RouteHandler;
   /** Serve HTTPS with the gRPC port's files (and join their reloads); `mutual`: ask for a client certificate. */
   tls?: { reloader: TlsReloader; mutual: boolean; trustDomain: string };
+  /** What connections may hold (config.ts documents each setting and its default). */
+  limits?: HttpLimits;
+}
+
+export interface HttpLimits extends CapLimits {
+  requestTimeoutMs: number;
 }
 
 export type RouteHandler = (req: IncomingMessage, res: ServerResponse, path: string) => Promise<void> | void;
@@ -58,12 +74,12 @@ export interface HttpEndpoints {
   close(): Promise<void>;
 }
 
-/** Headers and a slow body get this long: the endpoints answer small GETs. */
-const REQUEST_TIMEOUT_MS = 10_000;
+const DEFAULT_LIMITS: HttpLimits = { maxConnections: 1000, maxConnectionsPerAddress: 100, requestTimeoutMs: 10_000 };
 const digest = (s: string) => createHash("sha256").update(s).digest();
 
 export async function startHttpEndpoints(opts: HttpEndpointsOptions): Promise<HttpEndpoints> {
   const { log, tls } = opts;
+  const limits = opts.limits ?? DEFAULT_LIMITS;
   const tokenDigest = opts.metricsToken ? digest(opts.metricsToken) : undefined;
   const mayReadMetrics = (req: IncomingMessage): boolean => {
     if (!tokenDigest && !tls?.mutual) return true;
@@ -117,20 +133,29 @@ export async function startHttpEndpoints(opts: HttpEndpointsOptions): Promise<Ht
       else res.destroy();
     });
 
+  // headersTimeout and requestTimeout count from a request's first byte (a connection's first
+  // request: from the connection), and hold only as often as Node checks them.
+  const timeouts = {
+    headersTimeout: limits.requestTimeoutMs,
+    requestTimeout: limits.requestTimeoutMs,
+    connectionsCheckingInterval: Math.min(1000, Math.max(10, Math.floor(limits.requestTimeoutMs / 4))),
+  };
   const server = tls
     ? https.createServer(
-        { ...tls.reloader.material, minVersion: "TLSv1.2", ALPNProtocols: ["http/1.1"], requestCert: tls.mutual, rejectUnauthorized: false, handshakeTimeout: REQUEST_TIMEOUT_MS },
+        { ...tls.reloader.material, minVersion: "TLSv1.2", ALPNProtocols: ["http/1.1"], requestCert: tls.mutual, rejectUnauthorized: false, handshakeTimeout: limits.requestTimeoutMs, ...timeouts },
         onRequest,
       )
-    : http.createServer(onRequest);
-  server.requestTimeout = REQUEST_TIMEOUT_MS;
-  server.headersTimeout = REQUEST_TIMEOUT_MS;
+    : http.createServer(timeouts, onRequest);
   if (tls) server.on("tlsClientError", (err: NodeJS.ErrnoException, socket: TLSSocket) => log.debug({ remote: socket.remoteAddress, reason: err.code ?? err.message }, "TLS handshake failed on the HTTP port"));
   server.on("clientError", (err: NodeJS.ErrnoException, socket: Socket) => {
     log.debug({ reason: err.code ?? err.message }, "bad HTTP request");
-    if (socket.writable) socket.end("HTTP/1.1 400 Bad Request\r\nconnection: close\r\n\r\n");
-    else socket.destroy();
+    if (!socket.writable) return void socket.destroy();
+    const status = err.code === "ERR_HTTP_REQUEST_TIMEOUT" ? "408 Request Timeout" : "400 Bad Request";
+    // Destroyed once the answer is written: end() alone leaves the socket open for as long as the
+    // peer keeps its side open (an HTTP server's sockets allow half-open), which a hostile one does.
+    socket.end(`HTTP/1.1 ${status}\r\nconnection: close\r\n\r\n`, () => socket.destroy());
   });
+  capConnections(server, limits, log);
 
   server.listen(opts.port, opts.host);
   try {
@@ -159,6 +184,19 @@ export async function startHttpEndpoints(opts: HttpEndpointsOptions): Promise<Ht
         await closed;
       })()),
   };
+}
+
+/** Closes on accept a connection past `maxConnections`, or past `maxConnectionsPerAddress` from its address. */
+function capConnections(server: http.Server, limits: HttpLimits, log: Logger): void {
+  const caps = new ConnectionCaps(limits, log, { total: "--http-max-connections", perAddress: "--http-max-connections-per-address", connections: "HTTP connections" });
+  server.on("connection", (socket: Socket) => {
+    if (socket.destroyed) return;
+    const address = socket.remoteAddress ?? "unknown";
+    const over = caps.open(socket, address);
+    if (!over) return;
+    caps.overCap(over, address, "refusing new ones");
+    socket.destroy();
+  });
 }
 
 function reply(res: ServerResponse, status: number, text: string, head = false): void {
