@@ -109,11 +109,27 @@ interface Mounted {
   mount: (router: ConnectRouter) => void;
 }
 
+/**
+ * Builds and starts every service. What it started is stopped again when a later step throws (a
+ * triggers file that does not check, the database gone mid-start): a daemon that cannot start must
+ * exit, and loops left running kept the process alive, logging, for ever.
+ */
 export async function buildServices(deps: ServiceDeps): Promise<Services> {
+  const started: Background[] = [];
+  try {
+    return await startServices(deps, (b) => started.push(b));
+  } catch (err) {
+    for (const b of started.reverse()) await b.stop().catch((e: unknown) => deps.log.error({ err: e }, "error while stopping what a failed start had started"));
+    throw err;
+  }
+}
+
+async function startServices(deps: ServiceDeps, started: (b: Background) => void): Promise<Services> {
   const { config, log, clock, pool, tables, metrics } = deps;
   const audit = new AuditLog(config.auditLog ? pino({ name: "aiflowd.audit" }, pino.destination({ dest: config.auditLog, sync: false, mkdir: true })) : log);
   const listener = new PgListener(deps.databaseUrl, log.child({ component: "listen" }));
   await listener.start();
+  started(listener);
   listener.onReconnect(() => metrics.listenReconnected());
 
   const agents = new AgentStore(pool, tables);
@@ -122,6 +138,7 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
   await hub.start(listener);
 
   const hot = new PreparedQueries(deps.databaseUrl, config.dbPoolSize);
+  started({ stop: () => hot.end() });
   const backoff = { baseMs: config.backoffBase, capMs: config.backoffCap, jitter: config.backoffJitter === "full" };
   const sharing = { weights: config.tenantWeights, credit: config.fairShareCredit, agingMs: config.priorityAging };
   const workItems = new WorkItemStore(pool, tables, backoff, hot, sharing);
@@ -131,7 +148,9 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
   // listening connection) into a few per second. This daemon's own Wait calls wake at once.
   const done = new Wakeups(pool, tables.channel("done"), config.instanceId, config.doneNotifyWindow, log);
   await work.start(listener);
+  started(work);
   await done.start(listener);
+  started(done);
   const heartbeats = new HeartbeatBuffer(
     agents,
     hub,
@@ -142,6 +161,7 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
     () => work.ring([ANY]),
   );
   heartbeats.start(config.heartbeatFlush);
+  started(heartbeats);
   const queue = new WorkQueue(workItems, hub, work, done, clock, config, log.child({ component: "queue" }), metrics);
   const onAgentGone = (name: string) => queue.agentGone(name);
   const known = knownAgentLoader(agents, hub);
@@ -173,12 +193,14 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
     metrics,
   });
   await dag.start();
+  started(dag);
   maintenance.add(dag.task());
   const native = { pool, tables, config, clock, queue, listener, metrics, itemsOn: (tx: DatabaseTransactionConnection) => new WorkItemStore(tx, tables, backoff, undefined, sharing) };
   const graphs = new GraphEngine({ ...native, log: log.child({ component: "graph" }) });
   const machines = new MachineEngine({ ...native, log: log.child({ component: "statemachine" }) });
   for (const e of [graphs, machines]) {
     await e.start();
+    started(e);
     maintenance.add(e.task());
   }
   const runs = new EngineRunStore(pool, tables);
@@ -190,6 +212,7 @@ export async function buildServices(deps: ServiceDeps): Promise<Services> {
   maintenance.add(firingRetentionTask({ config, firings, deliveries: triggers, log }));
   await maintenance.runOnce();
   maintenance.start(config.sweepInterval);
+  started(maintenance);
 
   const itemStats = new WorkItemStatsStore(pool, tables);
   maintenance.add(unplaceableTask({ config, agents, stats: itemStats, store: workItems, log, onFailed: () => done.ring(["*"]) }));
