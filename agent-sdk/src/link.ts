@@ -251,12 +251,13 @@ async function* tornDownMessages<T>(messages: AsyncIterable<T>, signal: AbortSig
 
 /** The resets that tear a call down: connect-node names them in its message, Node in its error's. */
 const TORN_DOWN_RESET = /^http\/2 stream closed with error code (INTERNAL_ERROR|CANCEL|REFUSED_STREAM) \(0x[0-9a-f]+\)$|^Stream closed with error code NGHTTP2_(INTERNAL_ERROR|CANCEL|REFUSED_STREAM)$/;
-/** Node's errors for a session that ended under its streams, or would take none. */
-const TORN_DOWN_SESSION: ReadonlySet<string> = new Set(["ERR_HTTP2_SESSION_ERROR", "ERR_HTTP2_STREAM_CANCEL", "ERR_HTTP2_GOAWAY_SESSION"]);
+/** Node's errors for a session that ended under its streams, or would take none, and for a connection reset under them. */
+const TORN_DOWN_SESSION: ReadonlySet<string> = new Set(["ERR_HTTP2_SESSION_ERROR", "ERR_HTTP2_STREAM_CANCEL", "ERR_HTTP2_GOAWAY_SESSION", "ECONNRESET", "EPIPE"]);
 
 function asUnavailable(err: unknown, signal: AbortSignal): unknown {
   if (signal.aborted || !(err instanceof ConnectError) || err.code === Code.Unavailable) return err;
-  if (err.code !== Code.Internal && err.code !== Code.Canceled) return err;
+  // connect-node reads a reset socket as ABORTED; the rest of ABORTED (a write after the daemon's answer) is left as it is.
+  if (err.code !== Code.Internal && err.code !== Code.Canceled && err.code !== Code.Aborted) return err;
   if (!tornDown(err)) return err;
   return new ConnectError(err.rawMessage, Code.Unavailable, err.metadata, undefined, err);
 }

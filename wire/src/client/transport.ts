@@ -322,9 +322,10 @@ function errorFromReset(rstCode: number | undefined, cause?: unknown): ConnectEr
 const TORN_DOWN: ReadonlySet<string> = new Set(["ERR_HTTP2_SESSION_ERROR", "ERR_HTTP2_STREAM_CANCEL", "ERR_HTTP2_GOAWAY_SESSION"]);
 
 /**
- * Node's connection errors as connect-node maps them (a refused or unknown peer is UNAVAILABLE, a
- * reset socket ABORTED), and a session torn down under the call UNAVAILABLE, where connect-node
- * says INTERNAL.
+ * Node's connection errors: a refused or unknown peer, a reset socket (ECONNRESET, EPIPE) and a
+ * session torn down under the call are UNAVAILABLE (connect-node says ABORTED or INTERNAL for the
+ * last ones); a write after the daemon ended the stream is ABORTED, as connect-node has it (the
+ * daemon's own answer follows).
  */
 function errorFromNode(reason: unknown): ConnectError {
   const codes: string[] = [];
@@ -333,8 +334,8 @@ function errorFromNode(reason: unknown): ConnectError {
     if (typeof code === "string") codes.push(code);
   }
   let code = Code.Internal;
-  if (codes.some((c) => c === "ERR_STREAM_WRITE_AFTER_END" || c === "ERR_STREAM_DESTROYED" || c === "ERR_HTTP2_INVALID_STREAM" || c === "ECONNRESET")) code = Code.Aborted;
-  else if (codes.some((c) => c === "ETIMEDOUT" || c === "ENOTFOUND" || c === "EAI_AGAIN" || c === "ECONNREFUSED" || TORN_DOWN.has(c))) code = Code.Unavailable;
+  if (codes.some((c) => c === "ETIMEDOUT" || c === "ENOTFOUND" || c === "EAI_AGAIN" || c === "ECONNREFUSED" || c === "ECONNRESET" || c === "EPIPE" || TORN_DOWN.has(c))) code = Code.Unavailable;
+  else if (codes.some((c) => c === "ERR_STREAM_WRITE_AFTER_END" || c === "ERR_STREAM_DESTROYED" || c === "ERR_HTTP2_INVALID_STREAM")) code = Code.Aborted;
   const err = ConnectError.from(reason, code);
   if (err !== reason) err.cause = reason;
   return err;
