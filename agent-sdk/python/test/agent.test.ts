@@ -60,8 +60,12 @@ describe("a Python agent", () => {
     expect(row!.id).toBe(registered.id);
     expect(row!.metadata).toMatchObject({ slots: 3, tags: { zone: "a" }, tenants: ["t1"], engineKinds: ["py-basic", "pyasync"] });
     expect(JSON.stringify(row!.metadata)).toContain("Test GPU");
-    await until("a heartbeat with GPU metrics landed", async () => JSON.stringify((await agentRow(fx.db, name))?.metrics ?? null).includes("Test GPU"));
-    const metrics = (await agentRow(fx.db, name))!.metrics!;
+    // A heartbeat sent while the work ran reports it in flight; wait for one sent after it all finished.
+    let metrics: Record<string, unknown> = {};
+    await until("a heartbeat with GPU metrics and nothing in flight landed", async () => {
+      metrics = ((await agentRow(fx.db, name))?.metrics ?? {}) as Record<string, unknown>;
+      return JSON.stringify(metrics).includes("Test GPU") && metrics.inFlight === 0;
+    });
     expect(metrics).toHaveProperty("cpu");
     expect(metrics).toHaveProperty("memory");
     expect(metrics).toMatchObject({ inFlight: 0, gpus: [{ index: 0, model: "Test GPU", utilization: 12.5 }] });
