@@ -9,7 +9,10 @@
  *   went unanswered);
  * - a deadline past what a timer holds (2^31-1 ms, about 24.8 days) is dropped, so the call runs as
  *   one with no deadline, as on the direct path, instead of being cut after 1 ms.
+ * It serves HTTP/1.1 requests as well as HTTP/2 ones, so that a server's Connect API on an HTTP/1.1
+ * port (the daemon's /api) is this same handler, with these same three guarantees.
  */
+import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Http2ServerRequest, Http2ServerResponse, ServerHttp2Stream } from "node:http2";
 import http2 from "node:http2";
 import { Code, ConnectError, createConnectRouter, type ConnectRouter, type ConnectRouterOptions, type ContextValues } from "@connectrpc/connect";
@@ -22,12 +25,20 @@ import { TIMER_MAX_MS } from "./call.js";
 export interface ConnectHandlerOptions extends ConnectRouterOptions {
   routes: (router: ConnectRouter) => void;
   log?: ErrorLog;
-  /** The context values a call starts with (what the server knows of its connection); default: none. */
+  /** The context values an HTTP/2 call starts with (what the server knows of its connection); default: none. */
   contextValues?: (stream: ServerHttp2Stream) => ContextValues;
+  /** Serve each method at this prefix before its path ("/api": /api/pkg.Service/Method); default: none. */
+  requestPathPrefix?: string;
 }
 
-export function connectHandler(opts: ConnectHandlerOptions): (req: Http2ServerRequest, res: Http2ServerResponse) => void {
-  const { routes, log, contextValues, ...routerOptions } = opts;
+/**
+ * An HTTP/2 or HTTP/1.1 request handler. `values`, when given, are the call's context values (an
+ * HTTP/1.1 caller has no stream for `contextValues` to read).
+ */
+export type NodeConnectHandler = (req: Http2ServerRequest | IncomingMessage, res: Http2ServerResponse | ServerResponse, values?: ContextValues) => void;
+
+export function connectHandler(opts: ConnectHandlerOptions): NodeConnectHandler {
+  const { routes, log, contextValues, requestPathPrefix = "", ...routerOptions } = opts;
   const router = createConnectRouter({
     // connectNodeAdapter's default.
     acceptCompression: [compressionGzip, compressionBrotli],
@@ -37,15 +48,15 @@ export function connectHandler(opts: ConnectHandlerOptions): (req: Http2ServerRe
     jsonOptions: { ...routerOptions.jsonOptions, textDecoder: checkedJsonText } as ConnectRouterOptions["jsonOptions"],
   });
   routes(router);
-  const handlers = new Map(router.handlers.map((h) => [h.requestPath, h]));
-  return (req, res) => {
-    const handler = handlers.get(req.url.split("?", 1)[0]!);
+  const handlers = new Map(router.handlers.map((h) => [requestPathPrefix + h.requestPath, h]));
+  return (req, res, values) => {
+    const handler = handlers.get((req.url ?? "").split("?", 1)[0]!);
     if (!handler) {
       res.writeHead(404);
       res.end();
       return;
     }
-    const uReq = universalRequestFromNodeRequest(req, res, undefined, contextValues?.(req.stream));
+    const uReq = universalRequestFromNodeRequest(req, res, undefined, values ?? ("stream" in req ? contextValues?.(req.stream) : undefined));
     dropTimerOverflow(uReq.header);
     handler(uReq)
       .then((uRes) => universalResponseToNodeResponse(uRes, res))
@@ -58,13 +69,15 @@ export function connectHandler(opts: ConnectHandlerOptions): (req: Http2ServerRe
   };
 }
 
-function answerInternal(res: Http2ServerResponse): void {
-  if (res.stream.destroyed || res.stream.closed) return;
+function answerInternal(res: Http2ServerResponse | ServerResponse): void {
+  if ("stream" in res ? res.stream.destroyed || res.stream.closed : res.destroyed) return;
   if (res.headersSent) {
-    res.stream.close(http2.constants.NGHTTP2_INTERNAL_ERROR);
+    // Part of a reply is out: only cutting it says it is not the whole one.
+    if ("stream" in res) res.stream.close(http2.constants.NGHTTP2_INTERNAL_ERROR);
+    else res.destroy();
     return;
   }
-  const contentType = String(res.req.headers["content-type"] ?? "");
+  const contentType = String(res.req?.headers["content-type"] ?? "");
   if (contentType.startsWith("application/grpc")) {
     res.writeHead(200, { "content-type": contentType, "grpc-status": String(Code.Internal), "grpc-message": "internal error" });
     res.end();
