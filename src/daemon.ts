@@ -12,18 +12,15 @@ import { migrate } from "./db/migrate.js";
 import { openPoolWhenReachable } from "./db/pool.js";
 import { Tables } from "./db/tables.js";
 import type { Logger } from "./log.js";
-import { Authenticator, peerKey } from "./server/auth.js";
+import { Authenticator } from "./server/auth.js";
 import { errorInterceptor } from "./server/errors.js";
 import { rpcSpanInterceptor } from "./observability/rpc-spans.js";
 import { DaemonMetrics } from "./observability/metrics.js";
 import { rpcMetricsInterceptor } from "./observability/rpc-metrics.js";
 import { startHttpEndpoints, type HttpEndpoints } from "./server/http-endpoints.js";
 import type { TLSSocket } from "node:tls";
-import { createContextValues } from "@connectrpc/connect";
-import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { socketIdentity } from "./server/cert-identity.js";
-import { AuthFailures } from "./server/auth-failures.js";
-import { API_PREFIX, consoleFiles, guardedApi } from "./server/console.js";
+import { consoleApi, consoleFiles } from "./server/console.js";
 import { startServer, type RunningServer, type ServerLimits } from "./server/server.js";
 import type { ServerStats } from "./server/stats.js";
 import type { ReloadOutcome } from "./server/tls.js";
@@ -139,24 +136,17 @@ export async function startDaemon(config: Config, { log, clock = systemClock }: 
         webhooks: services.webhooks,
         console: {
           files: consoleFiles(config.consoleDir).handler,
-          // The same routes and interceptors as the gRPC port, over the Connect protocol alone: what a browser speaks.
-          api: guardedApi(
-            connectNodeAdapter({
-              routes: services.routes,
-              interceptors,
-              requestPathPrefix: API_PREFIX,
-              connect: true,
-              grpc: false,
-              grpcWeb: false,
-              readMaxBytes,
-              shutdownSignal: server.draining,
-              // Under mutual TLS the browser's certificate names a caller here as it does on the gRPC port.
-              contextValues: config.tlsClientCa
-                ? (req) => createContextValues().set(peerKey, socketIdentity(req.socket as TLSSocket, config.tlsTrustDomain))
-                : undefined,
-            }),
-            new AuthFailures(clock, config.authFailureLimit, config.authFailureWindow),
-          ),
+          // The gRPC port's routes, interceptors, handler and gate, over the Connect protocol alone.
+          api: consoleApi({
+            routes: services.routes,
+            interceptors,
+            readMaxBytes,
+            shutdownSignal: server.draining,
+            gate: server.gate,
+            healthWatchLifetimeMs: config.healthWatchLifetime,
+            peer: config.tlsClientCa ? (req) => socketIdentity(req.socket as TLSSocket, config.tlsTrustDomain) : undefined,
+            log,
+          }),
         },
         tls: server.tls ? { reloader: server.tls, mutual: config.tlsClientCa !== undefined, trustDomain: config.tlsTrustDomain } : undefined,
       });

@@ -2,7 +2,8 @@
  * Calls are refused on their request headers (src/server/gate.ts), in the caller's protocol, before
  * any of the body is read: every request here sends headers and part of a body and never ends it,
  * so an answer proves nothing waited for the body. Failures are logged (never the token) and counted,
- * and an address that keeps failing is refused for a window on the daemon's clock.
+ * and an address that keeps failing has its failing calls refused for a window on the daemon's clock
+ * (its calls with a valid token are served).
  */
 import { once } from "node:events";
 import http2 from "node:http2";
@@ -53,6 +54,20 @@ function unfinished(headers: http2.OutgoingHttpHeaders, body: Buffer, opts: { lo
     });
     req.write(body);
   });
+}
+
+/** A whole call with an empty message; its grpc-status. */
+async function whole(headers: http2.OutgoingHttpHeaders, opts: { localAddress?: string } = {}): Promise<unknown> {
+  const session = http2.connect(`http://${daemon.address}`, { createConnection: () => net.connect({ host: "127.0.0.1", port: daemon.port, localAddress: opts.localAddress }) });
+  const req = session.request({ ":method": "POST", ...headers });
+  let status: unknown;
+  req.on("response", (h) => (status ??= h["grpc-status"]));
+  req.on("trailers", (h) => (status = h["grpc-status"]));
+  req.end(Buffer.alloc(5));
+  req.resume();
+  await once(req, "close");
+  session.close();
+  return status;
 }
 
 const grpc = (token?: string, path = ENQUEUE, contentType = "application/grpc") => ({
@@ -153,16 +168,18 @@ describe("refusing on the request headers", () => {
     expect(log.raw().join("\n")).not.toContain("secret-guess-123");
   });
 
-  it("refuses an address past --auth-failure-limit for the rest of its window, valid token or not; others are unaffected", async () => {
+  it("refuses an address past --auth-failure-limit its failing calls for the rest of its window, serves its valid ones; others are unaffected", async () => {
     const from = { localAddress: "127.0.0.2" };
     for (let i = 0; i < 21; i++) expect((await unfinished(grpc("guess-" + i), partialGrpc(), from)).headers["grpc-status"]).toBe("16");
-    const throttled = await unfinished(grpc(TOKENS.engine), partialGrpc(), from);
+    const throttled = await unfinished(grpc("guess-22"), partialGrpc(), from);
     expect(throttled.headers["grpc-status"]).toBe("8");
     expect(decodeURIComponent(String(throttled.headers["grpc-message"]))).toMatch(/too many failed authentications/);
     expect(daemon.serverStats.authThrottled).toBe(1);
+    // A valid token from that address is served: GetItem of no id is the handler's INVALID_ARGUMENT.
+    expect(await whole(grpc(TOKENS.engine, "/aiflow.cluster.v1.QueueService/GetItem"), from)).toBe("3");
     // Another address is not throttled.
     expect((await unfinished(grpc("guess"), partialGrpc())).headers["grpc-status"]).toBe("16");
     clock.advance(60_000);
-    expect((await unfinished(grpc(TOKENS.agent), partialGrpc(), from)).headers["grpc-status"]).toBe("7");
+    expect((await unfinished(grpc("guess-23"), partialGrpc(), from)).headers["grpc-status"]).toBe("16");
   });
 });

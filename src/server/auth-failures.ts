@@ -1,9 +1,11 @@
 /**
  * Failed authentications per remote address, in fixed windows on an injected clock. An address
- * with more than `limit` failures in its window has every call that needs a token refused until the
- * window ends: guessing tokens then costs the guesser a window per `limit` guesses, and the daemon
- * one map lookup per refused call. Only missing and unknown tokens count; a valid token of the wrong
- * role is a caller's mistake, not a guess, and must not lock out that caller's other calls.
+ * with more than `limit` failures in its window is `throttled` until the window ends. What that
+ * costs is its callers' choice (./gate.ts): the ports refuse a throttled address's failing calls
+ * cheaply (no log line, no count per reason, no further record) and serve its calls with valid
+ * credentials, so that one guesser behind a NAT or a proxy locks out nobody beside it. Nothing here
+ * is reset by a success. Only missing and unknown tokens count; a valid token of the wrong role is a
+ * caller's mistake, not a guess.
  * The map is bounded: past MAX_ADDRESSES, expired windows are dropped, and if none has expired the
  * oldest entry goes (a flood of addresses can then escape the limit, never exhaust memory).
  */

@@ -4,7 +4,9 @@
  * - a call that needs a token and has none, an unknown one or one of the wrong role is answered
  *   there, with the interceptor's own error (Authenticator.check decides for both), and logged at
  *   warn with the address and the reason, never the token;
- * - an address over --auth-failure-limit has its token-needing calls refused until its window ends;
+ * - an address over --auth-failure-limit has its failing calls (no token, or an unknown one) refused
+ *   RESOURCE_EXHAUSTED, cheaply, until its window ends; a call with valid credentials from it is
+ *   served, and resets nothing;
  * - request bodies held by calls in flight stay within --max-inflight-bytes daemon-wide (one budget:
  *   the direct path reserves from it as it reads, `body` watches connect-node's streams): a call that
  *   would pass it is answered RESOURCE_EXHAUSTED, and what a call holds is released when it ends;
@@ -12,6 +14,8 @@
  * - Health.Watch, the one stream open to anyone, is capped per address and in total;
  * - a session some call of which passed with credentials is reported (`authenticated`): the
  *   connection caps (./http2-limits.ts) never evict it to make room for a stranger.
+ * The HTTP port's /api (./console.ts) passes the same checks on its HTTP/1.1 requests (`admit`,
+ * `hold`), with the same failure counts, byte budget and Health.Watch caps: one gate for both ports.
  * The interceptor stays the second line: tenant and agent checks need the message and run in handlers.
  * Services not in the access map pass here; connect answers them (unimplemented, or the
  * interceptor's deny by default).
@@ -22,7 +26,7 @@ import { Health } from "@aiflow/wire/gen/grpc/health/v1/health_pb.js";
 import type { Clock } from "../clock.js";
 import type { Logger } from "../log.js";
 import type { Access, Authenticator } from "./auth.js";
-import type { PeerIdentities } from "./cert-identity.js";
+import type { CertReading, PeerIdentities } from "./cert-identity.js";
 import { AuthFailures } from "./auth-failures.js";
 import { headerText } from "@aiflow/wire/headers";
 import type { BodyBudget } from "@aiflow/wire/server";
@@ -73,8 +77,28 @@ export interface Gate {
   readonly budget: BodyBudget;
   /** A failed authentication outside a call (a refused client certificate): counts as a call's does. */
   authFailed(address: string): void;
-  /** True while the address is over --auth-failure-limit. */
-  throttled(address: string): boolean;
+  /**
+   * The same checks on the headers of a call that is not an HTTP/2 stream (the HTTP port's /api):
+   * undefined to serve it, or the error to refuse it with, before any of its body is read.
+   */
+  admit(call: CallHeaders): ConnectError | undefined;
+  /**
+   * Holds `bytes` of a body read by other means (the HTTP port's /api) to the same daemon-wide
+   * budget: undefined when held (give them back with `budget.release`), or the refusal, counted.
+   */
+  hold(bytes: number): ConnectError | undefined;
+}
+
+/** What the gate needs to know of a call, read from its request headers and its connection. */
+export interface CallHeaders {
+  address: string;
+  /** "/pkg.Service/Method", perhaps with a query (a Connect GET). */
+  path: string;
+  authorization: string | undefined;
+  /** Under mutual TLS: what the connection's client certificate says. */
+  peer: CertReading | undefined;
+  /** Takes what to release when the call ends (a Health.Watch slot). */
+  onEnd(release: () => void): void;
 }
 
 export function createGate(opts: GateOptions): Gate {
@@ -91,37 +115,68 @@ export function createGate(opts: GateOptions): Gate {
     overBudget,
   };
 
-  const gate = (stream: ServerHttp2Stream, headers: IncomingHttpHeaders): boolean => {
-    const address = addressOf(stream);
-    const path = headers[":path"] ?? "";
-    const { service, method } = splitPath(path);
+  /**
+   * The checks on a call's headers, whichever port it came by. Credentials are looked at first, and
+   * a call they pass is served whatever its address did: the failure limit throttles failures, not
+   * the callers beside them (behind a NAT or a TLS-terminating proxy every caller shares an address).
+   * Looking costs a SHA-256 of the header and one map lookup (Authenticator.resolve), so a throttled
+   * guesser is still refused cheaply: without a log line, a count per reason or a recorded failure.
+   */
+  const decide = (call: CallHeaders): { error?: ConnectError; authenticated: boolean } => {
+    const { address } = call;
+    const { service, method, path } = splitPath(call.path);
     const needed = opts.access.get(service);
+    let authenticated = false;
     if (needed !== undefined && needed !== "public") {
-      if (failures.throttled(address)) {
-        stats.authThrottled++;
-        refuse(stream, headers, new ConnectError("too many failed authentications from this address; try again later", Code.ResourceExhausted), opts.bodyTimeoutMs);
-        return true;
-      }
-      const decision = opts.auth.check(opts.access, service, method, headerText(headers, "authorization"), opts.peers?.of(stream.session));
+      const decision = opts.auth.check(opts.access, service, method, call.authorization, call.peer);
       if (!decision.ok) {
+        // A guess (no token, or one nobody issued). A valid token of the wrong role is a caller's
+        // mistake, not a guess: it neither counts nor is throttled.
+        const guess = decision.reason === "missing" || decision.reason === "unknown";
+        if (guess && failures.throttled(address)) {
+          stats.authThrottled++;
+          return { error: new ConnectError("too many failed authentications from this address; try again later", Code.ResourceExhausted), authenticated };
+        }
         stats.authFailures[decision.reason]++;
         log.warn({ remote: address, reason: decision.reason, service, method }, "call refused: authentication failed");
-        if (decision.reason === "missing" || decision.reason === "unknown") authFailed(address);
-        refuse(stream, headers, decision.error, opts.bodyTimeoutMs);
-        return true;
+        if (guess) authFailed(address);
+        return { error: decision.error, authenticated };
       }
-      if (stream.session) opts.authenticated?.(stream.session);
+      authenticated = true;
     }
+    // The path without its query: connect serves "/…/Watch?x" as Watch, so the cap must count it too.
     if (path === HEALTH_WATCH) {
       const full = watches.acquire(address);
       if (full) {
         stats.healthWatchRefused++;
-        refuse(stream, headers, new ConnectError(`too many Health.Watch streams ${full}; use Check, or watch again later`, Code.ResourceExhausted), opts.bodyTimeoutMs);
-        return true;
+        return { error: new ConnectError(`too many Health.Watch streams ${full}; use Check, or watch again later`, Code.ResourceExhausted), authenticated };
       }
-      stream.once("close", () => watches.release(address));
+      call.onEnd(() => watches.release(address));
     }
+    return { authenticated };
+  };
+
+  const gate = (stream: ServerHttp2Stream, headers: IncomingHttpHeaders): boolean => {
+    const { error, authenticated } = decide({
+      address: addressOf(stream),
+      path: headers[":path"] ?? "",
+      authorization: headerText(headers, "authorization") ?? undefined,
+      peer: opts.peers?.of(stream.session),
+      onEnd: (release) => stream.once("close", release),
+    });
+    if (error) {
+      refuse(stream, headers, error, opts.bodyTimeoutMs);
+      return true;
+    }
+    if (authenticated && stream.session) opts.authenticated?.(stream.session);
     return false;
+  };
+
+  /** Holds `n` bytes to the budget; the refusal (counted) when they would pass it. */
+  const hold = (n: number): ConnectError | undefined => {
+    if (bytes.reserve(n)) return undefined;
+    stats.inflightRefused++;
+    return overBudget();
   };
 
   /**
@@ -135,9 +190,9 @@ export function createGate(opts: GateOptions): Gate {
     const declared = Number(headers["content-length"] ?? 0);
     let held = 0;
     if (declared > 0) {
-      if (!bytes.reserve(declared)) {
-        stats.inflightRefused++;
-        refuse(stream, headers, overBudget(), opts.bodyTimeoutMs);
+      const refused = hold(declared);
+      if (refused) {
+        refuse(stream, headers, refused, opts.bodyTimeoutMs);
         return true;
       }
       held = declared;
@@ -173,10 +228,10 @@ export function createGate(opts: GateOptions): Gate {
 
   const authFailed = (address: string) => {
     if (failures.record(address))
-      log.warn({ remote: address, limit: opts.authFailureLimit, windowMs: opts.authFailureWindowMs }, "address over the failed-authentication limit: refusing its calls until the window ends");
+      log.warn({ remote: address, limit: opts.authFailureLimit, windowMs: opts.authFailureWindowMs }, "address over the failed-authentication limit: refusing its failing calls until the window ends (valid credentials are still served)");
   };
 
-  return Object.assign(gate, { body, budget, authFailed, throttled: (address: string) => failures.throttled(address) });
+  return Object.assign(gate, { body, budget, authFailed, admit: (call: CallHeaders) => decide(call).error, hold });
 }
 
 /** Bytes held by calls in flight, daemon-wide. */

@@ -9,32 +9,39 @@
  * write keeps its unsent bytes counted against their session memory, and after about 10 MB of that
  * their session refuses every new stream (ENHANCE_YOUR_CALM).
  */
+import type { OutgoingHttpHeaders } from "node:http";
 import http2, { type IncomingHttpHeaders, type ServerHttp2Stream } from "node:http2";
 import { nodeHeaders } from "@aiflow/wire/headers";
 import type { ConnectError } from "@connectrpc/connect";
 import { setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import { codeToHttpStatus, endStreamFlag, errorToJson } from "@connectrpc/connect/protocol-connect";
 
+/**
+ * A refusal as its caller's protocol has it (`contentType`): the status, the headers, and the body,
+ * if any. gRPC's is trailers-only (no body): its status is in these headers. Both ports answer
+ * refusals with it (this file on HTTP/2, ./console.ts's /api on HTTP/1.1).
+ */
+export function refusalOf(contentType: string, err: ConnectError): { status: number; headers: OutgoingHttpHeaders; body?: Buffer } {
+  if (contentType.startsWith("application/grpc")) return { status: 200, headers: { "content-type": contentType, ...nodeHeaders(setTrailerStatus(new Headers(), err)) } };
+  if (contentType.startsWith("application/connect+")) {
+    const json = Buffer.from(JSON.stringify({ error: errorToJson(err, undefined) }));
+    const body = Buffer.alloc(5 + json.length);
+    body[0] = endStreamFlag;
+    body.writeUInt32BE(json.length, 1);
+    json.copy(body, 5);
+    return { status: 200, headers: { "content-type": contentType }, body };
+  }
+  return { status: codeToHttpStatus(err.code), headers: { "content-type": "application/json" }, body: Buffer.from(JSON.stringify(errorToJson(err, undefined))) };
+}
+
 export function refuse(stream: ServerHttp2Stream, headers: IncomingHttpHeaders, err: ConnectError, discardMs?: number): void {
   // A reset from the client emits 'error'; unheard, that would be an uncaught exception.
   stream.on("error", ignore);
   if (stream.destroyed || stream.closed) return;
-  const contentType = String(headers["content-type"] ?? "");
   if (!stream.headersSent) {
-    if (contentType.startsWith("application/grpc")) {
-      stream.respond({ ":status": 200, "content-type": contentType, ...nodeHeaders(setTrailerStatus(new Headers(), err)) }, { endStream: true });
-    } else if (contentType.startsWith("application/connect+")) {
-      const json = Buffer.from(JSON.stringify({ error: errorToJson(err, undefined) }));
-      const body = Buffer.alloc(5 + json.length);
-      body[0] = endStreamFlag;
-      body.writeUInt32BE(json.length, 1);
-      json.copy(body, 5);
-      stream.respond({ ":status": 200, "content-type": contentType });
-      stream.end(body);
-    } else {
-      stream.respond({ ":status": codeToHttpStatus(err.code), "content-type": "application/json" });
-      stream.end(JSON.stringify(errorToJson(err, undefined)));
-    }
+    const r = refusalOf(String(headers["content-type"] ?? ""), err);
+    stream.respond({ ":status": r.status, ...r.headers }, { endStream: r.body === undefined });
+    if (r.body !== undefined) stream.end(r.body);
   }
   if (stream.endAfterHeaders || stream.readableEnded) return;
   // Whatever of the body still arrives is read and dropped, so the connection's flow-control

@@ -60,6 +60,8 @@ export interface RunningServer {
   reloadTls(): ReloadOutcome;
   /** The TLS files' reloader, for another server of the same files to join (undefined for h2c). */
   readonly tls: TlsReloader | undefined;
+  /** The checks every call passes on its headers, for another port of the same API to pass too (/api). */
+  readonly gate: Gate;
   /** Graceful shutdown; resolves once every session is closed. */
   close(graceMs: number): Promise<void>;
 }
@@ -164,29 +166,25 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     })());
 
   const scheme = material ? "https" : "http";
-  return { address, port, draining: drain.signal, stats, scheme, reloadTls: () => reloader?.reload() ?? "unchanged", tls: reloader, close };
+  return { address, port, draining: drain.signal, stats, scheme, reloadTls: () => reloader?.reload() ?? "unchanged", tls: reloader, gate, close };
 }
 
 /**
  * TLS handshakes. Under mutual TLS a client whose certificate did not verify (none, expired, another
  * CA's) is a failed authentication: its connection is closed as its handshake ends, before HTTP/2
- * sees a byte of it, and it is logged with the address and the reason, counted, and held to
- * --auth-failure-limit, past which the address's connections are closed before their handshake
- * costs anything. (Node's own rejectUnauthorized closes such a socket without saying why or from
- * where, so the check is made here: HTTP/2's 'secureConnection' listener is taken off and called for
- * verified connections only, as routeStreams does for 'stream'.) Other failures (plaintext sent to
- * the TLS port, a timeout) are logged at debug.
+ * sees a byte of it, and it is logged with the address and the reason, and counted toward
+ * --auth-failure-limit. An address over that limit still completes handshakes: a connection cannot
+ * be told from its address alone to come from the guesser rather than a valid caller beside it (a
+ * NAT, a proxy), and the gate throttles failures, not callers (./gate.ts). (Node's own
+ * rejectUnauthorized closes such a socket without saying why or from where, so the check is made
+ * here: HTTP/2's 'secureConnection' listener is taken off and called for verified connections only,
+ * as routeStreams does for 'stream'.) Other failures (plaintext sent to the TLS port, a timeout) are
+ * logged at debug.
  */
 /** How long a refused TLS client is given to take the close before its socket is destroyed. */
 const REFUSED_CLOSE_MS = 1000;
 
 function watchHandshakes(server: http2.Http2SecureServer, mutual: boolean, gate: Gate, log: Logger, stats: ServerStats): void {
-  server.prependListener("connection", (socket: Socket) => {
-    if (socket.remoteAddress && gate.throttled(socket.remoteAddress)) {
-      stats.authThrottled++;
-      socket.destroy();
-    }
-  });
   server.on("tlsClientError", (err: NodeJS.ErrnoException, socket: TLSSocket) => log.debug({ remote: socket.remoteAddress, reason: err.code ?? err.message }, "TLS handshake failed"));
   if (!mutual) return;
   const http2Listeners = server.listeners("secureConnection") as ((socket: TLSSocket) => void)[];
