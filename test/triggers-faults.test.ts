@@ -2,7 +2,8 @@
  * Webhooks under faults and pressure: one delivery id raced through two daemons starts exactly one
  * run; with the database away a webhook is answered 503 and nothing is recorded, and the same
  * delivery goes through once it is back; an address that keeps sending unsigned or unknown-trigger
- * webhooks is answered 429 unrecorded past --auth-failure-limit, until its window ends.
+ * webhooks has its failing ones answered 429 unrecorded past --auth-failure-limit, until its window
+ * ends, while its validly signed deliveries are served.
  */
 import { beforeAll, describe, expect, it } from "vitest";
 import { Action, TriggerType } from "@aiflow/wire/gen/aiflow/trigger/v1/trigger_pb.js";
@@ -66,7 +67,7 @@ describe("webhooks under faults", () => {
     expect(await count("true")).toBe(before + 1);
   });
 
-  it("an address past its limit of unsigned or unknown-trigger webhooks is answered 429, unrecorded, until its window ends", async () => {
+  it("an address past its limit of unsigned or unknown-trigger webhooks has its failing ones answered 429, unrecorded, until its window ends, and its signed ones served", async () => {
     // A new minute: the firing log's own bound per trigger (src/triggers/refusal-budget.ts) starts
     // afresh, so what is shown here is the address's limit alone.
     clock.advance(60_000);
@@ -76,10 +77,15 @@ describe("webhooks under faults", () => {
     for (let i = 0; i < 2; i++) expect((await unsigned()).status).toBe(401);
     expect((await deliver(A.httpUrl!, "t", "nope", "{}", { secret: SECRET })).status).toBe(404);
     expect((await unsigned()).status).toBe(401);
-    const throttled = await deliver(A.httpUrl!, "t", "h", "{}", { secret: SECRET });
-    expect(throttled.status).toBe(429);
+    // Past it, failures are refused unrecorded: unsigned, wrongly signed, to an unknown trigger...
     expect((await unsigned()).status).toBe(429);
+    expect((await deliver(A.httpUrl!, "t", "h", '{"bad":1}', { secret: "not-the-secret" })).status).toBe(429);
+    expect((await deliver(A.httpUrl!, "t", "nope", "{}", { secret: SECRET })).status).toBe(429);
     expect(await count("outcome = 'refused'")).toBe(before + 4);
+    // ...while a sender that proves the secret (behind the same proxy or NAT, say) is served.
+    const signedThrough = await deliver(A.httpUrl!, "t", "h", '{"while":"throttled"}', { secret: SECRET });
+    expect(signedThrough.status).toBe(202);
+    expect((await unsigned()).status).toBe(429);
     // Another daemon keeps its own count.
     expect((await deliver(B.httpUrl!, "t", "h", '{"on":"B"}', { secret: SECRET })).status).toBe(202);
     clock.advance(60_000);

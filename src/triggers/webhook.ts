@@ -21,9 +21,11 @@
  *   webhook trigger here, and at most REFUSALS_RECORDED_PER_MINUTE a minute per trigger (per tenant
  *   for unknown names: ./refusal-budget.ts). The others are answered the same, with `recorded:
  *   false`, and counted.
- * - An address past its limit of unsigned and unknown-trigger deliveries (`guesses`) is answered
- *   429 before its body is read, unrecorded; the failure is counted before anything is written, so
- *   no insert that fails lets a request escape the count.
+ * - An address past its limit of unsigned and unknown-trigger deliveries (`guesses`) has its
+ *   failing deliveries answered 429, unrecorded (one without a signature header before its body is
+ *   read), and its validly signed ones served: the limit throttles guesses, not the senders beside
+ *   a guesser. The failure is counted before anything is written, so no insert that fails lets a
+ *   request escape the count.
  * Every refusal is counted in aiflow_webhook_refusals_total{reason,recorded}; nothing a sender puts
  * in a body is a 500 (a 500 is a bug, with its cause in the log).
  */
@@ -92,16 +94,23 @@ export function webhookHandler(d: WebhookDeps): (req: IncomingMessage, res: Serv
       return answer(res, 405, { error: `method not allowed: webhooks are POST ${path}` });
     }
     const address = req.socket.remoteAddress ?? "unknown";
-    if (d.guesses.throttled(address)) {
+    // Past the limit only failures are refused (as on the gRPC port): a sender behind the same proxy
+    // or NAT as a guesser still gets its signed deliveries through. One with no signature at all is
+    // refused before its body is read; a signed one is read (bounded by --webhook-max-bytes and the
+    // request timeout) and refused, unrecorded, unless its signature proves the trigger's secret.
+    const throttled = d.guesses.throttled(address);
+    const tooMany = () => {
       d.metrics.webhookRefused("throttled", false);
       res.setHeader("connection", "close");
-      return answer(res, 429, { error: "too many unsigned or unknown-trigger webhooks from this address; wait for --auth-failure-window to pass" });
-    }
+      return answer(res, 429, { error: "too many unsigned or unknown-trigger webhooks from this address; wait for --auth-failure-window to pass (signed deliveries are still served)" });
+    };
+    if (throttled && !signed(req.headers)) return tooMany();
     const arrivedNs = sourceTime(req.headers.date, d.clock.nowMs());
     try {
       const body = await readBody(req, res, d.maxBytes);
       const row = await d.triggers.forWebhook(where.tenantKey, where.name);
       const trigger = row?.trigger_type === "webhook" ? row : null;
+      if (throttled && (body === null || trigger === null || !verify(body, trigger.secret, req.headers, d.clock.nowMs()).ok)) return tooMany();
 
       /** A delivery that proved nothing: see the module's comment. */
       const unproven = async (r: FiringRefused): Promise<void> => {
@@ -204,6 +213,9 @@ async function readBody(req: IncomingMessage, res: ServerResponse, max: number):
 }
 
 const header = (v: string | string[] | undefined): string | undefined => (Array.isArray(v) ? v[0] : v);
+
+/** Whether a request carries a signature header of a supported sender (./signature.ts), valid or not. */
+const signed = (headers: IncomingMessage["headers"]): boolean => headers["x-aiflow-signature"] !== undefined || headers["x-hub-signature-256"] !== undefined;
 
 /** The request's Date header (the sender's clock) when it parses, else the time it arrived. */
 function sourceTime(date: string | undefined, nowMs: number): bigint {
