@@ -5,7 +5,6 @@
 import net from "node:net";
 import { beforeAll, describe, expect, it } from "vitest";
 import { sql } from "slonik";
-import { AuditLog } from "../src/audit.js";
 import { FakeClock } from "../src/clock.js";
 import { defaultConfig } from "../src/config.js";
 import { startDaemon, type Daemon } from "../src/daemon.js";
@@ -39,8 +38,6 @@ describe("a heartbeat the database refuses", () => {
     const buffer = new HeartbeatBuffer(
       new AgentStore(daemon.pool, daemon.tables),
       new DirectiveHub(daemon.pool, daemon.tables.channel("directive"), clock, captured.log, 10_000),
-      new AuditLog(captured.log),
-      clock,
       captured.log,
     );
     const at = clock.nowMs() + 1_000;

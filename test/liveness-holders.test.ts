@@ -6,7 +6,6 @@
  * beat, only that daemon may.
  */
 import { afterEach, beforeAll, describe, expect, it } from "vitest";
-import { AuditLog } from "../src/audit.js";
 import { FakeClock } from "../src/clock.js";
 import { DirectiveHub } from "../src/fleet/directives.js";
 import { HeartbeatBuffer } from "../src/fleet/heartbeat-buffer.js";
@@ -126,7 +125,7 @@ describe("HeartbeatBuffer.ownBeatsBefore", () => {
   it("lists, per agent, the newest beat this daemon wrote that arrived before the bound, and forgets those before the other", async () => {
     const clock = new FakeClock(T);
     const hub = new DirectiveHub(fx.db.pool, fx.db.tables.channel("directive"), clock, silentLogger(), 10_000);
-    const buffer = new HeartbeatBuffer(agents, hub, new AuditLog(silentLogger()), clock, silentLogger());
+    const buffer = new HeartbeatBuffer(agents, hub, silentLogger());
     for (const n of ["own-1", "own-2", "own-left"]) await registered(n, T);
     const beat = (name: string, at: number) => buffer.add({ name, metrics: {}, at });
     beat("own-1", T + 1);

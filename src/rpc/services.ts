@@ -154,8 +154,6 @@ async function startServices(deps: ServiceDeps, started: (b: Background) => void
   const heartbeats = new HeartbeatBuffer(
     agents,
     hub,
-    audit,
-    clock,
     log,
     (rows, seconds) => metrics.heartbeatFlush(rows, seconds),
     () => work.ring([ANY]),
