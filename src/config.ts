@@ -184,6 +184,13 @@ const SETTINGS = {
     help: "HTTP address of /metrics, /healthz and /readyz (HTTPS with --tls-cert); off: none",
     parse: (raw, flag) => (raw === "off" ? null : listen(raw, flag)),
   },
+  metricsListen: {
+    flag: "--metrics-listen",
+    env: ["AIFLOW_METRICS_LISTEN"],
+    default: undefined,
+    help: "HTTP address of /metrics (and the probes) apart from --http-listen, which then serves no /metrics: keep the scrape off the port that faces the internet; default: on --http-listen",
+    parse: listen,
+  },
   consoleDir: {
     flag: "--console-dir",
     env: ["AIFLOW_CONSOLE_DIR"],

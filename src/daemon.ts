@@ -41,6 +41,8 @@ export interface Daemon {
   readonly scheme: "https" | "http";
   /** The HTTP endpoints (/metrics, /healthz, /readyz) as `scheme://host:port`; undefined with --http-listen off. */
   readonly httpUrl: string | undefined;
+  /** Where /metrics is served when --metrics-listen gives it an address of its own. */
+  readonly metricsUrl: string | undefined;
   /** This daemon's metrics (its registry is what /metrics serves, beside the process metrics). */
   readonly metrics: DaemonMetrics;
   /** Re-reads the TLS certificate, key and client CA (SIGHUP); open connections keep theirs. */
@@ -71,11 +73,14 @@ export async function startDaemon(config: Config, { log, clock = systemClock }: 
     log.warn({ listen: config.listen.host }, "--insecure-plaintext: serving h2c on a non-loopback address; bearer tokens cross this network in clear unless a proxy in front terminates TLS");
   }
   const http = config.httpListen;
-  if (http && !LOOPBACK.test(http.host)) {
+  const metricsAt = config.metricsListen;
+  for (const [flag, where] of [["--http-listen", http], ["--metrics-listen", metricsAt]] as const) {
+    if (!where || LOOPBACK.test(where.host)) continue;
     if (config.tlsCert === undefined && !config.insecurePlaintext)
-      throw new ConfigError("--http-listen", `${http.host} is not loopback, so aiflowd serves /metrics there over TLS only: give --tls-cert and --tls-key, or --insecure-plaintext, or listen on 127.0.0.1`);
-    if (!config.metricsToken && !config.tlsClientCa)
-      log.warn({ httpListen: http.host }, "/metrics is open to anyone who reaches --http-listen; set --metrics-token (or mutual TLS) to require a credential");
+      throw new ConfigError(flag, `${where.host} is not loopback, so aiflowd serves it over TLS only: give --tls-cert and --tls-key, or --insecure-plaintext, or listen on 127.0.0.1`);
+    const servesMetrics = flag === "--metrics-listen" || !metricsAt;
+    if (servesMetrics && !config.metricsToken && !config.tlsClientCa)
+      log.warn({ [flag === "--http-listen" ? "httpListen" : "metricsListen"]: where.host }, `/metrics is open to anyone who reaches ${flag}; set --metrics-token (or mutual TLS) to require a credential, or serve it apart with --metrics-listen on loopback`);
   }
 
   const embedded: EmbeddedPostgres | undefined = config.databaseUrl
@@ -121,18 +126,30 @@ export async function startDaemon(config: Config, { log, clock = systemClock }: 
     metrics.watchServer(server.stats);
     // Closed after the gRPC server, so that /readyz says "shutting down" for the whole drain.
     let endpoints: HttpEndpoints | undefined;
+    let metricsEndpoint: HttpEndpoints | undefined;
     cleanups.push(async () => endpoints?.close());
+    cleanups.push(async () => metricsEndpoint?.close());
     cleanups.push(() => server.close(config.shutdownGrace));
     cleanups.push(async () => services.onShutdown());
+    const httpCommon = {
+      log: log.child({ component: "http" }),
+      registry: metrics.registry,
+      readiness: () => services.readiness.report(),
+      metricsToken: config.metricsToken,
+      limits: { maxConnections: config.httpMaxConnections, maxConnectionsPerAddress: config.httpMaxConnectionsPerAddress, requestTimeoutMs: config.httpRequestTimeout },
+      tls: server.tls ? { reloader: server.tls, mutual: config.tlsClientCa !== undefined, trustDomain: config.tlsTrustDomain } : undefined,
+    };
+    if (metricsAt) {
+      // The scrape and the probes alone, apart from the port that takes webhooks.
+      metricsEndpoint = await startHttpEndpoints({ ...httpCommon, host: metricsAt.host, port: metricsAt.port, flag: "--metrics-listen" });
+      log.info({ address: `${metricsEndpoint.scheme}://${metricsEndpoint.address}`, metricsToken: config.metricsToken !== undefined }, "aiflowd serving /metrics, /healthz and /readyz");
+    }
     if (http) {
       endpoints = await startHttpEndpoints({
+        ...httpCommon,
         host: http.host,
         port: http.port,
-        log: log.child({ component: "http" }),
-        registry: metrics.registry,
-        readiness: () => services.readiness.report(),
-        metricsToken: config.metricsToken,
-        limits: { maxConnections: config.httpMaxConnections, maxConnectionsPerAddress: config.httpMaxConnectionsPerAddress, requestTimeoutMs: config.httpRequestTimeout },
+        metrics: !metricsAt,
         webhooks: services.webhooks,
         console: {
           files: consoleFiles(config.consoleDir).handler,
@@ -148,9 +165,11 @@ export async function startDaemon(config: Config, { log, clock = systemClock }: 
             log,
           }),
         },
-        tls: server.tls ? { reloader: server.tls, mutual: config.tlsClientCa !== undefined, trustDomain: config.tlsTrustDomain } : undefined,
       });
-      log.info({ address: `${endpoints.scheme}://${endpoints.address}`, metricsToken: config.metricsToken !== undefined }, "aiflowd serving /metrics, /healthz, /readyz and webhooks at /hooks/<tenant>/<trigger>");
+      log.info(
+        { address: `${endpoints.scheme}://${endpoints.address}`, metricsToken: config.metricsToken !== undefined },
+        `aiflowd serving ${metricsAt ? "" : "/metrics, "}/healthz, /readyz and webhooks at /hooks/<tenant>/<trigger>`,
+      );
       log.info({ console: `${endpoints.scheme}://${endpoints.address}/console/` }, "operators' console: sign in with an ops token");
     }
     // Last, once every port serves: starters wait for this line.
@@ -170,6 +189,7 @@ export async function startDaemon(config: Config, { log, clock = systemClock }: 
       serverStats: server.stats,
       scheme: server.scheme,
       httpUrl: endpoints ? `${endpoints.scheme}://${endpoints.address}` : undefined,
+      metricsUrl: metricsEndpoint ? `${metricsEndpoint.scheme}://${metricsEndpoint.address}` : undefined,
       metrics,
       reloadTls: () => server.reloadTls(),
       stop: () => (stopping ??= undo().then(() => log.info("aiflowd stopped"))),

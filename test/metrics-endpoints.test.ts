@@ -95,6 +95,33 @@ describe("--metrics-token", () => {
   });
 });
 
+describe("--metrics-listen", () => {
+  it("serves /metrics and the probes on an address of its own, behind the metrics token; the webhook port answers /metrics 404 and keeps its webhooks, console and probes", async () => {
+    const token = "metrics-secret-0123456789";
+    const daemon = await f.startDaemon({ config: { ...HTTP, metricsListen: { host: "127.0.0.1", port: 0 }, metricsToken: token } });
+    expect(daemon.metricsUrl).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+    expect(daemon.metricsUrl).not.toBe(daemon.httpUrl);
+    const m = await scrapeMetrics(daemon.metricsUrl!, { headers: { authorization: `Bearer ${token}` } });
+    expect(m.family("aiflow_agents")).toBeDefined();
+    expect((await httpGet(`${daemon.metricsUrl}/metrics`)).status).toBe(401);
+    expect((await httpGet(`${daemon.metricsUrl}/readyz`)).status).toBe(200);
+    // Nothing but the scrape and the probes there.
+    expect((await httpGet(`${daemon.metricsUrl}/console/`)).status).toBe(404);
+    expect((await httpGet(`${daemon.metricsUrl}/hooks/t/h`, { method: "POST" })).status).toBe(404);
+
+    const onWebhookPort = await httpGet(`${daemon.httpUrl}/metrics`, { headers: { authorization: `Bearer ${token}` } });
+    expect(onWebhookPort).toMatchObject({ status: 404, text: expect.stringMatching(/--metrics-listen/) });
+    expect((await httpGet(`${daemon.httpUrl}/healthz`)).status).toBe(200);
+    expect((await httpGet(`${daemon.httpUrl}/console/`)).status).not.toBe(404);
+    // An unknown trigger: the webhook route still answers there.
+    expect((await httpGet(`${daemon.httpUrl}/hooks/t/nope`, { method: "POST" })).text).toMatch(/no webhook trigger|signature|unsigned/);
+  });
+
+  it("off loopback without TLS is refused at start, naming --metrics-listen", async () => {
+    await expect(f.startDaemon({ config: { metricsListen: { host: "0.0.0.0", port: 0 }, tlsCert: undefined } })).rejects.toThrow(/--metrics-listen.*TLS/);
+  });
+});
+
 describe("over TLS", () => {
   const pki = Pki.create();
   const other = Pki.create("another-ca");

@@ -17,6 +17,9 @@
  *   probes (which present none) still reach /healthz and /readyz;
  * - with neither, anyone who reaches the port (the default port is on loopback).
  * The probes say only ready or not, and why in words that hold no address or secret.
+ * With --metrics-listen, /metrics is served on a listener of its own (this same function, with no
+ * console and no webhooks: the probes and /metrics alone), and the --http-listen port, which faces
+ * the internet for webhooks, answers /metrics 404 saying where it is.
  *
  * What a connection may hold (`limits`), since this is the port that faces the internet: at most
  * `maxConnections` are open, and `maxConnectionsPerAddress` from one address; a connection past
@@ -46,6 +49,10 @@ import type { TlsReloader } from "./tls.js";
 export interface HttpEndpointsOptions {
   host: string;
   port: number;
+  /** The flag that named this address, for the errors that name it (default --http-listen). */
+  flag?: string;
+  /** Serve /metrics here (default true); false when another listener serves it (--metrics-listen). */
+  metrics?: boolean;
   log: Logger;
   registry: Registry;
   readiness: () => Promise<ReadinessReport>;
@@ -104,7 +111,8 @@ export async function startHttpEndpoints(opts: HttpEndpointsOptions): Promise<Ht
       return void res.end();
     }
     if (opts.console && path.startsWith("/console/")) return opts.console.files(req, res, path);
-    if (path !== "/metrics" && path !== "/healthz" && path !== "/readyz") return reply(res, 404, "not found: this port serves /metrics, /healthz and /readyz\n");
+    if (path === "/metrics" && opts.metrics === false) return reply(res, 404, "not found: /metrics is served on --metrics-listen, not on this port\n");
+    if (path !== "/metrics" && path !== "/healthz" && path !== "/readyz") return reply(res, 404, `not found: this port serves ${opts.metrics === false ? "" : "/metrics, "}/healthz and /readyz\n`);
     if (req.method !== "GET" && req.method !== "HEAD") {
       res.setHeader("allow", "GET, HEAD");
       return reply(res, 405, `method not allowed: GET ${path}\n`);
@@ -163,7 +171,7 @@ export async function startHttpEndpoints(opts: HttpEndpointsOptions): Promise<Ht
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
     const where = `${opts.host}:${opts.port}`;
-    throw new ConfigError("--http-listen", code === "EADDRINUSE" ? `${where} is in use: give another port, or 'off'` : `cannot listen on ${where}: ${(err as Error).message}`);
+    throw new ConfigError(opts.flag ?? "--http-listen", code === "EADDRINUSE" ? `${where} is in use: give another port, or 'off'` : `cannot listen on ${where}: ${(err as Error).message}`);
   }
   // Joins the gRPC port's reloads only once it serves, so a failed start leaves nothing attached.
   if (tls) tls.reloader.attach(server as https.Server);
