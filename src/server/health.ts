@@ -161,8 +161,17 @@ export function limitWatchLifetime(routes: (router: ConnectRouter) => void, maxL
           const limited = {
             ...impl,
             async *watch(req: unknown, ctx: HandlerContext) {
-              const signal = AbortSignal.any([ctx.signal, AbortSignal.timeout(maxLifetimeMs)]);
-              yield* watch(req, Object.create(ctx, { signal: { value: signal } }) as HandlerContext);
+              // A timer of our own, not AbortSignal.timeout: a timeout signal that only a composite
+              // signal refers to may be collected before it fires, and the watch would never end.
+              const lifetime = new AbortController();
+              const timer = setTimeout(() => lifetime.abort(new DOMException("the watch reached --health-watch-lifetime", "TimeoutError")), maxLifetimeMs);
+              timer.unref();
+              try {
+                const signal = AbortSignal.any([ctx.signal, lifetime.signal]);
+                yield* watch(req, Object.create(ctx, { signal: { value: signal } }) as HandlerContext);
+              } finally {
+                clearTimeout(timer);
+              }
             },
           };
           return router.service(service, limited as never, opts);
