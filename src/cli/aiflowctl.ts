@@ -33,14 +33,20 @@ const COMMANDS: readonly Command[] = [...agentCommands, ...workCommands, ...bind
 
 
 export async function main(argv: readonly string[], env = process.env, out = (t: string) => process.stdout.write(t + "\n")): Promise<number> {
-  const name = argv.find((a) => !a.startsWith("--") && !isGlobalValue(argv, a));
+  const at = argv.findIndex((a) => !a.startsWith("--") && !isGlobalValue(argv, a));
+  const name = at >= 0 ? argv[at] : undefined;
   const spec = name ? COMMANDS.find((c) => c.name === name) : undefined;
   const own = spec ? flagKinds(spec.flags) : { bool: [], value: [], repeat: [] };
+  // A command's own flag wins over a global switch of the same name after the command (agents
+  // --version V filters by agent version); before the command the global one still stands
+  // (aiflowctl --version agents prints aiflowctl's version).
+  const shadowed = spec ? GLOBAL.bool.filter((f) => own.value.includes(f) || own.repeat.includes(f)) : [];
   const fail = (message: string, exit: number) => (process.stderr.write(`aiflowctl: ${message}\n`), exit);
   let args;
   try {
-    args = parseFlags(argv, { bool: [...GLOBAL.bool, ...own.bool], value: [...GLOBAL.value, ...own.value], repeat: [...GLOBAL.repeat, ...own.repeat] });
-    if (args.has("version")) return out(`aiflowctl ${VERSION}`), 0;
+    if (shadowed.includes("version") && argv.slice(0, at).includes("--version")) return out(`aiflowctl ${VERSION}`), 0;
+    args = parseFlags(argv, { bool: [...GLOBAL.bool.filter((f) => !shadowed.includes(f)), ...own.bool], value: [...GLOBAL.value, ...own.value], repeat: [...GLOBAL.repeat, ...own.repeat] });
+    if (!shadowed.includes("version") && args.has("version")) return out(`aiflowctl ${VERSION}`), 0;
     if (!name) {
       out(mainHelp(COMMANDS));
       return args.has("help") ? 0 : 2;

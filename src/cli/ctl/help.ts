@@ -10,7 +10,7 @@ export const GLOBAL_FLAGS: Flag[] = [
   { name: "timeout", kind: "value", arg: "D", help: "how long one call may take", default: "15s" },
   { name: "json", kind: "bool", help: "print data as JSON (every data command)" },
   { name: "help", kind: "bool", help: "this text, or COMMAND --help" },
-  { name: "version", kind: "bool", help: "print aiflowctl's version" },
+  { name: "version", kind: "bool", help: "print aiflowctl's version (before COMMAND; agents --version V filters agents by version)" },
 ];
 export const GLOBAL = flagKinds(GLOBAL_FLAGS);
 
