@@ -12,8 +12,8 @@
 import type { OutgoingHttpHeaders } from "node:http";
 import http2, { type IncomingHttpHeaders, type ServerHttp2Stream } from "node:http2";
 import { nodeHeaders } from "@aiflow/wire/headers";
+import { setGrpcStatus } from "@aiflow/wire/message";
 import type { ConnectError } from "@connectrpc/connect";
-import { setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import { codeToHttpStatus, endStreamFlag, errorToJson } from "@connectrpc/connect/protocol-connect";
 
 /**
@@ -22,7 +22,7 @@ import { codeToHttpStatus, endStreamFlag, errorToJson } from "@connectrpc/connec
  * refusals with it (this file on HTTP/2, ./console.ts's /api on HTTP/1.1).
  */
 export function refusalOf(contentType: string, err: ConnectError): { status: number; headers: OutgoingHttpHeaders; body?: Buffer } {
-  if (contentType.startsWith("application/grpc")) return { status: 200, headers: { "content-type": contentType, ...nodeHeaders(setTrailerStatus(new Headers(), err)) } };
+  if (contentType.startsWith("application/grpc")) return { status: 200, headers: { "content-type": contentType, ...nodeHeaders(setGrpcStatus(new Headers(), err)) } };
   if (contentType.startsWith("application/connect+")) {
     const json = Buffer.from(JSON.stringify({ error: errorToJson(err, undefined) }));
     const body = Buffer.alloc(5 + json.length);

@@ -3,10 +3,12 @@
  * gRPC spec has it rather than as connect's findTrailerError does:
  * - grpc-status decides: 0 is success whatever else is there, so grpc-status-details-bin (which an
  *   empty value would decode to code 0) can add details to an error but never turn it into success;
- * - a grpc-message that is not valid percent-encoding is taken as it is (the spec says a client must
- *   not throw the status away for it), where decodeURIComponent would throw and lose the code.
+ * - grpc-message is percent-decoded as the spec says (../grpc/message.ts): a '%' that starts no %XX
+ *   is kept and bytes that are not UTF-8 become U+FFFD (the spec says a client must not throw the
+ *   status away for a bad message), where decodeURIComponent would throw and lose the code.
  */
 import { Code, ConnectError } from "@connectrpc/connect";
+import { decodeGrpcMessage } from "../grpc/message.js";
 import { codeFromHttpStatus, findTrailerError, headerGrpcMessage, headerGrpcStatus, headerStatusDetailsBin, parseContentType } from "@connectrpc/connect/protocol-grpc";
 
 /** The error a reply's HTTP status and content type say, before its status is looked at. */
@@ -23,17 +25,9 @@ export function statusError(h: Headers): ConnectError | undefined {
   if (status === null || status === "0") return undefined;
   const code = /^\d{1,2}$/.test(status) ? Number(status) : -1;
   if (!(code in Code)) return new ConnectError(`invalid grpc-status: ${status}`, Code.Internal, h);
-  const err = new ConnectError(percentDecoded(h.get(headerGrpcMessage) ?? ""), code, h);
+  const err = new ConnectError(decodeGrpcMessage(h.get(headerGrpcMessage) ?? ""), code, h);
   err.details = detailsOf(h);
   return err;
-}
-
-function percentDecoded(message: string): string {
-  try {
-    return decodeURIComponent(message);
-  } catch {
-    return message;
-  }
 }
 
 /** The details grpc-status-details-bin carries, when it decodes to a google.rpc.Status with any. */

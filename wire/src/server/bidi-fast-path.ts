@@ -19,10 +19,11 @@
 import http2, { type IncomingHttpHeaders, type ServerHttp2Stream } from "node:http2";
 import { create, fromBinary, toBinary, type DescMessage } from "@bufbuild/protobuf";
 import { Code, ConnectError, createContextValues, type HandlerContext, type Interceptor, type StreamRequest, type StreamResponse } from "@connectrpc/connect";
-import { parseTimeout, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
+import { parseTimeout } from "@connectrpc/connect/protocol-grpc";
 import { compileCodec } from "../codec/index.js";
 import { drained, envelope, FrameReader } from "../grpc/frames.js";
 import { headerText, nodeHeaders } from "../grpc/headers.js";
+import { setGrpcStatus } from "../grpc/message.js";
 import { callContext, cancelledAtShutdown, type CallContext, type Cancel } from "./call.js";
 import { directCall, type GrpcUnaryOptions } from "./unary-fast-path.js";
 import type { BidiSpec, UnarySpec } from "./routes.js";
@@ -82,7 +83,7 @@ async function serve(spec: BidiSpec, codecs: Codecs, stream: ServerHttp2Stream, 
     replies = undefined;
     finish(stream, contentType, ctx, trailer, { "grpc-status": "0" });
   } catch (err) {
-    const status = setTrailerStatus(new Headers(), err instanceof ConnectError ? err : new ConnectError(err instanceof Error ? err.message : String(err), Code.Internal));
+    const status = setGrpcStatus(new Headers(), err instanceof ConnectError ? err : new ConnectError(err instanceof Error ? err.message : String(err), Code.Internal));
     finish(stream, contentType, ctx, trailer, nodeHeaders(status));
   } finally {
     // The implementation's own `finally` runs now, whatever ended the call.

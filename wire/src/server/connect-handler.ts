@@ -9,16 +9,22 @@
  *   went unanswered);
  * - a deadline past what a timer holds (2^31-1 ms, about 24.8 days) is dropped, so the call runs as
  *   one with no deadline, as on the direct path, instead of being cut after 1 ms.
+ * - grpc-message is percent-encoded as gRPC's spec says (../grpc/message.ts), where connect writes
+ *   encodeURIComponent, which grpc-js shows half-decoded: in the trailers of gRPC, and in gRPC-Web's
+ *   trailer frame (an uncompressed one: a compressed trailer frame, which needs over 1 KiB of
+ *   trailers and a client that asked for compression, goes out as connect wrote it).
  * It serves HTTP/1.1 requests as well as HTTP/2 ones, so that a server's Connect API on an HTTP/1.1
  * port (the daemon's /api) is this same handler, with these same three guarantees.
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
+import type { UniversalServerResponse } from "@connectrpc/connect/protocol";
 import type { Http2ServerRequest, Http2ServerResponse, ServerHttp2Stream } from "node:http2";
 import http2 from "node:http2";
 import { Code, ConnectError, createConnectRouter, type ConnectRouter, type ConnectRouterOptions, type ContextValues } from "@connectrpc/connect";
 import { compressionBrotli, compressionGzip, universalRequestFromNodeRequest, universalResponseToNodeResponse } from "@connectrpc/connect-node";
 import { parseTimeout } from "@connectrpc/connect/protocol-grpc";
 import { hasLoneSurrogate, wellFormed } from "../grpc/text.js";
+import { respecGrpcMessage } from "../grpc/message.js";
 import type { ErrorLog } from "./unary-fast-path.js";
 import { TIMER_MAX_MS } from "./call.js";
 
@@ -59,7 +65,7 @@ export function connectHandler(opts: ConnectHandlerOptions): NodeConnectHandler 
     const uReq = universalRequestFromNodeRequest(req, res, undefined, values ?? ("stream" in req ? contextValues?.(req.stream) : undefined));
     dropTimerOverflow(uReq.header);
     handler(uReq)
-      .then((uRes) => universalResponseToNodeResponse(uRes, res))
+      .then((uRes) => universalResponseToNodeResponse(spec(uRes, req.headers["content-type"]), res))
       .catch((reason: unknown) => {
         // The client went away while the reply was being written: nobody is left to answer.
         if (ConnectError.from(reason).code === Code.Aborted) return;
@@ -67,6 +73,75 @@ export function connectHandler(opts: ConnectHandlerOptions): NodeConnectHandler 
         answerInternal(res);
       });
   };
+}
+
+/**
+ * The reply with its grpc-message as the spec has it. connect's gRPC handler sets the status in
+ * `trailer` when its body ends, and connect-node reads `trailer` only after the body, so the
+ * getter sees the final one; gRPC-Web carries it in the body's last frame, rewritten as it passes.
+ */
+function spec(uRes: UniversalServerResponse, contentType: string | undefined): UniversalServerResponse {
+  if (!contentType?.startsWith("application/grpc")) return uRes;
+  const body = uRes.body && contentType.startsWith("application/grpc-web") ? mapChunks(uRes.body, respecTrailerFrame) : uRes.body;
+  return {
+    status: uRes.status,
+    body,
+    get header() {
+      return uRes.header && respecGrpcMessage(uRes.header);
+    },
+    get trailer() {
+      return uRes.trailer && respecGrpcMessage(uRes.trailer);
+    },
+  };
+}
+
+/**
+ * The chunks of `body` through `f`. next, throw and return reach connect's own iterator, as
+ * connect-node calls them (throw reports a failed write to the handler), which an async generator
+ * would turn into a return.
+ */
+function mapChunks(body: AsyncIterable<Uint8Array>, f: (chunk: Uint8Array) => Uint8Array): AsyncIterable<Uint8Array> {
+  return {
+    [Symbol.asyncIterator]() {
+      const it = body[Symbol.asyncIterator]();
+      return {
+        next: async () => {
+          const r = await it.next();
+          return r.done ? r : { done: false, value: f(r.value) };
+        },
+        throw: (e?: unknown) => (it.throw ? it.throw(e) : Promise.reject(e)),
+        return: (v?: unknown) => (it.return ? it.return(v) : Promise.resolve({ done: true as const, value: v })),
+      };
+    },
+  };
+}
+
+const TRAILER_FRAME = 0x80;
+
+/**
+ * A gRPC-Web trailer frame (flag 0x80 alone, its length, then "name: value\r\n" lines, as connect
+ * writes one per chunk) with grpc-message rewritten; any other chunk as it is.
+ */
+function respecTrailerFrame(chunk: Uint8Array): Uint8Array {
+  if (chunk.length < 5 || chunk[0] !== TRAILER_FRAME) return chunk;
+  const buf = Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
+  if (buf.readUInt32BE(1) !== buf.length - 5) return chunk;
+  const lines = buf.subarray(5).toString("latin1").split("\r\n");
+  let changed = false;
+  for (let i = 0; i < lines.length; i++) {
+    const m = /^grpc-message:\s*(.*)$/i.exec(lines[i]!);
+    if (!m) continue;
+    const h = respecGrpcMessage(new Headers({ "grpc-message": m[1]! }));
+    lines[i] = `grpc-message: ${h.get("grpc-message")}`;
+    changed = true;
+  }
+  if (!changed) return chunk;
+  const text = Buffer.from(lines.join("\r\n"), "latin1");
+  const out = Buffer.alloc(5 + text.length);
+  out[0] = TRAILER_FRAME;
+  out.writeUInt32BE(text.length, 1);
+  text.copy(out, 5);
+  return out;
 }
 
 function answerInternal(res: Http2ServerResponse | ServerResponse): void {

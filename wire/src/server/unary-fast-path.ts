@@ -12,10 +12,11 @@ import { randomUUID } from "node:crypto";
 import http2, { type IncomingHttpHeaders, type ServerHttp2Stream } from "node:http2";
 import { fromBinary, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, createContextValues, type ContextValues, type Interceptor } from "@connectrpc/connect";
-import { parseTimeout, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
+import { parseTimeout } from "@connectrpc/connect/protocol-grpc";
 import { compileCodec } from "../codec/index.js";
 import { headerText, nodeHeaders } from "../grpc/headers.js";
 import { envelope } from "../grpc/frames.js";
+import { setGrpcStatus } from "../grpc/message.js";
 import { callContext, cancelledAtShutdown, invoke, type Cancel } from "./call.js";
 import { readBody, unwrap, type BodyBudget, type Held } from "./request-body.js";
 import type { UnarySpec } from "./routes.js";
@@ -155,7 +156,7 @@ async function serve(
   } catch (err) {
     // Errors from the implementation come mapped by the error interceptor (unknown ones logged and
     // turned into INTERNAL); what is left here is the call's own fault (framing, size, decoding).
-    const status = setTrailerStatus(new Headers(ctx.responseTrailer), err instanceof ConnectError ? err : protocolError(err));
+    const status = setGrpcStatus(new Headers(ctx.responseTrailer), err instanceof ConnectError ? err : protocolError(err));
     if (stream.destroyed || stream.closed || stream.headersSent) return;
     // A trailers-only response: status and message in the one HEADERS frame that ends the stream.
     stream.respond({ ...nodeHeaders(ctx.responseHeader), ...nodeHeaders(status), ":status": 200, "content-type": contentType }, { endStream: true });
