@@ -393,6 +393,13 @@ describe("fleet and queue commands", () => {
     expect(one.agent.inFlight).toBe(2);
     expect(sorted(one.dispatched.map((i) => i.id))).toEqual(sorted(held.map((h) => h.id)));
     expect(one.dispatched.every((i) => i.status === "WORK_ITEM_STATUS_DISPATCHED")).toBe(true);
+    // Every time of an item reads in ISO 8601, epoch-nanosecond ones beside their exact value.
+    const shown = one.dispatched[0] as unknown as Record<string, string | null>;
+    expect(shown.createdOn).toMatch(/^\d{4}-\d\d-\d\dT[\d:.]+Z$/);
+    expect(shown.dispatchedAt).toBe(new Date(Number(BigInt(shown.dispatchedAtNs!) / 1_000_000n)).toISOString());
+    expect(shown.leaseExpiresAt).toMatch(/^\d{4}-\d\d-\d\dT[\d:.]+Z$/);
+    expect(shown.completedAtNs).toBe("0");
+    expect(shown.completedAt).toBeNull();
 
     expect([qstats.pending, qstats.dispatched, qstats.deadLetters]).toEqual(["1", "2", "0"]);
     // Two dispatched within the minute: how long they waited, as a person reads it.

@@ -14,6 +14,7 @@ import type { GraphService } from "@aiflow/wire/gen/aiflow/graph/v1/graph_pb.js"
 import type { MachineService } from "@aiflow/wire/gen/aiflow/machine/v1/machine_pb.js";
 import { WorkItemStatus } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
 import { UsageError, type Parsed } from "./args.js";
+import { withIsoTimes } from "./json-times.js";
 
 export interface Flag {
   name: string;
@@ -53,7 +54,7 @@ export interface Command {
 }
 
 export function printJson<D extends DescMessage>(ctx: Ctx, schema: D, msg: MessageShape<D>): void {
-  ctx.out(JSON.stringify(toJson(schema, msg, { alwaysEmitImplicit: true }), null, 2));
+  ctx.out(JSON.stringify(withIsoTimes(toJson(schema, msg, { alwaysEmitImplicit: true })), null, 2));
 }
 
 /** A duration flag; a malformed one is a usage error (exit 2), found before anything is sent. */
