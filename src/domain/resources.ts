@@ -43,8 +43,13 @@ export function diskFor(c: Capacity, mount: string | undefined): { mount: string
   return mount ? c.disks.find((d) => d.mount === mount) : c.disks[0];
 }
 
-/** GPUs of the agent that could hold one of the item's GPU shares: the model matches and the memory is there. */
-const gpusFor = (c: Capacity, r: Requirements) => c.gpus.filter((g) => modelMatches(r.gpuModel, g.model) && g.memoryMb >= (r.gpuMemoryMb ?? 0));
+/**
+ * GPUs of the agent that could hold one of the item's GPU shares: the model matches and the memory
+ * is there. A need with no gpuMemoryMb takes a GPU whole, and the claim (place() in SQL) marks a GPU
+ * taken by its free memory reaching 0, so a GPU registered with 0 MB can never be placed: it counts
+ * for no need here either (test/placement-parity.test.ts holds the two rules to each other).
+ */
+const gpusFor = (c: Capacity, r: Requirements) => c.gpus.filter((g) => modelMatches(r.gpuModel, g.model) && g.memoryMb >= (r.gpuMemoryMb ?? 1));
 
 /** Whether an agent with this capacity, and nothing else running, could take the item. */
 export function fitsCapacity(c: Capacity | null, r: Requirements): boolean {
