@@ -86,8 +86,8 @@ describe("values past what the columns hold", () => {
     expect(runsFirst.runs).toEqual([]);
     const query = (token: string) => JSON.parse(Buffer.from(token, "base64url").toString()) as { q: string };
     // A token of the right query whose cursor overflows int8.
-    await runs.client.recordRun({ tenantKey: "pt1", runId: "r1", engineKind: "dag" }, runs.call);
-    await runs.client.recordRun({ tenantKey: "pt1", runId: "r2", engineKind: "dag" }, runs.call);
+    await runs.client.recordRun({ tenantKey: "pt1", runId: "r1", engineKind: "datapipe" }, runs.call);
+    await runs.client.recordRun({ tenantKey: "pt1", runId: "r2", engineKind: "datapipe" }, runs.call);
     const page = await runs.client.listRuns({ tenantKey: "pt1", pageSize: 1 }, runs.call);
     const q = query(page.nextPageToken).q;
     expect(await codeOf(runs.client.listRuns({ tenantKey: "pt1", pageSize: 1, pageToken: forge({ q, c: { u: "9".repeat(19), i: "x" } }) }, runs.call))).toBe(Code.InvalidArgument);

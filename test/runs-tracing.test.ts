@@ -1,7 +1,8 @@
 /**
  * The two queries of the entity reference's "Tracing a run back to what caused it", run verbatim
  * (table names substituted for this test's schema and prefix) against rows written only through the
- * RPCs, the way an engine and a trigger would write them.
+ * RPCs, the way an engine outside the daemon and a trigger would write them (the daemon's own dag,
+ * graph and statemachine engines write their rows themselves; RecordRun refuses those kinds).
  */
 import { beforeAll, describe, expect, it } from "vitest";
 import { FakeClock, msToNs } from "../src/clock.js";
@@ -32,18 +33,18 @@ beforeAll(async () => {
   const step = () => clock.advance(1000);
 
   // on-push fires; the engine saves run r1 first, then the trigger records the firing and the cause.
-  await runs.recordRun({ tenantKey: T, runId: "r1", engineKind: "dag", definitionId: "deploy" }, opts);
+  await runs.recordRun({ tenantKey: T, runId: "r1", engineKind: "datapipe", definitionId: "deploy" }, opts);
   const f1 = (
     await firings.recordFiring(
       { tenantKey: T, triggerName: "on-push", triggerType: TriggerType.WEBHOOK, payload: PUSH_1, action: FiringAction.START, definitionId: "deploy", runId: "r1", outcome: FiringOutcome.STARTED, firedOn: msToNs(t0) },
       opts,
     )
   ).firing!;
-  await runs.recordRun({ tenantKey: T, runId: "r1", engineKind: "dag", triggeredBy: "on-push", triggerFiringId: f1.id }, opts);
+  await runs.recordRun({ tenantKey: T, runId: "r1", engineKind: "datapipe", triggeredBy: "on-push", triggerFiringId: f1.id }, opts);
 
   // A caller starts r2 by hand: no trigger.
   step();
-  await runs.recordRun({ tenantKey: T, runId: "r2", engineKind: "graph", definitionId: "adhoc" }, opts);
+  await runs.recordRun({ tenantKey: T, runId: "r2", engineKind: "etl", definitionId: "adhoc" }, opts);
 
   // on-push fires again; this time the cause reaches the directory before the engine's first save.
   step();
@@ -53,15 +54,15 @@ beforeAll(async () => {
       opts,
     )
   ).firing!;
-  await runs.recordRun({ tenantKey: T, runId: "r3", engineKind: "statemachine", triggeredBy: "on-push", triggerFiringId: f2.id }, opts);
-  await runs.recordRun({ tenantKey: T, runId: "r3", engineKind: "statemachine", definitionId: "deploy", endedOn: msToNs(clock.nowMs() + 500) }, opts);
+  await runs.recordRun({ tenantKey: T, runId: "r3", engineKind: "flows", triggeredBy: "on-push", triggerFiringId: f2.id }, opts);
+  await runs.recordRun({ tenantKey: T, runId: "r3", engineKind: "flows", definitionId: "deploy", endedOn: msToNs(clock.nowMs() + 500) }, opts);
 
   // Another trigger starts r4.
   step();
   const f3 = (
     await firings.recordFiring({ tenantKey: T, triggerName: "nightly", triggerType: TriggerType.CRON, action: FiringAction.START, definitionId: "report", runId: "r4", outcome: FiringOutcome.STARTED, firedOn: msToNs(clock.nowMs()) }, opts)
   ).firing!;
-  await runs.recordRun({ tenantKey: T, runId: "r4", engineKind: "dag", definitionId: "report", triggeredBy: "nightly", triggerFiringId: f3.id }, opts);
+  await runs.recordRun({ tenantKey: T, runId: "r4", engineKind: "datapipe", definitionId: "report", triggeredBy: "nightly", triggerFiringId: f3.id }, opts);
 
   // Firings that caused nothing: a refused webhook (signal for an unknown run) and a failed cron.
   step();
@@ -85,8 +86,8 @@ describe("tracing a run back to what caused it", () => {
       WHERE  r.triggered_by = 'on-push'
       ORDER  BY r.createdon DESC`);
     expect(rows).toEqual([
-      { run_id: "r3", engine_kind: "statemachine", definition_id: "deploy", outcome: "started", payload: PUSH_2 },
-      { run_id: "r1", engine_kind: "dag", definition_id: "deploy", outcome: "started", payload: PUSH_1 },
+      { run_id: "r3", engine_kind: "flows", definition_id: "deploy", outcome: "started", payload: PUSH_2 },
+      { run_id: "r1", engine_kind: "datapipe", definition_id: "deploy", outcome: "started", payload: PUSH_1 },
     ]);
   });
 

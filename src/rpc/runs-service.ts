@@ -6,7 +6,8 @@
  * Every request names its tenant and every read is qualified by it: an id of another tenant reads
  * as NOT_FOUND, and a token limited to other tenants is refused with PERMISSION_DENIED before any
  * read. TriggerFiringService has no update and no delete method; the retention task below is the
- * only deletion of firings.
+ * only deletion of firings. RecordRun writes runs of engines outside the daemon only; the daemon's
+ * own engines write theirs themselves (./run-writers.ts says why and what else a write must satisfy).
  */
 import { createHash } from "node:crypto";
 import type { MessageInitShape } from "@bufbuild/protobuf";
@@ -43,6 +44,7 @@ import type {
 import type { MaintenanceTask } from "../maintenance.js";
 import type { TriggerStore } from "../store/triggers.js";
 import { identifier, optionalText } from "./input/validate.js";
+import { admitExternalWrite, DAEMON_ENGINE_KINDS, ownedRun } from "./run-writers.js";
 
 /** Lists return this many rows when page_size is 0, and never more than PAGE_MAX. */
 export const PAGE_DEFAULT = 50;
@@ -69,9 +71,11 @@ export function runDirectoryServiceImpl(d: RunsServiceDeps): ServiceImpl<typeof 
       const caller = callerOf(ctx);
       const tenantKey = identifier(req.tenantKey, "tenant_key");
       assertTenant(caller, tenantKey);
-      const facts = runFacts(req, tenantKey);
+      const facts = await admitExternalWrite(d, runFacts(req, tenantKey), d.clock.nowNs());
       const res = await d.runs.record(facts, d.clock.nowMs(), caller.principal);
       if (res.kind === "conflict") {
+        // The daemon's engine created the row after admitExternalWrite read it: still its run.
+        if (DAEMON_ENGINE_KINDS.has(res.row.engine_kind)) throw ownedRun(res.row);
         const what = res.fields.map((f) => `${f.field} '${f.stored}' (this write says '${f.given}')`).join(", ");
         throw failedPrecondition(`run '${facts.runId}' of tenant '${tenantKey}' is already recorded with ${what}; a recorded fact never changes, so nothing was written`);
       }

@@ -11,7 +11,8 @@
  *    never change after that, so the read that names the disagreement cannot race the upsert into a
  *    wrong answer.
  *
- * There is no delete. Times come from the caller's clock.
+ * There is no delete. Times come from the caller's clock. The merge trusts its writer: who may write
+ * which run through RecordRun, and what such a write must satisfy, is ../rpc/run-writers.ts's.
  */
 import { sql, type CommonQueryMethods } from "slonik";
 import { ts } from "../db/values.js";

@@ -153,21 +153,22 @@ export type RecordRunRequest = Message<"aiflow.cluster.v1.RecordRunRequest"> & {
   parentRunId: string;
 
   /**
-   * Optional identifier: the trigger's name.
+   * Optional identifier: the trigger's name; a firing of it must have started this run.
    *
    * @generated from field: string triggered_by = 6;
    */
   triggeredBy: string;
 
   /**
-   * Optional identifier: the firing's id (from RecordFiring).
+   * Optional identifier: the id (from RecordFiring) of the firing that started this run.
    *
    * @generated from field: string trigger_firing_id = 7;
    */
   triggerFiringId: string;
 
   /**
-   * Epoch nanoseconds the run ended; 0: not ended as far as this write knows. Negative is refused.
+   * Epoch nanoseconds the run ended; 0: not ended as far as this write knows. Negative, before
+   * 10^18 (another unit) or more than 5 minutes ahead of the daemon's clock is refused.
    *
    * @generated from field: int64 ended_on = 8;
    */
@@ -823,11 +824,22 @@ export const FiringOutcomeSchema: GenEnum<FiringOutcome> = /*@__PURE__*/
  */
 export const RunDirectoryService: GenService<{
   /**
-   * Records the run an engine owns; called on every save, and by a trigger to fill in the cause.
+   * Records a run of an engine OUTSIDE the daemon (datapipe, ...); called on every save, and by a
+   * trigger to fill in the cause. The daemon's own engines (dag, graph, statemachine) write their
+   * runs' rows themselves, on the save of the run's state ("one writer, no drift"): a write naming
+   * one of those kinds, or a run id whose row is of one, is refused with FAILED_PRECONDITION and
+   * writes nothing.
    * Idempotent and merging, on the unique (tenant_key, run_id):
    *   - an empty field (0 for ended_on) means "this write does not know"; it never erases a stored fact,
    *     and a fact arriving in a later write fills the gap, whichever write comes first;
-   *   - ended_on: the first non-zero value wins; later values are ignored (not an error);
+   *   - ended_on: the first non-zero value wins; later values are ignored (not an error), so an end is
+   *     never restated. It must be epoch nanoseconds (a value before 2001-09-09 as nanoseconds is
+   *     another unit: INVALID_ARGUMENT), at most 5 minutes ahead of the daemon's clock
+   *     (INVALID_ARGUMENT), and not before the firing that caused the run (FAILED_PRECONDITION);
+   *   - trigger_firing_id must name a firing of the tenant (RecordFiring) whose outcome is STARTED and
+   *     whose run_id is this run, of the trigger triggered_by names; triggered_by alone must match
+   *     such a firing; triggered_by is taken from the firing when the write leaves it empty. A firing
+   *     that is not on record (or was deleted after --firing-retention-days) is FAILED_PRECONDITION;
    *   - engine_kind, definition_id, parent_run_id, triggered_by, trigger_firing_id: once stored, a write
    *     carrying a DIFFERENT value is refused with FAILED_PRECONDITION naming the fields, and writes
    *     nothing (not even the gaps it would have filled). Two writers disagreeing about what a run is
