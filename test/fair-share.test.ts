@@ -19,12 +19,15 @@ afterAll(async () => {
   await db?.drop();
 });
 
-const table = (name: "agent" | "work_item" | "tenant_share") => db.tables.qualified(name);
+const table = (name: "agent" | "work_item" | "tenant_share" | "fair_share_turn") => db.tables.qualified(name);
 const storeWith = (sharing: Partial<Sharing> = {}) =>
   new WorkItemStore(db.pool, db.tables, { baseMs: 1000, capMs: 1000, jitter: false }, undefined, { weights: new Map(), credit: 100, agingMs: 0, ...sharing });
 
 async function reset(tenants: string[]): Promise<void> {
-  await db.raw(`DELETE FROM ${table("work_item")}; DELETE FROM ${table("tenant_share")}; DELETE FROM ${table("agent")}`);
+  // The pools' current turns go too (the floor row, pool '', stays: migration 0015).
+  await db.raw(
+    `DELETE FROM ${table("work_item")}; DELETE FROM ${table("tenant_share")}; DELETE FROM ${table("agent")}; DELETE FROM ${table("fair_share_turn")} WHERE pool <> ''`,
+  );
   await db.raw(`INSERT INTO ${table("agent")} (id, name, status, metadata, createdby, createdon) VALUES ('A1', 'a', 'active', $1, 'test', now())`, [
     JSON.stringify({ tenants, engineKinds: ["dag"] }),
   ]);
@@ -36,9 +39,9 @@ async function enqueue(store: WorkItemStore, tenant: string, n: number, atMs = N
 }
 
 let seq = 0;
-async function claimOnce(store: WorkItemStore, max: number, tenants: number, nowMs = NOW): Promise<ClaimedRow[]> {
+async function claimOnce(store: WorkItemStore, max: number, tenants: number, nowMs = NOW, agent = "a"): Promise<ClaimedRow[]> {
   const { claimed } = await store.claim({
-    agent: "a",
+    agent,
     instance: "test",
     max,
     nowMs,
@@ -56,10 +59,10 @@ async function claimOnce(store: WorkItemStore, max: number, tenants: number, now
  * Claims of `max` by the agent until `n` items are dispatched (or nothing is left): the tenants of
  * the dispatched items in dispatch order (within one claim, by turn: share_tag read back after).
  */
-async function drain(store: WorkItemStore, n: number, opts: { max?: number; tenants: number; nowMs?: number }): Promise<ClaimedRow[]> {
+async function drain(store: WorkItemStore, n: number, opts: { max?: number; tenants: number; nowMs?: number; agent?: string }): Promise<ClaimedRow[]> {
   const out: ClaimedRow[] = [];
   while (out.length < n) {
-    const got = await claimOnce(store, Math.min(opts.max ?? 10, n - out.length), opts.tenants, opts.nowMs);
+    const got = await claimOnce(store, Math.min(opts.max ?? 10, n - out.length), opts.tenants, opts.nowMs, opts.agent);
     if (got.length === 0) break;
     out.push(...got);
   }
@@ -137,6 +140,59 @@ describe("fair share between tenants", () => {
       expect(b).toBeGreaterThanOrEqual(credit + (100 - credit) / 2 - 2);
       expect(b).toBeLessThanOrEqual(credit + (100 - credit) / 2 + 2);
     }
+  });
+
+  // The queue's current turn is the turn claims hand out, not the earliest pending one: an item no
+  // agent can take (an engine kind nobody serves) sits at an old turn forever, and a tenant that
+  // becomes busy must still start at most the credit ahead of the tenant being served.
+  it("one stale item of an engine kind nobody serves does not give a newly busy tenant more than the credit", async () => {
+    const store = storeWith({ credit: 100 });
+    await reset(["a", "b"]);
+    await enqueue(store, "x", 1, NOW - 60_000, { engineKind: "nobody-serves-this" });
+    await enqueue(store, "a", 3000);
+    await drain(store, 1000, { tenants: 2 });
+    await enqueue(store, "b", 2000, NOW + 1000);
+    const rows = await drain(store, 600, { tenants: 2 });
+    const b = countOf(rows, "b");
+    // Expected: b's 100 items of credit, then half of the other 500: 350 (58 %). Before the fix b
+    // started 1,000 turns back, at the stale item's turn, and took all 600.
+    expect(b, `b took ${b} of 600`).toBeGreaterThanOrEqual(340);
+    expect(b, `b took ${b} of 600`).toBeLessThanOrEqual(360);
+    expect(countOf(rows, "a")).toBeGreaterThanOrEqual(240);
+  });
+
+  it("tenants that become busy one after another start at the same turn, not each ahead of the one before (no LIFO)", async () => {
+    const tenants = ["n1", "n2", "n3", "n4", "n5"];
+    const store = storeWith({ credit: 100 });
+    await reset(tenants);
+    for (const [i, t] of tenants.entries()) await enqueue(store, t, 300, NOW + i);
+    const rows = await drain(store, 100, { tenants: tenants.length });
+    const counts = tenants.map((t) => countOf(rows, t));
+    // Each idle tenant banks the same credit from the same current turn, so the first 100 go 20
+    // apiece. Before the fix each arrival started 100 turns before the last: n5 took all 100.
+    for (const c of counts) {
+      expect(c, `counts n1..n5: ${counts.join(", ")}`).toBeGreaterThanOrEqual(19);
+      expect(c, `counts n1..n5: ${counts.join(", ")}`).toBeLessThanOrEqual(21);
+    }
+  });
+
+  it("agents of other tenants that hand out later turns do not set back a tenant that becomes busy beside a slower agent", async () => {
+    const store = storeWith({ credit: 100 });
+    await reset(["a", "b"]);
+    await db.raw(`INSERT INTO ${table("agent")} (id, name, status, metadata, createdby, createdon) VALUES ('A2', 'a2', 'active', $1, 'test', now())`, [
+      JSON.stringify({ tenants: ["c", "d"], engineKinds: ["dag"] }),
+    ]);
+    await enqueue(store, "a", 3000);
+    await enqueue(store, "c", 3000);
+    // Agent a (tenants a, b) gets through 2,000 of a's turns, agent a2 (c, d) through 200 of c's.
+    await drain(store, 2000, { tenants: 2, max: 50 });
+    await drain(store, 200, { tenants: 2, agent: "a2" });
+    await enqueue(store, "d", 1000, NOW + 1000);
+    const rows = await drain(store, 600, { tenants: 2, agent: "a2" });
+    // d starts at a2's turn less the credit, not at a's: 100 first, then half the rest.
+    const d = countOf(rows, "d");
+    expect(d, `d took ${d} of 600`).toBeGreaterThanOrEqual(340);
+    expect(d, `d took ${d} of 600`).toBeLessThanOrEqual(360);
   });
 
   it("a tenant's turns go to its best items by priority, and those items do not cost its neighbours extra turns", async () => {

@@ -5,7 +5,7 @@
 import { createHash } from "node:crypto";
 import { sql, type IdentifierSqlToken } from "slonik";
 
-export const TABLES = ["agent", "work_item", "affinity_binding", "concurrency_key", "tenant_share", "rate_limit", "engine", "engine_run", "trigger_firing", "run", "task", "checkpoint", "dag_definition", "dag_event", "trigger", "trigger_delivery", "graph_run", "machine_run", "engine_definition", "engine_event", "schema_migrations"] as const;
+export const TABLES = ["agent", "work_item", "affinity_binding", "concurrency_key", "tenant_share", "fair_share_turn", "rate_limit", "engine", "engine_run", "trigger_firing", "run", "task", "checkpoint", "dag_definition", "dag_event", "trigger", "trigger_delivery", "graph_run", "machine_run", "engine_definition", "engine_event", "schema_migrations"] as const;
 export type TableName = (typeof TABLES)[number];
 
 export interface Naming {

@@ -7,7 +7,10 @@
  * by an agent that serves several tenants hands out the earliest turns among the due items it may
  * take, so over any stretch of dispatches each backlogged tenant gets turns in proportion to its
  * weight. A tenant that was idle starts again at the queue's current turn less at most
- * `credit` items' worth (--fair-share-credit): an empty queue banks no more than that.
+ * `credit` items' worth (--fair-share-credit): an empty queue banks no more than that. The current
+ * turn is the latest turn claims of agents that serve the tenant (and others) handed out, never the
+ * earliest pending one, so an item nobody takes gives no one more credit, and it never goes back, so
+ * tenants that become busy one after another start from the same turn or later (migration 0015).
  *
  * Inside a tenant, rank decides: a tenant's turn goes to its best due item, by priority (a lower
  * number first), then by enqueue time. With aging (--priority-aging S), waiting S is worth one

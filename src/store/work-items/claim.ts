@@ -14,7 +14,7 @@ import type { ItemsContext } from "./context.js";
 import { nthId } from "./sql-ids.js";
 import { keyCtes, keyDispatchable, keyHasRoom, keySetCtes, keysLost } from "./concurrency.js";
 import { fitsNow, placedCte, placementLost, reserveCte, roomCte } from "./placement.js";
-import { pickedCtes, pickedOrder, retagCte, type ClaimShape } from "./fair-share.js";
+import { advanceCtes, pickedCtes, pickedOrder, retagCte, type ClaimShape } from "./fair-share.js";
 import { nextOpening, rateAdmitCte, rateDispatchable, rateHasRoom, rateHeld, rateSetCtes } from "./rate-limits.js";
 import { COMPLETED_COLUMNS, completeCtes, completionParams, RECOMPLETED_COLUMNS, type Completion, type CompletionParams } from "./fenced-writes.js";
 
@@ -178,7 +178,7 @@ export async function claim(q: ItemsContext, c: ClaimInput): Promise<ClaimResult
            AND ${rateDispatchable}
            AND (picked.req IS NULL OR (placed.id IS NOT NULL AND EXISTS (SELECT 1 FROM reserve)))
         RETURNING ${CLAIMED_COLUMNS}
-        )${shape === "shared" ? sql.fragment`, ${retagCte(w)}` : sql.fragment``}
+        )${shape === "shared" ? sql.fragment`, ${retagCte(w)}, ${advanceCtes({ turns: q.t.id("fair_share_turn"), agent: p.agent, now, seed: p.bindingSeed })}` : sql.fragment``}
         SELECT false AS done, claimed.*, NULL::float8 AS run_s, NULL::text AS freed FROM claimed
         ${"doneIds" in p ? sql.fragment`UNION ALL SELECT true, ${claimedCompletionColumns("done")}, done.run_s, done.freed FROM done` : sql.fragment``}
         UNION ALL SELECT NULL, ${claimedNulls}, ${nextOpening}, CASE WHEN ${lost} THEN 'contended' WHEN ${rateHeld(keyAdmitted)} THEN 'held' END

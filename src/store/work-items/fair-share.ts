@@ -15,9 +15,19 @@
  * the tenant's pending turns are what they would have been had its turns gone in order. Both scans
  * stop at `max` rows, so a claim reads at most 2 × max index entries past the ones it cannot take,
  * however many tenants have a backlog.
+ *
+ * The queue's current turn, from which a tenant that becomes busy starts (less the credit), is the
+ * turn shared claims hand out (migration 0015): each shared claim writes the latest turn it spent to
+ * its agent's pool's row in fair_share_turn (`advanceCtes`), and the enqueue's stamp_turns reads the
+ * latest turn of the pools that serve the tenant. Not the earliest pending turn: an item no agent
+ * takes would hold that back, and every newly busy tenant would start that far back. Limits: an
+ * item an enqueue hands to a waiting claim (./enqueue.ts) advances no pool's turn (the pool's next
+ * claim does), and a pool row outlives its agents, so a tenant starts from the latest turn of any
+ * list of tenants that included it, even one whose agents are gone.
  */
 import { sql, type FragmentSqlToken, type IdentifierSqlToken, type ValueExpression } from "slonik";
 import type { ItemsContext } from "./context.js";
+import { nthId } from "./sql-ids.js";
 
 /** The enqueue's markers these CTEs read. */
 export interface TurnParams {
@@ -159,5 +169,36 @@ export function retagCte(items: IdentifierSqlToken): FragmentSqlToken {
               ON inc.tenant_key = dis.tenant_key AND inc.n = dis.n
            WHERE rt.id = dis.id
           RETURNING rt.id
+        )`;
+}
+
+/**
+ * The shared claim's advance of its pool's current turn (migration 0015 says why), after `claimed`
+ * and `slots`. The turns the claim spent are, per tenant, its earliest slots, as many as it
+ * dispatched items of the tenant (a dispatched item from outside the slots spent the turn of a slot
+ * that `retagCte` gives its turn to); the latest of them is the pool's turn now, if later than the
+ * row's. The pool is the agent's list of tenants as it registered them (the `agent` CTE's). The
+ * row is made by the pool's first claim (ON CONFLICT: another made it first, and the next claim
+ * advances it) and then taken with SKIP LOCKED: claims never wait on one another for it, and the
+ * turn only goes forward, whichever claim commits first.
+ */
+export function advanceCtes(t: { turns: IdentifierSqlToken; agent: ValueExpression; now: FragmentSqlToken; seed: ValueExpression }): FragmentSqlToken {
+  return sql.fragment`spent AS (
+          SELECT max(s.share_tag) AS t
+            FROM (SELECT sl.tenant_key, sl.share_tag, row_number() OVER (PARTITION BY sl.tenant_key ORDER BY sl.share_tag, sl.id) AS n FROM slots sl) s
+            JOIN (SELECT c.tenant_key, count(*) AS k FROM claimed c GROUP BY 1) c ON c.tenant_key = s.tenant_key AND s.n <= c.k
+        ), tpool AS (
+          SELECT md5(to_jsonb(ag.tenants)::text) AS k, ag.tenants FROM agent ag
+        ), tpooled AS (
+          INSERT INTO ${t.turns} (id, pool, tenants, turn, createdby, createdon, updatedby, updatedon)
+          SELECT ${nthId(t.seed, sql.fragment`1`)}, tpool.k, tpool.tenants, spent.t, ${t.agent}, ${t.now}, ${t.agent}, ${t.now}
+            FROM tpool, spent WHERE spent.t IS NOT NULL
+          ON CONFLICT (pool) DO NOTHING
+          RETURNING id
+        ), tadvanced AS (
+          UPDATE ${t.turns} ft SET turn = GREATEST(ft.turn, (SELECT spent.t FROM spent)), updatedby = ${t.agent}, updatedon = ${t.now}
+           WHERE ft.id = (SELECT l.id FROM ${t.turns} l WHERE l.pool = (SELECT tpool.k FROM tpool) AND l.turn < (SELECT spent.t FROM spent)
+                            FOR UPDATE SKIP LOCKED)
+          RETURNING ft.id
         )`;
 }
