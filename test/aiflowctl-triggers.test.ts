@@ -11,6 +11,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { beforeAll, describe, expect, it, vi } from "vitest";
 import { TOKENS } from "./support/daemon.js";
+import { DagClient, definition } from "./support/dag.js";
 import { useTestDaemon } from "./support/kit.js";
 import { makeTempDir, removeTempDir } from "./support/temp-dir.js";
 import { deliver } from "./support/triggers.js";
@@ -29,6 +30,9 @@ const printed: string[] = [];
 beforeAll(async () => {
   dir = await makeTempDir("ctl-triggers");
   fx.closers.defer(() => removeTempDir(dir));
+  // What the start triggers below name: a start trigger's definition must be stored first.
+  const dag = fx.closers.add(new DagClient(fx.address));
+  for (const id of ["report", "build"]) await dag.dag.putDefinition({ tenantKey: "t", definition: definition([{ name: "w", wait: true, event: "never" }], { id }) });
 });
 
 interface Result {

@@ -158,6 +158,8 @@ const TABLE: Record<string, Row> = {
 
   // Runs of tB: a token limited to tA is refused before any read; an unknown run is NOT_FOUND.
   "aiflow.dag.v1.DagService/PutDefinition": { request: () => ({ tenantKey: "tB", definition: { id: "def-b", nodes: [{ name: "a", engineKind: "nobody" }] } }) },
+  "aiflow.dag.v1.DagService/GetDefinition": { request: () => ({ tenantKey: "tB", definitionId: "def-b" }) },
+  "aiflow.dag.v1.DagService/ListDefinitions": { request: () => ({ tenantKey: "tB" }) },
   "aiflow.dag.v1.DagService/StartRun": { request: () => ({ tenantKey: "tB", definition: { nodes: [{ name: "a", engineKind: "nobody" }] } }) },
   "aiflow.dag.v1.DagService/GetRun": { request: () => ({ tenantKey: "tB", runId: "01J00000000000000000000000" }) },
   "aiflow.dag.v1.DagService/ListRuns": { request: () => ({ tenantKey: "tB" }) },
@@ -170,12 +172,16 @@ const TABLE: Record<string, Row> = {
 
   // Graph runs and machines of tB: a token limited to tA is refused before any read; an unknown run is NOT_FOUND.
   "aiflow.graph.v1.GraphService/PutDefinition": { request: () => ({ tenantKey: "tB", definition: GRAPH_B }) },
+  "aiflow.graph.v1.GraphService/GetDefinition": { request: () => ({ tenantKey: "tB", definitionId: "graph-b" }) },
+  "aiflow.graph.v1.GraphService/ListDefinitions": { request: () => ({ tenantKey: "tB" }) },
   "aiflow.graph.v1.GraphService/StartRun": { request: () => ({ tenantKey: "tB", definition: GRAPH_B }) },
   "aiflow.graph.v1.GraphService/GetRun": { request: () => ({ tenantKey: "tB", runId: "01J00000000000000000000000" }) },
   "aiflow.graph.v1.GraphService/ListRuns": { request: () => ({ tenantKey: "tB" }) },
   "aiflow.graph.v1.GraphService/CancelRun": { request: () => ({ tenantKey: "tB", runId: "01J00000000000000000000000" }) },
   "aiflow.graph.v1.GraphService/WatchRun": { request: () => ({ tenantKey: "tB", runId: "01J00000000000000000000000" }) },
   "aiflow.machine.v1.MachineService/PutDefinition": { request: () => ({ tenantKey: "tB", definition: MACHINE_B }) },
+  "aiflow.machine.v1.MachineService/GetDefinition": { request: () => ({ tenantKey: "tB", definitionId: "machine-b" }) },
+  "aiflow.machine.v1.MachineService/ListDefinitions": { request: () => ({ tenantKey: "tB" }) },
   "aiflow.machine.v1.MachineService/StartRun": { request: () => ({ tenantKey: "tB", definition: MACHINE_B }) },
   "aiflow.machine.v1.MachineService/GetRun": { request: () => ({ tenantKey: "tB", runId: "01J00000000000000000000000" }) },
   "aiflow.machine.v1.MachineService/ListRuns": { request: () => ({ tenantKey: "tB" }) },

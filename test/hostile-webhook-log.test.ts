@@ -31,7 +31,8 @@ const unrecorded = (reason: string) => counterValue(D, "aiflow_webhook_refusals_
 
 beforeAll(async () => {
   D = await fx.startDaemon({ clock, config: { sweepInterval: 3_600_000, webhookMaxBytes: 256 * 1024, httpListen: { host: "127.0.0.1", port: 0 }, authFailureLimit: 1_000_000 } });
-  await fx.closers.add(new DagClient(D.address)).dag.putDefinition({ tenantKey: "t", definition: definition([{ name: "w", wait: true, event: "never" }], { id: "d" }) });
+  const dag = fx.closers.add(new DagClient(D.address));
+  for (const tenantKey of ["t", "cron-only"]) await dag.dag.putDefinition({ tenantKey, definition: definition([{ name: "w", wait: true, event: "never" }], { id: "d" }) });
   const triggers = fx.closers.add(new TriggerClient(D.address));
   for (const name of ["h", "capped", "whole"]) await triggers.put("t", { name, type: TriggerType.WEBHOOK, action: Action.START, definitionId: "d", secret: SECRET });
   // A tenant with only a cron trigger serves no webhook.

@@ -17,6 +17,7 @@ import { TOKENS } from "./support/daemon.js";
 import { DagClient, definition } from "./support/dag.js";
 import { refusal, useTestDb } from "./support/kit.js";
 import { makeTempDir, removeTempDir } from "./support/temp-dir.js";
+import { GraphClient, MachineClient } from "./support/native.js";
 import { deliver, TriggerClient } from "./support/triggers.js";
 
 const clock = new FakeClock(Date.UTC(2026, 11, 1, 12));
@@ -36,6 +37,10 @@ beforeAll(async () => {
   fx.closers.defer(() => removeTempDir(dir));
   D = await fx.startDaemon({ clock, config: { sweepInterval: 3_600_000, httpListen: { host: "127.0.0.1", port: 0 } } });
   client = fx.closers.add(new TriggerClient(D.address));
+  // What the triggers below start: a start trigger names a definition its tenant has stored.
+  const dag = fx.closers.add(new DagClient(D.address));
+  for (const tenantKey of ["t", "u", "f"])
+    for (const id of ["d", "d2"]) await dag.dag.putDefinition({ tenantKey, definition: definition([{ name: "w", wait: true, event: "never" }], { id }) });
 });
 
 describe("TriggerService", () => {
@@ -69,6 +74,30 @@ describe("TriggerService", () => {
     expect(await triggerRows()).toBe(0);
   });
 
+  it("refuses a start of a definition the tenant has not stored (FAILED_PRECONDITION naming it), for each engine, and takes it once stored", async () => {
+    const graphs = fx.closers.add(new GraphClient(D.address));
+    const machines = fx.closers.add(new MachineClient(D.address));
+    const cases: [Trig, string][] = [
+      [{ ...hook, definitionId: "nope" }, "dag"],
+      [{ ...hook, engineKind: "graph", definitionId: "d" }, "graph"],
+      [{ ...cron, engineKind: "statemachine", definitionId: "d" }, "statemachine"],
+    ];
+    for (const [t, kind] of cases) {
+      const e = await refusal(client.triggers.putTrigger({ tenantKey: "t", trigger: t }));
+      expect([e.code, e.rawMessage], JSON.stringify(t)).toEqual([
+        Code.FailedPrecondition,
+        `trigger.definition_id: tenant 't' has no stored ${kind} definition '${t.definitionId}': store it first (PutDefinition, or aiflowctl definitions put FILE --engine ${kind} --tenant t)`,
+      ]);
+    }
+    // Another tenant's definition of that id is not the tenant's.
+    expect((await refusal(client.triggers.putTrigger({ tenantKey: "v", trigger: hook }))).code).toBe(Code.FailedPrecondition);
+    expect(await triggerRows()).toBe(0);
+    await graphs.graph.putDefinition({ tenantKey: "t", definition: { id: "d", start: "a", nodes: [{ name: "a", kind: 1, engineKind: "k" }, { name: "z", kind: 2 }], edges: [{ from: "a", to: "z" }] } });
+    await machines.machine.putDefinition({ tenantKey: "t", definition: { id: "d", initial: "a", states: [{ name: "a", transitions: [{ event: "go", to: "z" }] }, { name: "z", terminal: true }] } });
+    for (const [t] of cases.slice(1)) expect((await client.triggers.putTrigger({ tenantKey: "t", trigger: { ...t, name: `ok-${t.engineKind}` } })).created).toBe(true);
+    for (const [t] of cases.slice(1)) await client.triggers.deleteTrigger({ tenantKey: "t", name: `ok-${t.engineKind}` });
+  });
+
   it("never returns a secret; a replacement keeps it, takes the owner, and a changed secret is the one that verifies", async () => {
     const put = await client.triggers.putTrigger({ tenantKey: "t", trigger: hook });
     expect(put.created).toBe(true);
@@ -83,10 +112,10 @@ describe("TriggerService", () => {
     const got = (await client.triggers.getTrigger({ tenantKey: "t", name: "hook" })).trigger!;
     expect(toJsonString(TriggerSchema, got)).not.toContain(SECRET);
     // The kept secret still verifies; after a change only the new one does.
-    expect((await deliver(D.httpUrl!, "t", "hook", "{}", { secret: SECRET })).body.error).toMatch(/no stored definition 'd2'/);
+    expect((await deliver(D.httpUrl!, "t", "hook", "{}", { secret: SECRET })).status).toBe(202);
     await client.put("t", { ...hook, secret: "a-brand-new-secret-value" });
     expect((await deliver(D.httpUrl!, "t", "hook", "{}", { secret: SECRET })).status).toBe(401);
-    expect((await deliver(D.httpUrl!, "t", "hook", "{}", { secret: "a-brand-new-secret-value" })).status).toBe(404);
+    expect((await deliver(D.httpUrl!, "t", "hook", '{"second":true}', { secret: "a-brand-new-secret-value" })).status).toBe(202);
   });
 
   it("lists a tenant's triggers by name, gets and deletes them, and keeps tenants apart", async () => {
@@ -124,8 +153,7 @@ describe("--triggers-file", () => {
       ["push", "file", "ci", true],
     ]);
     // The file's webhook verifies with the secret from the environment, and starts runs as its owner.
-    const dag = fx.closers.add(new DagClient(D.address));
-    await dag.dag.putDefinition({ tenantKey: "f", definition: definition([{ name: "b" }], { id: "build" }) });
+    await fx.closers.add(new DagClient(D.address)).dag.putDefinition({ tenantKey: "f", definition: definition([{ name: "b" }], { id: "build" }) });
     const res = await deliver(A.httpUrl!, "f", "push", '{"x":1}', { secret: SECRET });
     expect(res.status).toBe(202);
     expect(await fx.db.raw(`SELECT createdby FROM ${fx.db.tables.qualified("run")} WHERE id = $1`, [res.body.run_id])).toEqual([{ createdby: "ci" }]);

@@ -24,12 +24,13 @@ import { tenantCommands } from "./ctl/tenants.js";
 import { tlsChoice, type TlsChoice } from "./ctl/tls.js";
 import { triggerCommands } from "./ctl/triggers.js";
 import { engineCommands } from "./ctl/engines.js";
+import { definitionCommands } from "./ctl/definitions.js";
 import { GraphService } from "@aiflow/wire/gen/aiflow/graph/v1/graph_pb.js";
 import { MachineService } from "@aiflow/wire/gen/aiflow/machine/v1/machine_pb.js";
 import { workCommands } from "./ctl/work.js";
 import { VERSION } from "../version.js";
 
-const COMMANDS: readonly Command[] = [...agentCommands, ...workCommands, ...bindingCommands, ...keyCommands, ...tenantCommands, ...limitCommands, ...runCommands, ...engineCommands, ...triggerCommands];
+const COMMANDS: readonly Command[] = [...agentCommands, ...workCommands, ...bindingCommands, ...keyCommands, ...tenantCommands, ...limitCommands, ...runCommands, ...engineCommands, ...definitionCommands, ...triggerCommands];
 
 
 export async function main(argv: readonly string[], env = process.env, out = (t: string) => process.stdout.write(t + "\n")): Promise<number> {

@@ -9,6 +9,8 @@ import type { ServiceImpl } from "@connectrpc/connect";
 import { DefinitionSchema, RunStatus, type DagOpsService, type DagService } from "@aiflow/wire/gen/aiflow/dag/v1/dag_pb.js";
 import type { Config } from "../config.js";
 import type { DagEngine, Scope } from "../dag/engine.js";
+import type { DefinitionReads } from "../store/definitions.js";
+import { definitionCalls } from "./definition-calls.js";
 import { planOf } from "../dag/plan.js";
 import { invalidArgument, notFound } from "../domain/errors.js";
 import { assertTenant, callerOf } from "../server/auth.js";
@@ -18,7 +20,7 @@ import { runToWire, STATUS_FROM_WIRE } from "./dag-messages.js";
 import { pageOf, planFrom, runIdOf, scopeOf, watchRun } from "./run-calls.js";
 import type { Clock } from "../clock.js";
 
-export function dagServiceImpl(d: { engine: DagEngine; config: Config; clock: Clock; draining: AbortSignal }): ServiceImpl<typeof DagService> {
+export function dagServiceImpl(d: { engine: DagEngine; definitions: DefinitionReads; config: Config; clock: Clock; draining: AbortSignal }): ServiceImpl<typeof DagService> {
   const { engine, config } = d;
   const viewOf = async (scope: Scope, runId: string, attempts = true) => {
     const v = await engine.view(scope, runId, attempts);
@@ -27,6 +29,8 @@ export function dagServiceImpl(d: { engine: DagEngine; config: Config; clock: Cl
   };
 
   return {
+    ...definitionCalls("dag", d.definitions, DefinitionSchema),
+
     async putDefinition(req, ctx) {
       const scope = scopeOf(req.tenantKey, ctx);
       if (!req.definition) throw invalidArgument("definition", "is required");

@@ -6,13 +6,15 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
-import { RunStatus, type GraphService, type RunSchema } from "@aiflow/wire/gen/aiflow/graph/v1/graph_pb.js";
+import { DefinitionSchema, RunStatus, type GraphService, type RunSchema } from "@aiflow/wire/gen/aiflow/graph/v1/graph_pb.js";
 import type { Config } from "../config.js";
 import type { Scope } from "../engines/native.js";
 import { invalidArgument, notFound } from "../domain/errors.js";
 import type { GraphEngine } from "../engines/graph/engine.js";
 import { graphPlanOf } from "../engines/graph/plan.js";
+import type { DefinitionReads } from "../store/definitions.js";
 import type { GraphRunRow } from "../store/graph-runs.js";
+import { definitionCalls } from "./definition-calls.js";
 import { jsonObject, optionalText } from "./input/validate.js";
 import { pageOf, planFrom, runIdOf, scopeOf, watchRun } from "./run-calls.js";
 
@@ -44,7 +46,7 @@ export function graphRunToWire(r: GraphRunRow): MessageInitShape<typeof RunSchem
   };
 }
 
-export function graphServiceImpl(d: { engine: GraphEngine; config: Config; draining: AbortSignal }): ServiceImpl<typeof GraphService> {
+export function graphServiceImpl(d: { engine: GraphEngine; definitions: DefinitionReads; config: Config; draining: AbortSignal }): ServiceImpl<typeof GraphService> {
   const { engine, config } = d;
   const runOf = async (scope: Scope, runId: string) => {
     const run = await engine.get(scope, runId);
@@ -52,6 +54,8 @@ export function graphServiceImpl(d: { engine: GraphEngine; config: Config; drain
     return run;
   };
   return {
+    ...definitionCalls("graph", d.definitions, DefinitionSchema),
+
     async putDefinition(req, ctx) {
       const scope = scopeOf(req.tenantKey, ctx);
       if (!req.definition) throw invalidArgument("definition", "is required");

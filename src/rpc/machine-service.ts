@@ -6,13 +6,15 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
-import type { MachineService, RunSchema } from "@aiflow/wire/gen/aiflow/machine/v1/machine_pb.js";
+import { DefinitionSchema, type MachineService, type RunSchema } from "@aiflow/wire/gen/aiflow/machine/v1/machine_pb.js";
 import type { Config } from "../config.js";
 import type { Scope } from "../engines/native.js";
 import { invalidArgument, notFound } from "../domain/errors.js";
 import type { MachineEngine } from "../engines/machine/engine.js";
 import { EVENT, machinePlanOf } from "../engines/machine/plan.js";
+import type { DefinitionReads } from "../store/definitions.js";
 import type { MachineRunRow } from "../store/machine-runs.js";
+import { definitionCalls } from "./definition-calls.js";
 import { jsonObject, jsonOrNull, optionalText } from "./input/validate.js";
 import { pageOf, planFrom, runIdOf, scopeOf, watchRun } from "./run-calls.js";
 
@@ -43,7 +45,7 @@ export function eventName(raw: string): string {
   return raw;
 }
 
-export function machineServiceImpl(d: { engine: MachineEngine; config: Config; draining: AbortSignal }): ServiceImpl<typeof MachineService> {
+export function machineServiceImpl(d: { engine: MachineEngine; definitions: DefinitionReads; config: Config; draining: AbortSignal }): ServiceImpl<typeof MachineService> {
   const { engine, config } = d;
   const runOf = async (scope: Scope, runId: string) => {
     const run = await engine.get(scope, runId);
@@ -51,6 +53,8 @@ export function machineServiceImpl(d: { engine: MachineEngine; config: Config; d
     return run;
   };
   return {
+    ...definitionCalls("statemachine", d.definitions, DefinitionSchema),
+
     async putDefinition(req, ctx) {
       const scope = scopeOf(req.tenantKey, ctx);
       if (!req.definition) throw invalidArgument("definition", "is required");

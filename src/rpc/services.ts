@@ -54,6 +54,7 @@ import { TenantShareStore } from "../store/tenant-shares.js";
 import { WorkItemStatsStore } from "../store/work-item-stats.js";
 import { EngineStore } from "../store/engines.js";
 import { EngineRunStore } from "../store/engine-runs.js";
+import { DefinitionReads } from "../store/definitions.js";
 import { TriggerFiringStore } from "../store/trigger-firings.js";
 import { WorkItemStore } from "../store/work-items.js";
 import { agentServiceImpl, knownAgentLoader } from "./agent-service/registration.js";
@@ -204,6 +205,7 @@ async function startServices(deps: ServiceDeps, started: (b: Background) => void
   const runs = new EngineRunStore(pool, tables);
   const firings = new TriggerFiringStore(pool, tables);
   const triggers = new TriggerStore(pool, tables);
+  const definitions = new DefinitionReads(pool, tables);
   if (config.triggersFile) await applyTriggersFile(triggers, readTriggersFile(config.triggersFile), clock.nowMs());
   const firer = new TriggerFirer({ pool, tables, engine: dag, graphs, machines, clock, log: log.child({ component: "triggers" }), metrics });
   maintenance.add(cronTask({ pool, tables, firer, log: log.child({ component: "cron" }), catchUpMs: config.cronCatchUp }));
@@ -267,11 +269,11 @@ async function startServices(deps: ServiceDeps, started: (b: Background) => void
         r.service(TriggerFiringService, triggerFiringServiceImpl({ config, clock, runs, firings }));
       },
     },
-    { services: [DagService], access: "runs", mount: (r) => r.service(DagService, dagServiceImpl({ engine: dag, config, clock, draining: deps.draining })) },
+    { services: [DagService], access: "runs", mount: (r) => r.service(DagService, dagServiceImpl({ engine: dag, definitions, config, clock, draining: deps.draining })) },
     { services: [DagOpsService], access: "ops", mount: (r) => r.service(DagOpsService, dagOpsServiceImpl(dag)) },
-    { services: [GraphService], access: "runs", mount: (r) => r.service(GraphService, graphServiceImpl({ engine: graphs, config, draining: deps.draining })) },
-    { services: [MachineService], access: "runs", mount: (r) => r.service(MachineService, machineServiceImpl({ engine: machines, config, draining: deps.draining })) },
-    { services: [TriggerService], access: "runs", mount: (r) => r.service(TriggerService, triggerServiceImpl({ triggers, clock })) },
+    { services: [GraphService], access: "runs", mount: (r) => r.service(GraphService, graphServiceImpl({ engine: graphs, definitions, config, draining: deps.draining })) },
+    { services: [MachineService], access: "runs", mount: (r) => r.service(MachineService, machineServiceImpl({ engine: machines, definitions, config, draining: deps.draining })) },
+    { services: [TriggerService], access: "runs", mount: (r) => r.service(TriggerService, triggerServiceImpl({ triggers, definitions, clock })) },
   ];
   for (const s of mounted.flatMap((m) => m.services)) health.set(s.typeName, HealthCheckResponse_ServingStatus.SERVING);
 

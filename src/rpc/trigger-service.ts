@@ -8,8 +8,9 @@ import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { Action, TriggerType, type TriggerSchema, type TriggerService } from "@aiflow/wire/gen/aiflow/trigger/v1/trigger_pb.js";
 import type { Clock } from "../clock.js";
-import { invalidArgument, notFound, resourceExhausted } from "../domain/errors.js";
+import { failedPrecondition, invalidArgument, notFound, resourceExhausted } from "../domain/errors.js";
 import { assertTenant, callerOf } from "../server/auth.js";
+import type { DefinitionReads } from "../store/definitions.js";
 import type { TriggerRow, TriggerStore } from "../store/triggers.js";
 import { checkTrigger, firstTick, TRIGGER_NAME, type TriggerInput } from "../triggers/definition.js";
 import { newId } from "../util/ids.js";
@@ -18,7 +19,7 @@ import { identifier } from "./input/validate.js";
 /** Triggers one tenant may have: ListTriggers answers them all in one message. */
 export const TRIGGERS_PER_TENANT = 1_000;
 
-export function triggerServiceImpl(d: { triggers: TriggerStore; clock: Clock }): ServiceImpl<typeof TriggerService> {
+export function triggerServiceImpl(d: { triggers: TriggerStore; definitions: DefinitionReads; clock: Clock }): ServiceImpl<typeof TriggerService> {
   const tenantOf = (raw: string, ctx: HandlerContext) => {
     const tenantKey = identifier(raw, "tenant_key");
     assertTenant(callerOf(ctx), tenantKey);
@@ -48,6 +49,14 @@ export function triggerServiceImpl(d: { triggers: TriggerStore; clock: Clock }):
       };
       const stored = TRIGGER_NAME.test(input.name) ? await d.triggers.get(tenantKey, input.name) : null;
       const write = checkTrigger(input, "rpc", stored?.has_secret === true && stored.trigger_type === "webhook", (f) => `trigger.${f}`);
+      // A start names a definition the tenant has stored: one that is not there would only fail at
+      // every firing (a webhook's sender sees 404), so the mistake is refused where it is made.
+      // (The --triggers-file is applied before any RPC can store one, so it is not checked there.)
+      const kind = write.engineKind ?? "dag";
+      if (write.definitionId !== null && !(await d.definitions.exists(kind, tenantKey, write.definitionId)))
+        throw failedPrecondition(
+          `trigger.definition_id: tenant '${tenantKey}' has no stored ${kind} definition '${write.definitionId}': store it first (PutDefinition, or aiflowctl definitions put FILE --engine ${kind} --tenant ${tenantKey})`,
+        );
       if (!stored && (await d.triggers.count(tenantKey)) >= TRIGGERS_PER_TENANT)
         throw resourceExhausted(`tenant '${tenantKey}' has ${TRIGGERS_PER_TENANT} triggers, the most it may have; delete one first`);
       const nowMs = d.clock.nowMs();

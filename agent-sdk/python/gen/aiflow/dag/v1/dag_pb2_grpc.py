@@ -30,6 +30,16 @@ class DagServiceStub(object):
                 request_serializer=aiflow_dot_dag_dot_v1_dot_dag__pb2.PutDefinitionRequest.SerializeToString,
                 response_deserializer=aiflow_dot_dag_dot_v1_dot_dag__pb2.PutDefinitionResponse.FromString,
                 )
+        self.GetDefinition = channel.unary_unary(
+                '/aiflow.dag.v1.DagService/GetDefinition',
+                request_serializer=aiflow_dot_dag_dot_v1_dot_dag__pb2.GetDefinitionRequest.SerializeToString,
+                response_deserializer=aiflow_dot_dag_dot_v1_dot_dag__pb2.GetDefinitionResponse.FromString,
+                )
+        self.ListDefinitions = channel.unary_unary(
+                '/aiflow.dag.v1.DagService/ListDefinitions',
+                request_serializer=aiflow_dot_dag_dot_v1_dot_dag__pb2.ListDefinitionsRequest.SerializeToString,
+                response_deserializer=aiflow_dot_dag_dot_v1_dot_dag__pb2.ListDefinitionsResponse.FromString,
+                )
         self.StartRun = channel.unary_unary(
                 '/aiflow.dag.v1.DagService/StartRun',
                 request_serializer=aiflow_dot_dag_dot_v1_dot_dag__pb2.StartRunRequest.SerializeToString,
@@ -84,6 +94,22 @@ class DagServiceServicer(object):
     def PutDefinition(self, request, context):
         """Stores a definition under its id for the tenant (replacing one stored before; runs already
         started keep the plan they started with). Validated as StartRun validates an inline one.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetDefinition(self, request, context):
+        """The tenant's stored definition of this id, as PutDefinition stored it last, and who stored it
+        when. NOT_FOUND when the tenant has none of that id.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListDefinitions(self, request, context):
+        """The tenant's stored definitions in order of their ids, without their bodies (GetDefinition
+        reads one).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -155,6 +181,16 @@ def add_DagServiceServicer_to_server(servicer, server):
                     request_deserializer=aiflow_dot_dag_dot_v1_dot_dag__pb2.PutDefinitionRequest.FromString,
                     response_serializer=aiflow_dot_dag_dot_v1_dot_dag__pb2.PutDefinitionResponse.SerializeToString,
             ),
+            'GetDefinition': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetDefinition,
+                    request_deserializer=aiflow_dot_dag_dot_v1_dot_dag__pb2.GetDefinitionRequest.FromString,
+                    response_serializer=aiflow_dot_dag_dot_v1_dot_dag__pb2.GetDefinitionResponse.SerializeToString,
+            ),
+            'ListDefinitions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListDefinitions,
+                    request_deserializer=aiflow_dot_dag_dot_v1_dot_dag__pb2.ListDefinitionsRequest.FromString,
+                    response_serializer=aiflow_dot_dag_dot_v1_dot_dag__pb2.ListDefinitionsResponse.SerializeToString,
+            ),
             'StartRun': grpc.unary_unary_rpc_method_handler(
                     servicer.StartRun,
                     request_deserializer=aiflow_dot_dag_dot_v1_dot_dag__pb2.StartRunRequest.FromString,
@@ -225,6 +261,40 @@ class DagService(object):
         return grpc.experimental.unary_unary(request, target, '/aiflow.dag.v1.DagService/PutDefinition',
             aiflow_dot_dag_dot_v1_dot_dag__pb2.PutDefinitionRequest.SerializeToString,
             aiflow_dot_dag_dot_v1_dot_dag__pb2.PutDefinitionResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def GetDefinition(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/aiflow.dag.v1.DagService/GetDefinition',
+            aiflow_dot_dag_dot_v1_dot_dag__pb2.GetDefinitionRequest.SerializeToString,
+            aiflow_dot_dag_dot_v1_dot_dag__pb2.GetDefinitionResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ListDefinitions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/aiflow.dag.v1.DagService/ListDefinitions',
+            aiflow_dot_dag_dot_v1_dot_dag__pb2.ListDefinitionsRequest.SerializeToString,
+            aiflow_dot_dag_dot_v1_dot_dag__pb2.ListDefinitionsResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 

@@ -15,7 +15,7 @@ from aiflow.cluster.v1 import work_item_pb2 as aiflow_dot_cluster_dot_v1_dot_wor
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x61iflow/graph/v1/graph.proto\x12\x0f\x61iflow.graph.v1\x1a!aiflow/cluster/v1/work_item.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa9\x01\n\nDefinition\x12\x0e\n\x02id\x18\x01 \x01(\tR\x02id\x12+\n\x05nodes\x18\x02 \x03(\x0b\x32\x15.aiflow.graph.v1.NodeR\x05nodes\x12+\n\x05\x65\x64ges\x18\x03 \x03(\x0b\x32\x15.aiflow.graph.v1.EdgeR\x05\x65\x64ges\x12\x14\n\x05start\x18\x04 \x01(\tR\x05start\x12\x1b\n\tmax_steps\x18\x05 \x01(\x03R\x08maxSteps\"\xaf\x02\n\x04Node\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12-\n\x04kind\x18\x02 \x01(\x0e\x32\x19.aiflow.graph.v1.NodeKindR\x04kind\x12\x1f\n\x0b\x65ngine_kind\x18\x03 \x01(\tR\nengineKind\x12!\n\x0cpayload_json\x18\x04 \x01(\tR\x0bpayloadJson\x12\x1f\n\x0bmax_retries\x18\x05 \x01(\x05R\nmaxRetries\x12\x44\n\rworker_params\x18\x06 \x01(\x0b\x32\x1f.aiflow.cluster.v1.WorkerParamsR\x0cworkerParams\x12\x1a\n\x08priority\x18\x07 \x01(\x05R\x08priority\x12\x1d\n\nmax_visits\x18\x08 \x01(\x03R\tmaxVisits\">\n\x04\x45\x64ge\x12\x12\n\x04\x66rom\x18\x01 \x01(\tR\x04\x66rom\x12\x0e\n\x02to\x18\x02 \x01(\tR\x02to\x12\x12\n\x04when\x18\x03 \x01(\tR\x04when\"r\n\x14PutDefinitionRequest\x12\x1d\n\ntenant_key\x18\x01 \x01(\tR\ttenantKey\x12;\n\ndefinition\x18\x02 \x01(\x0b\x32\x1b.aiflow.graph.v1.DefinitionR\ndefinition\"V\n\x15PutDefinitionResponse\x12#\n\rdefinition_id\x18\x01 \x01(\tR\x0c\x64\x65\x66initionId\x12\x18\n\x07\x63reated\x18\x02 \x01(\x08R\x07\x63reated\"\xbf\x01\n\x0fStartRunRequest\x12\x1d\n\ntenant_key\x18\x01 \x01(\tR\ttenantKey\x12=\n\ndefinition\x18\x02 \x01(\x0b\x32\x1b.aiflow.graph.v1.DefinitionH\x00R\ndefinition\x12%\n\rdefinition_id\x18\x03 \x01(\tH\x00R\x0c\x64\x65\x66initionId\x12\x1d\n\nstate_json\x18\x04 \x01(\tR\tstateJsonB\x08\n\x06source\":\n\x10StartRunResponse\x12&\n\x03run\x18\x01 \x01(\x0b\x32\x14.aiflow.graph.v1.RunR\x03run\"\xc0\x04\n\x03Run\x12\x15\n\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1d\n\ntenant_key\x18\x02 \x01(\tR\ttenantKey\x12#\n\rdefinition_id\x18\x03 \x01(\tR\x0c\x64\x65\x66initionId\x12\x32\n\x06status\x18\x04 \x01(\x0e\x32\x1a.aiflow.graph.v1.RunStatusR\x06status\x12\x12\n\x04task\x18\x05 \x01(\tR\x04task\x12\x14\n\x05steps\x18\x06 \x01(\x03R\x05steps\x12\x12\n\x04path\x18\x07 \x03(\tR\x04path\x12\x42\n\nrun_counts\x18\x08 \x03(\x0b\x32#.aiflow.graph.v1.Run.RunCountsEntryR\trunCounts\x12\x1d\n\nstate_json\x18\t \x01(\tR\tstateJson\x12\x16\n\x06reason\x18\n \x01(\tR\x06reason\x12\x14\n\x05\x65rror\x18\x0b \x01(\tR\x05\x65rror\x12 \n\x0cwork_item_id\x18\x0c \x01(\tR\nworkItemId\x12\x1d\n\ncreated_by\x18\r \x01(\tR\tcreatedBy\x12\x39\n\ncreated_on\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.TimestampR\tcreatedOn\x12!\n\x0cpath_dropped\x18\x0f \x01(\x03R\x0bpathDropped\x1a<\n\x0eRunCountsEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\x03R\x05value:\x02\x38\x01\"E\n\rGetRunRequest\x12\x1d\n\ntenant_key\x18\x01 \x01(\tR\ttenantKey\x12\x15\n\x06run_id\x18\x02 \x01(\tR\x05runId\"8\n\x0eGetRunResponse\x12&\n\x03run\x18\x01 \x01(\x0b\x32\x14.aiflow.graph.v1.RunR\x03run\"l\n\x0fListRunsRequest\x12\x1d\n\ntenant_key\x18\x01 \x01(\tR\ttenantKey\x12\x1b\n\tpage_size\x18\x02 \x01(\x05R\x08pageSize\x12\x1d\n\npage_token\x18\x03 \x01(\tR\tpageToken\"d\n\x10ListRunsResponse\x12(\n\x04runs\x18\x01 \x03(\x0b\x32\x14.aiflow.graph.v1.RunR\x04runs\x12&\n\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"`\n\x10\x43\x61ncelRunRequest\x12\x1d\n\ntenant_key\x18\x01 \x01(\tR\ttenantKey\x12\x15\n\x06run_id\x18\x02 \x01(\tR\x05runId\x12\x16\n\x06reason\x18\x03 \x01(\tR\x06reason\";\n\x11\x43\x61ncelRunResponse\x12&\n\x03run\x18\x01 \x01(\x0b\x32\x14.aiflow.graph.v1.RunR\x03run\"G\n\x0fWatchRunRequest\x12\x1d\n\ntenant_key\x18\x01 \x01(\tR\ttenantKey\x12\x15\n\x06run_id\x18\x02 \x01(\tR\x05runId\":\n\x10WatchRunResponse\x12&\n\x03run\x18\x01 \x01(\x0b\x32\x14.aiflow.graph.v1.RunR\x03run*L\n\x08NodeKind\x12\x19\n\x15NODE_KIND_UNSPECIFIED\x10\x00\x12\x12\n\x0eNODE_KIND_TASK\x10\x01\x12\x11\n\rNODE_KIND_END\x10\x02*\xa2\x01\n\tRunStatus\x12\x1a\n\x16RUN_STATUS_UNSPECIFIED\x10\x00\x12\x16\n\x12RUN_STATUS_RUNNING\x10\x01\x12\x18\n\x14RUN_STATUS_COMPLETED\x10\x02\x12\x16\n\x12RUN_STATUS_STOPPED\x10\x03\x12\x15\n\x11RUN_STATUS_FAILED\x10\x04\x12\x18\n\x14RUN_STATUS_CANCELLED\x10\x05\x32\x82\x04\n\x0cGraphService\x12^\n\rPutDefinition\x12%.aiflow.graph.v1.PutDefinitionRequest\x1a&.aiflow.graph.v1.PutDefinitionResponse\x12O\n\x08StartRun\x12 .aiflow.graph.v1.StartRunRequest\x1a!.aiflow.graph.v1.StartRunResponse\x12I\n\x06GetRun\x12\x1e.aiflow.graph.v1.GetRunRequest\x1a\x1f.aiflow.graph.v1.GetRunResponse\x12O\n\x08ListRuns\x12 .aiflow.graph.v1.ListRunsRequest\x1a!.aiflow.graph.v1.ListRunsResponse\x12R\n\tCancelRun\x12!.aiflow.graph.v1.CancelRunRequest\x1a\".aiflow.graph.v1.CancelRunResponse\x12Q\n\x08WatchRun\x12 .aiflow.graph.v1.WatchRunRequest\x1a!.aiflow.graph.v1.WatchRunResponse0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x61iflow/graph/v1/graph.proto\x12\x0f\x61iflow.graph.v1\x1a!aiflow/cluster/v1/work_item.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa9\x01\n\nDefinition\x12\x0e\n\x02id\x18\x01 \x01(\tR\x02id\x12+\n\x05nodes\x18\x02 \x03(\x0b\x32\x15.aiflow.graph.v1.NodeR\x05nodes\x12+\n\x05\x65\x64ges\x18\x03 \x03(\x0b\x32\x15.aiflow.graph.v1.EdgeR\x05\x65\x64ges\x12\x14\n\x05start\x18\x04 \x01(\tR\x05start\x12\x1b\n\tmax_steps\x18\x05 \x01(\x03R\x08maxSteps\"\xaf\x02\n\x04Node\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12-\n\x04kind\x18\x02 \x01(\x0e\x32\x19.aiflow.graph.v1.NodeKindR\x04kind\x12\x1f\n\x0b\x65ngine_kind\x18\x03 \x01(\tR\nengineKind\x12!\n\x0cpayload_json\x18\x04 \x01(\tR\x0bpayloadJson\x12\x1f\n\x0bmax_retries\x18\x05 \x01(\x05R\nmaxRetries\x12\x44\n\rworker_params\x18\x06 \x01(\x0b\x32\x1f.aiflow.cluster.v1.WorkerParamsR\x0cworkerParams\x12\x1a\n\x08priority\x18\x07 \x01(\x05R\x08priority\x12\x1d\n\nmax_visits\x18\x08 \x01(\x03R\tmaxVisits\">\n\x04\x45\x64ge\x12\x12\n\x04\x66rom\x18\x01 \x01(\tR\x04\x66rom\x12\x0e\n\x02to\x18\x02 \x01(\tR\x02to\x12\x12\n\x04when\x18\x03 \x01(\tR\x04when\"r\n\x14PutDefinitionRequest\x12\x1d\n\ntenant_key\x18\x01 \x01(\tR\ttenantKey\x12;\n\ndefinition\x18\x02 \x01(\x0b\x32\x1b.aiflow.graph.v1.DefinitionR\ndefinition\"V\n\x15PutDefinitionResponse\x12#\n\rdefinition_id\x18\x01 \x01(\tR\x0c\x64\x65\x66initionId\x12\x18\n\x07\x63reated\x18\x02 \x01(\x08R\x07\x63reated\"Z\n\x14GetDefinitionRequest\x12\x1d\n\ntenant_key\x18\x01 \x01(\tR\ttenantKey\x12#\n\rdefinition_id\x18\x02 \x01(\tR\x0c\x64\x65\x66initionId\"\x8f\x01\n\x15GetDefinitionResponse\x12;\n\ndefinition\x18\x01 \x01(\x0b\x32\x1b.aiflow.graph.v1.DefinitionR\ndefinition\x12\x39\n\x06stored\x18\x02 \x01(\x0b\x32!.aiflow.graph.v1.StoredDefinitionR\x06stored\"\xeb\x01\n\x10StoredDefinition\x12#\n\rdefinition_id\x18\x01 \x01(\tR\x0c\x64\x65\x66initionId\x12\x1d\n\ncreated_by\x18\x02 \x01(\tR\tcreatedBy\x12\x39\n\ncreated_on\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\tcreatedOn\x12\x1d\n\nupdated_by\x18\x04 \x01(\tR\tupdatedBy\x12\x39\n\nupdated_on\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\tupdatedOn\"s\n\x16ListDefinitionsRequest\x12\x1d\n\ntenant_key\x18\x01 \x01(\tR\ttenantKey\x12\x1b\n\tpage_size\x18\x02 \x01(\x05R\x08pageSize\x12\x1d\n\npage_token\x18\x03 \x01(\tR\tpageToken\"\x86\x01\n\x17ListDefinitionsResponse\x12\x43\n\x0b\x64\x65\x66initions\x18\x01 \x03(\x0b\x32!.aiflow.graph.v1.StoredDefinitionR\x0b\x64\x65\x66initions\x12&\n\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xbf\x01\n\x0fStartRunRequest\x12\x1d\n\ntenant_key\x18\x01 \x01(\tR\ttenantKey\x12=\n\ndefinition\x18\x02 \x01(\x0b\x32\x1b.aiflow.graph.v1.DefinitionH\x00R\ndefinition\x12%\n\rdefinition_id\x18\x03 \x01(\tH\x00R\x0c\x64\x65\x66initionId\x12\x1d\n\nstate_json\x18\x04 \x01(\tR\tstateJsonB\x08\n\x06source\":\n\x10StartRunResponse\x12&\n\x03run\x18\x01 \x01(\x0b\x32\x14.aiflow.graph.v1.RunR\x03run\"\xc0\x04\n\x03Run\x12\x15\n\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1d\n\ntenant_key\x18\x02 \x01(\tR\ttenantKey\x12#\n\rdefinition_id\x18\x03 \x01(\tR\x0c\x64\x65\x66initionId\x12\x32\n\x06status\x18\x04 \x01(\x0e\x32\x1a.aiflow.graph.v1.RunStatusR\x06status\x12\x12\n\x04task\x18\x05 \x01(\tR\x04task\x12\x14\n\x05steps\x18\x06 \x01(\x03R\x05steps\x12\x12\n\x04path\x18\x07 \x03(\tR\x04path\x12\x42\n\nrun_counts\x18\x08 \x03(\x0b\x32#.aiflow.graph.v1.Run.RunCountsEntryR\trunCounts\x12\x1d\n\nstate_json\x18\t \x01(\tR\tstateJson\x12\x16\n\x06reason\x18\n \x01(\tR\x06reason\x12\x14\n\x05\x65rror\x18\x0b \x01(\tR\x05\x65rror\x12 \n\x0cwork_item_id\x18\x0c \x01(\tR\nworkItemId\x12\x1d\n\ncreated_by\x18\r \x01(\tR\tcreatedBy\x12\x39\n\ncreated_on\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.TimestampR\tcreatedOn\x12!\n\x0cpath_dropped\x18\x0f \x01(\x03R\x0bpathDropped\x1a<\n\x0eRunCountsEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\x03R\x05value:\x02\x38\x01\"E\n\rGetRunRequest\x12\x1d\n\ntenant_key\x18\x01 \x01(\tR\ttenantKey\x12\x15\n\x06run_id\x18\x02 \x01(\tR\x05runId\"8\n\x0eGetRunResponse\x12&\n\x03run\x18\x01 \x01(\x0b\x32\x14.aiflow.graph.v1.RunR\x03run\"l\n\x0fListRunsRequest\x12\x1d\n\ntenant_key\x18\x01 \x01(\tR\ttenantKey\x12\x1b\n\tpage_size\x18\x02 \x01(\x05R\x08pageSize\x12\x1d\n\npage_token\x18\x03 \x01(\tR\tpageToken\"d\n\x10ListRunsResponse\x12(\n\x04runs\x18\x01 \x03(\x0b\x32\x14.aiflow.graph.v1.RunR\x04runs\x12&\n\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"`\n\x10\x43\x61ncelRunRequest\x12\x1d\n\ntenant_key\x18\x01 \x01(\tR\ttenantKey\x12\x15\n\x06run_id\x18\x02 \x01(\tR\x05runId\x12\x16\n\x06reason\x18\x03 \x01(\tR\x06reason\";\n\x11\x43\x61ncelRunResponse\x12&\n\x03run\x18\x01 \x01(\x0b\x32\x14.aiflow.graph.v1.RunR\x03run\"G\n\x0fWatchRunRequest\x12\x1d\n\ntenant_key\x18\x01 \x01(\tR\ttenantKey\x12\x15\n\x06run_id\x18\x02 \x01(\tR\x05runId\":\n\x10WatchRunResponse\x12&\n\x03run\x18\x01 \x01(\x0b\x32\x14.aiflow.graph.v1.RunR\x03run*L\n\x08NodeKind\x12\x19\n\x15NODE_KIND_UNSPECIFIED\x10\x00\x12\x12\n\x0eNODE_KIND_TASK\x10\x01\x12\x11\n\rNODE_KIND_END\x10\x02*\xa2\x01\n\tRunStatus\x12\x1a\n\x16RUN_STATUS_UNSPECIFIED\x10\x00\x12\x16\n\x12RUN_STATUS_RUNNING\x10\x01\x12\x18\n\x14RUN_STATUS_COMPLETED\x10\x02\x12\x16\n\x12RUN_STATUS_STOPPED\x10\x03\x12\x15\n\x11RUN_STATUS_FAILED\x10\x04\x12\x18\n\x14RUN_STATUS_CANCELLED\x10\x05\x32\xc8\x05\n\x0cGraphService\x12^\n\rPutDefinition\x12%.aiflow.graph.v1.PutDefinitionRequest\x1a&.aiflow.graph.v1.PutDefinitionResponse\x12^\n\rGetDefinition\x12%.aiflow.graph.v1.GetDefinitionRequest\x1a&.aiflow.graph.v1.GetDefinitionResponse\x12\x64\n\x0fListDefinitions\x12\'.aiflow.graph.v1.ListDefinitionsRequest\x1a(.aiflow.graph.v1.ListDefinitionsResponse\x12O\n\x08StartRun\x12 .aiflow.graph.v1.StartRunRequest\x1a!.aiflow.graph.v1.StartRunResponse\x12I\n\x06GetRun\x12\x1e.aiflow.graph.v1.GetRunRequest\x1a\x1f.aiflow.graph.v1.GetRunResponse\x12O\n\x08ListRuns\x12 .aiflow.graph.v1.ListRunsRequest\x1a!.aiflow.graph.v1.ListRunsResponse\x12R\n\tCancelRun\x12!.aiflow.graph.v1.CancelRunRequest\x1a\".aiflow.graph.v1.CancelRunResponse\x12Q\n\x08WatchRun\x12 .aiflow.graph.v1.WatchRunRequest\x1a!.aiflow.graph.v1.WatchRunResponse0\x01\x62\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'aiflow.graph.v1.graph_pb2', globals())
@@ -24,10 +24,10 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   DESCRIPTOR._options = None
   _RUN_RUNCOUNTSENTRY._options = None
   _RUN_RUNCOUNTSENTRY._serialized_options = b'8\001'
-  _NODEKIND._serialized_start=2328
-  _NODEKIND._serialized_end=2404
-  _RUNSTATUS._serialized_start=2407
-  _RUNSTATUS._serialized_end=2569
+  _NODEKIND._serialized_start=3058
+  _NODEKIND._serialized_end=3134
+  _RUNSTATUS._serialized_start=3137
+  _RUNSTATUS._serialized_end=3299
   _DEFINITION._serialized_start=117
   _DEFINITION._serialized_end=286
   _NODE._serialized_start=289
@@ -38,30 +38,40 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _PUTDEFINITIONREQUEST._serialized_end=772
   _PUTDEFINITIONRESPONSE._serialized_start=774
   _PUTDEFINITIONRESPONSE._serialized_end=860
-  _STARTRUNREQUEST._serialized_start=863
-  _STARTRUNREQUEST._serialized_end=1054
-  _STARTRUNRESPONSE._serialized_start=1056
-  _STARTRUNRESPONSE._serialized_end=1114
-  _RUN._serialized_start=1117
-  _RUN._serialized_end=1693
-  _RUN_RUNCOUNTSENTRY._serialized_start=1633
-  _RUN_RUNCOUNTSENTRY._serialized_end=1693
-  _GETRUNREQUEST._serialized_start=1695
-  _GETRUNREQUEST._serialized_end=1764
-  _GETRUNRESPONSE._serialized_start=1766
-  _GETRUNRESPONSE._serialized_end=1822
-  _LISTRUNSREQUEST._serialized_start=1824
-  _LISTRUNSREQUEST._serialized_end=1932
-  _LISTRUNSRESPONSE._serialized_start=1934
-  _LISTRUNSRESPONSE._serialized_end=2034
-  _CANCELRUNREQUEST._serialized_start=2036
-  _CANCELRUNREQUEST._serialized_end=2132
-  _CANCELRUNRESPONSE._serialized_start=2134
-  _CANCELRUNRESPONSE._serialized_end=2193
-  _WATCHRUNREQUEST._serialized_start=2195
-  _WATCHRUNREQUEST._serialized_end=2266
-  _WATCHRUNRESPONSE._serialized_start=2268
-  _WATCHRUNRESPONSE._serialized_end=2326
-  _GRAPHSERVICE._serialized_start=2572
-  _GRAPHSERVICE._serialized_end=3086
+  _GETDEFINITIONREQUEST._serialized_start=862
+  _GETDEFINITIONREQUEST._serialized_end=952
+  _GETDEFINITIONRESPONSE._serialized_start=955
+  _GETDEFINITIONRESPONSE._serialized_end=1098
+  _STOREDDEFINITION._serialized_start=1101
+  _STOREDDEFINITION._serialized_end=1336
+  _LISTDEFINITIONSREQUEST._serialized_start=1338
+  _LISTDEFINITIONSREQUEST._serialized_end=1453
+  _LISTDEFINITIONSRESPONSE._serialized_start=1456
+  _LISTDEFINITIONSRESPONSE._serialized_end=1590
+  _STARTRUNREQUEST._serialized_start=1593
+  _STARTRUNREQUEST._serialized_end=1784
+  _STARTRUNRESPONSE._serialized_start=1786
+  _STARTRUNRESPONSE._serialized_end=1844
+  _RUN._serialized_start=1847
+  _RUN._serialized_end=2423
+  _RUN_RUNCOUNTSENTRY._serialized_start=2363
+  _RUN_RUNCOUNTSENTRY._serialized_end=2423
+  _GETRUNREQUEST._serialized_start=2425
+  _GETRUNREQUEST._serialized_end=2494
+  _GETRUNRESPONSE._serialized_start=2496
+  _GETRUNRESPONSE._serialized_end=2552
+  _LISTRUNSREQUEST._serialized_start=2554
+  _LISTRUNSREQUEST._serialized_end=2662
+  _LISTRUNSRESPONSE._serialized_start=2664
+  _LISTRUNSRESPONSE._serialized_end=2764
+  _CANCELRUNREQUEST._serialized_start=2766
+  _CANCELRUNREQUEST._serialized_end=2862
+  _CANCELRUNRESPONSE._serialized_start=2864
+  _CANCELRUNRESPONSE._serialized_end=2923
+  _WATCHRUNREQUEST._serialized_start=2925
+  _WATCHRUNREQUEST._serialized_end=2996
+  _WATCHRUNRESPONSE._serialized_start=2998
+  _WATCHRUNRESPONSE._serialized_end=3056
+  _GRAPHSERVICE._serialized_start=3302
+  _GRAPHSERVICE._serialized_end=4014
 # @@protoc_insertion_point(module_scope)

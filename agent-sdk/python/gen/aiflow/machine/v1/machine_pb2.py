@@ -15,7 +15,7 @@ from aiflow.cluster.v1 import work_item_pb2 as aiflow_dot_cluster_dot_v1_dot_wor
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1f\x61iflow/machine/v1/machine.proto\x12\x11\x61iflow.machine.v1\x1a!aiflow/cluster/v1/work_item.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"h\n\nDefinition\x12\x0e\n\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n\x07initial\x18\x02 \x01(\tR\x07initial\x12\x30\n\x06states\x18\x03 \x03(\x0b\x32\x18.aiflow.machine.v1.StateR\x06states\"x\n\x05State\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n\x08terminal\x18\x02 \x01(\x08R\x08terminal\x12?\n\x0btransitions\x18\x03 \x03(\x0b\x32\x1d.aiflow.machine.v1.TransitionR\x0btransitions\"{\n\nTransition\x12\x14\n\x05\x65vent\x18\x01 \x01(\tR\x05\x65vent\x12\x0e\n\x02to\x18\x02 \x01(\tR\x02to\x12\x14\n\x05guard\x18\x03 \x01(\tR\x05guard\x12\x31\n\x06\x61\x63tion\x18\x04 \x01(\x0b\x32\x19.aiflow.machine.v1.ActionR\x06\x61\x63tion\"\xcf\x01\n\x06\x41\x63tion\x12\x1f\n\x0b\x65ngine_kind\x18\x01 \x01(\tR\nengineKind\x12!\n\x0cpayload_json\x18\x02 \x01(\tR\x0bpayloadJson\x12\x1f\n\x0bmax_retries\x18\x03 \x01(\x05R\nmaxRetries\x12\x44\n\rworker_params\x18\x04 \x01(\x0b\x32\x1f.aiflow.cluster.v1.WorkerParamsR\x0cworkerParams\x12\x1a\n\x08priority\x18\x05 \x01(\x05R\x08priority\"t\n\x14PutDefinitionRequest\x12\x1d\n\ntenant_key\x18\x01 \x01(\tR\ttenantKey\x12=\n\ndefinition\x18\x02 \x01(\x0b\x32\x1d.aiflow.machine.v1.DefinitionR\ndefinition\"V\n\x15PutDefinitionResponse\x12#\n\rdefinition_id\x18\x01 \x01(\tR\x0c\x64\x65\x66initionId\x12\x18\n\x07\x63reated\x18\x02 \x01(\x08R\x07\x63reated\"\xc5\x01\n\x0fStartRunRequest\x12\x1d\n\ntenant_key\x18\x01 \x01(\tR\ttenantKey\x12?\n\ndefinition\x18\x02 \x01(\x0b\x32\x1d.aiflow.machine.v1.DefinitionH\x00R\ndefinition\x12%\n\rdefinition_id\x18\x03 \x01(\tH\x00R\x0c\x64\x65\x66initionId\x12!\n\x0c\x63ontext_json\x18\x04 \x01(\tR\x0b\x63ontextJsonB\x08\n\x06source\"<\n\x10StartRunResponse\x12(\n\x03run\x18\x01 \x01(\x0b\x32\x16.aiflow.machine.v1.RunR\x03run\"\x80\x04\n\x03Run\x12\x15\n\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1d\n\ntenant_key\x18\x02 \x01(\tR\ttenantKey\x12#\n\rdefinition_id\x18\x03 \x01(\tR\x0c\x64\x65\x66initionId\x12\x14\n\x05state\x18\x04 \x01(\tR\x05state\x12!\n\x0c\x63ontext_json\x18\x05 \x01(\tR\x0b\x63ontextJson\x12\x18\n\x07history\x18\x06 \x03(\tR\x07history\x12\x12\n\x04live\x18\x07 \x01(\x08R\x04live\x12\x1c\n\tsuspended\x18\x08 \x01(\x08R\tsuspended\x12\x18\n\x07\x66\x61ilure\x18\t \x01(\tR\x07\x66\x61ilure\x12\x16\n\x06reason\x18\n \x01(\tR\x06reason\x12#\n\rpending_event\x18\x0b \x01(\tR\x0cpendingEvent\x12\x1d\n\npending_to\x18\x0c \x01(\tR\tpendingTo\x12 \n\x0cwork_item_id\x18\r \x01(\tR\nworkItemId\x12\x1d\n\ncreated_by\x18\x0e \x01(\tR\tcreatedBy\x12\x39\n\ncreated_on\x18\x0f \x01(\x0b\x32\x1a.google.protobuf.TimestampR\tcreatedOn\x12\'\n\x0fhistory_dropped\x18\x10 \x01(\x03R\x0ehistoryDropped\"E\n\rGetRunRequest\x12\x1d\n\ntenant_key\x18\x01 \x01(\tR\ttenantKey\x12\x15\n\x06run_id\x18\x02 \x01(\tR\x05runId\":\n\x0eGetRunResponse\x12(\n\x03run\x18\x01 \x01(\x0b\x32\x16.aiflow.machine.v1.RunR\x03run\"l\n\x0fListRunsRequest\x12\x1d\n\ntenant_key\x18\x01 \x01(\tR\ttenantKey\x12\x1b\n\tpage_size\x18\x02 \x01(\x05R\x08pageSize\x12\x1d\n\npage_token\x18\x03 \x01(\tR\tpageToken\"f\n\x10ListRunsResponse\x12*\n\x04runs\x18\x01 \x03(\x0b\x32\x16.aiflow.machine.v1.RunR\x04runs\x12&\n\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x81\x01\n\x10SignalRunRequest\x12\x1d\n\ntenant_key\x18\x01 \x01(\tR\ttenantKey\x12\x15\n\x06run_id\x18\x02 \x01(\tR\x05runId\x12\x14\n\x05\x65vent\x18\x03 \x01(\tR\x05\x65vent\x12!\n\x0cpayload_json\x18\x04 \x01(\tR\x0bpayloadJson\"t\n\x11SignalRunResponse\x12(\n\x03run\x18\x01 \x01(\x0b\x32\x16.aiflow.machine.v1.RunR\x03run\x12\x0e\n\x02to\x18\x02 \x01(\tR\x02to\x12%\n\x0e\x61\x63tion_started\x18\x03 \x01(\x08R\ractionStarted\"`\n\x10\x43\x61ncelRunRequest\x12\x1d\n\ntenant_key\x18\x01 \x01(\tR\ttenantKey\x12\x15\n\x06run_id\x18\x02 \x01(\tR\x05runId\x12\x16\n\x06reason\x18\x03 \x01(\tR\x06reason\"=\n\x11\x43\x61ncelRunResponse\x12(\n\x03run\x18\x01 \x01(\x0b\x32\x16.aiflow.machine.v1.RunR\x03run\"G\n\x0fWatchRunRequest\x12\x1d\n\ntenant_key\x18\x01 \x01(\tR\ttenantKey\x12\x15\n\x06run_id\x18\x02 \x01(\tR\x05runId\"<\n\x10WatchRunResponse\x12(\n\x03run\x18\x01 \x01(\x0b\x32\x16.aiflow.machine.v1.RunR\x03run2\xf4\x04\n\x0eMachineService\x12\x62\n\rPutDefinition\x12\'.aiflow.machine.v1.PutDefinitionRequest\x1a(.aiflow.machine.v1.PutDefinitionResponse\x12S\n\x08StartRun\x12\".aiflow.machine.v1.StartRunRequest\x1a#.aiflow.machine.v1.StartRunResponse\x12M\n\x06GetRun\x12 .aiflow.machine.v1.GetRunRequest\x1a!.aiflow.machine.v1.GetRunResponse\x12S\n\x08ListRuns\x12\".aiflow.machine.v1.ListRunsRequest\x1a#.aiflow.machine.v1.ListRunsResponse\x12V\n\tSignalRun\x12#.aiflow.machine.v1.SignalRunRequest\x1a$.aiflow.machine.v1.SignalRunResponse\x12V\n\tCancelRun\x12#.aiflow.machine.v1.CancelRunRequest\x1a$.aiflow.machine.v1.CancelRunResponse\x12U\n\x08WatchRun\x12\".aiflow.machine.v1.WatchRunRequest\x1a#.aiflow.machine.v1.WatchRunResponse0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1f\x61iflow/machine/v1/machine.proto\x12\x11\x61iflow.machine.v1\x1a!aiflow/cluster/v1/work_item.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"h\n\nDefinition\x12\x0e\n\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n\x07initial\x18\x02 \x01(\tR\x07initial\x12\x30\n\x06states\x18\x03 \x03(\x0b\x32\x18.aiflow.machine.v1.StateR\x06states\"x\n\x05State\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n\x08terminal\x18\x02 \x01(\x08R\x08terminal\x12?\n\x0btransitions\x18\x03 \x03(\x0b\x32\x1d.aiflow.machine.v1.TransitionR\x0btransitions\"{\n\nTransition\x12\x14\n\x05\x65vent\x18\x01 \x01(\tR\x05\x65vent\x12\x0e\n\x02to\x18\x02 \x01(\tR\x02to\x12\x14\n\x05guard\x18\x03 \x01(\tR\x05guard\x12\x31\n\x06\x61\x63tion\x18\x04 \x01(\x0b\x32\x19.aiflow.machine.v1.ActionR\x06\x61\x63tion\"\xcf\x01\n\x06\x41\x63tion\x12\x1f\n\x0b\x65ngine_kind\x18\x01 \x01(\tR\nengineKind\x12!\n\x0cpayload_json\x18\x02 \x01(\tR\x0bpayloadJson\x12\x1f\n\x0bmax_retries\x18\x03 \x01(\x05R\nmaxRetries\x12\x44\n\rworker_params\x18\x04 \x01(\x0b\x32\x1f.aiflow.cluster.v1.WorkerParamsR\x0cworkerParams\x12\x1a\n\x08priority\x18\x05 \x01(\x05R\x08priority\"t\n\x14PutDefinitionRequest\x12\x1d\n\ntenant_key\x18\x01 \x01(\tR\ttenantKey\x12=\n\ndefinition\x18\x02 \x01(\x0b\x32\x1d.aiflow.machine.v1.DefinitionR\ndefinition\"V\n\x15PutDefinitionResponse\x12#\n\rdefinition_id\x18\x01 \x01(\tR\x0c\x64\x65\x66initionId\x12\x18\n\x07\x63reated\x18\x02 \x01(\x08R\x07\x63reated\"Z\n\x14GetDefinitionRequest\x12\x1d\n\ntenant_key\x18\x01 \x01(\tR\ttenantKey\x12#\n\rdefinition_id\x18\x02 \x01(\tR\x0c\x64\x65\x66initionId\"\x93\x01\n\x15GetDefinitionResponse\x12=\n\ndefinition\x18\x01 \x01(\x0b\x32\x1d.aiflow.machine.v1.DefinitionR\ndefinition\x12;\n\x06stored\x18\x02 \x01(\x0b\x32#.aiflow.machine.v1.StoredDefinitionR\x06stored\"\xeb\x01\n\x10StoredDefinition\x12#\n\rdefinition_id\x18\x01 \x01(\tR\x0c\x64\x65\x66initionId\x12\x1d\n\ncreated_by\x18\x02 \x01(\tR\tcreatedBy\x12\x39\n\ncreated_on\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\tcreatedOn\x12\x1d\n\nupdated_by\x18\x04 \x01(\tR\tupdatedBy\x12\x39\n\nupdated_on\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\tupdatedOn\"s\n\x16ListDefinitionsRequest\x12\x1d\n\ntenant_key\x18\x01 \x01(\tR\ttenantKey\x12\x1b\n\tpage_size\x18\x02 \x01(\x05R\x08pageSize\x12\x1d\n\npage_token\x18\x03 \x01(\tR\tpageToken\"\x88\x01\n\x17ListDefinitionsResponse\x12\x45\n\x0b\x64\x65\x66initions\x18\x01 \x03(\x0b\x32#.aiflow.machine.v1.StoredDefinitionR\x0b\x64\x65\x66initions\x12&\n\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xc5\x01\n\x0fStartRunRequest\x12\x1d\n\ntenant_key\x18\x01 \x01(\tR\ttenantKey\x12?\n\ndefinition\x18\x02 \x01(\x0b\x32\x1d.aiflow.machine.v1.DefinitionH\x00R\ndefinition\x12%\n\rdefinition_id\x18\x03 \x01(\tH\x00R\x0c\x64\x65\x66initionId\x12!\n\x0c\x63ontext_json\x18\x04 \x01(\tR\x0b\x63ontextJsonB\x08\n\x06source\"<\n\x10StartRunResponse\x12(\n\x03run\x18\x01 \x01(\x0b\x32\x16.aiflow.machine.v1.RunR\x03run\"\x80\x04\n\x03Run\x12\x15\n\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1d\n\ntenant_key\x18\x02 \x01(\tR\ttenantKey\x12#\n\rdefinition_id\x18\x03 \x01(\tR\x0c\x64\x65\x66initionId\x12\x14\n\x05state\x18\x04 \x01(\tR\x05state\x12!\n\x0c\x63ontext_json\x18\x05 \x01(\tR\x0b\x63ontextJson\x12\x18\n\x07history\x18\x06 \x03(\tR\x07history\x12\x12\n\x04live\x18\x07 \x01(\x08R\x04live\x12\x1c\n\tsuspended\x18\x08 \x01(\x08R\tsuspended\x12\x18\n\x07\x66\x61ilure\x18\t \x01(\tR\x07\x66\x61ilure\x12\x16\n\x06reason\x18\n \x01(\tR\x06reason\x12#\n\rpending_event\x18\x0b \x01(\tR\x0cpendingEvent\x12\x1d\n\npending_to\x18\x0c \x01(\tR\tpendingTo\x12 \n\x0cwork_item_id\x18\r \x01(\tR\nworkItemId\x12\x1d\n\ncreated_by\x18\x0e \x01(\tR\tcreatedBy\x12\x39\n\ncreated_on\x18\x0f \x01(\x0b\x32\x1a.google.protobuf.TimestampR\tcreatedOn\x12\'\n\x0fhistory_dropped\x18\x10 \x01(\x03R\x0ehistoryDropped\"E\n\rGetRunRequest\x12\x1d\n\ntenant_key\x18\x01 \x01(\tR\ttenantKey\x12\x15\n\x06run_id\x18\x02 \x01(\tR\x05runId\":\n\x0eGetRunResponse\x12(\n\x03run\x18\x01 \x01(\x0b\x32\x16.aiflow.machine.v1.RunR\x03run\"l\n\x0fListRunsRequest\x12\x1d\n\ntenant_key\x18\x01 \x01(\tR\ttenantKey\x12\x1b\n\tpage_size\x18\x02 \x01(\x05R\x08pageSize\x12\x1d\n\npage_token\x18\x03 \x01(\tR\tpageToken\"f\n\x10ListRunsResponse\x12*\n\x04runs\x18\x01 \x03(\x0b\x32\x16.aiflow.machine.v1.RunR\x04runs\x12&\n\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x81\x01\n\x10SignalRunRequest\x12\x1d\n\ntenant_key\x18\x01 \x01(\tR\ttenantKey\x12\x15\n\x06run_id\x18\x02 \x01(\tR\x05runId\x12\x14\n\x05\x65vent\x18\x03 \x01(\tR\x05\x65vent\x12!\n\x0cpayload_json\x18\x04 \x01(\tR\x0bpayloadJson\"t\n\x11SignalRunResponse\x12(\n\x03run\x18\x01 \x01(\x0b\x32\x16.aiflow.machine.v1.RunR\x03run\x12\x0e\n\x02to\x18\x02 \x01(\tR\x02to\x12%\n\x0e\x61\x63tion_started\x18\x03 \x01(\x08R\ractionStarted\"`\n\x10\x43\x61ncelRunRequest\x12\x1d\n\ntenant_key\x18\x01 \x01(\tR\ttenantKey\x12\x15\n\x06run_id\x18\x02 \x01(\tR\x05runId\x12\x16\n\x06reason\x18\x03 \x01(\tR\x06reason\"=\n\x11\x43\x61ncelRunResponse\x12(\n\x03run\x18\x01 \x01(\x0b\x32\x16.aiflow.machine.v1.RunR\x03run\"G\n\x0fWatchRunRequest\x12\x1d\n\ntenant_key\x18\x01 \x01(\tR\ttenantKey\x12\x15\n\x06run_id\x18\x02 \x01(\tR\x05runId\"<\n\x10WatchRunResponse\x12(\n\x03run\x18\x01 \x01(\x0b\x32\x16.aiflow.machine.v1.RunR\x03run2\xc2\x06\n\x0eMachineService\x12\x62\n\rPutDefinition\x12\'.aiflow.machine.v1.PutDefinitionRequest\x1a(.aiflow.machine.v1.PutDefinitionResponse\x12\x62\n\rGetDefinition\x12\'.aiflow.machine.v1.GetDefinitionRequest\x1a(.aiflow.machine.v1.GetDefinitionResponse\x12h\n\x0fListDefinitions\x12).aiflow.machine.v1.ListDefinitionsRequest\x1a*.aiflow.machine.v1.ListDefinitionsResponse\x12S\n\x08StartRun\x12\".aiflow.machine.v1.StartRunRequest\x1a#.aiflow.machine.v1.StartRunResponse\x12M\n\x06GetRun\x12 .aiflow.machine.v1.GetRunRequest\x1a!.aiflow.machine.v1.GetRunResponse\x12S\n\x08ListRuns\x12\".aiflow.machine.v1.ListRunsRequest\x1a#.aiflow.machine.v1.ListRunsResponse\x12V\n\tSignalRun\x12#.aiflow.machine.v1.SignalRunRequest\x1a$.aiflow.machine.v1.SignalRunResponse\x12V\n\tCancelRun\x12#.aiflow.machine.v1.CancelRunRequest\x1a$.aiflow.machine.v1.CancelRunResponse\x12U\n\x08WatchRun\x12\".aiflow.machine.v1.WatchRunRequest\x1a#.aiflow.machine.v1.WatchRunResponse0\x01\x62\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'aiflow.machine.v1.machine_pb2', globals())
@@ -34,32 +34,42 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _PUTDEFINITIONREQUEST._serialized_end=801
   _PUTDEFINITIONRESPONSE._serialized_start=803
   _PUTDEFINITIONRESPONSE._serialized_end=889
-  _STARTRUNREQUEST._serialized_start=892
-  _STARTRUNREQUEST._serialized_end=1089
-  _STARTRUNRESPONSE._serialized_start=1091
-  _STARTRUNRESPONSE._serialized_end=1151
-  _RUN._serialized_start=1154
-  _RUN._serialized_end=1666
-  _GETRUNREQUEST._serialized_start=1668
-  _GETRUNREQUEST._serialized_end=1737
-  _GETRUNRESPONSE._serialized_start=1739
-  _GETRUNRESPONSE._serialized_end=1797
-  _LISTRUNSREQUEST._serialized_start=1799
-  _LISTRUNSREQUEST._serialized_end=1907
-  _LISTRUNSRESPONSE._serialized_start=1909
-  _LISTRUNSRESPONSE._serialized_end=2011
-  _SIGNALRUNREQUEST._serialized_start=2014
-  _SIGNALRUNREQUEST._serialized_end=2143
-  _SIGNALRUNRESPONSE._serialized_start=2145
-  _SIGNALRUNRESPONSE._serialized_end=2261
-  _CANCELRUNREQUEST._serialized_start=2263
-  _CANCELRUNREQUEST._serialized_end=2359
-  _CANCELRUNRESPONSE._serialized_start=2361
-  _CANCELRUNRESPONSE._serialized_end=2422
-  _WATCHRUNREQUEST._serialized_start=2424
-  _WATCHRUNREQUEST._serialized_end=2495
-  _WATCHRUNRESPONSE._serialized_start=2497
-  _WATCHRUNRESPONSE._serialized_end=2557
-  _MACHINESERVICE._serialized_start=2560
-  _MACHINESERVICE._serialized_end=3188
+  _GETDEFINITIONREQUEST._serialized_start=891
+  _GETDEFINITIONREQUEST._serialized_end=981
+  _GETDEFINITIONRESPONSE._serialized_start=984
+  _GETDEFINITIONRESPONSE._serialized_end=1131
+  _STOREDDEFINITION._serialized_start=1134
+  _STOREDDEFINITION._serialized_end=1369
+  _LISTDEFINITIONSREQUEST._serialized_start=1371
+  _LISTDEFINITIONSREQUEST._serialized_end=1486
+  _LISTDEFINITIONSRESPONSE._serialized_start=1489
+  _LISTDEFINITIONSRESPONSE._serialized_end=1625
+  _STARTRUNREQUEST._serialized_start=1628
+  _STARTRUNREQUEST._serialized_end=1825
+  _STARTRUNRESPONSE._serialized_start=1827
+  _STARTRUNRESPONSE._serialized_end=1887
+  _RUN._serialized_start=1890
+  _RUN._serialized_end=2402
+  _GETRUNREQUEST._serialized_start=2404
+  _GETRUNREQUEST._serialized_end=2473
+  _GETRUNRESPONSE._serialized_start=2475
+  _GETRUNRESPONSE._serialized_end=2533
+  _LISTRUNSREQUEST._serialized_start=2535
+  _LISTRUNSREQUEST._serialized_end=2643
+  _LISTRUNSRESPONSE._serialized_start=2645
+  _LISTRUNSRESPONSE._serialized_end=2747
+  _SIGNALRUNREQUEST._serialized_start=2750
+  _SIGNALRUNREQUEST._serialized_end=2879
+  _SIGNALRUNRESPONSE._serialized_start=2881
+  _SIGNALRUNRESPONSE._serialized_end=2997
+  _CANCELRUNREQUEST._serialized_start=2999
+  _CANCELRUNREQUEST._serialized_end=3095
+  _CANCELRUNRESPONSE._serialized_start=3097
+  _CANCELRUNRESPONSE._serialized_end=3158
+  _WATCHRUNREQUEST._serialized_start=3160
+  _WATCHRUNREQUEST._serialized_end=3231
+  _WATCHRUNRESPONSE._serialized_start=3233
+  _WATCHRUNRESPONSE._serialized_end=3293
+  _MACHINESERVICE._serialized_start=3296
+  _MACHINESERVICE._serialized_end=4130
 # @@protoc_insertion_point(module_scope)

@@ -47,6 +47,22 @@ class Definition(_message.Message):
     states: _containers.RepeatedCompositeFieldContainer[State]
     def __init__(self, id: _Optional[str] = ..., initial: _Optional[str] = ..., states: _Optional[_Iterable[_Union[State, _Mapping]]] = ...) -> None: ...
 
+class GetDefinitionRequest(_message.Message):
+    __slots__ = ["definition_id", "tenant_key"]
+    DEFINITION_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_KEY_FIELD_NUMBER: _ClassVar[int]
+    definition_id: str
+    tenant_key: str
+    def __init__(self, tenant_key: _Optional[str] = ..., definition_id: _Optional[str] = ...) -> None: ...
+
+class GetDefinitionResponse(_message.Message):
+    __slots__ = ["definition", "stored"]
+    DEFINITION_FIELD_NUMBER: _ClassVar[int]
+    STORED_FIELD_NUMBER: _ClassVar[int]
+    definition: Definition
+    stored: StoredDefinition
+    def __init__(self, definition: _Optional[_Union[Definition, _Mapping]] = ..., stored: _Optional[_Union[StoredDefinition, _Mapping]] = ...) -> None: ...
+
 class GetRunRequest(_message.Message):
     __slots__ = ["run_id", "tenant_key"]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
@@ -60,6 +76,24 @@ class GetRunResponse(_message.Message):
     RUN_FIELD_NUMBER: _ClassVar[int]
     run: Run
     def __init__(self, run: _Optional[_Union[Run, _Mapping]] = ...) -> None: ...
+
+class ListDefinitionsRequest(_message.Message):
+    __slots__ = ["page_size", "page_token", "tenant_key"]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TENANT_KEY_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
+    tenant_key: str
+    def __init__(self, tenant_key: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListDefinitionsResponse(_message.Message):
+    __slots__ = ["definitions", "next_page_token"]
+    DEFINITIONS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    definitions: _containers.RepeatedCompositeFieldContainer[StoredDefinition]
+    next_page_token: str
+    def __init__(self, definitions: _Optional[_Iterable[_Union[StoredDefinition, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class ListRunsRequest(_message.Message):
     __slots__ = ["page_size", "page_token", "tenant_key"]
@@ -180,6 +214,20 @@ class State(_message.Message):
     terminal: bool
     transitions: _containers.RepeatedCompositeFieldContainer[Transition]
     def __init__(self, name: _Optional[str] = ..., terminal: bool = ..., transitions: _Optional[_Iterable[_Union[Transition, _Mapping]]] = ...) -> None: ...
+
+class StoredDefinition(_message.Message):
+    __slots__ = ["created_by", "created_on", "definition_id", "updated_by", "updated_on"]
+    CREATED_BY_FIELD_NUMBER: _ClassVar[int]
+    CREATED_ON_FIELD_NUMBER: _ClassVar[int]
+    DEFINITION_ID_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_BY_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_ON_FIELD_NUMBER: _ClassVar[int]
+    created_by: str
+    created_on: _timestamp_pb2.Timestamp
+    definition_id: str
+    updated_by: str
+    updated_on: _timestamp_pb2.Timestamp
+    def __init__(self, definition_id: _Optional[str] = ..., created_by: _Optional[str] = ..., created_on: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., updated_by: _Optional[str] = ..., updated_on: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Transition(_message.Message):
     __slots__ = ["action", "event", "guard", "to"]

@@ -29,6 +29,16 @@ class MachineServiceStub(object):
                 request_serializer=aiflow_dot_machine_dot_v1_dot_machine__pb2.PutDefinitionRequest.SerializeToString,
                 response_deserializer=aiflow_dot_machine_dot_v1_dot_machine__pb2.PutDefinitionResponse.FromString,
                 )
+        self.GetDefinition = channel.unary_unary(
+                '/aiflow.machine.v1.MachineService/GetDefinition',
+                request_serializer=aiflow_dot_machine_dot_v1_dot_machine__pb2.GetDefinitionRequest.SerializeToString,
+                response_deserializer=aiflow_dot_machine_dot_v1_dot_machine__pb2.GetDefinitionResponse.FromString,
+                )
+        self.ListDefinitions = channel.unary_unary(
+                '/aiflow.machine.v1.MachineService/ListDefinitions',
+                request_serializer=aiflow_dot_machine_dot_v1_dot_machine__pb2.ListDefinitionsRequest.SerializeToString,
+                response_deserializer=aiflow_dot_machine_dot_v1_dot_machine__pb2.ListDefinitionsResponse.FromString,
+                )
         self.StartRun = channel.unary_unary(
                 '/aiflow.machine.v1.MachineService/StartRun',
                 request_serializer=aiflow_dot_machine_dot_v1_dot_machine__pb2.StartRunRequest.SerializeToString,
@@ -76,6 +86,22 @@ class MachineServiceServicer(object):
 
     def PutDefinition(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetDefinition(self, request, context):
+        """The tenant's stored definition of this id, as PutDefinition stored it last, and who stored it
+        when. NOT_FOUND when the tenant has none of that id.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListDefinitions(self, request, context):
+        """The tenant's stored definitions in order of their ids, without their bodies (GetDefinition
+        reads one).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -133,6 +159,16 @@ def add_MachineServiceServicer_to_server(servicer, server):
                     servicer.PutDefinition,
                     request_deserializer=aiflow_dot_machine_dot_v1_dot_machine__pb2.PutDefinitionRequest.FromString,
                     response_serializer=aiflow_dot_machine_dot_v1_dot_machine__pb2.PutDefinitionResponse.SerializeToString,
+            ),
+            'GetDefinition': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetDefinition,
+                    request_deserializer=aiflow_dot_machine_dot_v1_dot_machine__pb2.GetDefinitionRequest.FromString,
+                    response_serializer=aiflow_dot_machine_dot_v1_dot_machine__pb2.GetDefinitionResponse.SerializeToString,
+            ),
+            'ListDefinitions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListDefinitions,
+                    request_deserializer=aiflow_dot_machine_dot_v1_dot_machine__pb2.ListDefinitionsRequest.FromString,
+                    response_serializer=aiflow_dot_machine_dot_v1_dot_machine__pb2.ListDefinitionsResponse.SerializeToString,
             ),
             'StartRun': grpc.unary_unary_rpc_method_handler(
                     servicer.StartRun,
@@ -198,6 +234,40 @@ class MachineService(object):
         return grpc.experimental.unary_unary(request, target, '/aiflow.machine.v1.MachineService/PutDefinition',
             aiflow_dot_machine_dot_v1_dot_machine__pb2.PutDefinitionRequest.SerializeToString,
             aiflow_dot_machine_dot_v1_dot_machine__pb2.PutDefinitionResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def GetDefinition(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/aiflow.machine.v1.MachineService/GetDefinition',
+            aiflow_dot_machine_dot_v1_dot_machine__pb2.GetDefinitionRequest.SerializeToString,
+            aiflow_dot_machine_dot_v1_dot_machine__pb2.GetDefinitionResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ListDefinitions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/aiflow.machine.v1.MachineService/ListDefinitions',
+            aiflow_dot_machine_dot_v1_dot_machine__pb2.ListDefinitionsRequest.SerializeToString,
+            aiflow_dot_machine_dot_v1_dot_machine__pb2.ListDefinitionsResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 

@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file aiflow/dag/v1/dag.proto.
  */
 export const file_aiflow_dag_v1_dag: GenFile = /*@__PURE__*/
-  fileDesc("ChdhaWZsb3cvZGFnL3YxL2RhZy5wcm90bxINYWlmbG93LmRhZy52MSJAChpEYWdPcHNTZXJ2aWNlR2V0UnVuUmVxdWVzdBISCgp0ZW5hbnRfa2V5GAEgASgJEg4KBnJ1bl9pZBgCIAEoCSI+ChtEYWdPcHNTZXJ2aWNlR2V0UnVuUmVzcG9uc2USHwoDcnVuGAEgASgLMhIuYWlmbG93LmRhZy52MS5SdW4iZwoKRGVmaW5pdGlvbhIKCgJpZBgBIAEoCRIiCgVub2RlcxgCIAMoCzITLmFpZmxvdy5kYWcudjEuTm9kZRIpCghhZmZpbml0eRgDIAEoDjIXLmFpZmxvdy5kYWcudjEuQWZmaW5pdHki0wIKBE5vZGUSDAoEbmFtZRgBIAEoCRIlCgRraW5kGAIgASgOMhcuYWlmbG93LmRhZy52MS5Ob2RlS2luZBITCgtlbmdpbmVfa2luZBgDIAEoCRIUCgxwYXlsb2FkX2pzb24YBCABKAkSEgoKZGVwZW5kc19vbhgFIAMoCRITCgttYXhfcmV0cmllcxgGIAEoBRI2Cg13b3JrZXJfcGFyYW1zGAcgASgLMh8uYWlmbG93LmNsdXN0ZXIudjEuV29ya2VyUGFyYW1zEioKB3RpbWVvdXQYCCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDwoHZmFuX291dBgJIAEoCRIsCgpvbl9mYWlsdXJlGAogASgOMhguYWlmbG93LmRhZy52MS5PbkZhaWx1cmUSEAoIcHJpb3JpdHkYCyABKAUSDQoFZXZlbnQYDCABKAkiWQoUUHV0RGVmaW5pdGlvblJlcXVlc3QSEgoKdGVuYW50X2tleRgBIAEoCRItCgpkZWZpbml0aW9uGAIgASgLMhkuYWlmbG93LmRhZy52MS5EZWZpbml0aW9uIj8KFVB1dERlZmluaXRpb25SZXNwb25zZRIVCg1kZWZpbml0aW9uX2lkGAEgASgJEg8KB2NyZWF0ZWQYAiABKAgiqAEKD1N0YXJ0UnVuUmVxdWVzdBISCgp0ZW5hbnRfa2V5GAEgASgJEi8KCmRlZmluaXRpb24YAiABKAsyGS5haWZsb3cuZGFnLnYxLkRlZmluaXRpb25IABIXCg1kZWZpbml0aW9uX2lkGAMgASgJSAASFAoMY29udGV4dF9qc29uGAQgASgJEhcKD2lkZW1wb3RlbmN5X2tleRgFIAEoCUIICgZzb3VyY2UiRQoQU3RhcnRSdW5SZXNwb25zZRIfCgNydW4YASABKAsyEi5haWZsb3cuZGFnLnYxLlJ1bhIQCghleGlzdGluZxgCIAEoCCL7AQoHQXR0ZW1wdBIPCgd0YXNrX2lkGAEgASgJEgwKBG5hbWUYAiABKAkSLAoGc3RhdHVzGAMgASgOMhwuYWlmbG93LmRhZy52MS5BdHRlbXB0U3RhdHVzEhQKDHdvcmtfaXRlbV9pZBgEIAEoCRIOCgZ3b3JrZXIYBSABKAkSFwoKc3RhcnRfdGltZRgGIAEoA0gAiAEBEhUKCGVuZF90aW1lGAcgASgDSAGIAQESDQoFZXJyb3IYCCABKAkSEQoJaXRlcmF0aW9uGAkgASgFEg8KB2F0dGVtcHQYCiABKAVCDQoLX3N0YXJ0X3RpbWVCCwoJX2VuZF90aW1lIr4BCglOb2RlU3RhdGUSDAoEbmFtZRgBIAEoCRIpCgZzdGF0dXMYAiABKA4yGS5haWZsb3cuZGFnLnYxLk5vZGVTdGF0dXMSKAoIYXR0ZW1wdHMYAyADKAsyFi5haWZsb3cuZGFnLnYxLkF0dGVtcHQSEgoKaXRlcmF0aW9ucxgEIAEoBRIXCg9pdGVyYXRpb25zX2RvbmUYBSABKAUSDQoFZXJyb3IYBiABKAkSEgoKZGVwZW5kc19vbhgHIAMoCSLpAgoDUnVuEgoKAmlkGAEgASgJEhIKCnRlbmFudF9rZXkYAiABKAkSFQoNZGVmaW5pdGlvbl9pZBgDIAEoCRIoCgZzdGF0dXMYBCABKA4yGC5haWZsb3cuZGFnLnYxLlJ1blN0YXR1cxIUCgxjb250ZXh0X2pzb24YBSABKAkSJwoFbm9kZXMYBiADKAsyGC5haWZsb3cuZGFnLnYxLk5vZGVTdGF0ZRIXCgpzdGFydF90aW1lGAcgASgDSACIAQESFQoIZW5kX3RpbWUYCCABKANIAYgBARIVCghkdXJhdGlvbhgJIAEoA0gCiAEBEhIKCmNyZWF0ZWRfYnkYCiABKAkSLgoKY3JlYXRlZF9vbhgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGcmVhc29uGAwgASgJQg0KC19zdGFydF90aW1lQgsKCV9lbmRfdGltZUILCglfZHVyYXRpb24iMwoNR2V0UnVuUmVxdWVzdBISCgp0ZW5hbnRfa2V5GAEgASgJEg4KBnJ1bl9pZBgCIAEoCSIxCg5HZXRSdW5SZXNwb25zZRIfCgNydW4YASABKAsyEi5haWZsb3cuZGFnLnYxLlJ1biKPAQoPTGlzdFJ1bnNSZXF1ZXN0EhIKCnRlbmFudF9rZXkYASABKAkSKgoIc3RhdHVzZXMYAiADKA4yGC5haWZsb3cuZGFnLnYxLlJ1blN0YXR1cxIVCg1kZWZpbml0aW9uX2lkGAMgASgJEhEKCXBhZ2Vfc2l6ZRgEIAEoBRISCgpwYWdlX3Rva2VuGAUgASgJIk0KEExpc3RSdW5zUmVzcG9uc2USIAoEcnVucxgBIAMoCzISLmFpZmxvdy5kYWcudjEuUnVuEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJGChBDYW5jZWxSdW5SZXF1ZXN0EhIKCnRlbmFudF9rZXkYASABKAkSDgoGcnVuX2lkGAIgASgJEg4KBnJlYXNvbhgDIAEoCSI0ChFDYW5jZWxSdW5SZXNwb25zZRIfCgNydW4YASABKAsyEi5haWZsb3cuZGFnLnYxLlJ1biJbChBTaWduYWxSdW5SZXF1ZXN0EhIKCnRlbmFudF9rZXkYASABKAkSDgoGcnVuX2lkGAIgASgJEg0KBWV2ZW50GAMgASgJEhQKDHBheWxvYWRfanNvbhgEIAEoCSJHChFTaWduYWxSdW5SZXNwb25zZRIfCgNydW4YASABKAsyEi5haWZsb3cuZGFnLnYxLlJ1bhIRCglkZWxpdmVyZWQYAiABKAgiNgoQUmVzdW1lUnVuUmVxdWVzdBISCgp0ZW5hbnRfa2V5GAEgASgJEg4KBnJ1bl9pZBgCIAEoCSI0ChFSZXN1bWVSdW5SZXNwb25zZRIfCgNydW4YASABKAsyEi5haWZsb3cuZGFnLnYxLlJ1biJMCg9XYXRjaFJ1blJlcXVlc3QSEgoKdGVuYW50X2tleRgBIAEoCRIOCgZydW5faWQYAiABKAkSFQoNd2l0aF9hdHRlbXB0cxgDIAEoCCIzChBXYXRjaFJ1blJlc3BvbnNlEh8KA3J1bhgBIAEoCzISLmFpZmxvdy5kYWcudjEuUnVuKjYKCEFmZmluaXR5EhgKFEFGRklOSVRZX1VOU1BFQ0lGSUVEEAASEAoMQUZGSU5JVFlfUlVOEAEqTQoITm9kZUtpbmQSGQoVTk9ERV9LSU5EX1VOU1BFQ0lGSUVEEAASEgoOTk9ERV9LSU5EX1RBU0sQARISCg5OT0RFX0tJTkRfV0FJVBACKlUKCU9uRmFpbHVyZRIaChZPTl9GQUlMVVJFX1VOU1BFQ0lGSUVEEAASFwoTT05fRkFJTFVSRV9GQUlMX1JVThABEhMKD09OX0ZBSUxVUkVfU0tJUBACKooBCglSdW5TdGF0dXMSGgoWUlVOX1NUQVRVU19VTlNQRUNJRklFRBAAEhYKElJVTl9TVEFUVVNfUlVOTklORxABEhgKFFJVTl9TVEFUVVNfQ09NUExFVEVEEAISFQoRUlVOX1NUQVRVU19GQUlMRUQQAxIYChRSVU5fU1RBVFVTX0NBTkNFTExFRBAEKtsBCgpOb2RlU3RhdHVzEhsKF05PREVfU1RBVFVTX1VOU1BFQ0lGSUVEEAASFwoTTk9ERV9TVEFUVVNfUEVORElORxABEhcKE05PREVfU1RBVFVTX1JVTk5JTkcQAhIXChNOT0RFX1NUQVRVU19XQUlUSU5HEAMSGQoVTk9ERV9TVEFUVVNfQ09NUExFVEVEEAQSFgoSTk9ERV9TVEFUVVNfRkFJTEVEEAUSFwoTTk9ERV9TVEFUVVNfU0tJUFBFRBAGEhkKFU5PREVfU1RBVFVTX0NBTkNFTExFRBAHKtkBCg1BdHRlbXB0U3RhdHVzEh4KGkFUVEVNUFRfU1RBVFVTX1VOU1BFQ0lGSUVEEAASGQoVQVRURU1QVF9TVEFUVVNfUVVFVUVEEAESGgoWQVRURU1QVF9TVEFUVVNfUlVOTklORxACEhoKFkFUVEVNUFRfU1RBVFVTX1dBSVRJTkcQAxIcChhBVFRFTVBUX1NUQVRVU19DT01QTEVURUQQBBIZChVBVFRFTVBUX1NUQVRVU19GQUlMRUQQBRIcChhBVFRFTVBUX1NUQVRVU19DQU5DRUxMRUQQBjKIBQoKRGFnU2VydmljZRJaCg1QdXREZWZpbml0aW9uEiMuYWlmbG93LmRhZy52MS5QdXREZWZpbml0aW9uUmVxdWVzdBokLmFpZmxvdy5kYWcudjEuUHV0RGVmaW5pdGlvblJlc3BvbnNlEksKCFN0YXJ0UnVuEh4uYWlmbG93LmRhZy52MS5TdGFydFJ1blJlcXVlc3QaHy5haWZsb3cuZGFnLnYxLlN0YXJ0UnVuUmVzcG9uc2USRQoGR2V0UnVuEhwuYWlmbG93LmRhZy52MS5HZXRSdW5SZXF1ZXN0Gh0uYWlmbG93LmRhZy52MS5HZXRSdW5SZXNwb25zZRJLCghMaXN0UnVucxIeLmFpZmxvdy5kYWcudjEuTGlzdFJ1bnNSZXF1ZXN0Gh8uYWlmbG93LmRhZy52MS5MaXN0UnVuc1Jlc3BvbnNlEk4KCUNhbmNlbFJ1bhIfLmFpZmxvdy5kYWcudjEuQ2FuY2VsUnVuUmVxdWVzdBogLmFpZmxvdy5kYWcudjEuQ2FuY2VsUnVuUmVzcG9uc2USTgoJU2lnbmFsUnVuEh8uYWlmbG93LmRhZy52MS5TaWduYWxSdW5SZXF1ZXN0GiAuYWlmbG93LmRhZy52MS5TaWduYWxSdW5SZXNwb25zZRJOCglSZXN1bWVSdW4SHy5haWZsb3cuZGFnLnYxLlJlc3VtZVJ1blJlcXVlc3QaIC5haWZsb3cuZGFnLnYxLlJlc3VtZVJ1blJlc3BvbnNlEk0KCFdhdGNoUnVuEh4uYWlmbG93LmRhZy52MS5XYXRjaFJ1blJlcXVlc3QaHy5haWZsb3cuZGFnLnYxLldhdGNoUnVuUmVzcG9uc2UwATJwCg1EYWdPcHNTZXJ2aWNlEl8KBkdldFJ1bhIpLmFpZmxvdy5kYWcudjEuRGFnT3BzU2VydmljZUdldFJ1blJlcXVlc3QaKi5haWZsb3cuZGFnLnYxLkRhZ09wc1NlcnZpY2VHZXRSdW5SZXNwb25zZWIGcHJvdG8z", [file_aiflow_cluster_v1_work_item, file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChdhaWZsb3cvZGFnL3YxL2RhZy5wcm90bxINYWlmbG93LmRhZy52MSJAChpEYWdPcHNTZXJ2aWNlR2V0UnVuUmVxdWVzdBISCgp0ZW5hbnRfa2V5GAEgASgJEg4KBnJ1bl9pZBgCIAEoCSI+ChtEYWdPcHNTZXJ2aWNlR2V0UnVuUmVzcG9uc2USHwoDcnVuGAEgASgLMhIuYWlmbG93LmRhZy52MS5SdW4iZwoKRGVmaW5pdGlvbhIKCgJpZBgBIAEoCRIiCgVub2RlcxgCIAMoCzITLmFpZmxvdy5kYWcudjEuTm9kZRIpCghhZmZpbml0eRgDIAEoDjIXLmFpZmxvdy5kYWcudjEuQWZmaW5pdHki0wIKBE5vZGUSDAoEbmFtZRgBIAEoCRIlCgRraW5kGAIgASgOMhcuYWlmbG93LmRhZy52MS5Ob2RlS2luZBITCgtlbmdpbmVfa2luZBgDIAEoCRIUCgxwYXlsb2FkX2pzb24YBCABKAkSEgoKZGVwZW5kc19vbhgFIAMoCRITCgttYXhfcmV0cmllcxgGIAEoBRI2Cg13b3JrZXJfcGFyYW1zGAcgASgLMh8uYWlmbG93LmNsdXN0ZXIudjEuV29ya2VyUGFyYW1zEioKB3RpbWVvdXQYCCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDwoHZmFuX291dBgJIAEoCRIsCgpvbl9mYWlsdXJlGAogASgOMhguYWlmbG93LmRhZy52MS5PbkZhaWx1cmUSEAoIcHJpb3JpdHkYCyABKAUSDQoFZXZlbnQYDCABKAkiWQoUUHV0RGVmaW5pdGlvblJlcXVlc3QSEgoKdGVuYW50X2tleRgBIAEoCRItCgpkZWZpbml0aW9uGAIgASgLMhkuYWlmbG93LmRhZy52MS5EZWZpbml0aW9uIj8KFVB1dERlZmluaXRpb25SZXNwb25zZRIVCg1kZWZpbml0aW9uX2lkGAEgASgJEg8KB2NyZWF0ZWQYAiABKAgiQQoUR2V0RGVmaW5pdGlvblJlcXVlc3QSEgoKdGVuYW50X2tleRgBIAEoCRIVCg1kZWZpbml0aW9uX2lkGAIgASgJIncKFUdldERlZmluaXRpb25SZXNwb25zZRItCgpkZWZpbml0aW9uGAEgASgLMhkuYWlmbG93LmRhZy52MS5EZWZpbml0aW9uEi8KBnN0b3JlZBgCIAEoCzIfLmFpZmxvdy5kYWcudjEuU3RvcmVkRGVmaW5pdGlvbiKxAQoQU3RvcmVkRGVmaW5pdGlvbhIVCg1kZWZpbml0aW9uX2lkGAEgASgJEhIKCmNyZWF0ZWRfYnkYAiABKAkSLgoKY3JlYXRlZF9vbhgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKdXBkYXRlZF9ieRgEIAEoCRIuCgp1cGRhdGVkX29uGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJTChZMaXN0RGVmaW5pdGlvbnNSZXF1ZXN0EhIKCnRlbmFudF9rZXkYASABKAkSEQoJcGFnZV9zaXplGAIgASgFEhIKCnBhZ2VfdG9rZW4YAyABKAkiaAoXTGlzdERlZmluaXRpb25zUmVzcG9uc2USNAoLZGVmaW5pdGlvbnMYASADKAsyHy5haWZsb3cuZGFnLnYxLlN0b3JlZERlZmluaXRpb24SFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIqgBCg9TdGFydFJ1blJlcXVlc3QSEgoKdGVuYW50X2tleRgBIAEoCRIvCgpkZWZpbml0aW9uGAIgASgLMhkuYWlmbG93LmRhZy52MS5EZWZpbml0aW9uSAASFwoNZGVmaW5pdGlvbl9pZBgDIAEoCUgAEhQKDGNvbnRleHRfanNvbhgEIAEoCRIXCg9pZGVtcG90ZW5jeV9rZXkYBSABKAlCCAoGc291cmNlIkUKEFN0YXJ0UnVuUmVzcG9uc2USHwoDcnVuGAEgASgLMhIuYWlmbG93LmRhZy52MS5SdW4SEAoIZXhpc3RpbmcYAiABKAgi+wEKB0F0dGVtcHQSDwoHdGFza19pZBgBIAEoCRIMCgRuYW1lGAIgASgJEiwKBnN0YXR1cxgDIAEoDjIcLmFpZmxvdy5kYWcudjEuQXR0ZW1wdFN0YXR1cxIUCgx3b3JrX2l0ZW1faWQYBCABKAkSDgoGd29ya2VyGAUgASgJEhcKCnN0YXJ0X3RpbWUYBiABKANIAIgBARIVCghlbmRfdGltZRgHIAEoA0gBiAEBEg0KBWVycm9yGAggASgJEhEKCWl0ZXJhdGlvbhgJIAEoBRIPCgdhdHRlbXB0GAogASgFQg0KC19zdGFydF90aW1lQgsKCV9lbmRfdGltZSK+AQoJTm9kZVN0YXRlEgwKBG5hbWUYASABKAkSKQoGc3RhdHVzGAIgASgOMhkuYWlmbG93LmRhZy52MS5Ob2RlU3RhdHVzEigKCGF0dGVtcHRzGAMgAygLMhYuYWlmbG93LmRhZy52MS5BdHRlbXB0EhIKCml0ZXJhdGlvbnMYBCABKAUSFwoPaXRlcmF0aW9uc19kb25lGAUgASgFEg0KBWVycm9yGAYgASgJEhIKCmRlcGVuZHNfb24YByADKAki6QIKA1J1bhIKCgJpZBgBIAEoCRISCgp0ZW5hbnRfa2V5GAIgASgJEhUKDWRlZmluaXRpb25faWQYAyABKAkSKAoGc3RhdHVzGAQgASgOMhguYWlmbG93LmRhZy52MS5SdW5TdGF0dXMSFAoMY29udGV4dF9qc29uGAUgASgJEicKBW5vZGVzGAYgAygLMhguYWlmbG93LmRhZy52MS5Ob2RlU3RhdGUSFwoKc3RhcnRfdGltZRgHIAEoA0gAiAEBEhUKCGVuZF90aW1lGAggASgDSAGIAQESFQoIZHVyYXRpb24YCSABKANIAogBARISCgpjcmVhdGVkX2J5GAogASgJEi4KCmNyZWF0ZWRfb24YCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnJlYXNvbhgMIAEoCUINCgtfc3RhcnRfdGltZUILCglfZW5kX3RpbWVCCwoJX2R1cmF0aW9uIjMKDUdldFJ1blJlcXVlc3QSEgoKdGVuYW50X2tleRgBIAEoCRIOCgZydW5faWQYAiABKAkiMQoOR2V0UnVuUmVzcG9uc2USHwoDcnVuGAEgASgLMhIuYWlmbG93LmRhZy52MS5SdW4ijwEKD0xpc3RSdW5zUmVxdWVzdBISCgp0ZW5hbnRfa2V5GAEgASgJEioKCHN0YXR1c2VzGAIgAygOMhguYWlmbG93LmRhZy52MS5SdW5TdGF0dXMSFQoNZGVmaW5pdGlvbl9pZBgDIAEoCRIRCglwYWdlX3NpemUYBCABKAUSEgoKcGFnZV90b2tlbhgFIAEoCSJNChBMaXN0UnVuc1Jlc3BvbnNlEiAKBHJ1bnMYASADKAsyEi5haWZsb3cuZGFnLnYxLlJ1bhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiRgoQQ2FuY2VsUnVuUmVxdWVzdBISCgp0ZW5hbnRfa2V5GAEgASgJEg4KBnJ1bl9pZBgCIAEoCRIOCgZyZWFzb24YAyABKAkiNAoRQ2FuY2VsUnVuUmVzcG9uc2USHwoDcnVuGAEgASgLMhIuYWlmbG93LmRhZy52MS5SdW4iWwoQU2lnbmFsUnVuUmVxdWVzdBISCgp0ZW5hbnRfa2V5GAEgASgJEg4KBnJ1bl9pZBgCIAEoCRINCgVldmVudBgDIAEoCRIUCgxwYXlsb2FkX2pzb24YBCABKAkiRwoRU2lnbmFsUnVuUmVzcG9uc2USHwoDcnVuGAEgASgLMhIuYWlmbG93LmRhZy52MS5SdW4SEQoJZGVsaXZlcmVkGAIgASgIIjYKEFJlc3VtZVJ1blJlcXVlc3QSEgoKdGVuYW50X2tleRgBIAEoCRIOCgZydW5faWQYAiABKAkiNAoRUmVzdW1lUnVuUmVzcG9uc2USHwoDcnVuGAEgASgLMhIuYWlmbG93LmRhZy52MS5SdW4iTAoPV2F0Y2hSdW5SZXF1ZXN0EhIKCnRlbmFudF9rZXkYASABKAkSDgoGcnVuX2lkGAIgASgJEhUKDXdpdGhfYXR0ZW1wdHMYAyABKAgiMwoQV2F0Y2hSdW5SZXNwb25zZRIfCgNydW4YASABKAsyEi5haWZsb3cuZGFnLnYxLlJ1bio2CghBZmZpbml0eRIYChRBRkZJTklUWV9VTlNQRUNJRklFRBAAEhAKDEFGRklOSVRZX1JVThABKk0KCE5vZGVLaW5kEhkKFU5PREVfS0lORF9VTlNQRUNJRklFRBAAEhIKDk5PREVfS0lORF9UQVNLEAESEgoOTk9ERV9LSU5EX1dBSVQQAipVCglPbkZhaWx1cmUSGgoWT05fRkFJTFVSRV9VTlNQRUNJRklFRBAAEhcKE09OX0ZBSUxVUkVfRkFJTF9SVU4QARITCg9PTl9GQUlMVVJFX1NLSVAQAiqKAQoJUnVuU3RhdHVzEhoKFlJVTl9TVEFUVVNfVU5TUEVDSUZJRUQQABIWChJSVU5fU1RBVFVTX1JVTk5JTkcQARIYChRSVU5fU1RBVFVTX0NPTVBMRVRFRBACEhUKEVJVTl9TVEFUVVNfRkFJTEVEEAMSGAoUUlVOX1NUQVRVU19DQU5DRUxMRUQQBCrbAQoKTm9kZVN0YXR1cxIbChdOT0RFX1NUQVRVU19VTlNQRUNJRklFRBAAEhcKE05PREVfU1RBVFVTX1BFTkRJTkcQARIXChNOT0RFX1NUQVRVU19SVU5OSU5HEAISFwoTTk9ERV9TVEFUVVNfV0FJVElORxADEhkKFU5PREVfU1RBVFVTX0NPTVBMRVRFRBAEEhYKEk5PREVfU1RBVFVTX0ZBSUxFRBAFEhcKE05PREVfU1RBVFVTX1NLSVBQRUQQBhIZChVOT0RFX1NUQVRVU19DQU5DRUxMRUQQByrZAQoNQXR0ZW1wdFN0YXR1cxIeChpBVFRFTVBUX1NUQVRVU19VTlNQRUNJRklFRBAAEhkKFUFUVEVNUFRfU1RBVFVTX1FVRVVFRBABEhoKFkFUVEVNUFRfU1RBVFVTX1JVTk5JTkcQAhIaChZBVFRFTVBUX1NUQVRVU19XQUlUSU5HEAMSHAoYQVRURU1QVF9TVEFUVVNfQ09NUExFVEVEEAQSGQoVQVRURU1QVF9TVEFUVVNfRkFJTEVEEAUSHAoYQVRURU1QVF9TVEFUVVNfQ0FOQ0VMTEVEEAYyxgYKCkRhZ1NlcnZpY2USWgoNUHV0RGVmaW5pdGlvbhIjLmFpZmxvdy5kYWcudjEuUHV0RGVmaW5pdGlvblJlcXVlc3QaJC5haWZsb3cuZGFnLnYxLlB1dERlZmluaXRpb25SZXNwb25zZRJaCg1HZXREZWZpbml0aW9uEiMuYWlmbG93LmRhZy52MS5HZXREZWZpbml0aW9uUmVxdWVzdBokLmFpZmxvdy5kYWcudjEuR2V0RGVmaW5pdGlvblJlc3BvbnNlEmAKD0xpc3REZWZpbml0aW9ucxIlLmFpZmxvdy5kYWcudjEuTGlzdERlZmluaXRpb25zUmVxdWVzdBomLmFpZmxvdy5kYWcudjEuTGlzdERlZmluaXRpb25zUmVzcG9uc2USSwoIU3RhcnRSdW4SHi5haWZsb3cuZGFnLnYxLlN0YXJ0UnVuUmVxdWVzdBofLmFpZmxvdy5kYWcudjEuU3RhcnRSdW5SZXNwb25zZRJFCgZHZXRSdW4SHC5haWZsb3cuZGFnLnYxLkdldFJ1blJlcXVlc3QaHS5haWZsb3cuZGFnLnYxLkdldFJ1blJlc3BvbnNlEksKCExpc3RSdW5zEh4uYWlmbG93LmRhZy52MS5MaXN0UnVuc1JlcXVlc3QaHy5haWZsb3cuZGFnLnYxLkxpc3RSdW5zUmVzcG9uc2USTgoJQ2FuY2VsUnVuEh8uYWlmbG93LmRhZy52MS5DYW5jZWxSdW5SZXF1ZXN0GiAuYWlmbG93LmRhZy52MS5DYW5jZWxSdW5SZXNwb25zZRJOCglTaWduYWxSdW4SHy5haWZsb3cuZGFnLnYxLlNpZ25hbFJ1blJlcXVlc3QaIC5haWZsb3cuZGFnLnYxLlNpZ25hbFJ1blJlc3BvbnNlEk4KCVJlc3VtZVJ1bhIfLmFpZmxvdy5kYWcudjEuUmVzdW1lUnVuUmVxdWVzdBogLmFpZmxvdy5kYWcudjEuUmVzdW1lUnVuUmVzcG9uc2USTQoIV2F0Y2hSdW4SHi5haWZsb3cuZGFnLnYxLldhdGNoUnVuUmVxdWVzdBofLmFpZmxvdy5kYWcudjEuV2F0Y2hSdW5SZXNwb25zZTABMnAKDURhZ09wc1NlcnZpY2USXwoGR2V0UnVuEikuYWlmbG93LmRhZy52MS5EYWdPcHNTZXJ2aWNlR2V0UnVuUmVxdWVzdBoqLmFpZmxvdy5kYWcudjEuRGFnT3BzU2VydmljZUdldFJ1blJlc3BvbnNlYgZwcm90bzM", [file_aiflow_cluster_v1_work_item, file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * @generated from message aiflow.dag.v1.DagOpsServiceGetRunRequest
@@ -235,6 +235,142 @@ export const PutDefinitionResponseSchema: GenMessage<PutDefinitionResponse> = /*
   messageDesc(file_aiflow_dag_v1_dag, 5);
 
 /**
+ * @generated from message aiflow.dag.v1.GetDefinitionRequest
+ */
+export type GetDefinitionRequest = Message<"aiflow.dag.v1.GetDefinitionRequest"> & {
+  /**
+   * @generated from field: string tenant_key = 1;
+   */
+  tenantKey: string;
+
+  /**
+   * @generated from field: string definition_id = 2;
+   */
+  definitionId: string;
+};
+
+/**
+ * Describes the message aiflow.dag.v1.GetDefinitionRequest.
+ * Use `create(GetDefinitionRequestSchema)` to create a new message.
+ */
+export const GetDefinitionRequestSchema: GenMessage<GetDefinitionRequest> = /*@__PURE__*/
+  messageDesc(file_aiflow_dag_v1_dag, 6);
+
+/**
+ * @generated from message aiflow.dag.v1.GetDefinitionResponse
+ */
+export type GetDefinitionResponse = Message<"aiflow.dag.v1.GetDefinitionResponse"> & {
+  /**
+   * @generated from field: aiflow.dag.v1.Definition definition = 1;
+   */
+  definition?: Definition | undefined;
+
+  /**
+   * @generated from field: aiflow.dag.v1.StoredDefinition stored = 2;
+   */
+  stored?: StoredDefinition | undefined;
+};
+
+/**
+ * Describes the message aiflow.dag.v1.GetDefinitionResponse.
+ * Use `create(GetDefinitionResponseSchema)` to create a new message.
+ */
+export const GetDefinitionResponseSchema: GenMessage<GetDefinitionResponse> = /*@__PURE__*/
+  messageDesc(file_aiflow_dag_v1_dag, 7);
+
+/**
+ * A stored definition's record: its id, who stored it first and last, and when.
+ *
+ * @generated from message aiflow.dag.v1.StoredDefinition
+ */
+export type StoredDefinition = Message<"aiflow.dag.v1.StoredDefinition"> & {
+  /**
+   * @generated from field: string definition_id = 1;
+   */
+  definitionId: string;
+
+  /**
+   * @generated from field: string created_by = 2;
+   */
+  createdBy: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp created_on = 3;
+   */
+  createdOn?: Timestamp | undefined;
+
+  /**
+   * The last PutDefinition of this id (the first, until it is replaced).
+   *
+   * @generated from field: string updated_by = 4;
+   */
+  updatedBy: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp updated_on = 5;
+   */
+  updatedOn?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message aiflow.dag.v1.StoredDefinition.
+ * Use `create(StoredDefinitionSchema)` to create a new message.
+ */
+export const StoredDefinitionSchema: GenMessage<StoredDefinition> = /*@__PURE__*/
+  messageDesc(file_aiflow_dag_v1_dag, 8);
+
+/**
+ * @generated from message aiflow.dag.v1.ListDefinitionsRequest
+ */
+export type ListDefinitionsRequest = Message<"aiflow.dag.v1.ListDefinitionsRequest"> & {
+  /**
+   * @generated from field: string tenant_key = 1;
+   */
+  tenantKey: string;
+
+  /**
+   * 0: 50; at most 500.
+   *
+   * @generated from field: int32 page_size = 2;
+   */
+  pageSize: number;
+
+  /**
+   * @generated from field: string page_token = 3;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message aiflow.dag.v1.ListDefinitionsRequest.
+ * Use `create(ListDefinitionsRequestSchema)` to create a new message.
+ */
+export const ListDefinitionsRequestSchema: GenMessage<ListDefinitionsRequest> = /*@__PURE__*/
+  messageDesc(file_aiflow_dag_v1_dag, 9);
+
+/**
+ * @generated from message aiflow.dag.v1.ListDefinitionsResponse
+ */
+export type ListDefinitionsResponse = Message<"aiflow.dag.v1.ListDefinitionsResponse"> & {
+  /**
+   * @generated from field: repeated aiflow.dag.v1.StoredDefinition definitions = 1;
+   */
+  definitions: StoredDefinition[];
+
+  /**
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message aiflow.dag.v1.ListDefinitionsResponse.
+ * Use `create(ListDefinitionsResponseSchema)` to create a new message.
+ */
+export const ListDefinitionsResponseSchema: GenMessage<ListDefinitionsResponse> = /*@__PURE__*/
+  messageDesc(file_aiflow_dag_v1_dag, 10);
+
+/**
  * @generated from message aiflow.dag.v1.StartRunRequest
  */
 export type StartRunRequest = Message<"aiflow.dag.v1.StartRunRequest"> & {
@@ -282,7 +418,7 @@ export type StartRunRequest = Message<"aiflow.dag.v1.StartRunRequest"> & {
  * Use `create(StartRunRequestSchema)` to create a new message.
  */
 export const StartRunRequestSchema: GenMessage<StartRunRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_dag_v1_dag, 6);
+  messageDesc(file_aiflow_dag_v1_dag, 11);
 
 /**
  * @generated from message aiflow.dag.v1.StartRunResponse
@@ -306,7 +442,7 @@ export type StartRunResponse = Message<"aiflow.dag.v1.StartRunResponse"> & {
  * Use `create(StartRunResponseSchema)` to create a new message.
  */
 export const StartRunResponseSchema: GenMessage<StartRunResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_dag_v1_dag, 7);
+  messageDesc(file_aiflow_dag_v1_dag, 12);
 
 /**
  * One node attempt (an aiflow_task row); a fan-out node has one per iteration per attempt.
@@ -386,7 +522,7 @@ export type Attempt = Message<"aiflow.dag.v1.Attempt"> & {
  * Use `create(AttemptSchema)` to create a new message.
  */
 export const AttemptSchema: GenMessage<Attempt> = /*@__PURE__*/
-  messageDesc(file_aiflow_dag_v1_dag, 8);
+  messageDesc(file_aiflow_dag_v1_dag, 13);
 
 /**
  * @generated from message aiflow.dag.v1.NodeState
@@ -439,7 +575,7 @@ export type NodeState = Message<"aiflow.dag.v1.NodeState"> & {
  * Use `create(NodeStateSchema)` to create a new message.
  */
 export const NodeStateSchema: GenMessage<NodeState> = /*@__PURE__*/
-  messageDesc(file_aiflow_dag_v1_dag, 9);
+  messageDesc(file_aiflow_dag_v1_dag, 14);
 
 /**
  * @generated from message aiflow.dag.v1.Run
@@ -522,7 +658,7 @@ export type Run = Message<"aiflow.dag.v1.Run"> & {
  * Use `create(RunSchema)` to create a new message.
  */
 export const RunSchema: GenMessage<Run> = /*@__PURE__*/
-  messageDesc(file_aiflow_dag_v1_dag, 10);
+  messageDesc(file_aiflow_dag_v1_dag, 15);
 
 /**
  * @generated from message aiflow.dag.v1.GetRunRequest
@@ -544,7 +680,7 @@ export type GetRunRequest = Message<"aiflow.dag.v1.GetRunRequest"> & {
  * Use `create(GetRunRequestSchema)` to create a new message.
  */
 export const GetRunRequestSchema: GenMessage<GetRunRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_dag_v1_dag, 11);
+  messageDesc(file_aiflow_dag_v1_dag, 16);
 
 /**
  * @generated from message aiflow.dag.v1.GetRunResponse
@@ -561,7 +697,7 @@ export type GetRunResponse = Message<"aiflow.dag.v1.GetRunResponse"> & {
  * Use `create(GetRunResponseSchema)` to create a new message.
  */
 export const GetRunResponseSchema: GenMessage<GetRunResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_dag_v1_dag, 12);
+  messageDesc(file_aiflow_dag_v1_dag, 17);
 
 /**
  * @generated from message aiflow.dag.v1.ListRunsRequest
@@ -602,7 +738,7 @@ export type ListRunsRequest = Message<"aiflow.dag.v1.ListRunsRequest"> & {
  * Use `create(ListRunsRequestSchema)` to create a new message.
  */
 export const ListRunsRequestSchema: GenMessage<ListRunsRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_dag_v1_dag, 13);
+  messageDesc(file_aiflow_dag_v1_dag, 18);
 
 /**
  * @generated from message aiflow.dag.v1.ListRunsResponse
@@ -624,7 +760,7 @@ export type ListRunsResponse = Message<"aiflow.dag.v1.ListRunsResponse"> & {
  * Use `create(ListRunsResponseSchema)` to create a new message.
  */
 export const ListRunsResponseSchema: GenMessage<ListRunsResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_dag_v1_dag, 14);
+  messageDesc(file_aiflow_dag_v1_dag, 19);
 
 /**
  * @generated from message aiflow.dag.v1.CancelRunRequest
@@ -653,7 +789,7 @@ export type CancelRunRequest = Message<"aiflow.dag.v1.CancelRunRequest"> & {
  * Use `create(CancelRunRequestSchema)` to create a new message.
  */
 export const CancelRunRequestSchema: GenMessage<CancelRunRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_dag_v1_dag, 15);
+  messageDesc(file_aiflow_dag_v1_dag, 20);
 
 /**
  * @generated from message aiflow.dag.v1.CancelRunResponse
@@ -670,7 +806,7 @@ export type CancelRunResponse = Message<"aiflow.dag.v1.CancelRunResponse"> & {
  * Use `create(CancelRunResponseSchema)` to create a new message.
  */
 export const CancelRunResponseSchema: GenMessage<CancelRunResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_dag_v1_dag, 16);
+  messageDesc(file_aiflow_dag_v1_dag, 21);
 
 /**
  * @generated from message aiflow.dag.v1.SignalRunRequest
@@ -704,7 +840,7 @@ export type SignalRunRequest = Message<"aiflow.dag.v1.SignalRunRequest"> & {
  * Use `create(SignalRunRequestSchema)` to create a new message.
  */
 export const SignalRunRequestSchema: GenMessage<SignalRunRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_dag_v1_dag, 17);
+  messageDesc(file_aiflow_dag_v1_dag, 22);
 
 /**
  * @generated from message aiflow.dag.v1.SignalRunResponse
@@ -728,7 +864,7 @@ export type SignalRunResponse = Message<"aiflow.dag.v1.SignalRunResponse"> & {
  * Use `create(SignalRunResponseSchema)` to create a new message.
  */
 export const SignalRunResponseSchema: GenMessage<SignalRunResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_dag_v1_dag, 18);
+  messageDesc(file_aiflow_dag_v1_dag, 23);
 
 /**
  * @generated from message aiflow.dag.v1.ResumeRunRequest
@@ -750,7 +886,7 @@ export type ResumeRunRequest = Message<"aiflow.dag.v1.ResumeRunRequest"> & {
  * Use `create(ResumeRunRequestSchema)` to create a new message.
  */
 export const ResumeRunRequestSchema: GenMessage<ResumeRunRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_dag_v1_dag, 19);
+  messageDesc(file_aiflow_dag_v1_dag, 24);
 
 /**
  * @generated from message aiflow.dag.v1.ResumeRunResponse
@@ -767,7 +903,7 @@ export type ResumeRunResponse = Message<"aiflow.dag.v1.ResumeRunResponse"> & {
  * Use `create(ResumeRunResponseSchema)` to create a new message.
  */
 export const ResumeRunResponseSchema: GenMessage<ResumeRunResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_dag_v1_dag, 20);
+  messageDesc(file_aiflow_dag_v1_dag, 25);
 
 /**
  * @generated from message aiflow.dag.v1.WatchRunRequest
@@ -798,7 +934,7 @@ export type WatchRunRequest = Message<"aiflow.dag.v1.WatchRunRequest"> & {
  * Use `create(WatchRunRequestSchema)` to create a new message.
  */
 export const WatchRunRequestSchema: GenMessage<WatchRunRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_dag_v1_dag, 21);
+  messageDesc(file_aiflow_dag_v1_dag, 26);
 
 /**
  * @generated from message aiflow.dag.v1.WatchRunResponse
@@ -815,7 +951,7 @@ export type WatchRunResponse = Message<"aiflow.dag.v1.WatchRunResponse"> & {
  * Use `create(WatchRunResponseSchema)` to create a new message.
  */
 export const WatchRunResponseSchema: GenMessage<WatchRunResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_dag_v1_dag, 22);
+  messageDesc(file_aiflow_dag_v1_dag, 27);
 
 /**
  * @generated from enum aiflow.dag.v1.Affinity
@@ -1075,6 +1211,28 @@ export const DagService: GenService<{
     methodKind: "unary";
     input: typeof PutDefinitionRequestSchema;
     output: typeof PutDefinitionResponseSchema;
+  },
+  /**
+   * The tenant's stored definition of this id, as PutDefinition stored it last, and who stored it
+   * when. NOT_FOUND when the tenant has none of that id.
+   *
+   * @generated from rpc aiflow.dag.v1.DagService.GetDefinition
+   */
+  getDefinition: {
+    methodKind: "unary";
+    input: typeof GetDefinitionRequestSchema;
+    output: typeof GetDefinitionResponseSchema;
+  },
+  /**
+   * The tenant's stored definitions in order of their ids, without their bodies (GetDefinition
+   * reads one).
+   *
+   * @generated from rpc aiflow.dag.v1.DagService.ListDefinitions
+   */
+  listDefinitions: {
+    methodKind: "unary";
+    input: typeof ListDefinitionsRequestSchema;
+    output: typeof ListDefinitionsResponseSchema;
   },
   /**
    * Starts a run of an inline definition or of a stored one. With an idempotency key the caller

@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file aiflow/graph/v1/graph.proto.
  */
 export const file_aiflow_graph_v1_graph: GenFile = /*@__PURE__*/
-  fileDesc("ChthaWZsb3cvZ3JhcGgvdjEvZ3JhcGgucHJvdG8SD2FpZmxvdy5ncmFwaC52MSKGAQoKRGVmaW5pdGlvbhIKCgJpZBgBIAEoCRIkCgVub2RlcxgCIAMoCzIVLmFpZmxvdy5ncmFwaC52MS5Ob2RlEiQKBWVkZ2VzGAMgAygLMhUuYWlmbG93LmdyYXBoLnYxLkVkZ2USDQoFc3RhcnQYBCABKAkSEQoJbWF4X3N0ZXBzGAUgASgDItsBCgROb2RlEgwKBG5hbWUYASABKAkSJwoEa2luZBgCIAEoDjIZLmFpZmxvdy5ncmFwaC52MS5Ob2RlS2luZBITCgtlbmdpbmVfa2luZBgDIAEoCRIUCgxwYXlsb2FkX2pzb24YBCABKAkSEwoLbWF4X3JldHJpZXMYBSABKAUSNgoNd29ya2VyX3BhcmFtcxgGIAEoCzIfLmFpZmxvdy5jbHVzdGVyLnYxLldvcmtlclBhcmFtcxIQCghwcmlvcml0eRgHIAEoBRISCgptYXhfdmlzaXRzGAggASgDIi4KBEVkZ2USDAoEZnJvbRgBIAEoCRIKCgJ0bxgCIAEoCRIMCgR3aGVuGAMgASgJIlsKFFB1dERlZmluaXRpb25SZXF1ZXN0EhIKCnRlbmFudF9rZXkYASABKAkSLwoKZGVmaW5pdGlvbhgCIAEoCzIbLmFpZmxvdy5ncmFwaC52MS5EZWZpbml0aW9uIj8KFVB1dERlZmluaXRpb25SZXNwb25zZRIVCg1kZWZpbml0aW9uX2lkGAEgASgJEg8KB2NyZWF0ZWQYAiABKAgijwEKD1N0YXJ0UnVuUmVxdWVzdBISCgp0ZW5hbnRfa2V5GAEgASgJEjEKCmRlZmluaXRpb24YAiABKAsyGy5haWZsb3cuZ3JhcGgudjEuRGVmaW5pdGlvbkgAEhcKDWRlZmluaXRpb25faWQYAyABKAlIABISCgpzdGF0ZV9qc29uGAQgASgJQggKBnNvdXJjZSI1ChBTdGFydFJ1blJlc3BvbnNlEiEKA3J1bhgBIAEoCzIULmFpZmxvdy5ncmFwaC52MS5SdW4ipQMKA1J1bhIOCgZydW5faWQYASABKAkSEgoKdGVuYW50X2tleRgCIAEoCRIVCg1kZWZpbml0aW9uX2lkGAMgASgJEioKBnN0YXR1cxgEIAEoDjIaLmFpZmxvdy5ncmFwaC52MS5SdW5TdGF0dXMSDAoEdGFzaxgFIAEoCRINCgVzdGVwcxgGIAEoAxIMCgRwYXRoGAcgAygJEjcKCnJ1bl9jb3VudHMYCCADKAsyIy5haWZsb3cuZ3JhcGgudjEuUnVuLlJ1bkNvdW50c0VudHJ5EhIKCnN0YXRlX2pzb24YCSABKAkSDgoGcmVhc29uGAogASgJEg0KBWVycm9yGAsgASgJEhQKDHdvcmtfaXRlbV9pZBgMIAEoCRISCgpjcmVhdGVkX2J5GA0gASgJEi4KCmNyZWF0ZWRfb24YDiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhQKDHBhdGhfZHJvcHBlZBgPIAEoAxowCg5SdW5Db3VudHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAM6AjgBIjMKDUdldFJ1blJlcXVlc3QSEgoKdGVuYW50X2tleRgBIAEoCRIOCgZydW5faWQYAiABKAkiMwoOR2V0UnVuUmVzcG9uc2USIQoDcnVuGAEgASgLMhQuYWlmbG93LmdyYXBoLnYxLlJ1biJMCg9MaXN0UnVuc1JlcXVlc3QSEgoKdGVuYW50X2tleRgBIAEoCRIRCglwYWdlX3NpemUYAiABKAUSEgoKcGFnZV90b2tlbhgDIAEoCSJPChBMaXN0UnVuc1Jlc3BvbnNlEiIKBHJ1bnMYASADKAsyFC5haWZsb3cuZ3JhcGgudjEuUnVuEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJGChBDYW5jZWxSdW5SZXF1ZXN0EhIKCnRlbmFudF9rZXkYASABKAkSDgoGcnVuX2lkGAIgASgJEg4KBnJlYXNvbhgDIAEoCSI2ChFDYW5jZWxSdW5SZXNwb25zZRIhCgNydW4YASABKAsyFC5haWZsb3cuZ3JhcGgudjEuUnVuIjUKD1dhdGNoUnVuUmVxdWVzdBISCgp0ZW5hbnRfa2V5GAEgASgJEg4KBnJ1bl9pZBgCIAEoCSI1ChBXYXRjaFJ1blJlc3BvbnNlEiEKA3J1bhgBIAEoCzIULmFpZmxvdy5ncmFwaC52MS5SdW4qTAoITm9kZUtpbmQSGQoVTk9ERV9LSU5EX1VOU1BFQ0lGSUVEEAASEgoOTk9ERV9LSU5EX1RBU0sQARIRCg1OT0RFX0tJTkRfRU5EEAIqogEKCVJ1blN0YXR1cxIaChZSVU5fU1RBVFVTX1VOU1BFQ0lGSUVEEAASFgoSUlVOX1NUQVRVU19SVU5OSU5HEAESGAoUUlVOX1NUQVRVU19DT01QTEVURUQQAhIWChJSVU5fU1RBVFVTX1NUT1BQRUQQAxIVChFSVU5fU1RBVFVTX0ZBSUxFRBAEEhgKFFJVTl9TVEFUVVNfQ0FOQ0VMTEVEEAUyggQKDEdyYXBoU2VydmljZRJeCg1QdXREZWZpbml0aW9uEiUuYWlmbG93LmdyYXBoLnYxLlB1dERlZmluaXRpb25SZXF1ZXN0GiYuYWlmbG93LmdyYXBoLnYxLlB1dERlZmluaXRpb25SZXNwb25zZRJPCghTdGFydFJ1bhIgLmFpZmxvdy5ncmFwaC52MS5TdGFydFJ1blJlcXVlc3QaIS5haWZsb3cuZ3JhcGgudjEuU3RhcnRSdW5SZXNwb25zZRJJCgZHZXRSdW4SHi5haWZsb3cuZ3JhcGgudjEuR2V0UnVuUmVxdWVzdBofLmFpZmxvdy5ncmFwaC52MS5HZXRSdW5SZXNwb25zZRJPCghMaXN0UnVucxIgLmFpZmxvdy5ncmFwaC52MS5MaXN0UnVuc1JlcXVlc3QaIS5haWZsb3cuZ3JhcGgudjEuTGlzdFJ1bnNSZXNwb25zZRJSCglDYW5jZWxSdW4SIS5haWZsb3cuZ3JhcGgudjEuQ2FuY2VsUnVuUmVxdWVzdBoiLmFpZmxvdy5ncmFwaC52MS5DYW5jZWxSdW5SZXNwb25zZRJRCghXYXRjaFJ1bhIgLmFpZmxvdy5ncmFwaC52MS5XYXRjaFJ1blJlcXVlc3QaIS5haWZsb3cuZ3JhcGgudjEuV2F0Y2hSdW5SZXNwb25zZTABYgZwcm90bzM", [file_aiflow_cluster_v1_work_item, file_google_protobuf_timestamp]);
+  fileDesc("ChthaWZsb3cvZ3JhcGgvdjEvZ3JhcGgucHJvdG8SD2FpZmxvdy5ncmFwaC52MSKGAQoKRGVmaW5pdGlvbhIKCgJpZBgBIAEoCRIkCgVub2RlcxgCIAMoCzIVLmFpZmxvdy5ncmFwaC52MS5Ob2RlEiQKBWVkZ2VzGAMgAygLMhUuYWlmbG93LmdyYXBoLnYxLkVkZ2USDQoFc3RhcnQYBCABKAkSEQoJbWF4X3N0ZXBzGAUgASgDItsBCgROb2RlEgwKBG5hbWUYASABKAkSJwoEa2luZBgCIAEoDjIZLmFpZmxvdy5ncmFwaC52MS5Ob2RlS2luZBITCgtlbmdpbmVfa2luZBgDIAEoCRIUCgxwYXlsb2FkX2pzb24YBCABKAkSEwoLbWF4X3JldHJpZXMYBSABKAUSNgoNd29ya2VyX3BhcmFtcxgGIAEoCzIfLmFpZmxvdy5jbHVzdGVyLnYxLldvcmtlclBhcmFtcxIQCghwcmlvcml0eRgHIAEoBRISCgptYXhfdmlzaXRzGAggASgDIi4KBEVkZ2USDAoEZnJvbRgBIAEoCRIKCgJ0bxgCIAEoCRIMCgR3aGVuGAMgASgJIlsKFFB1dERlZmluaXRpb25SZXF1ZXN0EhIKCnRlbmFudF9rZXkYASABKAkSLwoKZGVmaW5pdGlvbhgCIAEoCzIbLmFpZmxvdy5ncmFwaC52MS5EZWZpbml0aW9uIj8KFVB1dERlZmluaXRpb25SZXNwb25zZRIVCg1kZWZpbml0aW9uX2lkGAEgASgJEg8KB2NyZWF0ZWQYAiABKAgiQQoUR2V0RGVmaW5pdGlvblJlcXVlc3QSEgoKdGVuYW50X2tleRgBIAEoCRIVCg1kZWZpbml0aW9uX2lkGAIgASgJInsKFUdldERlZmluaXRpb25SZXNwb25zZRIvCgpkZWZpbml0aW9uGAEgASgLMhsuYWlmbG93LmdyYXBoLnYxLkRlZmluaXRpb24SMQoGc3RvcmVkGAIgASgLMiEuYWlmbG93LmdyYXBoLnYxLlN0b3JlZERlZmluaXRpb24isQEKEFN0b3JlZERlZmluaXRpb24SFQoNZGVmaW5pdGlvbl9pZBgBIAEoCRISCgpjcmVhdGVkX2J5GAIgASgJEi4KCmNyZWF0ZWRfb24YAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCnVwZGF0ZWRfYnkYBCABKAkSLgoKdXBkYXRlZF9vbhgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiUwoWTGlzdERlZmluaXRpb25zUmVxdWVzdBISCgp0ZW5hbnRfa2V5GAEgASgJEhEKCXBhZ2Vfc2l6ZRgCIAEoBRISCgpwYWdlX3Rva2VuGAMgASgJImoKF0xpc3REZWZpbml0aW9uc1Jlc3BvbnNlEjYKC2RlZmluaXRpb25zGAEgAygLMiEuYWlmbG93LmdyYXBoLnYxLlN0b3JlZERlZmluaXRpb24SFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIo8BCg9TdGFydFJ1blJlcXVlc3QSEgoKdGVuYW50X2tleRgBIAEoCRIxCgpkZWZpbml0aW9uGAIgASgLMhsuYWlmbG93LmdyYXBoLnYxLkRlZmluaXRpb25IABIXCg1kZWZpbml0aW9uX2lkGAMgASgJSAASEgoKc3RhdGVfanNvbhgEIAEoCUIICgZzb3VyY2UiNQoQU3RhcnRSdW5SZXNwb25zZRIhCgNydW4YASABKAsyFC5haWZsb3cuZ3JhcGgudjEuUnVuIqUDCgNSdW4SDgoGcnVuX2lkGAEgASgJEhIKCnRlbmFudF9rZXkYAiABKAkSFQoNZGVmaW5pdGlvbl9pZBgDIAEoCRIqCgZzdGF0dXMYBCABKA4yGi5haWZsb3cuZ3JhcGgudjEuUnVuU3RhdHVzEgwKBHRhc2sYBSABKAkSDQoFc3RlcHMYBiABKAMSDAoEcGF0aBgHIAMoCRI3CgpydW5fY291bnRzGAggAygLMiMuYWlmbG93LmdyYXBoLnYxLlJ1bi5SdW5Db3VudHNFbnRyeRISCgpzdGF0ZV9qc29uGAkgASgJEg4KBnJlYXNvbhgKIAEoCRINCgVlcnJvchgLIAEoCRIUCgx3b3JrX2l0ZW1faWQYDCABKAkSEgoKY3JlYXRlZF9ieRgNIAEoCRIuCgpjcmVhdGVkX29uGA4gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIUCgxwYXRoX2Ryb3BwZWQYDyABKAMaMAoOUnVuQ291bnRzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgDOgI4ASIzCg1HZXRSdW5SZXF1ZXN0EhIKCnRlbmFudF9rZXkYASABKAkSDgoGcnVuX2lkGAIgASgJIjMKDkdldFJ1blJlc3BvbnNlEiEKA3J1bhgBIAEoCzIULmFpZmxvdy5ncmFwaC52MS5SdW4iTAoPTGlzdFJ1bnNSZXF1ZXN0EhIKCnRlbmFudF9rZXkYASABKAkSEQoJcGFnZV9zaXplGAIgASgFEhIKCnBhZ2VfdG9rZW4YAyABKAkiTwoQTGlzdFJ1bnNSZXNwb25zZRIiCgRydW5zGAEgAygLMhQuYWlmbG93LmdyYXBoLnYxLlJ1bhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiRgoQQ2FuY2VsUnVuUmVxdWVzdBISCgp0ZW5hbnRfa2V5GAEgASgJEg4KBnJ1bl9pZBgCIAEoCRIOCgZyZWFzb24YAyABKAkiNgoRQ2FuY2VsUnVuUmVzcG9uc2USIQoDcnVuGAEgASgLMhQuYWlmbG93LmdyYXBoLnYxLlJ1biI1Cg9XYXRjaFJ1blJlcXVlc3QSEgoKdGVuYW50X2tleRgBIAEoCRIOCgZydW5faWQYAiABKAkiNQoQV2F0Y2hSdW5SZXNwb25zZRIhCgNydW4YASABKAsyFC5haWZsb3cuZ3JhcGgudjEuUnVuKkwKCE5vZGVLaW5kEhkKFU5PREVfS0lORF9VTlNQRUNJRklFRBAAEhIKDk5PREVfS0lORF9UQVNLEAESEQoNTk9ERV9LSU5EX0VORBACKqIBCglSdW5TdGF0dXMSGgoWUlVOX1NUQVRVU19VTlNQRUNJRklFRBAAEhYKElJVTl9TVEFUVVNfUlVOTklORxABEhgKFFJVTl9TVEFUVVNfQ09NUExFVEVEEAISFgoSUlVOX1NUQVRVU19TVE9QUEVEEAMSFQoRUlVOX1NUQVRVU19GQUlMRUQQBBIYChRSVU5fU1RBVFVTX0NBTkNFTExFRBAFMsgFCgxHcmFwaFNlcnZpY2USXgoNUHV0RGVmaW5pdGlvbhIlLmFpZmxvdy5ncmFwaC52MS5QdXREZWZpbml0aW9uUmVxdWVzdBomLmFpZmxvdy5ncmFwaC52MS5QdXREZWZpbml0aW9uUmVzcG9uc2USXgoNR2V0RGVmaW5pdGlvbhIlLmFpZmxvdy5ncmFwaC52MS5HZXREZWZpbml0aW9uUmVxdWVzdBomLmFpZmxvdy5ncmFwaC52MS5HZXREZWZpbml0aW9uUmVzcG9uc2USZAoPTGlzdERlZmluaXRpb25zEicuYWlmbG93LmdyYXBoLnYxLkxpc3REZWZpbml0aW9uc1JlcXVlc3QaKC5haWZsb3cuZ3JhcGgudjEuTGlzdERlZmluaXRpb25zUmVzcG9uc2USTwoIU3RhcnRSdW4SIC5haWZsb3cuZ3JhcGgudjEuU3RhcnRSdW5SZXF1ZXN0GiEuYWlmbG93LmdyYXBoLnYxLlN0YXJ0UnVuUmVzcG9uc2USSQoGR2V0UnVuEh4uYWlmbG93LmdyYXBoLnYxLkdldFJ1blJlcXVlc3QaHy5haWZsb3cuZ3JhcGgudjEuR2V0UnVuUmVzcG9uc2USTwoITGlzdFJ1bnMSIC5haWZsb3cuZ3JhcGgudjEuTGlzdFJ1bnNSZXF1ZXN0GiEuYWlmbG93LmdyYXBoLnYxLkxpc3RSdW5zUmVzcG9uc2USUgoJQ2FuY2VsUnVuEiEuYWlmbG93LmdyYXBoLnYxLkNhbmNlbFJ1blJlcXVlc3QaIi5haWZsb3cuZ3JhcGgudjEuQ2FuY2VsUnVuUmVzcG9uc2USUQoIV2F0Y2hSdW4SIC5haWZsb3cuZ3JhcGgudjEuV2F0Y2hSdW5SZXF1ZXN0GiEuYWlmbG93LmdyYXBoLnYxLldhdGNoUnVuUmVzcG9uc2UwAWIGcHJvdG8z", [file_aiflow_cluster_v1_work_item, file_google_protobuf_timestamp]);
 
 /**
  * @generated from message aiflow.graph.v1.Definition
@@ -195,6 +195,142 @@ export const PutDefinitionResponseSchema: GenMessage<PutDefinitionResponse> = /*
   messageDesc(file_aiflow_graph_v1_graph, 4);
 
 /**
+ * @generated from message aiflow.graph.v1.GetDefinitionRequest
+ */
+export type GetDefinitionRequest = Message<"aiflow.graph.v1.GetDefinitionRequest"> & {
+  /**
+   * @generated from field: string tenant_key = 1;
+   */
+  tenantKey: string;
+
+  /**
+   * @generated from field: string definition_id = 2;
+   */
+  definitionId: string;
+};
+
+/**
+ * Describes the message aiflow.graph.v1.GetDefinitionRequest.
+ * Use `create(GetDefinitionRequestSchema)` to create a new message.
+ */
+export const GetDefinitionRequestSchema: GenMessage<GetDefinitionRequest> = /*@__PURE__*/
+  messageDesc(file_aiflow_graph_v1_graph, 5);
+
+/**
+ * @generated from message aiflow.graph.v1.GetDefinitionResponse
+ */
+export type GetDefinitionResponse = Message<"aiflow.graph.v1.GetDefinitionResponse"> & {
+  /**
+   * @generated from field: aiflow.graph.v1.Definition definition = 1;
+   */
+  definition?: Definition | undefined;
+
+  /**
+   * @generated from field: aiflow.graph.v1.StoredDefinition stored = 2;
+   */
+  stored?: StoredDefinition | undefined;
+};
+
+/**
+ * Describes the message aiflow.graph.v1.GetDefinitionResponse.
+ * Use `create(GetDefinitionResponseSchema)` to create a new message.
+ */
+export const GetDefinitionResponseSchema: GenMessage<GetDefinitionResponse> = /*@__PURE__*/
+  messageDesc(file_aiflow_graph_v1_graph, 6);
+
+/**
+ * A stored definition's record: its id, who stored it first and last, and when.
+ *
+ * @generated from message aiflow.graph.v1.StoredDefinition
+ */
+export type StoredDefinition = Message<"aiflow.graph.v1.StoredDefinition"> & {
+  /**
+   * @generated from field: string definition_id = 1;
+   */
+  definitionId: string;
+
+  /**
+   * @generated from field: string created_by = 2;
+   */
+  createdBy: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp created_on = 3;
+   */
+  createdOn?: Timestamp | undefined;
+
+  /**
+   * The last PutDefinition of this id (the first, until it is replaced).
+   *
+   * @generated from field: string updated_by = 4;
+   */
+  updatedBy: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp updated_on = 5;
+   */
+  updatedOn?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message aiflow.graph.v1.StoredDefinition.
+ * Use `create(StoredDefinitionSchema)` to create a new message.
+ */
+export const StoredDefinitionSchema: GenMessage<StoredDefinition> = /*@__PURE__*/
+  messageDesc(file_aiflow_graph_v1_graph, 7);
+
+/**
+ * @generated from message aiflow.graph.v1.ListDefinitionsRequest
+ */
+export type ListDefinitionsRequest = Message<"aiflow.graph.v1.ListDefinitionsRequest"> & {
+  /**
+   * @generated from field: string tenant_key = 1;
+   */
+  tenantKey: string;
+
+  /**
+   * 0: 50; at most 500.
+   *
+   * @generated from field: int32 page_size = 2;
+   */
+  pageSize: number;
+
+  /**
+   * @generated from field: string page_token = 3;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message aiflow.graph.v1.ListDefinitionsRequest.
+ * Use `create(ListDefinitionsRequestSchema)` to create a new message.
+ */
+export const ListDefinitionsRequestSchema: GenMessage<ListDefinitionsRequest> = /*@__PURE__*/
+  messageDesc(file_aiflow_graph_v1_graph, 8);
+
+/**
+ * @generated from message aiflow.graph.v1.ListDefinitionsResponse
+ */
+export type ListDefinitionsResponse = Message<"aiflow.graph.v1.ListDefinitionsResponse"> & {
+  /**
+   * @generated from field: repeated aiflow.graph.v1.StoredDefinition definitions = 1;
+   */
+  definitions: StoredDefinition[];
+
+  /**
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message aiflow.graph.v1.ListDefinitionsResponse.
+ * Use `create(ListDefinitionsResponseSchema)` to create a new message.
+ */
+export const ListDefinitionsResponseSchema: GenMessage<ListDefinitionsResponse> = /*@__PURE__*/
+  messageDesc(file_aiflow_graph_v1_graph, 9);
+
+/**
  * @generated from message aiflow.graph.v1.StartRunRequest
  */
 export type StartRunRequest = Message<"aiflow.graph.v1.StartRunRequest"> & {
@@ -233,7 +369,7 @@ export type StartRunRequest = Message<"aiflow.graph.v1.StartRunRequest"> & {
  * Use `create(StartRunRequestSchema)` to create a new message.
  */
 export const StartRunRequestSchema: GenMessage<StartRunRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_graph_v1_graph, 5);
+  messageDesc(file_aiflow_graph_v1_graph, 10);
 
 /**
  * @generated from message aiflow.graph.v1.StartRunResponse
@@ -250,7 +386,7 @@ export type StartRunResponse = Message<"aiflow.graph.v1.StartRunResponse"> & {
  * Use `create(StartRunResponseSchema)` to create a new message.
  */
 export const StartRunResponseSchema: GenMessage<StartRunResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_graph_v1_graph, 6);
+  messageDesc(file_aiflow_graph_v1_graph, 11);
 
 /**
  * @generated from message aiflow.graph.v1.Run
@@ -357,7 +493,7 @@ export type Run = Message<"aiflow.graph.v1.Run"> & {
  * Use `create(RunSchema)` to create a new message.
  */
 export const RunSchema: GenMessage<Run> = /*@__PURE__*/
-  messageDesc(file_aiflow_graph_v1_graph, 7);
+  messageDesc(file_aiflow_graph_v1_graph, 12);
 
 /**
  * @generated from message aiflow.graph.v1.GetRunRequest
@@ -379,7 +515,7 @@ export type GetRunRequest = Message<"aiflow.graph.v1.GetRunRequest"> & {
  * Use `create(GetRunRequestSchema)` to create a new message.
  */
 export const GetRunRequestSchema: GenMessage<GetRunRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_graph_v1_graph, 8);
+  messageDesc(file_aiflow_graph_v1_graph, 13);
 
 /**
  * @generated from message aiflow.graph.v1.GetRunResponse
@@ -396,7 +532,7 @@ export type GetRunResponse = Message<"aiflow.graph.v1.GetRunResponse"> & {
  * Use `create(GetRunResponseSchema)` to create a new message.
  */
 export const GetRunResponseSchema: GenMessage<GetRunResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_graph_v1_graph, 9);
+  messageDesc(file_aiflow_graph_v1_graph, 14);
 
 /**
  * @generated from message aiflow.graph.v1.ListRunsRequest
@@ -425,7 +561,7 @@ export type ListRunsRequest = Message<"aiflow.graph.v1.ListRunsRequest"> & {
  * Use `create(ListRunsRequestSchema)` to create a new message.
  */
 export const ListRunsRequestSchema: GenMessage<ListRunsRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_graph_v1_graph, 10);
+  messageDesc(file_aiflow_graph_v1_graph, 15);
 
 /**
  * @generated from message aiflow.graph.v1.ListRunsResponse
@@ -447,7 +583,7 @@ export type ListRunsResponse = Message<"aiflow.graph.v1.ListRunsResponse"> & {
  * Use `create(ListRunsResponseSchema)` to create a new message.
  */
 export const ListRunsResponseSchema: GenMessage<ListRunsResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_graph_v1_graph, 11);
+  messageDesc(file_aiflow_graph_v1_graph, 16);
 
 /**
  * @generated from message aiflow.graph.v1.CancelRunRequest
@@ -474,7 +610,7 @@ export type CancelRunRequest = Message<"aiflow.graph.v1.CancelRunRequest"> & {
  * Use `create(CancelRunRequestSchema)` to create a new message.
  */
 export const CancelRunRequestSchema: GenMessage<CancelRunRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_graph_v1_graph, 12);
+  messageDesc(file_aiflow_graph_v1_graph, 17);
 
 /**
  * @generated from message aiflow.graph.v1.CancelRunResponse
@@ -491,7 +627,7 @@ export type CancelRunResponse = Message<"aiflow.graph.v1.CancelRunResponse"> & {
  * Use `create(CancelRunResponseSchema)` to create a new message.
  */
 export const CancelRunResponseSchema: GenMessage<CancelRunResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_graph_v1_graph, 13);
+  messageDesc(file_aiflow_graph_v1_graph, 18);
 
 /**
  * @generated from message aiflow.graph.v1.WatchRunRequest
@@ -513,7 +649,7 @@ export type WatchRunRequest = Message<"aiflow.graph.v1.WatchRunRequest"> & {
  * Use `create(WatchRunRequestSchema)` to create a new message.
  */
 export const WatchRunRequestSchema: GenMessage<WatchRunRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_graph_v1_graph, 14);
+  messageDesc(file_aiflow_graph_v1_graph, 19);
 
 /**
  * @generated from message aiflow.graph.v1.WatchRunResponse
@@ -530,7 +666,7 @@ export type WatchRunResponse = Message<"aiflow.graph.v1.WatchRunResponse"> & {
  * Use `create(WatchRunResponseSchema)` to create a new message.
  */
 export const WatchRunResponseSchema: GenMessage<WatchRunResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_graph_v1_graph, 15);
+  messageDesc(file_aiflow_graph_v1_graph, 20);
 
 /**
  * @generated from enum aiflow.graph.v1.NodeKind
@@ -632,6 +768,28 @@ export const GraphService: GenService<{
     methodKind: "unary";
     input: typeof PutDefinitionRequestSchema;
     output: typeof PutDefinitionResponseSchema;
+  },
+  /**
+   * The tenant's stored definition of this id, as PutDefinition stored it last, and who stored it
+   * when. NOT_FOUND when the tenant has none of that id.
+   *
+   * @generated from rpc aiflow.graph.v1.GraphService.GetDefinition
+   */
+  getDefinition: {
+    methodKind: "unary";
+    input: typeof GetDefinitionRequestSchema;
+    output: typeof GetDefinitionResponseSchema;
+  },
+  /**
+   * The tenant's stored definitions in order of their ids, without their bodies (GetDefinition
+   * reads one).
+   *
+   * @generated from rpc aiflow.graph.v1.GraphService.ListDefinitions
+   */
+  listDefinitions: {
+    methodKind: "unary";
+    input: typeof ListDefinitionsRequestSchema;
+    output: typeof ListDefinitionsResponseSchema;
   },
   /**
    * Starts a run. An edge naming an unknown node, a condition that does not parse, an end node no

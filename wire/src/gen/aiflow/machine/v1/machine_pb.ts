@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file aiflow/machine/v1/machine.proto.
  */
 export const file_aiflow_machine_v1_machine: GenFile = /*@__PURE__*/
-  fileDesc("Ch9haWZsb3cvbWFjaGluZS92MS9tYWNoaW5lLnByb3RvEhFhaWZsb3cubWFjaGluZS52MSJTCgpEZWZpbml0aW9uEgoKAmlkGAEgASgJEg8KB2luaXRpYWwYAiABKAkSKAoGc3RhdGVzGAMgAygLMhguYWlmbG93Lm1hY2hpbmUudjEuU3RhdGUiWwoFU3RhdGUSDAoEbmFtZRgBIAEoCRIQCgh0ZXJtaW5hbBgCIAEoCBIyCgt0cmFuc2l0aW9ucxgDIAMoCzIdLmFpZmxvdy5tYWNoaW5lLnYxLlRyYW5zaXRpb24iYQoKVHJhbnNpdGlvbhINCgVldmVudBgBIAEoCRIKCgJ0bxgCIAEoCRINCgVndWFyZBgDIAEoCRIpCgZhY3Rpb24YBCABKAsyGS5haWZsb3cubWFjaGluZS52MS5BY3Rpb24ikgEKBkFjdGlvbhITCgtlbmdpbmVfa2luZBgBIAEoCRIUCgxwYXlsb2FkX2pzb24YAiABKAkSEwoLbWF4X3JldHJpZXMYAyABKAUSNgoNd29ya2VyX3BhcmFtcxgEIAEoCzIfLmFpZmxvdy5jbHVzdGVyLnYxLldvcmtlclBhcmFtcxIQCghwcmlvcml0eRgFIAEoBSJdChRQdXREZWZpbml0aW9uUmVxdWVzdBISCgp0ZW5hbnRfa2V5GAEgASgJEjEKCmRlZmluaXRpb24YAiABKAsyHS5haWZsb3cubWFjaGluZS52MS5EZWZpbml0aW9uIj8KFVB1dERlZmluaXRpb25SZXNwb25zZRIVCg1kZWZpbml0aW9uX2lkGAEgASgJEg8KB2NyZWF0ZWQYAiABKAgikwEKD1N0YXJ0UnVuUmVxdWVzdBISCgp0ZW5hbnRfa2V5GAEgASgJEjMKCmRlZmluaXRpb24YAiABKAsyHS5haWZsb3cubWFjaGluZS52MS5EZWZpbml0aW9uSAASFwoNZGVmaW5pdGlvbl9pZBgDIAEoCUgAEhQKDGNvbnRleHRfanNvbhgEIAEoCUIICgZzb3VyY2UiNwoQU3RhcnRSdW5SZXNwb25zZRIjCgNydW4YASABKAsyFi5haWZsb3cubWFjaGluZS52MS5SdW4i1gIKA1J1bhIOCgZydW5faWQYASABKAkSEgoKdGVuYW50X2tleRgCIAEoCRIVCg1kZWZpbml0aW9uX2lkGAMgASgJEg0KBXN0YXRlGAQgASgJEhQKDGNvbnRleHRfanNvbhgFIAEoCRIPCgdoaXN0b3J5GAYgAygJEgwKBGxpdmUYByABKAgSEQoJc3VzcGVuZGVkGAggASgIEg8KB2ZhaWx1cmUYCSABKAkSDgoGcmVhc29uGAogASgJEhUKDXBlbmRpbmdfZXZlbnQYCyABKAkSEgoKcGVuZGluZ190bxgMIAEoCRIUCgx3b3JrX2l0ZW1faWQYDSABKAkSEgoKY3JlYXRlZF9ieRgOIAEoCRIuCgpjcmVhdGVkX29uGA8gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIXCg9oaXN0b3J5X2Ryb3BwZWQYECABKAMiMwoNR2V0UnVuUmVxdWVzdBISCgp0ZW5hbnRfa2V5GAEgASgJEg4KBnJ1bl9pZBgCIAEoCSI1Cg5HZXRSdW5SZXNwb25zZRIjCgNydW4YASABKAsyFi5haWZsb3cubWFjaGluZS52MS5SdW4iTAoPTGlzdFJ1bnNSZXF1ZXN0EhIKCnRlbmFudF9rZXkYASABKAkSEQoJcGFnZV9zaXplGAIgASgFEhIKCnBhZ2VfdG9rZW4YAyABKAkiUQoQTGlzdFJ1bnNSZXNwb25zZRIkCgRydW5zGAEgAygLMhYuYWlmbG93Lm1hY2hpbmUudjEuUnVuEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJbChBTaWduYWxSdW5SZXF1ZXN0EhIKCnRlbmFudF9rZXkYASABKAkSDgoGcnVuX2lkGAIgASgJEg0KBWV2ZW50GAMgASgJEhQKDHBheWxvYWRfanNvbhgEIAEoCSJcChFTaWduYWxSdW5SZXNwb25zZRIjCgNydW4YASABKAsyFi5haWZsb3cubWFjaGluZS52MS5SdW4SCgoCdG8YAiABKAkSFgoOYWN0aW9uX3N0YXJ0ZWQYAyABKAgiRgoQQ2FuY2VsUnVuUmVxdWVzdBISCgp0ZW5hbnRfa2V5GAEgASgJEg4KBnJ1bl9pZBgCIAEoCRIOCgZyZWFzb24YAyABKAkiOAoRQ2FuY2VsUnVuUmVzcG9uc2USIwoDcnVuGAEgASgLMhYuYWlmbG93Lm1hY2hpbmUudjEuUnVuIjUKD1dhdGNoUnVuUmVxdWVzdBISCgp0ZW5hbnRfa2V5GAEgASgJEg4KBnJ1bl9pZBgCIAEoCSI3ChBXYXRjaFJ1blJlc3BvbnNlEiMKA3J1bhgBIAEoCzIWLmFpZmxvdy5tYWNoaW5lLnYxLlJ1bjL0BAoOTWFjaGluZVNlcnZpY2USYgoNUHV0RGVmaW5pdGlvbhInLmFpZmxvdy5tYWNoaW5lLnYxLlB1dERlZmluaXRpb25SZXF1ZXN0GiguYWlmbG93Lm1hY2hpbmUudjEuUHV0RGVmaW5pdGlvblJlc3BvbnNlElMKCFN0YXJ0UnVuEiIuYWlmbG93Lm1hY2hpbmUudjEuU3RhcnRSdW5SZXF1ZXN0GiMuYWlmbG93Lm1hY2hpbmUudjEuU3RhcnRSdW5SZXNwb25zZRJNCgZHZXRSdW4SIC5haWZsb3cubWFjaGluZS52MS5HZXRSdW5SZXF1ZXN0GiEuYWlmbG93Lm1hY2hpbmUudjEuR2V0UnVuUmVzcG9uc2USUwoITGlzdFJ1bnMSIi5haWZsb3cubWFjaGluZS52MS5MaXN0UnVuc1JlcXVlc3QaIy5haWZsb3cubWFjaGluZS52MS5MaXN0UnVuc1Jlc3BvbnNlElYKCVNpZ25hbFJ1bhIjLmFpZmxvdy5tYWNoaW5lLnYxLlNpZ25hbFJ1blJlcXVlc3QaJC5haWZsb3cubWFjaGluZS52MS5TaWduYWxSdW5SZXNwb25zZRJWCglDYW5jZWxSdW4SIy5haWZsb3cubWFjaGluZS52MS5DYW5jZWxSdW5SZXF1ZXN0GiQuYWlmbG93Lm1hY2hpbmUudjEuQ2FuY2VsUnVuUmVzcG9uc2USVQoIV2F0Y2hSdW4SIi5haWZsb3cubWFjaGluZS52MS5XYXRjaFJ1blJlcXVlc3QaIy5haWZsb3cubWFjaGluZS52MS5XYXRjaFJ1blJlc3BvbnNlMAFiBnByb3RvMw", [file_aiflow_cluster_v1_work_item, file_google_protobuf_timestamp]);
+  fileDesc("Ch9haWZsb3cvbWFjaGluZS92MS9tYWNoaW5lLnByb3RvEhFhaWZsb3cubWFjaGluZS52MSJTCgpEZWZpbml0aW9uEgoKAmlkGAEgASgJEg8KB2luaXRpYWwYAiABKAkSKAoGc3RhdGVzGAMgAygLMhguYWlmbG93Lm1hY2hpbmUudjEuU3RhdGUiWwoFU3RhdGUSDAoEbmFtZRgBIAEoCRIQCgh0ZXJtaW5hbBgCIAEoCBIyCgt0cmFuc2l0aW9ucxgDIAMoCzIdLmFpZmxvdy5tYWNoaW5lLnYxLlRyYW5zaXRpb24iYQoKVHJhbnNpdGlvbhINCgVldmVudBgBIAEoCRIKCgJ0bxgCIAEoCRINCgVndWFyZBgDIAEoCRIpCgZhY3Rpb24YBCABKAsyGS5haWZsb3cubWFjaGluZS52MS5BY3Rpb24ikgEKBkFjdGlvbhITCgtlbmdpbmVfa2luZBgBIAEoCRIUCgxwYXlsb2FkX2pzb24YAiABKAkSEwoLbWF4X3JldHJpZXMYAyABKAUSNgoNd29ya2VyX3BhcmFtcxgEIAEoCzIfLmFpZmxvdy5jbHVzdGVyLnYxLldvcmtlclBhcmFtcxIQCghwcmlvcml0eRgFIAEoBSJdChRQdXREZWZpbml0aW9uUmVxdWVzdBISCgp0ZW5hbnRfa2V5GAEgASgJEjEKCmRlZmluaXRpb24YAiABKAsyHS5haWZsb3cubWFjaGluZS52MS5EZWZpbml0aW9uIj8KFVB1dERlZmluaXRpb25SZXNwb25zZRIVCg1kZWZpbml0aW9uX2lkGAEgASgJEg8KB2NyZWF0ZWQYAiABKAgiQQoUR2V0RGVmaW5pdGlvblJlcXVlc3QSEgoKdGVuYW50X2tleRgBIAEoCRIVCg1kZWZpbml0aW9uX2lkGAIgASgJIn8KFUdldERlZmluaXRpb25SZXNwb25zZRIxCgpkZWZpbml0aW9uGAEgASgLMh0uYWlmbG93Lm1hY2hpbmUudjEuRGVmaW5pdGlvbhIzCgZzdG9yZWQYAiABKAsyIy5haWZsb3cubWFjaGluZS52MS5TdG9yZWREZWZpbml0aW9uIrEBChBTdG9yZWREZWZpbml0aW9uEhUKDWRlZmluaXRpb25faWQYASABKAkSEgoKY3JlYXRlZF9ieRgCIAEoCRIuCgpjcmVhdGVkX29uGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBISCgp1cGRhdGVkX2J5GAQgASgJEi4KCnVwZGF0ZWRfb24YBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIlMKFkxpc3REZWZpbml0aW9uc1JlcXVlc3QSEgoKdGVuYW50X2tleRgBIAEoCRIRCglwYWdlX3NpemUYAiABKAUSEgoKcGFnZV90b2tlbhgDIAEoCSJsChdMaXN0RGVmaW5pdGlvbnNSZXNwb25zZRI4CgtkZWZpbml0aW9ucxgBIAMoCzIjLmFpZmxvdy5tYWNoaW5lLnYxLlN0b3JlZERlZmluaXRpb24SFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIpMBCg9TdGFydFJ1blJlcXVlc3QSEgoKdGVuYW50X2tleRgBIAEoCRIzCgpkZWZpbml0aW9uGAIgASgLMh0uYWlmbG93Lm1hY2hpbmUudjEuRGVmaW5pdGlvbkgAEhcKDWRlZmluaXRpb25faWQYAyABKAlIABIUCgxjb250ZXh0X2pzb24YBCABKAlCCAoGc291cmNlIjcKEFN0YXJ0UnVuUmVzcG9uc2USIwoDcnVuGAEgASgLMhYuYWlmbG93Lm1hY2hpbmUudjEuUnVuItYCCgNSdW4SDgoGcnVuX2lkGAEgASgJEhIKCnRlbmFudF9rZXkYAiABKAkSFQoNZGVmaW5pdGlvbl9pZBgDIAEoCRINCgVzdGF0ZRgEIAEoCRIUCgxjb250ZXh0X2pzb24YBSABKAkSDwoHaGlzdG9yeRgGIAMoCRIMCgRsaXZlGAcgASgIEhEKCXN1c3BlbmRlZBgIIAEoCBIPCgdmYWlsdXJlGAkgASgJEg4KBnJlYXNvbhgKIAEoCRIVCg1wZW5kaW5nX2V2ZW50GAsgASgJEhIKCnBlbmRpbmdfdG8YDCABKAkSFAoMd29ya19pdGVtX2lkGA0gASgJEhIKCmNyZWF0ZWRfYnkYDiABKAkSLgoKY3JlYXRlZF9vbhgPIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFwoPaGlzdG9yeV9kcm9wcGVkGBAgASgDIjMKDUdldFJ1blJlcXVlc3QSEgoKdGVuYW50X2tleRgBIAEoCRIOCgZydW5faWQYAiABKAkiNQoOR2V0UnVuUmVzcG9uc2USIwoDcnVuGAEgASgLMhYuYWlmbG93Lm1hY2hpbmUudjEuUnVuIkwKD0xpc3RSdW5zUmVxdWVzdBISCgp0ZW5hbnRfa2V5GAEgASgJEhEKCXBhZ2Vfc2l6ZRgCIAEoBRISCgpwYWdlX3Rva2VuGAMgASgJIlEKEExpc3RSdW5zUmVzcG9uc2USJAoEcnVucxgBIAMoCzIWLmFpZmxvdy5tYWNoaW5lLnYxLlJ1bhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiWwoQU2lnbmFsUnVuUmVxdWVzdBISCgp0ZW5hbnRfa2V5GAEgASgJEg4KBnJ1bl9pZBgCIAEoCRINCgVldmVudBgDIAEoCRIUCgxwYXlsb2FkX2pzb24YBCABKAkiXAoRU2lnbmFsUnVuUmVzcG9uc2USIwoDcnVuGAEgASgLMhYuYWlmbG93Lm1hY2hpbmUudjEuUnVuEgoKAnRvGAIgASgJEhYKDmFjdGlvbl9zdGFydGVkGAMgASgIIkYKEENhbmNlbFJ1blJlcXVlc3QSEgoKdGVuYW50X2tleRgBIAEoCRIOCgZydW5faWQYAiABKAkSDgoGcmVhc29uGAMgASgJIjgKEUNhbmNlbFJ1blJlc3BvbnNlEiMKA3J1bhgBIAEoCzIWLmFpZmxvdy5tYWNoaW5lLnYxLlJ1biI1Cg9XYXRjaFJ1blJlcXVlc3QSEgoKdGVuYW50X2tleRgBIAEoCRIOCgZydW5faWQYAiABKAkiNwoQV2F0Y2hSdW5SZXNwb25zZRIjCgNydW4YASABKAsyFi5haWZsb3cubWFjaGluZS52MS5SdW4ywgYKDk1hY2hpbmVTZXJ2aWNlEmIKDVB1dERlZmluaXRpb24SJy5haWZsb3cubWFjaGluZS52MS5QdXREZWZpbml0aW9uUmVxdWVzdBooLmFpZmxvdy5tYWNoaW5lLnYxLlB1dERlZmluaXRpb25SZXNwb25zZRJiCg1HZXREZWZpbml0aW9uEicuYWlmbG93Lm1hY2hpbmUudjEuR2V0RGVmaW5pdGlvblJlcXVlc3QaKC5haWZsb3cubWFjaGluZS52MS5HZXREZWZpbml0aW9uUmVzcG9uc2USaAoPTGlzdERlZmluaXRpb25zEikuYWlmbG93Lm1hY2hpbmUudjEuTGlzdERlZmluaXRpb25zUmVxdWVzdBoqLmFpZmxvdy5tYWNoaW5lLnYxLkxpc3REZWZpbml0aW9uc1Jlc3BvbnNlElMKCFN0YXJ0UnVuEiIuYWlmbG93Lm1hY2hpbmUudjEuU3RhcnRSdW5SZXF1ZXN0GiMuYWlmbG93Lm1hY2hpbmUudjEuU3RhcnRSdW5SZXNwb25zZRJNCgZHZXRSdW4SIC5haWZsb3cubWFjaGluZS52MS5HZXRSdW5SZXF1ZXN0GiEuYWlmbG93Lm1hY2hpbmUudjEuR2V0UnVuUmVzcG9uc2USUwoITGlzdFJ1bnMSIi5haWZsb3cubWFjaGluZS52MS5MaXN0UnVuc1JlcXVlc3QaIy5haWZsb3cubWFjaGluZS52MS5MaXN0UnVuc1Jlc3BvbnNlElYKCVNpZ25hbFJ1bhIjLmFpZmxvdy5tYWNoaW5lLnYxLlNpZ25hbFJ1blJlcXVlc3QaJC5haWZsb3cubWFjaGluZS52MS5TaWduYWxSdW5SZXNwb25zZRJWCglDYW5jZWxSdW4SIy5haWZsb3cubWFjaGluZS52MS5DYW5jZWxSdW5SZXF1ZXN0GiQuYWlmbG93Lm1hY2hpbmUudjEuQ2FuY2VsUnVuUmVzcG9uc2USVQoIV2F0Y2hSdW4SIi5haWZsb3cubWFjaGluZS52MS5XYXRjaFJ1blJlcXVlc3QaIy5haWZsb3cubWFjaGluZS52MS5XYXRjaFJ1blJlc3BvbnNlMAFiBnByb3RvMw", [file_aiflow_cluster_v1_work_item, file_google_protobuf_timestamp]);
 
 /**
  * @generated from message aiflow.machine.v1.Definition
@@ -198,6 +198,142 @@ export const PutDefinitionResponseSchema: GenMessage<PutDefinitionResponse> = /*
   messageDesc(file_aiflow_machine_v1_machine, 5);
 
 /**
+ * @generated from message aiflow.machine.v1.GetDefinitionRequest
+ */
+export type GetDefinitionRequest = Message<"aiflow.machine.v1.GetDefinitionRequest"> & {
+  /**
+   * @generated from field: string tenant_key = 1;
+   */
+  tenantKey: string;
+
+  /**
+   * @generated from field: string definition_id = 2;
+   */
+  definitionId: string;
+};
+
+/**
+ * Describes the message aiflow.machine.v1.GetDefinitionRequest.
+ * Use `create(GetDefinitionRequestSchema)` to create a new message.
+ */
+export const GetDefinitionRequestSchema: GenMessage<GetDefinitionRequest> = /*@__PURE__*/
+  messageDesc(file_aiflow_machine_v1_machine, 6);
+
+/**
+ * @generated from message aiflow.machine.v1.GetDefinitionResponse
+ */
+export type GetDefinitionResponse = Message<"aiflow.machine.v1.GetDefinitionResponse"> & {
+  /**
+   * @generated from field: aiflow.machine.v1.Definition definition = 1;
+   */
+  definition?: Definition | undefined;
+
+  /**
+   * @generated from field: aiflow.machine.v1.StoredDefinition stored = 2;
+   */
+  stored?: StoredDefinition | undefined;
+};
+
+/**
+ * Describes the message aiflow.machine.v1.GetDefinitionResponse.
+ * Use `create(GetDefinitionResponseSchema)` to create a new message.
+ */
+export const GetDefinitionResponseSchema: GenMessage<GetDefinitionResponse> = /*@__PURE__*/
+  messageDesc(file_aiflow_machine_v1_machine, 7);
+
+/**
+ * A stored definition's record: its id, who stored it first and last, and when.
+ *
+ * @generated from message aiflow.machine.v1.StoredDefinition
+ */
+export type StoredDefinition = Message<"aiflow.machine.v1.StoredDefinition"> & {
+  /**
+   * @generated from field: string definition_id = 1;
+   */
+  definitionId: string;
+
+  /**
+   * @generated from field: string created_by = 2;
+   */
+  createdBy: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp created_on = 3;
+   */
+  createdOn?: Timestamp | undefined;
+
+  /**
+   * The last PutDefinition of this id (the first, until it is replaced).
+   *
+   * @generated from field: string updated_by = 4;
+   */
+  updatedBy: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp updated_on = 5;
+   */
+  updatedOn?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message aiflow.machine.v1.StoredDefinition.
+ * Use `create(StoredDefinitionSchema)` to create a new message.
+ */
+export const StoredDefinitionSchema: GenMessage<StoredDefinition> = /*@__PURE__*/
+  messageDesc(file_aiflow_machine_v1_machine, 8);
+
+/**
+ * @generated from message aiflow.machine.v1.ListDefinitionsRequest
+ */
+export type ListDefinitionsRequest = Message<"aiflow.machine.v1.ListDefinitionsRequest"> & {
+  /**
+   * @generated from field: string tenant_key = 1;
+   */
+  tenantKey: string;
+
+  /**
+   * 0: 50; at most 500.
+   *
+   * @generated from field: int32 page_size = 2;
+   */
+  pageSize: number;
+
+  /**
+   * @generated from field: string page_token = 3;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message aiflow.machine.v1.ListDefinitionsRequest.
+ * Use `create(ListDefinitionsRequestSchema)` to create a new message.
+ */
+export const ListDefinitionsRequestSchema: GenMessage<ListDefinitionsRequest> = /*@__PURE__*/
+  messageDesc(file_aiflow_machine_v1_machine, 9);
+
+/**
+ * @generated from message aiflow.machine.v1.ListDefinitionsResponse
+ */
+export type ListDefinitionsResponse = Message<"aiflow.machine.v1.ListDefinitionsResponse"> & {
+  /**
+   * @generated from field: repeated aiflow.machine.v1.StoredDefinition definitions = 1;
+   */
+  definitions: StoredDefinition[];
+
+  /**
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message aiflow.machine.v1.ListDefinitionsResponse.
+ * Use `create(ListDefinitionsResponseSchema)` to create a new message.
+ */
+export const ListDefinitionsResponseSchema: GenMessage<ListDefinitionsResponse> = /*@__PURE__*/
+  messageDesc(file_aiflow_machine_v1_machine, 10);
+
+/**
  * @generated from message aiflow.machine.v1.StartRunRequest
  */
 export type StartRunRequest = Message<"aiflow.machine.v1.StartRunRequest"> & {
@@ -236,7 +372,7 @@ export type StartRunRequest = Message<"aiflow.machine.v1.StartRunRequest"> & {
  * Use `create(StartRunRequestSchema)` to create a new message.
  */
 export const StartRunRequestSchema: GenMessage<StartRunRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_machine_v1_machine, 6);
+  messageDesc(file_aiflow_machine_v1_machine, 11);
 
 /**
  * @generated from message aiflow.machine.v1.StartRunResponse
@@ -253,7 +389,7 @@ export type StartRunResponse = Message<"aiflow.machine.v1.StartRunResponse"> & {
  * Use `create(StartRunResponseSchema)` to create a new message.
  */
 export const StartRunResponseSchema: GenMessage<StartRunResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_machine_v1_machine, 7);
+  messageDesc(file_aiflow_machine_v1_machine, 12);
 
 /**
  * @generated from message aiflow.machine.v1.Run
@@ -360,7 +496,7 @@ export type Run = Message<"aiflow.machine.v1.Run"> & {
  * Use `create(RunSchema)` to create a new message.
  */
 export const RunSchema: GenMessage<Run> = /*@__PURE__*/
-  messageDesc(file_aiflow_machine_v1_machine, 8);
+  messageDesc(file_aiflow_machine_v1_machine, 13);
 
 /**
  * @generated from message aiflow.machine.v1.GetRunRequest
@@ -382,7 +518,7 @@ export type GetRunRequest = Message<"aiflow.machine.v1.GetRunRequest"> & {
  * Use `create(GetRunRequestSchema)` to create a new message.
  */
 export const GetRunRequestSchema: GenMessage<GetRunRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_machine_v1_machine, 9);
+  messageDesc(file_aiflow_machine_v1_machine, 14);
 
 /**
  * @generated from message aiflow.machine.v1.GetRunResponse
@@ -399,7 +535,7 @@ export type GetRunResponse = Message<"aiflow.machine.v1.GetRunResponse"> & {
  * Use `create(GetRunResponseSchema)` to create a new message.
  */
 export const GetRunResponseSchema: GenMessage<GetRunResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_machine_v1_machine, 10);
+  messageDesc(file_aiflow_machine_v1_machine, 15);
 
 /**
  * @generated from message aiflow.machine.v1.ListRunsRequest
@@ -426,7 +562,7 @@ export type ListRunsRequest = Message<"aiflow.machine.v1.ListRunsRequest"> & {
  * Use `create(ListRunsRequestSchema)` to create a new message.
  */
 export const ListRunsRequestSchema: GenMessage<ListRunsRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_machine_v1_machine, 11);
+  messageDesc(file_aiflow_machine_v1_machine, 16);
 
 /**
  * @generated from message aiflow.machine.v1.ListRunsResponse
@@ -448,7 +584,7 @@ export type ListRunsResponse = Message<"aiflow.machine.v1.ListRunsResponse"> & {
  * Use `create(ListRunsResponseSchema)` to create a new message.
  */
 export const ListRunsResponseSchema: GenMessage<ListRunsResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_machine_v1_machine, 12);
+  messageDesc(file_aiflow_machine_v1_machine, 17);
 
 /**
  * @generated from message aiflow.machine.v1.SignalRunRequest
@@ -482,7 +618,7 @@ export type SignalRunRequest = Message<"aiflow.machine.v1.SignalRunRequest"> & {
  * Use `create(SignalRunRequestSchema)` to create a new message.
  */
 export const SignalRunRequestSchema: GenMessage<SignalRunRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_machine_v1_machine, 13);
+  messageDesc(file_aiflow_machine_v1_machine, 18);
 
 /**
  * @generated from message aiflow.machine.v1.SignalRunResponse
@@ -511,7 +647,7 @@ export type SignalRunResponse = Message<"aiflow.machine.v1.SignalRunResponse"> &
  * Use `create(SignalRunResponseSchema)` to create a new message.
  */
 export const SignalRunResponseSchema: GenMessage<SignalRunResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_machine_v1_machine, 14);
+  messageDesc(file_aiflow_machine_v1_machine, 19);
 
 /**
  * @generated from message aiflow.machine.v1.CancelRunRequest
@@ -538,7 +674,7 @@ export type CancelRunRequest = Message<"aiflow.machine.v1.CancelRunRequest"> & {
  * Use `create(CancelRunRequestSchema)` to create a new message.
  */
 export const CancelRunRequestSchema: GenMessage<CancelRunRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_machine_v1_machine, 15);
+  messageDesc(file_aiflow_machine_v1_machine, 20);
 
 /**
  * @generated from message aiflow.machine.v1.CancelRunResponse
@@ -555,7 +691,7 @@ export type CancelRunResponse = Message<"aiflow.machine.v1.CancelRunResponse"> &
  * Use `create(CancelRunResponseSchema)` to create a new message.
  */
 export const CancelRunResponseSchema: GenMessage<CancelRunResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_machine_v1_machine, 16);
+  messageDesc(file_aiflow_machine_v1_machine, 21);
 
 /**
  * @generated from message aiflow.machine.v1.WatchRunRequest
@@ -577,7 +713,7 @@ export type WatchRunRequest = Message<"aiflow.machine.v1.WatchRunRequest"> & {
  * Use `create(WatchRunRequestSchema)` to create a new message.
  */
 export const WatchRunRequestSchema: GenMessage<WatchRunRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_machine_v1_machine, 17);
+  messageDesc(file_aiflow_machine_v1_machine, 22);
 
 /**
  * @generated from message aiflow.machine.v1.WatchRunResponse
@@ -594,7 +730,7 @@ export type WatchRunResponse = Message<"aiflow.machine.v1.WatchRunResponse"> & {
  * Use `create(WatchRunResponseSchema)` to create a new message.
  */
 export const WatchRunResponseSchema: GenMessage<WatchRunResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_machine_v1_machine, 18);
+  messageDesc(file_aiflow_machine_v1_machine, 23);
 
 /**
  * MachineService runs state machines (role `runs`). A machine rests in a state between events: an
@@ -618,6 +754,28 @@ export const MachineService: GenService<{
     methodKind: "unary";
     input: typeof PutDefinitionRequestSchema;
     output: typeof PutDefinitionResponseSchema;
+  },
+  /**
+   * The tenant's stored definition of this id, as PutDefinition stored it last, and who stored it
+   * when. NOT_FOUND when the tenant has none of that id.
+   *
+   * @generated from rpc aiflow.machine.v1.MachineService.GetDefinition
+   */
+  getDefinition: {
+    methodKind: "unary";
+    input: typeof GetDefinitionRequestSchema;
+    output: typeof GetDefinitionResponseSchema;
+  },
+  /**
+   * The tenant's stored definitions in order of their ids, without their bodies (GetDefinition
+   * reads one).
+   *
+   * @generated from rpc aiflow.machine.v1.MachineService.ListDefinitions
+   */
+  listDefinitions: {
+    methodKind: "unary";
+    input: typeof ListDefinitionsRequestSchema;
+    output: typeof ListDefinitionsResponseSchema;
   },
   /**
    * Starts a machine in its initial state. A transition to an unknown state, a guard that does not
