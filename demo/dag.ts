@@ -97,12 +97,13 @@ export async function dagDemo(o: DagDemoOptions): Promise<boolean> {
 
 /**
  * Follows the run with WatchRun until it ends, printing a line whenever a node's status changes and
- * as a fan-out node's iterations complete; returns the ended run.
+ * as a fan-out node's iterations complete; returns the ended run with every node's attempts (the
+ * ATTEMPTS (RUN) column counts them: without with_attempts, WatchRun sends none and it read 0).
  */
-async function watch(dag: ReturnType<typeof createClient<typeof DagService>>, tenant: string, runId: string, say: (msg: string) => void): Promise<Run> {
+export async function watch(dag: ReturnType<typeof createClient<typeof DagService>>, tenant: string, runId: string, say: (msg: string) => void): Promise<Run> {
   let last: Run | undefined;
   const seen = new Map<string, string>();
-  for await (const m of dag.watchRun({ tenantKey: tenant, runId }, { signal: AbortSignal.timeout(WATCH_TIMEOUT_MS) })) {
+  for await (const m of dag.watchRun({ tenantKey: tenant, runId, withAttempts: true }, { signal: AbortSignal.timeout(WATCH_TIMEOUT_MS) })) {
     last = m.run!;
     for (const n of last.nodes) {
       const status = NodeStatus[n.status]!.toLowerCase();
