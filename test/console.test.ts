@@ -252,6 +252,16 @@ describe("the console", () => {
     await page.getByRole("button", { name: "Drain matching…" }).click();
     const dialog = page.getByRole("dialog", { name: "Drain matching agents" });
     expect(await dialog.textContent()).toContain("tagged pool=cpu");
+    // Before anyone confirms, the dialog lists whom the drain would hit (a dry run: nothing drains yet).
+    const listed = dialog.getByRole("list", { name: "Agents it would drain" });
+    await eventually(() => listed.locator("li").evaluateAll((els) => els.map((e) => e.getAttribute("data-preview-agent")))).toEqual(["cpu-c"]);
+    expect(await dialog.textContent()).toContain("It would drain 1 agent:");
+    expect(await row("cpu-c").locator(".status").textContent()).toBe("active");
+    // A version that is not one is refused as it is typed, in the words the daemon refuses it with.
+    await dialog.getByLabel("Version below").fill("sim-1.1.0");
+    await eventually(() => dialog.locator(".drain-preview").textContent()).toContain("'sim-1.1.0' is not a version");
+    await dialog.getByLabel("Version below").fill("");
+    await eventually(() => listed.locator("li").count()).toBe(1);
     await dialog.getByRole("button", { name: "Drain them" }).click();
     await eventually(() => page.getByRole("status").textContent()).toBe("1 agents draining");
     await eventually(() => row("cpu-c").locator(".status").textContent()).toBe("draining");

@@ -192,6 +192,42 @@ describe("DrainAgent with a deadline", () => {
   });
 });
 
+describe("DrainAgent's result counts the agent's own releases at the deadline", () => {
+  it("a release at or after the deadline, or one the agent marks drain_deadline, counts; an early unmarked one does not", async () => {
+    const tenant = "drain-agent-released";
+    await producer.many(tenant, "k", 4);
+    const a = await agent("dr-a", { tenants: [tenant] });
+    const [early, marked, late, last] = await a.claim(4);
+    expect(last).toBeDefined();
+    // An agent that is not draining has no drain to count in: its marked release writes nothing.
+    const other = await agent("dr-other", { tenants: [tenant] });
+    await producer.many(tenant, "k", 1);
+    const [own] = await other.claim(1);
+    expect((await other.release([own!], true)).map((o) => o.ok)).toEqual([true]);
+    expect((await getAgent(other.name)).agent?.drain).toBeUndefined();
+
+    await ops.client.drainAgent({ name: a.name, deadline: durationFromMs(10_000) }, ops.call);
+    // Before the deadline: an item given back unmarked (claimed ahead, never started) is not work the deadline cut off.
+    expect((await a.release([early!])).map((o) => o.ok)).toEqual([true]);
+    expect((await getAgent(a.name)).agent?.drain?.releasedAtDeadline).toBe(0);
+    // The agent's timer fired first by its own clock: it says why.
+    expect((await a.release([marked!], true)).map((o) => o.ok)).toEqual([true]);
+    expect((await getAgent(a.name)).agent?.drain?.releasedAtDeadline).toBe(1);
+
+    // At the deadline, before any sweep ran: the agent gives the rest back itself, unmarked.
+    clock.advance(10_000);
+    expect((await a.release([late!])).map((o) => o.ok)).toEqual([true]);
+    let got = await getAgent(a.name);
+    expect(got.agent?.drain).toMatchObject({ inFlightAtStart: 4, inFlightNow: 1, releasedAtDeadline: 2 });
+    // The sweep gives back what is left and counts it; a release it already made is not counted twice.
+    await daemon.maintenance.runOnce();
+    expect((await a.release([last!], true)).map((o) => o.code)).toEqual([Code.FailedPrecondition]);
+    got = await getAgent(a.name);
+    expect(got.agent?.drain).toMatchObject({ inFlightNow: 0, complete: true, releasedAtDeadline: 3 });
+    for (const h of [early, marked, late, last]) expect((await item(h!.id)).status).toBe(WorkItemStatus.PENDING);
+  });
+});
+
 describe("DrainAgent by selector", () => {
   it("version_below drains only the older versions (dotted numeric order); a tag selector drains its matches; a re-drain keeps the start", async () => {
     const tenant = "drain-selector";

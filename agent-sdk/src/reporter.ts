@@ -240,7 +240,7 @@ export class Reporter {
       );
       return stream ? stream.report({ kind, items }) : (await client.fail({ name, items }, options)).outcomes;
     }
-    const leases = batch.map(({ report: r }) => ({ workItemId: r.id, leaseToken: r.token }));
+    const leases = batch.map(({ report: r }) => ({ workItemId: r.id, leaseToken: r.token, drainDeadline: r.kind === "release" && r.drainDeadline === true }));
     return stream ? stream.report({ kind, items: leases }) : (await client.release({ name, leases }, options)).outcomes;
   }
 

@@ -92,7 +92,8 @@ export class ItemContext implements HandlerContext {
 export type Report =
   | { kind: "complete"; id: string; token: string; resultJson: string }
   | { kind: "fail"; id: string; token: string; error: string; retryable: boolean; retryDelayMs: number | undefined }
-  | { kind: "release"; id: string; token: string };
+  /** `drainDeadline`: given back because a drain deadline passed (the daemon counts it in the drain's result). */
+  | { kind: "release"; id: string; token: string; drainDeadline?: boolean };
 
 /** The daemon keeps at most 8192 characters of an error. */
 const ERROR_MAX = 8000;

@@ -100,9 +100,13 @@ export class Work {
     }
   }
 
-  /** Gives back the items waiting for a slot (a drain began: they would not start before it ends). */
-  releaseWaiting(): void {
-    for (const run of this.#waiting.splice(0)) this.#release(run, "the agent is draining: the item was given back before it started");
+  /**
+   * Gives back the items waiting for a slot (a drain began: they would not start before it ends).
+   * `atDeadline`: the drain's deadline passed first; the release says so, as the daemon's own
+   * release at the deadline would have counted them.
+   */
+  releaseWaiting(atDeadline = false): void {
+    for (const run of this.#waiting.splice(0)) this.#release(run, "the agent is draining: the item was given back before it started", atDeadline);
   }
 
   /** The daemon says the lease is gone: a running item is aborted and finished without a report. */
@@ -118,16 +122,20 @@ export class Work {
 
   /** The drain deadline passed: aborts what still runs and gives it back without spending an attempt. */
   releaseRunning(): void {
-    this.releaseWaiting();
-    for (const run of this.#running()) this.#release(run, "the drain deadline passed: the item was given back to the queue");
+    this.releaseWaiting(true);
+    for (const run of this.#running()) this.#release(run, "the drain deadline passed: the item was given back to the queue", true);
     this.#checkIdle();
   }
 
-  #release(run: Run, message: string): void {
+  /**
+   * `atDeadline`: a drain deadline made the agent give the item back, which the release says, so the
+   * drain's result counts it even when the daemon's clock is behind ours.
+   */
+  #release(run: Run, message: string, atDeadline = false): void {
     run.phase = "releasing";
     this.hooks.leaseDropped(run);
     run.abort("drain-deadline", message);
-    const release: Report = { kind: "release", id: run.item.id, token: run.token };
+    const release: Report = { kind: "release", id: run.item.id, token: run.token, drainDeadline: atDeadline };
     void this.reporter.submit(release).then((r) => this.#finish(run, outcomeOf(release, r)));
   }
 

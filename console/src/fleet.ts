@@ -5,11 +5,12 @@
  * FLEET_WINDOW_MS per agent, kept in memory while the tab is open. Drain (with a deadline),
  * undrain and remove each ask first and call the same OpsService methods aiflowctl calls.
  */
-import { useState } from "preact/hooks";
+import { useEffect, useState } from "preact/hooks";
 import { durationFromMs, durationMs, timestampMs } from "@bufbuild/protobuf/wkt";
 import { AgentStatus } from "@aiflow/wire/gen/aiflow/cluster/v1/common_pb.js";
 import type { AgentSummary } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
-import { ops } from "./api.js";
+import { messageOf, ops } from "./api.js";
+import { notAVersion, parseVersion } from "../../src/util/version.js";
 import { ago, bytes, ConfirmButton, ErrorLine, html, pct, Sparkline, time, usePoll } from "./ui.js";
 
 const FLEET_WINDOW_MS = 5 * 60_000;
@@ -167,11 +168,18 @@ function AgentActions({ agent: a, onChange }: { agent: AgentSummary; onChange: (
   <//>`;
 }
 
-/** A rolling deploy's drain: every agent with the filter's tags and a version below the one given. */
+/**
+ * A rolling deploy's drain: every agent with the filter's tags and a version below the one given.
+ * The dialog lists the agents it would drain (a dry run of the same selector, read when it opens and
+ * again as the version is typed) before anyone confirms, and the agents left alone because their
+ * version is not a version. The drain itself uses the selector again, so its outcome says how many
+ * it drained then.
+ */
 function DrainSelected({ tags, onChange }: { tags: Record<string, string>; onChange: () => void }) {
   const [below, setBelow] = useState("");
   const [minutes, setMinutes] = useState("10");
   const [drained, setDrained] = useState<string | undefined>(undefined);
+  const [opened, setOpened] = useState(0);
   const tagText = Object.entries(tags).map(([k, v]) => `${k}=${v}`).join(", ");
   const drain = async () => {
     if (below.trim() === "" && tagText === "") throw new Error("give a version to drain below, or filter by tags first: a drain of the whole fleet is one agent at a time");
@@ -183,10 +191,44 @@ function DrainSelected({ tags, onChange }: { tags: Record<string, string>; onCha
     setDrained(`${res.agents.length} agents draining`);
     onChange();
   };
-  return html`<${ConfirmButton} label="Drain matching…" title="Drain matching agents" confirm="Drain them" onConfirm=${drain}>
+  return html`<${ConfirmButton} label="Drain matching…" title="Drain matching agents" confirm="Drain them" onConfirm=${drain} onOpen=${() => setOpened((n) => n + 1)}>
       <p>Drains every agent ${tagText ? `tagged ${tagText}` : ""}${tagText && below ? " and " : ""}${below ? `of a version below ${below}` : ""}${!tagText && !below ? "that matches (give a version or filter by tags)" : ""}.</p>
       <label>Version below <input value=${below} placeholder="1.10.0" onInput=${(e: Event) => setBelow((e.target as HTMLInputElement).value)} /></label>
       <label>Deadline in minutes (0: none) <input type="number" min="0" value=${minutes} onInput=${(e: Event) => setMinutes((e.target as HTMLInputElement).value)} /></label>
+      ${opened > 0 && html`<${DrainPreview} tags=${tags} tagText=${tagText} below=${below.trim()} opened=${opened} />`}
     <//>
     <span role="status" class="outcome">${drained ?? ""}</span>`;
+}
+
+type Preview = { agents: AgentSummary[]; skipped: string[] } | { error: string } | undefined;
+
+/** The agents a selector drain would hit now: DrainAgent with dry_run, which changes nothing. */
+function DrainPreview({ tags, tagText, below, opened }: { tags: Record<string, string>; tagText: string; below: string; opened: number }) {
+  const [preview, setPreview] = useState<Preview>(undefined);
+  useEffect(() => {
+    if (!tagText && !below) return setPreview(undefined);
+    // Half-typed versions (`1.`) are answered here, in the daemon's words, not by a refused call each.
+    if (below && !parseVersion(below)) return setPreview({ error: notAVersion(below) });
+    // Answers can come back out of order while the version is typed: only the latest one is shown.
+    let current = true;
+    setPreview(undefined);
+    ops.drainAgent({ selector: { tags, versionBelow: below }, dryRun: true }).then(
+      (res) => current && setPreview({ agents: res.agents, skipped: res.versionNotComparable }),
+      (err: unknown) => current && setPreview({ error: messageOf(err) }),
+    );
+    return () => {
+      current = false;
+    };
+  }, [tagText, below, opened]);
+  if (!tagText && !below) return null;
+  if (!preview) return html`<p class="drain-preview" aria-live="polite">Finding the agents it would drain…</p>`;
+  if ("error" in preview) return html`<p class="drain-preview error" aria-live="polite">${preview.error}</p>`;
+  return html`<div class="drain-preview" aria-live="polite">
+    <p>${preview.agents.length === 0 ? "No agent matches now: it would drain none." : `It would drain ${preview.agents.length} agent${preview.agents.length === 1 ? "" : "s"}:`}</p>
+    ${preview.agents.length > 0 &&
+    html`<ul aria-label="Agents it would drain">
+      ${preview.agents.map((a) => html`<li data-preview-agent=${a.name}>${a.name} <span class="sub">${a.agentVersion || "no version"}, ${STATUS[a.status] ?? "?"}, ${a.inFlight} in flight</span></li>`)}
+    </ul>`}
+    ${preview.skipped.length > 0 && html`<p class="sub">Left alone, their version is not a version: ${preview.skipped.join(", ")}</p>`}
+  </div>`;
 }

@@ -58,8 +58,16 @@ export function Sparkline({ values, max = 1, label, percent = true }: { values: 
   </span>`;
 }
 
-/** A button that asks first: `title` and `body` in a modal dialog, `onConfirm` on yes. */
-export function ConfirmButton(props: { label: string; title: string; confirm?: string; danger?: boolean; onConfirm: () => Promise<unknown>; children?: ComponentChildren }) {
+/** A button that asks first: `title` and `body` in a modal dialog, `onConfirm` on yes; `onOpen` each time the dialog opens. */
+export function ConfirmButton(props: {
+  label: string;
+  title: string;
+  confirm?: string;
+  danger?: boolean;
+  onConfirm: () => Promise<unknown>;
+  onOpen?: () => void;
+  children?: ComponentChildren;
+}) {
   const ref = useRef<HTMLDialogElement>(null);
   const [busy, setBusy] = useState(false);
   const [error, setError] = useState<string | undefined>(undefined);
@@ -77,7 +85,7 @@ export function ConfirmButton(props: { label: string; title: string; confirm?: s
     }
   };
   return html`<span>
-    <button type="button" class=${props.danger ? "danger" : ""} onClick=${() => ref.current?.showModal()}>${props.label}</button>
+    <button type="button" class=${props.danger ? "danger" : ""} onClick=${() => (ref.current?.showModal(), props.onOpen?.())}>${props.label}</button>
     <dialog ref=${ref} aria-label=${props.title}>
       <form method="dialog" onSubmit=${submit}>
         <h2>${props.title}</h2>

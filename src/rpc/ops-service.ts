@@ -25,7 +25,7 @@ import type { TenantShareStore } from "../store/tenant-shares.js";
 import type { AgentOpsStore, AgentStatus, AgentStore, AgentWithLoad } from "../store/agents.js";
 import type { WorkItemStatsStore } from "../store/work-item-stats.js";
 import type { WorkItemStore } from "../store/work-items.js";
-import { compareVersions } from "../util/version.js";
+import { compareVersions, notAVersion, parseVersion, type Version } from "../util/version.js";
 import { agentStatusFromWire } from "./agent-service/messages.js";
 import { agentSummary } from "./ops-messages.js";
 import type { MaintenanceTask } from "../maintenance.js";
@@ -80,6 +80,13 @@ const tagsOf = (tags: Record<string, string>, field: string) => {
   for (const [k, v] of Object.entries(tags)) out[identifier(k, `${field} key`)] = v;
   return out;
 };
+
+/** The selector's version_below, refused unless it is a version (../util/version.ts): a guess drains the wrong agents. */
+function selectorVersion(text: string): Version {
+  const v = parseVersion(text);
+  if (!v) throw invalidArgument("selector.version_below", notAVersion(text));
+  return v;
+}
 
 export function opsServiceImpl(d: OpsDeps): ServiceImpl<typeof OpsService> {
   const { queue, agentOps } = d;
@@ -148,18 +155,32 @@ export function opsServiceImpl(d: OpsDeps): ServiceImpl<typeof OpsService> {
       const now = clock.nowMs();
       const deadline = req.deadline ? now + delayMs(req.deadline, "deadline") : null;
       let names: string[];
+      const notComparable: string[] = [];
       if (req.name) {
         names = [(await agentFor(caller, identifier(req.name, "name"))).name];
       } else {
         const tags = tagsOf(req.selector?.tags ?? {}, "selector.tags");
-        const below = optionalText(req.selector?.versionBelow ?? "", "selector.version_below", 128);
-        if (Object.keys(tags).length === 0 && !below) throw invalidArgument("name", "give an agent name or a selector (tags or version_below)");
+        const belowText = optionalText(req.selector?.versionBelow ?? "", "selector.version_below", 128);
+        if (Object.keys(tags).length === 0 && !belowText) throw invalidArgument("name", "give an agent name or a selector (tags or version_below)");
+        const below = belowText ? selectorVersion(belowText) : null;
         const candidates = await agentOps.list({ statuses: ["active", "draining"], tags, includeRemoved: false });
+        names = [];
         // A limited token's selector drains only the agents within its tenants.
-        names = candidates
-          .filter((c) => withinLimit(caller, c) && (!below || (c.agentversion !== null && compareVersions(c.agentversion, below) < 0)))
-          .map((c) => c.name);
+        for (const c of candidates.filter((c) => withinLimit(caller, c))) {
+          if (below) {
+            // An agent whose version is not a version is never "below" anything: left out, and named.
+            const v = c.agentversion === null ? null : parseVersion(c.agentversion);
+            if (!v) {
+              notComparable.push(c.name);
+              continue;
+            }
+            if (compareVersions(v, below) >= 0) continue;
+          }
+          names.push(c.name);
+        }
       }
+      // A dry run stops here: the same checks and refusals, nothing written or told.
+      if (req.dryRun) return { agents: await summaries(names), versionNotComparable: notComparable };
       const drained = names.length === 0 ? [] : await agentOps.startDrain(names, { reason, deadline, by: caller.principal }, now);
       if (req.name && drained.length === 0) throw notFound(`agent '${names[0]}' not found`);
       for (const a of drained) {
@@ -168,7 +189,7 @@ export function opsServiceImpl(d: OpsDeps): ServiceImpl<typeof OpsService> {
         // DRAINING would make this daemon's cache answer its heartbeats DRAINING, not "register again".
         await hub.publish(a.name, a.status === "draining" ? statusDirective("draining", reason, deadline) : statusDirective(a.status, reason, null));
       }
-      return { agents: await summaries(drained.map((a) => a.name)) };
+      return { agents: await summaries(drained.map((a) => a.name)), versionNotComparable: notComparable };
     },
 
     async undrainAgent(req, ctx) {

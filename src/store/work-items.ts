@@ -26,7 +26,7 @@ import { claim, type ClaimInput, type ClaimResult } from "./work-items/claim.js"
 import type { ClaimedRow, Completed, ItemStatus, Requeued, WorkItemRow } from "./work-items/columns.js";
 import { ItemsContext, type Backoff, type Sharing } from "./work-items/context.js";
 import { enqueueRows, enqueueRowsOf, type EnqueueResult, type EnqueueRow, type HandoffInput, type NewItem } from "./work-items/enqueue.js";
-import { complete, extend, fail, release, type Completion } from "./work-items/fenced-writes.js";
+import { complete, extend, fail, release, type Completion, type Release } from "./work-items/fenced-writes.js";
 import { childCounts, find, get, list, type ListFilter } from "./work-items/reads.js";
 import { dueKeys, dueSince, extendHeldLeases, failStranded, failUnplaceable, releaseAgent, requeueAgent, requeueExpired, requeueLeases } from "./work-items/sweeps.js";
 import type { Page } from "./paging.js";
@@ -90,8 +90,8 @@ export class WorkItemStore {
     return fail(this.#q, agent, items, nowMs, tenants);
   }
 
-  /** Gives fenced items back without spending an attempt. */
-  release(agent: string, leases: readonly { id: string; token: string }[], nowMs: number, tenants: readonly string[] | null = null): Promise<readonly string[]> {
+  /** Gives fenced items back without spending an attempt, counting a drain's deadline releases (see fenced-writes.ts). */
+  release(agent: string, leases: readonly Release[], nowMs: number, tenants: readonly string[] | null = null): Promise<readonly string[]> {
     return release(this.#q, agent, leases, nowMs, tenants);
   }
 

@@ -95,6 +95,12 @@ export class OpsTestAgent {
     return res.outcomes;
   }
 
+  /** Gives items back; `drainDeadline` says a drain deadline made the agent stop them. */
+  async release(items: readonly { id: string; leaseToken: string }[], drainDeadline = false): Promise<ItemOutcome[]> {
+    const res = await this.s.client.release({ name: this.name, leases: items.map((i) => ({ workItemId: i.id, leaseToken: i.leaseToken, drainDeadline })) }, this.s.call);
+    return res.outcomes;
+  }
+
   heartbeat() {
     return this.s.client.heartbeat({ name: this.name }, this.s.call);
   }

@@ -186,6 +186,8 @@ describe("a Python agent", () => {
     expect(await py.finished(stuck!)).toMatchObject({ outcome: "released" });
     await py.state("paused");
     expect(await producer.get(stuck!)).toMatchObject({ status: WorkItemStatus.PENDING, retryCount: 0, redeliveryCount: 0 });
+    // Whoever gave it back, the daemon's sweep or the agent's own timer (LeaseRef.drain_deadline), the drain says so.
+    expect((await ops.getAgent({ name })).agent?.drain?.releasedAtDeadline).toBe(1);
     expect(py.events.some((e) => e.event === "started" && e.id === later)).toBe(false);
     expect((await agentRow(fx.db, name))?.status).toBe("draining");
 

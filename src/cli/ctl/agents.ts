@@ -43,7 +43,12 @@ function drainLine(a: AgentSummary): string {
   return `in flight ${d.inFlightNow}/${d.inFlightAtStart}, ${deadline}${d.complete ? ", " + paint("complete", "green") : ""}${d.releasedAtDeadline ? `, ${d.releasedAtDeadline} released at deadline` : ""}`;
 }
 
-/** Shows drain progress until every agent has nothing in flight; exit 3 when a deadline gave work back. */
+/**
+ * Shows drain progress until every agent has nothing in flight; exit 3 when a deadline gave work
+ * back. released_at_deadline counts the daemon's releases at the deadline and the agent's own (the
+ * SDK's deadline timer usually fires first), and is written with the release itself, so the poll
+ * that sees nothing in flight sees the count too.
+ */
 async function waitForDrains(ctx: Ctx, names: readonly string[], intervalMs: number): Promise<number> {
   if (names.length === 0) return ctx.out("no agent matched"), 0;
   const live = process.stderr.isTTY === true;
@@ -109,24 +114,32 @@ export const agentCommands: Command[] = [
   {
     name: "drain",
     usage: [
-      "  drain NAME | --tag K=V... | --version-below X [--deadline 10m] [--reason R] [--wait]",
+      "  drain NAME | --tag K=V... | --version-below X [--deadline 10m] [--reason R] [--wait | --dry-run]",
       "                                                                    drain agents for a rolling deploy",
     ],
     flags: [
       { name: "tag", kind: "repeat", arg: "K=V", help: "drain every active agent with these tags (instead of NAME)" },
-      { name: "version-below", kind: "value", arg: "X", help: "drain every active agent older than version X (instead of NAME)" },
+      {
+        name: "version-below",
+        kind: "value",
+        arg: "X",
+        help: "drain every active agent older than version X (instead of NAME), in semver order (1.10 = 1.10.0 < 2.0.0-rc.1 < 2.0.0); agents whose version is not one are left alone and named",
+      },
       { name: "deadline", kind: "value", arg: "D", help: "give back what is still in flight after D (10m, 1h), retries unspent", default: "none: wait for the work to finish" },
       { name: "reason", kind: "value", arg: "R", help: "why, shown to the agent and in `agent NAME`", default: "drained by an operator" },
       { name: "wait", kind: "bool", help: "show progress until nothing is in flight" },
+      { name: "dry-run", kind: "bool", help: "drain nothing: list the agents the drain would hit" },
       { name: "interval", kind: "value", arg: "D", help: "how often --wait polls", default: "500ms" },
     ],
-    exits: ["0 drained (with --wait), or the drain started", "3 with --wait: the deadline gave work back to the queue"],
+    exits: ["0 drained (with --wait), the drain started, or (--dry-run) the agents listed", "3 with --wait: the deadline gave work back to the queue (whether the daemon or the agent gave it back)"],
     fields: { ...AGENT_FIELDS, "selector.tags key": "--tag", "selector.version_below": "--version-below", deadline: "--deadline", reason: "--reason" },
     async run(ctx) {
       const name = ctx.args.positionals[0] ?? "";
       const tags = keyValues(ctx.args.all("tag"), "tag");
       const below = ctx.args.get("version-below") ?? "";
       if (!name && !below && Object.keys(tags).length === 0) throw new UsageError("give an agent NAME or a selector (--tag K=V, --version-below X)");
+      const dryRun = ctx.args.has("dry-run");
+      if (dryRun && ctx.args.has("wait")) throw new UsageError("--dry-run drains nothing, so there is nothing to --wait for");
       const deadline = durationFlag(ctx.args, "deadline");
       const interval = durationFlag(ctx.args, "interval", "500ms");
       const res = await ctx.ops.drainAgent({
@@ -134,7 +147,16 @@ export const agentCommands: Command[] = [
         selector: { tags, versionBelow: below },
         deadline: deadline === undefined ? undefined : durationFromMs(deadline),
         reason: ctx.args.get("reason") ?? "",
+        dryRun,
       });
+      // Agents the selector left alone because their version cannot be compared: said, never silently skipped.
+      const skipped = res.versionNotComparable.length ? `not comparable with ${below} (their version is not a version), left alone: ${res.versionNotComparable.join(", ")}` : "";
+      if (dryRun) {
+        if (ctx.json) printJson(ctx, DrainAgentResponseSchema, res);
+        else ctx.out([res.agents.length ? `would drain ${res.agents.length} agent(s):\n${agentRows(res.agents)}` : "no agent matched", skipped].filter(Boolean).join("\n"));
+        return 0;
+      }
+      if (skipped && !ctx.json) process.stderr.write(`aiflowctl: ${skipped}\n`);
       if (!ctx.args.has("wait")) {
         if (ctx.json) printJson(ctx, DrainAgentResponseSchema, res);
         else ctx.out(res.agents.length ? res.agents.map((a) => `draining ${a.name}: ${drainLine(a)}`).join("\n") : "no agent matched");

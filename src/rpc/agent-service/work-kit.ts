@@ -15,6 +15,7 @@ import { workKey } from "../../queue/work-keys.js";
 import type { Handed } from "../../queue/waiting-claims.js";
 import type { Dispatch } from "../../queue/dispatch.js";
 import type { ClaimInput, Completed, Completion } from "../../store/work-items.js";
+import type { Release } from "../../store/work-items/fenced-writes.js";
 import { delayMs, identifier, jsonOrNull, optionalText } from "../input/validate.js";
 import { fencedOutcomes } from "../work-item-messages.js";
 import { agentScopeLoader } from "./registration.js";
@@ -35,7 +36,7 @@ export interface FailureInput {
 
 type WireCompletion = { workItemId: string; leaseToken: string; resultJson: string };
 type WireFailure = { workItemId: string; leaseToken: string; error: string; retryable: boolean; retryDelay?: Parameters<typeof delayMs>[0] };
-type WireLease = { workItemId: string; leaseToken: string };
+type WireLease = { workItemId: string; leaseToken: string; drainDeadline?: boolean };
 
 export type WorkKit = ReturnType<typeof workKit>;
 
@@ -84,8 +85,11 @@ export function workKit(queue: WorkQueue, loadScope: (name: string) => Promise<A
     return items;
   };
 
-  /** Fenced items back to the queue without spending an attempt, waking claims for them; answers the ids released. */
-  const release = async (name: string, leases: readonly { id: string; token: string }[], tenants: readonly string[] | null = null) => {
+  /**
+   * Fenced items back to the queue without spending an attempt, waking claims for them; answers the
+   * ids released. A draining agent's releases at its deadline (or marked so) count in its drain's result.
+   */
+  const release = async (name: string, leases: readonly Release[], tenants: readonly string[] | null = null) => {
     const released = await store.release(name, leases, clock.nowMs(), tenants);
     if (released.length > 0) queue.work.ring(["*"]);
     return released;
@@ -127,8 +131,13 @@ export function workKit(queue: WorkQueue, loadScope: (name: string) => Promise<A
       }));
     },
 
-    leasesOf(refs: readonly WireLease[], field: string, first = 0) {
-      return refs.map((r, j, _, i = first + j) => ({ id: identifier(r.workItemId, `${field}[${i}].work_item_id`), token: identifier(r.leaseToken, `${field}[${i}].lease_token`) }));
+    /** Leases as the store takes them; drain_deadline is kept for releases (extensions ignore it). */
+    leasesOf(refs: readonly WireLease[], field: string, first = 0): Release[] {
+      return refs.map((r, j, _, i = first + j) => ({
+        id: identifier(r.workItemId, `${field}[${i}].work_item_id`),
+        token: identifier(r.leaseToken, `${field}[${i}].lease_token`),
+        atDrainDeadline: r.drainDeadline === true,
+      }));
     },
 
     /** What completing `items` did (`done` matched their leases): events, wake-ups, and one outcome per item. */

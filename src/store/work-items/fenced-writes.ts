@@ -157,16 +157,44 @@ export function fail(
                   ${FREED_TENANT} AS freed`);
 }
 
-/** Gives fenced items back without spending an attempt. */
-export function release(q: ItemsContext, agent: string, unordered: readonly { id: string; token: string }[], nowMs: number, tenants: readonly string[] | null): Promise<readonly string[]> {
+/** A lease given back; `atDrainDeadline` when the agent says a drain deadline made it stop the work. */
+export interface Release {
+  id: string;
+  token: string;
+  atDrainDeadline?: boolean;
+}
+
+/**
+ * Gives fenced items back without spending an attempt. While the agent is being drained, the same
+ * statement counts in its drain's releasedAtDeadline each item released at or after the drain's
+ * deadline (by `nowMs`) or marked `atDrainDeadline`: the agent's own deadline timer usually gives
+ * the work back before the daemon's drain-deadline task would, and the drain's result must say work
+ * was given back whoever did it. One statement, so nobody sees the items gone but not counted (the
+ * drain-deadline task commits its release and count together for the same reason). It locks the
+ * items, then the agent's row, as that task does; only a draining agent's row is written.
+ */
+export function release(q: ItemsContext, agent: string, unordered: readonly Release[], nowMs: number, tenants: readonly string[] | null): Promise<readonly string[]> {
   const w = q.t.id("work_item");
+  const a = q.t.id("agent");
   const leases = inIdOrder(unordered);
   return q.hotIds(sql.type(idRow)`
-        WITH ${lockedCte(w, leases.map((l) => l.id), agent)}
+        WITH ${lockedCte(w, leases.map((l) => l.id), agent)},
+        released AS (
         UPDATE ${w} w SET status = 'pending', agent_id = NULL, lease_expires_at = NULL, lease_token = NULL, dispatched_at = NULL,
                           next_attempt_at = ${msToNs(nowMs)}, updatedby = ${agent}, updatedon = ${ts(nowMs)}
-          FROM unnest(${sql.array(leases.map((l) => l.id), "text")}, ${sql.array(leases.map((l) => l.token), "text")}) AS v(id, token)
+          FROM unnest(${sql.array(leases.map((l) => l.id), "text")}, ${sql.array(leases.map((l) => l.token), "text")},
+                      ${sql.array(leases.map((l) => l.atDrainDeadline === true), "bool")}) AS v(id, token, at_deadline)
          WHERE ${byIds(leases.map((l) => l.id))} AND w.id IN (SELECT id FROM locked) AND w.id = v.id AND w.lease_token = v.token AND w.status = 'dispatched' AND w.agent_id = ${agent}
            ${withinTenants(tenants)}
-        RETURNING w.id`);
+        RETURNING w.id, v.at_deadline),
+        counted AS (
+          SELECT d.id, count(*) FILTER (WHERE r.at_deadline OR (d.metadata -> 'drain' ->> 'deadline')::bigint <= ${nowMs}::bigint)::int AS n
+            FROM released r CROSS JOIN ${a} d
+           WHERE d.name = ${agent} AND d.deletedon IS NULL AND jsonb_typeof(d.metadata -> 'drain') = 'object'
+           GROUP BY d.id),
+        drain AS (
+          UPDATE ${a} d SET metadata = jsonb_set(d.metadata, '{drain,releasedAtDeadline}',
+                                                 to_jsonb(COALESCE((d.metadata -> 'drain' ->> 'releasedAtDeadline')::int, 0) + c.n))
+            FROM counted c WHERE d.id = c.id AND c.n > 0)
+        SELECT id FROM released`);
 }

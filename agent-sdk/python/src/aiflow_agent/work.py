@@ -126,20 +126,24 @@ class Work:
     def lease_lost(self, item_id: str, token: str, message: str) -> None:
         self._abort(item_id, token, "lease-lost", message)
 
-    def release_waiting(self) -> None:
-        """A drain began: items waiting for a slot would not start before it ends, so others run them."""
+    def release_waiting(self, at_deadline: bool = False) -> None:
+        """A drain began: items waiting for a slot would not start before it ends, so others run them.
+
+        ``at_deadline``: the drain's deadline passed first; the release says so (LeaseRef.drain_deadline)
+        and the daemon counts it in the drain's result, as it would count its own release at the deadline.
+        """
         with self._cond:
             waiting = list(self._waiting)
         for r in waiting:
-            self._abort(r.item.id, r.token, "released", "the agent is draining: given back before it started")
+            self._abort(r.item.id, r.token, "released", "the agent is draining: given back before it started", at_deadline)
 
     def release_running(self) -> None:
         """A drain deadline passed: what still runs is aborted and given back without spending an attempt."""
-        self.release_waiting()
+        self.release_waiting(at_deadline=True)
         with self._cond:
             running = list(self._running)
         for r in running:
-            self._abort(r.item.id, r.token, "released", "drain-deadline")
+            self._abort(r.item.id, r.token, "released", "drain-deadline", True)
 
     def abandon_all(self, why: str) -> None:
         """The agent failed: every handler is told to stop, nothing more is reported."""
@@ -303,7 +307,7 @@ class Work:
             run.ctx.log.error("handler failed: %s", message)
         return Report("fail", pb.Failure(work_item_id=item.id, lease_token=item.lease_token, error=message[:4000], retryable=retryable), run)
 
-    def _abort(self, item_id: str, token: str, kind: str, reason: str) -> None:
+    def _abort(self, item_id: str, token: str, kind: str, reason: str, at_deadline: bool = False) -> None:
         with self._cond:
             run = self._runs.get(item_id)
             if run is None or (token and run.token != token) or run.phase not in ("waiting", "running"):
@@ -314,7 +318,7 @@ class Work:
         run.ctx.log.info("item aborted (%s): %s", kind, reason)
         run.ctx._abort(reason if kind == "released" else f"{kind}: {reason}")
         if kind == "released":
-            self._report(Report("release", pb.LeaseRef(work_item_id=item_id, lease_token=run.token), run))
+            self._report(Report("release", pb.LeaseRef(work_item_id=item_id, lease_token=run.token, drain_deadline=at_deadline), run))
         else:
             self._finished(run, Outcome(kind, reason))
         # Only now is it no longer running: a drain waiting for that finds its release submitted.

@@ -293,12 +293,14 @@ class HeartbeatResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[_common_pb2.AgentStatus, str]] = ..., directives: _Optional[_Iterable[_Union[Directive, _Mapping]]] = ...) -> None: ...
 
 class LeaseRef(_message.Message):
-    __slots__ = ["lease_token", "work_item_id"]
+    __slots__ = ["drain_deadline", "lease_token", "work_item_id"]
+    DRAIN_DEADLINE_FIELD_NUMBER: _ClassVar[int]
     LEASE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     WORK_ITEM_ID_FIELD_NUMBER: _ClassVar[int]
+    drain_deadline: bool
     lease_token: str
     work_item_id: str
-    def __init__(self, work_item_id: _Optional[str] = ..., lease_token: _Optional[str] = ...) -> None: ...
+    def __init__(self, work_item_id: _Optional[str] = ..., lease_token: _Optional[str] = ..., drain_deadline: bool = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
     __slots__ = ["agent_type", "agent_version", "binary_path", "grpc_address", "http_address", "infra_address", "metadata", "name"]

@@ -119,22 +119,26 @@ class ConcurrencyRule(_message.Message):
     def __init__(self, tenant_key: _Optional[str] = ..., key_prefix: _Optional[str] = ..., max_in_flight: _Optional[int] = ...) -> None: ...
 
 class DrainAgentRequest(_message.Message):
-    __slots__ = ["deadline", "name", "reason", "selector"]
+    __slots__ = ["deadline", "dry_run", "name", "reason", "selector"]
     DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     SELECTOR_FIELD_NUMBER: _ClassVar[int]
     deadline: _duration_pb2.Duration
+    dry_run: bool
     name: str
     reason: str
     selector: AgentSelector
-    def __init__(self, name: _Optional[str] = ..., selector: _Optional[_Union[AgentSelector, _Mapping]] = ..., deadline: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., reason: _Optional[str] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., selector: _Optional[_Union[AgentSelector, _Mapping]] = ..., deadline: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., reason: _Optional[str] = ..., dry_run: bool = ...) -> None: ...
 
 class DrainAgentResponse(_message.Message):
-    __slots__ = ["agents"]
+    __slots__ = ["agents", "version_not_comparable"]
     AGENTS_FIELD_NUMBER: _ClassVar[int]
+    VERSION_NOT_COMPARABLE_FIELD_NUMBER: _ClassVar[int]
     agents: _containers.RepeatedCompositeFieldContainer[AgentSummary]
-    def __init__(self, agents: _Optional[_Iterable[_Union[AgentSummary, _Mapping]]] = ...) -> None: ...
+    version_not_comparable: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, agents: _Optional[_Iterable[_Union[AgentSummary, _Mapping]]] = ..., version_not_comparable: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class DrainProgress(_message.Message):
     __slots__ = ["complete", "deadline", "in_flight_at_start", "in_flight_now", "reason", "released_at_deadline", "started_at"]
