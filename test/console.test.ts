@@ -219,6 +219,18 @@ describe("the console", () => {
     await until("the redriven item completes", async () => (await queue.getItem({ tenantKey: "t", id: id! })).item!.status === 3, 15_000, 50);
   });
 
+  it("names work no active agent serves, with its oldest item's age", async () => {
+    const queue = fx.clientAt(D.address, QueueService, TOKENS.engine);
+    const [id] = (await queue.enqueue({ tenantKey: "t", items: [{ engineKind: "no-pollers", payloadJson: "{}" }] })).results.map((r) => r.id);
+    await page.getByRole("link", { name: "Queue" }).click();
+    const unserved = page.getByRole("table", { name: "Unserved" }).locator("tbody tr", { hasText: "no-pollers" });
+    await unserved.waitFor({ timeout: 15_000 });
+    expect((await unserved.locator("th, td").allTextContents()).map((t) => t.trim())).toEqual(["t", "no-pollers", "1", expect.stringMatching(/^(now|\d+ s)$/), "none registered"]);
+    expect(await accessibilityProblems()).toEqual([]);
+    await queue.cancel({ tenantKey: "t", ids: [id!] });
+    await eventually(() => unserved.count(), { timeout: 10_000 }).toBe(0);
+  });
+
   it("opens a DAG run's graph, its nodes with their states and agents", async () => {
     const dag = fx.closers.add(new DagClient(D.address));
     const run = await dag.start("t", definition(chain(3)));

@@ -4,7 +4,7 @@
  * GetItem, CancelItems, and RedriveItems putting dead letters back with a fresh retry budget.
  */
 import { beforeAll, describe, expect, it } from "vitest";
-import { durationMs } from "@bufbuild/protobuf/wkt";
+import { durationFromMs, durationMs } from "@bufbuild/protobuf/wkt";
 import { Code } from "@connectrpc/connect";
 import { FakeClock } from "../src/clock.js";
 import type { Daemon } from "../src/daemon.js";
@@ -92,6 +92,38 @@ describe("QueueStats", () => {
     expect(none.dispatchedPerSecond).toBeCloseTo(3 / 60, 10);
     // Those three waited from their enqueue, 66 s before.
     expect([durationMs(none.dispatchWaitP50!), durationMs(none.dispatchWaitP99!)]).toEqual([66_000, 66_000]);
+  });
+
+  it("names due work no ACTIVE agent serves (its tenant or engine kind), with the age of the oldest and the agents that are not active", async () => {
+    const unserved = async (tenant = "") =>
+      (await stats(tenant)).unserved.filter((u) => u.tenantKey.startsWith("ns")).map((u) => ({ group: `${u.tenantKey}/${u.engineKind}`, count: Number(u.count), ageMs: durationMs(u.oldestAge!), notActive: u.agentsNotActive }));
+    await producer.many("ns", "gpu", 2, { maxRetries: 3 });
+    await producer.many("ns", "cpu", 1);
+    clock.advance(1_000);
+    // A tenant no agent serves at all.
+    await producer.many("ns2", "cpu", 1);
+    await agent("ns-cpu", ["ns"], ["cpu"]);
+    clock.advance(3_000);
+    expect(await unserved()).toEqual([
+      { group: "ns/gpu", count: 2, ageMs: 4_000, notActive: 0 },
+      { group: "ns2/cpu", count: 1, ageMs: 3_000, notActive: 0 },
+    ]);
+    expect(await unserved("ns2")).toEqual([{ group: "ns2/cpu", count: 1, ageMs: 3_000, notActive: 0 }]);
+
+    // Served once an agent of that tenant and kind registers.
+    const gpu = await agent("ns-gpu", ["ns"], ["gpu"]);
+    expect(await unserved("ns")).toEqual([]);
+
+    // One item back for a retry later (not due: nothing is waiting on it yet), and the agent drained:
+    // the due one is unserved again, and the drained agent is counted.
+    const [taken] = await gpu.claim(1);
+    const retry = { workItemId: taken!.id, leaseToken: taken!.leaseToken, error: "later", retryable: true, retryDelay: durationFromMs(60_000) };
+    expect((await gpu.s.client.fail({ name: gpu.name, items: [retry] }, gpu.s.call)).outcomes.every((o) => o.ok)).toBe(true);
+    expect((await item(taken!.id)).status).toBe(WorkItemStatus.PENDING);
+    await ops.client.drainAgent({ name: "ns-gpu", reason: "deploy" }, ops.call);
+    expect(await unserved("ns")).toEqual([{ group: "ns/gpu", count: 1, ageMs: 4_000, notActive: 1 }]);
+    await ops.client.undrainAgent({ name: "ns-gpu" }, ops.call);
+    expect(await unserved("ns")).toEqual([]);
   });
 
   it("an unknown tenant has an empty queue; a malformed one is INVALID_ARGUMENT", async () => {

@@ -1,7 +1,8 @@
 /**
  * Queue: depth by tenant × engine kind × status, the oldest pending item's age, dispatch and
- * completion rates (charted over the minutes this page has been open), items no agent could ever
- * run with the reason, and the dead letters with their errors, each a click (and a confirmation)
+ * completion rates (charted over the minutes this page has been open), work no active agent serves
+ * (its tenant and engine kind) with its oldest item's age, items no agent could ever run with the
+ * reason, and the dead letters with their errors, each a click (and a confirmation)
  * from a redrive.
  */
 import { durationMs } from "@bufbuild/protobuf/wkt";
@@ -75,6 +76,16 @@ export function Queue() {
         return html`<tr><th scope="row">${tenant}</th><td>${kind}</td>${statuses.map((st) => html`<td>${(row.get(st) ?? 0n).toString()}</td>`)}</tr>`;
       })}</tbody>
     </table>
+    ${(s?.unserved.length ?? 0) > 0 &&
+    html`<h2 id="unserved-h">Unserved</h2>
+      <p>No active agent serves these tenants and engine kinds: their items wait until one registers or is undrained.</p>
+      <table aria-labelledby="unserved-h" data-table="unserved">
+        <thead><tr><th scope="col">Tenant</th><th scope="col">Engine kind</th><th scope="col">Items</th><th scope="col">Oldest</th><th scope="col">Agents not active</th></tr></thead>
+        <tbody>${s!.unserved.map(
+          (u) =>
+            html`<tr><th scope="row">${u.tenantKey}</th><td>${u.engineKind}</td><td>${u.count.toString()}</td><td>${u.oldestAge ? ago(durationMs(u.oldestAge)) : "–"}</td><td>${u.agentsNotActive > 0 ? `${u.agentsNotActive} (draining or inactive)` : "none registered"}</td></tr>`,
+        )}</tbody>
+      </table>`}
     ${(s?.unplaceable.length ?? 0) > 0 &&
     html`<h2>Unplaceable</h2>
       <table>

@@ -233,6 +233,7 @@ export function opsServiceImpl(d: OpsDeps): ServiceImpl<typeof OpsService> {
       const scope = tenant ? [tenant] : caller.tenants ? [...caller.tenants] : null;
       const s = await d.stats.stats(scope, now);
       const unplaceable = await unplaceableGroups(scope, now);
+      const unserved = await d.stats.unservedGroups(scope, now, 100);
       const total = (status: string) => s.depth.filter((r) => r.status === status).reduce((n, r) => n + r.n, 0n);
       return {
         depth: s.depth.map((r) => ({ tenantKey: r.tenant_key, engineKind: r.engine_kind, status: itemStatusToWire(r.status), count: r.n })),
@@ -243,6 +244,7 @@ export function opsServiceImpl(d: OpsDeps): ServiceImpl<typeof OpsService> {
         pending: total("pending"),
         dispatched: total("dispatched"),
         unplaceable,
+        unserved: unserved.map((g) => ({ tenantKey: g.tenant_key, engineKind: g.engine_kind, count: BigInt(g.n), oldestAge: durationFromMs(Math.max(0, now - g.oldest)), agentsNotActive: g.not_active })),
         dispatchWaitP50: s.waitP50Ms === null ? undefined : microsDuration(s.waitP50Ms),
         dispatchWaitP99: s.waitP99Ms === null ? undefined : microsDuration(s.waitP99Ms),
       };

@@ -7,6 +7,7 @@ import { msToNs } from "../clock.js";
 import { z } from "zod";
 import { withDbErrors } from "../db/errors.js";
 import type { Tables } from "../db/tables.js";
+import { canTakeWork } from "./agents.js";
 import { ITEM_COLUMNS, ITEM_STATUSES, workItemRow, type WorkItemRow } from "./work-items.js";
 
 const depthRow = z.object({ tenant_key: z.string(), engine_kind: z.string(), status: z.enum(ITEM_STATUSES), n: z.bigint() });
@@ -39,6 +40,16 @@ const requirementGroup = z.object({
   oldest: z.number(),
 });
 export type RequirementGroup = z.infer<typeof requirementGroup>;
+const unservedGroup = z.object({
+  tenant_key: z.string(),
+  engine_kind: z.string(),
+  n: z.number(),
+  /** createdon (ms) of the oldest of them. */
+  oldest: z.number(),
+  /** Registered (not removed) agents serving both that may not take work now: draining or inactive. */
+  not_active: z.number(),
+});
+export type UnservedGroup = z.infer<typeof unservedGroup>;
 const pendingNeed = z.object({ id: z.string(), tenant_key: z.string(), engine_kind: z.string(), requirements: z.record(z.unknown()) });
 export type PendingNeed = z.infer<typeof pendingNeed>;
 
@@ -95,6 +106,32 @@ export class WorkItemStatsStore {
         SELECT tenant_key, engine_kind, worker_params -> 'requirements' AS requirements, count(*)::int AS n, min(createdon) AS oldest
           FROM ${w} WHERE status = 'pending' AND worker_params ? 'requirements' ${scope}
          GROUP BY 1, 2, 3 ORDER BY n DESC, 1, 2 LIMIT ${limit}`),
+    );
+  }
+
+  /**
+   * Due pending items grouped by tenant and engine kind where no agent may claim them: none that may
+   * take work (canTakeWork: ACTIVE, not removed) serves both, as the claim's term 3 reads an agent's
+   * lists (./work-items/claim-rule.ts). Oldest group first. The pending items are grouped before the
+   * agents are looked at, so the registry is read once per group, not once per item; the grouping
+   * is one pass over the pending items, as the depth in stats() is over the table.
+   */
+  unservedGroups(tenants: readonly string[] | null, nowMs: number, limit: number): Promise<readonly UnservedGroup[]> {
+    const w = this.t.id("work_item");
+    const a = this.t.id("agent");
+    const scope = tenants ? sql.fragment`AND tenant_key = ANY(${sql.array([...tenants], "text")})` : sql.fragment``;
+    const serves = sql.fragment`ag.deletedon IS NULL AND ag.metadata -> 'tenants' ? due.tenant_key AND ag.metadata -> 'engineKinds' ? due.engine_kind`;
+    return withDbErrors(() =>
+      this.db.any(sql.type(unservedGroup)`
+        WITH due AS (
+          SELECT tenant_key, engine_kind, count(*)::int AS n, min(createdon) AS oldest
+            FROM ${w} WHERE status = 'pending' AND next_attempt_at <= ${msToNs(nowMs)} ${scope}
+           GROUP BY 1, 2)
+        SELECT due.tenant_key, due.engine_kind, due.n, due.oldest,
+               (SELECT count(*)::int FROM ${a} ag WHERE ${serves}) AS not_active
+          FROM due
+         WHERE NOT EXISTS (SELECT 1 FROM ${a} ag WHERE ${serves} AND ${canTakeWork("ag")})
+         ORDER BY due.oldest, 1, 2 LIMIT ${limit}`),
     );
   }
 

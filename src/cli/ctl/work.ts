@@ -6,6 +6,7 @@ import {
   OpsServiceListItemsResponseSchema,
   QueueStatsResponseSchema,
   RedriveItemsResponseSchema,
+  type QueueStatsResponse,
 } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 import { EnqueueResponseSchema } from "@aiflow/wire/gen/aiflow/cluster/v1/queue_pb.js";
 import { WorkItemStatus, type WorkItem } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
@@ -34,10 +35,31 @@ const ITEM_FIELDS = {
   reason: "--reason",
 };
 
+/**
+ * The work QueueStats says is stuck, each kind under a line saying why, so that waiting work nobody
+ * will take is never only a number in the depth table: pending items no ACTIVE agent serves (their
+ * tenant and engine kind), and items whose requirements no agent could meet.
+ */
+function stuck(ctx: { out(text: string): void }, res: QueueStatsResponse): void {
+  if (res.unserved.length > 0) {
+    ctx.out("\nunserved: no ACTIVE agent serves these tenants and engine kinds; their items wait until one registers or is undrained");
+    ctx.out(
+      table(
+        ["TENANT", "KIND", "PENDING", "OLDEST", "AGENTS NOT ACTIVE"],
+        res.unserved.map((u) => [u.tenantKey, u.engineKind, String(u.count), humanDuration(durationMs(u.oldestAge!)), u.agentsNotActive ? `${u.agentsNotActive} (draining or inactive)` : "none registered"]),
+      ),
+    );
+  }
+  if (res.unplaceable.length > 0) {
+    ctx.out("\nunplaceable: no agent serving these tenants and engine kinds could ever meet their requirements");
+    ctx.out(table(["TENANT", "KIND", "PENDING", "OLDEST", "WHY"], res.unplaceable.map((u) => [u.tenantKey, u.engineKind, String(u.count), humanDuration(durationMs(u.oldestAge!)), u.reason])));
+  }
+}
+
 export const workCommands: Command[] = [
   {
     name: "queue",
-    usage: ["  queue stats [--tenant T] [--watch] [--interval 2s]                queue depth, age and rates"],
+    usage: ["  queue stats [--tenant T] [--watch] [--interval 2s]                queue depth, age and rates, and work nobody serves"],
     flags: [
       { name: "tenant", kind: "value", arg: "T", help: "one tenant only", default: "every tenant the token may see" },
       { name: "watch", kind: "bool", help: "print again every --interval until interrupted" },
@@ -59,6 +81,7 @@ export const workCommands: Command[] = [
               "\n",
           );
           ctx.out(res.depth.length ? table(["TENANT", "KIND", "STATUS", "COUNT"], res.depth.map((d) => [d.tenantKey, d.engineKind, status(itemStatus(d.status)), String(d.count)])) : "queue is empty");
+          stuck(ctx, res);
         }
         if (!ctx.args.has("watch")) return 0;
         await new Promise((r) => setTimeout(r, interval));

@@ -338,7 +338,7 @@ class QueueStatsRequest(_message.Message):
     def __init__(self, tenant_key: _Optional[str] = ...) -> None: ...
 
 class QueueStatsResponse(_message.Message):
-    __slots__ = ["completed_per_second", "dead_letters", "depth", "dispatch_wait_p50", "dispatch_wait_p99", "dispatched", "dispatched_per_second", "oldest_pending_age", "pending", "unplaceable"]
+    __slots__ = ["completed_per_second", "dead_letters", "depth", "dispatch_wait_p50", "dispatch_wait_p99", "dispatched", "dispatched_per_second", "oldest_pending_age", "pending", "unplaceable", "unserved"]
     COMPLETED_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
     DEAD_LETTERS_FIELD_NUMBER: _ClassVar[int]
     DEPTH_FIELD_NUMBER: _ClassVar[int]
@@ -349,6 +349,7 @@ class QueueStatsResponse(_message.Message):
     OLDEST_PENDING_AGE_FIELD_NUMBER: _ClassVar[int]
     PENDING_FIELD_NUMBER: _ClassVar[int]
     UNPLACEABLE_FIELD_NUMBER: _ClassVar[int]
+    UNSERVED_FIELD_NUMBER: _ClassVar[int]
     completed_per_second: float
     dead_letters: int
     depth: _containers.RepeatedCompositeFieldContainer[QueueDepth]
@@ -359,7 +360,8 @@ class QueueStatsResponse(_message.Message):
     oldest_pending_age: _duration_pb2.Duration
     pending: int
     unplaceable: _containers.RepeatedCompositeFieldContainer[UnplaceableItems]
-    def __init__(self, depth: _Optional[_Iterable[_Union[QueueDepth, _Mapping]]] = ..., oldest_pending_age: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., dispatched_per_second: _Optional[float] = ..., completed_per_second: _Optional[float] = ..., dead_letters: _Optional[int] = ..., pending: _Optional[int] = ..., dispatched: _Optional[int] = ..., unplaceable: _Optional[_Iterable[_Union[UnplaceableItems, _Mapping]]] = ..., dispatch_wait_p50: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., dispatch_wait_p99: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    unserved: _containers.RepeatedCompositeFieldContainer[UnservedItems]
+    def __init__(self, depth: _Optional[_Iterable[_Union[QueueDepth, _Mapping]]] = ..., oldest_pending_age: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., dispatched_per_second: _Optional[float] = ..., completed_per_second: _Optional[float] = ..., dead_letters: _Optional[int] = ..., pending: _Optional[int] = ..., dispatched: _Optional[int] = ..., unplaceable: _Optional[_Iterable[_Union[UnplaceableItems, _Mapping]]] = ..., dispatch_wait_p50: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., dispatch_wait_p99: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., unserved: _Optional[_Iterable[_Union[UnservedItems, _Mapping]]] = ...) -> None: ...
 
 class RateLimitKey(_message.Message):
     __slots__ = ["key", "limit", "next_slot_at", "tenant_key"]
@@ -546,3 +548,17 @@ class UnplaceableItems(_message.Message):
     requirements: _work_item_pb2.Requirements
     tenant_key: str
     def __init__(self, tenant_key: _Optional[str] = ..., engine_kind: _Optional[str] = ..., requirements: _Optional[_Union[_work_item_pb2.Requirements, _Mapping]] = ..., count: _Optional[int] = ..., reason: _Optional[str] = ..., oldest_age: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class UnservedItems(_message.Message):
+    __slots__ = ["agents_not_active", "count", "engine_kind", "oldest_age", "tenant_key"]
+    AGENTS_NOT_ACTIVE_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    ENGINE_KIND_FIELD_NUMBER: _ClassVar[int]
+    OLDEST_AGE_FIELD_NUMBER: _ClassVar[int]
+    TENANT_KEY_FIELD_NUMBER: _ClassVar[int]
+    agents_not_active: int
+    count: int
+    engine_kind: str
+    oldest_age: _duration_pb2.Duration
+    tenant_key: str
+    def __init__(self, tenant_key: _Optional[str] = ..., engine_kind: _Optional[str] = ..., count: _Optional[int] = ..., oldest_age: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., agents_not_active: _Optional[int] = ...) -> None: ...

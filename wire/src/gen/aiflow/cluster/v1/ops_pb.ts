@@ -18,7 +18,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file aiflow/cluster/v1/ops.proto.
  */
 export const file_aiflow_cluster_v1_ops: GenFile = /*@__PURE__*/
-  fileDesc("ChthaWZsb3cvY2x1c3Rlci92MS9vcHMucHJvdG8SEWFpZmxvdy5jbHVzdGVyLnYxIuABCg1EcmFpblByb2dyZXNzEg4KBnJlYXNvbhgBIAEoCRIuCgpzdGFydGVkX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghkZWFkbGluZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGgoSaW5fZmxpZ2h0X2F0X3N0YXJ0GAQgASgNEhUKDWluX2ZsaWdodF9ub3cYBSABKA0SEAoIY29tcGxldGUYBiABKAgSHAoUcmVsZWFzZWRfYXRfZGVhZGxpbmUYByABKA0i6AMKDEFnZW50U3VtbWFyeRIKCgJpZBgBIAEoCRIMCgRuYW1lGAIgASgJEi4KBnN0YXR1cxgDIAEoDjIeLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50U3RhdHVzEhUKDWFnZW50X3ZlcnNpb24YBCABKAkSMAoKYWdlbnRfdHlwZRgFIAEoDjIcLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50VHlwZRIyCghtZXRhZGF0YRgGIAEoCzIgLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50TWV0YWRhdGESKAoHbWV0cmljcxgHIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSMAoNbGFzdF9zZWVuX2FnZRgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIRCglpbl9mbGlnaHQYCSABKA0SLwoFZHJhaW4YCiABKAsyIC5haWZsb3cuY2x1c3Rlci52MS5EcmFpblByb2dyZXNzEhQKDGh0dHBfYWRkcmVzcxgLIAEoCRIUCgxncnBjX2FkZHJlc3MYDCABKAkSFQoNaW5mcmFfYWRkcmVzcxgNIAEoCRIuCgpjcmVhdGVkX29uGA4gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCLaAQoRTGlzdEFnZW50c1JlcXVlc3QSMAoIc3RhdHVzZXMYASADKA4yHi5haWZsb3cuY2x1c3Rlci52MS5BZ2VudFN0YXR1cxI8CgR0YWdzGAIgAygLMi4uYWlmbG93LmNsdXN0ZXIudjEuTGlzdEFnZW50c1JlcXVlc3QuVGFnc0VudHJ5Eg8KB3ZlcnNpb24YAyABKAkSFwoPaW5jbHVkZV9yZW1vdmVkGAQgASgIGisKCVRhZ3NFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkUKEkxpc3RBZ2VudHNSZXNwb25zZRIvCgZhZ2VudHMYASADKAsyHy5haWZsb3cuY2x1c3Rlci52MS5BZ2VudFN1bW1hcnkiHwoPR2V0QWdlbnRSZXF1ZXN0EgwKBG5hbWUYASABKAkiigEKEEdldEFnZW50UmVzcG9uc2USLgoFYWdlbnQYASABKAsyHy5haWZsb3cuY2x1c3Rlci52MS5BZ2VudFN1bW1hcnkSLwoKZGlzcGF0Y2hlZBgCIAMoCzIbLmFpZmxvdy5jbHVzdGVyLnYxLldvcmtJdGVtEhUKDWFmZmluaXR5X2tleXMYAyADKAkijQEKDUFnZW50U2VsZWN0b3ISOAoEdGFncxgBIAMoCzIqLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50U2VsZWN0b3IuVGFnc0VudHJ5EhUKDXZlcnNpb25fYmVsb3cYAiABKAkaKwoJVGFnc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiowEKEURyYWluQWdlbnRSZXF1ZXN0EgwKBG5hbWUYASABKAkSMgoIc2VsZWN0b3IYAiABKAsyIC5haWZsb3cuY2x1c3Rlci52MS5BZ2VudFNlbGVjdG9yEisKCGRlYWRsaW5lGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg4KBnJlYXNvbhgEIAEoCRIPCgdkcnlfcnVuGAUgASgIImUKEkRyYWluQWdlbnRSZXNwb25zZRIvCgZhZ2VudHMYASADKAsyHy5haWZsb3cuY2x1c3Rlci52MS5BZ2VudFN1bW1hcnkSHgoWdmVyc2lvbl9ub3RfY29tcGFyYWJsZRgCIAMoCSIjChNVbmRyYWluQWdlbnRSZXF1ZXN0EgwKBG5hbWUYASABKAkiRgoUVW5kcmFpbkFnZW50UmVzcG9uc2USLgoFYWdlbnQYASABKAsyHy5haWZsb3cuY2x1c3Rlci52MS5BZ2VudFN1bW1hcnkiMQoSUmVtb3ZlQWdlbnRSZXF1ZXN0EgwKBG5hbWUYASABKAkSDQoFZm9yY2UYAiABKAgiJwoTUmVtb3ZlQWdlbnRSZXNwb25zZRIQCghyZWxlYXNlZBgBIAEoDSInChFRdWV1ZVN0YXRzUmVxdWVzdBISCgp0ZW5hbnRfa2V5GAEgASgJIncKClF1ZXVlRGVwdGgSEgoKdGVuYW50X2tleRgBIAEoCRITCgtlbmdpbmVfa2luZBgCIAEoCRIxCgZzdGF0dXMYAyABKA4yIS5haWZsb3cuY2x1c3Rlci52MS5Xb3JrSXRlbVN0YXR1cxINCgVjb3VudBgEIAEoBCKXAwoSUXVldWVTdGF0c1Jlc3BvbnNlEiwKBWRlcHRoGAEgAygLMh0uYWlmbG93LmNsdXN0ZXIudjEuUXVldWVEZXB0aBI1ChJvbGRlc3RfcGVuZGluZ19hZ2UYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SHQoVZGlzcGF0Y2hlZF9wZXJfc2Vjb25kGAMgASgBEhwKFGNvbXBsZXRlZF9wZXJfc2Vjb25kGAQgASgBEhQKDGRlYWRfbGV0dGVycxgFIAEoBBIPCgdwZW5kaW5nGAYgASgEEhIKCmRpc3BhdGNoZWQYByABKAQSOAoLdW5wbGFjZWFibGUYCCADKAsyIy5haWZsb3cuY2x1c3Rlci52MS5VbnBsYWNlYWJsZUl0ZW1zEjQKEWRpc3BhdGNoX3dhaXRfcDUwGAkgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjQKEWRpc3BhdGNoX3dhaXRfcDk5GAogASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIsABChBVbnBsYWNlYWJsZUl0ZW1zEhIKCnRlbmFudF9rZXkYASABKAkSEwoLZW5naW5lX2tpbmQYAiABKAkSNQoMcmVxdWlyZW1lbnRzGAMgASgLMh8uYWlmbG93LmNsdXN0ZXIudjEuUmVxdWlyZW1lbnRzEg0KBWNvdW50GAQgASgEEg4KBnJlYXNvbhgFIAEoCRItCgpvbGRlc3RfYWdlGAYgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIvkBChpPcHNTZXJ2aWNlTGlzdEl0ZW1zUmVxdWVzdBISCgp0ZW5hbnRfa2V5GAEgASgJEjMKCHN0YXR1c2VzGAIgAygOMiEuYWlmbG93LmNsdXN0ZXIudjEuV29ya0l0ZW1TdGF0dXMSEwoLZW5naW5lX2tpbmQYAyABKAkSDgoGcnVuX2lkGAQgASgJEhsKE3BhcmVudF93b3JrX2l0ZW1faWQYBSABKAkSEAoIYWdlbnRfaWQYBiABKAkSEQoJcGFnZV9zaXplGAcgASgNEhIKCnBhZ2VfdG9rZW4YCCABKAkSFwoPaWRlbXBvdGVuY3lfa2V5GAkgASgJImIKG09wc1NlcnZpY2VMaXN0SXRlbXNSZXNwb25zZRIqCgVpdGVtcxgBIAMoCzIbLmFpZmxvdy5jbHVzdGVyLnYxLldvcmtJdGVtEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSImChhPcHNTZXJ2aWNlR2V0SXRlbVJlcXVlc3QSCgoCaWQYASABKAkieAoZT3BzU2VydmljZUdldEl0ZW1SZXNwb25zZRIpCgRpdGVtGAEgASgLMhsuYWlmbG93LmNsdXN0ZXIudjEuV29ya0l0ZW0SMAoIY2hpbGRyZW4YAiABKAsyHi5haWZsb3cuY2x1c3Rlci52MS5DaGlsZENvdW50cyJpChJDYW5jZWxJdGVtc1JlcXVlc3QSEgoKdGVuYW50X2tleRgBIAEoCRILCgNpZHMYAiADKAkSDgoGcnVuX2lkGAMgASgJEhIKCnBhcmVudF9pZHMYBCADKAkSDgoGcmVhc29uGAUgASgJIiwKE0NhbmNlbEl0ZW1zUmVzcG9uc2USFQoNY2FuY2VsbGVkX2lkcxgBIAMoCSJTChNSZWRyaXZlSXRlbXNSZXF1ZXN0EhIKCnRlbmFudF9rZXkYASABKAkSCwoDaWRzGAIgAygJEg4KBnJ1bl9pZBgDIAEoCRILCgNhbGwYBCABKAgiLAoUUmVkcml2ZUl0ZW1zUmVzcG9uc2USFAoMcmVkcml2ZW5faWRzGAEgAygJIp0BCgdCaW5kaW5nEgoKAmlkGAEgASgJEhQKDGFmZmluaXR5X2tleRgCIAEoCRIQCghhZ2VudF9pZBgDIAEoCRIuCgpjcmVhdGVkX29uGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX29uGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJiChNMaXN0QmluZGluZ3NSZXF1ZXN0EhIKCmtleV9wcmVmaXgYASABKAkSEAoIYWdlbnRfaWQYAiABKAkSEQoJcGFnZV9zaXplGAMgASgNEhIKCnBhZ2VfdG9rZW4YBCABKAkiXQoUTGlzdEJpbmRpbmdzUmVzcG9uc2USLAoIYmluZGluZ3MYASADKAsyGi5haWZsb3cuY2x1c3Rlci52MS5CaW5kaW5nEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSIlCg1VbmJpbmRSZXF1ZXN0EhQKDGFmZmluaXR5X2tleRgBIAEoCSIQCg5VbmJpbmRSZXNwb25zZSI3Cg1SZWJpbmRSZXF1ZXN0EhQKDGFmZmluaXR5X2tleRgBIAEoCRIQCghhZ2VudF9pZBgCIAEoCSI9Cg5SZWJpbmRSZXNwb25zZRIrCgdiaW5kaW5nGAEgASgLMhouYWlmbG93LmNsdXN0ZXIudjEuQmluZGluZyJ6Cg5Db25jdXJyZW5jeUtleRISCgp0ZW5hbnRfa2V5GAEgASgJEgsKA2tleRgCIAEoCRINCgVsaW1pdBgDIAEoDRIUCgxsaW1pdF9zb3VyY2UYBCABKAkSEQoJaW5fZmxpZ2h0GAUgASgNEg8KB3BlbmRpbmcYBiABKAQiUAoPQ29uY3VycmVuY3lSdWxlEhIKCnRlbmFudF9rZXkYASABKAkSEgoKa2V5X3ByZWZpeBgCIAEoCRIVCg1tYXhfaW5fZmxpZ2h0GAMgASgNImsKGkxpc3RDb25jdXJyZW5jeUtleXNSZXF1ZXN0EhIKCnRlbmFudF9rZXkYASABKAkSEgoKa2V5X3ByZWZpeBgCIAEoCRIRCglwYWdlX3NpemUYAyABKA0SEgoKcGFnZV90b2tlbhgEIAEoCSKaAQobTGlzdENvbmN1cnJlbmN5S2V5c1Jlc3BvbnNlEi8KBGtleXMYASADKAsyIS5haWZsb3cuY2x1c3Rlci52MS5Db25jdXJyZW5jeUtleRIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkSMQoFcnVsZXMYAyADKAsyIi5haWZsb3cuY2x1c3Rlci52MS5Db25jdXJyZW5jeVJ1bGUiZAoaU2V0Q29uY3VycmVuY3lMaW1pdFJlcXVlc3QSEgoKdGVuYW50X2tleRgBIAEoCRILCgNrZXkYAiABKAkSDgoGcHJlZml4GAMgASgIEhUKDW1heF9pbl9mbGlnaHQYBCABKA0iTQobU2V0Q29uY3VycmVuY3lMaW1pdFJlc3BvbnNlEi4KA2tleRgBIAEoCzIhLmFpZmxvdy5jbHVzdGVyLnYxLkNvbmN1cnJlbmN5S2V5ImgKBlRlbmFudBISCgp0ZW5hbnRfa2V5GAEgASgJEg4KBndlaWdodBgCIAEoARIVCg13ZWlnaHRfc291cmNlGAMgASgJEg8KB3BlbmRpbmcYBCABKAQSEgoKZGlzcGF0Y2hlZBgFIAEoBCIoChJMaXN0VGVuYW50c1JlcXVlc3QSEgoKdGVuYW50X2tleRgBIAEoCSJBChNMaXN0VGVuYW50c1Jlc3BvbnNlEioKB3RlbmFudHMYASADKAsyGS5haWZsb3cuY2x1c3Rlci52MS5UZW5hbnQiSwoWU2V0VGVuYW50V2VpZ2h0UmVxdWVzdBISCgp0ZW5hbnRfa2V5GAEgASgJEg4KBndlaWdodBgCIAEoARINCgVjbGVhchgDIAEoCCJEChdTZXRUZW5hbnRXZWlnaHRSZXNwb25zZRIpCgZ0ZW5hbnQYASABKAsyGS5haWZsb3cuY2x1c3Rlci52MS5UZW5hbnQiiwEKDVJhdGVMaW1pdFJ1bGUSEgoKdGVuYW50X2tleRgBIAEoCRILCgNrZXkYAiABKAkSDgoGcHJlZml4GAMgASgIEg0KBWNvdW50GAQgASgFEisKCGludGVydmFsGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg0KBWJ1cnN0GAYgASgFIpIBCgxSYXRlTGltaXRLZXkSEgoKdGVuYW50X2tleRgBIAEoCRILCgNrZXkYAiABKAkSMAoMbmV4dF9zbG90X2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgVsaW1pdBgEIAEoCzIgLmFpZmxvdy5jbHVzdGVyLnYxLlJhdGVMaW1pdFJ1bGUiZgoVTGlzdFJhdGVMaW1pdHNSZXF1ZXN0EhIKCnRlbmFudF9rZXkYASABKAkSEgoKa2V5X3ByZWZpeBgCIAEoCRIRCglwYWdlX3NpemUYAyABKA0SEgoKcGFnZV90b2tlbhgEIAEoCSKRAQoWTGlzdFJhdGVMaW1pdHNSZXNwb25zZRIvCgVydWxlcxgBIAMoCzIgLmFpZmxvdy5jbHVzdGVyLnYxLlJhdGVMaW1pdFJ1bGUSLQoEa2V5cxgCIAMoCzIfLmFpZmxvdy5jbHVzdGVyLnYxLlJhdGVMaW1pdEtleRIXCg9uZXh0X3BhZ2VfdG9rZW4YAyABKAkioAEKE1NldFJhdGVMaW1pdFJlcXVlc3QSEgoKdGVuYW50X2tleRgBIAEoCRILCgNrZXkYAiABKAkSDgoGcHJlZml4GAMgASgIEg0KBWNvdW50GAQgASgFEisKCGludGVydmFsGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg0KBWJ1cnN0GAYgASgFEg0KBWNsZWFyGAcgASgIInQKFFNldFJhdGVMaW1pdFJlc3BvbnNlEi4KBHJ1bGUYASABKAsyIC5haWZsb3cuY2x1c3Rlci52MS5SYXRlTGltaXRSdWxlEiwKA2tleRgCIAEoCzIfLmFpZmxvdy5jbHVzdGVyLnYxLlJhdGVMaW1pdEtleTK9DgoKT3BzU2VydmljZRJZCgpMaXN0QWdlbnRzEiQuYWlmbG93LmNsdXN0ZXIudjEuTGlzdEFnZW50c1JlcXVlc3QaJS5haWZsb3cuY2x1c3Rlci52MS5MaXN0QWdlbnRzUmVzcG9uc2USUwoIR2V0QWdlbnQSIi5haWZsb3cuY2x1c3Rlci52MS5HZXRBZ2VudFJlcXVlc3QaIy5haWZsb3cuY2x1c3Rlci52MS5HZXRBZ2VudFJlc3BvbnNlElkKCkRyYWluQWdlbnQSJC5haWZsb3cuY2x1c3Rlci52MS5EcmFpbkFnZW50UmVxdWVzdBolLmFpZmxvdy5jbHVzdGVyLnYxLkRyYWluQWdlbnRSZXNwb25zZRJfCgxVbmRyYWluQWdlbnQSJi5haWZsb3cuY2x1c3Rlci52MS5VbmRyYWluQWdlbnRSZXF1ZXN0GicuYWlmbG93LmNsdXN0ZXIudjEuVW5kcmFpbkFnZW50UmVzcG9uc2USXAoLUmVtb3ZlQWdlbnQSJS5haWZsb3cuY2x1c3Rlci52MS5SZW1vdmVBZ2VudFJlcXVlc3QaJi5haWZsb3cuY2x1c3Rlci52MS5SZW1vdmVBZ2VudFJlc3BvbnNlElkKClF1ZXVlU3RhdHMSJC5haWZsb3cuY2x1c3Rlci52MS5RdWV1ZVN0YXRzUmVxdWVzdBolLmFpZmxvdy5jbHVzdGVyLnYxLlF1ZXVlU3RhdHNSZXNwb25zZRJqCglMaXN0SXRlbXMSLS5haWZsb3cuY2x1c3Rlci52MS5PcHNTZXJ2aWNlTGlzdEl0ZW1zUmVxdWVzdBouLmFpZmxvdy5jbHVzdGVyLnYxLk9wc1NlcnZpY2VMaXN0SXRlbXNSZXNwb25zZRJkCgdHZXRJdGVtEisuYWlmbG93LmNsdXN0ZXIudjEuT3BzU2VydmljZUdldEl0ZW1SZXF1ZXN0GiwuYWlmbG93LmNsdXN0ZXIudjEuT3BzU2VydmljZUdldEl0ZW1SZXNwb25zZRJcCgtDYW5jZWxJdGVtcxIlLmFpZmxvdy5jbHVzdGVyLnYxLkNhbmNlbEl0ZW1zUmVxdWVzdBomLmFpZmxvdy5jbHVzdGVyLnYxLkNhbmNlbEl0ZW1zUmVzcG9uc2USXwoMUmVkcml2ZUl0ZW1zEiYuYWlmbG93LmNsdXN0ZXIudjEuUmVkcml2ZUl0ZW1zUmVxdWVzdBonLmFpZmxvdy5jbHVzdGVyLnYxLlJlZHJpdmVJdGVtc1Jlc3BvbnNlEl8KDExpc3RCaW5kaW5ncxImLmFpZmxvdy5jbHVzdGVyLnYxLkxpc3RCaW5kaW5nc1JlcXVlc3QaJy5haWZsb3cuY2x1c3Rlci52MS5MaXN0QmluZGluZ3NSZXNwb25zZRJNCgZVbmJpbmQSIC5haWZsb3cuY2x1c3Rlci52MS5VbmJpbmRSZXF1ZXN0GiEuYWlmbG93LmNsdXN0ZXIudjEuVW5iaW5kUmVzcG9uc2USTQoGUmViaW5kEiAuYWlmbG93LmNsdXN0ZXIudjEuUmViaW5kUmVxdWVzdBohLmFpZmxvdy5jbHVzdGVyLnYxLlJlYmluZFJlc3BvbnNlEnQKE0xpc3RDb25jdXJyZW5jeUtleXMSLS5haWZsb3cuY2x1c3Rlci52MS5MaXN0Q29uY3VycmVuY3lLZXlzUmVxdWVzdBouLmFpZmxvdy5jbHVzdGVyLnYxLkxpc3RDb25jdXJyZW5jeUtleXNSZXNwb25zZRJ0ChNTZXRDb25jdXJyZW5jeUxpbWl0Ei0uYWlmbG93LmNsdXN0ZXIudjEuU2V0Q29uY3VycmVuY3lMaW1pdFJlcXVlc3QaLi5haWZsb3cuY2x1c3Rlci52MS5TZXRDb25jdXJyZW5jeUxpbWl0UmVzcG9uc2USXAoLTGlzdFRlbmFudHMSJS5haWZsb3cuY2x1c3Rlci52MS5MaXN0VGVuYW50c1JlcXVlc3QaJi5haWZsb3cuY2x1c3Rlci52MS5MaXN0VGVuYW50c1Jlc3BvbnNlEmgKD1NldFRlbmFudFdlaWdodBIpLmFpZmxvdy5jbHVzdGVyLnYxLlNldFRlbmFudFdlaWdodFJlcXVlc3QaKi5haWZsb3cuY2x1c3Rlci52MS5TZXRUZW5hbnRXZWlnaHRSZXNwb25zZRJlCg5MaXN0UmF0ZUxpbWl0cxIoLmFpZmxvdy5jbHVzdGVyLnYxLkxpc3RSYXRlTGltaXRzUmVxdWVzdBopLmFpZmxvdy5jbHVzdGVyLnYxLkxpc3RSYXRlTGltaXRzUmVzcG9uc2USXwoMU2V0UmF0ZUxpbWl0EiYuYWlmbG93LmNsdXN0ZXIudjEuU2V0UmF0ZUxpbWl0UmVxdWVzdBonLmFpZmxvdy5jbHVzdGVyLnYxLlNldFJhdGVMaW1pdFJlc3BvbnNlYgZwcm90bzM", [file_aiflow_cluster_v1_agent, file_aiflow_cluster_v1_common, file_aiflow_cluster_v1_work_item, file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("ChthaWZsb3cvY2x1c3Rlci92MS9vcHMucHJvdG8SEWFpZmxvdy5jbHVzdGVyLnYxIuABCg1EcmFpblByb2dyZXNzEg4KBnJlYXNvbhgBIAEoCRIuCgpzdGFydGVkX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghkZWFkbGluZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGgoSaW5fZmxpZ2h0X2F0X3N0YXJ0GAQgASgNEhUKDWluX2ZsaWdodF9ub3cYBSABKA0SEAoIY29tcGxldGUYBiABKAgSHAoUcmVsZWFzZWRfYXRfZGVhZGxpbmUYByABKA0i6AMKDEFnZW50U3VtbWFyeRIKCgJpZBgBIAEoCRIMCgRuYW1lGAIgASgJEi4KBnN0YXR1cxgDIAEoDjIeLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50U3RhdHVzEhUKDWFnZW50X3ZlcnNpb24YBCABKAkSMAoKYWdlbnRfdHlwZRgFIAEoDjIcLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50VHlwZRIyCghtZXRhZGF0YRgGIAEoCzIgLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50TWV0YWRhdGESKAoHbWV0cmljcxgHIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSMAoNbGFzdF9zZWVuX2FnZRgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIRCglpbl9mbGlnaHQYCSABKA0SLwoFZHJhaW4YCiABKAsyIC5haWZsb3cuY2x1c3Rlci52MS5EcmFpblByb2dyZXNzEhQKDGh0dHBfYWRkcmVzcxgLIAEoCRIUCgxncnBjX2FkZHJlc3MYDCABKAkSFQoNaW5mcmFfYWRkcmVzcxgNIAEoCRIuCgpjcmVhdGVkX29uGA4gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCLaAQoRTGlzdEFnZW50c1JlcXVlc3QSMAoIc3RhdHVzZXMYASADKA4yHi5haWZsb3cuY2x1c3Rlci52MS5BZ2VudFN0YXR1cxI8CgR0YWdzGAIgAygLMi4uYWlmbG93LmNsdXN0ZXIudjEuTGlzdEFnZW50c1JlcXVlc3QuVGFnc0VudHJ5Eg8KB3ZlcnNpb24YAyABKAkSFwoPaW5jbHVkZV9yZW1vdmVkGAQgASgIGisKCVRhZ3NFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkUKEkxpc3RBZ2VudHNSZXNwb25zZRIvCgZhZ2VudHMYASADKAsyHy5haWZsb3cuY2x1c3Rlci52MS5BZ2VudFN1bW1hcnkiHwoPR2V0QWdlbnRSZXF1ZXN0EgwKBG5hbWUYASABKAkiigEKEEdldEFnZW50UmVzcG9uc2USLgoFYWdlbnQYASABKAsyHy5haWZsb3cuY2x1c3Rlci52MS5BZ2VudFN1bW1hcnkSLwoKZGlzcGF0Y2hlZBgCIAMoCzIbLmFpZmxvdy5jbHVzdGVyLnYxLldvcmtJdGVtEhUKDWFmZmluaXR5X2tleXMYAyADKAkijQEKDUFnZW50U2VsZWN0b3ISOAoEdGFncxgBIAMoCzIqLmFpZmxvdy5jbHVzdGVyLnYxLkFnZW50U2VsZWN0b3IuVGFnc0VudHJ5EhUKDXZlcnNpb25fYmVsb3cYAiABKAkaKwoJVGFnc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiowEKEURyYWluQWdlbnRSZXF1ZXN0EgwKBG5hbWUYASABKAkSMgoIc2VsZWN0b3IYAiABKAsyIC5haWZsb3cuY2x1c3Rlci52MS5BZ2VudFNlbGVjdG9yEisKCGRlYWRsaW5lGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg4KBnJlYXNvbhgEIAEoCRIPCgdkcnlfcnVuGAUgASgIImUKEkRyYWluQWdlbnRSZXNwb25zZRIvCgZhZ2VudHMYASADKAsyHy5haWZsb3cuY2x1c3Rlci52MS5BZ2VudFN1bW1hcnkSHgoWdmVyc2lvbl9ub3RfY29tcGFyYWJsZRgCIAMoCSIjChNVbmRyYWluQWdlbnRSZXF1ZXN0EgwKBG5hbWUYASABKAkiRgoUVW5kcmFpbkFnZW50UmVzcG9uc2USLgoFYWdlbnQYASABKAsyHy5haWZsb3cuY2x1c3Rlci52MS5BZ2VudFN1bW1hcnkiMQoSUmVtb3ZlQWdlbnRSZXF1ZXN0EgwKBG5hbWUYASABKAkSDQoFZm9yY2UYAiABKAgiJwoTUmVtb3ZlQWdlbnRSZXNwb25zZRIQCghyZWxlYXNlZBgBIAEoDSInChFRdWV1ZVN0YXRzUmVxdWVzdBISCgp0ZW5hbnRfa2V5GAEgASgJIncKClF1ZXVlRGVwdGgSEgoKdGVuYW50X2tleRgBIAEoCRITCgtlbmdpbmVfa2luZBgCIAEoCRIxCgZzdGF0dXMYAyABKA4yIS5haWZsb3cuY2x1c3Rlci52MS5Xb3JrSXRlbVN0YXR1cxINCgVjb3VudBgEIAEoBCLLAwoSUXVldWVTdGF0c1Jlc3BvbnNlEiwKBWRlcHRoGAEgAygLMh0uYWlmbG93LmNsdXN0ZXIudjEuUXVldWVEZXB0aBI1ChJvbGRlc3RfcGVuZGluZ19hZ2UYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SHQoVZGlzcGF0Y2hlZF9wZXJfc2Vjb25kGAMgASgBEhwKFGNvbXBsZXRlZF9wZXJfc2Vjb25kGAQgASgBEhQKDGRlYWRfbGV0dGVycxgFIAEoBBIPCgdwZW5kaW5nGAYgASgEEhIKCmRpc3BhdGNoZWQYByABKAQSOAoLdW5wbGFjZWFibGUYCCADKAsyIy5haWZsb3cuY2x1c3Rlci52MS5VbnBsYWNlYWJsZUl0ZW1zEjQKEWRpc3BhdGNoX3dhaXRfcDUwGAkgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjQKEWRpc3BhdGNoX3dhaXRfcDk5GAogASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjIKCHVuc2VydmVkGAsgAygLMiAuYWlmbG93LmNsdXN0ZXIudjEuVW5zZXJ2ZWRJdGVtcyKRAQoNVW5zZXJ2ZWRJdGVtcxISCgp0ZW5hbnRfa2V5GAEgASgJEhMKC2VuZ2luZV9raW5kGAIgASgJEg0KBWNvdW50GAMgASgEEi0KCm9sZGVzdF9hZ2UYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SGQoRYWdlbnRzX25vdF9hY3RpdmUYBSABKA0iwAEKEFVucGxhY2VhYmxlSXRlbXMSEgoKdGVuYW50X2tleRgBIAEoCRITCgtlbmdpbmVfa2luZBgCIAEoCRI1CgxyZXF1aXJlbWVudHMYAyABKAsyHy5haWZsb3cuY2x1c3Rlci52MS5SZXF1aXJlbWVudHMSDQoFY291bnQYBCABKAQSDgoGcmVhc29uGAUgASgJEi0KCm9sZGVzdF9hZ2UYBiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24i+QEKGk9wc1NlcnZpY2VMaXN0SXRlbXNSZXF1ZXN0EhIKCnRlbmFudF9rZXkYASABKAkSMwoIc3RhdHVzZXMYAiADKA4yIS5haWZsb3cuY2x1c3Rlci52MS5Xb3JrSXRlbVN0YXR1cxITCgtlbmdpbmVfa2luZBgDIAEoCRIOCgZydW5faWQYBCABKAkSGwoTcGFyZW50X3dvcmtfaXRlbV9pZBgFIAEoCRIQCghhZ2VudF9pZBgGIAEoCRIRCglwYWdlX3NpemUYByABKA0SEgoKcGFnZV90b2tlbhgIIAEoCRIXCg9pZGVtcG90ZW5jeV9rZXkYCSABKAkiYgobT3BzU2VydmljZUxpc3RJdGVtc1Jlc3BvbnNlEioKBWl0ZW1zGAEgAygLMhsuYWlmbG93LmNsdXN0ZXIudjEuV29ya0l0ZW0SFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIiYKGE9wc1NlcnZpY2VHZXRJdGVtUmVxdWVzdBIKCgJpZBgBIAEoCSJ4ChlPcHNTZXJ2aWNlR2V0SXRlbVJlc3BvbnNlEikKBGl0ZW0YASABKAsyGy5haWZsb3cuY2x1c3Rlci52MS5Xb3JrSXRlbRIwCghjaGlsZHJlbhgCIAEoCzIeLmFpZmxvdy5jbHVzdGVyLnYxLkNoaWxkQ291bnRzImkKEkNhbmNlbEl0ZW1zUmVxdWVzdBISCgp0ZW5hbnRfa2V5GAEgASgJEgsKA2lkcxgCIAMoCRIOCgZydW5faWQYAyABKAkSEgoKcGFyZW50X2lkcxgEIAMoCRIOCgZyZWFzb24YBSABKAkiLAoTQ2FuY2VsSXRlbXNSZXNwb25zZRIVCg1jYW5jZWxsZWRfaWRzGAEgAygJIlMKE1JlZHJpdmVJdGVtc1JlcXVlc3QSEgoKdGVuYW50X2tleRgBIAEoCRILCgNpZHMYAiADKAkSDgoGcnVuX2lkGAMgASgJEgsKA2FsbBgEIAEoCCIsChRSZWRyaXZlSXRlbXNSZXNwb25zZRIUCgxyZWRyaXZlbl9pZHMYASADKAkinQEKB0JpbmRpbmcSCgoCaWQYASABKAkSFAoMYWZmaW5pdHlfa2V5GAIgASgJEhAKCGFnZW50X2lkGAMgASgJEi4KCmNyZWF0ZWRfb24YBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnVwZGF0ZWRfb24YBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wImIKE0xpc3RCaW5kaW5nc1JlcXVlc3QSEgoKa2V5X3ByZWZpeBgBIAEoCRIQCghhZ2VudF9pZBgCIAEoCRIRCglwYWdlX3NpemUYAyABKA0SEgoKcGFnZV90b2tlbhgEIAEoCSJdChRMaXN0QmluZGluZ3NSZXNwb25zZRIsCghiaW5kaW5ncxgBIAMoCzIaLmFpZmxvdy5jbHVzdGVyLnYxLkJpbmRpbmcSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIiUKDVVuYmluZFJlcXVlc3QSFAoMYWZmaW5pdHlfa2V5GAEgASgJIhAKDlVuYmluZFJlc3BvbnNlIjcKDVJlYmluZFJlcXVlc3QSFAoMYWZmaW5pdHlfa2V5GAEgASgJEhAKCGFnZW50X2lkGAIgASgJIj0KDlJlYmluZFJlc3BvbnNlEisKB2JpbmRpbmcYASABKAsyGi5haWZsb3cuY2x1c3Rlci52MS5CaW5kaW5nInoKDkNvbmN1cnJlbmN5S2V5EhIKCnRlbmFudF9rZXkYASABKAkSCwoDa2V5GAIgASgJEg0KBWxpbWl0GAMgASgNEhQKDGxpbWl0X3NvdXJjZRgEIAEoCRIRCglpbl9mbGlnaHQYBSABKA0SDwoHcGVuZGluZxgGIAEoBCJQCg9Db25jdXJyZW5jeVJ1bGUSEgoKdGVuYW50X2tleRgBIAEoCRISCgprZXlfcHJlZml4GAIgASgJEhUKDW1heF9pbl9mbGlnaHQYAyABKA0iawoaTGlzdENvbmN1cnJlbmN5S2V5c1JlcXVlc3QSEgoKdGVuYW50X2tleRgBIAEoCRISCgprZXlfcHJlZml4GAIgASgJEhEKCXBhZ2Vfc2l6ZRgDIAEoDRISCgpwYWdlX3Rva2VuGAQgASgJIpoBChtMaXN0Q29uY3VycmVuY3lLZXlzUmVzcG9uc2USLwoEa2V5cxgBIAMoCzIhLmFpZmxvdy5jbHVzdGVyLnYxLkNvbmN1cnJlbmN5S2V5EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCRIxCgVydWxlcxgDIAMoCzIiLmFpZmxvdy5jbHVzdGVyLnYxLkNvbmN1cnJlbmN5UnVsZSJkChpTZXRDb25jdXJyZW5jeUxpbWl0UmVxdWVzdBISCgp0ZW5hbnRfa2V5GAEgASgJEgsKA2tleRgCIAEoCRIOCgZwcmVmaXgYAyABKAgSFQoNbWF4X2luX2ZsaWdodBgEIAEoDSJNChtTZXRDb25jdXJyZW5jeUxpbWl0UmVzcG9uc2USLgoDa2V5GAEgASgLMiEuYWlmbG93LmNsdXN0ZXIudjEuQ29uY3VycmVuY3lLZXkiaAoGVGVuYW50EhIKCnRlbmFudF9rZXkYASABKAkSDgoGd2VpZ2h0GAIgASgBEhUKDXdlaWdodF9zb3VyY2UYAyABKAkSDwoHcGVuZGluZxgEIAEoBBISCgpkaXNwYXRjaGVkGAUgASgEIigKEkxpc3RUZW5hbnRzUmVxdWVzdBISCgp0ZW5hbnRfa2V5GAEgASgJIkEKE0xpc3RUZW5hbnRzUmVzcG9uc2USKgoHdGVuYW50cxgBIAMoCzIZLmFpZmxvdy5jbHVzdGVyLnYxLlRlbmFudCJLChZTZXRUZW5hbnRXZWlnaHRSZXF1ZXN0EhIKCnRlbmFudF9rZXkYASABKAkSDgoGd2VpZ2h0GAIgASgBEg0KBWNsZWFyGAMgASgIIkQKF1NldFRlbmFudFdlaWdodFJlc3BvbnNlEikKBnRlbmFudBgBIAEoCzIZLmFpZmxvdy5jbHVzdGVyLnYxLlRlbmFudCKLAQoNUmF0ZUxpbWl0UnVsZRISCgp0ZW5hbnRfa2V5GAEgASgJEgsKA2tleRgCIAEoCRIOCgZwcmVmaXgYAyABKAgSDQoFY291bnQYBCABKAUSKwoIaW50ZXJ2YWwYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDQoFYnVyc3QYBiABKAUikgEKDFJhdGVMaW1pdEtleRISCgp0ZW5hbnRfa2V5GAEgASgJEgsKA2tleRgCIAEoCRIwCgxuZXh0X3Nsb3RfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KBWxpbWl0GAQgASgLMiAuYWlmbG93LmNsdXN0ZXIudjEuUmF0ZUxpbWl0UnVsZSJmChVMaXN0UmF0ZUxpbWl0c1JlcXVlc3QSEgoKdGVuYW50X2tleRgBIAEoCRISCgprZXlfcHJlZml4GAIgASgJEhEKCXBhZ2Vfc2l6ZRgDIAEoDRISCgpwYWdlX3Rva2VuGAQgASgJIpEBChZMaXN0UmF0ZUxpbWl0c1Jlc3BvbnNlEi8KBXJ1bGVzGAEgAygLMiAuYWlmbG93LmNsdXN0ZXIudjEuUmF0ZUxpbWl0UnVsZRItCgRrZXlzGAIgAygLMh8uYWlmbG93LmNsdXN0ZXIudjEuUmF0ZUxpbWl0S2V5EhcKD25leHRfcGFnZV90b2tlbhgDIAEoCSKgAQoTU2V0UmF0ZUxpbWl0UmVxdWVzdBISCgp0ZW5hbnRfa2V5GAEgASgJEgsKA2tleRgCIAEoCRIOCgZwcmVmaXgYAyABKAgSDQoFY291bnQYBCABKAUSKwoIaW50ZXJ2YWwYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDQoFYnVyc3QYBiABKAUSDQoFY2xlYXIYByABKAgidAoUU2V0UmF0ZUxpbWl0UmVzcG9uc2USLgoEcnVsZRgBIAEoCzIgLmFpZmxvdy5jbHVzdGVyLnYxLlJhdGVMaW1pdFJ1bGUSLAoDa2V5GAIgASgLMh8uYWlmbG93LmNsdXN0ZXIudjEuUmF0ZUxpbWl0S2V5Mr0OCgpPcHNTZXJ2aWNlElkKCkxpc3RBZ2VudHMSJC5haWZsb3cuY2x1c3Rlci52MS5MaXN0QWdlbnRzUmVxdWVzdBolLmFpZmxvdy5jbHVzdGVyLnYxLkxpc3RBZ2VudHNSZXNwb25zZRJTCghHZXRBZ2VudBIiLmFpZmxvdy5jbHVzdGVyLnYxLkdldEFnZW50UmVxdWVzdBojLmFpZmxvdy5jbHVzdGVyLnYxLkdldEFnZW50UmVzcG9uc2USWQoKRHJhaW5BZ2VudBIkLmFpZmxvdy5jbHVzdGVyLnYxLkRyYWluQWdlbnRSZXF1ZXN0GiUuYWlmbG93LmNsdXN0ZXIudjEuRHJhaW5BZ2VudFJlc3BvbnNlEl8KDFVuZHJhaW5BZ2VudBImLmFpZmxvdy5jbHVzdGVyLnYxLlVuZHJhaW5BZ2VudFJlcXVlc3QaJy5haWZsb3cuY2x1c3Rlci52MS5VbmRyYWluQWdlbnRSZXNwb25zZRJcCgtSZW1vdmVBZ2VudBIlLmFpZmxvdy5jbHVzdGVyLnYxLlJlbW92ZUFnZW50UmVxdWVzdBomLmFpZmxvdy5jbHVzdGVyLnYxLlJlbW92ZUFnZW50UmVzcG9uc2USWQoKUXVldWVTdGF0cxIkLmFpZmxvdy5jbHVzdGVyLnYxLlF1ZXVlU3RhdHNSZXF1ZXN0GiUuYWlmbG93LmNsdXN0ZXIudjEuUXVldWVTdGF0c1Jlc3BvbnNlEmoKCUxpc3RJdGVtcxItLmFpZmxvdy5jbHVzdGVyLnYxLk9wc1NlcnZpY2VMaXN0SXRlbXNSZXF1ZXN0Gi4uYWlmbG93LmNsdXN0ZXIudjEuT3BzU2VydmljZUxpc3RJdGVtc1Jlc3BvbnNlEmQKB0dldEl0ZW0SKy5haWZsb3cuY2x1c3Rlci52MS5PcHNTZXJ2aWNlR2V0SXRlbVJlcXVlc3QaLC5haWZsb3cuY2x1c3Rlci52MS5PcHNTZXJ2aWNlR2V0SXRlbVJlc3BvbnNlElwKC0NhbmNlbEl0ZW1zEiUuYWlmbG93LmNsdXN0ZXIudjEuQ2FuY2VsSXRlbXNSZXF1ZXN0GiYuYWlmbG93LmNsdXN0ZXIudjEuQ2FuY2VsSXRlbXNSZXNwb25zZRJfCgxSZWRyaXZlSXRlbXMSJi5haWZsb3cuY2x1c3Rlci52MS5SZWRyaXZlSXRlbXNSZXF1ZXN0GicuYWlmbG93LmNsdXN0ZXIudjEuUmVkcml2ZUl0ZW1zUmVzcG9uc2USXwoMTGlzdEJpbmRpbmdzEiYuYWlmbG93LmNsdXN0ZXIudjEuTGlzdEJpbmRpbmdzUmVxdWVzdBonLmFpZmxvdy5jbHVzdGVyLnYxLkxpc3RCaW5kaW5nc1Jlc3BvbnNlEk0KBlVuYmluZBIgLmFpZmxvdy5jbHVzdGVyLnYxLlVuYmluZFJlcXVlc3QaIS5haWZsb3cuY2x1c3Rlci52MS5VbmJpbmRSZXNwb25zZRJNCgZSZWJpbmQSIC5haWZsb3cuY2x1c3Rlci52MS5SZWJpbmRSZXF1ZXN0GiEuYWlmbG93LmNsdXN0ZXIudjEuUmViaW5kUmVzcG9uc2USdAoTTGlzdENvbmN1cnJlbmN5S2V5cxItLmFpZmxvdy5jbHVzdGVyLnYxLkxpc3RDb25jdXJyZW5jeUtleXNSZXF1ZXN0Gi4uYWlmbG93LmNsdXN0ZXIudjEuTGlzdENvbmN1cnJlbmN5S2V5c1Jlc3BvbnNlEnQKE1NldENvbmN1cnJlbmN5TGltaXQSLS5haWZsb3cuY2x1c3Rlci52MS5TZXRDb25jdXJyZW5jeUxpbWl0UmVxdWVzdBouLmFpZmxvdy5jbHVzdGVyLnYxLlNldENvbmN1cnJlbmN5TGltaXRSZXNwb25zZRJcCgtMaXN0VGVuYW50cxIlLmFpZmxvdy5jbHVzdGVyLnYxLkxpc3RUZW5hbnRzUmVxdWVzdBomLmFpZmxvdy5jbHVzdGVyLnYxLkxpc3RUZW5hbnRzUmVzcG9uc2USaAoPU2V0VGVuYW50V2VpZ2h0EikuYWlmbG93LmNsdXN0ZXIudjEuU2V0VGVuYW50V2VpZ2h0UmVxdWVzdBoqLmFpZmxvdy5jbHVzdGVyLnYxLlNldFRlbmFudFdlaWdodFJlc3BvbnNlEmUKDkxpc3RSYXRlTGltaXRzEiguYWlmbG93LmNsdXN0ZXIudjEuTGlzdFJhdGVMaW1pdHNSZXF1ZXN0GikuYWlmbG93LmNsdXN0ZXIudjEuTGlzdFJhdGVMaW1pdHNSZXNwb25zZRJfCgxTZXRSYXRlTGltaXQSJi5haWZsb3cuY2x1c3Rlci52MS5TZXRSYXRlTGltaXRSZXF1ZXN0GicuYWlmbG93LmNsdXN0ZXIudjEuU2V0UmF0ZUxpbWl0UmVzcG9uc2ViBnByb3RvMw", [file_aiflow_cluster_v1_agent, file_aiflow_cluster_v1_common, file_aiflow_cluster_v1_work_item, file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * @generated from message aiflow.cluster.v1.DrainProgress
@@ -559,6 +559,15 @@ export type QueueStatsResponse = Message<"aiflow.cluster.v1.QueueStatsResponse">
    * @generated from field: google.protobuf.Duration dispatch_wait_p99 = 10;
    */
   dispatchWaitP99?: Duration | undefined;
+
+  /**
+   * Due pending items of a tenant and engine kind that no ACTIVE agent serves (none registered for
+   * both, or every one that is draining or inactive): nothing will claim them until one registers
+   * or comes back. Grouped by tenant and engine kind, oldest first, at most 100 groups.
+   *
+   * @generated from field: repeated aiflow.cluster.v1.UnservedItems unserved = 11;
+   */
+  unserved: UnservedItems[];
 };
 
 /**
@@ -567,6 +576,50 @@ export type QueueStatsResponse = Message<"aiflow.cluster.v1.QueueStatsResponse">
  */
 export const QueueStatsResponseSchema: GenMessage<QueueStatsResponse> = /*@__PURE__*/
   messageDesc(file_aiflow_cluster_v1_ops, 15);
+
+/**
+ * Work that waits because no agent serves its tenant and engine kind ("no pollers").
+ *
+ * @generated from message aiflow.cluster.v1.UnservedItems
+ */
+export type UnservedItems = Message<"aiflow.cluster.v1.UnservedItems"> & {
+  /**
+   * @generated from field: string tenant_key = 1;
+   */
+  tenantKey: string;
+
+  /**
+   * @generated from field: string engine_kind = 2;
+   */
+  engineKind: string;
+
+  /**
+   * @generated from field: uint64 count = 3;
+   */
+  count: bigint;
+
+  /**
+   * Age of the oldest of them, from when it was enqueued (as oldest_pending_age counts it).
+   *
+   * @generated from field: google.protobuf.Duration oldest_age = 4;
+   */
+  oldestAge?: Duration | undefined;
+
+  /**
+   * Agents registered for this tenant and engine kind that are not ACTIVE (draining or inactive);
+   * 0 when no agent is registered for both at all.
+   *
+   * @generated from field: uint32 agents_not_active = 5;
+   */
+  agentsNotActive: number;
+};
+
+/**
+ * Describes the message aiflow.cluster.v1.UnservedItems.
+ * Use `create(UnservedItemsSchema)` to create a new message.
+ */
+export const UnservedItemsSchema: GenMessage<UnservedItems> = /*@__PURE__*/
+  messageDesc(file_aiflow_cluster_v1_ops, 16);
 
 /**
  * @generated from message aiflow.cluster.v1.UnplaceableItems
@@ -612,7 +665,7 @@ export type UnplaceableItems = Message<"aiflow.cluster.v1.UnplaceableItems"> & {
  * Use `create(UnplaceableItemsSchema)` to create a new message.
  */
 export const UnplaceableItemsSchema: GenMessage<UnplaceableItems> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_ops, 16);
+  messageDesc(file_aiflow_cluster_v1_ops, 17);
 
 /**
  * @generated from message aiflow.cluster.v1.OpsServiceListItemsRequest
@@ -673,7 +726,7 @@ export type OpsServiceListItemsRequest = Message<"aiflow.cluster.v1.OpsServiceLi
  * Use `create(OpsServiceListItemsRequestSchema)` to create a new message.
  */
 export const OpsServiceListItemsRequestSchema: GenMessage<OpsServiceListItemsRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_ops, 17);
+  messageDesc(file_aiflow_cluster_v1_ops, 18);
 
 /**
  * @generated from message aiflow.cluster.v1.OpsServiceListItemsResponse
@@ -695,7 +748,7 @@ export type OpsServiceListItemsResponse = Message<"aiflow.cluster.v1.OpsServiceL
  * Use `create(OpsServiceListItemsResponseSchema)` to create a new message.
  */
 export const OpsServiceListItemsResponseSchema: GenMessage<OpsServiceListItemsResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_ops, 18);
+  messageDesc(file_aiflow_cluster_v1_ops, 19);
 
 /**
  * @generated from message aiflow.cluster.v1.OpsServiceGetItemRequest
@@ -712,7 +765,7 @@ export type OpsServiceGetItemRequest = Message<"aiflow.cluster.v1.OpsServiceGetI
  * Use `create(OpsServiceGetItemRequestSchema)` to create a new message.
  */
 export const OpsServiceGetItemRequestSchema: GenMessage<OpsServiceGetItemRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_ops, 19);
+  messageDesc(file_aiflow_cluster_v1_ops, 20);
 
 /**
  * @generated from message aiflow.cluster.v1.OpsServiceGetItemResponse
@@ -734,7 +787,7 @@ export type OpsServiceGetItemResponse = Message<"aiflow.cluster.v1.OpsServiceGet
  * Use `create(OpsServiceGetItemResponseSchema)` to create a new message.
  */
 export const OpsServiceGetItemResponseSchema: GenMessage<OpsServiceGetItemResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_ops, 20);
+  messageDesc(file_aiflow_cluster_v1_ops, 21);
 
 /**
  * @generated from message aiflow.cluster.v1.CancelItemsRequest
@@ -771,7 +824,7 @@ export type CancelItemsRequest = Message<"aiflow.cluster.v1.CancelItemsRequest">
  * Use `create(CancelItemsRequestSchema)` to create a new message.
  */
 export const CancelItemsRequestSchema: GenMessage<CancelItemsRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_ops, 21);
+  messageDesc(file_aiflow_cluster_v1_ops, 22);
 
 /**
  * @generated from message aiflow.cluster.v1.CancelItemsResponse
@@ -788,7 +841,7 @@ export type CancelItemsResponse = Message<"aiflow.cluster.v1.CancelItemsResponse
  * Use `create(CancelItemsResponseSchema)` to create a new message.
  */
 export const CancelItemsResponseSchema: GenMessage<CancelItemsResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_ops, 22);
+  messageDesc(file_aiflow_cluster_v1_ops, 23);
 
 /**
  * @generated from message aiflow.cluster.v1.RedriveItemsRequest
@@ -824,7 +877,7 @@ export type RedriveItemsRequest = Message<"aiflow.cluster.v1.RedriveItemsRequest
  * Use `create(RedriveItemsRequestSchema)` to create a new message.
  */
 export const RedriveItemsRequestSchema: GenMessage<RedriveItemsRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_ops, 23);
+  messageDesc(file_aiflow_cluster_v1_ops, 24);
 
 /**
  * @generated from message aiflow.cluster.v1.RedriveItemsResponse
@@ -841,7 +894,7 @@ export type RedriveItemsResponse = Message<"aiflow.cluster.v1.RedriveItemsRespon
  * Use `create(RedriveItemsResponseSchema)` to create a new message.
  */
 export const RedriveItemsResponseSchema: GenMessage<RedriveItemsResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_ops, 24);
+  messageDesc(file_aiflow_cluster_v1_ops, 25);
 
 /**
  * @generated from message aiflow.cluster.v1.Binding
@@ -882,7 +935,7 @@ export type Binding = Message<"aiflow.cluster.v1.Binding"> & {
  * Use `create(BindingSchema)` to create a new message.
  */
 export const BindingSchema: GenMessage<Binding> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_ops, 25);
+  messageDesc(file_aiflow_cluster_v1_ops, 26);
 
 /**
  * @generated from message aiflow.cluster.v1.ListBindingsRequest
@@ -916,7 +969,7 @@ export type ListBindingsRequest = Message<"aiflow.cluster.v1.ListBindingsRequest
  * Use `create(ListBindingsRequestSchema)` to create a new message.
  */
 export const ListBindingsRequestSchema: GenMessage<ListBindingsRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_ops, 26);
+  messageDesc(file_aiflow_cluster_v1_ops, 27);
 
 /**
  * @generated from message aiflow.cluster.v1.ListBindingsResponse
@@ -938,7 +991,7 @@ export type ListBindingsResponse = Message<"aiflow.cluster.v1.ListBindingsRespon
  * Use `create(ListBindingsResponseSchema)` to create a new message.
  */
 export const ListBindingsResponseSchema: GenMessage<ListBindingsResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_ops, 27);
+  messageDesc(file_aiflow_cluster_v1_ops, 28);
 
 /**
  * @generated from message aiflow.cluster.v1.UnbindRequest
@@ -955,7 +1008,7 @@ export type UnbindRequest = Message<"aiflow.cluster.v1.UnbindRequest"> & {
  * Use `create(UnbindRequestSchema)` to create a new message.
  */
 export const UnbindRequestSchema: GenMessage<UnbindRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_ops, 28);
+  messageDesc(file_aiflow_cluster_v1_ops, 29);
 
 /**
  * @generated from message aiflow.cluster.v1.UnbindResponse
@@ -968,7 +1021,7 @@ export type UnbindResponse = Message<"aiflow.cluster.v1.UnbindResponse"> & {
  * Use `create(UnbindResponseSchema)` to create a new message.
  */
 export const UnbindResponseSchema: GenMessage<UnbindResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_ops, 29);
+  messageDesc(file_aiflow_cluster_v1_ops, 30);
 
 /**
  * @generated from message aiflow.cluster.v1.RebindRequest
@@ -990,7 +1043,7 @@ export type RebindRequest = Message<"aiflow.cluster.v1.RebindRequest"> & {
  * Use `create(RebindRequestSchema)` to create a new message.
  */
 export const RebindRequestSchema: GenMessage<RebindRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_ops, 30);
+  messageDesc(file_aiflow_cluster_v1_ops, 31);
 
 /**
  * @generated from message aiflow.cluster.v1.RebindResponse
@@ -1007,7 +1060,7 @@ export type RebindResponse = Message<"aiflow.cluster.v1.RebindResponse"> & {
  * Use `create(RebindResponseSchema)` to create a new message.
  */
 export const RebindResponseSchema: GenMessage<RebindResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_ops, 31);
+  messageDesc(file_aiflow_cluster_v1_ops, 32);
 
 /**
  * @generated from message aiflow.cluster.v1.ConcurrencyKey
@@ -1054,7 +1107,7 @@ export type ConcurrencyKey = Message<"aiflow.cluster.v1.ConcurrencyKey"> & {
  * Use `create(ConcurrencyKeySchema)` to create a new message.
  */
 export const ConcurrencyKeySchema: GenMessage<ConcurrencyKey> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_ops, 32);
+  messageDesc(file_aiflow_cluster_v1_ops, 33);
 
 /**
  * @generated from message aiflow.cluster.v1.ConcurrencyRule
@@ -1083,7 +1136,7 @@ export type ConcurrencyRule = Message<"aiflow.cluster.v1.ConcurrencyRule"> & {
  * Use `create(ConcurrencyRuleSchema)` to create a new message.
  */
 export const ConcurrencyRuleSchema: GenMessage<ConcurrencyRule> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_ops, 33);
+  messageDesc(file_aiflow_cluster_v1_ops, 34);
 
 /**
  * @generated from message aiflow.cluster.v1.ListConcurrencyKeysRequest
@@ -1121,7 +1174,7 @@ export type ListConcurrencyKeysRequest = Message<"aiflow.cluster.v1.ListConcurre
  * Use `create(ListConcurrencyKeysRequestSchema)` to create a new message.
  */
 export const ListConcurrencyKeysRequestSchema: GenMessage<ListConcurrencyKeysRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_ops, 34);
+  messageDesc(file_aiflow_cluster_v1_ops, 35);
 
 /**
  * @generated from message aiflow.cluster.v1.ListConcurrencyKeysResponse
@@ -1150,7 +1203,7 @@ export type ListConcurrencyKeysResponse = Message<"aiflow.cluster.v1.ListConcurr
  * Use `create(ListConcurrencyKeysResponseSchema)` to create a new message.
  */
 export const ListConcurrencyKeysResponseSchema: GenMessage<ListConcurrencyKeysResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_ops, 35);
+  messageDesc(file_aiflow_cluster_v1_ops, 36);
 
 /**
  * @generated from message aiflow.cluster.v1.SetConcurrencyLimitRequest
@@ -1186,7 +1239,7 @@ export type SetConcurrencyLimitRequest = Message<"aiflow.cluster.v1.SetConcurren
  * Use `create(SetConcurrencyLimitRequestSchema)` to create a new message.
  */
 export const SetConcurrencyLimitRequestSchema: GenMessage<SetConcurrencyLimitRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_ops, 36);
+  messageDesc(file_aiflow_cluster_v1_ops, 37);
 
 /**
  * @generated from message aiflow.cluster.v1.SetConcurrencyLimitResponse
@@ -1205,7 +1258,7 @@ export type SetConcurrencyLimitResponse = Message<"aiflow.cluster.v1.SetConcurre
  * Use `create(SetConcurrencyLimitResponseSchema)` to create a new message.
  */
 export const SetConcurrencyLimitResponseSchema: GenMessage<SetConcurrencyLimitResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_ops, 37);
+  messageDesc(file_aiflow_cluster_v1_ops, 38);
 
 /**
  * @generated from message aiflow.cluster.v1.Tenant
@@ -1248,7 +1301,7 @@ export type Tenant = Message<"aiflow.cluster.v1.Tenant"> & {
  * Use `create(TenantSchema)` to create a new message.
  */
 export const TenantSchema: GenMessage<Tenant> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_ops, 38);
+  messageDesc(file_aiflow_cluster_v1_ops, 39);
 
 /**
  * @generated from message aiflow.cluster.v1.ListTenantsRequest
@@ -1267,7 +1320,7 @@ export type ListTenantsRequest = Message<"aiflow.cluster.v1.ListTenantsRequest">
  * Use `create(ListTenantsRequestSchema)` to create a new message.
  */
 export const ListTenantsRequestSchema: GenMessage<ListTenantsRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_ops, 39);
+  messageDesc(file_aiflow_cluster_v1_ops, 40);
 
 /**
  * @generated from message aiflow.cluster.v1.ListTenantsResponse
@@ -1284,7 +1337,7 @@ export type ListTenantsResponse = Message<"aiflow.cluster.v1.ListTenantsResponse
  * Use `create(ListTenantsResponseSchema)` to create a new message.
  */
 export const ListTenantsResponseSchema: GenMessage<ListTenantsResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_ops, 40);
+  messageDesc(file_aiflow_cluster_v1_ops, 41);
 
 /**
  * @generated from message aiflow.cluster.v1.SetTenantWeightRequest
@@ -1315,7 +1368,7 @@ export type SetTenantWeightRequest = Message<"aiflow.cluster.v1.SetTenantWeightR
  * Use `create(SetTenantWeightRequestSchema)` to create a new message.
  */
 export const SetTenantWeightRequestSchema: GenMessage<SetTenantWeightRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_ops, 41);
+  messageDesc(file_aiflow_cluster_v1_ops, 42);
 
 /**
  * @generated from message aiflow.cluster.v1.SetTenantWeightResponse
@@ -1334,7 +1387,7 @@ export type SetTenantWeightResponse = Message<"aiflow.cluster.v1.SetTenantWeight
  * Use `create(SetTenantWeightResponseSchema)` to create a new message.
  */
 export const SetTenantWeightResponseSchema: GenMessage<SetTenantWeightResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_ops, 42);
+  messageDesc(file_aiflow_cluster_v1_ops, 43);
 
 /**
  * An operator's rate limit: at most `count` dispatches per `interval`, `burst` of them at once, for
@@ -1382,7 +1435,7 @@ export type RateLimitRule = Message<"aiflow.cluster.v1.RateLimitRule"> & {
  * Use `create(RateLimitRuleSchema)` to create a new message.
  */
 export const RateLimitRuleSchema: GenMessage<RateLimitRule> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_ops, 43);
+  messageDesc(file_aiflow_cluster_v1_ops, 44);
 
 /**
  * A key's state, as claims keep it.
@@ -1422,7 +1475,7 @@ export type RateLimitKey = Message<"aiflow.cluster.v1.RateLimitKey"> & {
  * Use `create(RateLimitKeySchema)` to create a new message.
  */
 export const RateLimitKeySchema: GenMessage<RateLimitKey> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_ops, 44);
+  messageDesc(file_aiflow_cluster_v1_ops, 45);
 
 /**
  * @generated from message aiflow.cluster.v1.ListRateLimitsRequest
@@ -1460,7 +1513,7 @@ export type ListRateLimitsRequest = Message<"aiflow.cluster.v1.ListRateLimitsReq
  * Use `create(ListRateLimitsRequestSchema)` to create a new message.
  */
 export const ListRateLimitsRequestSchema: GenMessage<ListRateLimitsRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_ops, 45);
+  messageDesc(file_aiflow_cluster_v1_ops, 46);
 
 /**
  * @generated from message aiflow.cluster.v1.ListRateLimitsResponse
@@ -1492,7 +1545,7 @@ export type ListRateLimitsResponse = Message<"aiflow.cluster.v1.ListRateLimitsRe
  * Use `create(ListRateLimitsResponseSchema)` to create a new message.
  */
 export const ListRateLimitsResponseSchema: GenMessage<ListRateLimitsResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_ops, 46);
+  messageDesc(file_aiflow_cluster_v1_ops, 47);
 
 /**
  * @generated from message aiflow.cluster.v1.SetRateLimitRequest
@@ -1549,7 +1602,7 @@ export type SetRateLimitRequest = Message<"aiflow.cluster.v1.SetRateLimitRequest
  * Use `create(SetRateLimitRequestSchema)` to create a new message.
  */
 export const SetRateLimitRequestSchema: GenMessage<SetRateLimitRequest> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_ops, 47);
+  messageDesc(file_aiflow_cluster_v1_ops, 48);
 
 /**
  * @generated from message aiflow.cluster.v1.SetRateLimitResponse
@@ -1576,7 +1629,7 @@ export type SetRateLimitResponse = Message<"aiflow.cluster.v1.SetRateLimitRespon
  * Use `create(SetRateLimitResponseSchema)` to create a new message.
  */
 export const SetRateLimitResponseSchema: GenMessage<SetRateLimitResponse> = /*@__PURE__*/
-  messageDesc(file_aiflow_cluster_v1_ops, 48);
+  messageDesc(file_aiflow_cluster_v1_ops, 49);
 
 /**
  * OpsService is for operators (role `ops`): the fleet, drains for rolling deploys, and the queue.
