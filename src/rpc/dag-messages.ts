@@ -47,6 +47,8 @@ export function runToWire(v: RunView, withNodes = true): MessageInitShape<typeof
   }
   return {
     id: run.id,
+    // The same id under the name graph and machine runs use: every engine's run id reads alike.
+    runId: run.id,
     tenantKey: run.meta.tenantKey,
     definitionId: run.definitionId,
     status: RUN[run.states.at(-1)!.state],

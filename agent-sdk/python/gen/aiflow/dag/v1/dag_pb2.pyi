@@ -248,7 +248,7 @@ class ResumeRunResponse(_message.Message):
     def __init__(self, run: _Optional[_Union[Run, _Mapping]] = ...) -> None: ...
 
 class Run(_message.Message):
-    __slots__ = ["context_json", "created_by", "created_on", "definition_id", "duration", "end_time", "id", "nodes", "reason", "start_time", "status", "tenant_key"]
+    __slots__ = ["context_json", "created_by", "created_on", "definition_id", "duration", "end_time", "id", "nodes", "reason", "run_id", "start_time", "status", "tenant_key"]
     CONTEXT_JSON_FIELD_NUMBER: _ClassVar[int]
     CREATED_BY_FIELD_NUMBER: _ClassVar[int]
     CREATED_ON_FIELD_NUMBER: _ClassVar[int]
@@ -258,6 +258,7 @@ class Run(_message.Message):
     ID_FIELD_NUMBER: _ClassVar[int]
     NODES_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
     START_TIME_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     TENANT_KEY_FIELD_NUMBER: _ClassVar[int]
@@ -270,10 +271,11 @@ class Run(_message.Message):
     id: str
     nodes: _containers.RepeatedCompositeFieldContainer[NodeState]
     reason: str
+    run_id: str
     start_time: int
     status: RunStatus
     tenant_key: str
-    def __init__(self, id: _Optional[str] = ..., tenant_key: _Optional[str] = ..., definition_id: _Optional[str] = ..., status: _Optional[_Union[RunStatus, str]] = ..., context_json: _Optional[str] = ..., nodes: _Optional[_Iterable[_Union[NodeState, _Mapping]]] = ..., start_time: _Optional[int] = ..., end_time: _Optional[int] = ..., duration: _Optional[int] = ..., created_by: _Optional[str] = ..., created_on: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., reason: _Optional[str] = ...) -> None: ...
+    def __init__(self, id: _Optional[str] = ..., tenant_key: _Optional[str] = ..., definition_id: _Optional[str] = ..., status: _Optional[_Union[RunStatus, str]] = ..., context_json: _Optional[str] = ..., nodes: _Optional[_Iterable[_Union[NodeState, _Mapping]]] = ..., start_time: _Optional[int] = ..., end_time: _Optional[int] = ..., duration: _Optional[int] = ..., created_by: _Optional[str] = ..., created_on: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., reason: _Optional[str] = ..., run_id: _Optional[str] = ...) -> None: ...
 
 class SignalRunRequest(_message.Message):
     __slots__ = ["event", "payload_json", "run_id", "tenant_key"]
