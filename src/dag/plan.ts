@@ -120,7 +120,8 @@ function planNode(n: Definition["nodes"][number], where: string, affinity: "none
   // The queue's own validation of what becomes the node's work item, under the node's name.
   inRange(n.maxRetries, `${where}.max_retries`, 0, 1000);
   const params = n.workerParams ? toJson(WorkerParamsSchema, n.workerParams) : null;
-  const item = itemOf({ engineKind: n.engineKind, params, priority: n.priority, maxRetries: n.maxRetries }, null, limits, where);
+  // Validation only: this item is never queued, so its due time does not matter.
+  const item = itemOf({ engineKind: n.engineKind, params, priority: n.priority, maxRetries: n.maxRetries }, null, limits, where, 0);
   return {
     ...common,
     kind,
@@ -134,18 +135,25 @@ function planNode(n: Definition["nodes"][number], where: string, affinity: "none
   };
 }
 
-/** A node's work item (its payload rendered), validated as QueueService.Enqueue validates one; errors name the node. */
+/**
+ * A node's work item (its payload rendered), validated as QueueService.Enqueue validates one; errors
+ * name the node. It is due at `nowMs`, the engine's clock when it queues the item: next_attempt_at is
+ * the time the queue's readers (the age gauge, QueueStats' dispatch wait, the dead-letter grace)
+ * count an item's wait from, so an engine's item must carry the time it was queued, never 0 (which
+ * read as a wait since 1970).
+ */
 export function itemOf(
   n: Pick<PlanNode, "engineKind" | "params" | "priority" | "maxRetries">,
   payloadJson: string | null,
   limits: Pick<Config, "payloadMaxBytes" | "maxRedeliveries">,
   where: string,
+  nowMs: number,
 ): NewItem {
   const it = create(EnqueueItemSchema, { engineKind: n.engineKind, payloadJson: payloadJson ?? "", priority: n.priority, maxRetries: n.maxRetries });
   // The params were made by toJson of a valid message, so fromJson restores them exactly.
   if (n.params !== null) it.workerParams = fromJson(WorkerParamsSchema, n.params);
   try {
-    return newItem(it, 0, 0, limits);
+    return newItem(it, 0, nowMs, limits);
   } catch (err) {
     if (err instanceof Error) err.message = err.message.replace(/^items\[0\]\./, `${where}.`);
     throw err;

@@ -293,7 +293,7 @@ export class Step {
     let item;
     try {
       if (node.payload !== null) payloadJson = JSON.stringify(render(node.payload, this.#scope(index < 0 ? undefined : { item: element, index })));
-      item = itemOf(node, payloadJson, this.d.limits, `node '${name}'`);
+      item = itemOf(node, payloadJson, this.d.limits, `node '${name}'`, this.d.nowMs);
     } catch (err) {
       // The node's payload, rendered from this run's context, is not one the queue takes (too large).
       if (!(err instanceof AppError)) throw err;
@@ -439,7 +439,8 @@ export class Step {
   // ---- writing ----------------------------------------------------------------------------------
 
   async #writeEnds(): Promise<void> {
-    await this.d.runs.insertTasks(this.run.id, this.run.definitionId, this.#newTasks.splice(0), this.d.by, this.d.nowMs);
+    // Created by the run's caller, whoever advances the run (the engine, on an agent's completion).
+    await this.d.runs.insertTasks(this.run.id, this.run.definitionId, this.#newTasks.splice(0), this.run.createdBy, this.d.by, this.d.nowMs);
     await this.d.runs.endTasks(this.#ends, this.d.by, this.d.nowMs);
     this.#ends = [];
   }
@@ -457,7 +458,7 @@ export class Step {
   async flush(): Promise<void> {
     await this.#loadDone();
     await this.#writeEnds();
-    await this.d.runs.saveCheckpoints(this.run.id, this.run.definitionId, [...this.#checkpoints.values()], this.#nowNs, this.d.by, this.d.nowMs, () => newId(this.d.nowMs));
+    await this.d.runs.saveCheckpoints(this.run.id, this.run.definitionId, [...this.#checkpoints.values()], this.#nowNs, this.run.createdBy, this.d.by, this.d.nowMs, () => newId(this.d.nowMs));
     // Timeouts of attempts that ended need not come due (each would cost an advance that changes nothing).
     await this.d.runs.dropTimers(this.run.id, this.endedTasks);
     await this.d.runs.addTimers(this.run.id, this.#timers);

@@ -59,14 +59,15 @@ export function workPlan(w: { engineKind: string; payloadJson: string; maxRetrie
   }
   inRange(w.maxRetries, `${where}.max_retries`, 0, 1000);
   const params = w.workerParams ? toJson(WorkerParamsSchema, w.workerParams) : null;
-  const item = itemOf({ engineKind: w.engineKind, params, priority: w.priority, maxRetries: w.maxRetries }, null, limits, where);
+  // Validation only: this item is never queued, so its due time does not matter.
+  const item = itemOf({ engineKind: w.engineKind, params, priority: w.priority, maxRetries: w.maxRetries }, null, limits, where, 0);
   return { engineKind: item.engineKind, payload, maxRetries: item.maxRetries, params: item.workerParams ? params : null, priority: item.priority };
 }
 
-/** A work item for `work` with its payload rendered, or the AppError saying why the queue would not take it. */
-export function itemFor(work: WorkPlan, payloadJson: string | null, limits: Limits, where: string): NewItem | AppError {
+/** A work item for `work` with its payload rendered, due at `nowMs` (see itemOf), or the AppError saying why the queue would not take it. */
+export function itemFor(work: WorkPlan, payloadJson: string | null, limits: Limits, where: string, nowMs: number): NewItem | AppError {
   try {
-    return itemOf(work, payloadJson, limits, where);
+    return itemOf(work, payloadJson, limits, where, nowMs);
   } catch (err) {
     if (err instanceof AppError) return err;
     throw err;

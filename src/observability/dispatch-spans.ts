@@ -29,7 +29,9 @@ export function dispatchTracer(): DispatchTracer | undefined {
       for (const r of rows) {
         const stored = parseTraceparent(r.trace_context);
         if (!stored) continue;
-        const readyNs = r.next_attempt_at ?? BigInt(Math.round(r.createdon_ms)) * 1_000_000n;
+        // Due at next_attempt_at, never before it was created (as the queue's stats count it).
+        const createdNs = BigInt(Math.round(r.createdon_ms)) * 1_000_000n;
+        const readyNs = r.next_attempt_at !== null && r.next_attempt_at > createdNs ? r.next_attempt_at : createdNs;
         const waitMs = readyNs < dispatch.dispatchedAtNs ? Number(dispatch.dispatchedAtNs - readyNs) / 1e6 : 0;
         tracer
           .startSpan(

@@ -265,14 +265,19 @@ export class DagRunStore {
     await withDbErrors(() => this.db.query(sql.unsafe`SELECT pg_notify(${channel}, ${payload})`));
   }
 
-  async insertTasks(runId: string, definitionId: string, tasks: readonly NewTask[], by: string, nowMs: number): Promise<void> {
+  /**
+   * Inserts attempts. `owner` is the run's caller (aiflow_run.createdby), whoever writes them: reads
+   * are scoped by createdby = caller, and an attempt the daemon queues as the run advances (by `by`,
+   * its engine) is still the caller's. `by` is the writer, in updatedby.
+   */
+  async insertTasks(runId: string, definitionId: string, tasks: readonly NewTask[], owner: string, by: string, nowMs: number): Promise<void> {
     if (tasks.length === 0) return;
     const task = this.t.id("task");
     const col = <T>(f: (t: NewTask) => T) => tasks.map(f);
     await withDbErrors(() =>
       this.db.query(sql.unsafe`
         INSERT INTO ${task} (id, name, definitionid, runid, metadata, states, starttime, createdby, createdon, updatedby, updatedon)
-        SELECT v.id, v.name, ${definitionId}, ${runId}, v.meta::jsonb, jsonb_build_array(v.st::jsonb), v.st_ns, ${by}, ${ts(nowMs)}, ${by}, ${ts(nowMs)}
+        SELECT v.id, v.name, ${definitionId}, ${runId}, v.meta::jsonb, jsonb_build_array(v.st::jsonb), v.st_ns, ${owner}, ${ts(nowMs)}, ${by}, ${ts(nowMs)}
           FROM unnest(${sql.array(col((t) => t.id), "text")}, ${sql.array(col((t) => t.name), "text")}, ${sql.array(col((t) => JSON.stringify(t.meta)), "text")},
                       ${sql.array(col((t) => JSON.stringify(t.state)), "text")}, ${sql.array(col((t) => t.startNs.toString()), "int8")}) AS v(id, name, meta, st, st_ns)`),
     );
@@ -338,15 +343,15 @@ export class DagRunStore {
     return new Map(rows.map((r) => [r.node_name, { cursor: r.cursor, total: Number(r.total ?? 0n) }]));
   }
 
-  /** One row per fanning node: a second write updates it (the unique (run_id, node_name)). */
-  async saveCheckpoints(runId: string, definitionId: string, writes: readonly CheckpointWrite[], nowNs: bigint, by: string, nowMs: number, ids: () => string): Promise<void> {
+  /** One row per fanning node: a second write updates it (the unique (run_id, node_name)). Created by `owner`, the run's caller, as attempts are (insertTasks). */
+  async saveCheckpoints(runId: string, definitionId: string, writes: readonly CheckpointWrite[], nowNs: bigint, owner: string, by: string, nowMs: number, ids: () => string): Promise<void> {
     if (writes.length === 0) return;
     const cp = this.t.id("checkpoint");
     const col = <T>(f: (w: CheckpointWrite) => T) => writes.map(f);
     await withDbErrors(() =>
       this.db.query(sql.unsafe`
         INSERT INTO ${cp} AS c (id, run_id, node_name, definition_id, iterator_type, cursor, idx, total, done, updated_at, createdby, createdon, updatedby, updatedon)
-        SELECT v.id, ${runId}, v.node, ${definitionId}, 'map', v.cursor, v.idx, v.total, v.done, ${nowNs.toString()}::int8, ${by}, ${ts(nowMs)}, ${by}, ${ts(nowMs)}
+        SELECT v.id, ${runId}, v.node, ${definitionId}, 'map', v.cursor, v.idx, v.total, v.done, ${nowNs.toString()}::int8, ${owner}, ${ts(nowMs)}, ${by}, ${ts(nowMs)}
           FROM unnest(${sql.array(
             writes.map(() => ids()),
             "text",

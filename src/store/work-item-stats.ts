@@ -17,7 +17,7 @@ const gaugeRow = z.object({
   engine_kind: z.string(),
   status: z.enum(ITEM_STATUSES),
   n: z.number(),
-  /** next_attempt_at (ns) of the pending item that has been due longest; null when none is due. */
+  /** When (ns) the pending item that has been due longest became due (see dueNs); null when none is due. */
   oldest_due_ns: z.bigint().nullable(),
 });
 export type QueueGaugeRow = z.infer<typeof gaugeRow>;
@@ -53,6 +53,14 @@ export type UnservedGroup = z.infer<typeof unservedGroup>;
 const pendingNeed = z.object({ id: z.string(), tenant_key: z.string(), engine_kind: z.string(), requirements: z.record(z.unknown()) });
 export type PendingNeed = z.infer<typeof pendingNeed>;
 
+/**
+ * When an item became due, as every wait and age here counts it: its next_attempt_at, but never
+ * before it was created. An item cannot have waited before it existed, and rows queued with
+ * next_attempt_at 0 (the engines' items before issue 52, or a not_before in the past) would
+ * otherwise read as waiting since 1970 and fire every queue-age alert.
+ */
+const dueNs = sql.fragment`greatest(coalesce(next_attempt_at, 0), (extract(epoch FROM createdon) * 1e9)::int8)`;
+
 export class WorkItemStatsStore {
   constructor(
     private readonly db: CommonQueryMethods,
@@ -75,7 +83,7 @@ export class WorkItemStatsStore {
           FROM (SELECT count(*)::int AS dispatched,
                        percentile_cont(0.5) WITHIN GROUP (ORDER BY wait_ms) AS p50,
                        percentile_cont(0.99) WITHIN GROUP (ORDER BY wait_ms) AS p99
-                  FROM (SELECT greatest(0, dispatched_at - coalesce(next_attempt_at, (extract(epoch FROM createdon) * 1e9)::int8)) / 1e6 AS wait_ms
+                  FROM (SELECT greatest(0, dispatched_at - ${dueNs}) / 1e6 AS wait_ms
                           FROM ${w} WHERE ${scope} AND dispatched_at >= ${since}) AS waits) AS d`,
       );
       return { depth, oldestPendingMs: row.oldest, dispatchedLastMinute: row.dispatched, completedLastMinute: row.completed, waitP50Ms: row.p50, waitP99Ms: row.p99 };
@@ -92,7 +100,7 @@ export class WorkItemStatsStore {
     return withDbErrors(() =>
       this.db.any(sql.type(gaugeRow)`
         SELECT tenant_key, engine_kind, status, count(*)::int AS n,
-               min(next_attempt_at) FILTER (WHERE status = 'pending' AND next_attempt_at <= ${msToNs(nowMs)}) AS oldest_due_ns
+               min(${dueNs}) FILTER (WHERE status = 'pending' AND next_attempt_at <= ${msToNs(nowMs)}) AS oldest_due_ns
           FROM ${w} GROUP BY 1, 2, 3`),
     );
   }

@@ -158,7 +158,7 @@ export class GraphEngine {
     const node = run.plan.nodes.find((n) => n.name === name)!;
     const work = node.work!;
     const payload = work.payload === null ? null : JSON.stringify(render(work.payload, { context: run.state, run_id: run.runId }));
-    const item = itemFor(work, payload, this.d.config, `node '${name}'`);
+    const item = itemFor(work, payload, this.d.config, `node '${name}'`, w.nowMs);
     run.task = name;
     if (item instanceof AppError) return this.#end(run, "failed", null, `node '${name}' could not be queued: ${item.message}`);
     run.steps++;

@@ -126,7 +126,7 @@ export class MachineEngine {
       run.context[event] = payload;
       if (t.action) {
         const rendered = t.action.payload === null ? null : JSON.stringify(render(t.action.payload, { context: run.context, run_id: run.runId }));
-        const item = itemFor(t.action, rendered, this.d.config, `the action of '${run.state}' --${event}--> '${t.to}'`);
+        const item = itemFor(t.action, rendered, this.d.config, `the action of '${run.state}' --${event}--> '${t.to}'`, w.nowMs);
         if (item instanceof AppError) throw item;
         run.suspended = true;
         run.pending = { from: run.state, event, to: t.to };
