@@ -227,9 +227,9 @@ describe("bindings", () => {
     expect(listed.bindings.map((b) => [b.affinityKey, b.agentId])).toEqual([["run-42", "bnd-k1"]]);
     const human = await ctl(["bindings", "list", "--agent", "bnd-k1"]);
     expect(human.code).toBe(0);
-    expect(human.stdout).toMatch(/^KEY +AGENT +SINCE\nrun-42 +bnd-k1 +\d{4}-/);
+    expect(human.stdout).toMatch(/^TENANT +KEY +AGENT +SINCE\nc5 +run-42 +bnd-k1 +\d{4}-/);
 
-    const rebound = await ctl(["bindings", "rebind", "run-42", "bnd-k2"]);
+    const rebound = await ctl(["bindings", "rebind", "run-42", "bnd-k2", "--tenant", "c5"]);
     expect(rebound).toEqual({ code: 0, stdout: "run-42 is bound to bnd-k2\n", stderr: "" });
     expect((await ops.client.listBindings({ keyPrefix: "run-" }, ops.call)).bindings.map((b) => b.agentId)).toEqual(["bnd-k2"]);
 

@@ -134,10 +134,10 @@ const TABLE: Record<string, Row> = {
   "aiflow.cluster.v1.OpsService/GetItem": { request: (f) => ({ id: f.pending }), limited: { outcome: "allowed", code: grpc.status.NOT_FOUND } },
   "aiflow.cluster.v1.OpsService/CancelItems": { request: (f) => ({ tenantKey: "tB", ids: [f.cancelByOps] }) },
   "aiflow.cluster.v1.OpsService/RedriveItems": { request: () => ({ tenantKey: "tB", all: true }) },
-  // Bindings carry no tenant: fleet-wide, refused to a limited token.
-  "aiflow.cluster.v1.OpsService/ListBindings": { request: () => ({}) },
-  "aiflow.cluster.v1.OpsService/Unbind": { request: () => ({ affinityKey: "key-b" }) },
-  "aiflow.cluster.v1.OpsService/Rebind": { request: () => ({ affinityKey: "key-b", agentId: B }) },
+  // Bindings belong to a tenant: tB's are refused to a token limited to tA.
+  "aiflow.cluster.v1.OpsService/ListBindings": { request: () => ({ tenantKey: "tB" }) },
+  "aiflow.cluster.v1.OpsService/Unbind": { request: () => ({ tenantKey: "tB", affinityKey: "key-b" }) },
+  "aiflow.cluster.v1.OpsService/Rebind": { request: () => ({ tenantKey: "tB", affinityKey: "key-b", agentId: B }) },
   // Concurrency keys carry a tenant: tB's are refused to a token limited to tA.
   "aiflow.cluster.v1.OpsService/ListConcurrencyKeys": { request: () => ({ tenantKey: "tB" }) },
   "aiflow.cluster.v1.OpsService/SetConcurrencyLimit": { request: () => ({ tenantKey: "tB", key: "key-b", maxInFlight: 2 }) },

@@ -228,17 +228,31 @@ describe("an ops token limited to tenant tA", () => {
     expect((await row(deadB)).status).toBe("failed");
   });
 
-  it("is refused the affinity bindings, which are fleet-wide", async () => {
+  it("reaches the affinity bindings of its tenants only (a binding belongs to a tenant)", async () => {
+    // The key f2-key bound in tA and in tB, each to an agent of its own tenant.
+    await register("f2k-a", ["tA"], ["f2k"]);
+    await register("f2k-b", ["tB"], ["f2k"]);
+    for (const [tenant, agent] of [["tA", "f2k-a"], ["tB", "f2k-b"]] as const) {
+      await enqueue(tenant, "f2k", { workerParams: { affinityKey: "f2-key" } });
+      const [item] = await claim(agent);
+      await must(agents, "Complete", { name: agent, items: [{ workItemId: item!.id, leaseToken: item!.leaseToken }] }, T.agent);
+    }
+    const listed = async (req: object, token: string) => (await must<{ bindings: { tenantKey: string }[] }>(ops, "ListBindings", { keyPrefix: "f2-", ...req }, token)).bindings.map((b) => b.tenantKey);
+    expect(await listed({}, T.ops)).toEqual(["tA", "tB"]);
+    expect(await listed({}, T.opsTA)).toEqual(["tA"]);
     for (const [method, req] of [
-      ["ListBindings", {}],
-      ["Unbind", { affinityKey: "k" }],
-      ["Rebind", { affinityKey: "k", agentId: "f2-a" }],
+      ["ListBindings", { tenantKey: "tB" }],
+      ["Unbind", { tenantKey: "tB", affinityKey: "f2-key" }],
+      ["Rebind", { tenantKey: "tB", affinityKey: "f2-key", agentId: "f2k-b" }],
     ] as const) {
       const [err] = await unary(ops, method, req, T.opsTA);
       expect(err?.code, method).toBe(grpc.status.PERMISSION_DENIED);
-      expect(err?.details, method).toContain("fleet-wide");
     }
-    expect((await unary(ops, "ListBindings", {}, T.ops))[0]).toBeNull();
+    // Without a tenant, the tA token's Unbind means its own binding of the key, and leaves tB's.
+    await must(ops, "Unbind", { affinityKey: "f2-key" }, T.opsTA);
+    expect(await listed({}, T.ops)).toEqual(["tB"]);
+    const [gone] = await unary(ops, "Unbind", { affinityKey: "f2-key" }, T.opsTA);
+    expect(gone?.code).toBe(grpc.status.NOT_FOUND);
   });
 });
 

@@ -59,6 +59,35 @@ describe("migrations", () => {
     expect(history[0]!.n).toBe(loadMigrations().length);
   });
 
+  it("gives each affinity binding of an older schema the tenants that have a claim to its agent (0016)", async () => {
+    const schema = fresh("mb");
+    const all = loadMigrations();
+    const before = all.findIndex((m) => m.name === "affinity_by_tenant");
+    await migrate(url(), { schema, prefix: "aiflow_" }, log, all.slice(0, before));
+    const t = (name: string) => `"${schema}".aiflow_${name}`;
+    const at = "2026-01-01T00:00:00Z";
+    await query(`INSERT INTO ${t("agent")} (id, name, metadata, createdby, createdon) VALUES ('01A', 'acme-only', '{"tenants":["acme"]}', 'x', $1)`, [at]);
+    // K: acme's items went to acme-only; globex's item waits (acme-only does not serve globex); idle: no items at all.
+    const item = (id: string, tenant: string, key: string, status: string, agent: string | null) =>
+      query(`INSERT INTO ${t("work_item")} (id, tenant_key, engine_id, engine_kind, status, affinity_key, agent_id, createdby, createdon) VALUES ($1, $2, 'e', 'k', $3, $4, $5, 'x', $6)`, [id, tenant, status, key, agent, at]);
+    await item("01W1", "acme", "K", "dispatched", "acme-only");
+    await item("01W2", "acme", "K", "completed", "acme-only");
+    await item("01W3", "globex", "K", "pending", null);
+    await item("01W4", "initech", "K", "completed", "acme-only");
+    const binding = (id: string, key: string) =>
+      query(`INSERT INTO ${t("affinity_binding")} (id, affinity_key, agent_id, createdby, createdon) VALUES ($1, $2, 'acme-only', 'x', $3)`, [id, key, at]);
+    await binding("01KQGEG5W0JP094JT7PQ71JSK3", "K");
+    await binding("01KQGEG5W0JP094JT7PQ71JSK4", "idle");
+    await migrate(url(), { schema, prefix: "aiflow_" }, log);
+    const rows = await query<{ id: string; tenant_key: string; affinity_key: string; agent_id: string }>(
+      `SELECT id, tenant_key, affinity_key, agent_id FROM ${t("affinity_binding")} ORDER BY tenant_key`,
+    );
+    expect(rows).toEqual([
+      { id: "01KQGEG5W0JP094JT7PQ71JSK3", tenant_key: "acme", affinity_key: "K", agent_id: "acme-only" },
+      { id: "01KQGEG5W000294JT7PQ71JSK3", tenant_key: "initech", affinity_key: "K", agent_id: "acme-only" },
+    ]);
+  });
+
   it("serialises concurrent migrators: each migration is applied exactly once", async () => {
     const schema = fresh("mc");
     const results = await Promise.all(Array.from({ length: 4 }, () => migrate(url(), { schema, prefix: "aiflow_" }, log)));
@@ -92,6 +121,12 @@ describe("migrations", () => {
       [schema],
     );
     for (const u of SPEC_UNIQUE) expect(uq.map((r) => r.conname)).toContain(`aiflow_${u}`);
+    // A binding belongs to a tenant (migration 0016): the key is unique within its tenant.
+    const [bindingKey] = await query<{ def: string }>(
+      `SELECT pg_get_constraintdef(c.oid) AS def FROM pg_constraint c JOIN pg_namespace n ON n.oid = c.connamespace WHERE n.nspname = $1 AND c.conname = 'aiflow_affinity_binding_key_uq'`,
+      [schema],
+    );
+    expect(bindingKey?.def).toBe("UNIQUE (tenant_key, affinity_key)");
     const cols = await query<{ table_name: string; column_name: string; data_type: string; is_nullable: string }>(
       `SELECT table_name, column_name, data_type, is_nullable FROM information_schema.columns WHERE table_schema = $1`,
       [schema],

@@ -15,7 +15,7 @@ import { z } from "zod";
 import { decodeCursor, encodeCursor } from "./input/page-tokens.js";
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { AuditLog } from "../audit.js";
-import { failedPrecondition, invalidArgument, notFound, permissionDenied } from "../domain/errors.js";
+import { failedPrecondition, invalidArgument, notFound } from "../domain/errors.js";
 import { OpsService } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 import { assertAgentTenants, assertTenant, callerOf, tenantLimit, tenantsOutside, type Identity } from "../server/auth.js";
 import type { AffinityBindingStore, BindingRow } from "../store/affinity-bindings.js";
@@ -60,10 +60,6 @@ const tenantsOfRow = (r: AgentWithLoad): string[] => {
 const withinLimit = (caller: Identity, r: AgentWithLoad) => tenantsOutside(caller, tenantsOfRow(r)).length === 0;
 
 
-/** Bindings are fleet-wide (no tenant): only a token without a tenant limit may read or move them. */
-function assertFleetWide(caller: Identity): void {
-  if (caller.tenants) throw permissionDenied("affinity bindings are fleet-wide (they carry no tenant): use an ops token without a tenant limit");
-}
 
 /** The tenants a tenant-scoped ops read covers: the named one (within the limit), else the limit's (undefined: every tenant). */
 function tenantScope(caller: Identity, raw: string): string[] | undefined {
@@ -272,9 +268,9 @@ export function opsServiceImpl(d: OpsDeps): ServiceImpl<typeof OpsService> {
     },
 
     async listBindings(req, ctx) {
-      assertFleetWide(callerOf(ctx));
       const limit = Math.min(req.pageSize || 100, 1000);
       const rows = await d.bindings.list({
+        tenants: tenantScope(callerOf(ctx), req.tenantKey),
         keyPrefix: optionalText(req.keyPrefix, "key_prefix", MAX_KEY_CHARS) ?? undefined,
         agent: req.agentId ? identifier(req.agentId, "agent_id") : undefined,
         after: req.pageToken ? decodeCursor(req.pageToken, bindingCursor) : undefined,
@@ -286,14 +282,16 @@ export function opsServiceImpl(d: OpsDeps): ServiceImpl<typeof OpsService> {
     },
 
     async unbind(req, ctx) {
-      assertFleetWide(callerOf(ctx));
-      await d.bindings.unbind(affinityKey(req.affinityKey));
+      const key = affinityKey(req.affinityKey);
+      await d.bindings.unbind(await bindingTenant(d.bindings, callerOf(ctx), req.tenantKey, key), key);
       return {};
     },
 
     async rebind(req, ctx) {
-      assertFleetWide(callerOf(ctx));
-      const row = await d.bindings.rebind(affinityKey(req.affinityKey), identifier(req.agentId, "agent_id"), clock.nowMs(), callerOf(ctx).principal);
+      const caller = callerOf(ctx);
+      const key = affinityKey(req.affinityKey);
+      const tenant = await bindingTenant(d.bindings, caller, req.tenantKey, key);
+      const row = await d.bindings.rebind(tenant, key, identifier(req.agentId, "agent_id"), clock.nowMs(), caller.principal);
       queue.work.ring(["*"]);
       return { binding: bindingToWire(row) };
     },
@@ -326,9 +324,28 @@ const affinityKey = (raw: string) => {
   return key;
 };
 
+/**
+ * The tenant of the binding an Unbind or Rebind names: the one it names (within the token's limit),
+ * else the one tenant (of the token's) in which the key is bound, so that a request from before
+ * bindings had tenants still works where it can only mean one binding. A key bound in several is
+ * refused rather than guessed at; one bound in none is NOT_FOUND.
+ */
+async function bindingTenant(bindings: AffinityBindingStore, caller: Identity, raw: string, key: string): Promise<string> {
+  if (raw) {
+    const tenant = identifier(raw, "tenant_key");
+    assertTenant(caller, tenant);
+    return tenant;
+  }
+  const tenants = await bindings.tenantsOf(key, tenantLimit(caller));
+  if (tenants.length === 1) return tenants[0]!;
+  if (tenants.length === 0) throw notFound(`no binding for affinity key '${key}'`);
+  throw invalidArgument("tenant_key", `is required: affinity key '${key}' is bound in tenants ${tenants.join(", ")}`);
+}
+
 function bindingToWire(b: BindingRow) {
   return {
     id: b.id,
+    tenantKey: b.tenant_key,
     affinityKey: b.affinity_key,
     agentId: b.agent_id,
     createdOn: timestampFromMs(b.createdon),

@@ -90,6 +90,7 @@ export const at = (ms: number) => new Date(ms);
 
 export interface BindingDbRow {
   id: string;
+  tenant_key: string;
   affinity_key: string;
   agent_id: string;
   createdby: string;
@@ -101,7 +102,7 @@ export interface BindingDbRow {
 /** Binding rows, ordered by createdon (the spec's order), read on a connection of their own. */
 export async function bindingRows(db: TestDb, where = "true", values: unknown[] = []): Promise<BindingDbRow[]> {
   return db.raw<BindingDbRow & Record<string, unknown>>(
-    `SELECT id, affinity_key, agent_id, createdby, createdon, updatedby, updatedon FROM ${db.tables.qualified("affinity_binding")}
+    `SELECT id, tenant_key, affinity_key, agent_id, createdby, createdon, updatedby, updatedon FROM ${db.tables.qualified("affinity_binding")}
       WHERE ${where} ORDER BY createdon, id`,
     values,
   );
@@ -184,7 +185,7 @@ export class Reader {
 
   async bindings(key: string): Promise<BindingDbRow[]> {
     const res = await this.#c.query<BindingDbRow>(
-      `SELECT id, affinity_key, agent_id, createdby, createdon, updatedby, updatedon FROM ${this.db.tables.qualified("affinity_binding")}
+      `SELECT id, tenant_key, affinity_key, agent_id, createdby, createdon, updatedby, updatedon FROM ${this.db.tables.qualified("affinity_binding")}
         WHERE affinity_key = $1 ORDER BY createdon, id`,
       [key],
     );

@@ -6,7 +6,9 @@
  *   3. A serves I's tenant and engine kind: both are among the tenants and engineKinds A registered.
  *   4. I's selector, when it has one, is satisfied by A's tags: jsonb containment, every selector
  *      pair among the tags (an agent without tags has '{}').
- *   5. I's affinity key is unbound, bound to A, or bound to another agent and movable to A.
+ *   5. I's affinity key is unbound, bound to A, or bound to another agent and movable to A. A key
+ *      is bound per tenant (migration 0016): I's key is the binding of I's tenant and key, so one
+ *      tenant's binding never holds another tenant's items.
  *
  * It takes such items in claim order, (priority, createdon, id) ascending, up to its max. Whether
  * one item comes first for another of its tenant and engine kind is asked of priorities alone
@@ -157,21 +159,20 @@ export function comesFirstSql(other: FragmentSqlToken, priority: FragmentSqlToke
 /**
  * Term 5's move: the key's binding row `bb` (version `version` when a compare-and-swap needs it)
  * moves from its agent to the claiming one under the rebind policy, once the grace has passed since
- * the key's last dispatch, when its agent cannot take work and none of the key's items is in flight.
+ * the key's last dispatch, when its agent cannot take work and none of the key's items (of the
+ * binding's tenant) is in flight.
  */
 export function movable(m: {
   agents: IdentifierSqlToken;
   items: IdentifierSqlToken;
   rebind: string;
   graceEdge: FragmentSqlToken;
-  /** The key's expression in the statement (the item's, or the binding's own). */
-  key: FragmentSqlToken;
   version?: FragmentSqlToken;
 }): FragmentSqlToken {
   const version = m.version ? sql.fragment` AND bb.xmin::text = ${m.version}` : sql.fragment``;
   return sql.fragment`(${m.rebind}${version} AND bb.updatedon < ${m.graceEdge}
                       AND NOT EXISTS (SELECT 1 FROM ${m.agents} ba WHERE ba.name = bb.agent_id AND ${canTakeWork("ba")})
-                      AND NOT EXISTS (SELECT 1 FROM ${m.items} wd WHERE wd.affinity_key = ${m.key} AND wd.status = 'dispatched'))`;
+                      AND NOT EXISTS (SELECT 1 FROM ${m.items} wd WHERE wd.affinity_key = bb.affinity_key AND wd.tenant_key = bb.tenant_key AND wd.status = 'dispatched'))`;
 }
 
 /**
@@ -183,8 +184,8 @@ export function keyAllows(alias: string, m: { items: IdentifierSqlToken; binding
   const w = sql.identifier([alias]);
   return sql.fragment`(${w}.affinity_key IS NULL OR NOT EXISTS (
                    SELECT 1 FROM ${m.bindings} bb
-                    WHERE bb.affinity_key = ${w}.affinity_key AND bb.agent_id <> ${m.agent}
-                      AND NOT ${movable({ agents: m.agents, items: m.items, rebind: m.rebind, graceEdge: m.graceEdge, key: sql.fragment`${w}.affinity_key` })}))`;
+                    WHERE bb.tenant_key = ${w}.tenant_key AND bb.affinity_key = ${w}.affinity_key AND bb.agent_id <> ${m.agent}
+                      AND NOT ${movable({ agents: m.agents, items: m.items, rebind: m.rebind, graceEdge: m.graceEdge })}))`;
 }
 
 /** `comesFirst` in memory: an item of priority `other` (none: undefined) comes first for one of `priority`. */

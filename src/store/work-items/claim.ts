@@ -73,7 +73,8 @@ export interface ClaimResult {
  * registered with, whose next attempt is due, and whose selector its tags satisfy, in claim order
  * (the claim rule, ./claim-rule.ts).
  *
- * Affinity, in the same statement: an item whose key is unbound binds it to this agent
+ * Affinity, in the same statement (a key is bound per tenant: "the key" below is the item's tenant
+ * and key, migration 0016): an item whose key is unbound binds it to this agent
  * (INSERT … ON CONFLICT DO NOTHING — of two racing claims, one insert wins and the loser dispatches
  * none of the key's items); an item whose key is bound to this agent is taken only after this
  * statement has updated the binding row (bumping updatedon), and an item whose key is bound to
@@ -145,22 +146,23 @@ export async function claim(q: ItemsContext, c: ClaimInput): Promise<ClaimResult
         WITH ${done}agent AS MATERIALIZED (
           ${claimingAgentCte(a, p.agent)}
         ), ${roomCte(placeTerms)}, ${keySetCtes(keyTerms)}, ${rateSetCtes(rateTerms)}, ${pickedCtes(shape, { items: w, takeable: takeable("agent"), takeableInTenant: takeable("tenant"), columns, max })}, keys AS (
-          -- v: the binding row's version in this statement's snapshot (NULL when the key is unbound).
-          SELECT d.k, bk.xmin::text AS v, row_number() OVER (ORDER BY d.k) AS n
-            FROM (SELECT DISTINCT affinity_key AS k FROM picked WHERE affinity_key IS NOT NULL) d
-            LEFT JOIN ${b} bk ON bk.affinity_key = d.k
+          -- A key is bound per tenant (t, k). v: the binding row's version in this statement's
+          -- snapshot (NULL when the key is unbound).
+          SELECT d.t, d.k, bk.xmin::text AS v, row_number() OVER (ORDER BY d.t, d.k) AS n
+            FROM (SELECT DISTINCT tenant_key AS t, affinity_key AS k FROM picked WHERE affinity_key IS NOT NULL) d
+            LEFT JOIN ${b} bk ON bk.tenant_key = d.t AND bk.affinity_key = d.k
         ), pinned AS (
-          INSERT INTO ${b} (id, affinity_key, agent_id, createdby, createdon, updatedby, updatedon)
-          SELECT ${nthId(p.bindingSeed, sql.fragment`keys.n`)}, keys.k, ${p.agent}, ${p.agent}, ${now}, ${p.agent}, ${now} FROM keys
-          ON CONFLICT (affinity_key) DO NOTHING
-          RETURNING affinity_key
+          INSERT INTO ${b} (id, tenant_key, affinity_key, agent_id, createdby, createdon, updatedby, updatedon)
+          SELECT ${nthId(p.bindingSeed, sql.fragment`keys.n`)}, keys.t, keys.k, ${p.agent}, ${p.agent}, ${now}, ${p.agent}, ${now} FROM keys
+          ON CONFLICT (tenant_key, affinity_key) DO NOTHING
+          RETURNING tenant_key, affinity_key
         ), held AS (
           UPDATE ${b} bb SET agent_id = ${p.agent}, updatedby = ${p.agent}, updatedon = ${now}
             FROM keys
-           WHERE bb.affinity_key = keys.k
+           WHERE bb.tenant_key = keys.t AND bb.affinity_key = keys.k
              AND (bb.agent_id = ${p.agent}
-                  OR ${movable({ agents: a, items: w, rebind: p.rebind, graceEdge, key: sql.fragment`bb.affinity_key`, version: sql.fragment`keys.v` })})
-          RETURNING bb.affinity_key
+                  OR ${movable({ agents: a, items: w, rebind: p.rebind, graceEdge, version: sql.fragment`keys.v` })})
+          RETURNING bb.tenant_key, bb.affinity_key
         ), ${keyCtes(keyTerms, { agent: p.agent, now, rowId: (n) => nthId(p.bindingSeed, n), order })}, ${rateAdmitCte(rateTerms, { eligible: keyAdmitted, order, agent: p.agent, now, seed: p.bindingSeed })}, need AS (
           SELECT p.id, p.req AS r, row_number() OVER (ORDER BY ${order}) AS n
             FROM picked p WHERE p.req IS NOT NULL AND ${keyAdmitted} AND ${rateAdmitted}
@@ -172,8 +174,8 @@ export async function claim(q: ItemsContext, c: ClaimInput): Promise<ClaimResult
           FROM picked LEFT JOIN placed ON placed.id = picked.id
          WHERE w.id = picked.id
            AND (picked.affinity_key IS NULL
-                OR picked.affinity_key IN (SELECT affinity_key FROM pinned)
-                OR picked.affinity_key IN (SELECT affinity_key FROM held))
+                OR (picked.tenant_key, picked.affinity_key) IN (SELECT tenant_key, affinity_key FROM pinned)
+                OR (picked.tenant_key, picked.affinity_key) IN (SELECT tenant_key, affinity_key FROM held))
            AND ${keyDispatchable}
            AND ${rateDispatchable}
            AND (picked.req IS NULL OR (placed.id IS NOT NULL AND EXISTS (SELECT 1 FROM reserve)))

@@ -101,7 +101,8 @@ function requeue(q: ItemsContext, where: FragmentSqlToken, reason: string, nowMs
 }
 
 /**
- * Items stranded by their affinity key become dead letters once they have waited longer than the
+ * Items stranded by their affinity key (bound in their own tenant: another tenant's binding of the
+ * same key never strands them) become dead letters once they have waited longer than the
  * grace: always when the key's agent is active but may not run the item (terms 3 and 4 of the claim
  * rule, ./claim-rule.ts: a binding never routes work to an agent that may not run it, and the key
  * does not move while its agent is active); under the hold policy also when the agent cannot take work.
@@ -129,7 +130,7 @@ export function failStranded(
                                    THEN 'cannot take work (policy hold); unbind or rebind the key, then redrive'
                                    ELSE 'may not run it (tenant, engine kind or selector); rebind the key, then redrive' END)
           FROM ${b} bb LEFT JOIN ${a} ba ON ba.name = bb.agent_id
-         WHERE w.status = 'pending' AND w.affinity_key = bb.affinity_key
+         WHERE w.status = 'pending' AND w.tenant_key = bb.tenant_key AND w.affinity_key = bb.affinity_key
            AND w.next_attempt_at < ${msToNs(nowMs - affinity.graceMs)}::bigint
            AND ((${holderCanWork} AND NOT ${holderMayRun})
                 OR (${hold} AND NOT ${holderCanWork} AND bb.updatedon < ${ts(nowMs - affinity.graceMs)}))

@@ -59,18 +59,20 @@ class AgentSummary(_message.Message):
     def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., status: _Optional[_Union[_common_pb2.AgentStatus, str]] = ..., agent_version: _Optional[str] = ..., agent_type: _Optional[_Union[_agent_pb2.AgentType, str]] = ..., metadata: _Optional[_Union[_agent_pb2.AgentMetadata, _Mapping]] = ..., metrics: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., last_seen_age: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., in_flight: _Optional[int] = ..., drain: _Optional[_Union[DrainProgress, _Mapping]] = ..., http_address: _Optional[str] = ..., grpc_address: _Optional[str] = ..., infra_address: _Optional[str] = ..., created_on: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Binding(_message.Message):
-    __slots__ = ["affinity_key", "agent_id", "created_on", "id", "updated_on"]
+    __slots__ = ["affinity_key", "agent_id", "created_on", "id", "tenant_key", "updated_on"]
     AFFINITY_KEY_FIELD_NUMBER: _ClassVar[int]
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
     CREATED_ON_FIELD_NUMBER: _ClassVar[int]
     ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_KEY_FIELD_NUMBER: _ClassVar[int]
     UPDATED_ON_FIELD_NUMBER: _ClassVar[int]
     affinity_key: str
     agent_id: str
     created_on: _timestamp_pb2.Timestamp
     id: str
+    tenant_key: str
     updated_on: _timestamp_pb2.Timestamp
-    def __init__(self, id: _Optional[str] = ..., affinity_key: _Optional[str] = ..., agent_id: _Optional[str] = ..., created_on: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., updated_on: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    def __init__(self, id: _Optional[str] = ..., affinity_key: _Optional[str] = ..., agent_id: _Optional[str] = ..., created_on: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., updated_on: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., tenant_key: _Optional[str] = ...) -> None: ...
 
 class CancelItemsRequest(_message.Message):
     __slots__ = ["ids", "parent_ids", "reason", "run_id", "tenant_key"]
@@ -200,16 +202,18 @@ class ListAgentsResponse(_message.Message):
     def __init__(self, agents: _Optional[_Iterable[_Union[AgentSummary, _Mapping]]] = ...) -> None: ...
 
 class ListBindingsRequest(_message.Message):
-    __slots__ = ["agent_id", "key_prefix", "page_size", "page_token"]
+    __slots__ = ["agent_id", "key_prefix", "page_size", "page_token", "tenant_key"]
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
     KEY_PREFIX_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TENANT_KEY_FIELD_NUMBER: _ClassVar[int]
     agent_id: str
     key_prefix: str
     page_size: int
     page_token: str
-    def __init__(self, key_prefix: _Optional[str] = ..., agent_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    tenant_key: str
+    def __init__(self, key_prefix: _Optional[str] = ..., agent_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., tenant_key: _Optional[str] = ...) -> None: ...
 
 class ListBindingsResponse(_message.Message):
     __slots__ = ["bindings", "next_page_token"]
@@ -392,12 +396,14 @@ class RateLimitRule(_message.Message):
     def __init__(self, tenant_key: _Optional[str] = ..., key: _Optional[str] = ..., prefix: bool = ..., count: _Optional[int] = ..., interval: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., burst: _Optional[int] = ...) -> None: ...
 
 class RebindRequest(_message.Message):
-    __slots__ = ["affinity_key", "agent_id"]
+    __slots__ = ["affinity_key", "agent_id", "tenant_key"]
     AFFINITY_KEY_FIELD_NUMBER: _ClassVar[int]
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_KEY_FIELD_NUMBER: _ClassVar[int]
     affinity_key: str
     agent_id: str
-    def __init__(self, affinity_key: _Optional[str] = ..., agent_id: _Optional[str] = ...) -> None: ...
+    tenant_key: str
+    def __init__(self, affinity_key: _Optional[str] = ..., agent_id: _Optional[str] = ..., tenant_key: _Optional[str] = ...) -> None: ...
 
 class RebindResponse(_message.Message):
     __slots__ = ["binding"]
@@ -512,10 +518,12 @@ class Tenant(_message.Message):
     def __init__(self, tenant_key: _Optional[str] = ..., weight: _Optional[float] = ..., weight_source: _Optional[str] = ..., pending: _Optional[int] = ..., dispatched: _Optional[int] = ...) -> None: ...
 
 class UnbindRequest(_message.Message):
-    __slots__ = ["affinity_key"]
+    __slots__ = ["affinity_key", "tenant_key"]
     AFFINITY_KEY_FIELD_NUMBER: _ClassVar[int]
+    TENANT_KEY_FIELD_NUMBER: _ClassVar[int]
     affinity_key: str
-    def __init__(self, affinity_key: _Optional[str] = ...) -> None: ...
+    tenant_key: str
+    def __init__(self, affinity_key: _Optional[str] = ..., tenant_key: _Optional[str] = ...) -> None: ...
 
 class UnbindResponse(_message.Message):
     __slots__ = []

@@ -187,22 +187,25 @@ class OpsServiceServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def ListBindings(self, request, context):
-        """Affinity bindings, ordered by creation.
+        """Affinity bindings, ordered by creation. A binding belongs to a tenant: a key is bound per
+        tenant, and one tenant's binding never holds another tenant's items of the same key. A token
+        limited to some tenants sees their bindings only.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Unbind(self, request, context):
-        """Removes a binding; the next claim of the key binds it anew. Refused while items of the key are
-        dispatched.
+        """Removes a tenant's binding of a key; the next claim of the key binds it anew. Refused while
+        items of it are dispatched.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Rebind(self, request, context):
-        """Moves a key to a named ACTIVE agent. Refused while items of the key are dispatched elsewhere.
+        """Moves a tenant's key to a named ACTIVE agent that serves the tenant. Refused while items of it
+        are dispatched elsewhere.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
