@@ -45,6 +45,16 @@ export class StatementShapes {
     return { ...shape.token, values: values as QuerySqlToken["values"] };
   }
 
+  /**
+   * The text of shape `key` as built, and what each of its placeholders ($1, $2, …) binds: a
+   * parameter's name, or a value fixed when it was built. For the printed copies under docs/sql/
+   * (test/sql-snapshots.test.ts); undefined before the shape's first call.
+   */
+  built(key: string): { sql: string; binds: readonly ({ param: string } | { value: unknown })[] } | undefined {
+    const shape = this.#shapes.get(key);
+    return shape && { sql: shape.token.sql, binds: shape.slots };
+  }
+
   /** Shapes built so far (tests check that calls share them). */
   get size(): number {
     return this.#shapes.size;
