@@ -45,6 +45,15 @@ const HEADER = (what: string) => `-- ${what}
 -- {{channel:topic}} for a NOTIFY channel's name, as in src/db/migrations/ (src/db/migrate.ts expand()).
 `;
 
+/** The line of functions.sql that names the Postgres major version that printed it. */
+export const PRINTED_BY = "Printed by PostgreSQL ";
+
+/** The server's major version: Postgres prints a function's definition its own way per major. */
+export async function serverMajor(db: TestDb): Promise<number> {
+  const [row] = await db.raw<{ v: string }>("SELECT current_setting('server_version_num') AS v");
+  return Math.floor(Number(row!.v) / 10_000);
+}
+
 /** docs/sql/functions.sql: every function and trigger of a migrated schema, as Postgres prints them. */
 export async function functionsSql(db: TestDb): Promise<string> {
   const norm = normalizer(db);
@@ -63,10 +72,12 @@ export async function functionsSql(db: TestDb): Promise<string> {
       WHERE n.nspname = $1 AND NOT t.tgisinternal ORDER BY t.tgname COLLATE "C"`,
     [db.schema],
   );
+  const major = await serverMajor(db);
   const out = [
     HEADER(`The current definition of every SQL function and trigger the migrations create, as Postgres
 -- prints them (pg_get_functiondef, pg_get_triggerdef) from a freshly migrated schema. Migrations are
--- forward-only: each is preceded by the migration that last defined it; a change is a new migration.`),
+-- forward-only: each is preceded by the migration that last defined it; a change is a new migration.
+-- ${PRINTED_BY}${major}`),
   ];
   for (const f of fns) {
     const by = fnBy.get(unprefix(f.name));
