@@ -82,8 +82,8 @@ async function arrange(c: Case): Promise<void> {
   );
   if (c.key === "bound to it" || c.key === "bound to a working agent" || c.key === "movable") {
     await client.query(
-      `INSERT INTO ${table("affinity_binding")} (id, affinity_key, agent_id, createdby, createdon, updatedby, updatedon)
-       VALUES ('K1', 'key', $1, 'test', $2, 'test', $2)`,
+      `INSERT INTO ${table("affinity_binding")} (id, tenant_key, affinity_key, agent_id, createdby, createdon, updatedby, updatedon)
+       VALUES ('K1', 't', 'key', $1, 'test', $2, 'test', $2)`,
       [c.key === "bound to it" ? "a" : "b", new Date(NOW - 2 * GRACE)],
     );
   }
