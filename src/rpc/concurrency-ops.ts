@@ -19,7 +19,7 @@ import type { WorkQueue } from "../queue/work-queue.js";
 import { assertTenant, callerOf, tenantLimit } from "../server/auth.js";
 import type { ConcurrencyKeyStore, KeyRow } from "../store/concurrency-keys.js";
 import { decodeKeyCursor, encodeKeyCursor } from "./input/page-tokens.js";
-import { identifier, inRange, optionalText } from "./input/validate.js";
+import { identifier, inRange, optionalText } from "../domain/input.js";
 import { MAX_KEY_CHARS } from "../domain/names.js";
 
 export interface ConcurrencyOpsDeps {

@@ -15,7 +15,7 @@ import { planOf } from "../dag/plan.js";
 import { invalidArgument, notFound } from "../domain/errors.js";
 import { assertTenant, callerOf } from "../server/auth.js";
 import { newId } from "../util/ids.js";
-import { identifier, jsonObject, jsonOrNull, optionalText } from "./input/validate.js";
+import { identifier, jsonObject, jsonOrNull, optionalText } from "../domain/input.js";
 import { runToWire, STATUS_FROM_WIRE } from "./dag-messages.js";
 import { pageOf, planFrom, runIdOf, scopeOf, watchRun } from "./run-calls.js";
 import type { Clock } from "../clock.js";

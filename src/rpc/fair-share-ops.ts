@@ -27,7 +27,7 @@ import { assertTenant, callerOf, tenantLimit } from "../server/auth.js";
 import type { KeyStateRow, RateLimitStore, RuleRow } from "../store/rate-limits.js";
 import { sourceOf, type TenantRow, type TenantShareStore } from "../store/tenant-shares.js";
 import { decodeKeyCursor, encodeKeyCursor } from "./input/page-tokens.js";
-import { identifier, inRange, optionalText } from "./input/validate.js";
+import { identifier, inRange, optionalText } from "../domain/input.js";
 import { MAX_KEY_CHARS } from "../domain/names.js";
 
 export interface FairShareOpsDeps {

@@ -34,7 +34,7 @@ import { listItemsPage } from "./queue-service.js";
 import type { Requirements } from "../domain/resources.js";
 import { concurrencyOpsImpl } from "./concurrency-ops.js";
 import { fairShareOpsImpl } from "./fair-share-ops.js";
-import { delayMs, identifier, optionalText } from "./input/validate.js";
+import { delayMs, identifier, optionalText } from "../domain/input.js";
 import { itemStatusToWire, itemsToWire, requirementsToWire, workItemToWire } from "./work-item-messages.js";
 import { FleetCapacity } from "../fleet/unplaceable.js";
 import { MAX_KEY_CHARS } from "../domain/names.js";

@@ -12,7 +12,7 @@ import type { RunCursor } from "../store/owned-runs.js";
 import { assertTenant, callerOf } from "../server/auth.js";
 import { onAbort } from "../util/on-abort.js";
 import { decodeCursor, encodeCursor } from "./input/page-tokens.js";
-import { identifier, optionalText } from "./input/validate.js";
+import { identifier, optionalText } from "../domain/input.js";
 
 const PAGE_DEFAULT = 50;
 const PAGE_MAX = 500;

@@ -14,7 +14,7 @@ import type { DefinitionReads } from "../store/definitions.js";
 import type { TriggerRow, TriggerStore } from "../store/triggers.js";
 import { checkTrigger, firstTick, TRIGGER_NAME, type TriggerInput } from "../triggers/definition.js";
 import { newId } from "../util/ids.js";
-import { identifier } from "./input/validate.js";
+import { identifier } from "../domain/input.js";
 
 /** Triggers one tenant may have: ListTriggers answers them all in one message. */
 export const TRIGGERS_PER_TENANT = 1_000;

@@ -14,7 +14,7 @@
  */
 import { isUtf8 } from "node:buffer";
 import { AppError } from "../domain/errors.js";
-import { jsonText } from "../rpc/input/json-text.js";
+import { jsonText } from "../domain/json-text.js";
 import { FiringRefused } from "./firer.js";
 import { digestHex } from "./signature.js";
 

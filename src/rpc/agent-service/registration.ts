@@ -14,9 +14,10 @@ import { REGISTER_FIELDS, type AgentStore, type RegisterInput } from "../../stor
 import { agentStatusToWire, directiveToWire } from "./messages.js";
 import type { AgentScope, DirectiveHub, DirectiveMessage, KnownAgent } from "../../fleet/directives.js";
 import type { HeartbeatBuffer } from "../../fleet/heartbeat-buffer.js";
-import { agentName, identifier, identifiers, inRange, optionalText, withinBytes } from "../input/validate.js";
+import { identifier, identifiers, inRange, optionalText, withinBytes } from "../../domain/input.js";
+import { agentName } from "../input/validate.js";
 import { pushStream } from "../../util/push-stream.js";
-import { capacityOf } from "../input/resources.js";
+import { capacityOf } from "../../domain/resource-input.js";
 import type { Capacity } from "../../domain/resources.js";
 
 export interface AgentServiceDeps {

@@ -16,7 +16,7 @@ import type { Handed } from "../../queue/waiting-claims.js";
 import type { Dispatch } from "../../queue/dispatch.js";
 import type { ClaimInput, Completed, Completion } from "../../store/work-items.js";
 import type { Release } from "../../store/work-items/fenced-writes.js";
-import { delayMs, identifier, jsonOrNull, optionalText } from "../input/validate.js";
+import { delayMs, identifier, jsonOrNull, optionalText } from "../../domain/input.js";
 import { fencedOutcomes } from "../work-item-messages.js";
 import { agentScopeLoader } from "./registration.js";
 
