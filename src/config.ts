@@ -376,7 +376,7 @@ const SETTINGS = {
     help: "entries a graph run's path and a state machine's history keep (the latest); older ones are dropped and counted (path_dropped, history_dropped)",
     parse: int(1, 1_000_000),
   },
-  // Quotas on what callers queue (src/rpc/enqueue-quota.ts).
+  // Quotas on what callers queue (src/queue/enqueue-quota.ts).
   maxItemsPerCall: {
     flag: "--max-items-per-call",
     env: ["AIFLOW_MAX_ITEMS_PER_CALL"],

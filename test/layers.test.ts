@@ -64,8 +64,6 @@ const LAYERS: [prefix: string, rank: number, layer: string][] = [
 const ALLOWED = new Set<string>([
   "src/config.ts -> src/server/console.ts",
   "src/config.ts -> src/server/tokens.ts",
-  "src/dag/engine.ts -> src/rpc/enqueue-quota.ts",
-  "src/engines/native.ts -> src/rpc/enqueue-quota.ts",
   "src/rpc/agent-service/registration.ts -> src/server/auth.ts",
   "src/rpc/agent-service/stream.ts -> src/server/auth.ts",
   "src/rpc/agent-service/work.ts -> src/server/auth.ts",

@@ -17,7 +17,7 @@ import { z } from "zod";
 import { decodeCursor, encodeCursor } from "./input/page-tokens.js";
 import { handedTraceparent } from "../observability/rpc-spans.js";
 import { newItem } from "../queue/new-item.js";
-import { enqueueQuota } from "./enqueue-quota.js";
+import { enqueueQuota } from "../queue/enqueue-quota.js";
 
 /** A ListItems page token: the last item's sort key. Its priority is an int4 column's, so a forged one past int4 is refused here, not by Postgres as INTERNAL. */
 const listCursor = z.object({ priority: z.number().int().min(-(2 ** 31)).max(2 ** 31 - 1), createdon: z.number(), id: z.string() });

@@ -1,6 +1,6 @@
 /**
  * A webhook body: whether it is a payload (the JSON check StartRun's text gets, one place:
- * ../rpc/input/json-text.ts), and what of it a firing row keeps.
+ * ../domain/json-text.ts), and what of it a firing row keeps.
  *
  * What must stay true:
  * - A body whose signature proved the trigger's secret is kept whole: as it came when Postgres can
