@@ -5,11 +5,14 @@
  */
 import { hostname } from "node:os";
 import { readFileSync } from "node:fs";
+import { fileURLToPath } from "node:url";
 import { ConfigError } from "./domain/errors.js";
 import { DEFAULT_CREDIT, weightProblem } from "./domain/fair-share.js";
-import { parseTokenSpec, parseTokensFile, type TokenGrant } from "./server/tokens.js";
-import { DEFAULT_CONSOLE_DIR } from "./server/console.js";
+import { parseTokenSpec, parseTokensFile, type TokenGrant } from "./domain/tokens.js";
 import { DEFAULT_MAX_LABEL_VALUES } from "./observability/label-values.js";
+
+/** Where `npm run build` puts the web console, from src/ or dist/ alike (the console's HTTP handler is ./server/console.ts). */
+const DEFAULT_CONSOLE_DIR = fileURLToPath(new URL("../dist/console/", import.meta.url));
 
 export { ConfigError };
 

@@ -11,7 +11,7 @@
 import { timingSafeEqual } from "node:crypto";
 import { Code, ConnectError, createContextKey, type HandlerContext, type Interceptor } from "@connectrpc/connect";
 import type { CertReading } from "./cert-identity.js";
-import { checkGrants, ROLES, tokenDigest, type Role, type TokenGrant } from "./tokens.js";
+import { checkGrants, ROLES, tokenDigest, type Role, type TokenGrant } from "../domain/tokens.js";
 
 /** Who is calling. `roles` is every role (the daemon runs open) or the token's one role. */
 export interface Identity {
