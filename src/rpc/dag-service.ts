@@ -13,7 +13,7 @@ import type { DefinitionReads } from "../store/definitions.js";
 import { definitionCalls } from "./definition-calls.js";
 import { planOf } from "../dag/plan.js";
 import { invalidArgument, notFound } from "../domain/errors.js";
-import { assertTenant, callerOf } from "../server/auth.js";
+import { assertTenant, callerOf } from "./caller.js";
 import { newId } from "../util/ids.js";
 import { identifier, jsonObject, jsonOrNull, optionalText } from "../domain/input.js";
 import { runToWire, STATUS_FROM_WIRE } from "./dag-messages.js";

@@ -9,7 +9,7 @@ import { invalidArgument } from "../domain/errors.js";
 import type { Scope } from "../engines/native.js";
 import type { RunWatch } from "../engines/run-watch.js";
 import type { RunCursor } from "../store/owned-runs.js";
-import { assertTenant, callerOf } from "../server/auth.js";
+import { assertTenant, callerOf } from "./caller.js";
 import { onAbort } from "../util/on-abort.js";
 import { decodeCursor, encodeCursor } from "./input/page-tokens.js";
 import { identifier, optionalText } from "../domain/input.js";

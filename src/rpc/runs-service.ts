@@ -30,7 +30,7 @@ import {
   type TriggerFiringSchema,
 } from "@aiflow/wire/gen/aiflow/cluster/v1/runs_pb.js";
 import type { Logger } from "../log.js";
-import { assertTenant, callerOf } from "../server/auth.js";
+import { assertTenant, callerOf } from "./caller.js";
 import type { EngineRunRow, EngineRunStore, RunFacts, RunFilter } from "../store/engine-runs.js";
 import type {
   FiringAction as StoredAction,

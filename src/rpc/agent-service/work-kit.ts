@@ -8,7 +8,7 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import { AppError, invalidArgument } from "../../domain/errors.js";
 import { newId } from "../../util/ids.js";
-import type { Identity } from "../../server/auth.js";
+import type { Identity } from "../caller.js";
 import type { AgentScope } from "../../fleet/directives.js";
 import type { WorkQueue } from "../../queue/work-queue.js";
 import { workKey } from "../../queue/work-keys.js";

@@ -3,7 +3,7 @@
  */
 import type { HandlerContext } from "@connectrpc/connect";
 import { identifier } from "../../domain/input.js";
-import { assertAgent, callerOf, type Identity } from "../../server/auth.js";
+import { assertAgent, callerOf, type Identity } from "../caller.js";
 
 /** An agent RPC's `name`: a valid identifier, and a name the caller's token may act as (PERMISSION_DENIED). */
 export function agentName(raw: string, caller: HandlerContext | Identity): string {
