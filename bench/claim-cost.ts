@@ -2,7 +2,7 @@
  * The claim_cost section: what one claim statement costs when the agent serves several tenants (the
  * "shared" shape: turns by fair share, then each tenant's best items) against an agent of one
  * tenant (the plain shape), for 1, 10, 100 and 1,000 backlogged tenants. In this process, through
- * the daemon's own store and named prepared statements (PreparedQueries, as src/rpc/services.ts
+ * the daemon's own store and named prepared statements (PreparedQueries, as src/services.ts
  * builds them), on a schema of its own: no daemon, no RPC, no agent process, only the statement.
  *
  * Each case starts from empty tables, enqueues a backlog of `items` spread evenly over its tenants

@@ -5,11 +5,14 @@
  */
 import { hostname } from "node:os";
 import { readFileSync } from "node:fs";
+import { fileURLToPath } from "node:url";
 import { ConfigError } from "./domain/errors.js";
 import { DEFAULT_CREDIT, weightProblem } from "./domain/fair-share.js";
-import { parseTokenSpec, parseTokensFile, type TokenGrant } from "./server/tokens.js";
-import { DEFAULT_CONSOLE_DIR } from "./server/console.js";
+import { parseTokenSpec, parseTokensFile, type TokenGrant } from "./domain/tokens.js";
 import { DEFAULT_MAX_LABEL_VALUES } from "./observability/label-values.js";
+
+/** Where `npm run build` puts the web console, from src/ or dist/ alike (the console's HTTP handler is ./server/console.ts). */
+const DEFAULT_CONSOLE_DIR = fileURLToPath(new URL("../dist/console/", import.meta.url));
 
 export { ConfigError };
 
@@ -376,7 +379,7 @@ const SETTINGS = {
     help: "entries a graph run's path and a state machine's history keep (the latest); older ones are dropped and counted (path_dropped, history_dropped)",
     parse: int(1, 1_000_000),
   },
-  // Quotas on what callers queue (src/rpc/enqueue-quota.ts).
+  // Quotas on what callers queue (src/queue/enqueue-quota.ts).
   maxItemsPerCall: {
     flag: "--max-items-per-call",
     env: ["AIFLOW_MAX_ITEMS_PER_CALL"],

@@ -24,7 +24,7 @@ import { consoleApi, consoleFiles } from "./server/console.js";
 import { startServer, type RunningServer, type ServerLimits } from "./server/server.js";
 import type { ServerStats } from "./server/stats.js";
 import type { ReloadOutcome } from "./server/tls.js";
-import { buildServices, type Background, type Services } from "./rpc/services.js";
+import { buildServices, type Background, type Services } from "./services.js";
 import { VERSION } from "./version.js";
 
 export interface Daemon {

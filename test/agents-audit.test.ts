@@ -6,7 +6,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { FakeClock } from "../src/clock.js";
 import type { Daemon } from "../src/daemon.js";
-import { fingerprint } from "../src/server/tokens.js";
+import { fingerprint } from "../src/domain/tokens.js";
 import { agentClient, call, captureLog, ok, ULID, type CapturedLog, type RegisterReply } from "./support/agents.js";
 import { TOKENS } from "./support/daemon.js";
 import type { TestDb } from "./support/db.js";

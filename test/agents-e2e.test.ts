@@ -5,7 +5,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { FakeClock } from "../src/clock.js";
 import type { Daemon } from "../src/daemon.js";
-import { parseTokenSpec, parseTokensFile } from "../src/server/tokens.js";
+import { parseTokenSpec, parseTokensFile } from "../src/domain/tokens.js";
 import { agentClient, agentRow, agentRows, call, ok, registerRequest, ULID, watchDirectives, type HeartbeatReply, type RegisterReply } from "./support/agents.js";
 import { testTokens, TOKENS } from "./support/daemon.js";
 import type { TestDb } from "./support/db.js";

@@ -1,8 +1,9 @@
 import { describe, expect, it } from "vitest";
 import { Code, createClient, createRouterTransport } from "@connectrpc/connect";
 import { Health, HealthCheckResponse_ServingStatus } from "@aiflow/wire/gen/grpc/health/v1/health_pb.js";
-import { Authenticator, callerOf, assertTenant, type Access } from "../src/server/auth.js";
-import { parseTokenSpec } from "../src/server/tokens.js";
+import { Authenticator, type Access } from "../src/server/auth.js";
+import { callerOf, assertTenant } from "../src/rpc/caller.js";
+import { parseTokenSpec } from "../src/domain/tokens.js";
 import { codeOf, refusal } from "./support/kit.js";
 
 // Health stands in for a protected service here: the access map, not the service, decides who may call.

@@ -19,7 +19,7 @@ import { MachineService } from "@aiflow/wire/gen/aiflow/machine/v1/machine_pb.js
 import { Health } from "@aiflow/wire/gen/grpc/health/v1/health_pb.js";
 import { ServerReflection } from "@aiflow/wire/gen/grpc/reflection/v1/reflection_pb.js";
 import { ServerReflection as ServerReflectionAlpha } from "@aiflow/wire/gen/grpc/reflection/v1alpha/reflection_pb.js";
-import { parseTokenSpec, parseTokensFile, type TokenGrant } from "../src/server/tokens.js";
+import { parseTokenSpec, parseTokensFile, type TokenGrant } from "../src/domain/tokens.js";
 import { useTestDaemon } from "./support/kit.js";
 import { grpc, loadService, metadata, unary } from "./support/grpc-js.js";
 

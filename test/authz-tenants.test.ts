@@ -6,7 +6,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Daemon } from "../src/daemon.js";
-import { parseTokenSpec } from "../src/server/tokens.js";
+import { parseTokenSpec } from "../src/domain/tokens.js";
 import { WorkItemStore } from "../src/store/work-items.js";
 import type { TestDb } from "./support/db.js";
 import { useTestDaemon } from "./support/kit.js";

@@ -9,7 +9,7 @@ import { FakeClock, msToNs } from "../src/clock.js";
 import { defaultConfig } from "../src/config.js";
 import type { Daemon } from "../src/daemon.js";
 import { silentLogger } from "../src/log.js";
-import { parseTokenSpec } from "../src/server/tokens.js";
+import { parseTokenSpec } from "../src/domain/tokens.js";
 import { Wakeups } from "../src/queue/wakeups.js";
 import type { DirectiveHub } from "../src/fleet/directives.js";
 import { FALLBACK_CHECK_MS, WorkQueue } from "../src/queue/work-queue.js";

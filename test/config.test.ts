@@ -3,7 +3,7 @@ import { execFile } from "node:child_process";
 import { promisify } from "node:util";
 import { describe, expect, it } from "vitest";
 import { ConfigError, parseArgs, parseDuration } from "../src/config.js";
-import { parseTokensFile } from "../src/server/tokens.js";
+import { parseTokensFile } from "../src/domain/tokens.js";
 
 const run = promisify(execFile);
 const cli = (args: string[], env: Record<string, string> = {}) =>

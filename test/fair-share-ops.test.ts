@@ -13,7 +13,7 @@ import { Code } from "@connectrpc/connect";
 import { beforeAll, describe, expect, it } from "vitest";
 import { FakeClock, msToNs } from "../src/clock.js";
 import { OpsService, type RateLimitKey, type RateLimitRule, type Tenant } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
-import { parseTokenSpec } from "../src/server/tokens.js";
+import { parseTokenSpec } from "../src/domain/tokens.js";
 import { testTokens, TOKENS } from "./support/daemon.js";
 import { codeOf, refusal, Session, useTestDaemon } from "./support/kit.js";
 import { Producer, TestAgent, type AgentSpec } from "./support/queue.js";

@@ -11,7 +11,7 @@ import type { Daemon } from "../src/daemon.js";
 import { OpsService } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 import { FiringAction, FiringOutcome, RunDirectoryService, TriggerFiringService, TriggerType } from "@aiflow/wire/gen/aiflow/cluster/v1/runs_pb.js";
 import { FIRING_PAGE_BYTES } from "../src/rpc/runs-service.js";
-import { MAX_JSON_DEPTH } from "../src/rpc/input/json-text.js";
+import { MAX_JSON_DEPTH } from "../src/domain/json-text.js";
 import { LIST_PAGE_BYTES } from "../src/rpc/queue-service.js";
 import { TOKENS } from "./support/daemon.js";
 import { codeOf, refusal, Session, useTestDaemon } from "./support/kit.js";

@@ -10,7 +10,7 @@ import { Code } from "@connectrpc/connect";
 import { NodeKind } from "@aiflow/wire/gen/aiflow/graph/v1/graph_pb.js";
 import { OpsService } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 import type { Daemon } from "../src/daemon.js";
-import { MAX_JSON_DEPTH } from "../src/rpc/input/json-text.js";
+import { MAX_JSON_DEPTH } from "../src/domain/json-text.js";
 import { TOKENS } from "./support/daemon.js";
 import { refusal, Session, useTestDaemon } from "./support/kit.js";
 import { DagClient, definition } from "./support/dag.js";

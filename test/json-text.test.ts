@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from "vitest";
 import { AppError } from "../src/domain/errors.js";
-import { jsonText, MAX_JSON_DEPTH, scanJson } from "../src/rpc/input/json-text.js";
+import { jsonText, MAX_JSON_DEPTH, scanJson } from "../src/domain/json-text.js";
 
 /** A small deterministic PRNG (mulberry32), so a failure replays. */
 function rng(seed: number) {

@@ -2,7 +2,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import pg from "pg";
 import { loadMigrations, migrate, MigrationError } from "../src/db/migrate.js";
 import { createLogger, silentLogger } from "../src/log.js";
-import { scanJson } from "../src/rpc/input/json-text.js";
+import { scanJson } from "../src/domain/json-text.js";
 import { databaseUrl } from "./support/database-url.js";
 import { uniqueSchema } from "./support/db.js";
 

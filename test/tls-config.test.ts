@@ -12,7 +12,7 @@ import { describe, expect, it } from "vitest";
 import { ConfigError, parseArgs } from "../src/config.js";
 import { tokenCommand } from "../src/cli/token.js";
 import { Authenticator } from "../src/server/auth.js";
-import { parseTokensFile, tokenDigest } from "../src/server/tokens.js";
+import { parseTokensFile, tokenDigest } from "../src/domain/tokens.js";
 import { captureLog } from "./support/agents.js";
 import { databaseUrl } from "./support/database-url.js";
 import { until, useTestDb } from "./support/kit.js";

@@ -10,7 +10,7 @@ import { join } from "node:path";
 import tls from "node:tls";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Daemon } from "../src/daemon.js";
-import { tokenDigest } from "../src/server/tokens.js";
+import { tokenDigest } from "../src/domain/tokens.js";
 import { captureLog, registerRequest } from "./support/agents.js";
 import { TOKENS } from "./support/daemon.js";
 import { grpc, loadService, unary } from "./support/grpc-js.js";

@@ -21,7 +21,7 @@ import { retryDelay, sleep } from "./backoff.js";
 import type { ItemOutcome as WireOutcome } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
 import { errorText, type Link } from "./link.js";
 import type { ResolvedOptions } from "./options.js";
-import type { Report } from "./run.js";
+import type { Report } from "./report.js";
 import type { Channel, StreamReport } from "./channel.js";
 
 /** The daemon's answer for one report, or why there is none. */

@@ -10,6 +10,7 @@
  */
 import type { Logger } from "pino";
 import { NonRetryableError, RetryableError, WorkAbortedError, type AbortKind } from "./errors.js";
+import type { Report } from "./report.js";
 import type { ItemSpans } from "./tracing.js";
 import type { AnyHandler, HandlerContext, WorkItem } from "./types.js";
 
@@ -87,13 +88,6 @@ export class ItemContext implements HandlerContext {
     return (this.#log ??= this.#agentLog.child({ item: item.id, tenant: item.tenant, engineKind: item.engineKind, task: item.taskName, attempt: item.attempt }));
   }
 }
-
-/** What to tell the daemon about an item. */
-export type Report =
-  | { kind: "complete"; id: string; token: string; resultJson: string }
-  | { kind: "fail"; id: string; token: string; error: string; retryable: boolean; retryDelayMs: number | undefined }
-  /** `drainDeadline`: given back because a drain deadline passed (the daemon counts it in the drain's result). */
-  | { kind: "release"; id: string; token: string; drainDeadline?: boolean };
 
 /** The daemon keeps at most 8192 characters of an error. */
 const ERROR_MAX = 8000;

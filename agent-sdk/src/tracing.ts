@@ -29,7 +29,7 @@ import type { Logger } from "pino";
 import { diagToLog, tracesFromEnv, type TracesWanted } from "@aiflow/wire/otel-env";
 import { parseTraceparent } from "@aiflow/wire/traceparent";
 import type { WorkItem as WireItem } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
-import type { Report } from "./run.js";
+import type { Report } from "./report.js";
 import type { ItemOutcome } from "./types.js";
 
 const TRACER_NAME = "@aiflow/agent-sdk";

@@ -5,7 +5,7 @@
  */
 import { ConfigError } from "../domain/errors.js";
 import { isIdentifierText } from "../domain/names.js";
-import { isAgentPattern, newToken, ROLES, tokenDigest, type Role } from "../server/tokens.js";
+import { isAgentPattern, newToken, ROLES, tokenDigest, type Role } from "../domain/tokens.js";
 
 export const TOKEN_USAGE = `aiflowd token new ROLE [flags] — make a bearer token for ROLE (${ROLES.join("|")})
 

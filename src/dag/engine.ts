@@ -15,7 +15,7 @@
  * tick (timeouts come due by the clock; a notification may be lost with a dropped listener).
  * Watchers hear a NOTIFY of the run's id that every save sends at commit.
  *
- * What a step queues is held to the enqueue quota (../rpc/enqueue-quota.ts) before it commits: a
+ * What a step queues is held to the enqueue quota (../queue/enqueue-quota.ts) before it commits: a
  * call's step is admitted whole or refused (and writes nothing), an advance's is charged.
  */
 import { performance } from "node:perf_hooks";
@@ -41,7 +41,7 @@ import { planOf, type Plan } from "./plan.js";
 import { Step } from "./step.js";
 import { RunWatch } from "../engines/run-watch.js";
 import { KickLoop } from "../util/kick-loop.js";
-import { enqueueQuota } from "../rpc/enqueue-quota.js";
+import { enqueueQuota } from "../queue/enqueue-quota.js";
 
 /** Runs whose plans a daemon keeps in memory. */
 const PLAN_CACHE = 1_000;

@@ -20,17 +20,10 @@ import { msToNs } from "../clock.js";
 import { AppError, failedPrecondition, invalidArgument, resourceExhausted } from "../domain/errors.js";
 import { newId } from "../util/ids.js";
 import type { EnqueueRow, Requeued, WorkItemStore } from "../store/work-items.js";
-import type { CheckpointWrite, DagRunStore, NewTask, RunEvent, RunRow, TaskEnd } from "../store/dag-runs.js";
+import type { CheckpointWrite, DagRunStore, NewTask, RunChanges, RunEvent, RunRow, TaskEnd } from "../store/dag-runs.js";
 import { indicesOf, NODE_DONE, rangesOf, TASK_ENDED, taskName, type NodeRec, type RunStatus, type TaskMeta, type TaskState, type TaskStateEntry } from "./model.js";
 import { itemOf, type PlanLimits, type PlanNode } from "./plan.js";
 import { parsePath, render, resolve } from "./template.js";
-
-/** The parts of a run's row a step changed (see Step.changes). */
-export interface RunChanges {
-  context: Record<string, unknown>;
-  nodes: Record<string, NodeRec>;
-  workers: Record<string, string>;
-}
 
 export interface StepDeps {
   runs: DagRunStore;

@@ -14,7 +14,7 @@
  * - checkTemplate() refuses a template nested more than MAX_TEMPLATE_DEPTH levels, and walks it
  *   without recursion: render() recurses once per level, so only a checked template may reach it.
  */
-import { MAX_JSON_DEPTH } from "../rpc/input/json-text.js";
+import { MAX_JSON_DEPTH } from "../domain/json-text.js";
 
 export type Root = "context" | "item" | "index" | "run_id";
 export type Step = string | number;
@@ -26,7 +26,7 @@ export interface Path {
 const ROOTS: readonly Root[] = ["context", "item", "index", "run_id"];
 /** Keys a path may not name: on a JavaScript object they lead to its prototype and its functions, not its data. */
 const FORBIDDEN_STEPS: ReadonlySet<string> = new Set(["__proto__", "constructor", "prototype"]);
-/** The deepest a template may nest: what a payload may (../rpc/input/json-text.ts). */
+/** The deepest a template may nest: what a payload may (../domain/json-text.ts). */
 export const MAX_TEMPLATE_DEPTH = MAX_JSON_DEPTH;
 const MARK = /\{\{([^{}]*)\}\}/g;
 

@@ -1,7 +1,7 @@
 /**
  * What work needs and what agents have, as the daemon stores them (worker_params.requirements and
  * aiflow_agent.metadata.capacity: these shapes, written only by the validators in
- * ../rpc/input/resources.ts), and the one question asked of them outside the claim: could this
+ * ./resource-input.ts), and the one question asked of them outside the claim: could this
  * agent ever run this item, whatever else it runs? (`fitsCapacity`, and `unplaceableReason` for
  * the fleet). What is *free* at a moment is the claim's question, asked in SQL in the claim's own
  * statement (../store/work-items/placement.ts) against the same shapes; the two agree on every

@@ -10,7 +10,7 @@ import type { Config } from "../config.js";
 import { itemOf, templateText } from "../dag/plan.js";
 import { checkTemplate, TemplateError } from "../dag/template.js";
 import { AppError, invalidArgument, resourceExhausted } from "../domain/errors.js";
-import { inRange } from "../rpc/input/validate.js";
+import { inRange } from "../domain/input.js";
 import type { NewItem } from "../store/work-items.js";
 import { ConditionError, parseCondition } from "./condition.js";
 

@@ -34,7 +34,7 @@ import { EngineEventStore, type ItemEnded } from "../store/engine-events.js";
 import { EngineRunStore } from "../store/engine-runs.js";
 import type { EnqueueRow, NewItem, Requeued, WorkItemStore } from "../store/work-items.js";
 import { newId } from "../util/ids.js";
-import { enqueueQuota } from "../rpc/enqueue-quota.js";
+import { enqueueQuota } from "../queue/enqueue-quota.js";
 
 export interface NativeDeps {
   pool: DatabasePool;

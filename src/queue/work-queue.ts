@@ -8,7 +8,7 @@ import type { Logger } from "../log.js";
 import type { EnqueueRow, Requeued, WorkItemStore } from "../store/work-items.js";
 import { invalidArgument } from "../domain/errors.js";
 import type { Wakeups } from "./wakeups.js";
-import { identifier, optionalText } from "../rpc/input/validate.js";
+import { identifier, optionalText } from "../domain/input.js";
 import { EnqueueGroupCommit } from "./enqueue-group-commit.js";
 import { WaitingClaims } from "./waiting-claims.js";
 import { keyParts, workKey } from "./work-keys.js";

@@ -16,10 +16,10 @@ import { invalidArgument } from "../domain/errors.js";
 import type { OpsService } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 import { ANY } from "../queue/wakeups.js";
 import type { WorkQueue } from "../queue/work-queue.js";
-import { assertTenant, callerOf, tenantLimit } from "../server/auth.js";
+import { assertTenant, callerOf, tenantLimit } from "./caller.js";
 import type { ConcurrencyKeyStore, KeyRow } from "../store/concurrency-keys.js";
 import { decodeKeyCursor, encodeKeyCursor } from "./input/page-tokens.js";
-import { identifier, inRange, optionalText } from "./input/validate.js";
+import { identifier, inRange, optionalText } from "../domain/input.js";
 import { MAX_KEY_CHARS } from "../domain/names.js";
 
 export interface ConcurrencyOpsDeps {

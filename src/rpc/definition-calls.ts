@@ -14,7 +14,7 @@ import { z } from "zod";
 import { invalidArgument, notFound } from "../domain/errors.js";
 import type { DefinitionKind, DefinitionReads, StoredDefinitionRow } from "../store/definitions.js";
 import { decodeCursor, encodeCursor } from "./input/page-tokens.js";
-import { optionalText } from "./input/validate.js";
+import { optionalText } from "../domain/input.js";
 import { scopeOf } from "./run-calls.js";
 
 const PAGE_DEFAULT = 50;

@@ -23,11 +23,11 @@ import { MAX_RATE_BURST, MAX_RATE_COUNT, MAX_RATE_INTERVAL_MS, MIN_RATE_INTERVAL
 import type { OpsService, RateLimitKeySchema, RateLimitRuleSchema, TenantSchema } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 import { ANY } from "../queue/wakeups.js";
 import type { WorkQueue } from "../queue/work-queue.js";
-import { assertTenant, callerOf, tenantLimit } from "../server/auth.js";
+import { assertTenant, callerOf, tenantLimit } from "./caller.js";
 import type { KeyStateRow, RateLimitStore, RuleRow } from "../store/rate-limits.js";
 import { sourceOf, type TenantRow, type TenantShareStore } from "../store/tenant-shares.js";
 import { decodeKeyCursor, encodeKeyCursor } from "./input/page-tokens.js";
-import { identifier, inRange, optionalText } from "./input/validate.js";
+import { identifier, inRange, optionalText } from "../domain/input.js";
 import { MAX_KEY_CHARS } from "../domain/names.js";
 
 export interface FairShareOpsDeps {

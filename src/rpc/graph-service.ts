@@ -15,7 +15,7 @@ import { graphPlanOf } from "../engines/graph/plan.js";
 import type { DefinitionReads } from "../store/definitions.js";
 import type { GraphRunRow } from "../store/graph-runs.js";
 import { definitionCalls } from "./definition-calls.js";
-import { jsonObject, optionalText } from "./input/validate.js";
+import { jsonObject, optionalText } from "../domain/input.js";
 import { pageOf, planFrom, runIdOf, scopeOf, watchRun } from "./run-calls.js";
 
 const STATUS: Record<GraphRunRow["status"], RunStatus> = {

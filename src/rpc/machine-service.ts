@@ -15,7 +15,7 @@ import { EVENT, machinePlanOf } from "../engines/machine/plan.js";
 import type { DefinitionReads } from "../store/definitions.js";
 import type { MachineRunRow } from "../store/machine-runs.js";
 import { definitionCalls } from "./definition-calls.js";
-import { jsonObject, jsonOrNull, optionalText } from "./input/validate.js";
+import { jsonObject, jsonOrNull, optionalText } from "../domain/input.js";
 import { pageOf, planFrom, runIdOf, scopeOf, watchRun } from "./run-calls.js";
 
 export function machineRunToWire(r: MachineRunRow): MessageInitShape<typeof RunSchema> {

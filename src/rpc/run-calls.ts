@@ -9,10 +9,10 @@ import { invalidArgument } from "../domain/errors.js";
 import type { Scope } from "../engines/native.js";
 import type { RunWatch } from "../engines/run-watch.js";
 import type { RunCursor } from "../store/owned-runs.js";
-import { assertTenant, callerOf } from "../server/auth.js";
+import { assertTenant, callerOf } from "./caller.js";
 import { onAbort } from "../util/on-abort.js";
 import { decodeCursor, encodeCursor } from "./input/page-tokens.js";
-import { identifier, optionalText } from "./input/validate.js";
+import { identifier, optionalText } from "../domain/input.js";
 
 const PAGE_DEFAULT = 50;
 const PAGE_MAX = 500;

@@ -30,7 +30,7 @@ import {
   type TriggerFiringSchema,
 } from "@aiflow/wire/gen/aiflow/cluster/v1/runs_pb.js";
 import type { Logger } from "../log.js";
-import { assertTenant, callerOf } from "../server/auth.js";
+import { assertTenant, callerOf } from "./caller.js";
 import type { EngineRunRow, EngineRunStore, RunFacts, RunFilter } from "../store/engine-runs.js";
 import type {
   FiringAction as StoredAction,
@@ -43,7 +43,7 @@ import type {
 } from "../store/trigger-firings.js";
 import type { MaintenanceTask } from "../maintenance.js";
 import type { TriggerStore } from "../store/triggers.js";
-import { identifier, optionalText } from "./input/validate.js";
+import { identifier, optionalText } from "../domain/input.js";
 import { admitExternalWrite, DAEMON_ENGINE_KINDS, ownedRun } from "./run-writers.js";
 
 /** Lists return this many rows when page_size is 0, and never more than PAGE_MAX. */

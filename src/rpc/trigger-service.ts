@@ -9,12 +9,12 @@ import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { Action, TriggerType, type TriggerSchema, type TriggerService } from "@aiflow/wire/gen/aiflow/trigger/v1/trigger_pb.js";
 import type { Clock } from "../clock.js";
 import { failedPrecondition, invalidArgument, notFound, resourceExhausted } from "../domain/errors.js";
-import { assertTenant, callerOf } from "../server/auth.js";
+import { assertTenant, callerOf } from "./caller.js";
 import type { DefinitionReads } from "../store/definitions.js";
 import type { TriggerRow, TriggerStore } from "../store/triggers.js";
 import { checkTrigger, firstTick, TRIGGER_NAME, type TriggerInput } from "../triggers/definition.js";
 import { newId } from "../util/ids.js";
-import { identifier } from "./input/validate.js";
+import { identifier } from "../domain/input.js";
 
 /** Triggers one tenant may have: ListTriggers answers them all in one message. */
 export const TRIGGERS_PER_TENANT = 1_000;

@@ -6,29 +6,16 @@
  * A caller is named by a bearer token, by its verified client certificate (./cert-identity.ts), or
  * by both, in which case both must name the same role, and a limit either sets holds (a token's
  * tenants, the agent names of each). With no tokens and no mutual TLS the daemon runs open, on
- * loopback only (daemon.ts).
+ * loopback only (daemon.ts). What a handler reads of its caller, and the limits it checks, are
+ * ../rpc/caller.ts.
  */
 import { timingSafeEqual } from "node:crypto";
-import { Code, ConnectError, createContextKey, type HandlerContext, type Interceptor } from "@connectrpc/connect";
+import { Code, ConnectError, createContextKey, type Interceptor } from "@connectrpc/connect";
 import type { CertReading } from "./cert-identity.js";
-import { checkGrants, ROLES, tokenDigest, type Role, type TokenGrant } from "./tokens.js";
-
-/** Who is calling. `roles` is every role (the daemon runs open) or the token's one role. */
-export interface Identity {
-  readonly principal: string;
-  readonly roles: ReadonlySet<Role>;
-  /** undefined: every tenant. */
-  readonly tenants: ReadonlySet<string> | undefined;
-  /** The agent names its token may act as (exact, or a prefix ending in '*'); undefined: any. */
-  readonly agents?: readonly string[];
-  /** The agent names its client certificate may act as, the same way; undefined: any. Both limits hold. */
-  readonly certAgents?: readonly string[];
-}
+import { identityKey, type Identity } from "../rpc/caller.js";
+import { checkGrants, ROLES, tokenDigest, type Role, type TokenGrant } from "../domain/tokens.js";
 
 const OPEN_IDENTITY: Identity = { principal: "anonymous", roles: new Set(ROLES), tenants: undefined };
-
-/** The caller's identity, set by the auth interceptor; read it with ctx.values.get(identityKey). */
-export const identityKey = createContextKey<Identity | undefined>(undefined, { description: "caller identity" });
 
 /** What the caller's client certificate says, set by the server for each call (both paths) under mutual TLS. */
 export const peerKey = createContextKey<CertReading>(undefined, { description: "client certificate identity" });
@@ -125,46 +112,4 @@ function combine(byToken: Identity | undefined, peer: Exclude<CertReading, { ref
   if (!byToken) return byCert;
   if (!byToken.roles.has(peer.role)) return undefined;
   return { ...byToken, certAgents: byCert.certAgents };
-}
-
-/** The caller of a handler. The interceptor guarantees it for every non-public service. */
-export function callerOf(ctx: HandlerContext): Identity {
-  const id = ctx.values.get(identityKey);
-  if (!id) throw new ConnectError("no caller identity on a protected call", Code.Internal);
-  return id;
-}
-
-/** The caller's tenants as a store's filter takes them; undefined: every tenant. */
-export const tenantLimit = (caller: Identity): string[] | undefined => (caller.tenants ? [...caller.tenants] : undefined);
-
-/** Refuses an agent name the caller's token or client certificate may not act as. */
-export function assertAgent(identity: Identity, name: string): void {
-  for (const [limit, what] of [
-    [identity.agents, "token"],
-    [identity.certAgents, "client certificate"],
-  ] as const)
-    if (limit && !limit.some((p) => (p.endsWith("*") ? name.startsWith(p.slice(0, -1)) : name === p)))
-      throw new ConnectError(`${what} may not act as agent '${name}' (it is limited to ${limit.map((p) => `'${p}'`).join(", ")})`, Code.PermissionDenied);
-}
-
-/** Refuses a tenant the caller's token is not limited to. */
-export function assertTenant(identity: Identity, tenant: string): void {
-  if (identity.tenants && !identity.tenants.has(tenant))
-    throw new ConnectError(`token may not act for tenant '${tenant}'`, Code.PermissionDenied);
-}
-
-/**
- * The tenants of `tenants` the caller's token is not limited to (none when it has no tenant limit).
- * A row that serves several tenants (an agent) is within a token's reach only when this is empty.
- */
-export function tenantsOutside(identity: Identity, tenants: Iterable<string>): string[] {
-  const limit = identity.tenants;
-  return limit ? [...tenants].filter((t) => !limit.has(t)) : [];
-}
-
-/** Refuses a tenant-limited caller an agent that serves tenants outside its limit (the agent and ops services alike). */
-export function assertAgentTenants(identity: Identity, agent: string, tenants: Iterable<string>): void {
-  const outside = tenantsOutside(identity, tenants);
-  if (outside.length > 0)
-    throw new ConnectError(`agent '${agent}' serves tenant(s) ${outside.map((t) => `'${t}'`).join(", ")}, which this token may not act for`, Code.PermissionDenied);
 }

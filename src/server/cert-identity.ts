@@ -16,7 +16,7 @@
 import type { Http2Session } from "node:http2";
 import type { TLSSocket } from "node:tls";
 import { isIdentifierText } from "../domain/names.js";
-import { isAgentPattern, ROLES, type Role } from "./tokens.js";
+import { isAgentPattern, ROLES, type Role } from "../domain/tokens.js";
 
 export interface CertIdentity {
   role: Role;

@@ -24,7 +24,6 @@ import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Socket } from "node:net";
 import { extname, join, relative } from "node:path";
-import { fileURLToPath } from "node:url";
 import { Code, ConnectError, createContextValues, type ConnectRouter, type Interceptor } from "@connectrpc/connect";
 import { connectHandler, type ErrorLog } from "@aiflow/wire/server";
 import { peerKey } from "./auth.js";
@@ -35,9 +34,6 @@ import { refusalOf } from "./refuse.js";
 
 export const CONSOLE_PREFIX = "/console/";
 export const API_PREFIX = "/api";
-
-/** Where `npm run build` puts the console, from src/server or dist/server alike. */
-export const DEFAULT_CONSOLE_DIR = fileURLToPath(new URL("../../dist/console/", import.meta.url));
 
 const CSP = [
   "default-src 'none'",

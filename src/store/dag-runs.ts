@@ -12,9 +12,15 @@ import { z } from "zod";
 import { withDbErrors } from "../db/errors.js";
 import type { Tables } from "../db/tables.js";
 import { ts } from "../db/values.js";
-import type { RunMeta, RunStateEntry, TaskMeta, TaskStateEntry } from "../dag/model.js";
+import type { NodeRec, RunMeta, RunStateEntry, TaskMeta, TaskStateEntry } from "../dag/model.js";
 import type { Plan } from "../dag/plan.js";
-import type { RunChanges } from "../dag/step.js";
+
+/** The parts of a run's row a step changed (dag/step.ts's Step.changes), which saveRun writes and nothing else. */
+export interface RunChanges {
+  context: Record<string, unknown>;
+  nodes: Record<string, NodeRec>;
+  workers: Record<string, string>;
+}
 
 const runRow = z.object({
   id: z.string(),

@@ -1,6 +1,6 @@
 /**
  * A webhook body: whether it is a payload (the JSON check StartRun's text gets, one place:
- * ../rpc/input/json-text.ts), and what of it a firing row keeps.
+ * ../domain/json-text.ts), and what of it a firing row keeps.
  *
  * What must stay true:
  * - A body whose signature proved the trigger's secret is kept whole: as it came when Postgres can
@@ -14,7 +14,7 @@
  */
 import { isUtf8 } from "node:buffer";
 import { AppError } from "../domain/errors.js";
-import { jsonText } from "../rpc/input/json-text.js";
+import { jsonText } from "../domain/json-text.js";
 import { FiringRefused } from "./firer.js";
 import { digestHex } from "./signature.js";
 

@@ -13,7 +13,7 @@
  * are; ./payload.ts says what of a body each row keeps):
  * - A delivery whose signature proved the secret is recorded with its whole body, whatever became
  *   of it: started or signalled (202), a body that is not a payload (400: not UTF-8, not JSON, or
- *   what StartRun's check refuses — one place, ../rpc/input/json-text.ts), or the action's own
+ *   what StartRun's check refuses — one place, ../domain/json-text.ts), or the action's own
  *   refusal (./firer.ts).
  * - A delivery that proved nothing — an unknown trigger (404), a body over --webhook-max-bytes
  *   (413), a missing or wrong signature (401), a signed time outside the window (401), a replay

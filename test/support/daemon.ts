@@ -6,7 +6,7 @@ import { defaultConfig, type Config } from "../../src/config.js";
 import { startDaemon, type Daemon } from "../../src/daemon.js";
 import type { Clock } from "../../src/clock.js";
 import { silentLogger, type Logger } from "../../src/log.js";
-import { parseTokenSpec } from "../../src/server/tokens.js";
+import { parseTokenSpec } from "../../src/domain/tokens.js";
 import { databaseUrl } from "./database-url.js";
 
 export const TOKENS = {

@@ -6,7 +6,7 @@
 import { toJson } from "@bufbuild/protobuf";
 import { DefinitionSchema, type Definition } from "@aiflow/wire/gen/aiflow/machine/v1/machine_pb.js";
 import { invalidArgument } from "../../domain/errors.js";
-import { optionalText } from "../../rpc/input/validate.js";
+import { optionalText } from "../../domain/input.js";
 import { checkCondition, checkName, checkSize, DEFINITION_ID_MAX, reachable, workPlan, type Limits, type WorkPlan } from "../definition-parts.js";
 
 /** What a guard may read. */

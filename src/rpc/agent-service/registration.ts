@@ -9,14 +9,15 @@ import type { Clock } from "../../clock.js";
 import type { Config } from "../../config.js";
 import { invalidArgument, notFound, permissionDenied } from "../../domain/errors.js";
 import { AgentService, AgentType, type AgentMetrics, type RegisterRequest } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
-import { assertAgentTenants, callerOf, tenantsOutside, type Identity } from "../../server/auth.js";
+import { assertAgentTenants, callerOf, tenantsOutside, type Identity } from "../caller.js";
 import { REGISTER_FIELDS, type AgentStore, type RegisterInput } from "../../store/agents.js";
 import { agentStatusToWire, directiveToWire } from "./messages.js";
 import type { AgentScope, DirectiveHub, DirectiveMessage, KnownAgent } from "../../fleet/directives.js";
 import type { HeartbeatBuffer } from "../../fleet/heartbeat-buffer.js";
-import { agentName, identifier, identifiers, inRange, optionalText, withinBytes } from "../input/validate.js";
+import { identifier, identifiers, inRange, optionalText, withinBytes } from "../../domain/input.js";
+import { agentName } from "../input/validate.js";
 import { pushStream } from "../../util/push-stream.js";
-import { capacityOf } from "../input/resources.js";
+import { capacityOf } from "../../domain/resource-input.js";
 import type { Capacity } from "../../domain/resources.js";
 
 export interface AgentServiceDeps {

@@ -30,7 +30,7 @@ import type { ConnectRequest, ConnectResponseSchema } from "@aiflow/wire/gen/aif
 import { AppError } from "../../domain/errors.js";
 import { databaseAway } from "../../db/errors.js";
 import { OutageLog } from "../../db/outage-log.js";
-import { callerOf, type Identity } from "../../server/auth.js";
+import { callerOf, type Identity } from "../caller.js";
 import type { DirectiveMessage, KnownAgent } from "../../fleet/directives.js";
 import type { HeartbeatBuffer } from "../../fleet/heartbeat-buffer.js";
 import type { WorkQueue } from "../../queue/work-queue.js";

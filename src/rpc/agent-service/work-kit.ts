@@ -8,7 +8,7 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import { AppError, invalidArgument } from "../../domain/errors.js";
 import { newId } from "../../util/ids.js";
-import type { Identity } from "../../server/auth.js";
+import type { Identity } from "../caller.js";
 import type { AgentScope } from "../../fleet/directives.js";
 import type { WorkQueue } from "../../queue/work-queue.js";
 import { workKey } from "../../queue/work-keys.js";
@@ -16,7 +16,7 @@ import type { Handed } from "../../queue/waiting-claims.js";
 import type { Dispatch } from "../../queue/dispatch.js";
 import type { ClaimInput, Completed, Completion } from "../../store/work-items.js";
 import type { Release } from "../../store/work-items/fenced-writes.js";
-import { delayMs, identifier, jsonOrNull, optionalText } from "../input/validate.js";
+import { delayMs, identifier, jsonOrNull, optionalText } from "../../domain/input.js";
 import { fencedOutcomes } from "../work-item-messages.js";
 import { agentScopeLoader } from "./registration.js";
 

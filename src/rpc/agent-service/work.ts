@@ -12,7 +12,7 @@ import { durationMs } from "@bufbuild/protobuf/wkt";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { resourceExhausted } from "../../domain/errors.js";
 import type { AgentService } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
-import { callerOf, type Identity } from "../../server/auth.js";
+import { callerOf, type Identity } from "../caller.js";
 import { assertAgentWithin, assertScopeWithin } from "./registration.js";
 import type { WorkKit } from "./work-kit.js";
 import type { AgentScope, KnownAgent } from "../../fleet/directives.js";

@@ -38,7 +38,6 @@
  */
 import { sql, type FragmentSqlToken, type IdentifierSqlToken } from "slonik";
 import { canTakeWork } from "../agents.js";
-import type { NewItem } from "./enqueue.js";
 
 /** How a statement reads the claiming agent's registration (terms 3 and 4). */
 export interface AgentTerms {
@@ -192,7 +191,7 @@ export function keyAllows(alias: string, m: { items: IdentifierSqlToken; binding
 export const comesFirst = (other: number | undefined, priority: number): boolean => other !== undefined && other <= priority;
 
 /** Term 2 for a row an insert brings (it goes in pending): due at `nowNs`. */
-export const dueNow = (item: NewItem, nowNs: bigint): boolean => item.notBeforeNs <= nowNs;
+export const dueNow = (item: { notBeforeNs: bigint }, nowNs: bigint): boolean => item.notBeforeNs <= nowNs;
 
 /**
  * Of one insert's due rows, those an offer to a waiting claim may carry: no affinity key (term 5),
@@ -201,7 +200,7 @@ export const dueNow = (item: NewItem, nowNs: bigint): boolean => item.notBeforeN
  * insert checks against the agent's row; an offer goes only to claims waiting on the row's tenant
  * and engine kind.
  */
-export const offerable = (item: NewItem): boolean => !item.workerParams && !item.affinityKey;
+export const offerable = (item: { workerParams: unknown; affinityKey: string | null }): boolean => !item.workerParams && !item.affinityKey;
 
 /**
  * Claim order for rows of one insert by their index: priority, then arrival (their createdon and ids

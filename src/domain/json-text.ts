@@ -13,7 +13,7 @@
  *
  * One pass, no recursion and no parse tree: it costs a few milliseconds per megabyte.
  */
-import { invalidArgument, resourceExhausted } from "../../domain/errors.js";
+import { invalidArgument, resourceExhausted } from "./errors.js";
 
 export const MAX_JSON_DEPTH = 128;
 export const MAX_NUMBER_DIGITS = 1000;

@@ -1,6 +1,6 @@
 import { createHash, randomBytes } from "node:crypto";
-import { ConfigError } from "../domain/errors.js";
-import { isIdentifierText } from "../domain/names.js";
+import { ConfigError } from "./errors.js";
+import { isIdentifierText } from "./names.js";
 
 export const ROLES = ["agent", "engine", "ops", "runs"] as const;
 export type Role = (typeof ROLES)[number];

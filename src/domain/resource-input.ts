@@ -6,9 +6,9 @@
  */
 import type { Requirements as WireRequirements } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
 import type { AgentCapacity } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
-import { invalidArgument } from "../../domain/errors.js";
-import type { Capacity, Requirements } from "../../domain/resources.js";
-import { optionalText } from "./validate.js";
+import { invalidArgument } from "./errors.js";
+import type { Capacity, Requirements } from "./resources.js";
+import { optionalText } from "./input.js";
 
 const MAX_GPUS = 64;
 /** 1 PiB in MiB: more memory or disk than any machine. */
