@@ -169,6 +169,9 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   return { address, port, draining: drain.signal, stats, scheme, reloadTls: () => reloader?.reload() ?? "unchanged", tls: reloader, gate, close };
 }
 
+/** How long a refused TLS client is given to take the close before its socket is destroyed. */
+const REFUSED_CLOSE_MS = 1000;
+
 /**
  * TLS handshakes. Under mutual TLS a client whose certificate did not verify (none, expired, another
  * CA's) is a failed authentication: its connection is closed as its handshake ends, before HTTP/2
@@ -181,9 +184,6 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
  * as routeStreams does for 'stream'.) Other failures (plaintext sent to the TLS port, a timeout) are
  * logged at debug.
  */
-/** How long a refused TLS client is given to take the close before its socket is destroyed. */
-const REFUSED_CLOSE_MS = 1000;
-
 function watchHandshakes(server: http2.Http2SecureServer, mutual: boolean, gate: Gate, log: Logger, stats: ServerStats): void {
   server.on("tlsClientError", (err: NodeJS.ErrnoException, socket: TLSSocket) => log.debug({ remote: socket.remoteAddress, reason: err.code ?? err.message }, "TLS handshake failed"));
   if (!mutual) return;

@@ -120,10 +120,10 @@ export function cancelledAtShutdown(shutdown: AbortSignal): Set<Cancel> {
   return inflight;
 }
 
-/** A call's context: its deadline timer and its stream's close, both ending in its Cancel. */
 /** The longest delay setTimeout honours; a longer one fires after 1 ms. */
 export const TIMER_MAX_MS = 2 ** 31 - 1;
 
+/** A call's context: its deadline timer and its stream's close, both ending in its Cancel. */
 export function callContext(
   spec: UnarySpec,
   stream: ServerHttp2Stream,
