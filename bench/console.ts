@@ -29,7 +29,7 @@ export async function consoleSection(db: Database, o: Options, emit: (name: stri
   const window = o.consoleWindowMs;
   try {
     progress(`console: ${o.consoleItems} pending items, ${o.consoleAgents} heartbeating agents`);
-    await enqueueRate(where, [daemon], o.consoleItems);
+    await enqueueRate([daemon], o.consoleItems);
     const beatFor = 10_000 + 2 * window + 60_000;
     const hb = startChild("bench/child-heartbeats.ts", [daemon.address, TOKENS.agent, String(o.consoleAgents), String(beatFor)], { ready: (l) => l.includes('"ready"') });
     await hb.ready;

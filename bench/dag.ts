@@ -149,7 +149,7 @@ async function plainItems(p: Place, o: Options): Promise<{ figures: Figures; age
   const daemonPids = p.daemons.map((d) => d.child.pid);
   const meter = cpuMeter({ daemons: daemonPids });
   const pg = await postgresMeter(p);
-  const enq = await enqueueRate(p.db, p.daemons, o.dagItems);
+  const enq = await enqueueRate(p.daemons, o.dagItems);
   const cpu = meter();
   const pgMs = await pg();
   const n = o.dagItems;

@@ -62,7 +62,7 @@ try {
 
   if (only.has("enqueue") || only.has("drain")) {
     progress(`enqueueing ${o.items} items in batches`);
-    emit("enqueue", await enqueueRate(db, daemons, o.items));
+    emit("enqueue", await enqueueRate(daemons, o.items));
   }
   if (only.has("drain")) {
     progress(`draining with ${o.agents} agents × ${o.slots} slots`);
@@ -86,7 +86,7 @@ try {
   if (only.has("mixed")) {
     progress(`mixed: enqueueing ${o.items} items (GPU needs, concurrency keys, plain), draining with ${o.agents} agents of several GPU sizes`);
     await clearCompleted(db);
-    await enqueueRate(db, daemons, o.items, "mixed");
+    await enqueueRate(daemons, o.items, "mixed");
     const mixed = await drainOurs(db, daemons, o, "mixed");
     const { rpcs } = await stopAgents(mixed.agents);
     emit("drain_mixed", { ...mixed.figures, ...rpcFigures(rpcs) });
@@ -100,7 +100,7 @@ try {
     try {
       progress(`tenants: enqueueing ${o.items} items over 10 tenants (skewed), draining with ${o.agents} agents × ${o.slots} slots serving all of them`);
       await clearCompleted(db);
-      await enqueueRate(db, set, o.items, "tenants");
+      await enqueueRate(set, o.items, "tenants");
       const run = await drainOurs(db, set, o, "tenants");
       const { rpcs } = await stopAgents(run.agents);
       emit("drain_tenants", { ...run.figures, ...rpcFigures(rpcs) });
@@ -140,7 +140,7 @@ try {
     for (const transport of ["default", "fast"] as const) {
       progress(`SDK transport ${transport}: enqueueing ${o.items} items, draining with ${o.agents} agents × ${o.slots} slots`);
       await clearCompleted(db);
-      await enqueueRate(db, daemons, o.items);
+      await enqueueRate(daemons, o.items);
       const run = await drainOurs(db, daemons, { ...o, fastTransport: transport === "fast" ? true : undefined });
       await stopAgents(run.agents);
       emit(`drain_sdk_transport_${transport}`, run.figures);
@@ -162,7 +162,7 @@ try {
       const po = { ...o, agentStream: path === "stream" };
       progress(`agents ${path === "stream" ? "over the stream" : "by unary claims"}: enqueueing ${o.items} items, draining with ${o.agents} agents × ${o.slots} slots`);
       await clearCompleted(db);
-      await enqueueRate(db, daemons, o.items);
+      await enqueueRate(daemons, o.items);
       const run = await drainOurs(db, daemons, po);
       const { rpcs } = await stopAgents(run.agents);
       emit(`drain_agent_path_${path}`, { ...run.figures, ...rpcFigures(rpcs) });
@@ -188,7 +188,7 @@ try {
     for (const [mix, pythonAgents] of Object.entries(mixes)) {
       progress(`python: ${mix} fleet (${pythonAgents} of ${o.agents} agents in Python): enqueueing ${o.items} items, draining with ${o.slots} slots each`);
       await clearCompleted(db);
-      await enqueueRate(db, daemons, o.items);
+      await enqueueRate(daemons, o.items);
       const run = await drainOurs(db, daemons, { ...o, pythonAgents });
       await stopAgents(run.agents);
       emit(`drain_python_${mix}`, { ...run.figures, python_agents: pythonAgents });
@@ -212,7 +212,7 @@ try {
       try {
         progress(`fast paths ${mode}: enqueueing ${o.items} items, draining with ${o.agents} agents × ${o.slots} slots`);
         await clearCompleted(db);
-        await enqueueRate(db, set, o.items);
+        await enqueueRate(set, o.items);
         const run = await drainOurs(db, set, { ...o, fastTransport: mode === "on" });
         const { rpcs } = await stopAgents(run.agents);
         figures[mode] = { ...run.figures, ...rpcFigures(rpcs) };
@@ -232,7 +232,7 @@ try {
       for (let i = 0; i < o.daemons; i++) set.push(await startDaemonProc(db, 100 + i, {}, certs));
       progress(`TLS: enqueueing ${o.items} items, draining with ${o.agents} agents × ${o.slots} slots`);
       await clearCompleted(db);
-      await enqueueRate(db, set, o.items);
+      await enqueueRate(set, o.items);
       const drain = await drainOurs(db, set, o);
       const { rpcs, gc } = await stopAgents(drain.agents);
       emit("drain_tls", { ...drain.figures, ...rpcFigures(rpcs), ...gcFigures("agents", gc) });

@@ -113,7 +113,7 @@ export function shareBacklog(items: number): [string, number][] {
  */
 export type Fleet = "plain" | "mixed" | "tenants";
 
-export async function enqueueRate(db: Database, daemons: DaemonProc[], items: number, fleet: Fleet = "plain"): Promise<Figures> {
+export async function enqueueRate(daemons: DaemonProc[], items: number, fleet: Fleet = "plain"): Promise<Figures> {
   const clients = daemons.map((d) => createClient(QueueService, createGrpcTransport({ baseUrl: d.url, nodeOptions: d.tls ? { ca: d.tls.caPem } : undefined })));
   const batch = 1000;
   const start = nowMs();
@@ -255,7 +255,7 @@ export async function drainOurs(db: Database, daemons: DaemonProc[], o: Options,
     // A warm-up the agents drain first, not counted: agents are long-running processes, and in a
     // drain of a few seconds, freshly started ones spent a visible share of it compiling their hot
     // paths. Its rows are deleted before the counted drain starts.
-    await enqueueRate(db, daemons, o.drainWarmup, fleet === "tenants" ? "tenants" : "plain");
+    await enqueueRate(daemons, o.drainWarmup, fleet === "tenants" ? "tenants" : "plain");
     await waitForDrained(db, 600_000);
     await sql(db.url, `DELETE FROM ${workTable(db)} WHERE status = 'completed'`);
     await Promise.all(agents.map((a) => resetFigures(a)));

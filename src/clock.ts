@@ -5,13 +5,10 @@
 export interface Clock {
   /** Milliseconds since the epoch. */
   nowMs(): number;
-  /** Nanoseconds since the epoch, the unit of the engine-written bigint columns. */
-  nowNs(): bigint;
 }
 
 export const systemClock: Clock = {
   nowMs: () => Date.now(),
-  nowNs: () => BigInt(Date.now()) * 1_000_000n,
 };
 
 /** A clock that only moves when told to. */
@@ -26,10 +23,6 @@ export class FakeClock implements Clock {
     return this.#ms;
   }
 
-  nowNs(): bigint {
-    return BigInt(this.#ms) * 1_000_000n;
-  }
-
   advance(ms: number): void {
     this.#ms += ms;
   }
@@ -39,4 +32,5 @@ export class FakeClock implements Clock {
   }
 }
 
+/** Milliseconds as nanoseconds, the unit of the engine-written bigint columns. */
 export const msToNs = (ms: number): bigint => BigInt(Math.round(ms)) * 1_000_000n;

@@ -9,9 +9,8 @@
  */
 import { describe, expect, it } from "vitest";
 import { Code } from "@connectrpc/connect";
-import { OpsService } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 import { agent, bindingRows, enqueue, GRACE, keyed, useAffinityDaemon } from "./support/affinity.js";
-import { refusal, Session } from "./support/kit.js";
+import { refusal } from "./support/kit.js";
 import { itemRow } from "./support/queue.js";
 
 const R = useAffinityDaemon("afftenants", "rebind");

@@ -5,7 +5,7 @@
  * inside a tenant without spending the tenant's turns; and with aging, a low-priority item is taken
  * ahead of every item enqueued more than its priority's worth of steps after it.
  */
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { WorkItemStore, type ClaimedRow, type Sharing } from "../src/store/work-items.js";
 import { createTestDb, type TestDb } from "./support/db.js";
 import { newItem } from "./support/queue.js";

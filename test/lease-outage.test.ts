@@ -14,7 +14,6 @@ import { itemRow, nsText, Producer, TestAgent, type WorkItem } from "./support/q
 import { startTcpProxy, type TcpProxy } from "./support/tcp-proxy.js";
 
 const HEARTBEAT_MS = 5_000;
-const WINDOW_MS = 3 * HEARTBEAT_MS; // livenessIntervals × heartbeatInterval
 const LEASE_MS = 10_000;
 const PARKED = 3_600_000;
 const TENANT = "t1";

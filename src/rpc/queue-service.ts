@@ -7,7 +7,6 @@ import { invalidArgument, notFound } from "../domain/errors.js";
 import type { ListItemsRequest, QueueService } from "@aiflow/wire/gen/aiflow/cluster/v1/queue_pb.js";
 import { assertTenant, callerOf } from "./caller.js";
 import { WorkItemStore, type ItemStatus, type NewItem } from "../store/work-items.js";
-import type { Config } from "../config.js";
 import type { WorkQueue } from "../queue/work-queue.js";
 import { workKey } from "../queue/work-keys.js";
 import { identifier, optionalText } from "../domain/input.js";

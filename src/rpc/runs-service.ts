@@ -14,7 +14,7 @@ import type { MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
 import { z } from "zod";
-import type { Clock } from "../clock.js";
+import { msToNs, type Clock } from "../clock.js";
 import type { Config } from "../config.js";
 import { failedPrecondition, invalidArgument, notFound, resourceExhausted } from "../domain/errors.js";
 import {
@@ -71,7 +71,7 @@ export function runDirectoryServiceImpl(d: RunsServiceDeps): ServiceImpl<typeof 
       const caller = callerOf(ctx);
       const tenantKey = identifier(req.tenantKey, "tenant_key");
       assertTenant(caller, tenantKey);
-      const facts = await admitExternalWrite(d, runFacts(req, tenantKey), d.clock.nowNs());
+      const facts = await admitExternalWrite(d, runFacts(req, tenantKey), msToNs(d.clock.nowMs()));
       const res = await d.runs.record(facts, d.clock.nowMs(), caller.principal);
       if (res.kind === "conflict") {
         // The daemon's engine created the row after admitExternalWrite read it: still its run.

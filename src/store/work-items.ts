@@ -23,7 +23,7 @@ import type { PreparedQueries } from "../db/prepared.js";
 import type { Tables } from "../db/tables.js";
 import { cancel, redrive } from "./work-items/cancel-redrive.js";
 import { claim, type ClaimInput, type ClaimResult } from "./work-items/claim.js";
-import type { ClaimedRow, Completed, ItemStatus, Requeued, WorkItemRow } from "./work-items/columns.js";
+import type { Completed, ItemStatus, Requeued, WorkItemRow } from "./work-items/columns.js";
 import { ItemsContext, type Backoff, type Sharing } from "./work-items/context.js";
 import { enqueueRows, enqueueRowsOf, type EnqueueResult, type EnqueueRow, type HandoffInput, type NewItem } from "./work-items/enqueue.js";
 import { complete, extend, fail, release, type Completion, type Release } from "./work-items/fenced-writes.js";

@@ -7,7 +7,7 @@ import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { DagService, DefinitionSchema, NodeKind, OnFailure, RunStatus, type NodeSchema, type Run } from "@aiflow/wire/gen/aiflow/dag/v1/dag_pb.js";
 import type { WorkItem } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
-import { Connection, until } from "./kit.js";
+import { Connection } from "./kit.js";
 import { TOKENS } from "./daemon.js";
 import type { TestAgent } from "./queue.js";
 

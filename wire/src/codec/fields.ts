@@ -4,7 +4,7 @@
  * field when a message type's plan is made; nothing here looks at a field's kind per value.
  */
 import { ScalarType, type DescField, type DescMessage } from "@bufbuild/protobuf";
-import { Reader, varint32Size, WIRE_LEN, type Writer } from "./binary.js";
+import { Reader, varint32Size, WIRE_LEN } from "./binary.js";
 import { expectWire, IMPLICIT, nestedSize, nestedWrite, readNested, tagOf, type FieldReader, type FieldWriter, type Msg, type Plan } from "./plan.js";
 import { isPackable, scalarOps, type ScalarOps } from "./scalars.js";
 
