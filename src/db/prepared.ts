@@ -1,20 +1,19 @@
 /**
  * Named prepared statements for the queue's hot path (claim, complete, fail, extend, release).
- * Postgres spent most of a claim planning it (about 3 ms of 4 ms); a named statement is planned once
+ * Postgres spent most of a claim planning it; a named statement is planned once
  * per connection and then runs on a cached plan. slonik cannot name statements, so these run on a
  * pg pool of their own, built from the same slonik SQL tokens (so the SQL still lives in the store,
  * values still bound) and validated by the same zod schemas. Row types match slonik's: int8 as
  * bigint, timestamptz as epoch milliseconds. A LIMIT in these statements is written as a literal,
  * because a bound LIMIT lets a generic plan fall back to sorting every pending row. JIT is off: its
- * compile time (hundreds of ms) dwarfs these millisecond statements, and a cached generic plan's
+ * compile time dwarfs these millisecond statements, and a cached generic plan's
  * pessimistic cost estimate would trigger it on every execution. Bitmap scans are off: no hot
  * statement wants one (the fenced writes go by primary key), and with a queue's statistics always
  * behind (the pending count swings from none to millions between analyses) the planner took a
- * bitmap scan of every pending row plus a sort for the claim, 12 ms where the claim index's own
- * order, stopping at LIMIT, takes 3. Sequential scans are off for the same reason: a table analysed
- * while empty (a new deployment, the end of a backlog) and then filled had every claim read the
- * whole table, finished rows and all (3,400 scans of 9.5 M rows in 8 s of the steady-rate
- * benchmark); every hot statement has an index to go by.
+ * bitmap scan of every pending row plus a sort for the claim, where the claim index's own order,
+ * stopping at LIMIT, reads only the rows it takes. Sequential scans are off for the same reason: a
+ * table analysed while empty (a new deployment, the end of a backlog) and then filled had every
+ * claim read the whole table, finished rows and all; every hot statement has an index to go by.
  */
 import { createHash } from "node:crypto";
 import pg from "pg";
@@ -37,7 +36,7 @@ const types = {
 /**
  * The hot pool's planner settings (why each: above). Sorts are off as well: with the pending count
  * analysed near zero, the planner read every pending row by the due index and sorted them for a
- * claim (35 ms a claim once 20,000 had arrived since), where the claim index's order needs no sort.
+ * claim, where the claim index's order needs no sort.
  * A sort no plan can avoid (an affinity key's DISTINCT) still runs: the setting only penalises.
  */
 export const HOT_SESSION_OPTIONS = "-c jit=off -c enable_bitmapscan=off -c enable_seqscan=off -c enable_sort=off";

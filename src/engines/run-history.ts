@@ -1,8 +1,7 @@
 /**
  * The bound on a run's step list: a graph run's `path`, a state machine's `history`. Each save
- * rewrites the run's row, so a list that grew with every step made every step dearer (8,000 signals
- * to one machine: a 1 MB history, each signal 10.7 → 30 ms). A run keeps its latest
- * --run-history-max entries and counts those it dropped from the front.
+ * rewrites the run's row, so a list that grew with every step made every step dearer. A run keeps
+ * its latest --run-history-max entries and counts those it dropped from the front.
  *
  * What must stay true: dropped + the list's length is every entry the run ever appended, and the
  * list is the latest of them in order; so entry i of the whole walk (from 0) is list[i - dropped]

@@ -77,8 +77,8 @@ export async function itemsToWire(agents: AgentStore, rows: readonly WorkItemRow
  * A claimed item on the wire: its row's columns plus the dispatch the claim made. One object
  * literal, on purpose: built as a spread of identity() plus the rest, the object passed
  * V8's limit of properties added after creation and fell back to dictionary mode, which made this
- * function 22 µs per item (the largest single cost of a claim in the daemon's profile) and slowed
- * every read of it downstream. As a literal it is well under a microsecond.
+ * function the largest single cost of a claim in the daemon's profile and slowed every read of it
+ * downstream. Keep it a literal.
  */
 export function claimedItemToWire(r: ClaimedRow, d: Dispatch): MessageInitShape<typeof WorkItemSchema> {
   return {
