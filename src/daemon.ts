@@ -25,7 +25,7 @@ import { startServer, type RunningServer, type ServerLimits } from "./server/ser
 import type { ServerStats } from "./server/stats.js";
 import type { ReloadOutcome } from "./server/tls.js";
 import { buildServices, type Background, type Services } from "./services.js";
-import { VERSION } from "./version.js";
+import { VERSION } from "./util/package-version.js";
 
 export interface Daemon {
   readonly address: string;

@@ -9,7 +9,7 @@ import { FakeClock } from "../src/clock.js";
 import { defaultConfig } from "../src/config.js";
 import { startDaemon, type Daemon } from "../src/daemon.js";
 import { createLogger } from "../src/log.js";
-import { VERSION } from "../src/version.js";
+import { VERSION } from "../src/util/package-version.js";
 import { DirectiveHub } from "../src/fleet/directives.js";
 import { HeartbeatBuffer } from "../src/fleet/heartbeat-buffer.js";
 import { AgentStore } from "../src/store/agents.js";

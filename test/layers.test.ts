@@ -56,7 +56,6 @@ const LAYERS: [prefix: string, rank: number, layer: string][] = [
   ["util/", 0, "shared"],
   ["clock.ts", 0, "shared"],
   ["log.ts", 0, "shared"],
-  ["version.ts", 0, "shared"],
   ["audit.ts", 0, "shared"],
 ];
 

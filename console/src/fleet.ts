@@ -10,7 +10,7 @@ import { durationFromMs, durationMs, timestampMs } from "@bufbuild/protobuf/wkt"
 import { AgentStatus } from "@aiflow/wire/gen/aiflow/cluster/v1/common_pb.js";
 import type { AgentSummary } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 import { messageOf, ops } from "./api.js";
-import { notAVersion, parseVersion } from "../../src/util/version.js";
+import { notAVersion, parseVersion } from "../../src/util/semver.js";
 import { ago, bytes, ConfirmButton, ErrorLine, html, pct, Sparkline, time, usePoll } from "./ui.js";
 
 const FLEET_WINDOW_MS = 5 * 60_000;

@@ -28,7 +28,7 @@ import { definitionCommands } from "./ctl/definitions.js";
 import { GraphService } from "@aiflow/wire/gen/aiflow/graph/v1/graph_pb.js";
 import { MachineService } from "@aiflow/wire/gen/aiflow/machine/v1/machine_pb.js";
 import { workCommands } from "./ctl/work.js";
-import { VERSION } from "../version.js";
+import { VERSION } from "../util/package-version.js";
 
 const COMMANDS: readonly Command[] = [...agentCommands, ...workCommands, ...bindingCommands, ...keyCommands, ...tenantCommands, ...limitCommands, ...runCommands, ...engineCommands, ...definitionCommands, ...triggerCommands];
 

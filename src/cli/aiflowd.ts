@@ -11,7 +11,7 @@ import { startEmbeddedPostgres } from "../db/embedded.js";
 import { migrate, MigrationError } from "../db/migrate.js";
 import { createLogger, type Logger } from "../log.js";
 import { startTracing } from "../observability/tracing.js";
-import { VERSION } from "../version.js";
+import { VERSION } from "../util/package-version.js";
 import { tokenCommand } from "./token.js";
 
 const USAGE = `aiflowd — gRPC agent-coordination daemon

@@ -13,7 +13,7 @@ import { ROOT_CONTEXT, SpanKind, trace, type HrTime, type Span } from "@opentele
 import { parseTraceparent } from "@aiflow/wire/traceparent";
 import type { Handed } from "../queue/waiting-claims.js";
 import { TRACER_NAME, tracingActive } from "./tracing.js";
-import { VERSION } from "../version.js";
+import { VERSION } from "../util/package-version.js";
 
 export type DispatchTracer = (claimSpan: Span | undefined, parts: readonly Handed[]) => void;
 

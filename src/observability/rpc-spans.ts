@@ -16,7 +16,7 @@ import { Code, ConnectError, createContextKey, type HandlerContext, type Interce
 import { formatTraceparent, normalizeTraceparent } from "@aiflow/wire/traceparent";
 import { observeStreamEnd } from "./stream-end.js";
 import { TRACER_NAME, tracingActive } from "./tracing.js";
-import { VERSION } from "../version.js";
+import { VERSION } from "../util/package-version.js";
 
 /** The call's server span, set by the interceptor; undefined while the daemon does not trace. */
 export const callSpanKey = createContextKey<Span | undefined>(undefined, { description: "the call's server span" });

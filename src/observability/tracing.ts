@@ -16,7 +16,7 @@ import { diagToLog, tracesFromEnv } from "@aiflow/wire/otel-env";
 import { ConfigError } from "../domain/errors.js";
 import type { Logger } from "../log.js";
 import { LATE, within } from "../util/within.js";
-import { VERSION } from "../version.js";
+import { VERSION } from "../util/package-version.js";
 
 /** The daemon's tracer name (its instrumentation scope). */
 export const TRACER_NAME = "aiflowd";

@@ -25,7 +25,7 @@ import type { TenantShareStore } from "../store/tenant-shares.js";
 import type { AgentOpsStore, AgentStatus, AgentStore, AgentWithLoad } from "../store/agents.js";
 import type { WorkItemStatsStore } from "../store/work-item-stats.js";
 import type { WorkItemStore } from "../store/work-items.js";
-import { compareVersions, notAVersion, parseVersion, type Version } from "../util/version.js";
+import { compareVersions, notAVersion, parseVersion, type Version } from "../util/semver.js";
 import { agentStatusFromWire } from "./agent-service/messages.js";
 import { agentSummary } from "./ops-messages.js";
 import type { MaintenanceTask } from "../maintenance.js";
@@ -77,7 +77,7 @@ const tagsOf = (tags: Record<string, string>, field: string) => {
   return out;
 };
 
-/** The selector's version_below, refused unless it is a version (../util/version.ts): a guess drains the wrong agents. */
+/** The selector's version_below, refused unless it is a version (../util/semver.ts): a guess drains the wrong agents. */
 function selectorVersion(text: string): Version {
   const v = parseVersion(text);
   if (!v) throw invalidArgument("selector.version_below", notAVersion(text));

@@ -1,6 +1,6 @@
-/** Agent versions for the drain selector (src/util/version.ts): what reads as a version, and its order. */
+/** Agent versions for the drain selector (src/util/semver.ts): what reads as a version, and its order. */
 import { describe, expect, it } from "vitest";
-import { compareVersions, parseVersion } from "../src/util/version.js";
+import { compareVersions, parseVersion } from "../src/util/semver.js";
 
 const cmp = (a: string, b: string) => Math.sign(compareVersions(parseVersion(a)!, parseVersion(b)!));
 
