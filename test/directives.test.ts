@@ -70,3 +70,17 @@ describe("directive hub", () => {
     expect(hub.known("missed")?.status).toBe("draining");
   });
 });
+
+describe("the scope cache", () => {
+  it("ages by the hub's clock: a scope is served until maxAgeMs has passed on it, then read afresh", () => {
+    const clock = new FakeClock();
+    const scoped = new DirectiveHub(db.pool, channel, clock, silentLogger(), 60_000);
+    const scope = { tenants: ["t1"], kinds: ["k"], slots: 2 };
+    scoped.rememberScope("a1", scope);
+    expect(scoped.scope("a1", 5_000)).toEqual(scope);
+    clock.advance(4_999);
+    expect(scoped.scope("a1", 5_000)).toEqual(scope);
+    clock.advance(1);
+    expect(scoped.scope("a1", 5_000)).toBeUndefined();
+  });
+});

@@ -124,16 +124,16 @@ export class DirectiveHub {
     this.#scopes.delete(agent);
   }
 
-  /** The agent's cached scope if it was read less than `maxAgeMs` ago (Date.now() ms). */
+  /** The agent's cached scope if it was read less than `maxAgeMs` ago by the hub's clock. */
   scope(agent: string, maxAgeMs: number): AgentScope | undefined {
     const hit = this.#scopes.get(agent);
-    return hit && Date.now() - hit.at < maxAgeMs ? hit.scope : undefined;
+    return hit && this.clock.nowMs() - hit.at < maxAgeMs ? hit.scope : undefined;
   }
 
   rememberScope(agent: string, scope: AgentScope): void {
     // Bounded: names of agents long gone must not accumulate.
     if (this.#scopes.size >= 100_000) this.#scopes.clear();
-    this.#scopes.set(agent, { scope, at: Date.now() });
+    this.#scopes.set(agent, { scope, at: this.clock.nowMs() });
   }
 
   forgetScope(agent: string): void {

@@ -84,6 +84,8 @@ export function queueServiceImpl(queue: WorkQueue, agents: AgentStore, draining:
       const ids = req.ids.map((id, i) => identifier(id, `ids[${i}]`));
       const runId = req.runId ? identifier(req.runId, "run_id") : null;
       if (ids.length === 0 && !runId) throw invalidArgument("ids", "name items or a run_id to wait for");
+      // Real time, not the clock: the wait sleeps on real timers, and a deadline on a clock that does
+      // not move (a test's) would never pass.
       const deadline = Date.now() + Math.min(req.timeout ? durationMs(req.timeout) : 0, MAX_WAIT_MS);
       for (;;) {
         const armed = queue.done.arm(null);
