@@ -32,6 +32,7 @@ const LAYERS: [prefix: string, rank: number, layer: string][] = [
   // The daemon's settings: parsed from flags and files, read by the top and the wire; the layers
   // below take what they need as arguments (a type import of Config is no dependency).
   ["config.ts", 6, "settings"],
+  ["config/", 6, "settings"],
   // The RPC handlers: a call's caller, its input checked, the call turned into queue, engine and
   // store operations, and the reply.
   ["rpc/", 5, "rpc"],
