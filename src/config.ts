@@ -1,6 +1,7 @@
 /**
  * All configuration. Every setting has a flag, an AIFLOW_* environment variable and a default, held
- * in the table of ./config/settings.ts (its values' parsers in ./config/parsers.ts); `aiflowd --help`
+ * in the tables of ./config/ by area (serving, database, instance, queue, engines, intake, limits),
+ * assembled in ./config/settings.ts, their values' parsers in ./config/parsers.ts; `aiflowd --help`
  * prints that table. Here: argv and the environment read through it into a Config. Flags win over
  * the environment, which wins over defaults. A bad value is a ConfigError naming the setting; the
  * CLI prints it on one line and exits 2.

@@ -7,6 +7,19 @@ import { weightProblem } from "../domain/fair-share.js";
 
 export type Parser<T> = (raw: string, flag: string) => T;
 
+/** A setting: its flag, environment variables (the first set one is read), default, --help line and parser. */
+export interface Setting<T> {
+  flag: string;
+  env: readonly string[];
+  default: string | undefined;
+  help: string;
+  parse: Parser<T>;
+  /** A repeatable flag collects every occurrence (and splits the env var on whitespace or ';'). */
+  repeatable?: boolean;
+  /** A switch: the flag alone means "true" (`--flag=false` and the env var still take a value). */
+  switch?: boolean;
+}
+
 export const text: Parser<string> = (raw) => raw;
 
 export const bool: Parser<boolean> = (raw, flag) => {

@@ -33,7 +33,7 @@ import type { BodyBudget } from "@aiflow/wire/server";
 import { refuse } from "./refuse.js";
 import type { ServerStats } from "./stats.js";
 
-/** The limits the gate holds callers to (config/settings.ts documents each setting and its default). */
+/** The limits the gate holds callers to (config/limits.ts documents each setting and its default). */
 export interface GateLimits {
   maxInflightBytes: number;
   bodyTimeoutMs: number;

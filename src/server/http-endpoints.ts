@@ -64,7 +64,7 @@ export interface HttpEndpointsOptions {
   webhooks?: RouteHandler;
   /** Serve HTTPS with the gRPC port's files (and join their reloads); `mutual`: ask for a client certificate. */
   tls?: { reloader: TlsReloader; mutual: boolean; trustDomain: string };
-  /** What connections may hold (config/settings.ts documents each setting and its default). */
+  /** What connections may hold (config/limits.ts documents each setting and its default). */
   limits?: HttpLimits;
 }
 

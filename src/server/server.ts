@@ -22,7 +22,7 @@ import type { Clock } from "../clock.js";
 import { formatAddress } from "../config.js";
 import type { Logger } from "../log.js";
 
-/** Every limit the server holds callers to (config/settings.ts documents each setting and its default). */
+/** Every limit the server holds callers to (config/limits.ts documents each setting and its default). */
 export interface ServerLimits extends Http2Limits, GateLimits {
   healthWatchLifetimeMs: number;
 }
