@@ -2,7 +2,7 @@
  * Limits against hostile or broken callers: connections, HTTP/2 and request bounds, bytes in
  * flight, authentication failures, health watches.
  */
-import { int, duration, listen, type Setting } from "./parsers.js";
+import { int, duration, type Setting } from "./parsers.js";
 
 export const LIMITS_SETTINGS = {
   // Limits against hostile or broken callers (src/server/http2-limits.ts, src/server/gate.ts).

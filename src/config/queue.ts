@@ -3,7 +3,7 @@
  * wake-ups, affinity, placement, fair share and aging.
  */
 import { DEFAULT_CREDIT } from "../domain/fair-share.js";
-import { int, duration, level, oneOf, tenantWeights, type Setting } from "./parsers.js";
+import { int, duration, oneOf, tenantWeights, type Setting } from "./parsers.js";
 
 export const QUEUE_SETTINGS = {
   heartbeatInterval: { flag: "--heartbeat-interval", env: ["AIFLOW_HEARTBEAT_INTERVAL"], default: "5s", help: "interval agents are told to heartbeat at", parse: duration(100) },
