@@ -20,8 +20,9 @@ import { msToNs } from "../clock.js";
 import { AppError, failedPrecondition, invalidArgument, resourceExhausted } from "../domain/errors.js";
 import { newId } from "../util/ids.js";
 import type { EnqueueRow, Requeued, WorkItemStore } from "../store/work-items.js";
-import type { CheckpointWrite, DagRunStore, NewTask, RunChanges, RunEvent, RunRow, TaskEnd } from "../store/dag-runs.js";
-import { indicesOf, NODE_DONE, rangesOf, TASK_ENDED, taskName, type NodeRec, type RunStatus, type TaskMeta, type TaskState, type TaskStateEntry } from "./model.js";
+import type { DagRunStore, NewTask, RunChanges, RunEvent, RunRow, TaskEnd } from "../store/dag-runs.js";
+import { NODE_DONE, TASK_ENDED, taskName, type NodeRec, type RunStatus, type TaskMeta, type TaskState, type TaskStateEntry } from "./model.js";
+import { FanOutProgress } from "./fan-out-progress.js";
 import { itemOf, type PlanLimits, type PlanNode } from "./plan.js";
 import { parsePath, render, resolve } from "./template.js";
 
@@ -48,9 +49,7 @@ export class Step {
   #ends: TaskEnd[] = [];
   readonly #timers: { taskId: string; dueNs: bigint }[] = [];
   readonly #cancelIds: string[] = [];
-  readonly #checkpoints = new Map<string, CheckpointWrite>();
-  /** Completed iteration indices per fan-out node, loaded from the checkpoint when first needed. */
-  #doneSets: Map<string, Set<number>> | undefined;
+  readonly #progress: FanOutProgress;
   /** Fan-out nodes whose last iteration completed in this step: their results are gathered after the ends are written. */
   readonly #gather = new Set<string>();
   readonly #ended = new Set<string>();
@@ -69,6 +68,7 @@ export class Step {
   ) {
     this.#nodes = new Map(run.meta.plan.nodes.map((n) => [n.name, n]));
     this.#nowNs = msToNs(d.nowMs);
+    this.#progress = new FanOutProgress(d.runs, run.id, (node) => run.meta.nodes[node]!.n ?? 0);
     for (const [name, rec] of Object.entries(run.meta.nodes)) this.#nodeSnapshot.set(name, JSON.stringify(rec));
     this.#startedRunning = run.states.at(-1)!.state === "running";
   }
@@ -159,7 +159,7 @@ export class Step {
     if (meta.iteration >= 0) {
       if (outcome === "completed") {
         rec.d = (rec.d ?? 0) + 1;
-        this.#markDone(meta.node, meta.iteration);
+        this.#progress.markDone(meta.node, meta.iteration);
       } else rec.f = (rec.f ?? 0) + 1;
       if (rec.s !== "running") return;
       if (outcome !== "completed" && node.onFailure === "fail") return this.#nodeFailed(node, rec, `iteration ${meta.iteration}: ${error}`);
@@ -251,9 +251,8 @@ export class Step {
     }
     rec.s = "running";
     Object.assign(rec, { n: list.length, d: 0, f: 0, fl: 0 });
-    await this.#loadDone();
-    this.#doneSets!.set(node.name, new Set());
-    this.#checkpoint(node.name, new Set(), list.length);
+    await this.#progress.load();
+    this.#progress.restart(node.name, list.length);
     if (list.length === 0) {
       rec.s = "completed";
       this.#setContext(node.name, []);
@@ -324,37 +323,6 @@ export class Step {
     return { context: this.run.context, run_id: this.run.id, ...(it ? { item: it.item, index: it.index } : {}) };
   }
 
-  // ---- checkpoints ------------------------------------------------------------------------------
-
-  #markDone(node: string, index: number): void {
-    if (!this.#doneSets) return void this.#lateDone.push({ node, index });
-    const set = this.#doneSets.get(node) ?? new Set<number>();
-    this.#doneSets.set(node, set);
-    set.add(index);
-    this.#checkpoint(node, set, this.run.meta.nodes[node]!.n ?? 0);
-  }
-
-  /** Iterations completed before this step loaded the node's checkpoint (applied in #loadDone). */
-  readonly #lateDone: { node: string; index: number }[] = [];
-
-  async #loadDone(): Promise<void> {
-    if (this.#doneSets && this.#lateDone.length === 0) return;
-    if (!this.#doneSets) {
-      this.#doneSets = new Map();
-      for (const [node, cp] of await this.d.runs.checkpoints(this.run.id)) this.#doneSets.set(node, indicesOf(cp.cursor));
-    }
-    for (const { node, index } of this.#lateDone.splice(0)) {
-      const set = this.#doneSets.get(node) ?? new Set<number>();
-      this.#doneSets.set(node, set);
-      set.add(index);
-      this.#checkpoint(node, set, this.run.meta.nodes[node]!.n ?? 0);
-    }
-  }
-
-  #checkpoint(node: string, done: Set<number>, total: number): void {
-    this.#checkpoints.set(node, { node, cursor: rangesOf(done), idx: done.size, total, done: done.size === total });
-  }
-
   // ---- calls -------------------------------------------------------------------------------------
 
   /** A new run's first step: its roots are queued. */
@@ -399,7 +367,7 @@ export class Step {
     this.run.endNs = null;
     this.run.durationNs = null;
     this.#reopened = true;
-    await this.#loadDone();
+    await this.#progress.load();
     for (const node of this.run.meta.plan.nodes) {
       const rec = this.run.meta.nodes[node.name]!;
       if (rec.s !== "failed") continue;
@@ -407,7 +375,7 @@ export class Step {
         rec.s = "pending";
         continue;
       }
-      const done = this.#doneSets!.get(node.name) ?? new Set<number>();
+      const done = this.#progress.doneOf(node.name);
       const live = await this.d.runs.liveIterations(this.run.id, node.name);
       const list = resolve(parsePath(node.fanOut), this.#scope());
       rec.a += 1;
@@ -449,9 +417,9 @@ export class Step {
 
   /** Writes the step but its items (the run row itself is the engine's to save, with the directory; `enqueue` goes last). */
   async flush(): Promise<void> {
-    await this.#loadDone();
+    await this.#progress.load();
     await this.#writeEnds();
-    await this.d.runs.saveCheckpoints(this.run.id, this.run.definitionId, [...this.#checkpoints.values()], this.#nowNs, this.run.createdBy, this.d.by, this.d.nowMs, () => newId(this.d.nowMs));
+    await this.d.runs.saveCheckpoints(this.run.id, this.run.definitionId, this.#progress.writes(), this.#nowNs, this.run.createdBy, this.d.by, this.d.nowMs, () => newId(this.d.nowMs));
     // Timeouts of attempts that ended need not come due (each would cost an advance that changes nothing).
     await this.d.runs.dropTimers(this.run.id, this.endedTasks);
     await this.d.runs.addTimers(this.run.id, this.#timers);
