@@ -24,6 +24,7 @@ import type { DagRunStore, NewTask, RunChanges, RunEvent, RunRow, TaskEnd } from
 import { NODE_DONE, TASK_ENDED, taskName, type NodeRec, type RunStatus, type TaskMeta, type TaskState, type TaskStateEntry } from "./model.js";
 import { FanOutProgress } from "./fan-out-progress.js";
 import { itemOf, type PlanLimits, type PlanNode } from "./plan.js";
+import { RunChangeLog } from "./run-changes.js";
 import { parsePath, render, resolve } from "./template.js";
 
 export interface StepDeps {
@@ -57,10 +58,7 @@ export class Step {
   readonly #nowNs: bigint;
   #reopened = false;
 
-  /** What the run's row held when the step began, to write back only what changed (./engine.ts). */
-  readonly #nodeSnapshot = new Map<string, string>();
-  readonly #contextDirty = new Set<string>();
-  readonly #workersDirty = new Set<string>();
+  readonly #changes: RunChangeLog;
 
   constructor(
     readonly run: RunRow,
@@ -69,30 +67,15 @@ export class Step {
     this.#nodes = new Map(run.meta.plan.nodes.map((n) => [n.name, n]));
     this.#nowNs = msToNs(d.nowMs);
     this.#progress = new FanOutProgress(d.runs, run.id, (node) => run.meta.nodes[node]!.n ?? 0);
-    for (const [name, rec] of Object.entries(run.meta.nodes)) this.#nodeSnapshot.set(name, JSON.stringify(rec));
+    this.#changes = new RunChangeLog(run);
     this.#startedRunning = run.states.at(-1)!.state === "running";
   }
 
   readonly #startedRunning: boolean;
 
-  /**
-   * What the step changed in the run's row: the context keys and node states it set, and the
-   * agents of the nodes it ended. A run's row holds its whole plan, context and task list; writing
-   * only these keeps an advance's cost to what it did, not to the size of the run.
-   */
+  /** What the step changed in the run's row, for the engine to write back (./run-changes.ts). */
   changes(): RunChanges {
-    const pick = <T>(from: Record<string, T>, keys: Iterable<string>): Record<string, T> => Object.fromEntries([...keys].map((k) => [k, from[k]!]));
-    const nodes = Object.entries(this.run.meta.nodes).filter(([name, rec]) => this.#nodeSnapshot.get(name) !== JSON.stringify(rec));
-    return {
-      context: pick(this.run.context, this.#contextDirty),
-      nodes: Object.fromEntries(nodes),
-      workers: pick(this.run.meta.workers, this.#workersDirty),
-    };
-  }
-
-  #setContext(key: string, value: unknown): void {
-    this.run.context[key] = value;
-    this.#contextDirty.add(key);
+    return this.#changes.changes();
   }
 
   get status(): RunStatus {
@@ -152,10 +135,7 @@ export class Step {
     const rec = this.run.meta.nodes[meta.node]!;
     const node = this.#nodes.get(meta.node)!;
     rec.fl = Math.max(0, (rec.fl ?? 1) - 1);
-    if (agent) {
-      this.run.meta.workers[meta.node] = agent;
-      this.#workersDirty.add(meta.node);
-    }
+    if (agent) this.#changes.setWorker(meta.node, agent);
     if (meta.iteration >= 0) {
       if (outcome === "completed") {
         rec.d = (rec.d ?? 0) + 1;
@@ -172,7 +152,7 @@ export class Step {
     if (rec.s !== "running" && rec.s !== "waiting") return;
     if (outcome === "completed") {
       rec.s = "completed";
-      this.#setContext(node.name, result === null ? null : JSON.parse(result));
+      this.#changes.setContext(node.name, result === null ? null : JSON.parse(result));
     } else this.#nodeFailed(node, rec, error);
   }
 
@@ -198,7 +178,7 @@ export class Step {
           const rec = this.run.meta.nodes[name]!;
           if (rec.s !== "running") continue;
           const results = await this.d.runs.iterationResults(this.run.id, name);
-          this.#setContext(
+          this.#changes.setContext(
             name,
             Array.from({ length: rec.n ?? 0 }, (_, i) => {
               const r = results.get(i);
@@ -255,7 +235,7 @@ export class Step {
     this.#progress.restart(node.name, list.length);
     if (list.length === 0) {
       rec.s = "completed";
-      this.#setContext(node.name, []);
+      this.#changes.setContext(node.name, []);
       return;
     }
     for (let i = 0; i < list.length; i++) this.#attempt(node, rec, i, list[i]);
