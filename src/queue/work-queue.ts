@@ -26,14 +26,14 @@ export const FALLBACK_CHECK_MS = 5_000;
 export class WorkQueue {
   /** Enqueue calls share insert statements (group commit). */
   readonly enqueuer: EnqueueGroupCommit;
-  /** Waiting claims, offered new items by the enqueuer's inserts. */
-  readonly waitingClaims: WaitingClaims;
+  /** Waiting claims, offered new items by the enqueuer's inserts; opened and closed by claim rounds only. */
+  private readonly waitingClaims: WaitingClaims;
 
   constructor(
     readonly store: WorkItemStore,
     readonly hub: DirectiveHub,
-    /** Rung when items become claimable. */
-    readonly work: Wakeups,
+    /** Rung when items become claimable (by ringWork from outside the queue); armed by claim rounds. */
+    private readonly work: Wakeups,
     /** Rung (per tenant) when items finish. */
     readonly done: Wakeups,
     readonly clock: Clock,
@@ -67,6 +67,14 @@ export class WorkQueue {
       },
       agent,
     );
+  }
+
+  /**
+   * Wakes claims waiting on `keys` (ANY: every claim) for work that became claimable there; `limit`:
+   * how many items, when known, so a ring wakes no more local claims than it has work for.
+   */
+  ringWork(keys: readonly string[], limit?: number): void {
+    this.work.ring(keys, limit);
   }
 
   /**

@@ -85,7 +85,7 @@ export function workKit(queue: WorkQueue, loadScope: (name: string) => Promise<A
    */
   const release = async (name: string, leases: readonly Release[], tenants: readonly string[] | null = null) => {
     const released = await store.release(name, leases, clock.nowMs(), tenants);
-    if (released.length > 0) queue.work.ring(["*"]);
+    if (released.length > 0) queue.ringWork(["*"]);
     return released;
   };
 
