@@ -12,7 +12,8 @@ import { identifier, optionalText } from "../domain/input.js";
 import { EnqueueGroupCommit } from "./enqueue-group-commit.js";
 import { WaitingClaims } from "./waiting-claims.js";
 import { keyParts, workKey } from "./work-keys.js";
-import type { DirectiveHub, DirectiveMessage } from "../fleet/directives.js";
+import { ClaimRound } from "./claim-round.js";
+import type { AgentScope, DirectiveHub, DirectiveMessage } from "../fleet/directives.js";
 import type { MaintenanceTask } from "../maintenance.js";
 import type { QueueEvents } from "../observability/metrics.js";
 
@@ -25,14 +26,14 @@ export const FALLBACK_CHECK_MS = 5_000;
 export class WorkQueue {
   /** Enqueue calls share insert statements (group commit). */
   readonly enqueuer: EnqueueGroupCommit;
-  /** Waiting claims, offered new items by the enqueuer's inserts. */
-  readonly waitingClaims: WaitingClaims;
+  /** Waiting claims, offered new items by the enqueuer's inserts; opened and closed by claim rounds only. */
+  private readonly waitingClaims: WaitingClaims;
 
   constructor(
     readonly store: WorkItemStore,
     readonly hub: DirectiveHub,
-    /** Rung when items become claimable. */
-    readonly work: Wakeups,
+    /** Rung when items become claimable (by ringWork from outside the queue); armed by claim rounds. */
+    private readonly work: Wakeups,
     /** Rung (per tenant) when items finish. */
     readonly done: Wakeups,
     readonly clock: Clock,
@@ -45,7 +46,37 @@ export class WorkQueue {
     this.enqueuer = new EnqueueGroupCommit(store, this.waitingClaims, { windowMs: config.enqueueWindow });
   }
 
-  /** Tells each former holder to stop the items taken from it. */
+  /** Wakeups keys of a scope (its tenants × engine kinds), made once per cached scope. */
+  readonly #keysOf = new WeakMap<AgentScope, ReadonlySet<string>>();
+
+  /** A claim round for `agent` (./claim-round.ts): the one way an agent's claim takes work. */
+  claimRound(agent: string): ClaimRound {
+    return new ClaimRound(
+      {
+        store: this.store,
+        work: this.work,
+        waitingClaims: this.waitingClaims,
+        clock: this.clock,
+        config: this.config,
+        events: this.events,
+        keysOf: (scope) => {
+          let keys = this.#keysOf.get(scope);
+          if (!keys) this.#keysOf.set(scope, (keys = new Set(scope.tenants.flatMap((t) => scope.kinds.map((k) => workKey(t, k))))));
+          return keys;
+        },
+      },
+      agent,
+    );
+  }
+
+  /**
+   * Wakes claims waiting on `keys` (ANY: every claim) for work that became claimable there; `limit`:
+   * how many items, when known, so a ring wakes no more local claims than it has work for.
+   */
+  ringWork(keys: readonly string[], limit?: number): void {
+    this.work.ring(keys, limit);
+  }
+
   /**
    * Items that ended a dispatch under a concurrency key, or with resources reserved, gave them back:
    * claims waiting on their tenant and engine kind may take work now that was passed over while the
@@ -76,6 +107,7 @@ export class WorkQueue {
     this.done.ring(["*"]);
   }
 
+  /** Tells each former holder to stop the items taken from it. */
   async revoke(rows: readonly Requeued[], reason: string): Promise<void> {
     const byAgent = new Map<string, DirectiveMessage[]>();
     for (const r of rows) {

@@ -67,7 +67,7 @@ export function concurrencyOpsImpl(d: ConcurrencyOpsDeps): Pick<ServiceImpl<type
       const now = req.prefix ? undefined : keyToWire(await keys.get(tenant, key));
       // Which claims wait for the key's items is not known here (they wait by tenant and engine
       // kind, and a prefix spans keys): wake them all to look again.
-      queue.work.ring([ANY]);
+      queue.ringWork([ANY]);
       return { key: now };
     },
   };

@@ -67,7 +67,7 @@ export function fairShareOpsImpl(d: FairShareOpsDeps): Pick<ServiceImpl<typeof O
       // Read before the wake-up, so the answer is the change's, not the claims' it lets start.
       const [row] = await tenants.list({ tenant, configured: configured() });
       // Turns changed for every claim that serves the tenant among others: wake them all to look again.
-      queue.work.ring([ANY]);
+      queue.ringWork([ANY]);
       return { tenant: row && tenantToWire(row) };
     },
 
@@ -115,7 +115,7 @@ export function fairShareOpsImpl(d: FairShareOpsDeps): Pick<ServiceImpl<typeof O
       const now = req.prefix ? undefined : keyToWire(await limits.get(tenant, key));
       // Which claims wait for the keys' items is not known here (they wait by tenant and engine
       // kind, and a prefix spans keys): wake them all to look again.
-      queue.work.ring([ANY]);
+      queue.ringWork([ANY]);
       return { rule: rule ? ruleToWire({ tenant_key: tenant, key, prefix: req.prefix, limit_count: rule.count, interval_ns: rule.intervalNs, burst: rule.burst }) : undefined, key: now };
     },
   };

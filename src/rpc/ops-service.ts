@@ -214,7 +214,7 @@ export function opsServiceImpl(d: OpsDeps): ServiceImpl<typeof OpsService> {
       queue.events.requeued(released, "released");
       queue.freed(released);
       await queue.revoke(released, "agent removed");
-      if (released.length > 0) queue.work.ring(["*"]);
+      if (released.length > 0) queue.ringWork(["*"]);
       if (row) d.audit.record({ table: "agent", action: "delete", ids: [row.id], fields: ["status", "deletedby", "deletedon", "updatedby", "updatedon"], by: caller.principal, at: now });
       hub.forget(name);
       await hub.publish(name, statusDirective("inactive", "removed", null));
@@ -292,7 +292,7 @@ export function opsServiceImpl(d: OpsDeps): ServiceImpl<typeof OpsService> {
       const key = affinityKey(req.affinityKey);
       const tenant = await bindingTenant(d.bindings, caller, req.tenantKey, key);
       const row = await d.bindings.rebind(tenant, key, identifier(req.agentId, "agent_id"), clock.nowMs(), caller.principal);
-      queue.work.ring(["*"]);
+      queue.ringWork(["*"]);
       return { binding: bindingToWire(row) };
     },
 
@@ -306,7 +306,7 @@ export function opsServiceImpl(d: OpsDeps): ServiceImpl<typeof OpsService> {
       const scopes: (string | null)[] = tenant ? [tenant] : caller.tenants ? [...caller.tenants] : [null];
       const ids: string[] = [];
       for (const t of scopes) ids.push(...(await store.redrive(t, target, clock.nowMs(), caller.principal)));
-      if (ids.length > 0) queue.work.ring(["*"]);
+      if (ids.length > 0) queue.ringWork(["*"]);
       return { redrivenIds: [...ids] };
     },
   };
@@ -373,7 +373,7 @@ export function drainDeadlineTask(queue: WorkQueue, agentOps: AgentOpsStore, inT
         if (rows.length === 0) continue;
         queue.log.warn({ agent: name, items: rows.length }, "drain deadline passed: work given back to the queue");
         await queue.revoke(rows, "drain deadline passed");
-        queue.work.ring(["*"]);
+        queue.ringWork(["*"]);
       }
     },
   };

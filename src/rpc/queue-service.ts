@@ -125,8 +125,8 @@ function wakeClaims(queue: WorkQueue, tenant: string, items: readonly NewItem[])
     if (i.workerParams) picky.add(key);
     else plain.set(key, (plain.get(key) ?? 0) + 1);
   }
-  for (const [key, n] of plain) queue.work.ring([key], n);
-  if (picky.size > 0) queue.work.ring([...picky]);
+  for (const [key, n] of plain) queue.ringWork([key], n);
+  if (picky.size > 0) queue.ringWork([...picky]);
 }
 
 /** One page of items in dispatch order, of these tenants (undefined: every tenant); shared by QueueService and OpsService. */

@@ -34,7 +34,6 @@ import { callerOf, type Identity } from "../caller.js";
 import type { DirectiveMessage, KnownAgent } from "../../fleet/directives.js";
 import type { HeartbeatBuffer } from "../../fleet/heartbeat-buffer.js";
 import type { WorkQueue } from "../../queue/work-queue.js";
-import { newDispatch } from "../../queue/dispatch.js";
 import type { Handed } from "../../queue/waiting-claims.js";
 import type { Completion } from "../../store/work-items.js";
 import { dispatchTracer } from "../../observability/dispatch-spans.js";
@@ -74,8 +73,6 @@ const OUT_SOFT = 64;
 const OUT_HARD = 10_000;
 /** Requests read ahead of the one being applied. */
 const INBOX_MAX = 16;
-/** Claims in a row that lost a race and look again at once. */
-const RACE_RETRIES = 3;
 /**
  * How a graceful stop ends every agent stream, at once: UNAVAILABLE, which every gRPC client takes
  * for "try again", and the agent does elsewhere (its items stay leased, to be reported there).
@@ -378,68 +375,42 @@ class Session {
     const { queue, kit } = d;
     const scope = await this.#db(() => kit.scopeOf(name));
     assertScopeWithin(this.caller, name, scope);
-    const keys = kit.claimKeys(scope);
     let woken = false;
-    const armed = queue.work.arm(keys, this.#credit, () => {
+    // One round (../../queue/claim-round.ts): its looks push what they take; it parks when it says wait.
+    const round = queue.claimRound(name);
+    round.open(scope, this.#credit, () => {
       woken = true;
       this.#wake();
     });
-    const slot = queue.waitingClaims.open(name, keys, this.#credit, armed);
-    const parts: Handed[] = [];
-    let timer: NodeJS.Timeout | undefined;
+    let handed: Handed | undefined;
     try {
-      let raced = 0;
       for (;;) {
         const want = Math.min(this.#credit, queue.config.claimMaxItems);
         const completions = this.#takeCompletions();
-        // The lease runs from when the statement runs: a try after a wait for the database dispatches anew.
-        let dispatch = newDispatch(name, queue.config.instanceId, queue.clock.nowMs(), queue.config.leaseTtl);
-        const r = await this.#db(() => {
-          const now = queue.clock.nowMs();
-          dispatch = newDispatch(name, queue.config.instanceId, now, queue.config.leaseTtl);
-          return queue.store.claim(kit.claimInput(name, want, now, dispatch, completions, scope));
-        }).catch((err: unknown) => {
+        const look = await round.look(want, completions, scope, (s) => this.#db(s)).catch((err: unknown) => {
           // Nothing was applied: the completions are still the agent's to hear about.
           this.#completions.unshift(...completions);
           throw err;
         });
-        if (completions.length > 0) this.#send({ completionOutcomes: kit.completed(completions, r.completed) });
-        if (r.heldBack) queue.events.rateHeld();
-        if (r.claimed.length > 0) {
-          await this.#push([{ rows: [...r.claimed], dispatch }]);
+        if (completions.length > 0) this.#send({ completionOutcomes: kit.completed(completions, look.completed) });
+        if (look.claimed) {
+          await this.#push([look.claimed]);
           if (!this.#claimable) return;
-          // A full batch: more is likely there. A rate limit that held rows back: their places can go to others.
-          if (r.claimed.length >= want || r.heldBack) {
-            queue.waitingClaims.grow(slot, this.#credit);
-            armed.setCapacity(this.#credit);
-            continue;
-          }
-        } else if (r.contended && raced++ < RACE_RETRIES) continue;
-        if (r.nextSlotMs !== null)
-          timer = setTimeout(() => {
-            woken = true;
-            this.#wake();
-          }, Math.max(1, r.nextSlotMs - queue.clock.nowMs()));
-        queue.waitingClaims.grow(slot, this.#credit);
-        break;
+        }
+        round.grow(this.#credit);
+        if (look.next === "wait") break;
       }
       // Parked: the queue had nothing more for this agent when the statement ran.
       while (!woken && this.#claimable) {
         if (this.#inbox.length > 0) {
           await this.#apply(this.#inbox.shift()!);
-          queue.waitingClaims.grow(slot, this.#credit);
+          round.grow(this.#credit);
         } else if (this.#completions.length > 0) await this.#completeAlone();
         else await this.#parked();
       }
     } finally {
-      clearTimeout(timer);
-      armed.disarm();
-      const handed = await queue.waitingClaims.close(slot);
-      if (handed) parts.push(handed);
-      if (parts.length > 0) {
-        queue.events.handedDirect(handed?.rows.length ?? 0);
-        await this.#push(parts);
-      }
+      handed = await round.close();
+      if (handed) await this.#push([handed]);
     }
   }
 

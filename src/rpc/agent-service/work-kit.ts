@@ -1,20 +1,16 @@
 /**
  * What the agent's two work paths share — the unary RPCs (./work.ts) and the Connect stream
  * (./stream.ts): validating reports, applying them with their events and wake-ups, giving items
- * back, and the claim statement's input. One place for each, so a rule of the unary path (a report's
- * events, a tenant-limited caller's fence, the claim's affinity and liveness terms) is the stream's
- * rule too.
+ * back. One place for each, so a rule of the unary path (a report's events, a tenant-limited
+ * caller's fence) is the stream's rule too. The claim itself is the queue's (../../queue/claim-round.ts).
  */
 import { Code, ConnectError } from "@connectrpc/connect";
 import { AppError, invalidArgument } from "../../domain/errors.js";
-import { newId } from "../../util/ids.js";
 import type { Identity } from "../caller.js";
 import type { AgentScope } from "../../fleet/directives.js";
 import type { WorkQueue } from "../../queue/work-queue.js";
-import { workKey } from "../../queue/work-keys.js";
 import type { Handed } from "../../queue/waiting-claims.js";
-import type { Dispatch } from "../../queue/dispatch.js";
-import type { ClaimInput, Completed, Completion } from "../../store/work-items.js";
+import type { Completed, Completion } from "../../store/work-items.js";
 import type { Release } from "../../store/work-items/fenced-writes.js";
 import { delayMs, identifier, jsonOrNull, optionalText } from "../../domain/input.js";
 import { fencedOutcomes } from "../work-item-messages.js";
@@ -75,8 +71,6 @@ export function workKit(queue: WorkQueue, loadScope: (name: string) => Promise<A
   const { config, clock, store } = queue;
   /** The agent's scope, cached by the directive hub (a re-registration drops it on every daemon). */
   const scopeOf = agentScopeLoader(queue.hub, loadScope);
-  /** Wakeups keys of a scope, made once per cached scope. */
-  const keysOf = new WeakMap<AgentScope, ReadonlySet<string>>();
   /** The tenants a caller's fenced writes are limited to (null: any), for the store's own check. */
   const limitOf = (caller: Identity) => (caller.tenants ? [...caller.tenants] : null);
 
@@ -91,7 +85,7 @@ export function workKit(queue: WorkQueue, loadScope: (name: string) => Promise<A
    */
   const release = async (name: string, leases: readonly Release[], tenants: readonly string[] | null = null) => {
     const released = await store.release(name, leases, clock.nowMs(), tenants);
-    if (released.length > 0) queue.work.ring(["*"]);
+    if (released.length > 0) queue.ringWork(["*"]);
     return released;
   };
 
@@ -100,12 +94,6 @@ export function workKit(queue: WorkQueue, loadScope: (name: string) => Promise<A
     limitOf,
     atMost,
     release,
-
-    claimKeys(scope: AgentScope): ReadonlySet<string> {
-      let keys = keysOf.get(scope);
-      if (!keys) keysOf.set(scope, (keys = new Set(scope.tenants.flatMap((t) => scope.kinds.map((k) => workKey(t, k))))));
-      return keys;
-    },
 
     batch<T>(items: readonly T[], field: string) {
       if (items.length === 0) throw invalidArgument(field, "needs at least one item");
@@ -185,23 +173,6 @@ export function workKit(queue: WorkQueue, loadScope: (name: string) => Promise<A
       const outside = parts.map((p) => ({ rows: p.rows.filter((r) => !limit.has(r.tenant_key)), dispatch: p.dispatch })).filter((p) => p.rows.length > 0);
       if (outside.length === 0) return { within: [...parts], outside };
       return { within: parts.map((p) => ({ rows: p.rows.filter((r) => limit.has(r.tenant_key)), dispatch: p.dispatch })), outside };
-    },
-
-    /** The claim statement's input for `want` items under `dispatch`, carrying `completions`. */
-    claimInput(name: string, want: number, now: number, dispatch: Dispatch, completions: readonly Completion[], scope: AgentScope): ClaimInput {
-      return {
-        agent: name,
-        instance: config.instanceId,
-        max: want,
-        nowMs: now,
-        leaseTtlMs: config.leaseTtl,
-        affinity: { policy: config.affinityPolicy === "hold" ? "hold" : "rebind", graceMs: config.affinityGrace },
-        bindingSeed: newId(now),
-        liveEdgeMs: now - config.livenessIntervals * config.heartbeatInterval,
-        leaseToken: dispatch.leaseToken,
-        completions,
-        tenants: scope.tenants.length,
-      };
     },
   };
 }

@@ -15,13 +15,13 @@ import type { AgentService } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.j
 import { callerOf, type Identity } from "../caller.js";
 import { assertAgentWithin, assertScopeWithin } from "./registration.js";
 import type { WorkKit } from "./work-kit.js";
-import type { AgentScope, KnownAgent } from "../../fleet/directives.js";
+import type { KnownAgent } from "../../fleet/directives.js";
 import { agentStatusToWire } from "./messages.js";
 import type { WorkQueue } from "../../queue/work-queue.js";
 import type { Handed } from "../../queue/waiting-claims.js";
 import { agentName } from "../input/validate.js";
 import { claimedItemToWire, fencedOutcomes } from "../work-item-messages.js";
-import { newDispatch } from "../../queue/dispatch.js";
+import type { Look } from "../../queue/claim-round.js";
 import { dispatchTracer } from "../../observability/dispatch-spans.js";
 import { callSpanKey } from "../../observability/rpc-spans.js";
 
@@ -34,9 +34,6 @@ export interface AgentWorkDeps {
   draining: AbortSignal;
 }
 
-/** Times in a row a claim that lost a race looks again at once before it waits as any other. */
-const RACE_RETRIES = 3;
-
 export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentService>, "claim" | "extendLease" | "complete" | "fail" | "release"> {
   const { queue } = d;
   const { config, clock, store } = queue;
@@ -45,7 +42,6 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
 
   const { kit } = d;
   const { scopeOf, limitOf, giveBack, completed } = kit;
-  const claimKeys = kit.claimKeys;
 
   /**
    * Waiting claims held now, per agent name and per token: each holds a call, a waiter and a
@@ -138,9 +134,11 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
       // that serves others (its claim would take their items).
       assertScopeWithin(caller, name, await scopeOf(name));
       const unhold = waitMs > 0 ? holdWaiting(name, caller) : () => {};
-      let raced = 0;
-      let retryNow = false;
-      // Items of earlier rounds of this call (see `more`), and how many the next round may take.
+      // One round for the call (its looks, at once or after waits, share the round's retry policy:
+      // ../../queue/claim-round.ts); its slot is opened before each look and closed after each wait.
+      const round = queue.claimRound(name);
+      const live = () => !ctx.signal.aborted && !d.draining.aborted;
+      // Items of earlier looks of this call (a "more"), and how many the next look may take.
       const carried: Handed[] = [];
       let want = max;
       try {
@@ -152,65 +150,42 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
             queue.events.claimAnswered(0);
             return { items: [], status: agentStatusToWire(state.status), completionOutcomes };
           }
-          // Armed before the query, so an enqueue landing between the query and the wait still wakes
-          // us; and its slot is open from here on, so the inserts meanwhile may hand it their items
-          // (../../queue/waiting-claims.ts) while its statement runs and while it waits.
           const scope = await scopeOf(name);
           assertScopeWithin(caller, name, scope);
-          const keys = claimKeys(scope);
-          const armed = queue.work.arm(keys, max);
-          const slot = queue.waitingClaims.open(name, keys, max, armed);
+          round.open(scope, max);
           const parts: Handed[] = [];
           let remaining = 0;
-          let more = false;
+          let next: Look["next"];
           try {
-            const now = clock.nowMs();
-            const dispatch = newDispatch(name, config.instanceId, now, config.leaseTtl);
-            const { claimed: rows, completed: done, contended, heldBack, nextSlotMs } = await store.claim(kit.claimInput(name, want, now, dispatch, completions, scope));
+            const look = await round.look(want, completions, scope);
             if (completions.length > 0) {
-              completionOutcomes = completed(completions, done);
+              completionOutcomes = completed(completions, look.completed);
               completions = [];
             }
-            if (rows.length > 0) parts.push({ rows: [...rows], dispatch });
+            if (look.claimed) parts.push(look.claimed);
+            next = look.next;
             remaining = deadline - Date.now();
-            // No timer of its own: a lost NOTIFY is covered by the daemon's one fallback re-check
-            // (WorkQueue.dueTask), which rings the keys that have due items.
-            // A claim that lost a race for a key's slots or the agent's resources looks again at once
-            // (a few times): what it lost may be there now, and no wake-up would say so.
-            retryNow = rows.length === 0 && contended && raced++ < RACE_RETRIES;
-            // Rows a rate limit held back took places in the claim's batch; their key is closed now, so
-            // another round at once fills those places with other work (a few rounds at most).
-            more = heldBack && rows.length > 0 && rows.length < want && raced++ < RACE_RETRIES;
-            if (heldBack) queue.events.rateHeld();
-            // Work held back by a rate limit is pending all along, so nothing rings when its key's
-            // next slot comes: a claim that found nothing looks again then (by the clock), if sooner.
-            const wait = nextSlotMs === null ? remaining : Math.min(remaining, Math.max(1, nextSlotMs - clock.nowMs()));
-            if (rows.length === 0 && !retryNow && remaining > 0 && !ctx.signal.aborted && !d.draining.aborted) await armed.wait(wait, [ctx.signal, d.draining]);
+            if (!look.claimed && next === "wait" && remaining > 0 && live()) await round.wait(remaining, [ctx.signal, d.draining]);
           } catch (err) {
-            // Items handed over meanwhile (and those of earlier rounds) would otherwise wait for their leases to run out.
-            const handed = await queue.waitingClaims.close(slot);
+            // Items handed over meanwhile (and those of earlier looks) would otherwise wait for their leases to run out.
+            const handed = await round.close();
             const back = handed ? [...carried, handed] : carried;
             if (back.length > 0)
               await giveBack(name, back).catch((e: unknown) =>
                 queue.log.warn({ err: e instanceof Error ? e.message : String(e), agent: name, items: back.reduce((n, h) => n + h.rows.length, 0) }, "could not give back items handed to a failed claim; they return when their leases expire"),
               );
             throw err;
-          } finally {
-            armed.disarm();
           }
-          const handed = await queue.waitingClaims.close(slot);
-          if (handed) {
-            parts.push(handed);
-            queue.events.handedDirect(handed.rows.length);
-          }
-          if (retryNow && parts.length === 0 && !ctx.signal.aborted && !d.draining.aborted) continue;
-          if (more && !ctx.signal.aborted && !d.draining.aborted) {
-            carried.push(...parts);
+          const handed = await round.close();
+          if (handed) parts.push(handed);
+          if (next === "again" && parts.length === 0 && live()) continue;
+          if (next === "more" && live()) {
             want -= parts.reduce((n, h) => n + h.rows.length, 0);
+            carried.push(...parts.splice(0));
             if (want > 0) continue;
           }
           const all = [...carried, ...parts];
-          if (all.length > 0 || remaining <= 0 || ctx.signal.aborted || d.draining.aborted) return await answer(name, max, all, state.status, completionOutcomes, ctx, caller);
+          if (all.length > 0 || remaining <= 0 || !live()) return await answer(name, max, all, state.status, completionOutcomes, ctx, caller);
         }
       } finally {
         unhold();
