@@ -110,7 +110,9 @@ export function webhookHandler(d: WebhookDeps): (req: IncomingMessage, res: Serv
       const body = await readBody(req, res, d.maxBytes);
       const row = await d.triggers.forWebhook(where.tenantKey, where.name);
       const trigger = row?.trigger_type === "webhook" ? row : null;
-      if (throttled && (body === null || trigger === null || !verify(body, trigger.secret, req.headers, d.clock.nowMs()).ok)) return tooMany();
+      // Checked once, here: a throttled address's failures stop before anything is recorded.
+      const verdict = body === null || trigger === null ? null : verify(body, trigger.secret, req.headers, d.clock.nowMs());
+      if (throttled && !verdict?.ok) return tooMany();
 
       /** A delivery that proved nothing: see the module's comment. */
       const unproven = async (r: FiringRefused): Promise<void> => {
@@ -126,8 +128,8 @@ export function webhookHandler(d: WebhookDeps): (req: IncomingMessage, res: Serv
         reply(res, recorded);
       };
       if (body === null) return unproven(new FiringRefused("too_large", `the body is over --webhook-max-bytes (${d.maxBytes} bytes); it was not kept`));
-      if (!trigger) return unproven(new FiringRefused("unknown_trigger", `tenant '${where.tenantKey}' has no webhook trigger '${where.name}'`));
-      const verdict = verify(body, trigger.secret, req.headers, d.clock.nowMs());
+      // (verdict is null only for a missing body or trigger.)
+      if (!trigger || !verdict) return unproven(new FiringRefused("unknown_trigger", `tenant '${where.tenantKey}' has no webhook trigger '${where.name}'`));
       if (!verdict.ok) return unproven(new FiringRefused(verdict.refusal, verdict.why));
       const firedOnNs = verdict.firedOnNs ?? arrivedNs;
 
