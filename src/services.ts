@@ -27,7 +27,7 @@ import { file_aiflow_cluster_v1_ops, OpsService } from "@aiflow/wire/gen/aiflow/
 import { file_aiflow_cluster_v1_queue, QueueService } from "@aiflow/wire/gen/aiflow/cluster/v1/queue_pb.js";
 import { file_aiflow_cluster_v1_runs, RunDirectoryService, TriggerFiringService } from "@aiflow/wire/gen/aiflow/cluster/v1/runs_pb.js";
 import { DagOpsService, DagService, file_aiflow_dag_v1_dag } from "@aiflow/wire/gen/aiflow/dag/v1/dag_pb.js";
-import { DagEngine } from "./dag/engine.js";
+import { DagEngine } from "./engines/dag/engine.js";
 import { file_aiflow_trigger_v1_trigger, TriggerService } from "@aiflow/wire/gen/aiflow/trigger/v1/trigger_pb.js";
 import { TriggerStore } from "./store/triggers.js";
 import { cronTask } from "./triggers/cron.js";

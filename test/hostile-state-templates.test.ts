@@ -8,7 +8,7 @@ import { beforeAll, describe, expect, it } from "vitest";
 import { Code } from "@connectrpc/connect";
 import { NodeKind } from "@aiflow/wire/gen/aiflow/graph/v1/graph_pb.js";
 import type { Daemon } from "../src/daemon.js";
-import { checkTemplate, render, TemplateError } from "../src/dag/template.js";
+import { checkTemplate, render, TemplateError } from "../src/engines/dag/template.js";
 import { refusal, useTestDaemon } from "./support/kit.js";
 import { DagClient, definition } from "./support/dag.js";
 import { GraphClient, MachineClient } from "./support/native.js";

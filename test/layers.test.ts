@@ -42,7 +42,6 @@ const LAYERS: [prefix: string, rank: number, layer: string][] = [
   // triggers, and the fleet of agents (liveness, directives, placement).
   ["queue/", 3, "queue/engines"],
   ["engines/", 3, "queue/engines"],
-  ["dag/", 3, "queue/engines"],
   ["triggers/", 3, "queue/engines"],
   ["fleet/", 3, "queue/engines"],
   // The store: each table group's statements. The maintenance scheduler runs its periodic tasks and

@@ -7,8 +7,8 @@
 import { toJson, type JsonValue } from "@bufbuild/protobuf";
 import { WorkerParamsSchema, type WorkerParams } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
 import type { Config } from "../config.js";
-import { itemOf, templateText } from "../dag/plan.js";
-import { checkTemplate, TemplateError } from "../dag/template.js";
+import { itemOf, templateText } from "./dag/plan.js";
+import { checkTemplate, TemplateError } from "./dag/template.js";
 import { AppError, invalidArgument, resourceExhausted } from "../domain/errors.js";
 import { inRange } from "../domain/input.js";
 import type { NewItem } from "../store/work-items.js";

@@ -21,7 +21,7 @@ import { performance } from "node:perf_hooks";
 import { sql, type DatabasePool, type DatabaseTransactionConnection } from "slonik";
 import { msToNs, type Clock } from "../clock.js";
 import type { Config } from "../config.js";
-import type { Scope } from "../dag/engine.js";
+import type { Scope } from "./dag/engine.js";
 import type { PgListener } from "../db/notify.js";
 import type { Tables } from "../db/tables.js";
 import type { Logger } from "../log.js";

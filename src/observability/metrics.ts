@@ -62,7 +62,7 @@ export interface QueueEvents {
   streamEnded(how: StreamEnding): void;
 }
 
-/** What changed a DAG run in one transaction (src/dag/engine.ts). */
+/** What changed a DAG run in one transaction (src/engines/dag/engine.ts). */
 export type DagStepKind = "start" | "advance" | "cancel" | "signal" | "resume";
 
 /** The DAG engine's events, reported after each step commits. */

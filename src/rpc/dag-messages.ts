@@ -6,8 +6,8 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { AttemptStatus, NodeStatus, RunStatus, type AttemptSchema, type RunSchema } from "@aiflow/wire/gen/aiflow/dag/v1/dag_pb.js";
-import type { RunView } from "../dag/engine.js";
-import type { NodeStatus as StoredNode, RunStatus as StoredRun, TaskState } from "../dag/model.js";
+import type { RunView } from "../engines/dag/engine.js";
+import type { NodeStatus as StoredNode, RunStatus as StoredRun, TaskState } from "../engines/dag/model.js";
 import type { TaskRow } from "../store/dag-runs.js";
 
 const RUN: Record<StoredRun, RunStatus> = {

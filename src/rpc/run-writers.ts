@@ -2,7 +2,7 @@
  * Who may write a run's directory row through RecordRun, and what such a write must satisfy.
  *
  * A run of one of the daemon's own engines (DAEMON_ENGINE_KINDS) is written by that engine only, on
- * the same save as its own state (src/dag/engine.ts, src/engines/native.ts): "one writer, no drift"
+ * the same save as its own state (src/engines/dag/engine.ts, src/engines/native.ts): "one writer, no drift"
  * (the entity reference). RecordRun refuses every write to such a run, and every write that claims
  * one of those kinds, whoever the caller: otherwise any engine token could end a live run in the
  * listing (ended_on is first-write-wins) or give it a cause no trigger produced. The daemon's own

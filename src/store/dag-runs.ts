@@ -2,7 +2,7 @@
  * SQL for the DAG engine's tables: aiflow_run, aiflow_task, aiflow_checkpoint, the stored
  * definitions and the run events (migration 0010). Every read a caller reaches is scoped to
  * createdby = the caller and the run's tenant, in the statement itself. The engine's writes
- * (src/dag/engine.ts) run in one transaction per step of a run, under the run row's lock.
+ * (src/engines/dag/engine.ts) run in one transaction per step of a run, under the run row's lock.
  *
  * JSON columns are written from JSON text and read back as text; times are epoch ns (bigint)
  * except the common columns (timestamptz, from the caller's clock).
@@ -12,8 +12,8 @@ import { z } from "zod";
 import { withDbErrors } from "../db/errors.js";
 import type { Tables } from "../db/tables.js";
 import { ts } from "../db/values.js";
-import type { NodeRec, RunMeta, RunStateEntry, TaskMeta, TaskStateEntry } from "../dag/model.js";
-import type { Plan } from "../dag/plan.js";
+import type { NodeRec, RunMeta, RunStateEntry, TaskMeta, TaskStateEntry } from "../engines/dag/model.js";
+import type { Plan } from "../engines/dag/plan.js";
 
 /** The parts of a run's row a step changed (dag/step.ts's Step.changes), which saveRun writes and nothing else. */
 export interface RunChanges {

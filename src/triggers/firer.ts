@@ -19,7 +19,7 @@
  */
 import type { DatabasePool, DatabaseTransactionConnection } from "slonik";
 import type { Clock } from "../clock.js";
-import type { DagEngine, StepHooks } from "../dag/engine.js";
+import type { DagEngine, StepHooks } from "../engines/dag/engine.js";
 import type { GraphEngine } from "../engines/graph/engine.js";
 import type { MachineEngine } from "../engines/machine/engine.js";
 import type { RunHooks } from "../engines/native.js";

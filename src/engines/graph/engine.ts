@@ -15,7 +15,7 @@
 import { fromJson, toJsonString } from "@bufbuild/protobuf";
 import { DefinitionSchema } from "@aiflow/wire/gen/aiflow/graph/v1/graph_pb.js";
 import { AppError, failedPrecondition, notFound } from "../../domain/errors.js";
-import { render } from "../../dag/template.js";
+import { render } from "../dag/template.js";
 import { EngineDefinitionStore } from "../../store/engine-definitions.js";
 import type { ItemEnded } from "../../store/engine-events.js";
 import { GraphRunStore, type GraphRunRow } from "../../store/graph-runs.js";

@@ -17,7 +17,7 @@
 import { fromJson, toJsonString } from "@bufbuild/protobuf";
 import { DefinitionSchema } from "@aiflow/wire/gen/aiflow/machine/v1/machine_pb.js";
 import { AppError, failedPrecondition, invalidArgument, notFound } from "../../domain/errors.js";
-import { render } from "../../dag/template.js";
+import { render } from "../dag/template.js";
 import { EngineDefinitionStore } from "../../store/engine-definitions.js";
 import type { ItemEnded } from "../../store/engine-events.js";
 import { MachineRunStore, type MachineRunRow } from "../../store/machine-runs.js";

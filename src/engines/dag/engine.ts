@@ -20,28 +20,28 @@
  */
 import { performance } from "node:perf_hooks";
 import type { DatabasePool, DatabaseTransactionConnection } from "slonik";
-import { msToNs, type Clock } from "../clock.js";
-import type { Config } from "../config.js";
-import type { AuditLog } from "../audit.js";
-import type { PgListener } from "../db/notify.js";
-import type { Tables } from "../db/tables.js";
-import { notFound } from "../domain/errors.js";
-import type { Logger } from "../log.js";
-import type { MaintenanceTask } from "../maintenance.js";
-import type { DagEvents, DagStepKind } from "../observability/metrics.js";
-import type { WorkQueue } from "../queue/work-queue.js";
-import { DagRunStore, type RunRow, type TaskRow } from "../store/dag-runs.js";
-import { EngineRunStore } from "../store/engine-runs.js";
-import type { WorkItemRow, WorkItemStore } from "../store/work-items.js";
-import { newId } from "../util/ids.js";
+import { msToNs, type Clock } from "../../clock.js";
+import type { Config } from "../../config.js";
+import type { AuditLog } from "../../audit.js";
+import type { PgListener } from "../../db/notify.js";
+import type { Tables } from "../../db/tables.js";
+import { notFound } from "../../domain/errors.js";
+import type { Logger } from "../../log.js";
+import type { MaintenanceTask } from "../../maintenance.js";
+import type { DagEvents, DagStepKind } from "../../observability/metrics.js";
+import type { WorkQueue } from "../../queue/work-queue.js";
+import { DagRunStore, type RunRow, type TaskRow } from "../../store/dag-runs.js";
+import { EngineRunStore } from "../../store/engine-runs.js";
+import type { WorkItemRow, WorkItemStore } from "../../store/work-items.js";
+import { newId } from "../../util/ids.js";
 import { fromJson } from "@bufbuild/protobuf";
 import { DefinitionSchema } from "@aiflow/wire/gen/aiflow/dag/v1/dag_pb.js";
 import type { NodeRec, RunCause, RunMeta } from "./model.js";
 import { planOf, type Plan } from "./plan.js";
 import { Step } from "./step.js";
-import { RunWatch } from "../engines/run-watch.js";
-import { KickLoop } from "../util/kick-loop.js";
-import { enqueueQuota } from "../queue/enqueue-quota.js";
+import { RunWatch } from "../run-watch.js";
+import { KickLoop } from "../../util/kick-loop.js";
+import { enqueueQuota } from "../../queue/enqueue-quota.js";
 
 /** Runs whose plans a daemon keeps in memory. */
 const PLAN_CACHE = 1_000;

@@ -13,11 +13,11 @@ import { durationMs } from "@bufbuild/protobuf/wkt";
 import { EnqueueItemSchema } from "@aiflow/wire/gen/aiflow/cluster/v1/queue_pb.js";
 import { WorkerParamsSchema } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
 import { Affinity, DefinitionSchema, NodeKind, OnFailure, type Definition } from "@aiflow/wire/gen/aiflow/dag/v1/dag_pb.js";
-import type { Config } from "../config.js";
-import { invalidArgument, resourceExhausted } from "../domain/errors.js";
-import { inRange, jsonOrNull, optionalText } from "../domain/input.js";
-import { newItem } from "../queue/new-item.js";
-import type { NewItem } from "../store/work-items.js";
+import type { Config } from "../../config.js";
+import { invalidArgument, resourceExhausted } from "../../domain/errors.js";
+import { inRange, jsonOrNull, optionalText } from "../../domain/input.js";
+import { newItem } from "../../queue/new-item.js";
+import type { NewItem } from "../../store/work-items.js";
 import { checkTemplate, parsePath, TemplateError, type Path } from "./template.js";
 
 export interface PlanNode {

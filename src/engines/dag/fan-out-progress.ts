@@ -3,7 +3,7 @@
  * (loaded only once the step needs them) and the ones it writes. An iteration that completes
  * before they are loaded is held and applied when they are, so none is lost to the order.
  */
-import type { CheckpointWrite, DagRunStore } from "../store/dag-runs.js";
+import type { CheckpointWrite, DagRunStore } from "../../store/dag-runs.js";
 import { indicesOf, rangesOf } from "./model.js";
 
 export class FanOutProgress {

@@ -14,7 +14,7 @@
  * - checkTemplate() refuses a template nested more than MAX_TEMPLATE_DEPTH levels, and walks it
  *   without recursion: render() recurses once per level, so only a checked template may reach it.
  */
-import { MAX_JSON_DEPTH } from "../domain/json-text.js";
+import { MAX_JSON_DEPTH } from "../../domain/json-text.js";
 
 export type Root = "context" | "item" | "index" | "run_id";
 export type Step = string | number;

@@ -16,11 +16,11 @@
  *  - A fan-out queues at most --max-items-per-call iterations in one step: a caller's step wider than
  *    that is refused whole (the call writes nothing), an advance's fails the node.
  */
-import { msToNs } from "../clock.js";
-import { AppError, failedPrecondition, invalidArgument, resourceExhausted } from "../domain/errors.js";
-import { newId } from "../util/ids.js";
-import type { EnqueueRow, Requeued, WorkItemStore } from "../store/work-items.js";
-import type { DagRunStore, NewTask, RunChanges, RunEvent, RunRow, TaskEnd } from "../store/dag-runs.js";
+import { msToNs } from "../../clock.js";
+import { AppError, failedPrecondition, invalidArgument, resourceExhausted } from "../../domain/errors.js";
+import { newId } from "../../util/ids.js";
+import type { EnqueueRow, Requeued, WorkItemStore } from "../../store/work-items.js";
+import type { DagRunStore, NewTask, RunChanges, RunEvent, RunRow, TaskEnd } from "../../store/dag-runs.js";
 import { NODE_DONE, TASK_ENDED, taskName, type NodeRec, type RunStatus, type TaskMeta, type TaskState, type TaskStateEntry } from "./model.js";
 import { FanOutProgress } from "./fan-out-progress.js";
 import { itemOf, type PlanLimits, type PlanNode } from "./plan.js";

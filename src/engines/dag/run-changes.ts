@@ -3,7 +3,7 @@
  * the nodes it ended. A run's row holds its whole plan, context and task list; writing only these
  * keeps an advance's cost to what it did, not to the size of the run.
  */
-import type { RunChanges, RunRow } from "../store/dag-runs.js";
+import type { RunChanges, RunRow } from "../../store/dag-runs.js";
 
 export class RunChangeLog {
   /** What the run's row held when the step began, to write back only what changed (./engine.ts). */
