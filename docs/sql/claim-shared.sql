@@ -200,8 +200,8 @@ RETURNING w.id AS "id", w.tenant_key AS "tenant_key", w.engine_id AS "engine_id"
                     FOR UPDATE SKIP LOCKED)
   RETURNING ft.id
 )
-SELECT false AS done, claimed.*, NULL::float8 AS run_s, NULL::text AS freed FROM claimed
-UNION ALL SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, (SELECT min(o) FROM rclosed), CASE WHEN (EXISTS (SELECT 1 FROM ckeys) AND EXISTS (SELECT 1 FROM kadmit
+SELECT false AS done, claimed.*, NULL::float8 AS run_s, NULL::text AS freed, NULL::float8 AS next_slot_ns, NULL::text AS verdict FROM claimed
+UNION ALL SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, (SELECT min(o) FROM rclosed), CASE WHEN (EXISTS (SELECT 1 FROM ckeys) AND EXISTS (SELECT 1 FROM kadmit
          WHERE (kadmit.t, kadmit.k) NOT IN (SELECT t, k FROM kwritten)) OR (EXISTS (SELECT 1 FROM placed) AND NOT EXISTS (SELECT 1 FROM reserve))) THEN 'contended' WHEN EXISTS (SELECT 1 FROM picked p WHERE p.rate_limit_key IS NOT NULL AND (p.concurrency_key IS NULL OR p.id IN (SELECT id FROM kadmit)) AND p.id NOT IN (SELECT id FROM radmit)) THEN 'held' END
  WHERE (EXISTS (SELECT 1 FROM ckeys) AND EXISTS (SELECT 1 FROM kadmit
          WHERE (kadmit.t, kadmit.k) NOT IN (SELECT t, k FROM kwritten)) OR (EXISTS (SELECT 1 FROM placed) AND NOT EXISTS (SELECT 1 FROM reserve))) OR EXISTS (SELECT 1 FROM picked p WHERE p.rate_limit_key IS NOT NULL AND (p.concurrency_key IS NULL OR p.id IN (SELECT id FROM kadmit)) AND p.id NOT IN (SELECT id FROM radmit)) OR (NOT EXISTS (SELECT 1 FROM claimed) AND EXISTS (SELECT 1 FROM rclosed));

@@ -69,6 +69,29 @@ export interface ClaimResult {
 }
 
 /**
+ * A row of the claim statement's result, one of three kinds told apart by `done`, each with columns
+ * of its own and NULL in the others' (the claimed columns are NULL but for id and engine_kind in a
+ * completion row, and all NULL in the status row):
+ * - a claimed item (`done` false): the ClaimedRow columns;
+ * - a completion the statement made (`done` true): a Completed, in id, engine_kind, run_s, freed;
+ * - the status row (`done` NULL), at most one, present when the claim lost a race, a rate limit held
+ *   rows back, or it took nothing while some rate limit key is closed: next_slot_ns and verdict.
+ * run_s and freed mean only what they mean for a completion (Completed): the status row does not
+ * borrow them, and Completed rows are handed on as they are (WorkQueue.freed reads `freed`).
+ */
+interface ClaimRow extends ClaimedRow {
+  done: boolean | null;
+  /** Completion rows: seconds the item ran (Completed.run_s). */
+  run_s: number | null;
+  /** Completion rows: the tenant whose dispatch slot or resources it gave back (Completed.freed). */
+  freed: string | null;
+  /** Status row: epoch ns (float8, as aiflow_rate_limit.open_ns) when the first closed rate limit key opens; NULL when none is closed. */
+  next_slot_ns: number | null;
+  /** Status row: 'contended' (the claim lost a race: ClaimResult.contended), 'held' (a rate limit held picked rows back: ClaimResult.heldBack), or NULL (only next_slot_ns to say). */
+  verdict: "contended" | "held" | null;
+}
+
+/**
  * The claim. Only an ACTIVE agent claims; it takes pending items of the tenants and engine kinds it
  * registered with, whose next attempt is due, and whose selector its tags satisfy, in claim order
  * (the claim rule, ./claim-rule.ts).
@@ -142,6 +165,13 @@ export async function claim(q: ItemsContext, c: ClaimInput): Promise<ClaimResult
     const keyAdmitted = sql.fragment`(p.concurrency_key IS NULL OR p.id IN (SELECT id FROM kadmit))`;
     const rateAdmitted = sql.fragment`(p.rate_limit_key IS NULL OR p.id IN (SELECT id FROM radmit))`;
     const lost = sql.fragment`(${keysLost} OR ${placementLost})`;
+    // The result is claimed rows, completion rows and the status row, in one column list (ClaimRow):
+    // each kind has columns of its own and NULLs in the others'. The status row's two facts go in
+    // next_slot_ns (epoch ns, as open_ns is) and verdict ('contended' | 'held'), never in run_s or
+    // freed, which a completion's metrics and wake-ups read as seconds run and a freed tenant. A
+    // column added for one kind is added, as a typed NULL in the first branch, to every branch.
+    const status = sql.fragment`UNION ALL SELECT NULL, ${claimedNulls}, NULL, NULL, ${nextOpening}, CASE WHEN ${lost} THEN 'contended' WHEN ${rateHeld(keyAdmitted)} THEN 'held' END
+         WHERE ${lost} OR ${rateHeld(keyAdmitted)} OR (NOT EXISTS (SELECT 1 FROM claimed) AND EXISTS (SELECT 1 FROM rclosed))`;
     return sql.unsafe`
         WITH ${done}agent AS MATERIALIZED (
           ${claimingAgentCte(a, p.agent)}
@@ -181,12 +211,11 @@ export async function claim(q: ItemsContext, c: ClaimInput): Promise<ClaimResult
            AND (picked.req IS NULL OR (placed.id IS NOT NULL AND EXISTS (SELECT 1 FROM reserve)))
         RETURNING ${CLAIMED_COLUMNS}
         )${shape === "shared" ? sql.fragment`, ${retagCte(w)}, ${advanceCtes({ turns: q.t.id("fair_share_turn"), agent: p.agent, now, seed: p.bindingSeed })}` : sql.fragment``}
-        SELECT false AS done, claimed.*, NULL::float8 AS run_s, NULL::text AS freed FROM claimed
-        ${"doneIds" in p ? sql.fragment`UNION ALL SELECT true, ${claimedCompletionColumns("done")}, done.run_s, done.freed FROM done` : sql.fragment``}
-        UNION ALL SELECT NULL, ${claimedNulls}, ${nextOpening}, CASE WHEN ${lost} THEN 'contended' WHEN ${rateHeld(keyAdmitted)} THEN 'held' END
-         WHERE ${lost} OR ${rateHeld(keyAdmitted)} OR (NOT EXISTS (SELECT 1 FROM claimed) AND EXISTS (SELECT 1 FROM rclosed))`;
+        SELECT false AS done, claimed.*, NULL::float8 AS run_s, NULL::text AS freed, NULL::float8 AS next_slot_ns, NULL::text AS verdict FROM claimed
+        ${"doneIds" in p ? sql.fragment`UNION ALL SELECT true, ${claimedCompletionColumns("done")}, done.run_s, done.freed, NULL, NULL FROM done` : sql.fragment``}
+        ${status}`;
   });
-  const rows = await q.hotRaw<ClaimedRow & { done: boolean | null; run_s: number | null; freed: string | null }>(token);
+  const rows = await q.hotRaw<ClaimRow>(token);
   const claimed: ClaimedRow[] = [];
   const completed: Completed[] = [];
   let contended = false;
@@ -194,9 +223,9 @@ export async function claim(q: ItemsContext, c: ClaimInput): Promise<ClaimResult
   let heldBack = false;
   for (const r of rows) {
     if (r.done === null) {
-      contended = r.freed === "contended";
-      heldBack = r.freed === "held";
-      nextSlotMs = r.run_s === null ? null : Math.ceil(r.run_s / 1e6);
+      contended = r.verdict === "contended";
+      heldBack = r.verdict === "held";
+      nextSlotMs = r.next_slot_ns === null ? null : Math.ceil(r.next_slot_ns / 1e6);
     } else if (r.done) completed.push({ id: r.id, engine_kind: r.engine_kind, run_s: r.run_s, freed: r.freed });
     else claimed.push(r);
   }

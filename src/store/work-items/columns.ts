@@ -126,15 +126,15 @@ export const CLAIMED_COLUMNS = sql.join(
 );
 /**
  * A completion's row in the claim's result, from the `done` CTE's row `d` (a Completed): its id and
- * engine kind in their claimed columns, a NULL for each other one; its run_s follows (claimed rows
- * put a NULL there).
+ * engine kind in their claimed columns, a NULL for each other one; its run_s and freed follow
+ * (claimed rows and the status row put NULLs there; see ClaimRow in claim.ts).
  */
 export const claimedCompletionColumns = (d: string) =>
   sql.join(
     CLAIMED.map(([, name]) => (name === "id" || name === "engine_kind" ? sql.identifier([d, name]) : sql.fragment`NULL`)),
     sql.fragment`, `,
   );
-/** A row of NULLs in the claimed columns: the claim's marker that it lost a race (claim.ts). */
+/** A row of NULLs in the claimed columns: the claim's status row has them (ClaimRow in claim.ts). */
 export const claimedNulls = sql.join(
   CLAIMED.map(() => sql.fragment`NULL`),
   sql.fragment`, `,
