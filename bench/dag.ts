@@ -212,7 +212,7 @@ async function runPhase(p: Place, agents: Child[], parts: { def: Definition; run
   // The earlier parts' finished items stay: analysed empty, the queue's table is planned as a
   // tiny one (scanned whole by statements that run per node), which it is not in a queue that
   // has been running; the figures read only this part's runs.
-  for (const t of ["work_item", "run", "task", "dag_event", "checkpoint"]) await sql(p.db.url, `VACUUM (ANALYZE) ${table(p, t)}`);
+  for (const t of ["work_item", "run", "task", "engine_event", "checkpoint"]) await sql(p.db.url, `VACUUM (ANALYZE) ${table(p, t)}`);
   const clients = p.daemons.map((d) => createClient(DagService, createGrpcTransport({ baseUrl: d.url })));
   const before = await advances(p);
   const meter = cpuMeter({ daemons: p.daemons.map((d) => d.child.pid), agents: agents.map((a) => a.pid) });
@@ -305,9 +305,9 @@ async function advances(p: Place): Promise<{ count: number; seconds: number; eve
   for (const url of p.metricsUrls) {
     const text = await (await fetch(url)).text();
     const value = (re: RegExp) => Number(re.exec(text)?.[1] ?? 0);
-    out.count += value(/^aiflow_dag_step_seconds_count\{kind="advance"\} (\S+)$/m);
-    out.seconds += value(/^aiflow_dag_step_seconds_sum\{kind="advance"\} (\S+)$/m);
-    out.events += value(/^aiflow_dag_events_total (\S+)$/m);
+    out.count += value(/^aiflow_engine_step_seconds_count\{engine="dag",kind="advance"\} (\S+)$/m);
+    out.seconds += value(/^aiflow_engine_step_seconds_sum\{engine="dag",kind="advance"\} (\S+)$/m);
+    out.events += value(/^aiflow_engine_events_total\{engine="dag"\} (\S+)$/m);
   }
   return out;
 }

@@ -11,7 +11,7 @@ import type { DescFile, DescService } from "@bufbuild/protobuf";
 import type { ConnectRouter } from "@connectrpc/connect";
 import { unplaceableTask } from "./fleet/unplaceable.js";
 import { pino } from "pino";
-import type { DatabasePool, DatabaseTransactionConnection } from "slonik";
+import type { DatabasePool } from "slonik";
 import { AuditLog } from "./audit.js";
 import type { Clock } from "./clock.js";
 import type { Config } from "./config.js";
@@ -27,7 +27,7 @@ import { file_aiflow_cluster_v1_ops, OpsService } from "@aiflow/wire/gen/aiflow/
 import { file_aiflow_cluster_v1_queue, QueueService } from "@aiflow/wire/gen/aiflow/cluster/v1/queue_pb.js";
 import { file_aiflow_cluster_v1_runs, RunDirectoryService, TriggerFiringService } from "@aiflow/wire/gen/aiflow/cluster/v1/runs_pb.js";
 import { DagOpsService, DagService, file_aiflow_dag_v1_dag } from "@aiflow/wire/gen/aiflow/dag/v1/dag_pb.js";
-import { DagEngine } from "./engines/dag/engine.js";
+import { Engines } from "./engines/engines.js";
 import { file_aiflow_trigger_v1_trigger, TriggerService } from "@aiflow/wire/gen/aiflow/trigger/v1/trigger_pb.js";
 import { TriggerStore } from "./store/triggers.js";
 import { cronTask } from "./triggers/cron.js";
@@ -39,8 +39,6 @@ import { triggerServiceImpl } from "./rpc/trigger-service.js";
 import { dagOpsServiceImpl, dagServiceImpl } from "./rpc/dag-service.js";
 import { graphServiceImpl } from "./rpc/graph-service.js";
 import { machineServiceImpl } from "./rpc/machine-service.js";
-import { GraphEngine } from "./engines/graph/engine.js";
-import { MachineEngine } from "./engines/machine/engine.js";
 import { file_aiflow_graph_v1_graph, GraphService } from "@aiflow/wire/gen/aiflow/graph/v1/graph_pb.js";
 import { file_aiflow_machine_v1_machine, MachineService } from "@aiflow/wire/gen/aiflow/machine/v1/machine_pb.js";
 import { file_grpc_health_v1_health, Health, HealthCheckResponse_ServingStatus } from "@aiflow/wire/gen/grpc/health/v1/health_pb.js";
@@ -183,35 +181,27 @@ async function startServices(deps: ServiceDeps, started: (b: Background) => void
   const bindings = new AffinityBindingStore(pool, tables);
   maintenance.add({ name: "affinity-cleanup", run: (now) => bindings.cleanup(now, config.affinityIdle) });
   maintenance.add({ name: "directive-prune", run: async () => hub.prune() });
-  const dag = new DagEngine({
+  const runEngines = new Engines({
     pool,
     tables,
     config,
     clock,
-    log: log.child({ component: "dag" }),
+    log: log.child({ component: "engines" }),
     queue,
     listener,
     audit,
     itemsOn: (tx) => new WorkItemStore(tx, tables, backoff, undefined, sharing),
     metrics,
   });
-  await dag.start();
-  started(dag);
-  maintenance.add(dag.task());
-  const native = { pool, tables, config, clock, queue, listener, metrics, itemsOn: (tx: DatabaseTransactionConnection) => new WorkItemStore(tx, tables, backoff, undefined, sharing) };
-  const graphs = new GraphEngine({ ...native, log: log.child({ component: "graph" }) });
-  const machines = new MachineEngine({ ...native, log: log.child({ component: "statemachine" }) });
-  for (const e of [graphs, machines]) {
-    await e.start();
-    started(e);
-    maintenance.add(e.task());
-  }
+  await runEngines.start();
+  started(runEngines);
+  maintenance.add(runEngines.task());
   const runs = new EngineRunStore(pool, tables);
   const firings = new TriggerFiringStore(pool, tables);
   const triggers = new TriggerStore(pool, tables);
   const definitions = new DefinitionReads(pool, tables);
   if (config.triggersFile) await applyTriggersFile(triggers, readTriggersFile(config.triggersFile), clock.nowMs());
-  const firer = new TriggerFirer({ pool, tables, engine: dag, graphs, machines, clock, log: log.child({ component: "triggers" }), metrics });
+  const firer = new TriggerFirer({ pool, tables, engines: runEngines, clock, log: log.child({ component: "triggers" }), metrics });
   maintenance.add(cronTask({ pool, tables, firer, log: log.child({ component: "cron" }), catchUpMs: config.cronCatchUp }));
   maintenance.add(firingRetentionTask({ config, firings, deliveries: triggers, log }));
   await maintenance.runOnce();
@@ -273,10 +263,10 @@ async function startServices(deps: ServiceDeps, started: (b: Background) => void
         r.service(TriggerFiringService, triggerFiringServiceImpl({ config, clock, runs, firings }));
       },
     },
-    { services: [DagService], access: "runs", mount: (r) => r.service(DagService, dagServiceImpl({ engine: dag, definitions, config, clock, draining: deps.draining })) },
-    { services: [DagOpsService], access: "ops", mount: (r) => r.service(DagOpsService, dagOpsServiceImpl(dag)) },
-    { services: [GraphService], access: "runs", mount: (r) => r.service(GraphService, graphServiceImpl({ engine: graphs, definitions, config, draining: deps.draining })) },
-    { services: [MachineService], access: "runs", mount: (r) => r.service(MachineService, machineServiceImpl({ engine: machines, definitions, config, draining: deps.draining })) },
+    { services: [DagService], access: "runs", mount: (r) => r.service(DagService, dagServiceImpl({ engine: runEngines.dag, definitions, config, draining: deps.draining })) },
+    { services: [DagOpsService], access: "ops", mount: (r) => r.service(DagOpsService, dagOpsServiceImpl(runEngines.dag)) },
+    { services: [GraphService], access: "runs", mount: (r) => r.service(GraphService, graphServiceImpl({ engine: runEngines.graphs, definitions, config, draining: deps.draining })) },
+    { services: [MachineService], access: "runs", mount: (r) => r.service(MachineService, machineServiceImpl({ engine: runEngines.machines, definitions, config, draining: deps.draining })) },
     { services: [TriggerService], access: "runs", mount: (r) => r.service(TriggerService, triggerServiceImpl({ triggers, definitions, clock })) },
   ];
   for (const s of mounted.flatMap((m) => m.services)) health.set(s.typeName, HealthCheckResponse_ServingStatus.SERVING);
@@ -288,9 +278,7 @@ async function startServices(deps: ServiceDeps, started: (b: Background) => void
     access: new Map(mounted.flatMap((m) => m.services.map((s) => [s.typeName, m.access] as const))),
     background: [
       maintenance,
-      dag,
-      graphs,
-      machines,
+      runEngines,
       heartbeats,
       work,
       done,

@@ -54,9 +54,11 @@ describe("DagService calls", () => {
     expect((await client.get("t", run.id)).status).toBe(RunStatus.CANCELLED);
     expect(await fx.db.raw(`SELECT status FROM ${table("work_item")} WHERE run_id = $1`, [run.id])).toHaveLength(1);
     const metrics = await D.metrics.registry.getMetricsAsJSON();
-    const ended = metrics.find((m) => m.name === "aiflow_dag_runs_ended_total")!.values;
-    expect(ended.find((v) => v.labels.status === "cancelled")?.value).toBe(1);
-    const steps = metrics.find((m) => m.name === "aiflow_dag_step_seconds")!.values.filter((v) => (v as { metricName?: string }).metricName === "aiflow_dag_step_seconds_count");
+    const ended = metrics.find((m) => m.name === "aiflow_engine_runs_ended_total")!.values;
+    expect(ended.find((v) => v.labels.engine === "dag" && v.labels.status === "cancelled")?.value).toBe(1);
+    const steps = metrics
+      .find((m) => m.name === "aiflow_engine_step_seconds")!
+      .values.filter((v) => (v as { metricName?: string }).metricName === "aiflow_engine_step_seconds_count" && v.labels.engine === "dag");
     expect(new Set(steps.map((v) => v.labels.kind))).toEqual(new Set(["start", "cancel", "advance"]));
     const e = await refusal(client.dag.cancelRun({ tenantKey: "t", runId: run.id }));
     expect(e.code).toBe(Code.FailedPrecondition);
@@ -117,10 +119,10 @@ describe("DagService calls", () => {
     const quick = await client.start("t", definition([{ name: "quick", timeoutMs: 60_000, engineKind: "dag-slow" }]));
     let item: Awaited<ReturnType<TestAgent["claim"]>> = [];
     await until("the quick node is claimed", async () => (item = await slowAgent.claim(1, 100)).length === 1, 20_000, 1);
-    expect(await fx.db.raw(`SELECT kind FROM ${fx.db.tables.qualified("dag_event")} WHERE run_id = $1`, [quick.id])).toEqual([{ kind: "timeout" }]);
+    expect(await fx.db.raw(`SELECT kind FROM ${fx.db.tables.qualified("engine_event")} WHERE engine_kind = 'dag' AND run_id = $1`, [quick.id])).toEqual([{ kind: "timeout" }]);
     await slowAgent.complete(item, "in time");
     await client.until("t", quick.id, RunStatus.COMPLETED);
-    expect(await fx.db.raw(`SELECT kind FROM ${fx.db.tables.qualified("dag_event")} WHERE run_id = $1`, [quick.id])).toEqual([]);
+    expect(await fx.db.raw(`SELECT kind FROM ${fx.db.tables.qualified("engine_event")} WHERE engine_kind = 'dag' AND run_id = $1`, [quick.id])).toEqual([]);
   });
 
   it("an idempotency key starts one run per caller", async () => {

@@ -107,7 +107,7 @@ describe("a DAG run across daemons", () => {
         [run.id],
       );
       expect(counts).toEqual({ tasks: "1000", items: "1000", names: "1000", workers: ["dag-sdk-agent-0", "dag-sdk-agent-1", "dag-sdk-agent-2"] });
-      expect(await fx.db.raw(`SELECT * FROM ${fx.db.tables.qualified("dag_event")} WHERE run_id = $1`, [run.id])).toEqual([]);
+      expect(await fx.db.raw(`SELECT * FROM ${fx.db.tables.qualified("engine_event")} WHERE engine_kind = 'dag' AND run_id = $1`, [run.id])).toEqual([]);
       // The agents' own records: every work item of the run was run, by the three of them.
       const ranIds = new Set(
         [0, 1, 2].flatMap((i) =>

@@ -204,6 +204,10 @@ describe("triggers that start runs of these engines", () => {
       { run_id: g.body.run_id, engine_kind: "graph", triggered_by: "new-graph", trigger_firing_id: g.body.firing_id },
       { run_id: m.body.run_id, engine_kind: "statemachine", triggered_by: "new-review", trigger_firing_id: m.body.firing_id },
     ]);
+    // A signal goes to the engine the directory names; a graph run takes none, and says so.
+    await triggers.put("t", { name: "poke", type: TriggerType.WEBHOOK, action: Action.SIGNAL, event: "poke", runIdPath: "run", secret: SECRET });
+    const poke = await deliver(A.httpUrl!, "t", "poke", JSON.stringify({ run: g.body.run_id }), { secret: SECRET });
+    expect(poke.body).toMatchObject({ outcome: "refused", error: expect.stringMatching(/is a graph run, and graph runs take no events/) });
   });
 
   it("a start trigger names an engine there is, and a signal trigger none", async () => {

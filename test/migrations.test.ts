@@ -88,6 +88,67 @@ describe("migrations", () => {
     ]);
   });
 
+  it("moves the DAG's definitions and events into the engines' tables, in order, and one trigger writes every engine's events (0017)", async () => {
+    const schema = fresh("me");
+    const all = loadMigrations();
+    await migrate(url(), { schema, prefix: "aiflow_" }, log, all.slice(0, all.findIndex((m) => m.name === "one_engine_substrate")));
+    const t = (name: string) => `"${schema}".aiflow_${name}`;
+    const at = "2026-01-01T00:00:00Z";
+    await query(`INSERT INTO ${t("dag_definition")} (id, tenant_key, definition_id, body, createdby, createdon) VALUES ('01D', 'acme', 'etl', '{"id":"etl"}', 'u', $1)`, [at]);
+    // An item's end waiting to be applied, then a timeout due later: their order must survive the move.
+    await query(
+      `INSERT INTO ${t("dag_event")} (run_id, task_id, kind, work_item_id, status, agent, result, error, dispatched_at, ended_at) VALUES ('R1', 'T1', 'item', 'W1', 'completed', 'gpu-1', '{"n":1}', NULL, 10, 20)`,
+    );
+    await query(`INSERT INTO ${t("dag_event")} (run_id, task_id, kind, due_at) VALUES ('R1', 'T2', 'timeout', 99)`);
+    await migrate(url(), { schema, prefix: "aiflow_" }, log);
+
+    const tables = (await query<{ table_name: string }>(`SELECT table_name FROM information_schema.tables WHERE table_schema = $1`, [schema])).map((r) => r.table_name);
+    expect(tables).not.toContain("aiflow_dag_definition");
+    expect(tables).not.toContain("aiflow_dag_event");
+    expect(await query(`SELECT id, tenant_key, engine_kind, definition_id, body FROM ${t("engine_definition")}`)).toEqual([
+      { id: "01D", tenant_key: "acme", engine_kind: "dag", definition_id: "etl", body: { id: "etl" } },
+    ]);
+    const moved = `SELECT engine_kind, run_id, task_id, kind, work_item_id, status, agent, result, dispatched_at::text, ended_at::text, due_at::text FROM ${t("engine_event")}`;
+    expect(await query(`${moved} ORDER BY id`)).toEqual([
+      { engine_kind: "dag", run_id: "R1", task_id: "T1", kind: "item", work_item_id: "W1", status: "completed", agent: "gpu-1", result: { n: 1 }, dispatched_at: "10", ended_at: "20", due_at: null },
+      { engine_kind: "dag", run_id: "R1", task_id: "T2", kind: "timeout", work_item_id: null, status: null, agent: null, result: null, dispatched_at: null, ended_at: null, due_at: "99" },
+    ]);
+
+    // The one trigger: a DAG attempt's item, a graph step's item, and a producer's own item (no event).
+    await query(`DELETE FROM ${t("engine_event")}`);
+    await query(`INSERT INTO ${t("task")} (id, name, definitionid, runid, createdby, createdon) VALUES ('T3', 'a', 'etl', 'R2', 'u', $1)`, [at]);
+    await query(
+      `INSERT INTO ${t("graph_run")} (id, run_id, definition_id, tenant_key, plan, work_item_id, createdby, createdon) VALUES ('G', 'R3', 'g', 'acme', '{}', 'W3', 'u', $1)`,
+      [at],
+    );
+    const item = (id: string, runId: string, taskId: string) =>
+      query(
+        `INSERT INTO ${t("work_item")} (id, tenant_key, engine_id, engine_kind, status, run_id, task_id, agent_id, dispatched_at, createdby, createdon) VALUES ($1, 'acme', 'e', 'k', 'dispatched', $2, $3, 'gpu-1', 5, 'x', $4)`,
+        [id, runId, taskId, at],
+      );
+    await item("W2", "R2", "T3");
+    await item("W3", "R3", "graph:1");
+    await item("W4", "R4", "own-task");
+    const c = new pg.Client({ connectionString: url() });
+    await c.connect();
+    const heard: string[] = [];
+    try {
+      const { rows } = await c.query<{ channel: string }>(`SELECT 'aiflow_' || substr(encode(sha256(convert_to($1 || '.aiflow_', 'UTF8')), 'hex'), 1, 16) || '_engines' AS channel`, [schema]);
+      await c.query(`LISTEN "${rows[0]!.channel}"`);
+      c.on("notification", (n) => heard.push(n.payload ?? ""));
+      await c.query(`UPDATE ${t("work_item")} SET status = 'completed', completed_at = 7 WHERE id IN ('W2', 'W3', 'W4')`);
+      // A notification sent at that commit reaches this connection before the answer to its next query.
+      await c.query("SELECT 1");
+    } finally {
+      await c.end();
+    }
+    expect(await query(`SELECT engine_kind, run_id, task_id, kind, work_item_id, status, dispatched_at::text, ended_at::text FROM ${t("engine_event")} ORDER BY engine_kind`)).toEqual([
+      { engine_kind: "dag", run_id: "R2", task_id: "T3", kind: "item", work_item_id: "W2", status: "completed", dispatched_at: "5", ended_at: "7" },
+      { engine_kind: "graph", run_id: "R3", task_id: null, kind: "item", work_item_id: "W3", status: "completed", dispatched_at: null, ended_at: null },
+    ]);
+    expect(heard.sort()).toEqual(["R2", "R3"]);
+  });
+
   it("serialises concurrent migrators: each migration is applied exactly once", async () => {
     const schema = fresh("mc");
     const results = await Promise.all(Array.from({ length: 4 }, () => migrate(url(), { schema, prefix: "aiflow_" }, log)));

@@ -122,7 +122,7 @@ describe("cron triggers", () => {
     // A trigger is put only for a stored definition; this one is then removed under it.
     await fx.closers.add(new DagClient(A.address)).dag.putDefinition({ tenantKey: "t", definition: definition([{ name: "tick", wait: true, event: "never" }], { id: "no-such-definition" }) });
     await triggers.put("t", { name: "orphan", type: TriggerType.CRON, action: Action.START, definitionId: "no-such-definition", schedule: "* * * * *" });
-    await fx.db.raw(`DELETE FROM ${fx.db.tables.qualified("dag_definition")} WHERE tenant_key = 't' AND definition_id = 'no-such-definition'`);
+    await fx.db.raw(`DELETE FROM ${fx.db.tables.qualified("engine_definition")} WHERE engine_kind = 'dag' AND tenant_key = 't' AND definition_id = 'no-such-definition'`);
     clock.set(Date.UTC(2027, 3, 1, 0, 2, 30));
     await sweepBoth();
     const fired = await firings("orphan");

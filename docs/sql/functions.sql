@@ -73,17 +73,27 @@ AS $function$
                   (SELECT max(ft.turn) FROM {{schema}}."aiflow_fair_share_turn" ft), 0)
 $function$;
 
--- aiflow_dag_item_ended(): last defined by src/db/migrations/0010_dag_engine.sql
-CREATE OR REPLACE FUNCTION {{schema}}.aiflow_dag_item_ended()
+-- aiflow_engine_item_ended(): last defined by src/db/migrations/0017_one_engine_substrate.sql
+CREATE OR REPLACE FUNCTION {{schema}}.aiflow_engine_item_ended()
  RETURNS trigger
  LANGUAGE plpgsql
 AS $function$
 BEGIN
-  INSERT INTO {{schema}}."aiflow_dag_event" (run_id, task_id, kind, work_item_id, status, agent, result, error, dispatched_at, ended_at)
-  SELECT NEW.run_id, NEW.task_id, 'item', NEW.id, NEW.status, NEW.agent_id, NEW.result, NEW.error, NEW.dispatched_at, NEW.completed_at
-    FROM {{schema}}."aiflow_task" t WHERE t.id = NEW.task_id AND t.runid = NEW.run_id;
+  IF NEW.task_id LIKE 'graph:%' THEN
+    INSERT INTO {{schema}}."aiflow_engine_event" (engine_kind, run_id, work_item_id, status, agent, result, error)
+    SELECT 'graph', NEW.run_id, NEW.id, NEW.status, NEW.agent_id, NEW.result, NEW.error
+      FROM {{schema}}."aiflow_graph_run" g WHERE g.run_id = NEW.run_id AND g.work_item_id = NEW.id;
+  ELSIF NEW.task_id LIKE 'machine:%' THEN
+    INSERT INTO {{schema}}."aiflow_engine_event" (engine_kind, run_id, work_item_id, status, agent, result, error)
+    SELECT 'statemachine', NEW.run_id, NEW.id, NEW.status, NEW.agent_id, NEW.result, NEW.error
+      FROM {{schema}}."aiflow_machine_run" m WHERE m.run_id = NEW.run_id AND m.work_item_id = NEW.id;
+  ELSE
+    INSERT INTO {{schema}}."aiflow_engine_event" (engine_kind, run_id, task_id, work_item_id, status, agent, result, error, dispatched_at, ended_at)
+    SELECT 'dag', NEW.run_id, NEW.task_id, NEW.id, NEW.status, NEW.agent_id, NEW.result, NEW.error, NEW.dispatched_at, NEW.completed_at
+      FROM {{schema}}."aiflow_task" t WHERE t.id = NEW.task_id AND t.runid = NEW.run_id;
+  END IF;
   IF FOUND THEN
-    PERFORM pg_notify({{channel:dag}}, 'e' || NEW.run_id);
+    PERFORM pg_notify({{channel:engines}}, NEW.run_id);
   END IF;
   RETURN NULL;
 END $function$;
@@ -101,27 +111,6 @@ BEGIN
            ORDER BY kl.prefix, length(kl.key) DESC LIMIT 1);
 END
 $function$;
-
--- aiflow_native_item_ended(): last defined by src/db/migrations/0012_graph_and_machine.sql
-CREATE OR REPLACE FUNCTION {{schema}}.aiflow_native_item_ended()
- RETURNS trigger
- LANGUAGE plpgsql
-AS $function$
-BEGIN
-  IF NEW.task_id LIKE 'graph:%' THEN
-    INSERT INTO {{schema}}."aiflow_engine_event" (engine_kind, run_id, work_item_id, status, agent, result, error)
-    SELECT 'graph', NEW.run_id, NEW.id, NEW.status, NEW.agent_id, NEW.result, NEW.error
-      FROM {{schema}}."aiflow_graph_run" g WHERE g.run_id = NEW.run_id AND g.work_item_id = NEW.id;
-  ELSE
-    INSERT INTO {{schema}}."aiflow_engine_event" (engine_kind, run_id, work_item_id, status, agent, result, error)
-    SELECT 'statemachine', NEW.run_id, NEW.id, NEW.status, NEW.agent_id, NEW.result, NEW.error
-      FROM {{schema}}."aiflow_machine_run" m WHERE m.run_id = NEW.run_id AND m.work_item_id = NEW.id;
-  END IF;
-  IF FOUND THEN
-    PERFORM pg_notify({{channel:engines}}, NEW.run_id);
-  END IF;
-  RETURN NULL;
-END $function$;
 
 -- aiflow_place(gidx integer[], gmodel text[], gtotal bigint[], gcap bigint[], gfree bigint[], dmount text[], dfree bigint[], cpu bigint, mem bigint, need jsonb): last defined by src/db/migrations/0008_resources_and_concurrency.sql
 CREATE OR REPLACE FUNCTION {{schema}}.aiflow_place(gidx integer[], gmodel text[], gtotal bigint[], gcap bigint[], gfree bigint[], dmount text[], dfree bigint[], cpu bigint, mem bigint, need jsonb)
@@ -263,8 +252,5 @@ BEGIN
 END
 $function$;
 
--- trigger aiflow_work_item_dag_ended: created by src/db/migrations/0010_dag_engine.sql
-CREATE TRIGGER aiflow_work_item_dag_ended AFTER UPDATE OF status ON {{schema}}.aiflow_work_item FOR EACH ROW WHEN (new.task_id IS NOT NULL AND new.run_id IS NOT NULL AND (new.status = ANY (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text])) AND old.status IS DISTINCT FROM new.status) EXECUTE FUNCTION {{schema}}.aiflow_dag_item_ended();
-
--- trigger aiflow_work_item_native_ended: created by src/db/migrations/0012_graph_and_machine.sql
-CREATE TRIGGER aiflow_work_item_native_ended AFTER UPDATE OF status ON {{schema}}.aiflow_work_item FOR EACH ROW WHEN ((new.task_id ~~ 'graph:%'::text OR new.task_id ~~ 'machine:%'::text) AND new.run_id IS NOT NULL AND (new.status = ANY (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text])) AND old.status IS DISTINCT FROM new.status) EXECUTE FUNCTION {{schema}}.aiflow_native_item_ended();
+-- trigger aiflow_work_item_engine_ended: created by src/db/migrations/0017_one_engine_substrate.sql
+CREATE TRIGGER aiflow_work_item_engine_ended AFTER UPDATE OF status ON {{schema}}.aiflow_work_item FOR EACH ROW WHEN (new.task_id IS NOT NULL AND new.run_id IS NOT NULL AND (new.status = ANY (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text])) AND old.status IS DISTINCT FROM new.status) EXECUTE FUNCTION {{schema}}.aiflow_engine_item_ended();

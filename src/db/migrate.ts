@@ -15,7 +15,7 @@ import { sql, type CommonQueryMethods } from "slonik";
 import { z } from "zod";
 import { withDbErrors } from "./errors.js";
 import type { Logger } from "../log.js";
-import { quoteIdent, TABLES, Tables, type Naming, type TableName } from "./tables.js";
+import { quoteIdent, RETIRED_TABLES, TABLES, Tables, type Naming, type TableName } from "./tables.js";
 
 export interface Migration {
   version: number;
@@ -47,7 +47,7 @@ export function expand(sqlText: string, naming: Naming): string {
     .replace(/\{\{channel:([a-z_]+)\}\}/g, (_, topic: string) => `'${t.channel(topic)}'`)
     .replace(/\{\{(table|name):([a-z0-9_]+)\}\}/g, (_, kind: string, what: string) => {
     if (kind === "name") return t.objectName(what);
-    if (!(TABLES as readonly string[]).includes(what)) throw new Error(`migration names unknown table '${what}'`);
+    if (!([...TABLES, ...RETIRED_TABLES] as readonly string[]).includes(what)) throw new Error(`migration names unknown table '${what}'`);
     return t.qualified(what as TableName);
   });
 }

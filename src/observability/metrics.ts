@@ -62,24 +62,13 @@ export interface QueueEvents {
   streamEnded(how: StreamEnding): void;
 }
 
-/** What changed a DAG run in one transaction (src/engines/dag/engine.ts). */
-export type DagStepKind = "start" | "advance" | "cancel" | "signal" | "resume";
+/** What changed a run in one transaction (src/engines/run-transaction.ts); only a DAG run resumes. */
+export type EngineStepKind = "start" | "advance" | "signal" | "cancel" | "resume";
 
-/** The DAG engine's events, reported after each step commits. */
-export interface DagEvents {
-  /** A step committed: what it was, how long its transaction took, how many events it applied and items it queued. */
-  dagStep(kind: DagStepKind, seconds: number, events: number, queued: number): void;
-  /** A run ended (completed, failed or cancelled) in a step. */
-  dagRunEnded(status: string): void;
-}
-
-/** What changed a graph run or a state machine in one transaction (src/engines/native.ts). */
-export type EngineStepKind = "start" | "advance" | "signal" | "cancel";
-
-/** The graph and state-machine engines' events, reported after each transaction commits. */
+/** The engines' events, reported after each run transaction commits. */
 export interface EngineEvents {
-  /** A transaction of `engine`'s (graph, statemachine) committed: what it was and how long it took. */
-  engineStep(engine: string, kind: EngineStepKind, seconds: number): void;
+  /** A transaction of `engine`'s (dag, graph, statemachine) committed: what it was, how long it took, how many events it applied and items it queued. */
+  engineStep(engine: string, kind: EngineStepKind, seconds: number, events: number, queued: number): void;
   /** A run of `engine` ended in it, as `status` says. */
   engineRunEnded(engine: string, status: string): void;
 }
@@ -137,7 +126,7 @@ function childrenOf(h: Histogram<string>): (...values: string[]) => { observe(v:
   };
 }
 
-export class DaemonMetrics implements QueueEvents, DagEvents, EngineEvents, TriggerEvents, WebhookEvents {
+export class DaemonMetrics implements QueueEvents, EngineEvents, TriggerEvents, WebhookEvents {
   readonly registry = new Registry();
   /** The tenant and engine_kind values of this daemon's series, shared with ./fleet-gauges.ts. */
   readonly labels: MetricLabels;
@@ -185,28 +174,20 @@ export class DaemonMetrics implements QueueEvents, DagEvents, EngineEvents, Trig
     buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
     registers: [this.registry],
   });
-  readonly #dagSteps = new Histogram({
-    name: "aiflow_dag_step_seconds",
-    help: "Seconds a DAG run's step (one transaction under the run's lock) took, by kind: start, advance, cancel, signal, resume",
-    labelNames: ["kind"],
-    buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
-    registers: [this.registry],
-  });
-  readonly #dagEvents = this.#counter("aiflow_dag_events_total", "Events (a node's work item ended, a timeout came due) DAG advances applied");
-  readonly #dagQueued = this.#counter("aiflow_dag_nodes_queued_total", "Node attempts (iterations included) DAG steps queued as work items");
-  readonly #dagEnded = this.#counter("aiflow_dag_runs_ended_total", "DAG runs that ended, by status: completed, failed, cancelled", ["status"]);
   readonly #engineSteps = new Histogram({
     name: "aiflow_engine_step_seconds",
-    help: "Seconds a graph run's or a state machine's transaction (under the run's lock) took, by engine (graph, statemachine) and kind: start, advance, signal, cancel",
+    help: "Seconds a run's transaction (under the run's lock) took, by engine (dag, graph, statemachine) and kind: start, advance, signal, cancel, resume",
     labelNames: ["engine", "kind"],
     buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
     registers: [this.registry],
   });
   readonly #engineEnded = this.#counter(
     "aiflow_engine_runs_ended_total",
-    "Graph runs and state machines that ended, by engine and status (graph: completed, stopped, failed, cancelled; statemachine: terminal, failed, cancelled)",
+    "Runs that ended, by engine and status (dag: completed, failed, cancelled; graph: completed, stopped, failed, cancelled; statemachine: terminal, failed, cancelled)",
     ["engine", "status"],
   );
+  readonly #engineEvents = this.#counter("aiflow_engine_events_total", "Events engine advances applied, by engine (a work item a run waited on ended; a DAG attempt's timeout came due)", ["engine"]);
+  readonly #engineQueued = this.#counter("aiflow_engine_items_queued_total", "Work items run transactions queued, by engine (a DAG fan-out's iterations each count)", ["engine"]);
   readonly #triggerFirings = this.#counter(
     "aiflow_trigger_firings_total",
     "Trigger firings this daemon recorded, by trigger type (webhook, cron) and outcome (started, signalled, refused, failed)",
@@ -304,18 +285,10 @@ export class DaemonMetrics implements QueueEvents, DagEvents, EngineEvents, Trig
     this.#flushSeconds.observe(seconds);
   }
 
-  dagStep(kind: DagStepKind, seconds: number, events: number, queued: number): void {
-    this.#dagSteps.labels(kind).observe(seconds);
-    if (events > 0) this.#dagEvents.inc(events);
-    if (queued > 0) this.#dagQueued.inc(queued);
-  }
-
-  dagRunEnded(status: string): void {
-    this.#dagEnded.labels(status).inc();
-  }
-
-  engineStep(engine: string, kind: EngineStepKind, seconds: number): void {
+  engineStep(engine: string, kind: EngineStepKind, seconds: number, events: number, queued: number): void {
     this.#engineSteps.labels(engine, kind).observe(seconds);
+    if (events > 0) this.#engineEvents.labels(engine).inc(events);
+    if (queued > 0) this.#engineQueued.labels(engine).inc(queued);
   }
 
   engineRunEnded(engine: string, status: string): void {

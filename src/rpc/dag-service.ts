@@ -4,7 +4,6 @@
  * caller reaches is found with createdby = the caller in the statement itself, so another caller's
  * run id reads as NOT_FOUND, the same as one that does not exist.
  */
-import { toJsonString } from "@bufbuild/protobuf";
 import type { ServiceImpl } from "@connectrpc/connect";
 import { DefinitionSchema, RunStatus, type DagOpsService, type DagService } from "@aiflow/wire/gen/aiflow/dag/v1/dag_pb.js";
 import type { Config } from "../config.js";
@@ -14,13 +13,11 @@ import { definitionCalls } from "./definition-calls.js";
 import { planOf } from "../engines/dag/plan.js";
 import { invalidArgument, notFound } from "../domain/errors.js";
 import { assertTenant, callerOf } from "./caller.js";
-import { newId } from "../util/ids.js";
 import { identifier, jsonObject, jsonOrNull, optionalText } from "../domain/input.js";
 import { runToWire, STATUS_FROM_WIRE } from "./dag-messages.js";
 import { pageOf, planFrom, runIdOf, scopeOf, watchRun } from "./run-calls.js";
-import type { Clock } from "../clock.js";
 
-export function dagServiceImpl(d: { engine: DagEngine; definitions: DefinitionReads; config: Config; clock: Clock; draining: AbortSignal }): ServiceImpl<typeof DagService> {
+export function dagServiceImpl(d: { engine: DagEngine; definitions: DefinitionReads; config: Config; draining: AbortSignal }): ServiceImpl<typeof DagService> {
   const { engine, config } = d;
   const viewOf = async (scope: Scope, runId: string, attempts = true) => {
     const v = await engine.view(scope, runId, attempts);
@@ -34,9 +31,7 @@ export function dagServiceImpl(d: { engine: DagEngine; definitions: DefinitionRe
     async putDefinition(req, ctx) {
       const scope = scopeOf(req.tenantKey, ctx);
       if (!req.definition) throw invalidArgument("definition", "is required");
-      const plan = planOf(req.definition, config, false);
-      const created = await engine.runs.putDefinition(scope.tenantKey, plan.definitionId, toJsonString(DefinitionSchema, req.definition), newId(d.clock.nowMs()), scope.by, d.clock.nowMs());
-      return { definitionId: plan.definitionId, created };
+      return engine.putDefinition(scope, req.definition);
     },
 
     async startRun(req, ctx) {

@@ -8,7 +8,7 @@ import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
 import { DefinitionSchema, RunStatus, type GraphService, type RunSchema } from "@aiflow/wire/gen/aiflow/graph/v1/graph_pb.js";
 import type { Config } from "../config.js";
-import type { Scope } from "../engines/native.js";
+import type { Scope } from "../engines/engine.js";
 import { invalidArgument, notFound } from "../domain/errors.js";
 import type { GraphEngine } from "../engines/graph/engine.js";
 import { graphPlanOf } from "../engines/graph/plan.js";

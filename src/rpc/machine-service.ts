@@ -8,7 +8,7 @@ import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
 import { DefinitionSchema, type MachineService, type RunSchema } from "@aiflow/wire/gen/aiflow/machine/v1/machine_pb.js";
 import type { Config } from "../config.js";
-import type { Scope } from "../engines/native.js";
+import type { Scope } from "../engines/engine.js";
 import { invalidArgument, notFound } from "../domain/errors.js";
 import type { MachineEngine } from "../engines/machine/engine.js";
 import { EVENT, machinePlanOf } from "../engines/machine/plan.js";

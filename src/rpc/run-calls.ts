@@ -6,7 +6,7 @@
 import type { HandlerContext } from "@connectrpc/connect";
 import { z } from "zod";
 import { invalidArgument } from "../domain/errors.js";
-import type { Scope } from "../engines/native.js";
+import type { Scope } from "../engines/engine.js";
 import type { RunWatch } from "../engines/run-watch.js";
 import type { RunCursor } from "../store/owned-runs.js";
 import { assertTenant, callerOf } from "./caller.js";

@@ -2,7 +2,7 @@
  * Who may write a run's directory row through RecordRun, and what such a write must satisfy.
  *
  * A run of one of the daemon's own engines (DAEMON_ENGINE_KINDS) is written by that engine only, on
- * the same save as its own state (src/engines/dag/engine.ts, src/engines/native.ts): "one writer, no drift"
+ * the same save as its own state (src/engines/run-transaction.ts): "one writer, no drift"
  * (the entity reference). RecordRun refuses every write to such a run, and every write that claims
  * one of those kinds, whoever the caller: otherwise any engine token could end a live run in the
  * listing (ended_on is first-write-wins) or give it a cause no trigger produced. The daemon's own
@@ -28,13 +28,14 @@
  */
 import type { EngineRunRow, EngineRunStore, RunFacts } from "../store/engine-runs.js";
 import type { FiringRow, TriggerFiringStore } from "../store/trigger-firings.js";
+import { ENGINE_KINDS, ENGINE_SERVICES } from "../domain/engine-kinds.js";
 import { failedPrecondition, invalidArgument } from "../domain/errors.js";
 
 /** The engine kinds the daemon runs itself, each written to the directory by its own engine only. */
-export const DAEMON_ENGINE_KINDS: ReadonlySet<string> = new Set(["dag", "graph", "statemachine"]);
+export const DAEMON_ENGINE_KINDS: ReadonlySet<string> = new Set(ENGINE_KINDS);
 
 /** The service a person uses instead, for each daemon kind. */
-const SERVICE_OF: Record<string, string> = { dag: "DagService", graph: "GraphService", statemachine: "MachineService" };
+const SERVICE_OF: Record<string, string> = ENGINE_SERVICES;
 
 /** 10^18 ns is 2001-09-09: an epoch-ns time below it is a time in another unit, not a real end. */
 export const NS_FLOOR = 1_000_000_000_000_000_000n;

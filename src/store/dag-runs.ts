@@ -1,6 +1,7 @@
 /**
- * SQL for the DAG engine's tables: aiflow_run, aiflow_task, aiflow_checkpoint, the stored
- * definitions and the run events (migration 0010). Every read a caller reaches is scoped to
+ * SQL for the DAG engine's tables: aiflow_run, aiflow_task and aiflow_checkpoint (migration 0010;
+ * its definitions and events are in the engines' shared tables, ./engine-definitions.ts and
+ * ./engine-events.ts). Every read a caller reaches is scoped to
  * createdby = the caller and the run's tenant, in the statement itself. The engine's writes
  * (src/engines/dag/engine.ts) run in one transaction per step of a run, under the run row's lock.
  *
@@ -74,19 +75,6 @@ export interface TaskRow {
   endNs: bigint | null;
 }
 
-const eventRow = z.object({
-  id: z.bigint(),
-  task_id: z.string(),
-  kind: z.enum(["item", "timeout"]),
-  work_item_id: z.string().nullable(),
-  status: z.string().nullable(),
-  agent: z.string().nullable(),
-  result: z.string().nullable(),
-  error: z.string().nullable(),
-  dispatched_at: z.bigint().nullable(),
-  ended_at: z.bigint().nullable(),
-});
-export type RunEvent = z.infer<typeof eventRow>;
 
 export interface NewTask {
   id: string;
@@ -188,55 +176,6 @@ export class DagRunStore {
     return row && toRun(row);
   }
 
-  /**
-   * A run with events due, locked (FOR UPDATE SKIP LOCKED: a run another daemon is advancing is passed
-   * over): among the 64 runs whose due events have waited longest, so that under a backlog no run
-   * waits behind runs that started before it. When another daemon holds them all, that daemon takes
-   * each of them again after its commit (its loop runs until none is due).
-   */
-  async lockDueRun(nowNs: bigint): Promise<RunRow | null> {
-    const run = this.t.id("run");
-    const ev = this.t.id("dag_event");
-    const row = await withDbErrors(() =>
-      this.db.maybeOne(sql.type(runRow)`
-        SELECT ${RUN_COLUMNS} FROM ${run} r
-          JOIN (SELECT run_id, min(id) AS waited FROM ${ev} WHERE COALESCE(due_at, 0) <= ${nowNs.toString()}::int8 GROUP BY run_id ORDER BY waited LIMIT 64) due
-            ON due.run_id = r.id
-         ORDER BY due.waited
-         LIMIT 1
-         FOR UPDATE OF r SKIP LOCKED`),
-    );
-    return row && toRun(row);
-  }
-
-  /** Takes (deletes and returns) a locked run's due events, oldest first: applied in this transaction or not at all. */
-  takeEvents(runId: string, nowNs: bigint): Promise<readonly RunEvent[]> {
-    const ev = this.t.id("dag_event");
-    return withDbErrors(() =>
-      this.db.any(sql.type(eventRow)`
-        DELETE FROM ${ev} WHERE run_id = ${runId} AND COALESCE(due_at, 0) <= ${nowNs.toString()}::int8
-        RETURNING id, task_id, kind, work_item_id, status, agent, result::text AS result, error, dispatched_at, ended_at`),
-    ).then((rows) => [...rows].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0)));
-  }
-
-  /** Timeouts: an event per task, due at its deadline. */
-  async addTimers(runId: string, timers: readonly { taskId: string; dueNs: bigint }[]): Promise<void> {
-    if (timers.length === 0) return;
-    const ev = this.t.id("dag_event");
-    await withDbErrors(() =>
-      this.db.query(sql.unsafe`
-        INSERT INTO ${ev} (run_id, task_id, kind, due_at)
-        SELECT ${runId}, t, 'timeout', d FROM unnest(${sql.array(timers.map((x) => x.taskId), "text")}, ${sql.array(timers.map((x) => x.dueNs.toString()), "int8")}) AS v(t, d)`),
-    );
-  }
-
-  /** Drops the timeouts of attempts that ended. */
-  async dropTimers(runId: string, taskIds: readonly string[]): Promise<void> {
-    if (taskIds.length === 0) return;
-    const ev = this.t.id("dag_event");
-    await withDbErrors(() => this.db.query(sql.unsafe`DELETE FROM ${ev} WHERE run_id = ${runId} AND kind = 'timeout' AND task_id = ANY(${sql.array(taskIds as string[], "text")})`));
-  }
-
   /** A run's plan (its definition as validated at start), or null when there is no such run. */
   async planOf(runId: string): Promise<Plan | null> {
     const run = this.t.id("run");
@@ -247,9 +186,9 @@ export class DagRunStore {
   /**
    * Writes back what a step changed: the context keys and node states it set merged into the
    * stored ones (the plan and the rest stay as stored), the rest of the metadata that may change,
-   * the states and the times. The NOTIFY tells watchers on every daemon at commit.
+   * the states and the times (the run's transaction tells watchers at commit).
    */
-  async saveRun(r: RunRow, changes: RunChanges, by: string, nowMs: number, channel: string): Promise<void> {
+  async saveRun(r: RunRow, changes: RunChanges, by: string, nowMs: number): Promise<void> {
     const run = this.t.id("run");
     const opt = (v: bigint | null) => (v === null ? null : v.toString());
     const rest = { pendingEvents: r.meta.pendingEvents, reason: r.meta.reason ?? null };
@@ -264,11 +203,6 @@ export class DagRunStore {
                updatedby = ${by}, updatedon = ${ts(nowMs)}
          WHERE id = ${r.id}`),
     );
-    await this.notify(channel, `r${r.id}`);
-  }
-
-  async notify(channel: string, payload: string): Promise<void> {
-    await withDbErrors(() => this.db.query(sql.unsafe`SELECT pg_notify(${channel}, ${payload})`));
   }
 
   /**
@@ -379,25 +313,5 @@ export class DagRunStore {
       this.db.any(sql.type(runRow)`SELECT ${RUN_COLUMNS} FROM ${run} WHERE ${sql.join(where, sql.fragment` AND `)} ORDER BY createdon DESC, id DESC LIMIT ${limit}`),
     );
     return rows.map(toRun);
-  }
-
-  /** Stores a definition (protobuf JSON) under its id; true when it is new. */
-  async putDefinition(tenantKey: string, definitionId: string, bodyJson: string, id: string, by: string, nowMs: number): Promise<boolean> {
-    const def = this.t.id("dag_definition");
-    return withDbErrors(() =>
-      this.db.oneFirst(sql.type(z.object({ created: z.boolean() }))`
-        INSERT INTO ${def} AS d (id, tenant_key, definition_id, body, createdby, createdon, updatedby, updatedon)
-        VALUES (${id}, ${tenantKey}, ${definitionId}, ${bodyJson}::jsonb, ${by}, ${ts(nowMs)}, ${by}, ${ts(nowMs)})
-        ON CONFLICT (tenant_key, definition_id) DO UPDATE SET body = EXCLUDED.body, updatedby = EXCLUDED.updatedby, updatedon = EXCLUDED.updatedon
-        RETURNING (xmax = 0) AS created`),
-    );
-  }
-
-  /** A stored definition's protobuf JSON text, or null. */
-  definition(tenantKey: string, definitionId: string): Promise<string | null> {
-    const def = this.t.id("dag_definition");
-    return withDbErrors(() =>
-      this.db.maybeOneFirst(sql.type(z.object({ body: z.string() }))`SELECT body::text AS body FROM ${def} WHERE tenant_key = ${tenantKey} AND definition_id = ${definitionId}`),
-    );
   }
 }

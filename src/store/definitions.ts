@@ -1,9 +1,8 @@
 /**
  * Reads of the definitions each engine stores (GetDefinition, ListDefinitions, and a trigger's
- * check that what it would start exists): DAG definitions in aiflow_dag_definition (migration
- * 0010), graph and state-machine ones in aiflow_engine_definition (0012), each one row per tenant,
- * engine and definition id. The writes stay with their engines (DagRunStore.putDefinition,
- * EngineDefinitionStore.put), which validate what they store.
+ * check that what it would start exists), all in aiflow_engine_definition (migrations 0012 and
+ * 0017), one row per tenant, engine and definition id. The writes stay with their engines
+ * (EngineDefinitionStore.put), which validate what they store.
  *
  * What must stay true: every read names the tenant in its statement, so one tenant never sees
  * another's definitions; a list is in order of definition id, so a page's last id is its cursor.
@@ -12,9 +11,10 @@ import { sql, type CommonQueryMethods } from "slonik";
 import { z } from "zod";
 import { withDbErrors } from "../db/errors.js";
 import type { Tables } from "../db/tables.js";
+import type { EngineKind } from "../domain/engine-kinds.js";
 
 /** An engine that stores definitions, as triggers and the run directory name it. */
-export type DefinitionKind = "dag" | "graph" | "statemachine";
+export type DefinitionKind = EngineKind;
 
 const storedRow = z.object({
   definition_id: z.string(),
@@ -33,9 +33,7 @@ export class DefinitionReads {
 
   /** The table a kind's definitions are in, and the condition that picks the tenant's of that kind. */
   #of(kind: DefinitionKind, tenantKey: string) {
-    return kind === "dag"
-      ? { table: this.t.id("dag_definition"), where: sql.fragment`tenant_key = ${tenantKey}` }
-      : { table: this.t.id("engine_definition"), where: sql.fragment`tenant_key = ${tenantKey} AND engine_kind = ${kind}` };
+    return { table: this.t.id("engine_definition"), where: sql.fragment`tenant_key = ${tenantKey} AND engine_kind = ${kind}` };
   }
 
   /** The tenant's stored definition (its protobuf JSON text) and its record, or null. */

@@ -1,14 +1,14 @@
 /**
- * SQL for the definitions GraphService and MachineService store (aiflow_engine_definition,
- * migration 0012): one row per tenant, engine kind and definition id, replaced by a later put.
+ * SQL for the definitions the engines store (aiflow_engine_definition, migrations 0012 and 0017):
+ * one row per tenant, engine kind and definition id, replaced by a later put. Reads for callers
+ * (GetDefinition, ListDefinitions) are ./definitions.ts's.
  */
 import { sql, type CommonQueryMethods } from "slonik";
 import { z } from "zod";
 import { withDbErrors } from "../db/errors.js";
 import type { Tables } from "../db/tables.js";
 import { ts } from "../db/values.js";
-
-export type NativeKind = "graph" | "statemachine";
+import type { EngineKind } from "../domain/engine-kinds.js";
 
 export class EngineDefinitionStore {
   constructor(
@@ -17,7 +17,7 @@ export class EngineDefinitionStore {
   ) {}
 
   /** Stores a definition (protobuf JSON) under its id; true when it is new. */
-  put(kind: NativeKind, tenantKey: string, definitionId: string, bodyJson: string, id: string, by: string, nowMs: number): Promise<boolean> {
+  put(kind: EngineKind, tenantKey: string, definitionId: string, bodyJson: string, id: string, by: string, nowMs: number): Promise<boolean> {
     const def = this.t.id("engine_definition");
     return withDbErrors(() =>
       this.db.oneFirst(sql.type(z.object({ created: z.boolean() }))`
@@ -29,7 +29,7 @@ export class EngineDefinitionStore {
   }
 
   /** A stored definition's protobuf JSON text, or null. */
-  get(kind: NativeKind, tenantKey: string, definitionId: string): Promise<string | null> {
+  get(kind: EngineKind, tenantKey: string, definitionId: string): Promise<string | null> {
     const def = this.t.id("engine_definition");
     return withDbErrors(() =>
       this.db.maybeOneFirst(

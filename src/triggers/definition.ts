@@ -10,6 +10,7 @@
  */
 import { Cron } from "croner";
 import { msToNs } from "../clock.js";
+import { ENGINE_KINDS, isEngineKind, type EngineKind } from "../domain/engine-kinds.js";
 import { invalidArgument } from "../domain/errors.js";
 import type { TriggerWrite } from "../store/triggers.js";
 
@@ -68,8 +69,8 @@ export function checkTrigger(i: TriggerInput, source: "rpc" | "file", hasStoredS
   if (i.action === "start") {
     write.definitionId = text("definition_id", i.definitionId);
     if (!write.definitionId) throw bad("definition_id", "is required to start a run: name a definition stored with its engine's PutDefinition");
-    if (!["", "dag", "graph", "statemachine"].includes(i.engineKind)) throw bad("engine_kind", `'${i.engineKind.slice(0, 40)}' is not an engine: give dag, graph or statemachine`);
-    write.engineKind = i.engineKind === "" || i.engineKind === "dag" ? null : (i.engineKind as "graph" | "statemachine");
+    if (i.engineKind !== "" && !isEngineKind(i.engineKind)) throw bad("engine_kind", `'${i.engineKind.slice(0, 40)}' is not an engine: give ${ENGINE_KINDS.slice(0, -1).join(", ")} or ${ENGINE_KINDS.at(-1)}`);
+    write.engineKind = i.engineKind === "" || i.engineKind === "dag" ? null : (i.engineKind as Exclude<EngineKind, "dag">);
     for (const [f, v] of [["event", i.event], ["run_id", i.runId], ["run_id_path", i.runIdPath]] as const)
       if (v !== "") throw bad(f, "is for a signal; a start trigger starts a new run");
   } else {

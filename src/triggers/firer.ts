@@ -1,11 +1,11 @@
 /**
- * Fires a trigger: carries out its action (a DAG run started; an event for a DAG run or a state
- * machine, whichever the run directory says the run is) and records the firing in
+ * Fires a trigger: carries out its action (a run of its engine's stored definition started; an
+ * event for a run, to whichever engine the run directory says owns it) and records the firing in
  * aiflow_trigger_firing, once, after the outcome is known.
  *
  * What must stay true:
  * - A firing that starts or moves a run is recorded in that run's own transaction (the engine's
- *   StepHooks), so a run a trigger started always has its firing row, and its directory row names
+ *   RunHooks), so a run a trigger started always has its firing row, and its directory row names
  *   the trigger and the firing (triggered_by, trigger_firing_id). A crash before the commit leaves
  *   neither; after it, both.
  * - A refusal (the action could not be carried out: no such definition, run or event, a bad
@@ -19,13 +19,12 @@
  */
 import type { DatabasePool, DatabaseTransactionConnection } from "slonik";
 import type { Clock } from "../clock.js";
-import type { DagEngine, StepHooks } from "../engines/dag/engine.js";
-import type { GraphEngine } from "../engines/graph/engine.js";
-import type { MachineEngine } from "../engines/machine/engine.js";
-import type { RunHooks } from "../engines/native.js";
+import { isEngineKind } from "../domain/engine-kinds.js";
+import type { RunHooks } from "../engines/engine.js";
+import type { Engines } from "../engines/engines.js";
 import { EngineRunStore } from "../store/engine-runs.js";
 import type { Tables } from "../db/tables.js";
-import { AppError, type ErrorKind } from "../domain/errors.js";
+import { AppError, notFound, type ErrorKind } from "../domain/errors.js";
 import type { Logger } from "../log.js";
 import type { TriggerEvents } from "../observability/metrics.js";
 import { TriggerFiringStore, type FiringInput, type FiringOutcome } from "../store/trigger-firings.js";
@@ -96,7 +95,7 @@ export class Replayed extends FiringRefused {
 
 export class TriggerFirer {
   constructor(
-    private readonly d: { pool: DatabasePool; tables: Tables; engine: DagEngine; graphs: GraphEngine; machines: MachineEngine; clock: Clock; log: Logger; metrics: TriggerEvents },
+    private readonly d: { pool: DatabasePool; tables: Tables; engines: Pick<Engines, "of">; clock: Clock; log: Logger; metrics: TriggerEvents },
   ) {}
 
   /** Carries out the trigger's action and records the firing; see the module's comment. */
@@ -106,7 +105,7 @@ export class TriggerFirer {
     let runId: string | null = t.action === "signal" ? t.run_id : null;
     const recordOn = (tx: DatabaseTransactionConnection, outcome: FiringOutcome, run: string | null, error: string | null) =>
       new TriggerFiringStore(tx, this.d.tables).insert(this.#row(f, outcome, run, error), this.d.clock.nowMs(), by(t.name), firingId);
-    const hooks = (outcome: FiringOutcome): StepHooks => ({
+    const hooks = (outcome: FiringOutcome): RunHooks => ({
       guard: tick ? (tx) => tick.take(tx) : undefined,
       record: async (tx, run) => {
         const deliveries = new TriggerStore(tx, this.d.tables);
@@ -122,24 +121,15 @@ export class TriggerFirer {
       if (t.action === "start") {
         const context = { payload: f.payload, trigger: { name: t.name, firing_id: firingId, fired_on: f.firedOnNs.toString() } };
         const cause = { trigger: t.name, firingId };
-        let started: string;
-        if (t.engine_kind === "graph") {
-          const plan = await this.d.graphs.storedPlan(t.tenant_key, t.definition_id!);
-          started = (await this.d.graphs.startRun(scope, plan, context, cause, native(hooks("started")))).runId;
-        } else if (t.engine_kind === "statemachine") {
-          const plan = await this.d.machines.storedPlan(t.tenant_key, t.definition_id!);
-          started = (await this.d.machines.startRun(scope, plan, context, cause, native(hooks("started")))).runId;
-        } else {
-          const plan = await this.d.engine.storedPlan(t.tenant_key, t.definition_id!);
-          started = (await this.d.engine.startRun(scope, plan, context, null, cause, hooks("started"))).run.id;
-        }
+        const started = await this.d.engines.of(t.engine_kind ?? "dag").startStored(scope, t.definition_id!, context, cause, hooks("started"));
         return this.#done(t, { outcome: "started", firingId, runId: started, error: null });
       }
       runId ??= runIdAt(f.payload, t.run_id_path!);
       const target = runId;
       const owner = await new EngineRunStore(this.d.pool, this.d.tables).get(t.tenant_key, target);
-      if (owner?.engine_kind === "statemachine") await this.d.machines.signal(scope, target, t.event!, f.payload, native(hooks("signalled")));
-      else await this.d.engine.change("signal", scope, target, (s) => s.signal(t.event!, f.payload), hooks("signalled"));
+      // A run no engine of the daemon owns reads as no run (as another caller's does).
+      if (!owner || !isEngineKind(owner.engine_kind)) throw notFound(`tenant '${t.tenant_key}' has no run '${target}' of yours`);
+      await this.d.engines.of(owner.engine_kind).signal(scope, target, t.event!, f.payload, hooks("signalled"));
       return this.#done(t, { outcome: "signalled", firingId, runId: target, error: null });
     } catch (err) {
       if (err instanceof TickTaken || err instanceof Replayed) throw err;
@@ -213,9 +203,6 @@ export class TriggerFirer {
     return r;
   }
 }
-
-/** The DAG engine's step hooks as the graph and state-machine engines take them (on their transaction's connection). */
-const native = (h: StepHooks): RunHooks => ({ guard: h.guard && ((w) => h.guard!(w.tx)), record: h.record && ((w, run) => h.record!(w.tx, run)) });
 
 /** Who wrote a firing row: the trigger, by name. */
 const by = (name: string) => `trigger:${name}`;

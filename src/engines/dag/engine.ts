@@ -1,80 +1,40 @@
 /**
  * The DAG engine: runs of DAG definitions on the work queue (aiflow_run, aiflow_task,
- * aiflow_checkpoint, with the run's aiflow_engine_run row written on the same save).
+ * aiflow_checkpoint), on the engines' one substrate (../engine.ts): every change to a run is one run
+ * transaction (../run-transaction.ts) under the run row's lock — a call's (start, cancel, signal,
+ * resume) or an advance's (../advancer.ts) — driven by a Step (./step.ts). An advance gets all of the
+ * run's due events at once (its nodes' work items ended; timeouts came due, which the Step writes as
+ * events due at the attempt's deadline) and applies them in the transaction that deletes them: a
+ * daemon killed in between loses nothing and doubles nothing.
  *
- * Every change to a run is one transaction under the run row's lock (FOR UPDATE): a call's
- * (start, cancel, signal, resume) or an advance's. An advance takes the run's due events (a node's
- * work item ended: the trigger of migration 0010 wrote the event in the transaction that ended it;
- * or a timeout came due), applies them with a Step (./step.ts) and deletes them, all in that one
- * transaction. So a completion and its event commit together, and an event and its advance commit
- * together: a daemon killed in between loses nothing (the events wait for the next advance, on any
- * daemon) and doubles nothing (an applied event is gone). Daemons lock due runs with SKIP LOCKED,
- * so several advance one database's runs without ever advancing one run twice at once.
- *
- * An advance starts when a daemon hears the trigger's NOTIFY for a run, and on every maintenance
- * tick (timeouts come due by the clock; a notification may be lost with a dropped listener).
- * Watchers hear a NOTIFY of the run's id that every save sends at commit.
- *
- * What a step queues is held to the enqueue quota (../queue/enqueue-quota.ts) before it commits: a
- * call's step is admitted whole or refused (and writes nothing), an advance's is charged.
+ * What is the DAG's own: a daemon keeps the plans of runs it touched lately (a run's plan never
+ * changes, and reading it is most of reading a big run), and writes an audit record of each step
+ * after it commits.
  */
-import { performance } from "node:perf_hooks";
-import type { DatabasePool, DatabaseTransactionConnection } from "slonik";
-import { msToNs, type Clock } from "../../clock.js";
-import type { Config } from "../../config.js";
-import type { AuditLog } from "../../audit.js";
-import type { PgListener } from "../../db/notify.js";
-import type { Tables } from "../../db/tables.js";
+import type { DatabaseTransactionConnection } from "slonik";
+import { fromJson, toJsonString } from "@bufbuild/protobuf";
+import { DefinitionSchema, type Definition } from "@aiflow/wire/gen/aiflow/dag/v1/dag_pb.js";
 import { notFound } from "../../domain/errors.js";
-import type { Logger } from "../../log.js";
-import type { MaintenanceTask } from "../../maintenance.js";
-import type { DagEvents, DagStepKind } from "../../observability/metrics.js";
-import type { WorkQueue } from "../../queue/work-queue.js";
+import type { EngineStepKind } from "../../observability/metrics.js";
 import { DagRunStore, type RunRow, type TaskRow } from "../../store/dag-runs.js";
-import { EngineRunStore } from "../../store/engine-runs.js";
-import type { WorkItemRow, WorkItemStore } from "../../store/work-items.js";
+import { EngineDefinitionStore } from "../../store/engine-definitions.js";
+import { EngineEventStore, type EngineEvent, type RunTable } from "../../store/engine-events.js";
+import type { WorkItemRow } from "../../store/work-items.js";
 import { newId } from "../../util/ids.js";
-import { fromJson } from "@bufbuild/protobuf";
-import { DefinitionSchema } from "@aiflow/wire/gen/aiflow/dag/v1/dag_pb.js";
-import type { NodeRec, RunCause, RunMeta } from "./model.js";
+import type { Cause, Engine, EngineDeps, RunHooks, Scope } from "../engine.js";
+import { inRunTransaction, type RunTx } from "../run-transaction.js";
+import type { RunWatch } from "../run-watch.js";
+import type { NodeRec, RunMeta } from "./model.js";
 import { planOf, type Plan } from "./plan.js";
 import { Step } from "./step.js";
-import { RunWatch } from "../run-watch.js";
-import { KickLoop } from "../../util/kick-loop.js";
-import { enqueueQuota } from "../../queue/enqueue-quota.js";
 
 /** Runs whose plans a daemon keeps in memory. */
 const PLAN_CACHE = 1_000;
 
-export interface EngineDeps {
-  pool: DatabasePool;
-  tables: Tables;
-  config: Config;
-  clock: Clock;
-  log: Logger;
-  queue: WorkQueue;
-  listener: PgListener;
-  audit: AuditLog;
-  /** The queue's statements on a transaction (no prepared statements: they run on the pool's connections). */
-  itemsOn: (db: DatabaseTransactionConnection) => WorkItemStore;
-  metrics: DagEvents;
-}
+/** What holders of the items a step cancels are told. */
+const REVOKED = "its DAG run was cancelled or its node timed out";
 
-/** Whose runs a call may touch: the caller's, in the tenant it names. */
-export interface Scope {
-  by: string;
-  tenantKey: string;
-}
-
-/**
- * What a caller other than DagService adds to a step's transaction (the trigger firings): `guard`
- * runs first, under the run's lock for a change (before it for a start), and may throw to write
- * nothing; `record` runs after the run and its directory row are saved, before the commit.
- */
-export interface StepHooks {
-  guard?: (tx: DatabaseTransactionConnection) => Promise<void>;
-  record?: (tx: DatabaseTransactionConnection, run: { id: string }) => Promise<void>;
-}
+export type { Scope };
 
 /** A run as GetRun shows it: its row, its attempts and its live work items' state. */
 export interface RunView {
@@ -83,80 +43,44 @@ export interface RunView {
   items: ReadonlyMap<string, WorkItemRow>;
 }
 
-export class DagEngine {
-  readonly channel: string;
+export class DagEngine implements Engine {
+  readonly kind = "dag";
+  readonly runTable: RunTable = { table: "run", key: "id" };
   readonly runs: DagRunStore;
-  readonly #watches: RunWatch;
-  readonly #advances: KickLoop;
+  readonly #defs: EngineDefinitionStore;
   /** Plans of runs this daemon touched lately, by run id: a run's plan never changes, and reading it is most of reading a big run. */
   readonly #plans = new Map<string, Plan>();
-  #unlisten: (() => void) | undefined;
 
-  constructor(private readonly d: EngineDeps) {
-    this.channel = d.tables.channel("dag");
+  constructor(
+    private readonly d: EngineDeps,
+    /** Its runs' watchers (WatchRun). */
+    readonly watches: RunWatch,
+  ) {
     this.runs = new DagRunStore(d.pool, d.tables);
-    this.#watches = new RunWatch(d, "dag");
-    this.#advances = new KickLoop(
-      () => this.advanceDue(),
-      (err) => this.d.log.warn({ err }, "advancing DAG runs failed; the next notification or sweep tries again"),
-    );
+    this.#defs = new EngineDefinitionStore(d.pool, d.tables);
   }
 
-  async start(): Promise<void> {
-    this.#unlisten = await this.d.listener.on(this.channel, (payload) => {
-      if (payload.startsWith("e")) this.kick();
-    });
-    await this.#watches.start();
-    this.d.listener.onReconnect(() => this.kick());
-    this.kick();
-  }
-
-  async stop(): Promise<void> {
-    this.#unlisten?.();
-    await this.#watches.stop();
-    await this.#advances.stop();
-  }
-
-  /** Advances every run with due events, once now and again if kicked meanwhile. */
-  kick(): void {
-    this.#advances.kick();
-  }
-
-  /** The sweep: due timeouts, and events whose notification was lost. */
-  task(): MaintenanceTask {
-    return { name: "dag-advance", run: () => this.advanceDue() };
-  }
-
-  /** Advances runs with due events until none is left that another daemon is not advancing; returns how many steps it took. */
-  async advanceDue(): Promise<number> {
-    let steps = 0;
-    for (;;) {
-      const nowMs = this.d.clock.nowMs();
-      const began = performance.now();
-      let applied = 0;
-      const step = await this.d.pool.transaction(async (tx) => {
-        const runs = new DagRunStore(tx, this.d.tables);
-        const run = await this.#withPlan(runs, await runs.lockDueRun(msToNs(nowMs)));
-        if (!run) return null;
-        const events = await runs.takeEvents(run.id, msToNs(nowMs));
-        applied = events.length;
-        const s = this.#step(tx, run, `dag:${this.d.config.instanceId}`, nowMs, false);
-        await s.apply(events);
-        enqueueQuota(this.d.queue).charge(run.meta.tenantKey, s.enqueued.length);
-        await this.#save(tx, s, nowMs);
-        return s;
-      });
-      if (!step) return steps;
-      steps++;
-      await this.#after(step, "update", "advance", began, applied);
-    }
+  /** Checks and stores a definition under its id (replacing the tenant's of that id). */
+  async putDefinition(scope: Scope, def: Definition): Promise<{ definitionId: string; created: boolean }> {
+    const plan = planOf(def, this.d.config, false);
+    const nowMs = this.d.clock.nowMs();
+    const created = await this.#defs.put("dag", scope.tenantKey, plan.definitionId, toJsonString(DefinitionSchema, def), newId(nowMs), scope.by, nowMs);
+    return { definitionId: plan.definitionId, created };
   }
 
   /** The tenant's stored definition `definitionId`, planned; NOT_FOUND when there is none. */
   async storedPlan(tenantKey: string, definitionId: string): Promise<Plan> {
-    const body = await this.runs.definition(tenantKey, definitionId);
+    const body = await this.#defs.get("dag", tenantKey, definitionId);
     if (body === null) throw notFound(`tenant '${tenantKey}' has no stored definition '${definitionId}' (store one with PutDefinition)`);
     return planOf(fromJson(DefinitionSchema, JSON.parse(body)), this.d.config, false);
+  }
+
+  async startStored(scope: Scope, definitionId: string, context: Record<string, unknown>, cause: Cause, hooks: RunHooks): Promise<string> {
+    return (await this.startRun(scope, await this.storedPlan(scope.tenantKey, definitionId), context, null, cause, hooks)).run.id;
+  }
+
+  async signal(scope: Scope, runId: string, event: string, payload: unknown, hooks: RunHooks): Promise<void> {
+    await this.change("signal", scope, runId, (s) => s.signal(event, payload), hooks);
   }
 
   /** Starts a run (or finds the caller's run of the idempotency key); `cause` names the trigger firing that started it. */
@@ -165,66 +89,63 @@ export class DagEngine {
     plan: Plan,
     context: Record<string, unknown>,
     idempotencyKey: string | null,
-    cause?: RunCause,
-    hooks: StepHooks = {},
+    cause?: Cause,
+    hooks: RunHooks = {},
   ): Promise<{ run: RunRow; existing: boolean }> {
-    const nowMs = this.d.clock.nowMs();
-    const id = newId(nowMs);
-    const nodes: Record<string, NodeRec> = Object.fromEntries(plan.nodes.map((n) => [n.name, { s: "pending", a: 0 } satisfies NodeRec]));
-    const meta: RunMeta = {
-      tenantKey: scope.tenantKey,
-      plan,
-      nodes,
-      affinityKey: plan.affinity === "run" ? `run:${id}` : null,
-      pendingEvents: {},
-      workers: {},
-      ...(idempotencyKey ? { idempotencyKey } : {}),
-      ...(cause ? { cause } : {}),
-    };
-    const nowNs = msToNs(nowMs);
-    const states = [{ state: "running" as const, at: nowNs.toString(), by: scope.by }];
-    const began = performance.now();
-    const step = await this.d.pool.transaction(async (tx) => {
-      await hooks.guard?.(tx);
-      const runs = new DagRunStore(tx, this.d.tables);
-      const inserted = await runs.insertRun({ id, definitionId: plan.definitionId, context, meta, states, startNs: nowNs, by: scope.by, nowMs });
+    const started = await inRunTransaction(this.d, { engine: "dag", kind: "start", counted: (run: RunRow | null) => run !== null }, REVOKED, async (w) => {
+      await hooks.guard?.(w.tx);
+      const id = newId(w.nowMs);
+      const nodes: Record<string, NodeRec> = Object.fromEntries(plan.nodes.map((n) => [n.name, { s: "pending", a: 0 } satisfies NodeRec]));
+      const meta: RunMeta = {
+        tenantKey: scope.tenantKey,
+        plan,
+        nodes,
+        affinityKey: plan.affinity === "run" ? `run:${id}` : null,
+        pendingEvents: {},
+        workers: {},
+        ...(idempotencyKey ? { idempotencyKey } : {}),
+        ...(cause ? { cause } : {}),
+      };
+      const states = [{ state: "running" as const, at: w.nowNs.toString(), by: scope.by }];
+      const runs = new DagRunStore(w.tx, this.d.tables);
+      const inserted = await runs.insertRun({ id, definitionId: plan.definitionId, context, meta, states, startNs: w.nowNs, by: scope.by, nowMs: w.nowMs });
       if (!inserted) return null;
       this.#keepPlan(id, plan);
       const run = (await this.#withPlan(runs, await runs.get(id, null, true)))!;
-      const s = this.#step(tx, run, scope.by, nowMs, true);
+      const s = this.#step(w, run, scope.by, true);
       await s.start();
-      enqueueQuota(this.d.queue).admit(scope.tenantKey, s.enqueued.length, "the run's start");
-      await this.#save(tx, s, nowMs);
-      await hooks.record?.(tx, s.run);
-      return s;
+      await this.#save(w, s, "create");
+      await hooks.record?.(w.tx, s.run);
+      return s.run;
     });
-    if (!step) {
-      const existing = await this.#withPlan(this.runs, await this.runs.byIdempotencyKey(scope.by, scope.tenantKey, idempotencyKey!));
-      if (!existing) throw new Error(`run idempotency key '${idempotencyKey}' of ${scope.by} conflicted but its run is not there`);
-      return { run: existing, existing: true };
-    }
-    await this.#after(step, "create", "start", began, 0);
-    return { run: step.run, existing: false };
+    if (started) return { run: started, existing: false };
+    const existing = await this.#withPlan(this.runs, await this.runs.byIdempotencyKey(scope.by, scope.tenantKey, idempotencyKey!));
+    if (!existing) throw new Error(`run idempotency key '${idempotencyKey}' of ${scope.by} conflicted but its run is not there`);
+    return { run: existing, existing: true };
   }
 
   /** A call's step (`kind`) on one of the caller's runs (NOT_FOUND for anyone else's): cancel, signal, resume. */
-  async change<T>(kind: DagStepKind, scope: Scope, runId: string, fn: (s: Step) => Promise<T>, hooks: StepHooks = {}): Promise<{ run: RunRow; value: T }> {
-    const nowMs = this.d.clock.nowMs();
-    const began = performance.now();
-    const out = await this.d.pool.transaction(async (tx) => {
-      const runs = new DagRunStore(tx, this.d.tables);
+  change<T>(kind: EngineStepKind, scope: Scope, runId: string, fn: (s: Step) => Promise<T>, hooks: RunHooks = {}): Promise<{ run: RunRow; value: T }> {
+    return inRunTransaction(this.d, { engine: "dag", kind }, REVOKED, async (w) => {
+      const runs = new DagRunStore(w.tx, this.d.tables);
       const run = await this.#withPlan(runs, await runs.get(runId, scope, true));
       if (!run) throw notFound(`tenant '${scope.tenantKey}' has no run '${runId}' of yours`);
-      await hooks.guard?.(tx);
-      const s = this.#step(tx, run, scope.by, nowMs, true);
+      await hooks.guard?.(w.tx);
+      const s = this.#step(w, run, scope.by, true);
       const value = await fn(s);
-      enqueueQuota(this.d.queue).admit(scope.tenantKey, s.enqueued.length, `the run's ${kind}`);
-      await this.#save(tx, s, nowMs);
-      await hooks.record?.(tx, s.run);
-      return { s, value };
+      await this.#save(w, s, "update");
+      await hooks.record?.(w.tx, s.run);
+      return { run: s.run, value };
     });
-    await this.#after(out.s, "update", kind, began, 0);
-    return { run: out.s.run, value: out.value };
+  }
+
+  /** An advance's step: the run is locked (../advancer.ts), its due events taken. */
+  async advance(w: RunTx, runId: string, events: readonly EngineEvent[]): Promise<void> {
+    const runs = new DagRunStore(w.tx, this.d.tables);
+    const run = (await this.#withPlan(runs, await runs.get(runId, null)))!;
+    const s = this.#step(w, run, `dag:${this.d.config.instanceId}`, false);
+    await s.apply(events);
+    await this.#save(w, s, "update");
   }
 
   /**
@@ -244,7 +165,7 @@ export class DagEngine {
    * called. A change missed while the listener reconnected is reported as a change.
    */
   watch(runId: string, onChange: () => void): () => void {
-    return this.#watches.watch(runId, onChange);
+    return this.watches.watch(runId, onChange);
   }
 
   /** The run with its plan, from the cache or read once. */
@@ -266,44 +187,47 @@ export class DagEngine {
     if (this.#plans.size > PLAN_CACHE) this.#plans.delete(this.#plans.keys().next().value!);
   }
 
-  #step(tx: DatabaseTransactionConnection, run: RunRow, by: string, nowMs: number, call: boolean): Step {
+  #step(w: RunTx, run: RunRow, by: string, call: boolean): Step {
     const { config } = this.d;
-    return new Step(run, { runs: new DagRunStore(tx, this.d.tables), items: this.d.itemsOn(tx), limits: config, instanceId: config.instanceId, nowMs, by, call });
+    const tx: DatabaseTransactionConnection = w.tx;
+    return new Step(run, {
+      runs: new DagRunStore(tx, this.d.tables),
+      events: new EngineEventStore(tx, this.d.tables),
+      items: this.d.itemsOn(tx),
+      limits: config,
+      instanceId: config.instanceId,
+      nowMs: w.nowMs,
+      by,
+      call,
+      out: w,
+    });
   }
 
-  /** The step's writes, the run row and its directory row: one save. */
-  async #save(tx: DatabaseTransactionConnection, s: Step, nowMs: number): Promise<void> {
+  /** The step's writes, the run row and its directory row: one save; the audit records after the commit. */
+  async #save(w: RunTx, s: Step, action: "create" | "update"): Promise<void> {
     await s.flush();
-    const runs = new DagRunStore(tx, this.d.tables);
-    await runs.saveRun(s.run, s.changes(), s.run.createdBy, nowMs, this.channel);
-    const directory = new EngineRunStore(tx, this.d.tables);
-    if (s.reopened) await directory.reopen(s.run.meta.tenantKey, s.run.id, s.run.createdBy, nowMs);
-    await directory.recordOwn(
-      {
-        tenantKey: s.run.meta.tenantKey,
-        runId: s.run.id,
-        engineKind: "dag",
-        definitionId: s.run.definitionId,
-        parentRunId: null,
-        triggeredBy: s.run.meta.cause?.trigger ?? null,
-        triggerFiringId: s.run.meta.cause?.firingId ?? null,
-        endedOn: s.status === "running" ? null : s.run.endNs,
-      },
-      nowMs,
-      s.run.createdBy,
-    );
-    await s.enqueue();
-  }
-
-  /** After commit: claims woken for the new items, holders of cancelled ones told, the audit written. */
-  async #after(s: Step, action: "create" | "update", kind: DagStepKind, began: number, events: number): Promise<void> {
-    const { queue, audit, metrics } = this.d;
-    metrics.dagStep(kind, (performance.now() - began) / 1000, events, s.enqueued.length);
-    if (s.ended) metrics.dagRunEnded(s.status);
-    await queue.announce(s.enqueued, s.revoked, "its DAG run was cancelled or its node timed out");
-    const at = this.d.clock.nowMs();
-    audit.record({ table: "run", action, ids: [s.run.id], fields: ["context", "metadata", "states", "starttime", "endtime", "duration"], by: s.run.createdBy, at });
-    audit.record({ table: "task", action: "create", ids: s.createdTasks, fields: ["name", "definitionid", "runid", "metadata", "states", "starttime"], by: s.run.createdBy, at });
-    audit.record({ table: "task", action: "update", ids: s.endedTasks, fields: ["workerid", "context", "states", "endtime", "duration"], by: s.run.createdBy, at });
+    await new DagRunStore(w.tx, this.d.tables).saveRun(s.run, s.changes(), s.run.createdBy, w.nowMs);
+    const ended = s.status !== "running";
+    await w.record("dag", {
+      tenantKey: s.run.meta.tenantKey,
+      runId: s.run.id,
+      definitionId: s.run.definitionId,
+      by: s.run.createdBy,
+      ended,
+      endNs: s.run.endNs,
+      reopened: s.reopened,
+      cause: s.run.meta.cause,
+    });
+    if (s.ended) w.ended = s.status;
+    const { audit, clock } = this.d;
+    const run = s.run.id;
+    const by = s.run.createdBy;
+    const [created, endedTasks] = [s.createdTasks, s.endedTasks];
+    w.afterCommit(() => {
+      const at = clock.nowMs();
+      audit.record({ table: "run", action, ids: [run], fields: ["context", "metadata", "states", "starttime", "endtime", "duration"], by, at });
+      audit.record({ table: "task", action: "create", ids: created, fields: ["name", "definitionid", "runid", "metadata", "states", "starttime"], by, at });
+      audit.record({ table: "task", action: "update", ids: endedTasks, fields: ["workerid", "context", "states", "endtime", "duration"], by, at });
+    });
   }
 }

@@ -5,6 +5,7 @@
  * numbers would lose digits past 2^53).
  */
 import type { Plan } from "./plan.js";
+import type { Cause } from "../deps.js";
 
 export type RunStatus = "running" | "completed" | "failed" | "cancelled";
 export type NodeStatus = "pending" | "running" | "waiting" | "completed" | "failed" | "skipped" | "cancelled";
@@ -44,14 +45,9 @@ export interface RunMeta {
   /** The agent that ran each node's latest finished attempt (worker assignments). */
   workers: Record<string, string>;
   /** The trigger firing that started the run (its directory row's triggered_by and trigger_firing_id). */
-  cause?: RunCause;
+  cause?: Cause;
 }
 
-/** What caused a run: a trigger, by name, and which of its firings. */
-export interface RunCause {
-  trigger: string;
-  firingId: string;
-}
 
 export interface RunStateEntry {
   state: RunStatus;

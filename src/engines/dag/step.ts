@@ -20,7 +20,8 @@ import { msToNs } from "../../clock.js";
 import { AppError, failedPrecondition, invalidArgument, resourceExhausted } from "../../domain/errors.js";
 import { newId } from "../../util/ids.js";
 import type { EnqueueRow, Requeued, WorkItemStore } from "../../store/work-items.js";
-import type { DagRunStore, NewTask, RunChanges, RunEvent, RunRow, TaskEnd } from "../../store/dag-runs.js";
+import type { DagRunStore, NewTask, RunChanges, RunRow, TaskEnd } from "../../store/dag-runs.js";
+import type { EngineEvent, EngineEventStore } from "../../store/engine-events.js";
 import { NODE_DONE, TASK_ENDED, taskName, type NodeRec, type RunStatus, type TaskMeta, type TaskState, type TaskStateEntry } from "./model.js";
 import { FanOutProgress } from "./fan-out-progress.js";
 import { itemOf, type PlanLimits, type PlanNode } from "./plan.js";
@@ -29,6 +30,8 @@ import { parsePath, render, resolve } from "./template.js";
 
 export interface StepDeps {
   runs: DagRunStore;
+  /** Its attempts' timeouts. */
+  events: EngineEventStore;
   items: WorkItemStore;
   limits: PlanLimits & { dagMaxFanOut: number; maxItemsPerCall: number };
   /** A caller's step (start, signal, resume), refused whole when a fan-out is wider than one call may queue; an advance's fails the node instead. */
@@ -37,13 +40,17 @@ export interface StepDeps {
   nowMs: number;
   /** Who writes: the caller for a call's step, the engine for an advance. */
   by: string;
+  /** The run transaction's items: those the step queues (inserted last, announced after commit) and cancels (holders told after commit). */
+  out: { enqueued: EnqueueRow[]; revoked: Requeued[] };
 }
 
 export class Step {
-  /** Work items to insert (flush) and to announce (after commit). */
-  readonly enqueued: EnqueueRow[] = [];
-  /** Items cancelled by this step, whose holders are told after commit. */
-  readonly revoked: Requeued[] = [];
+  get enqueued(): EnqueueRow[] {
+    return this.d.out.enqueued;
+  }
+  get revoked(): Requeued[] {
+    return this.d.out.revoked;
+  }
   readonly createdTasks: string[] = [];
   readonly endedTasks: string[] = [];
   readonly #newTasks: NewTask[] = [];
@@ -95,10 +102,10 @@ export class Step {
   // ---- events ---------------------------------------------------------------------------------
 
   /** Applies a run's events in order: each ends the attempt it names, once. */
-  async apply(events: readonly RunEvent[]): Promise<void> {
-    const tasks = new Map((await this.d.runs.tasksByIds([...new Set(events.map((e) => e.task_id))])).map((t) => [t.id, t]));
+  async apply(events: readonly EngineEvent[]): Promise<void> {
+    const tasks = new Map((await this.d.runs.tasksByIds([...new Set(events.flatMap((e) => (e.task_id === null ? [] : [e.task_id])))])).map((t) => [t.id, t]));
     for (const e of events) {
-      const t = tasks.get(e.task_id);
+      const t = e.task_id === null ? undefined : tasks.get(e.task_id);
       if (!t || this.#ended.has(t.id) || TASK_ENDED.has(t.states.at(-1)!.state)) continue;
       if (e.kind === "timeout") {
         const node = this.#nodes.get(t.meta.node)!;
@@ -386,23 +393,14 @@ export class Step {
     this.#ends = [];
   }
 
-  /**
-   * Inserts the step's work items: the last statement of the step's transaction. The insert takes
-   * its tenant's fair-share row (stamp_turns) until commit, so every advance of the tenant's runs
-   * waits for that row; written last, it is held for the commit alone, not for the step's writes.
-   */
-  async enqueue(): Promise<void> {
-    if (this.enqueued.length > 0) await this.d.items.enqueueRows(this.enqueued);
-  }
-
-  /** Writes the step but its items (the run row itself is the engine's to save, with the directory; `enqueue` goes last). */
+  /** Writes the step but its items (the run row itself is the engine's to save, with the directory; the run transaction inserts the items last). */
   async flush(): Promise<void> {
     await this.#progress.load();
     await this.#writeEnds();
     await this.d.runs.saveCheckpoints(this.run.id, this.run.definitionId, this.#progress.writes(), this.#nowNs, this.run.createdBy, this.d.by, this.d.nowMs, () => newId(this.d.nowMs));
     // Timeouts of attempts that ended need not come due (each would cost an advance that changes nothing).
-    await this.d.runs.dropTimers(this.run.id, this.endedTasks);
-    await this.d.runs.addTimers(this.run.id, this.#timers);
+    await this.d.events.dropTimers("dag", this.run.id, this.endedTasks);
+    await this.d.events.addTimers("dag", this.run.id, this.#timers);
     if (this.#cancelIds.length > 0)
       this.revoked.push(...(await this.d.items.cancel(this.run.meta.tenantKey, { ids: this.#cancelIds, runId: null, parentIds: [] }, "the node timed out", this.d.nowMs, this.d.by)));
   }

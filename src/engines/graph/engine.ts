@@ -3,7 +3,7 @@
  * aiflow_engine_run row written on the same save). A graph may cycle, so a run is a position and a
  * bound: each step runs the current node as a work item; when it ends, the node's result goes to the
  * run's state under its name and the first of the node's edges whose condition holds picks the next
- * node. Transactions, events and the advance are ../native.ts's.
+ * node. Its transactions and its advances are the substrate's (../engine.ts).
  *
  * What must stay true:
  * - One work item at a time: a run waits on one item (work_item_id), and only that item's end moves
@@ -17,41 +17,40 @@ import { DefinitionSchema } from "@aiflow/wire/gen/aiflow/graph/v1/graph_pb.js";
 import { AppError, failedPrecondition, notFound } from "../../domain/errors.js";
 import { render } from "../dag/template.js";
 import { EngineDefinitionStore } from "../../store/engine-definitions.js";
-import type { ItemEnded } from "../../store/engine-events.js";
+import { resultOf, type EngineEvent, type RunTable } from "../../store/engine-events.js";
 import { GraphRunStore, type GraphRunRow } from "../../store/graph-runs.js";
 import { newId } from "../../util/ids.js";
 import { holds, parseCondition } from "../condition.js";
 import { itemFor } from "../definition-parts.js";
-import { RunWatch } from "../run-watch.js";
+import type { RunWatch } from "../run-watch.js";
 import { keepLatest } from "../run-history.js";
-import { Advancer, TOPIC, inRunTransaction, resultOf, type Cause, type NativeDeps, type RunHooks, type Scope, type Writes } from "../native.js";
+import type { Cause, Engine, EngineDeps, RunHooks, Scope } from "../engine.js";
+import { inRunTransaction, type RunTx } from "../run-transaction.js";
 import { EDGE_ROOTS, graphPlanOf, type GraphPlan } from "./plan.js";
 
-export class GraphEngine {
+export class GraphEngine implements Engine {
+  readonly kind = "graph";
+  readonly runTable: RunTable = { table: "graph_run", key: "run_id" };
   readonly runs: GraphRunStore;
   readonly #defs: EngineDefinitionStore;
-  readonly #advancer: Advancer;
 
-  constructor(private readonly d: NativeDeps) {
+  constructor(
+    private readonly d: EngineDeps,
+    /** Its runs' watchers (WatchRun). */
+    readonly watches: RunWatch,
+  ) {
     this.runs = new GraphRunStore(d.pool, d.tables);
     this.#defs = new EngineDefinitionStore(d.pool, d.tables);
-    this.watches = new RunWatch(d, TOPIC);
-    this.#advancer = new Advancer("graph", d, (w, runId, events) => this.#advance(w, runId, events));
   }
 
-  /** Its runs' watchers (WatchRun). */
-  readonly watches: RunWatch;
+  async startStored(scope: Scope, definitionId: string, context: Record<string, unknown>, cause: Cause, hooks: RunHooks): Promise<string> {
+    return (await this.startRun(scope, await this.storedPlan(scope.tenantKey, definitionId), context, cause, hooks)).runId;
+  }
 
-  start = async () => {
-    await this.#advancer.start();
-    await this.watches.start();
-  };
-  stop = async () => {
-    await this.#advancer.stop();
-    await this.watches.stop();
-  };
-  task = () => this.#advancer.task();
-  advanceDue = () => this.#advancer.advanceDue();
+  /** A graph run takes no events: it moves on its steps' work items alone. */
+  async signal(_scope: Scope, runId: string): Promise<never> {
+    throw failedPrecondition(`run '${runId}' is a graph run, and graph runs take no events: signal a DAG run's wait node or a state machine`);
+  }
 
   async putDefinition(scope: Scope, def: Parameters<typeof graphPlanOf>[0]): Promise<{ definitionId: string; created: boolean }> {
     const plan = graphPlanOf(def, this.d.config, false);
@@ -70,7 +69,7 @@ export class GraphEngine {
   /** Starts a run at the plan's start node; `cause` names the trigger firing that started it. */
   startRun(scope: Scope, plan: GraphPlan, state: Record<string, unknown>, cause?: Cause, hooks: RunHooks = {}): Promise<GraphRunRow> {
     return inRunTransaction(this.d, { engine: "graph", kind: "start" }, "its graph run was cancelled", async (w) => {
-      await hooks.guard?.(w);
+      await hooks.guard?.(w.tx);
       const nowMs = w.nowMs;
       const run: GraphRunRow = {
         id: newId(nowMs),
@@ -96,7 +95,7 @@ export class GraphEngine {
       if (run.status !== "running") w.ended = run.status;
       await new GraphRunStore(w.tx, this.d.tables).insert(run, nowMs);
       await this.#record(w, run, cause);
-      await hooks.record?.(w, { id: run.runId });
+      await hooks.record?.(w.tx, { id: run.runId });
       return run;
     });
   }
@@ -121,7 +120,8 @@ export class GraphEngine {
     return this.runs.get(runId, scope);
   }
 
-  async #advance(w: Writes, runId: string, events: readonly ItemEnded[]): Promise<void> {
+  /** An advance: the run is locked (../advancer.ts), its events taken. */
+  async advance(w: RunTx, runId: string, events: readonly EngineEvent[]): Promise<void> {
     const run = (await new GraphRunStore(w.tx, this.d.tables).get(runId, null, true))!;
     const before = run.status;
     for (const e of events) {
@@ -135,7 +135,7 @@ export class GraphEngine {
   }
 
   /** The current node completed with `result`: the first edge whose condition holds picks the next node. */
-  #next(run: GraphRunRow, result: unknown, w: Writes): void {
+  #next(run: GraphRunRow, result: unknown, w: RunTx): void {
     const from = run.task;
     run.state[from] = result;
     const scope = { result, state: run.state, steps: run.steps, visits: run.runCounts };
@@ -154,7 +154,7 @@ export class GraphEngine {
   }
 
   /** Runs `name` as the run's next step: its work item, the step counted. */
-  #run(run: GraphRunRow, name: string, w: Writes): void {
+  #run(run: GraphRunRow, name: string, w: RunTx): void {
     const node = run.plan.nodes.find((n) => n.name === name)!;
     const work = node.work!;
     const payload = work.payload === null ? null : JSON.stringify(render(work.payload, { context: run.state, run_id: run.runId }));
@@ -180,14 +180,14 @@ export class GraphEngine {
     run.workItemId = null;
   }
 
-  /** Writes the run and its directory row; `before` is its status when the transaction began. */
-  async #save(w: Writes, run: GraphRunRow, by: string, before: GraphRunRow["status"]): Promise<void> {
+  /** RunTx the run and its directory row; `before` is its status when the transaction began. */
+  async #save(w: RunTx, run: GraphRunRow, by: string, before: GraphRunRow["status"]): Promise<void> {
     if (before === "running" && run.status !== "running") w.ended = run.status;
     await new GraphRunStore(w.tx, this.d.tables).save(run, by, w.nowMs);
     await this.#record(w, run);
   }
 
-  #record(w: Writes, run: GraphRunRow, cause?: Cause): Promise<void> {
+  #record(w: RunTx, run: GraphRunRow, cause?: Cause): Promise<void> {
     return w.record("graph", { tenantKey: run.tenantKey, runId: run.runId, definitionId: run.definitionId, by: run.createdBy, ended: run.status !== "running", cause });
   }
 }

@@ -2,8 +2,8 @@
  * The state-machine engine (aiflow_machine_run, with the run's aiflow_engine_run row written on the
  * same save). A machine rests in a state until an event moves it along a transition whose guard
  * holds; a transition with an action runs it on an agent first (the machine is suspended meanwhile)
- * and moves when the action's work item completes. Transactions, events and the advance are
- * ../native.ts's.
+ * and moves when the action's work item completes. Its transactions and its advances are the
+ * substrate's (../engine.ts).
  *
  * What must stay true:
  * - Events for one machine apply one at a time, in the order their transactions took the run row's
@@ -19,14 +19,15 @@ import { DefinitionSchema } from "@aiflow/wire/gen/aiflow/machine/v1/machine_pb.
 import { AppError, failedPrecondition, invalidArgument, notFound } from "../../domain/errors.js";
 import { render } from "../dag/template.js";
 import { EngineDefinitionStore } from "../../store/engine-definitions.js";
-import type { ItemEnded } from "../../store/engine-events.js";
+import { resultOf, type EngineEvent, type RunTable } from "../../store/engine-events.js";
 import { MachineRunStore, type MachineRunRow } from "../../store/machine-runs.js";
 import { newId } from "../../util/ids.js";
 import { holds, parseCondition } from "../condition.js";
 import { itemFor } from "../definition-parts.js";
-import { RunWatch } from "../run-watch.js";
+import type { RunWatch } from "../run-watch.js";
 import { keepLatest } from "../run-history.js";
-import { Advancer, TOPIC, inRunTransaction, resultOf, type Cause, type NativeDeps, type RunHooks, type Scope, type Writes } from "../native.js";
+import type { Cause, Engine, EngineDeps, RunHooks, Scope } from "../engine.js";
+import { inRunTransaction, type RunTx } from "../run-transaction.js";
 import { GUARD_ROOTS, machinePlanOf, type MachinePlan } from "./plan.js";
 
 export interface Signalled {
@@ -35,31 +36,24 @@ export interface Signalled {
   actionStarted: boolean;
 }
 
-export class MachineEngine {
+export class MachineEngine implements Engine {
+  readonly kind = "statemachine";
+  readonly runTable: RunTable = { table: "machine_run", key: "run_id" };
   readonly runs: MachineRunStore;
   readonly #defs: EngineDefinitionStore;
-  readonly #advancer: Advancer;
 
-  constructor(private readonly d: NativeDeps) {
+  constructor(
+    private readonly d: EngineDeps,
+    /** Its runs' watchers (WatchRun). */
+    readonly watches: RunWatch,
+  ) {
     this.runs = new MachineRunStore(d.pool, d.tables);
     this.#defs = new EngineDefinitionStore(d.pool, d.tables);
-    this.watches = new RunWatch(d, TOPIC);
-    this.#advancer = new Advancer("statemachine", d, (w, runId, events) => this.#advance(w, runId, events));
   }
 
-  /** Its runs' watchers (WatchRun). */
-  readonly watches: RunWatch;
-
-  start = async () => {
-    await this.#advancer.start();
-    await this.watches.start();
-  };
-  stop = async () => {
-    await this.#advancer.stop();
-    await this.watches.stop();
-  };
-  task = () => this.#advancer.task();
-  advanceDue = () => this.#advancer.advanceDue();
+  async startStored(scope: Scope, definitionId: string, context: Record<string, unknown>, cause: Cause, hooks: RunHooks): Promise<string> {
+    return (await this.startRun(scope, await this.storedPlan(scope.tenantKey, definitionId), context, cause, hooks)).runId;
+  }
 
   async putDefinition(scope: Scope, def: Parameters<typeof machinePlanOf>[0]): Promise<{ definitionId: string; created: boolean }> {
     const plan = machinePlanOf(def, this.d.config, false);
@@ -77,7 +71,7 @@ export class MachineEngine {
   /** Starts a machine in its initial state; `cause` names the trigger firing that started it. */
   startRun(scope: Scope, plan: MachinePlan, context: Record<string, unknown>, cause?: Cause, hooks: RunHooks = {}): Promise<MachineRunRow> {
     return inRunTransaction(this.d, { engine: "statemachine", kind: "start" }, "its machine was cancelled", async (w) => {
-      await hooks.guard?.(w);
+      await hooks.guard?.(w.tx);
       const nowMs = w.nowMs;
       const run: MachineRunRow = {
         id: newId(nowMs),
@@ -101,7 +95,7 @@ export class MachineEngine {
       };
       await new MachineRunStore(w.tx, this.d.tables).insert(run, nowMs);
       await this.#record(w, run, cause);
-      await hooks.record?.(w, { id: run.runId });
+      await hooks.record?.(w.tx, { id: run.runId });
       return run;
     });
   }
@@ -110,7 +104,7 @@ export class MachineEngine {
   signal(scope: Scope, runId: string, event: string, payload: unknown, hooks: RunHooks = {}): Promise<Signalled> {
     return inRunTransaction(this.d, { engine: "statemachine", kind: "signal" }, "its machine was cancelled", async (w) => {
       const run = await this.#locked(w, scope, runId);
-      await hooks.guard?.(w);
+      await hooks.guard?.(w.tx);
       if (!run.live) throw failedPrecondition(`machine '${runId}' has ended in state '${run.state}' (${run.reason ?? run.failure ?? "ended"}): it takes no more events`);
       if (run.suspended && run.pending)
         throw failedPrecondition(`machine '${runId}' is running the action of '${run.pending.from}' --${run.pending.event}--> '${run.pending.to}': signal again once it completes`);
@@ -133,7 +127,7 @@ export class MachineEngine {
         run.workItemId = w.enqueue(run.tenantKey, run.createdBy, run.runId, `machine:${run.historyDropped + run.history.length}`, `${run.state}--${event}-->${t.to}`, item);
       } else this.#move(run, t.to, w);
       await this.#save(w, run, scope.by);
-      await hooks.record?.(w, { id: run.runId });
+      await hooks.record?.(w.tx, { id: run.runId });
       return { run, to: t.to, actionStarted: t.action !== null };
     });
   }
@@ -155,13 +149,14 @@ export class MachineEngine {
     return this.runs.get(runId, scope);
   }
 
-  async #locked(w: Writes, scope: Scope, runId: string): Promise<MachineRunRow> {
+  async #locked(w: RunTx, scope: Scope, runId: string): Promise<MachineRunRow> {
     const run = await new MachineRunStore(w.tx, this.d.tables).get(runId, scope, true);
     if (!run) throw notFound(`tenant '${scope.tenantKey}' has no machine run '${runId}' of yours`);
     return run;
   }
 
-  async #advance(w: Writes, runId: string, events: readonly ItemEnded[]): Promise<void> {
+  /** An advance: the run is locked (../advancer.ts), its events taken. */
+  async advance(w: RunTx, runId: string, events: readonly EngineEvent[]): Promise<void> {
     const run = (await new MachineRunStore(w.tx, this.d.tables).get(runId, null, true))!;
     for (const e of events) {
       const p = run.pending;
@@ -180,7 +175,7 @@ export class MachineEngine {
     await this.#save(w, run, `statemachine:${this.d.config.instanceId}`);
   }
 
-  #move(run: MachineRunRow, to: string, w: Writes): void {
+  #move(run: MachineRunRow, to: string, w: RunTx): void {
     run.state = to;
     run.history.push(to);
     run.historyDropped += keepLatest(run.history, this.d.config.runHistoryMax);
@@ -191,12 +186,12 @@ export class MachineEngine {
     }
   }
 
-  async #save(w: Writes, run: MachineRunRow, by: string): Promise<void> {
+  async #save(w: RunTx, run: MachineRunRow, by: string): Promise<void> {
     await new MachineRunStore(w.tx, this.d.tables).save(run, by, w.nowMs);
     await this.#record(w, run);
   }
 
-  #record(w: Writes, run: MachineRunRow, cause?: Cause): Promise<void> {
+  #record(w: RunTx, run: MachineRunRow, cause?: Cause): Promise<void> {
     return w.record("statemachine", { tenantKey: run.tenantKey, runId: run.runId, definitionId: run.definitionId, by: run.createdBy, ended: !run.live, cause });
   }
 }
