@@ -7,8 +7,8 @@
  *  - ./advancer.ts: one loop that applies every engine's events (aiflow_engine_event, written by one
  *    item-ended trigger, migration 0017) to its runs;
  *  - ./run-watch.ts: one set of watchers, on one NOTIFY channel.
- * The next engine is a folder that implements Engine, an entry in src/domain/engine-kinds.ts and its
- * service; nothing here branches on the kind.
+ * The next engine is a folder that implements Engine, its entry in src/domain/engine-kinds.ts, its
+ * line in ./engines.ts and its service; nothing here branches on the kind.
  */
 import type { EngineKind } from "../domain/engine-kinds.js";
 import type { EngineEvent, RunTable } from "../store/engine-events.js";
