@@ -9,7 +9,7 @@
  */
 import type { DescFile, DescService } from "@bufbuild/protobuf";
 import type { ConnectRouter } from "@connectrpc/connect";
-import { unplaceableTask } from "./fleet/unplaceable.js";
+import { unplaceableTask } from "./fleet/unplaceable-work-sweep.js";
 import { pino } from "pino";
 import type { DatabasePool } from "slonik";
 import { AuditLog } from "./audit.js";

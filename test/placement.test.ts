@@ -15,7 +15,7 @@ import type { AgentMetricsSchema } from "@aiflow/wire/gen/aiflow/cluster/v1/agen
 import type { RequirementsSchema } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
 import type { Daemon } from "../src/daemon.js";
 import { WorkItemStatus } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
-import { unplaceableTask } from "../src/fleet/unplaceable.js";
+import { unplaceableTask } from "../src/fleet/unplaceable-work-sweep.js";
 import { silentLogger } from "../src/log.js";
 import { AgentStore } from "../src/store/agents.js";
 import { WorkItemStatsStore } from "../src/store/work-item-stats.js";

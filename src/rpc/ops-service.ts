@@ -36,7 +36,7 @@ import { concurrencyOpsImpl } from "./concurrency-ops.js";
 import { fairShareOpsImpl } from "./fair-share-ops.js";
 import { delayMs, identifier, optionalText } from "../domain/input.js";
 import { itemStatusToWire, itemsToWire, requirementsToWire, workItemToWire } from "./work-item-messages.js";
-import { FleetCapacity } from "../fleet/unplaceable.js";
+import { FleetCapacity } from "../fleet/unplaceable-work-sweep.js";
 import { MAX_KEY_CHARS } from "../domain/names.js";
 
 export interface OpsDeps {
@@ -102,7 +102,7 @@ export function opsServiceImpl(d: OpsDeps): ServiceImpl<typeof OpsService> {
     return row;
   };
 
-  /** Groups of pending items no agent could ever run, at most 100, each with why (../fleet/unplaceable.ts). */
+  /** Groups of pending items no agent could ever run, at most 100, each with why (../fleet/unplaceable-work-sweep.ts). */
   const unplaceableGroups = async (scope: string[] | null, now: number) => {
     const groups = await d.stats.requirementGroups(scope, 1000);
     if (groups.length === 0) return [];

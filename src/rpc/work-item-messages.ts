@@ -3,7 +3,7 @@ import type { MessageInitShape } from "@bufbuild/protobuf";
 import { Code } from "@connectrpc/connect";
 import { WorkItemStatus, type ItemOutcomeSchema, type RequirementsSchema, type WorkerParamsSchema, type WorkItemSchema } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
 import type { Requirements } from "../domain/resources.js";
-import { unplaceableReasons } from "../fleet/unplaceable.js";
+import { unplaceableReasons } from "../fleet/unplaceable-work-sweep.js";
 import type { AgentStore } from "../store/agents.js";
 import type { ClaimedRow, ItemStatus, WorkItemRow } from "../store/work-items.js";
 import { timestampInit, type Dispatch } from "../queue/dispatch.js";
@@ -66,7 +66,7 @@ export function workItemToWire(r: WorkItemRow, unplaceable = ""): MessageInitSha
 
 /**
  * Items on the wire, each pending one whose requirements no registered agent could ever meet
- * carrying why (../fleet/unplaceable.ts); the fleet is read only when a row states requirements.
+ * carrying why (../fleet/unplaceable-work-sweep.ts); the fleet is read only when a row states requirements.
  */
 export async function itemsToWire(agents: AgentStore, rows: readonly WorkItemRow[]): Promise<MessageInitShape<typeof WorkItemSchema>[]> {
   const reasons = await unplaceableReasons(agents, rows);

@@ -215,7 +215,7 @@ export async function claim(q: ItemsContext, c: ClaimInput): Promise<ClaimResult
         ${"doneIds" in p ? sql.fragment`UNION ALL SELECT true, ${claimedCompletionColumns("done")}, done.run_s, done.freed, NULL, NULL FROM done` : sql.fragment``}
         ${status}`;
   });
-  const rows = await q.hotRaw<ClaimRow>(token);
+  const rows = await q.hotRowsUnchecked<ClaimRow>(token);
   const claimed: ClaimedRow[] = [];
   const completed: Completed[] = [];
   let contended = false;

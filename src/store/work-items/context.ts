@@ -51,13 +51,13 @@ export class ItemsContext {
   }
 
   /** A hot-path statement whose rows skip the zod check (see ClaimedRow for when that is right). */
-  hotRaw<T>(token: QuerySqlToken): Promise<readonly T[]> {
+  hotRowsUnchecked<T>(token: QuerySqlToken): Promise<readonly T[]> {
     return this.hot ? this.hot.raw<T>(token) : (withDbErrors(() => this.db.any(token)) as Promise<readonly T[]>);
   }
 
   /** Ids a fenced write matched: one text column, read without a schema check (once per item). */
   hotIds(token: QuerySqlToken<typeof idRow>): Promise<readonly string[]> {
-    return this.hotRaw<{ id: string }>(token).then((rows) => rows.map((r) => r.id));
+    return this.hotRowsUnchecked<{ id: string }>(token).then((rows) => rows.map((r) => r.id));
   }
 
   /**

@@ -220,7 +220,7 @@ export async function enqueueRows(q: ItemsContext, rows: readonly EnqueueRow[], 
         ON CONFLICT (tenant_key, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
         RETURNING ${returning}`;
   });
-  const inserted = await q.hotRaw<ClaimedRow & { handed?: boolean }>(token);
+  const inserted = await q.hotRowsUnchecked<ClaimedRow & { handed?: boolean }>(token);
   const fresh = new Map(inserted.map((r) => [r.id, r]));
   const missing = rows.filter((r) => !fresh.has(r.id) && r.item.idempotencyKey !== null);
   const existing = new Map<string, string>();

@@ -86,7 +86,7 @@ export function extend(
 /** Completes fenced items; returns those that matched (the rest had lost their lease). */
 export function complete(q: ItemsContext, agent: string, items: readonly Completion[], nowMs: number, tenants: readonly string[] | null): Promise<readonly Completed[]> {
   const params = { agent, nowNs: msToNs(nowMs), now: tsSeconds(nowMs), ...completionParams(items), ...(tenants ? { tenants: [...tenants] } : {}) };
-  return q.hotRaw<Completed>(
+  return q.hotRowsUnchecked<Completed>(
     q.shapes.token(tenants ? "complete:tenants" : "complete", params, (p) => sql.unsafe`
         WITH ${completeCtes(q, p)}
         SELECT ${COMPLETED_COLUMNS} FROM completing UNION ALL SELECT ${RECOMPLETED_COLUMNS} FROM recompleted`) as QuerySqlToken,

@@ -166,7 +166,7 @@ export function dueSince(q: ItemsContext, sinceMs: number, nowMs: number): Promi
 }
 
 /**
- * Pending items no agent could ever run (src/fleet/unplaceable.ts decides which) become dead letters
+ * Pending items no agent could ever run (src/fleet/unplaceable-work-sweep.ts decides which) become dead letters
  * naming why. Only from pending: one claimed meanwhile is left to run.
  */
 export function failUnplaceable(q: ItemsContext, items: readonly { id: string; reason: string }[], nowMs: number, by: string): Promise<readonly { id: string; engine_kind: string }[]> {
