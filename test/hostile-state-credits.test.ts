@@ -9,7 +9,7 @@
 import { beforeAll, describe, expect, it } from "vitest";
 import { AgentStatus } from "@aiflow/wire/gen/aiflow/cluster/v1/common_pb.js";
 import { resolveOptions } from "../agent-sdk/src/options.js";
-import { creditCap, MAX_OUTSTANDING } from "../src/rpc/agent-service/stream.js";
+import { creditCap, MAX_OUTSTANDING } from "../src/rpc/agent-service/stream-ledger.js";
 import { AgentStream } from "./support/agent-stream.js";
 import type { Producer } from "./support/queue.js";
 import { useQueueDaemon } from "./support/queue-daemon.js";

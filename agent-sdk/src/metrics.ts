@@ -18,7 +18,7 @@
  * - `aiflow_sdk_reconnects_total`: times the agent lost its daemon (or its registration) and began
  *   registering again.
  *
- * This module loads prom-client; agent.ts imports it only when metrics are asked for.
+ * This module loads prom-client; startup.ts imports it only when metrics are asked for.
  */
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { Counter, Gauge, Histogram, Registry } from "prom-client";

@@ -1,10 +1,11 @@
 /**
  * One claim round: what an agent's claim does between "it may take `want` items" and "here is what
  * it got", for both of the agent's paths — the unary Claim (../rpc/agent-service/work.ts, which
- * only waits for its call's deadline) and the Connect stream (../rpc/agent-service/stream.ts, which
- * only keeps credits and pushes). The round arms the wake-ups, opens the waiting slot inserts may
- * hand items to (./waiting-claims.ts), makes each dispatch, runs the claim statement with the
- * completions riding on it, decides whether to look again, and closes the slot.
+ * only waits for its call's deadline) and the Connect stream's session
+ * (../rpc/agent-service/stream-session.ts, which only keeps credits and pushes). The round arms the
+ * wake-ups, opens the waiting slot inserts may hand items to (./waiting-claims.ts), makes each
+ * dispatch, runs the claim statement with the completions riding on it, decides whether to look
+ * again, and closes the slot.
  *
  * The policy (one, for both paths):
  * - Armed before the statement: the round's waiter is armed and its slot opened before the first
