@@ -62,7 +62,7 @@ import { WorkItemStore } from "./store/work-items.js";
 import { agentServiceImpl, knownAgentLoader } from "./rpc/agent-service/registration.js";
 import { agentWorkImpl } from "./rpc/agent-service/work.js";
 import { agentStreamImpl } from "./rpc/agent-service/stream.js";
-import { workKit } from "./rpc/agent-service/work-kit.js";
+import { agentReports } from "./rpc/agent-service/reports.js";
 import { ANY, Wakeups } from "./queue/wakeups.js";
 import { WorkQueue } from "./queue/work-queue.js";
 import { queueServiceImpl } from "./rpc/queue-service.js";
@@ -218,7 +218,7 @@ async function startServices(deps: ServiceDeps, started: (b: Background) => void
   metrics.watchPools({ main: () => poolUsage(pool) ?? { inUse: 0, idle: 0, waiting: 0 }, hot: () => hot.usage() });
 
   // The agent's unary work RPCs and its stream share one scope cache and one set of report rules.
-  const kit = workKit(queue, (name) => agents.workScope(name));
+  const reports = agentReports(queue, (name) => agents.workScope(name));
   const health = new HealthState();
   const files: DescFile[] = [file_grpc_health_v1_health, file_aiflow_cluster_v1_agent, file_aiflow_cluster_v1_queue, file_aiflow_cluster_v1_ops, file_aiflow_cluster_v1_runs, file_aiflow_dag_v1_dag, file_aiflow_graph_v1_graph, file_aiflow_machine_v1_machine, file_aiflow_trigger_v1_trigger];
   const mounted: Mounted[] = [
@@ -231,8 +231,8 @@ async function startServices(deps: ServiceDeps, started: (b: Background) => void
       mount: (r) =>
         r.service(AgentService, {
           ...agentServiceImpl({ config, clock, agents, hub, heartbeats, audit, draining: deps.draining, onAgentGone }),
-          ...agentWorkImpl({ queue, kit, known, draining: deps.draining }),
-          ...agentStreamImpl({ queue, kit, known, heartbeats, draining: deps.draining }),
+          ...agentWorkImpl({ queue, reports, known, draining: deps.draining }),
+          ...agentStreamImpl({ queue, reports, known, heartbeats, draining: deps.draining }),
         }),
     },
     { services: [QueueService], access: "engine", mount: (r) => r.service(QueueService, queueServiceImpl(queue, agents, deps.draining)) },

@@ -19,11 +19,11 @@ import { agentStatusToWire, directiveToWire } from "./messages.js";
 import { assertScopeWithin, metricsJson } from "./registration.js";
 import { StreamFlow, type Response } from "./stream-flow.js";
 import { Ledger } from "./stream-ledger.js";
-import { perItem, type WorkKit } from "./work-kit.js";
+import { perItem, type AgentReports } from "./reports.js";
 
 export interface AgentStreamDeps {
   queue: WorkQueue;
-  kit: WorkKit;
+  reports: AgentReports;
   known(name: string): Promise<KnownAgent>;
   heartbeats: HeartbeatBuffer;
   draining: AbortSignal;
@@ -106,10 +106,10 @@ export class Session {
   /** One message's parts, in the proto's order; an invalid item is answered INVALID_ARGUMENT, the rest applied. */
   async #apply(req: ConnectRequest): Promise<void> {
     const { d, name, caller } = this;
-    const { kit } = d;
+    const { reports } = d;
     const flow = this.#flow;
     const ledger = this.#ledger;
-    const tenants = kit.limitOf(caller);
+    const tenants = reports.limitOf(caller);
     if (req.name && req.name !== name) throw new ConnectError(`this stream is agent '${name}''s; a message named '${req.name}' (open a stream per agent)`, Code.InvalidArgument);
     const res: Response = {};
     if (req.heartbeat) {
@@ -122,26 +122,26 @@ export class Session {
       }
     }
     if (req.releases.length > 0) {
-      const { valid, refused } = perItem(req.releases, "releases", (xs, f) => kit.leasesOf(xs, f));
-      const ok = valid.length > 0 ? await flow.db(() => kit.release(name, valid, tenants)) : [];
+      const { valid, refused } = perItem(req.releases, "releases", (xs, f) => reports.leasesOf(xs, f));
+      const ok = valid.length > 0 ? await flow.db(() => reports.release(name, valid, tenants)) : [];
       res.releaseOutcomes = [...ledger.released(valid, ok), ...refused];
     }
     if (req.failures.length > 0) {
-      const { valid, refused } = perItem(req.failures, "failures", (xs, f) => kit.failuresOf(xs, f));
-      const outcomes = valid.length > 0 ? await flow.db(() => kit.fail(name, valid, tenants)) : [];
+      const { valid, refused } = perItem(req.failures, "failures", (xs, f) => reports.failuresOf(xs, f));
+      const outcomes = valid.length > 0 ? await flow.db(() => reports.fail(name, valid, tenants)) : [];
       for (const f of valid) ledger.held.delete(f.id);
       res.failureOutcomes = [...outcomes, ...refused];
     }
     if (req.extensions.length > 0) {
-      const { valid, refused } = perItem(req.extensions, "extensions", (xs, f) => kit.leasesOf(xs, f));
+      const { valid, refused } = perItem(req.extensions, "extensions", (xs, f) => reports.leasesOf(xs, f));
       if (valid.length > 0) {
-        const e = await flow.db(() => kit.extend(name, valid, tenants));
+        const e = await flow.db(() => reports.extend(name, valid, tenants));
         res.extendOutcomes = [...e.outcomes, ...refused];
         res.leaseExpiresAtNs = e.leaseExpiresAtNs;
       } else res.extendOutcomes = refused;
     }
     if (req.completions.length > 0) {
-      const { valid, refused } = perItem(req.completions, "completions", (xs, f) => kit.completionsOf(xs, f));
+      const { valid, refused } = perItem(req.completions, "completions", (xs, f) => reports.completionsOf(xs, f));
       ledger.completions.push(...valid);
       if (refused.length > 0) res.completionOutcomes = refused;
     }
@@ -152,7 +152,7 @@ export class Session {
       res.creditsWithdrawn = true;
     }
     if (req.credits > 0) {
-      const { slots } = await flow.db(() => kit.scopeOf(name));
+      const { slots } = await flow.db(() => reports.scopeOf(name));
       const { granted, cap } = ledger.grant(req.credits, slots);
       if (granted < req.credits)
         res.refused = `credits: ${req.credits - granted} of ${req.credits} not granted (agent '${name}' registered ${slots} slots: at most ${cap} items granted and unreported at once)`;
@@ -163,11 +163,11 @@ export class Session {
   async #completeAlone(): Promise<void> {
     const { d, name } = this;
     const items = this.#ledger.takeCompletions();
-    const done = await this.#flow.db(() => d.queue.store.complete(name, items, d.queue.clock.nowMs(), d.kit.limitOf(this.caller))).catch((err: unknown) => {
+    const done = await this.#flow.db(() => d.queue.store.complete(name, items, d.queue.clock.nowMs(), d.reports.limitOf(this.caller))).catch((err: unknown) => {
       this.#ledger.putBack(items);
       throw err;
     });
-    this.#flow.send({ completionOutcomes: d.kit.completed(items, done) });
+    this.#flow.send({ completionOutcomes: d.reports.completed(items, done) });
   }
 
   /**
@@ -177,10 +177,10 @@ export class Session {
    */
   async #claim(): Promise<void> {
     const { d, name } = this;
-    const { queue, kit } = d;
+    const { queue, reports } = d;
     const flow = this.#flow;
     const ledger = this.#ledger;
-    const scope = await flow.db(() => kit.scopeOf(name));
+    const scope = await flow.db(() => reports.scopeOf(name));
     assertScopeWithin(this.caller, name, scope);
     let woken = false;
     // One round (../../queue/claim-round.ts): its looks push what they take; it parks when it says wait.
@@ -199,7 +199,7 @@ export class Session {
           ledger.putBack(completions);
           throw err;
         });
-        if (completions.length > 0) flow.send({ completionOutcomes: kit.completed(completions, look.completed) });
+        if (completions.length > 0) flow.send({ completionOutcomes: reports.completed(completions, look.completed) });
         if (look.claimed) {
           await this.#push([look.claimed]);
           if (!this.#claimable) return;
@@ -227,9 +227,9 @@ export class Session {
    */
   async #push(parts: Handed[]): Promise<void> {
     const { d, name } = this;
-    const { kit, queue } = d;
+    const { reports, queue } = d;
     const ledger = this.#ledger;
-    const { within, outside } = kit.splitOutside(parts, this.caller);
+    const { within, outside } = reports.splitOutside(parts, this.caller);
     const back: Handed[] = [...outside];
     // An ended stream takes nothing more (after a goodbye the agent runs nothing new).
     let room = this.#flow.ending === undefined ? ledger.credit : 0;
@@ -240,7 +240,7 @@ export class Session {
       if (keep.length < p.rows.length) back.push({ rows: p.rows.slice(keep.length), dispatch: p.dispatch });
       if (keep.length > 0) send.push({ rows: keep, dispatch: p.dispatch });
     }
-    if (back.length > 0) await this.#flow.db(() => kit.giveBack(name, back));
+    if (back.length > 0) await this.#flow.db(() => reports.giveBack(name, back));
     if (send.length === 0) return;
     this.trace?.(send);
     const items = [];
@@ -261,9 +261,9 @@ export class Session {
     const leases = this.#ledger.settle();
     const ending = this.#flow.ending;
     if (leases.length === 0 || ending === "shutdown" || ending === "failed") return;
-    const { queue, kit } = this.d;
+    const { queue, reports } = this.d;
     try {
-      if (ending === "goodbye") await kit.release(this.name, leases);
+      if (ending === "goodbye") await reports.release(this.name, leases);
       else await queue.streamBroke(this.name, leases);
     } catch (err) {
       queue.log.warn({ err: err instanceof Error ? err.message : String(err), agent: this.name, items: leases.length }, "could not return the items of an ended stream; they return when their leases expire");

@@ -52,7 +52,7 @@ export function agentStreamImpl(d: AgentStreamDeps) {
       const first = await reader.next();
       if (first.done) return;
       const name = agentName(first.value.name, ctx);
-      assertScopeWithin(caller, name, await d.kit.scopeOf(name));
+      assertScopeWithin(caller, name, await d.reports.scopeOf(name));
       const state = await d.known(name);
       // Dispatch spans link to this call's span, as a Claim's do to the Claim's.
       const trace = traceDispatches && ((parts: Handed[]) => traceDispatches(ctx.values.get(callSpanKey), parts));

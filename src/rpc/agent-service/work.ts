@@ -14,7 +14,7 @@ import { resourceExhausted } from "../../domain/errors.js";
 import type { AgentService } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
 import { callerOf, type Identity } from "../caller.js";
 import { assertAgentWithin, assertScopeWithin } from "./registration.js";
-import type { WorkKit } from "./work-kit.js";
+import type { AgentReports } from "./reports.js";
 import type { KnownAgent } from "../../fleet/directives.js";
 import { agentStatusToWire } from "./messages.js";
 import type { WorkQueue } from "../../queue/work-queue.js";
@@ -27,8 +27,8 @@ import { callSpanKey } from "../../observability/rpc-spans.js";
 
 export interface AgentWorkDeps {
   queue: WorkQueue;
-  /** The rules the unary path shares with the stream (./work-kit.ts). */
-  kit: WorkKit;
+  /** The rules the unary path shares with the stream (./reports.ts). */
+  reports: AgentReports;
   /** The agent's cached status (from the directive hub), loading it when unknown. */
   known(name: string): Promise<KnownAgent>;
   draining: AbortSignal;
@@ -40,8 +40,8 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
   /** A span per dispatched item in its own trace; undefined while the daemon does not trace. */
   const traceDispatches = dispatchTracer();
 
-  const { kit } = d;
-  const { scopeOf, limitOf, giveBack, completed } = kit;
+  const { reports } = d;
+  const { scopeOf, limitOf, giveBack, completed } = reports;
 
   /**
    * Waiting claims held now, per agent name and per token: each holds a call, a waiter and a
@@ -92,7 +92,7 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
       await giveBack(name, parts);
       parts = [];
     }
-    const { within, outside } = kit.splitOutside(parts, caller);
+    const { within, outside } = reports.splitOutside(parts, caller);
     await giveBack(name, outside);
     parts = within;
     // A slot is open while the claim's statement runs, so the two together may exceed what it asked
@@ -125,7 +125,7 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
       const tenants = limitOf(caller);
       // Applied once, by the first statement this call runs. A claim carrying them does not wait
       // unless it asks to (its outcomes then come back with whatever ends the wait).
-      let completions = kit.completionsOf(kit.atMost(req.completions, "completions"), "completions");
+      let completions = reports.completionsOf(reports.atMost(req.completions, "completions"), "completions");
       let completionOutcomes: ReturnType<typeof completed> = [];
       const max = Math.min(Math.max(req.maxItems, 1), config.claimMaxItems);
       const waitMs = completions.length > 0 && !req.waitWithCompletions ? 0 : Math.min(req.wait ? durationMs(req.wait) : 0, config.claimMaxWait);
@@ -195,15 +195,15 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
     async extendLease(req, ctx) {
       const name = agentName(req.name, ctx);
       const caller = callerOf(ctx);
-      const leases = kit.leasesOf(kit.batch(req.leases, "leases"), "leases");
+      const leases = reports.leasesOf(reports.batch(req.leases, "leases"), "leases");
       await assertAgentWithin(caller, name, scopeOf);
-      return kit.extend(name, leases, limitOf(caller));
+      return reports.extend(name, leases, limitOf(caller));
     },
 
     async complete(req, ctx) {
       const name = agentName(req.name, ctx);
       const caller = callerOf(ctx);
-      const items = kit.completionsOf(kit.batch(req.items, "items"), "items");
+      const items = reports.completionsOf(reports.batch(req.items, "items"), "items");
       await assertAgentWithin(caller, name, scopeOf);
       return { outcomes: completed(items, await store.complete(name, items, clock.nowMs(), limitOf(caller))) };
     },
@@ -211,17 +211,17 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
     async fail(req, ctx) {
       const name = agentName(req.name, ctx);
       const caller = callerOf(ctx);
-      const items = kit.failuresOf(kit.batch(req.items, "items"), "items");
+      const items = reports.failuresOf(reports.batch(req.items, "items"), "items");
       await assertAgentWithin(caller, name, scopeOf);
-      return { outcomes: await kit.fail(name, items, limitOf(caller)) };
+      return { outcomes: await reports.fail(name, items, limitOf(caller)) };
     },
 
     async release(req, ctx) {
       const name = agentName(req.name, ctx);
       const caller = callerOf(ctx);
-      const leases = kit.leasesOf(kit.batch(req.leases, "leases"), "leases");
+      const leases = reports.leasesOf(reports.batch(req.leases, "leases"), "leases");
       await assertAgentWithin(caller, name, scopeOf);
-      return { outcomes: fencedOutcomes(leases.map((l) => l.id), await kit.release(name, leases, limitOf(caller))) };
+      return { outcomes: fencedOutcomes(leases.map((l) => l.id), await reports.release(name, leases, limitOf(caller))) };
     },
   };
 }

@@ -34,7 +34,7 @@ type WireCompletion = { workItemId: string; leaseToken: string; resultJson: stri
 type WireFailure = { workItemId: string; leaseToken: string; error: string; retryable: boolean; retryDelay?: Parameters<typeof delayMs>[0] };
 type WireLease = { workItemId: string; leaseToken: string; drainDeadline?: boolean };
 
-export type WorkKit = ReturnType<typeof workKit>;
+export type AgentReports = ReturnType<typeof agentReports>;
 
 const isInvalidArgument = (err: unknown) => (err instanceof AppError && err.kind === "invalid_argument") || (err instanceof ConnectError && err.code === Code.InvalidArgument);
 
@@ -67,7 +67,7 @@ export function perItem<W extends { workItemId: string }, T>(
   return { valid, refused };
 }
 
-export function workKit(queue: WorkQueue, loadScope: (name: string) => Promise<AgentScope | null>) {
+export function agentReports(queue: WorkQueue, loadScope: (name: string) => Promise<AgentScope | null>) {
   const { config, clock, store } = queue;
   /** The agent's scope, cached by the directive hub (a re-registration drops it on every daemon). */
   const scopeOf = agentScopeLoader(queue.hub, loadScope);
