@@ -21,7 +21,7 @@
  * - its handler is the same no-op as ours: it records when it started, and returns.
  */
 import { Logger, makeWorkerUtils, run, type Runner } from "graphile-worker";
-import pg from "pg";
+import type pg from "pg";
 import { nowMs } from "./clock.js";
 import { sql } from "./pg.js";
 

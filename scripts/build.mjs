@@ -67,7 +67,7 @@ tsc("wire", join(ROOT, "wire", "tsconfig.build.json"), WIRE_DIST);
 // 2. The package, against wire/dist's declarations.
 const exportsList = wireExports();
 const paths = Object.fromEntries(
-  exportsList.map((e) => (e.pattern ? [`${e.spec}*`, [posix(join(WIRE_DIST, e.file)) + "*"]] : [e.spec, [posix(join(WIRE_DIST, e.file)) + ".d.ts"]])),
+  exportsList.map((e) => (e.pattern ? [`${e.spec}*`, [`${posix(join(WIRE_DIST, e.file))}*`]] : [e.spec, [`${posix(join(WIRE_DIST, e.file))}.d.ts`]])),
 );
 tsc(which, target.config, out, { paths });
 
@@ -81,7 +81,7 @@ const SPECIFIER = /(["'])(@aiflow\/wire\/[^"']+)\1/g;
 function rewrite(file) {
   const text = readFileSync(file, "utf8");
   if (!text.includes("@aiflow/wire/")) return;
-  const next = text.replace(SPECIFIER, (whole, quote, spec) => {
+  const next = text.replace(SPECIFIER, (_whole, quote, spec) => {
     const hit = exportsList.find((e) => (e.pattern ? spec.startsWith(e.spec) : spec === e.spec));
     if (!hit) throw new Error(`${file}: ${spec} is not among wire/package.json's exports`);
     const inWire = hit.pattern ? hit.file + spec.slice(hit.spec.length) : `${hit.file}.js`;

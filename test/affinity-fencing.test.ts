@@ -8,7 +8,7 @@
  */
 import { describe, expect, it } from "vitest";
 import { agent, bindingOf, enqueue, GRACE, ids, keyed, lockBinding, useAffinityDaemon } from "./support/affinity.js";
-import { type WorkItem } from "./support/ops.js";
+import type { WorkItem } from "./support/ops.js";
 import { itemRows, STATEMENT, untilLockWait } from "./support/queue.js";
 
 const R = useAffinityDaemon("afffence", "rebind");

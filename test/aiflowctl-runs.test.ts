@@ -118,7 +118,7 @@ describe("help", () => {
     expect(run.code).toBe(0);
     for (const flag of ["--tenant T", "--all", "--context JSON", "--idempotency-key K", "--wait", "--reason TEXT", "--payload JSON"]) expect(run.stdout).toContain(flag);
     expect(run.stdout).toContain("Needs a token with role 'runs'.");
-    expect(run.stdout).toMatch(/Exit codes:\n(  .*\n)*  1 also with start --wait: the run failed or was cancelled/);
+    expect(run.stdout).toMatch(/Exit codes:\n( {2}.*\n)* {2}1 also with start --wait: the run failed or was cancelled/);
     // --help after a subcommand (or a run ID) is the same help, exit 0, nothing sent.
     const subs = await Promise.all([["runs", "list"], ["run", "start"], ["run", "cancel", "01ABC"], ["run", "resume"], ["run", "signal"], ["run", "01ABC"]].map((a) => ctl([...a, "--help"])));
     for (const [i, r] of subs.entries()) expect([r.code, r.stdout, r.stderr]).toEqual([0, i === 0 ? runs.stdout : run.stdout, ""]);
@@ -245,7 +245,7 @@ describe("fan-out, failure, resume, cancel, signal", () => {
 
     const [tree, all] = await Promise.all([ctl(["run", id, "--tenant", "t"]), ctl(["run", id, "--tenant", "t", "--all"])]);
     expect(tree.code).toBe(0);
-    expect(tree.stdout).toMatch(/\nsquare +failed 11\/12 .*iteration 3 broke\n  12 attempts: 11 completed, 1 failed; showing the 1 failed or running \(--all: every attempt\)\n  square\[3\] #1 +failed +runs-agent .*iteration 3 broke\n$/);
+    expect(tree.stdout).toMatch(/\nsquare +failed 11\/12 .*iteration 3 broke\n {2}12 attempts: 11 completed, 1 failed; showing the 1 failed or running \(--all: every attempt\)\n {2}square\[3\] #1 +failed +runs-agent .*iteration 3 broke\n$/);
     expect(tree.stdout).not.toContain("square[0]");
     expect(all.stdout.match(/^ {2}square\[\d+\] #1 /gm)).toHaveLength(12);
 

@@ -169,7 +169,7 @@ describe("help, version and errors a person can act on", () => {
     expect(drain.stdout).toMatch(/--interval D +how often --wait polls; default: 500ms/);
     expect(drain.stdout).toMatch(/--tag K=V \(repeatable\)/);
     expect(drain.stdout).toContain("Needs a token with role 'ops'.");
-    expect(drain.stdout).toMatch(/Exit codes:\n(  .*\n)*  3 with --wait: the deadline gave work back/);
+    expect(drain.stdout).toMatch(/Exit codes:\n( {2}.*\n)* {2}3 with --wait: the deadline gave work back/);
     expect(enqueue.stdout).toMatch(/--max-retries N +attempts after the first; default: 3/);
     expect(enqueue.stdout).toContain("Needs a token with role 'engine'.");
     const pkg = JSON.parse(await (await import("node:fs/promises")).readFile(new URL("../package.json", import.meta.url), "utf8")) as { version: string };
@@ -403,7 +403,7 @@ describe("fleet and queue commands", () => {
 
     expect([qstats.pending, qstats.dispatched, qstats.deadLetters]).toEqual(["1", "2", "0"]);
     // Two dispatched within the minute: how long they waited, as a person reads it.
-    expect((await ctl(["queue", "stats", "--tenant", "c1"])).stdout).toMatch(/dispatched\/s 0\.0  completed\/s 0\.0  wait p50 \d+(ms|s) p99 \d+(ms|s)\n/);
+    expect((await ctl(["queue", "stats", "--tenant", "c1"])).stdout).toMatch(/dispatched\/s 0\.0 {2}completed\/s 0\.0 {2}wait p50 \d+(ms|s) p99 \d+(ms|s)\n/);
     expect(sorted(qstats.depth.map((d) => `${d.tenantKey}/${d.engineKind}/${d.status}=${d.count}`))).toEqual([
       "c1/k/WORK_ITEM_STATUS_DISPATCHED=2",
       "c1/k/WORK_ITEM_STATUS_PENDING=1",

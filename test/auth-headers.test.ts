@@ -170,7 +170,7 @@ describe("refusing on the request headers", () => {
 
   it("refuses an address past --auth-failure-limit its failing calls for the rest of its window, serves its valid ones; others are unaffected", async () => {
     const from = { localAddress: "127.0.0.2" };
-    for (let i = 0; i < 21; i++) expect((await unfinished(grpc("guess-" + i), partialGrpc(), from)).headers["grpc-status"]).toBe("16");
+    for (let i = 0; i < 21; i++) expect((await unfinished(grpc(`guess-${i}`), partialGrpc(), from)).headers["grpc-status"]).toBe("16");
     const throttled = await unfinished(grpc("guess-22"), partialGrpc(), from);
     expect(throttled.headers["grpc-status"]).toBe("8");
     expect(decodeURIComponent(String(throttled.headers["grpc-message"]))).toMatch(/too many failed authentications/);

@@ -48,7 +48,7 @@ describe("ListConcurrencyKeys", () => {
 
   it("pages with page_size 1 through every key once, a key with only an operator's limit and a key longer than a token's strings among them", async () => {
     const t = "cko-page";
-    const long = "p2" + "x".repeat(298);
+    const long = `p2${"x".repeat(298)}`;
     await p.enqueue(t, [keyed("p1"), keyed("p2"), keyed(long), keyed("p3")]);
     await set(t, "p0", 5);
     const walk = async (req: { tenantKey?: string }) => {

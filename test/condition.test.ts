@@ -55,8 +55,8 @@ describe("conditions", () => {
   });
 
   it("bounds length and nesting", () => {
-    expect(() => parseCondition("1 == 1 && ".repeat(200) + "true", ROOTS)).toThrow(`the limit is ${CONDITION_MAX_CHARS}`);
-    expect(() => parseCondition("(".repeat(40) + "true" + ")".repeat(40), ROOTS)).toThrow(/nests deeper than 32/);
-    expect(() => parseCondition("!".repeat(40) + "true", ROOTS)).toThrow(/nests deeper than 32/);
+    expect(() => parseCondition(`${"1 == 1 && ".repeat(200)}true`, ROOTS)).toThrow(`the limit is ${CONDITION_MAX_CHARS}`);
+    expect(() => parseCondition(`${"(".repeat(40)}true${")".repeat(40)}`, ROOTS)).toThrow(/nests deeper than 32/);
+    expect(() => parseCondition(`${"!".repeat(40)}true`, ROOTS)).toThrow(/nests deeper than 32/);
   });
 });

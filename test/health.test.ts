@@ -53,8 +53,8 @@ interface GrpcHealthClient extends grpc.Client {
 function grpcClient(port: number): GrpcHealthClient {
   const definition = protoLoader.loadSync(HEALTH_PROTO, { keepCase: true, enums: String, defaults: true });
   const root = grpc.loadPackageDefinition(definition);
-  const Ctor = ((root["grpc"] as grpc.GrpcObject)["health"] as grpc.GrpcObject)["v1"] as grpc.GrpcObject;
-  const Client = Ctor["Health"] as grpc.ServiceClientConstructor;
+  const Ctor = ((root.grpc as grpc.GrpcObject).health as grpc.GrpcObject).v1 as grpc.GrpcObject;
+  const Client = Ctor.Health as grpc.ServiceClientConstructor;
   return new Client(`127.0.0.1:${port}`, grpc.credentials.createInsecure()) as unknown as GrpcHealthClient;
 }
 

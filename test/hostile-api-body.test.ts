@@ -120,7 +120,9 @@ describe("/api holds bodies to the gRPC port's byte limits on their declared len
 
 describe("Health.Watch on /api is capped per address with the gRPC port's streams", () => {
   const open: { cancel(): void }[] = [];
-  afterAll(() => open.forEach((s) => s.cancel()));
+  afterAll(() => {
+    for (const s of open) s.cancel();
+  });
 
   it("one watch on each port from an address, and a third from it on /api is refused", async () => {
     const from = "127.0.0.5";

@@ -33,7 +33,7 @@ beforeAll(() => {
 });
 
 /** A template `{"a":{"a":…{"x":"{{ context.x }}"}…}}` nested `depth` objects deep. */
-const deepTemplate = (depth: number) => '{"a":'.repeat(depth) + '{"x":"{{ context.x }}"}' + "}".repeat(depth);
+const deepTemplate = (depth: number) => `${'{"a":'.repeat(depth)}{"x":"{{ context.x }}"}${"}".repeat(depth)}`;
 
 describe("a dependency cycle through every node", () => {
   it("of 9,999 nodes is INVALID_ARGUMENT naming the cycle, on StartRun and PutDefinition", async () => {

@@ -88,7 +88,7 @@ describe("scanJson", () => {
   it(`refuses nesting past ${MAX_JSON_DEPTH} levels, in arrays and objects alike`, () => {
     expect(accepts("[".repeat(MAX_JSON_DEPTH) + "]".repeat(MAX_JSON_DEPTH))).toBe(true);
     expect(accepts("[".repeat(MAX_JSON_DEPTH + 1) + "]".repeat(MAX_JSON_DEPTH + 1))).toBe(false);
-    const objects = (d: number) => '{"a":'.repeat(d) + "1" + "}".repeat(d);
+    const objects = (d: number) => `${'{"a":'.repeat(d)}1${"}".repeat(d)}`;
     expect(accepts(objects(MAX_JSON_DEPTH))).toBe(true);
     expect(reason(objects(MAX_JSON_DEPTH + 1))).toContain("nested more than");
   });

@@ -154,7 +154,7 @@ describe("over TLS", () => {
     const serial = (pem: Buffer) => new X509Certificate(pem).serialNumber;
     expect(await served()).toBe(serial(server.certPem));
     expect((await scrapeMetrics(daemon.httpUrl!, { tls: ca() })).family("aiflow_agents")).toBeDefined();
-    await expect(httpGet(daemon.httpUrl!.replace("https:", "http:") + "/healthz")).rejects.toThrow();
+    await expect(httpGet(`${daemon.httpUrl!.replace("https:", "http:")}/healthz`)).rejects.toThrow();
     copyFileSync(second.cert, live.cert);
     copyFileSync(second.key, live.key);
     expect(daemon.reloadTls()).toBe("reloaded");

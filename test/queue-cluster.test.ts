@@ -253,7 +253,7 @@ describe("idempotent enqueue across daemons", () => {
         producers.map((p, i) => p.enqueue(tenant, orders[i]!.map((k) => ({ engineKind: "dag", idempotencyKey: `${round}-${k}` })))),
       );
       const byKey = new Map<string, { id: string; existing: boolean }[]>();
-      replies.forEach((reply, i) => reply.forEach((r, j) => byKey.set(orders[i]![j]!, [...(byKey.get(orders[i]![j]!) ?? []), r])));
+      for (const [i, reply] of replies.entries()) for (const [j, r] of reply.entries()) byKey.set(orders[i]![j]!, [...(byKey.get(orders[i]![j]!) ?? []), r]);
       for (const [key, rs] of byKey) {
         expect(new Set(rs.map((r) => r.id)).size, key).toBe(1);
         expect(rs.filter((r) => !r.existing), key).toHaveLength(1);

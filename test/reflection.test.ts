@@ -130,8 +130,8 @@ describe.each(["v1", "v1alpha"])("grpc.reflection.%s from grpc-js", (version) =>
   beforeAll(() => {
     const path = fileURLToPath(new URL(`../proto/grpc/reflection/${version}/reflection.proto`, import.meta.url));
     const root = grpc.loadPackageDefinition(protoLoader.loadSync(path, { keepCase: true, oneofs: true, defaults: true }));
-    const reflection = (root["grpc"] as grpc.GrpcObject)["reflection"] as grpc.GrpcObject;
-    const Client = (reflection[version] as grpc.GrpcObject)["ServerReflection"] as grpc.ServiceClientConstructor;
+    const reflection = (root.grpc as grpc.GrpcObject).reflection as grpc.GrpcObject;
+    const Client = (reflection[version] as grpc.GrpcObject).ServerReflection as grpc.ServiceClientConstructor;
     client = new Client(`127.0.0.1:${server.port}`, grpc.credentials.createInsecure());
     clients.push(client);
   });

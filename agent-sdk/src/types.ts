@@ -114,6 +114,7 @@ export type Handlers = { readonly [engineKind: string]: AnyHandler | TaskHandler
  * A handler of any payload type. The payload is parsed JSON the SDK cannot check, so a handler
  * declares the shape it expects (`Handler<MyPayload>`) and validates it.
  */
+// biome-ignore lint/suspicious/noExplicitAny: a handler of MyPayload must be assignable here, and only any is (unknown is not, parameters being contravariant)
 export type AnyHandler = Handler<any, unknown>;
 
 /** How an item ended, as the `itemFinished` event reports it. */

@@ -53,7 +53,9 @@ const TORN_DOWN: [string, Serve][] = [
   ["the daemon resets the stream with CANCEL", (s) => s.close(http2.constants.NGHTTP2_CANCEL)],
   ["the daemon refuses the stream (REFUSED_STREAM)", (s) => s.close(http2.constants.NGHTTP2_REFUSED_STREAM)],
   ["the connection drops after the daemon's headers", (s) => (s.respond(GRPC), setImmediate(dropConnections))],
-  ["the connection is reset (TCP RST) after the daemon's headers", (s) => (s.respond(GRPC), setImmediate(() => [...sockets].forEach((k) => k.resetAndDestroy())))],
+  ["the connection is reset (TCP RST) after the daemon's headers", (s) => (s.respond(GRPC), setImmediate(() => {
+        for (const k of sockets) k.resetAndDestroy();
+      }))],
   ["the daemon ends its session with GOAWAY INTERNAL_ERROR after its headers", (s) => (s.respond(GRPC), setImmediate(() => (s.session?.goaway(http2.constants.NGHTTP2_INTERNAL_ERROR), s.session?.destroy())))],
 ];
 

@@ -149,12 +149,12 @@ function Graph({ run }: { run: Run }) {
     layer.set(n.name, d);
     return d;
   };
-  run.nodes.forEach((n) => depth(n));
+  for (const n of run.nodes) depth(n);
   const columns: NodeState[][] = [];
   for (const n of run.nodes) (columns[layer.get(n.name)!] ??= []).push(n);
   const W = 180, H = 56, GX = 60, GY = 16;
   const pos = new Map<string, { x: number; y: number }>();
-  columns.forEach((col, c) => col.forEach((n, r) => pos.set(n.name, { x: c * (W + GX) + 8, y: r * (H + GY) + 8 })));
+  for (const [c, col] of columns.entries()) for (const [r, n] of col.entries()) pos.set(n.name, { x: c * (W + GX) + 8, y: r * (H + GY) + 8 });
   const width = columns.length * (W + GX) + 16;
   const height = Math.max(...columns.map((c) => c.length)) * (H + GY) + 16;
   return html`<figure class="graph">

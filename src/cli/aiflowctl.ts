@@ -33,7 +33,7 @@ import { VERSION } from "../util/package-version.js";
 const COMMANDS: readonly Command[] = [...agentCommands, ...workCommands, ...bindingCommands, ...keyCommands, ...tenantCommands, ...limitCommands, ...runCommands, ...engineCommands, ...definitionCommands, ...triggerCommands];
 
 
-export async function main(argv: readonly string[], env = process.env, out = (t: string) => process.stdout.write(t + "\n")): Promise<number> {
+export async function main(argv: readonly string[], env = process.env, out = (t: string) => process.stdout.write(`${t}\n`)): Promise<number> {
   const at = argv.findIndex((a) => !a.startsWith("--") && !isGlobalValue(argv, a));
   const name = at >= 0 ? argv[at] : undefined;
   const spec = name ? COMMANDS.find((c) => c.name === name) : undefined;

@@ -59,7 +59,7 @@ async function main(argv: string[]): Promise<number> {
     return 0;
   }
   if (help) {
-    process.stdout.write(USAGE + settingsHelp() + "\n");
+    process.stdout.write(`${USAGE + settingsHelp()}\n`);
     return 0;
   }
   if (rest.length > 0 || !["serve", "migrate"].includes(command)) {

@@ -59,7 +59,7 @@ export function tokenCommand(argv: readonly string[], out: (text: string) => voi
     if (patterns.length === 0 || !patterns.every(isAgentPattern)) throw new ConfigError("--agents", "must be agent names, each exact or a prefix ending in '*' (gpu-*)");
     entry.agents = patterns;
   }
-  if (json) out(JSON.stringify({ token, entry }) + "\n");
+  if (json) out(`${JSON.stringify({ token, entry })}\n`);
   else out(`token (give it to the caller; it is not shown again):\n  ${token}\n\nadd to the --tokens-file array:\n  ${JSON.stringify(entry)}\n`);
   return 0;
 }

@@ -31,7 +31,7 @@ export function jsonText(raw: string, field: string, maxBytes: number): string |
   return raw;
 }
 
-const enum Ch {
+enum Ch {
   Tab = 0x09,
   Lf = 0x0a,
   Cr = 0x0d,

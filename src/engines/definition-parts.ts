@@ -81,7 +81,7 @@ export function checkCondition(text: string, roots: readonly string[], where: st
   try {
     parseCondition(t, roots);
   } catch (err) {
-    if (err instanceof ConditionError) throw invalidArgument(where, `bad condition '${t.length > 80 ? t.slice(0, 80) + "…" : t}': ${err.message}`);
+    if (err instanceof ConditionError) throw invalidArgument(where, `bad condition '${t.length > 80 ? `${t.slice(0, 80)}…` : t}': ${err.message}`);
     throw err;
   }
   return t;

@@ -16,7 +16,7 @@ import { decodeCursor, encodeCursor } from "./input/page-tokens.js";
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { AuditLog } from "../audit.js";
 import { failedPrecondition, invalidArgument, notFound } from "../domain/errors.js";
-import { OpsService } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
+import type { OpsService } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 import { assertAgentTenants, assertTenant, callerOf, tenantLimit, tenantsOutside, type Identity } from "./caller.js";
 import type { AffinityBindingStore, BindingRow } from "../store/affinity-bindings.js";
 import type { ConcurrencyKeyStore } from "../store/concurrency-keys.js";

@@ -20,9 +20,9 @@ import { failedPrecondition, invalidArgument, notFound, resourceExhausted } from
 import {
   FiringAction,
   FiringOutcome,
-  RunDirectoryService,
+  type RunDirectoryService,
   RunState,
-  TriggerFiringService,
+  type TriggerFiringService,
   TriggerType,
   type EngineRunSchema,
   type RecordFiringRequest,

@@ -9,7 +9,7 @@ import { beforeAll } from "vitest";
 import { FakeClock } from "../../src/clock.js";
 import type { Config } from "../../src/config.js";
 import type { Daemon } from "../../src/daemon.js";
-import { OpsService } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
+import type { OpsService } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 import type { TestDb } from "./db.js";
 import { useTestDaemon, type Closers, type Session } from "./kit.js";
 import { opsSession, OpsProducer, OpsTestAgent, sorted, type AgentOptions, type ItemInit, type WorkItem } from "./ops.js";

@@ -13,7 +13,7 @@
  *   order: the connections, the daemons, then the schema.
  */
 import type { DescService } from "@bufbuild/protobuf";
-import { Code, ConnectError, createClient, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
+import { type Code, ConnectError, createClient, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { afterAll, beforeAll } from "vitest";
 import type { Daemon } from "../../src/daemon.js";

@@ -50,9 +50,9 @@ interface ExportRequest {
   resourceSpans?: { resource?: { attributes?: KeyValue[] }; scopeSpans?: { spans?: OtlpSpan[] }[] }[];
 }
 
-const valueOf = (v: AnyValue): string | number | boolean =>
+const attributeValue = (v: AnyValue): string | number | boolean =>
   v.stringValue ?? (v.intValue !== undefined ? Number(v.intValue) : undefined) ?? v.doubleValue ?? v.boolValue ?? "";
-const attributesOf = (kvs: KeyValue[] | undefined) => Object.fromEntries((kvs ?? []).map((kv) => [kv.key, valueOf(kv.value)]));
+const attributesOf = (kvs: KeyValue[] | undefined) => Object.fromEntries((kvs ?? []).map((kv) => [kv.key, attributeValue(kv.value)]));
 
 export class OtlpCollector {
   readonly spans: CollectedSpan[] = [];

@@ -67,7 +67,7 @@ export class Pki {
     const base = join(this.dir, name);
     const sans = [...(opts.uris ?? []).map((u) => `URI:${u}`), ...(opts.dns ?? []).map((d) => `DNS:${d}`), ...(opts.ips ?? []).map((i) => `IP:${i}`)];
     const ext = [`basicConstraints=CA:FALSE`, `extendedKeyUsage=${usage}`, ...(sans.length > 0 ? [`subjectAltName=${sans.join(",")}`] : [])];
-    writeFileSync(`${base}.ext`, ext.join("\n") + "\n");
+    writeFileSync(`${base}.ext`, `${ext.join("\n")}\n`);
     openssl(["req", "-new", ...P256, "-nodes", "-keyout", `${base}.key`, "-out", `${base}.csr`, "-subj", `/CN=${name}`]);
     // -days -1: valid until a day before it was made, so expired from the start.
     openssl(["x509", "-req", "-in", `${base}.csr`, "-CA", this.ca.cert, "-CAkey", this.ca.key, "-set_serial", String(Date.now() * 1000 + serial++), "-out", `${base}.crt`, "-days", opts.expired ? "-1" : "1", "-extfile", `${base}.ext`]);

@@ -1,6 +1,6 @@
 /** gRPC's length-prefixed messages read off chunks as they arrive (src/grpc/frames.ts). */
 import { describe, expect, it } from "vitest";
-import { Code, ConnectError } from "@connectrpc/connect";
+import { Code, type ConnectError } from "@connectrpc/connect";
 import { FrameReader } from "../src/grpc/frames.js";
 
 const frame = (body: string, flag = 0) => {

@@ -133,7 +133,16 @@ class Gpus(unittest.TestCase):
 
 class Items(unittest.TestCase):
     def test_from_the_wire(self) -> None:
-        w = work_item_pb2.WorkItem(id="i1", tenant_key="t1", engine_kind="dag", task_name="resize", payload_json=json.dumps({"a": 1}), retry_count=2, lease_token="tok", gpu_indices=[3, 1])
+        w = work_item_pb2.WorkItem(
+            id="i1",
+            tenant_key="t1",
+            engine_kind="dag",
+            task_name="resize",
+            payload_json=json.dumps({"a": 1}),
+            retry_count=2,
+            lease_token="tok",
+            gpu_indices=[3, 1],
+        )
         w.worker_params.requirements.gpus = 2
         w.worker_params.selector["zone"] = "a"
         item = item_from_wire(w)

@@ -36,7 +36,7 @@ const registry = createFileRegistry(fromBinary(FileDescriptorSetSchema, init.des
 /** @param {string} name */
 function unaryMethod(name) {
   const found = registry.getService("aiflow.cluster.v1.AgentService")?.methods.find((m) => m.name === name);
-  if (!found || found.methodKind !== "unary") throw new Error(`the descriptor set lacks AgentService.${name}`);
+  if (found?.methodKind !== "unary") throw new Error(`the descriptor set lacks AgentService.${name}`);
   // Checked just above; DescMethod does not narrow by methodKind.
   return /** @type {import("@bufbuild/protobuf").DescMethodUnary} */ (found);
 }

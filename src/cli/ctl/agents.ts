@@ -25,7 +25,7 @@ function agentRows(agents: readonly AgentSummary[]): string {
       return [
         a.name,
         status(agentStatus(a.status)),
-        a.lastSeenAge ? humanDuration(durationMs(a.lastSeenAge)) + " ago" : "-",
+        a.lastSeenAge ? `${humanDuration(durationMs(a.lastSeenAge))} ago` : "-",
         String(a.inFlight),
         String(a.metadata?.slots ?? 0),
         a.agentVersion || "-",
@@ -40,7 +40,7 @@ function drainLine(a: AgentSummary): string {
   const d = a.drain;
   if (!d) return agentStatus(a.status);
   const deadline = d.deadline ? `deadline in ${humanDuration(Math.max(0, timestampMs(d.deadline) - Date.now()))}` : "no deadline";
-  return `in flight ${d.inFlightNow}/${d.inFlightAtStart}, ${deadline}${d.complete ? ", " + paint("complete", "green") : ""}${d.releasedAtDeadline ? `, ${d.releasedAtDeadline} released at deadline` : ""}`;
+  return `in flight ${d.inFlightNow}/${d.inFlightAtStart}, ${deadline}${d.complete ? `, ${paint("complete", "green")}` : ""}${d.releasedAtDeadline ? `, ${d.releasedAtDeadline} released at deadline` : ""}`;
 }
 
 /**

@@ -255,7 +255,7 @@ export class Step {
     rec.fl = 1;
     this.#addTask(taskId, node, -1, rec.a, "waiting", undefined);
     const pending = this.run.meta.pendingEvents;
-    if (Object.prototype.hasOwnProperty.call(pending, node.event!)) {
+    if (Object.hasOwn(pending, node.event!)) {
       const payload = pending[node.event!];
       delete pending[node.event!];
       this.#end(taskId, { node: node.name, iteration: -1, attempt: rec.a, kind: "wait" }, "completed", { result: JSON.stringify(payload ?? null) });

@@ -85,7 +85,7 @@ export function checkTemplate(template: unknown): Set<Root> {
       roots.add(parsePath(inner).root);
       return "";
     });
-    if (stripped.includes("{{") || stripped.includes("}}")) throw new TemplateError(`'${s.length > 80 ? s.slice(0, 80) + "…" : s}' has an unclosed or nested {{ }}`);
+    if (stripped.includes("{{") || stripped.includes("}}")) throw new TemplateError(`'${s.length > 80 ? `${s.slice(0, 80)}…` : s}' has an unclosed or nested {{ }}`);
   });
   return roots;
 }

@@ -8,7 +8,7 @@ import type { AuditLog } from "../../audit.js";
 import type { Clock } from "../../clock.js";
 import type { Config } from "../../config.js";
 import { invalidArgument, notFound, permissionDenied } from "../../domain/errors.js";
-import { AgentService, AgentType, type AgentMetrics, type RegisterRequest } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
+import { type AgentService, AgentType, type AgentMetrics, type RegisterRequest } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
 import { assertAgentTenants, callerOf, tenantsOutside, type Identity } from "../caller.js";
 import { REGISTER_FIELDS, type AgentStore, type RegisterInput } from "../../store/agents.js";
 import { agentStatusToWire, directiveToWire } from "./messages.js";

@@ -147,6 +147,7 @@ export async function enqueueRows(q: ItemsContext, rows: readonly EnqueueRow[], 
     frontierNs: msToNs(rows[0]?.nowMs ?? 0),
     credit: q.sharing.credit,
   };
+  // biome-ignore lint/complexity/useOptionalChain: a boolean, so that `offered` narrows handoff to defined below
   const offered = handoff !== undefined && handoff.agents.some((x) => x !== null);
   const params = offered
     ? {

@@ -82,7 +82,9 @@ export async function bidiExchange<I extends DescMessage, O extends DescMessage>
   s.on("response", (h) => (responseHeaders = h));
   s.on("trailers", (t) => {
     trailers = t;
-    webHeaders(t).forEach((value, key) => trailer.set(key, value));
+    webHeaders(t).forEach((value, key) => {
+      trailer.set(key, value);
+    });
   });
   /** The response is over: its status decides how the call ends (once). */
   const finish = () => {

@@ -260,7 +260,9 @@ function finish<I extends DescMessage, O extends DescMessage>(
   const message = body.length === 0 ? undefined : readFrame(body, outCodec, readMax);
   const trailerError = statusError(trailer);
   if (trailerError) {
-    header.forEach((value, key) => trailerError.metadata.append(key, value));
+    header.forEach((value, key) => {
+      trailerError.metadata.append(key, value);
+    });
     throw trailerError;
   }
   if (!header.has(headerGrpcStatus) && !trailer.has(headerGrpcStatus)) throw new ConnectError("protocol error: missing status", Code.Internal);

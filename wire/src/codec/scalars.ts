@@ -18,7 +18,8 @@ export interface ScalarOps {
 }
 
 const zeroNumber = (v: unknown) => v === 0;
-const zeroLong = (v: unknown) => v == 0; // 0n, 0 and "0" alike, as protobuf-es tests them
+// biome-ignore lint/suspicious/noDoubleEquals: 0n, 0 and "0" alike, as protobuf-es tests them
+const zeroLong = (v: unknown) => v == 0;
 
 function long(read: (r: Reader) => bigint, toUnsigned: (v: bigint | number | string) => [number, number]): Omit<ScalarOps, "zero"> {
   return {

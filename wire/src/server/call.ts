@@ -177,6 +177,8 @@ export async function invoke(spec: UnarySpec, ctx: CallContext, input: UnaryRequ
 function copyHeaders(from: Headers, to: Headers): void {
   if (from === to) return;
   for (const key of [...to.keys()]) to.delete(key);
-  from.forEach((value, key) => to.set(key, value));
+  from.forEach((value, key) => {
+    to.set(key, value);
+  });
 }
 

@@ -54,8 +54,14 @@ class Agent:
         self._reporter = Reporter(self._channel, self._work.answered, self._work.unanswered)
         self._work.reporter = self._reporter
         self._liveness = Liveness(
-            self._link, o, self._log, lambda: self._work.busy, self._work.held, self._heartbeat_reply,
-            lambda: self._reregister("the daemon does not know this agent"), self._work.lease_lost,
+            self._link,
+            o,
+            self._log,
+            lambda: self._work.busy,
+            self._work.held,
+            self._heartbeat_reply,
+            lambda: self._reregister("the daemon does not know this agent"),
+            self._work.lease_lost,
         )
         self._shutdown = Shutdown(o, self._log, self._life, self._link, self._work, self._channel, self._reporter, self._liveness, self._close)
 

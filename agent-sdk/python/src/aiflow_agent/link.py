@@ -48,7 +48,10 @@ def tls_words(err: BaseException) -> Optional[str]:
     """A failed TLS handshake in terms of the agent's ``tls`` options; None for any other failure."""
     text = error_text(err)
     if "CERTIFICATE_VERIFY_FAILED" in text or "certificate verify failed" in text:
-        return "the TLS handshake failed: the daemon's certificate is not trusted: give the CA that signed it as tls.ca (and tls.server_name when it names another host)"
+        return (
+            "the TLS handshake failed: the daemon's certificate is not trusted: "
+            "give the CA that signed it as tls.ca (and tls.server_name when it names another host)"
+        )
     if "WRONG_VERSION_NUMBER" in text or "wrong version number" in text:
         return "the TLS handshake failed: the daemon does not speak TLS there: is it serving plaintext (an http:// address)?"
     if "Ssl handshake failed" in text or "SSL_ERROR" in text or "handshake" in text.lower():

@@ -29,13 +29,19 @@ def register(stub: AgentStub, address: str, o: AgentOptions, capacity: Optional[
     if capacity is not None:
         meta.capacity.CopyFrom(capacity_to_wire(capacity))
     req = pb.RegisterRequest(
-        name=o.name, agent_version=o.agent_version, binary_path=o.binary_path or (sys.argv[0] if sys.argv else ""),
-        agent_type=pb.AGENT_TYPE_LOCAL if o.agent_type == "local" else pb.AGENT_TYPE_REMOTE, metadata=meta,
+        name=o.name,
+        agent_version=o.agent_version,
+        binary_path=o.binary_path or (sys.argv[0] if sys.argv else ""),
+        agent_type=pb.AGENT_TYPE_LOCAL if o.agent_type == "local" else pb.AGENT_TYPE_REMOTE,
+        metadata=meta,
     )
     res = stub.Register(req, timeout=o.rpc_timeout, metadata=metadata)
     return Registration(
-        id=res.id, address=address, created=res.created,
-        heartbeat_interval=_seconds(res.heartbeat_interval, 5.0), lease_ttl=_seconds(res.lease_ttl, 30.0),
+        id=res.id,
+        address=address,
+        created=res.created,
+        heartbeat_interval=_seconds(res.heartbeat_interval, 5.0),
+        lease_ttl=_seconds(res.lease_ttl, 30.0),
         status=STATUS.get(res.status, "active"),
     )
 

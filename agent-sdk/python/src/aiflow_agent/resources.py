@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
 from ._wire import pb
-from .options import Capacity, DiskCapacity, DiskMetrics, GpuCapacity, GpuMetrics, HeartbeatMetrics
+from .options import Capacity, DiskCapacity, GpuCapacity, GpuMetrics, HeartbeatMetrics
 
 MIB = 1024 * 1024
 NVIDIA_TIMEOUT = 5.0
@@ -64,7 +64,11 @@ def parse_gpu_metrics(csv: str) -> List[GpuMetrics]:
         if len(cells) < 5 or not cells[0].isdigit() or not all(_number(c) for c in cells[-3:]):
             continue
         util, used, total = (float(c) for c in cells[-3:])
-        gpus.append(GpuMetrics(index=int(cells[0]), model=", ".join(cells[1:-3]), utilization=min(100.0, util), memory_used_mb=round(used), memory_total_mb=round(total)))
+        gpus.append(
+            GpuMetrics(
+                index=int(cells[0]), model=", ".join(cells[1:-3]), utilization=min(100.0, util), memory_used_mb=round(used), memory_total_mb=round(total)
+            )
+        )
     return gpus
 
 
@@ -237,7 +241,9 @@ class Sampler:
             csv = run_nvidia_smi("index,name,utilization.gpu,memory.used,memory.total", 2.0, self._log)
             gpus = parse_gpu_metrics(csv) if csv is not None else ()
         m.gpus.extend(
-            pb.GpuMetrics(index=x.index, model=x.model, utilization=x.utilization, memory_used_bytes=x.memory_used_mb * MIB, memory_total_bytes=x.memory_total_mb * MIB)
+            pb.GpuMetrics(
+                index=x.index, model=x.model, utilization=x.utilization, memory_used_bytes=x.memory_used_mb * MIB, memory_total_bytes=x.memory_total_mb * MIB
+            )
             for x in gpus
         )
         return m

@@ -35,8 +35,16 @@ class Shutdown:
     undrain undid knows it), and the process's own shutdown, run once on a thread of its own."""
 
     def __init__(
-        self, o: AgentOptions, log: logging.Logger, life: Lifecycle, link: Link, work: Work, channel: Channel,
-        reporter: Reporter, liveness: Liveness, close: Callable[[], None],
+        self,
+        o: AgentOptions,
+        log: logging.Logger,
+        life: Lifecycle,
+        link: Link,
+        work: Work,
+        channel: Channel,
+        reporter: Reporter,
+        liveness: Liveness,
+        close: Callable[[], None],
     ) -> None:
         self._o = o
         self._log = log

@@ -104,7 +104,9 @@ class Work:
         with self._cond:
             for w in items:
                 item = item_from_wire(w)
-                log = logging.LoggerAdapter(self._log, {"item": item.id, "tenant": item.tenant, "engine_kind": item.engine_kind, "task": item.task_name, "attempt": item.attempt})
+                log = logging.LoggerAdapter(
+                    self._log, {"item": item.id, "tenant": item.tenant, "engine_kind": item.engine_kind, "task": item.task_name, "attempt": item.attempt}
+                )
                 run = Run(item, HandlerContext(self._opts.name, log))
                 self._runs[item.id] = run
                 if not taking:
@@ -202,7 +204,11 @@ class Work:
         handler = resolve_handler(self._opts.handlers, item.engine_kind, item.task_name)
         self._safe(self.hooks.item_started, item)
         if handler is None:
-            error = f"no handler for engine kind '{item.engine_kind}'" + (f", task '{item.task_name}'" if item.task_name else "") + f": this agent handles {describe_handlers(self._opts.handlers)}"
+            error = (
+                f"no handler for engine kind '{item.engine_kind}'"
+                + (f", task '{item.task_name}'" if item.task_name else "")
+                + f": this agent handles {describe_handlers(self._opts.handlers)}"
+            )
             self._settle(run, time.monotonic(), None, NonRetryableError(error))
         elif inspect.iscoroutinefunction(handler):
             self._submit_async(run, handler)
