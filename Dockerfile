@@ -3,11 +3,14 @@
 # dist/ beside the production node_modules and runs as the unprivileged `node` user.
 #
 #   docker build -t aiflowd .
-#   docker run --rm -p 7400:7400 -e DATABASE_URL=postgres://... -e 'AIFLOW_TOKENS=ops:...' aiflowd
+#   docker run --rm -p 7400:7400 -v "$PWD/certs:/certs:ro" -e DATABASE_URL=postgres://... -e 'AIFLOW_TOKENS=ops:...' \
+#     -e AIFLOW_TLS_CERT=/certs/server.crt -e AIFLOW_TLS_KEY=/certs/server.key aiflowd
 #
 # It listens on 0.0.0.0:7400, so it refuses to start without tokens (AIFLOW_TOKENS, --token or
-# AIFLOW_TOKENS_FILE). Without DATABASE_URL it starts an embedded Postgres under AIFLOW_DATA_DIR
-# (mount a volume there to keep it). Other commands: `docker run aiflowd migrate`, `... --help`.
+# AIFLOW_TOKENS_FILE) and without TLS (AIFLOW_TLS_CERT and AIFLOW_TLS_KEY, or
+# AIFLOW_INSECURE_PLAINTEXT=true behind a TLS-terminating proxy). Without DATABASE_URL it starts an
+# embedded Postgres under AIFLOW_DATA_DIR (mount a volume there to keep it). Other commands:
+# `docker run aiflowd migrate`, `... --help`.
 FROM node:20-bookworm-slim AS build
 WORKDIR /app
 # The workspace manifests first, so the install layer is rebuilt only when dependencies change.

@@ -16,7 +16,7 @@ export const TOKENS = { agent: "bench-agent-token", engine: "bench-engine-token"
 export const TENANT = "bench";
 /**
  * V8 settings the daemon and the agent processes run with, as deployments are told to (Dockerfile,
- * README): a 32 MB young generation. With hundreds of small objects per call in flight across an
+ * docs/operations.md): a 32 MB young generation. With hundreds of small objects per call in flight across an
  * await, the default 16 MB scavenged often enough to promote live ones; this took 7–10 % off the
  * drain's CPU per item.
  */

@@ -14,7 +14,7 @@ export const HELP = `npm run bench -- [options]
   --daemons N        daemon instances (default 1)
   --rate N           steady enqueue rate per second (default 1000)
   --duration D       steady phase length (default 10s)
-  --warmup D         warm-up before measuring latency (default 20s: see README, JIT warm-up)
+  --warmup D         warm-up before measuring latency, sent but not measured (default 20s: docs/performance.md)
   --hb-agents N      simulated agents for the heartbeat cost (default 1000)
   --hb-duration D    heartbeat phase length (default 10s)
   --stream-agents N  simulated agents holding idle agent streams in the streams section (default 1000)

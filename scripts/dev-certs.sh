@@ -1,7 +1,7 @@
 #!/bin/sh
 # Makes a small PKI for aiflowd with openssl: a CA, the daemon's certificate, and client
 # certificates for mutual TLS. For development, the demo and the compose stack; in production use
-# your own CA (or SPIRE), with the same SAN conventions (README: "Transport security").
+# your own CA (or SPIRE), with the same SAN conventions (docs/security.md: "Certificates that name the caller").
 #
 #   scripts/dev-certs.sh DIR [HOST ...]
 #

@@ -7,7 +7,7 @@
  *
  * AIFLOW_FUZZ_CASES sets the count (default 300, a few seconds), AIFLOW_FUZZ_SEED the run's seed
  * (default fixed, so CI runs the same cases every time). A failure names its seed and case; replay
- * it alone with `npx tsx bench/fuzz.ts --seed S --case I`, or run longer by hand (README, Fuzzing).
+ * it alone with `npx tsx bench/fuzz.ts --seed S --case I`, or run longer by hand (docs/development.md, Fuzzing).
  */
 import { create, toBinary } from "@bufbuild/protobuf";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";

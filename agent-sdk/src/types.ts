@@ -28,7 +28,7 @@ export interface WorkItem<Payload = unknown> {
   priority: number;
   /** The tag requirements the producer set. */
   selector: Readonly<Record<string, string>>;
-  /** Items sharing this key all go to the agent the key is bound to (see the daemon's README). */
+  /** Items sharing this key all go to the agent the key is bound to (see the daemon's docs/queue.md, Affinity bindings). */
   affinityKey: string | undefined;
   /** Items of one tenant sharing this key run at most the key's limit at a time, across the fleet. */
   concurrencyKey: string | undefined;

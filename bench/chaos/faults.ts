@@ -21,7 +21,7 @@ export const FAULT_KINDS = [
 ] as const;
 export type FaultKind = (typeof FAULT_KINDS)[number];
 
-/** What each kind does, for --help and the README. */
+/** What each kind does, for --help (docs/development.md lists the kinds too). */
 export const FAULT_HELP: Record<FaultKind, string> = {
   "agent-kill": "kill -9 of one busy agent mid-handler, replaced at once",
   "agents-kill": "kill -9 of half the agents (at least 2) at once, replaced at once",

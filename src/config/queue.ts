@@ -48,7 +48,7 @@ export const QUEUE_SETTINGS = {
     flag: "--grpc-fast-path",
     env: ["AIFLOW_GRPC_FAST_PATH"],
     default: "on",
-    help: "on: plain gRPC unary calls are served straight from the HTTP/2 stream (wire/src/server/unary-fast-path.ts); off: connect-node serves every call",
+    help: "on: plain gRPC unary calls and bidirectional streams (the agent stream) are served straight from the HTTP/2 stream (wire/src/server/unary-fast-path.ts, bidi-fast-path.ts); off: connect-node serves every call",
     parse: oneOf(["on", "off"]),
   },
   backoffJitter: { flag: "--backoff-jitter", env: ["AIFLOW_BACKOFF_JITTER"], default: "full", help: "full (random in [0, bound]) or none (exactly the bound)", parse: oneOf(["full", "none"]) },

@@ -1,5 +1,5 @@
 /**
- * Fair share between tenants, and aging inside a tenant: the rules, in the words the README uses.
+ * Fair share between tenants, and aging inside a tenant: the rules, in the words docs/queue.md uses.
  *
  * Across tenants, fair share decides. Each tenant has a weight (the operator's, set by
  * OpsService.SetTenantWeight; else the configured one, --tenant-weights; else 1). Each item takes a

@@ -1,8 +1,8 @@
 /**
  * The daemon's Prometheus metrics: one prom-client Registry per daemon (never the global one, so
  * daemons in one process and an embedding application never mix), served at /metrics beside the
- * process metrics (@aiflow/wire/metrics) by ../server/http-endpoints.ts. The README's Metrics
- * section lists every name and label; the Grafana dashboard (deploy/grafana/) is checked against
+ * process metrics (@aiflow/wire/metrics) by ../server/http-endpoints.ts. docs/observability.md's
+ * Metrics section lists every name and label; the Grafana dashboard (deploy/grafana/) is checked against
  * the names and labels defined here (test/grafana-dashboard.test.ts).
  *
  * Three kinds of source, so that no scrape costs the hot path anything:

@@ -40,7 +40,7 @@ export interface ServerOptions {
   limits: ServerLimits;
   /** Times the failed-authentication windows. */
   clock: Clock;
-  /** Serve plain gRPC unary calls straight from the stream (wire/src/server/unary-fast-path.ts); false: connect-node serves all. */
+  /** Serve plain gRPC unary calls and bidi streams straight from the stream (wire/src/server/unary-fast-path.ts, bidi-fast-path.ts); false: connect-node serves all. */
   fastPath?: boolean;
   /** TLS (mutual with `files.clientCa`); absent: h2c. */
   tls?: { files: TlsFiles; trustDomain: string };

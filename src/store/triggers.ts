@@ -217,7 +217,7 @@ export class TriggerStore {
 
   /**
    * Forgets replay keys recorded before `cutoffMs` (the firing retention: the firings they point at
-   * are gone too). From then on a GitHub-signed body that acted then could act again: the README
+   * are gone too). From then on a GitHub-signed body that acted then could act again: docs/engines.md
    * says so.
    */
   async sweepDeliveries(cutoffMs: number): Promise<number> {

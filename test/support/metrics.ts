@@ -1,5 +1,5 @@
 /**
- * The daemon's documented metrics (README, Metrics) and a scrape of its /metrics over real HTTP,
+ * The daemon's documented metrics (docs/observability.md, Metrics) and a scrape of its /metrics over real HTTP,
  * read with a Prometheus text-format parser.
  *
  * The parser (parse-prometheus-text-format, the prom2json shape) checks the exposition's

@@ -25,7 +25,7 @@ export const file_aiflow_cluster_v1_agent: GenFile = /*@__PURE__*/
  */
 export type AgentMetadata = Message<"aiflow.cluster.v1.AgentMetadata"> & {
   /**
-   * Free-form labels; work items select agents by them (see README: selector matching).
+   * Free-form labels; work items select agents by them (see docs/queue.md: the selector rule).
    *
    * @generated from field: map<string, string> tags = 1;
    */
@@ -593,7 +593,7 @@ export type ClaimRequest = Message<"aiflow.cluster.v1.ClaimRequest"> & {
   name: string;
 
   /**
-   * How many items at most; clamped to the daemon's cap (see README).
+   * How many items at most; clamped to the daemon's cap (--claim-max-items).
    *
    * @generated from field: uint32 max_items = 2;
    */

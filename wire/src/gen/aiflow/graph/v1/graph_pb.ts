@@ -135,7 +135,7 @@ export type Edge = Message<"aiflow.graph.v1.Edge"> & {
   to: string;
 
   /**
-   * A condition (see the README: conditions) over result (the node's result), state (the run's),
+   * A condition (see docs/engines.md: conditions) over result (the node's result), state (the run's),
    * steps and visits (per node); empty: always. A node's edges are tried in definition order.
    *
    * @generated from field: string when = 3;

@@ -93,7 +93,7 @@ export type Transition = Message<"aiflow.machine.v1.Transition"> & {
   to: string;
 
   /**
-   * A condition (see the README: conditions) over event (the payload) and context; empty: always.
+   * A condition (see docs/engines.md: conditions) over event (the payload) and context; empty: always.
    *
    * @generated from field: string guard = 3;
    */
