@@ -5,7 +5,7 @@
  *   soon as the condition holds, and fails, naming it, only after a timeout a working system never
  *   comes near. It is not a sleep: nothing waits for time to pass.
  * - `codeOf(call)` is the gRPC code a call was refused with ("ok" when it was not); `refusal(call)`
- *   is the error itself, and fails the test when the call succeeded.
+ *   is the error itself, and fails the test when the call succeeded (refusals.ts).
  * - `Connection` is one HTTP/2 connection to a daemon that connect-es clients share; `Session` is a
  *   client of one service on a connection of its own with the bearer header for its calls.
  * - `useTestDb(label)` and `useTestDaemon(options)` set up, before a file's tests, a migrated schema
@@ -13,7 +13,7 @@
  *   order: the connections, the daemons, then the schema.
  */
 import type { DescService } from "@bufbuild/protobuf";
-import { Code, ConnectError, createClient, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
+import { createClient, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { afterAll, beforeAll } from "vitest";
 import type { Daemon } from "../../src/daemon.js";
@@ -29,25 +29,7 @@ export async function until(what: string, check: () => boolean | Promise<boolean
   }
 }
 
-/** The gRPC code a call was refused with, or "ok" when it succeeded. */
-export async function codeOf(call: Promise<unknown>): Promise<Code | "ok"> {
-  try {
-    await call;
-    return "ok";
-  } catch (err) {
-    return ConnectError.from(err).code;
-  }
-}
-
-/** The error a call was refused with; fails the test when the call succeeded. */
-export async function refusal(call: Promise<unknown>): Promise<ConnectError> {
-  try {
-    await call;
-  } catch (err) {
-    return ConnectError.from(err);
-  }
-  throw new Error("expected the call to be refused, but it succeeded");
-}
+export { codeOf, refusal } from "./refusals.js";
 
 /** Sets a bearer token on every call. */
 export const withToken =
