@@ -13,11 +13,21 @@ import { FakeClock } from "../src/clock.js";
 import type { Daemon } from "../src/daemon.js";
 import { keyed, plain, Reader } from "./support/affinity.js";
 import type { TestDb } from "./support/db.js";
-import { useTestDb } from "./support/kit.js";
+import { useTestCluster } from "./support/kit.js";
 import { OpsProducer, OpsTestAgent, show, type ItemInit, type WorkItem } from "./support/ops.js";
 
 const clock = new FakeClock(Date.UTC(2026, 5, 1));
-const fx = useTestDb("affrace");
+const fx = useTestCluster("affrace", {
+  clock,
+  instances: ["aff-race-a", "aff-race-b"],
+  config: {
+    sweepInterval: 3_600_000,
+    heartbeatFlush: 3_600_000,
+    heartbeatInterval: 86_400_000,
+    leaseTtl: 86_400_000,
+    affinityPolicy: "rebind",
+  },
+});
 const closers = fx.closers;
 let db: TestDb;
 let A: Daemon;
@@ -36,18 +46,9 @@ const CLAIM_SIZES = [2, 3];
 /** What each agent asks for while the queue drains. */
 const DRAIN_CLAIM = 8;
 
-const config = (instanceId: string) => ({
-  instanceId,
-  sweepInterval: 3_600_000,
-  heartbeatFlush: 3_600_000,
-  heartbeatInterval: 86_400_000,
-  leaseTtl: 86_400_000,
-  affinityPolicy: "rebind" as const,
-});
-
 beforeAll(async () => {
   db = fx.db;
-  [A, B] = await Promise.all([fx.startDaemon({ clock, config: config("aff-race-a") }), fx.startDaemon({ clock, config: config("aff-race-b") })]);
+  [A, B] = fx.daemons;
   const daemons = [A, B];
   agents = await Promise.all(
     Array.from({ length: 6 }, async (_, i) => closers.add(await OpsTestAgent.register(daemons[i % 2]!.address, `racer-${i}`, { tenants: [TENANT], engineKinds: ["k"] }))),

@@ -13,15 +13,10 @@ import type { Daemon } from "../src/daemon.js";
 import { WorkItemStatus } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
 import { Wakeups } from "../src/queue/wakeups.js";
 import type { TestDb } from "./support/db.js";
-import { useTestDb } from "./support/kit.js";
+import { useTestCluster } from "./support/kit.js";
 import { itemRows, Producer, serverNow, STATEMENT, statusCounts, TestAgent, track, untilStatementRan, type WorkItem } from "./support/queue.js";
 
 const clock = new FakeClock(Date.UTC(2026, 2, 1));
-const fx = useTestDb("qclu");
-let db: TestDb;
-let A: Daemon;
-let B: Daemon;
-
 const config = (instanceId: string) => ({
   instanceId,
   // Timers never fire during the test; nothing here depends on them.
@@ -30,10 +25,14 @@ const config = (instanceId: string) => ({
   claimMaxItems: 256,
 });
 
-beforeAll(async () => {
+const fx = useTestCluster("qclu", { clock, instances: ["queue-a", "queue-b"], config });
+let db: TestDb;
+let A: Daemon;
+let B: Daemon;
+
+beforeAll(() => {
   db = fx.db;
-  A = await fx.startDaemon({ clock, config: config("queue-a") });
-  B = await fx.startDaemon({ clock, config: config("queue-b") });
+  [A, B] = fx.daemons;
 });
 
 const agent = async (d: Daemon, name: string, tenant: string, extra: { engineKinds?: string[] } = {}) => {
