@@ -14,7 +14,8 @@ import type { Daemon } from "../src/daemon.js";
 import { keyed, plain, Reader } from "./support/affinity.js";
 import type { TestDb } from "./support/db.js";
 import { useTestCluster } from "./support/kit.js";
-import { OpsProducer, OpsTestAgent, show, type ItemInit, type WorkItem } from "./support/ops.js";
+import { Producer } from "./support/queue.js";
+import { OpsTestAgent, show, type ItemInit, type WorkItem } from "./support/ops.js";
 
 const clock = new FakeClock(Date.UTC(2026, 5, 1));
 const fx = useTestCluster("affrace", {
@@ -33,7 +34,7 @@ let db: TestDb;
 let A: Daemon;
 let B: Daemon;
 let agents: OpsTestAgent[];
-let producer: OpsProducer;
+let producer: Producer;
 let reader: Reader;
 
 const TENANT = "race";
@@ -53,7 +54,7 @@ beforeAll(async () => {
   agents = await Promise.all(
     Array.from({ length: 6 }, async (_, i) => closers.add(await OpsTestAgent.register(daemons[i % 2]!.address, `racer-${i}`, { tenants: [TENANT], engineKinds: ["k"] }))),
   );
-  producer = closers.add(new OpsProducer(A.address));
+  producer = closers.add(new Producer(A.address));
   reader = closers.add(await Reader.open(db));
 });
 
@@ -72,7 +73,7 @@ describe("racing first claims of one unbound key", () => {
       const init: ItemInit[] = [];
       for (let i = 0; i < KEY_ITEMS; i++) init.push(keyed("k", key), ...(i % 3 === 2 ? [plain("k")] : []));
       while (init.length < KEY_ITEMS + PLAIN_ITEMS) init.push(plain("k"));
-      const ids = await producer.enqueue(TENANT, init);
+      const ids = await producer.ids(TENANT, init);
       const keyIds = new Set(ids.filter((_, i) => init[i]!.workerParams?.affinityKey === key));
       expect(keyIds.size).toBe(KEY_ITEMS);
 
