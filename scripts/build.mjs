@@ -12,12 +12,15 @@
  * one list of what wire offers); wire/dist is copied to OUT/wire; and every `@aiflow/wire/...`
  * specifier in OUT's .js and .d.ts files becomes a relative path into OUT/wire. Compiles are
  * incremental (tsbuildinfo under .tmp/), so a build with nothing changed takes a second or two.
+ * A finished daemon build leaves OUT/.build-stamp, the fingerprint of the sources it was built from
+ * (scripts/build-stamp.mjs), by which the test setup sees that it need not build again.
  */
 import { execFileSync } from "node:child_process";
 import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join, relative, resolve, sep } from "node:path";
 import { fileURLToPath } from "node:url";
+import { clearStamp, fingerprint, writeStamp } from "./build-stamp.mjs";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const TMP = join(ROOT, ".tmp", "build");
@@ -36,6 +39,9 @@ if (!target) {
 }
 const out = outArg ? resolve(outArg) : target.out;
 const WIRE_DIST = join(ROOT, "wire", "dist");
+// Taken before anything is read, so that a source changed during the build makes the stamp stale.
+const sources = which === "daemon" ? fingerprint(ROOT) : undefined;
+if (sources && existsSync(out)) clearStamp(out);
 
 /**
  * Compiles `base` into `outDir` through a config made here. An incremental compile does not notice
@@ -144,4 +150,5 @@ if (which === "daemon") {
   const { build } = await import("vite");
   await build({ configFile: join(ROOT, "console", "vite.config.ts"), build: { outDir: join(out, "console"), emptyOutDir: true } });
 }
+if (sources) writeStamp(out, sources);
 console.log(`built ${which} -> ${posix(relative(process.cwd(), out)) || "."}`);

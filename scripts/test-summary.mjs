@@ -1,17 +1,27 @@
-// Prints vitest's JSON report as the plain closing line CI reads: "N passed, N failed[, N skipped]".
+// Prints vitest's JSON reports as the plain closing line CI reads: "N passed, N failed[, N skipped]",
+// summed over every report named (.ci/run names one per tier: the fast one and the slow one).
 import { readFileSync } from "node:fs";
 
-const file = process.argv[2] ?? ".tmp/vitest.json";
-let report;
-try {
-  report = JSON.parse(readFileSync(file, "utf8"));
-} catch (err) {
-  console.log(`no test report at ${file}: ${err.message}`);
-  console.log("0 passed, 1 failed");
-  process.exit(0);
+const files = process.argv.length > 2 ? process.argv.slice(2) : [".tmp/vitest.json"];
+let passed = 0;
+let failed = 0;
+let skipped = 0;
+for (const file of files) {
+  let report;
+  try {
+    report = JSON.parse(readFileSync(file, "utf8"));
+  } catch (err) {
+    // A tier that wrote no report (vitest did not start, or died) counts as one failure.
+    console.log(`no test report at ${file}: ${err.message}`);
+    failed += 1;
+    continue;
+  }
+  skipped += (report.numPendingTests ?? 0) + (report.numTodoTests ?? 0);
+  // A file that failed with no failed test counts as one failure: it failed to load, or a hook
+  // failed (a beforeAll's failure leaves the file's tests skipped, not failed).
+  const brokenFiles = (report.testResults ?? []).filter((r) => r.status === "failed" && !(r.assertionResults ?? []).some((a) => a.status === "failed")).length;
+  passed += report.numPassedTests ?? 0;
+  failed += (report.numFailedTests ?? 0) + brokenFiles;
 }
-const skipped = (report.numPendingTests ?? 0) + (report.numTodoTests ?? 0);
-// A file that failed to load counts as a failure even though it ran no test.
-const brokenFiles = (report.testResults ?? []).filter((r) => r.status === "failed" && (r.assertionResults ?? []).length === 0).length;
-const line = `${report.numPassedTests} passed, ${report.numFailedTests + brokenFiles} failed`;
+const line = `${passed} passed, ${failed} failed`;
 console.log(skipped > 0 ? `${line}, ${skipped} skipped` : line);

@@ -13,17 +13,28 @@ import { FakeClock } from "../src/clock.js";
 import type { Daemon } from "../src/daemon.js";
 import { keyed, plain, Reader } from "./support/affinity.js";
 import type { TestDb } from "./support/db.js";
-import { useTestDb } from "./support/kit.js";
-import { OpsProducer, OpsTestAgent, show, type ItemInit, type WorkItem } from "./support/ops.js";
+import { useTestCluster } from "./support/kit.js";
+import { Producer } from "./support/queue.js";
+import { OpsTestAgent, show, type ItemInit, type WorkItem } from "./support/ops.js";
 
 const clock = new FakeClock(Date.UTC(2026, 5, 1));
-const fx = useTestDb("affrace");
+const fx = useTestCluster("affrace", {
+  clock,
+  instances: ["aff-race-a", "aff-race-b"],
+  config: {
+    sweepInterval: 3_600_000,
+    heartbeatFlush: 3_600_000,
+    heartbeatInterval: 86_400_000,
+    leaseTtl: 86_400_000,
+    affinityPolicy: "rebind",
+  },
+});
 const closers = fx.closers;
 let db: TestDb;
 let A: Daemon;
 let B: Daemon;
 let agents: OpsTestAgent[];
-let producer: OpsProducer;
+let producer: Producer;
 let reader: Reader;
 
 const TENANT = "race";
@@ -36,23 +47,14 @@ const CLAIM_SIZES = [2, 3];
 /** What each agent asks for while the queue drains. */
 const DRAIN_CLAIM = 8;
 
-const config = (instanceId: string) => ({
-  instanceId,
-  sweepInterval: 3_600_000,
-  heartbeatFlush: 3_600_000,
-  heartbeatInterval: 86_400_000,
-  leaseTtl: 86_400_000,
-  affinityPolicy: "rebind" as const,
-});
-
 beforeAll(async () => {
   db = fx.db;
-  [A, B] = await Promise.all([fx.startDaemon({ clock, config: config("aff-race-a") }), fx.startDaemon({ clock, config: config("aff-race-b") })]);
+  [A, B] = fx.daemons;
   const daemons = [A, B];
   agents = await Promise.all(
     Array.from({ length: 6 }, async (_, i) => closers.add(await OpsTestAgent.register(daemons[i % 2]!.address, `racer-${i}`, { tenants: [TENANT], engineKinds: ["k"] }))),
   );
-  producer = closers.add(new OpsProducer(A.address));
+  producer = closers.add(new Producer(A.address));
   reader = closers.add(await Reader.open(db));
 });
 
@@ -71,7 +73,7 @@ describe("racing first claims of one unbound key", () => {
       const init: ItemInit[] = [];
       for (let i = 0; i < KEY_ITEMS; i++) init.push(keyed("k", key), ...(i % 3 === 2 ? [plain("k")] : []));
       while (init.length < KEY_ITEMS + PLAIN_ITEMS) init.push(plain("k"));
-      const ids = await producer.enqueue(TENANT, init);
+      const ids = await producer.ids(TENANT, init);
       const keyIds = new Set(ids.filter((_, i) => init[i]!.workerParams?.affinityKey === key));
       expect(keyIds.size).toBe(KEY_ITEMS);
 

@@ -11,14 +11,10 @@ import type { Daemon } from "../src/daemon.js";
 import type { WorkItem } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
 import { AgentStream } from "./support/agent-stream.js";
 import type { TestDb } from "./support/db.js";
-import { until, useTestDb } from "./support/kit.js";
+import { until, useTestCluster } from "./support/kit.js";
 import { itemRows, Producer, statusCounts, TestAgent } from "./support/queue.js";
 
 const clock = new FakeClock(Date.UTC(2026, 2, 1));
-const fx = useTestDb("qstreamclu");
-let db: TestDb;
-let A: Daemon;
-let B: Daemon;
 
 const config = (instanceId: string) => ({
   instanceId,
@@ -28,10 +24,14 @@ const config = (instanceId: string) => ({
   claimMaxItems: 64,
 });
 
-beforeAll(async () => {
+const fx = useTestCluster("qstreamclu", { clock, instances: ["stream-a", "stream-b"], config });
+let db: TestDb;
+let A: Daemon;
+let B: Daemon;
+
+beforeAll(() => {
   db = fx.db;
-  A = await fx.startDaemon({ clock, config: config("stream-a") });
-  B = await fx.startDaemon({ clock, config: config("stream-b") });
+  [A, B] = fx.daemons;
 });
 
 const agent = async (d: Daemon, name: string, tenant: string) => fx.closers.add(await TestAgent.register(d.address, name, { tenants: [tenant], engineKinds: ["dag"] }));

@@ -23,16 +23,21 @@ import {
 } from "./support/agents.js";
 import type { TestDb } from "./support/db.js";
 import type { grpc } from "./support/grpc-js.js";
-import { until, useTestDb } from "./support/kit.js";
+import { until, useTestCluster } from "./support/kit.js";
 
 const HEARTBEAT_MS = 5_000;
 const WINDOW_MS = 3 * HEARTBEAT_MS; // livenessIntervals (default 3) × heartbeatInterval (default 5s)
 const PARKED = 3_600_000;
 
 const clock = new FakeClock(Date.UTC(2026, 2, 1));
-const fx = useTestDb("aglive");
 const logA: CapturedLog = captureLog();
 const logB: CapturedLog = captureLog();
+const fx = useTestCluster("aglive", {
+  clock,
+  instances: ["live-a", "live-b"],
+  config: { heartbeatInterval: HEARTBEAT_MS, livenessIntervals: 3, heartbeatFlush: PARKED, sweepInterval: PARKED },
+  log: (id) => (id === "live-a" ? logA : logB).log,
+});
 let db: TestDb;
 let a: Daemon;
 let b: Daemon;
@@ -42,9 +47,7 @@ const streams: DirectiveStream[] = [];
 
 beforeAll(async () => {
   db = fx.db;
-  const config = (instanceId: string) => ({ instanceId, heartbeatInterval: HEARTBEAT_MS, livenessIntervals: 3, heartbeatFlush: PARKED, sweepInterval: PARKED });
-  a = await fx.startDaemon({ clock, log: logA.log, config: config("live-a") });
-  b = await fx.startDaemon({ clock, log: logB.log, config: config("live-b") });
+  [a, b] = fx.daemons;
   clientA = agentClient(a.address);
   clientB = agentClient(b.address);
 });

@@ -9,7 +9,8 @@ import { fileURLToPath } from "node:url";
 import { beforeAll, describe, expect, it, vi } from "vitest";
 import { TOKENS } from "./support/daemon.js";
 import { useTestDaemon, type Session } from "./support/kit.js";
-import { opsSession, OpsProducer, OpsTestAgent } from "./support/ops.js";
+import { Producer } from "./support/queue.js";
+import { opsSession, OpsTestAgent } from "./support/ops.js";
 import type { OpsService } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 
 const CLI = fileURLToPath(new URL("../bin/aiflowctl.js", import.meta.url));
@@ -17,17 +18,17 @@ vi.setConfig({ testTimeout: 120_000 });
 // The test agents never heartbeat; they must not be found dead during the test.
 const fx = useTestDaemon({ label: "ctlstats", config: { instanceId: "ctl-stats", heartbeatInterval: 3_600_000 } });
 let ops: Session<typeof OpsService>;
-let producer: OpsProducer;
+let producer: Producer;
 
 beforeAll(async () => {
   ops = fx.closers.add(opsSession(fx.address));
-  producer = fx.closers.add(new OpsProducer(fx.address));
+  producer = fx.closers.add(new Producer(fx.address));
   // cq/gpu: nobody registered; cq/cpu: served; cq/train: served by an agent that is drained;
   // cq/big: served, but needs more memory than its agent has.
   await producer.many("cq", "gpu", 2);
   await producer.many("cq", "cpu", 1);
   await producer.many("cq", "train", 1);
-  await producer.enqueue("cq", [{ engineKind: "big", payloadJson: "{}", workerParams: { requirements: { memoryMb: 1_000_000_000n } } }]);
+  await producer.ids("cq", [{ engineKind: "big", payloadJson: "{}", workerParams: { requirements: { memoryMb: 1_000_000_000n } } }]);
   fx.closers.add(await OpsTestAgent.register(fx.address, "cq-cpu", { tenants: ["cq"], engineKinds: ["cpu", "big"] }));
   fx.closers.add(await OpsTestAgent.register(fx.address, "cq-train", { tenants: ["cq"], engineKinds: ["train"] }));
   await ops.client.drainAgent({ name: "cq-train", reason: "deploy" }, ops.call);

@@ -19,7 +19,8 @@ import { WorkItemStatus } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.
 import { TOKENS } from "./support/daemon.js";
 import { freePort } from "./support/free-port.js";
 import { useTestDaemon, type Session } from "./support/kit.js";
-import { opsSession, OpsProducer, OpsTestAgent, sorted } from "./support/ops.js";
+import { Producer } from "./support/queue.js";
+import { opsSession, OpsTestAgent, sorted } from "./support/ops.js";
 import { Pki } from "./support/pki.js";
 import type { OpsService } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 
@@ -43,12 +44,12 @@ const fx = useTestDaemon({
 const closers = fx.closers;
 let daemon: Daemon;
 let ops: Session<typeof OpsService>;
-let producer: OpsProducer;
+let producer: Producer;
 
 beforeAll(() => {
   daemon = fx.daemon;
   ops = closers.add(opsSession(daemon.address));
-  producer = closers.add(new OpsProducer(daemon.address));
+  producer = closers.add(new Producer(daemon.address));
 });
 
 interface Run {
@@ -218,7 +219,7 @@ describe("bindings", () => {
   it("list, rebind and unbind an affinity key", async () => {
     const a = await agent("bnd-k1", ["c5"]);
     await agent("bnd-k2", ["c5"]);
-    await producer.enqueue("c5", [{ engineKind: "k", workerParams: { affinityKey: "run-42" } }]);
+    await producer.ids("c5", [{ engineKind: "k", workerParams: { affinityKey: "run-42" } }]);
     const held = await a.claim(1);
     expect(held).toHaveLength(1);
     expect((await a.complete(held)).every((o) => o.ok)).toBe(true);
@@ -242,7 +243,7 @@ describe("bindings", () => {
 
 describe("keys", () => {
   it("list a concurrency key, and set and clear an operator's limit on it", async () => {
-    await producer.enqueue("c8", [{ engineKind: "k", workerParams: { concurrencyKey: "render", maxInFlight: 2 } }]);
+    await producer.ids("c8", [{ engineKind: "k", workerParams: { concurrencyKey: "render", maxInFlight: 2 } }]);
     type KeysJson = { keys: { tenantKey: string; key: string; limit: number; limitSource: string; inFlight: number; pending: string }[]; rules: unknown[] };
     const listed = await ctlJson<KeysJson>(["keys", "list", "--tenant", "c8"]);
     expect(listed.keys).toEqual([{ tenantKey: "c8", key: "render", limit: 2, limitSource: "items", inFlight: 0, pending: "1" }]);
@@ -268,7 +269,7 @@ describe("keys", () => {
 
 describe("tenants", () => {
   it("list tenants with their weights, and set and clear an operator's weight", async () => {
-    await producer.enqueue("c9", [{ engineKind: "k" }, { engineKind: "k" }]);
+    await producer.ids("c9", [{ engineKind: "k" }, { engineKind: "k" }]);
     type TenantsJson = { tenants: { tenantKey: string; weight: number; weightSource: string; pending: string; dispatched: string }[] };
     const listed = await ctlJson<TenantsJson>(["tenants", "list", "--tenant", "c9"]);
     expect(listed.tenants).toEqual([{ tenantKey: "c9", weight: 1, weightSource: "default", pending: "2", dispatched: "0" }]);
@@ -315,7 +316,7 @@ describe("limits", () => {
 
     // A dispatch of a key under the prefix spends a slot: the key is listed with its state.
     const a = await agent("lim-a", ["c10"]);
-    await producer.enqueue("c10", [{ engineKind: "k", workerParams: { rateLimitKey: "model:x" } }]);
+    await producer.ids("c10", [{ engineKind: "k", workerParams: { rateLimitKey: "model:x" } }]);
     expect((await a.claim(1)).map((i) => i.workerParams?.rateLimitKey)).toEqual(["model:x"]);
     const withKey = await ctlJson<LimitsJson>(["limits", "list", "--tenant", "c10"]);
     expect(withKey.keys.map((k) => [k.key, k.limit?.key, k.limit?.prefix, typeof k.nextSlotAt])).toEqual([["model:x", "model:", true, "string"]]);

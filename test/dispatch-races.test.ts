@@ -15,34 +15,35 @@ import { beforeAll, describe, expect, it } from "vitest";
 import { FakeClock } from "../src/clock.js";
 import type { Daemon } from "../src/daemon.js";
 import type { TestDb } from "./support/db.js";
-import { useTestDb } from "./support/kit.js";
+import { useTestCluster } from "./support/kit.js";
 import { Producer, TestAgent, type WorkItem } from "./support/queue.js";
 import { opsSession } from "./support/ops.js";
 import { bearer, TOKENS } from "./support/daemon.js";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 
 const clock = new FakeClock(Date.UTC(2026, 6, 1));
-const fx = useTestDb("dispatchrace");
+const LEASE = 60_000;
+const fx = useTestCluster("dispatchrace", {
+  clock,
+  instances: ["race-a", "race-b"],
+  config: {
+    sweepInterval: 3_600_000,
+    heartbeatFlush: 3_600_000,
+    heartbeatInterval: 86_400_000,
+    livenessIntervals: 3,
+    leaseTtl: LEASE,
+    claimMaxItems: 8,
+  },
+});
 const closers = fx.closers;
 let db: TestDb;
 let A: Daemon;
 let B: Daemon;
 let producer: Producer;
 
-const LEASE = 60_000;
-const config = (instanceId: string) => ({
-  instanceId,
-  sweepInterval: 3_600_000,
-  heartbeatFlush: 3_600_000,
-  heartbeatInterval: 86_400_000,
-  livenessIntervals: 3,
-  leaseTtl: LEASE,
-  claimMaxItems: 8,
-});
-
 beforeAll(async () => {
   db = fx.db;
-  [A, B] = await Promise.all([fx.startDaemon({ clock, config: config("race-a") }), fx.startDaemon({ clock, config: config("race-b") })]);
+  [A, B] = fx.daemons;
   producer = closers.add(new Producer(A.address));
 });
 

@@ -9,26 +9,26 @@
  */
 import { beforeAll, describe, expect, it } from "vitest";
 import type { Daemon } from "../src/daemon.js";
-import { useTestDb } from "./support/kit.js";
+import { useTestCluster } from "./support/kit.js";
 import { Producer, TestAgent, type WorkItem } from "./support/queue.js";
 
-const fx = useTestDb("fsharecl");
+const fx = useTestCluster("fsharecl", {
+  instances: ["fair-a", "fair-b"],
+  config: {
+    tenantWeights: new Map([
+      ["a", 3],
+      ["b", 1],
+    ]),
+    fairShareCredit: 0,
+    claimMaxItems: 8,
+    leaseTtl: 600_000,
+  },
+});
 let A: Daemon;
 let B: Daemon;
 
-const config = (instanceId: string) => ({
-  instanceId,
-  tenantWeights: new Map([
-    ["a", 3],
-    ["b", 1],
-  ]),
-  fairShareCredit: 0,
-  claimMaxItems: 8,
-  leaseTtl: 600_000,
-});
-
-beforeAll(async () => {
-  [A, B] = await Promise.all([fx.startDaemon({ config: config("fair-a") }), fx.startDaemon({ config: config("fair-b") })]);
+beforeAll(() => {
+  [A, B] = fx.daemons;
 });
 
 interface Case {

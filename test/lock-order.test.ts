@@ -8,21 +8,20 @@
 import { beforeAll, describe, expect, it } from "vitest";
 import type { Daemon } from "../src/daemon.js";
 import { captureLog } from "./support/agents.js";
-import { useTestDb } from "./support/kit.js";
+import { useTestCluster } from "./support/kit.js";
 import { Producer, TestAgent, type WorkItem } from "./support/queue.js";
 
-const f = useTestDb("lockorder");
 const logA = captureLog("warn");
 const logB = captureLog("warn");
+const f = useTestCluster("lockorder", { instances: ["lock-a", "lock-b"], log: (id) => (id === "lock-a" ? logA : logB).log });
 let a: Daemon;
 let b: Daemon;
 
 const TENANT = "t1";
 const N = 240;
 
-beforeAll(async () => {
-  a = await f.startDaemon({ log: logA.log, config: { instanceId: "lock-a" } });
-  b = await f.startDaemon({ log: logB.log, config: { instanceId: "lock-b" } });
+beforeAll(() => {
+  [a, b] = f.daemons;
 });
 
 /** An agent registered on daemon A, holding N items, and a second connection to it through daemon B. */

@@ -10,13 +10,17 @@ import type { Daemon } from "../src/daemon.js";
 import type { TableName } from "../src/db/tables.js";
 import { TOKENS } from "./support/daemon.js";
 import { work } from "./support/dag.js";
-import { refusal, useTestDb } from "./support/kit.js";
+import { refusal, useTestCluster } from "./support/kit.js";
 import { GraphClient, MachineClient, type MachineDef } from "./support/native.js";
 import { NodeKind } from "@aiflow/wire/gen/aiflow/graph/v1/graph_pb.js";
 import { TestAgent } from "./support/queue.js";
 import { deliver, TriggerClient } from "./support/triggers.js";
 
-const fx = useTestDb("machine");
+// Daemon A serves webhooks on an HTTP port of its own.
+const fx = useTestCluster("machine", {
+  instances: ["m-a", "m-b"],
+  config: (id) => ({ sweepInterval: 50, ...(id === "m-a" ? { httpListen: { host: "127.0.0.1", port: 0 } } : {}) }),
+});
 const SECRET = "machine-hook-secret";
 let A: Daemon;
 let B: Daemon;
@@ -25,8 +29,7 @@ let agent: TestAgent;
 let worker: ReturnType<typeof work>;
 
 beforeAll(async () => {
-  A = await fx.startDaemon({ config: { instanceId: "m-a", sweepInterval: 50, httpListen: { host: "127.0.0.1", port: 0 } } });
-  B = await fx.startDaemon({ config: { instanceId: "m-b", sweepInterval: 50 } });
+  [A, B] = fx.daemons;
   machines = fx.closers.add(new MachineClient(A.address));
   agent = fx.closers.add(await TestAgent.register(A.address, "machine-agent-1", { tenants: ["t"], engineKinds: ["review"], slots: 8 }));
   // review: {doc} → {score}; a doc named "bad" fails for good.

@@ -1,24 +1,17 @@
 /**
- * The drain selector's version_below and the dry run (issue 52 item 7), by RPC and through aiflowctl
- * in a child process: a version that is not a version is refused, an agent whose version is not one
- * is never matched (and is named), and a dry run answers the agents a drain would hit, changing
- * nothing. Real daemon, real Postgres; the agents are connect clients that never heartbeat.
+ * The drain selector's version_below and the dry run (issue 52 item 7), by RPC: a version that is
+ * not a version is refused, an agent whose version is not one is never matched (and is named), and a
+ * dry run answers the agents a drain would hit, changing nothing. Real daemon, real Postgres; the
+ * agents are connect clients that never heartbeat. The same through aiflowctl in a child process is
+ * ops-drain-selector-cli.test.ts (slow tier).
  */
-import { execFile } from "node:child_process";
-import { fileURLToPath } from "node:url";
-import { beforeAll, describe, expect, it, vi } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import { Code } from "@connectrpc/connect";
 import type { Daemon } from "../src/daemon.js";
 import { AgentStatus } from "@aiflow/wire/gen/aiflow/cluster/v1/common_pb.js";
 import type { AgentSummary, OpsService } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
-import { TOKENS } from "./support/daemon.js";
 import { refusal, type Session, useTestDaemon } from "./support/kit.js";
 import { opsSession, OpsTestAgent } from "./support/ops.js";
-
-const CLI = fileURLToPath(new URL("../bin/aiflowctl.js", import.meta.url));
-/** Only matters when something hangs (node and tsx start in the child: seconds on a busy machine). */
-const CLI_TIMEOUT_MS = 60_000;
-vi.setConfig({ testTimeout: 120_000 });
 
 const fx = useTestDaemon({ label: "drainsel", config: { instanceId: "drain-sel", heartbeatInterval: 3_600_000 } });
 let daemon: Daemon;
@@ -28,19 +21,6 @@ beforeAll(() => {
   daemon = fx.daemon;
   ops = fx.closers.add(opsSession(daemon.address));
 });
-
-/** Runs aiflowctl to completion. */
-function ctl(args: readonly string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  const env: NodeJS.ProcessEnv = { ...process.env, NO_COLOR: "1" };
-  delete env.AIFLOW_ADDRESS;
-  delete env.AIFLOW_TOKEN;
-  return new Promise((resolve, reject) =>
-    execFile(process.execPath, [CLI, "--address", daemon.address, "--token", TOKENS.ops, ...args], { env, timeout: CLI_TIMEOUT_MS }, (err, stdout, stderr) => {
-      if (err && typeof err.code !== "number") return reject(Object.assign(err, { stdout, stderr }));
-      resolve({ code: err ? (err.code as number) : 0, stdout, stderr });
-    }),
-  );
-}
 
 /** Registers agents of `pool` at the given versions ("" for none), named `${pool}-${i}`. */
 async function fleet(pool: string, versions: readonly string[]): Promise<string[]> {
@@ -94,41 +74,5 @@ describe("dry_run", () => {
     // The drain's own refusals hold for a dry run too.
     expect((await refusal(ops.client.drainAgent({ name: "no-such-agent", dryRun: true }, ops.call))).code).toBe(Code.NotFound);
     expect((await refusal(ops.client.drainAgent({ selector: { versionBelow: "sim-1.1.0" }, dryRun: true }, ops.call))).code).toBe(Code.InvalidArgument);
-  });
-});
-
-describe("aiflowctl drain", () => {
-  it("--dry-run lists the agents it would drain (a table, or --json) and the ones it cannot compare; a bad --version-below exits 2", async () => {
-    await fleet("ctl-dry", ["1.0.0", "1.2.0", "example-1.0.0"]);
-    const [text, json, bad, both] = await Promise.all([
-      ctl(["drain", "--tag", "pool=ctl-dry", "--version-below", "1.1.0", "--dry-run"]),
-      ctl(["drain", "--tag", "pool=ctl-dry", "--version-below", "1.1.0", "--dry-run", "--json"]),
-      ctl(["drain", "--tag", "pool=ctl-dry", "--version-below", "sim-1.1.0"]),
-      ctl(["drain", "--tag", "pool=ctl-dry", "--dry-run", "--wait"]),
-    ]);
-    expect(text.code).toBe(0);
-    const lines = text.stdout.trimEnd().split("\n");
-    expect(lines[0]).toBe("would drain 1 agent(s):");
-    expect(lines[1]).toMatch(/^NAME +STATUS +LAST SEEN +IN FLIGHT +SLOTS +VERSION/);
-    expect(lines[2]).toMatch(/^ctl-dry-0 +active +.* 1\.0\.0 /);
-    expect(lines.slice(3)).toEqual(["not comparable with 1.1.0 (their version is not a version), left alone: ctl-dry-2"]);
-
-    expect(json.code).toBe(0);
-    const parsed = JSON.parse(json.stdout) as { agents: { name: string; status: string }[]; versionNotComparable: string[] };
-    expect(parsed.agents.map((a) => [a.name, a.status])).toEqual([["ctl-dry-0", "AGENT_STATUS_ACTIVE"]]);
-    expect(parsed.versionNotComparable).toEqual(["ctl-dry-2"]);
-
-    expect(bad.code).toBe(2);
-    expect(bad.stdout).toBe("");
-    expect(bad.stderr).toContain("--version-below: 'sim-1.1.0' is not a version");
-    expect(both.code).toBe(2);
-    expect(both.stderr).toContain("--dry-run drains nothing");
-    expect(await statuses("ctl-dry")).toEqual({ "ctl-dry-0": "ACTIVE", "ctl-dry-1": "ACTIVE", "ctl-dry-2": "ACTIVE" });
-
-    // The real drain says on stderr whom it left alone.
-    const real = await ctl(["drain", "--tag", "pool=ctl-dry", "--version-below", "1.1.0"]);
-    expect(real.code).toBe(0);
-    expect(real.stdout).toMatch(/^draining ctl-dry-0: /);
-    expect(real.stderr).toBe("aiflowctl: not comparable with 1.1.0 (their version is not a version), left alone: ctl-dry-2\n");
   });
 });

@@ -14,7 +14,8 @@ import type { AgentSummary } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js"
 import { WorkItemStatus } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
 import type { TestDb } from "./support/db.js";
 import { codeOf, refusal, type Session, useTestDaemon } from "./support/kit.js";
-import { opsSession, OpsProducer, OpsTestAgent, sorted, type AgentOptions } from "./support/ops.js";
+import { Producer } from "./support/queue.js";
+import { opsSession, OpsTestAgent, sorted, type AgentOptions } from "./support/ops.js";
 import type { OpsService } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 
 const clock = new FakeClock(Date.UTC(2026, 3, 1));
@@ -34,12 +35,12 @@ const closers = fx.closers;
 let db: TestDb;
 let daemon: Daemon;
 let ops: Session<typeof OpsService>;
-let producer: OpsProducer;
+let producer: Producer;
 
 beforeAll(() => {
   ({ db, daemon } = fx);
   ops = closers.add(opsSession(daemon.address));
-  producer = closers.add(new OpsProducer(daemon.address));
+  producer = closers.add(new Producer(daemon.address));
 });
 
 const agent = async (name: string, opts: Partial<AgentOptions> & { tenants: string[] }) =>
@@ -120,10 +121,10 @@ describe("DrainAgent with a deadline", () => {
     const tenant = "drain-deadline";
     const a = await agent("dd-a", { tenants: [tenant] });
     // One item has already used a retry, so "unchanged" is not just "still zero".
-    const [retried] = await producer.enqueue(tenant, [{ engineKind: "k", maxRetries: 3 }]);
+    const [retried] = await producer.ids(tenant, [{ engineKind: "k", maxRetries: 3 }]);
     const first = await a.claim(1);
     expect((await a.fail(first, true)).map((o) => o.ok)).toEqual([true]);
-    const [fresh] = await producer.enqueue(tenant, [{ engineKind: "k", maxRetries: 3 }]);
+    const [fresh] = await producer.ids(tenant, [{ engineKind: "k", maxRetries: 3 }]);
     const held = await a.claim(5);
     expect(sorted(held.map((h) => h.id))).toEqual(sorted([retried!, fresh!]));
     const retriesBefore = Object.fromEntries(held.map((h) => [h.id, h.retryCount]));

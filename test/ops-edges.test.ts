@@ -7,7 +7,8 @@ import { QueueService } from "@aiflow/wire/gen/aiflow/cluster/v1/queue_pb.js";
 import type { TestDb } from "./support/db.js";
 import { TOKENS } from "./support/daemon.js";
 import { refusal, Session, useTestDaemon } from "./support/kit.js";
-import { OpsProducer, OpsTestAgent, opsSession } from "./support/ops.js";
+import { Producer } from "./support/queue.js";
+import { OpsTestAgent, opsSession } from "./support/ops.js";
 
 const clock = new FakeClock();
 // The daemon migrates the schema itself.
@@ -32,8 +33,8 @@ describe("ops edges", () => {
 
   it("a removed agent holds nothing afterwards: its work is released and it cannot claim again", async () => {
     const agent = closers.add(await OpsTestAgent.register(daemon.address, "edge-remove", { tenants: ["t1"], engineKinds: ["k"] }));
-    const producer = closers.add(new OpsProducer(daemon.address));
-    const [id] = await producer.enqueue("t1", [{ engineKind: "k" }]);
+    const producer = closers.add(new Producer(daemon.address));
+    const [id] = await producer.ids("t1", [{ engineKind: "k" }]);
     expect((await agent.claim(1)).map((i) => i.id)).toEqual([id]);
     const o = ops();
     expect((await o.client.removeAgent({ name: "edge-remove", force: true }, o.call)).released).toBe(1);

@@ -12,7 +12,8 @@ import { AgentStatus } from "@aiflow/wire/gen/aiflow/cluster/v1/common_pb.js";
 import type { OpsService, QueueStatsResponse } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 import { WorkItemStatus } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
 import { codeOf, type Session, useTestDaemon } from "./support/kit.js";
-import { opsSession, OpsProducer, OpsTestAgent, sorted } from "./support/ops.js";
+import { Producer } from "./support/queue.js";
+import { opsSession, OpsTestAgent, sorted } from "./support/ops.js";
 
 const clock = new FakeClock(Date.UTC(2026, 4, 1));
 const fx = useTestDaemon({
@@ -23,12 +24,12 @@ const fx = useTestDaemon({
 const closers = fx.closers;
 let daemon: Daemon;
 let ops: Session<typeof OpsService>;
-let producer: OpsProducer;
+let producer: Producer;
 
 beforeAll(() => {
   daemon = fx.daemon;
   ops = closers.add(opsSession(daemon.address));
-  producer = closers.add(new OpsProducer(daemon.address));
+  producer = closers.add(new Producer(daemon.address));
 });
 
 const agent = async (name: string, tenants: string[], engineKinds = ["k"]) => closers.add(await OpsTestAgent.register(daemon.address, name, { tenants, engineKinds }));
@@ -137,11 +138,11 @@ describe("QueueStats", () => {
 
 describe("operator work-item actions", () => {
   it("ListItems spans tenants with every filter and pages; GetItem needs no tenant", async () => {
-    const [a1, a2] = await producer.enqueue("la", [
+    const [a1, a2] = await producer.ids("la", [
       { engineKind: "k", runId: "run-la", priority: 1 },
       { engineKind: "k", runId: "run-la", priority: 2, idempotencyKey: "order-42" },
     ]);
-    const [b1] = await producer.enqueue("lb", [{ engineKind: "k", priority: 3 }]);
+    const [b1] = await producer.ids("lb", [{ engineKind: "k", priority: 3 }]);
     const x = await agent("li-agent", ["lb"]);
     expect((await x.claim(1)).map((i) => i.id)).toEqual([b1]);
 
@@ -195,13 +196,13 @@ describe("operator work-item actions", () => {
   });
 
   it("RedriveItems puts dead letters back (one by id, a run, all) with retry_count 0, and nothing else", async () => {
-    const [r1, r2] = await producer.enqueue("ra", [
+    const [r1, r2] = await producer.ids("ra", [
       { engineKind: "k", runId: "run-r", maxRetries: 3 },
       { engineKind: "k", runId: "run-r", maxRetries: 3 },
     ]);
-    const [single] = await producer.enqueue("ra", [{ engineKind: "k", maxRetries: 3 }]);
-    const [elsewhere] = await producer.enqueue("rb", [{ engineKind: "k", maxRetries: 3 }]);
-    const [alive] = await producer.enqueue("rb", [{ engineKind: "k2", maxRetries: 3 }]);
+    const [single] = await producer.ids("ra", [{ engineKind: "k", maxRetries: 3 }]);
+    const [elsewhere] = await producer.ids("rb", [{ engineKind: "k", maxRetries: 3 }]);
+    const [alive] = await producer.ids("rb", [{ engineKind: "k2", maxRetries: 3 }]);
     const dead = [r1!, r2!, single!, elsewhere!];
     // Dead letters left by the tests above (the QueueStats one) are part of "all" too.
     const earlier = (await ops.client.listItems({ statuses: [WorkItemStatus.FAILED] }, ops.call)).items.map((i) => i.id);

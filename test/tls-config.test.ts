@@ -1,22 +1,15 @@
 /**
  * The transport-security settings and token rules at start: what is refused, with which words, and
- * what `aiflowd token new` makes. (test/tls.test.ts runs TLS itself.)
+ * what `aiflowd token new` makes. (test/tls.test.ts runs TLS itself; tls-config-cli.test.ts runs the
+ * aiflowd command for them, in the slow tier.)
  */
-import { execFile, spawn } from "node:child_process";
-import { copyFileSync, mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { createInterface } from "node:readline";
-import { promisify } from "node:util";
 import { describe, expect, it } from "vitest";
 import { ConfigError, parseArgs } from "../src/config.js";
 import { tokenCommand } from "../src/cli/token.js";
 import { Authenticator } from "../src/server/auth.js";
 import { parseTokensFile, tokenDigest } from "../src/domain/tokens.js";
 import { captureLog } from "./support/agents.js";
-import { databaseUrl } from "./support/database-url.js";
-import { until, useTestDb } from "./support/kit.js";
-import { Pki } from "./support/pki.js";
+import { useTestDb } from "./support/kit.js";
 
 const refusedWith = (f: () => unknown) => {
   try {
@@ -91,53 +84,5 @@ describe("a daemon on a non-loopback address", () => {
     const daemon = await fx.startDaemon({ log: logs.log, config: { listen: { host: "0.0.0.0", port: 0 }, insecurePlaintext: true } });
     expect(daemon.scheme).toBe("http");
     expect(logs.lines().some((l) => l.level === 40 && String(l.msg).startsWith("--insecure-plaintext: serving h2c on a non-loopback address"))).toBe(true);
-  });
-});
-
-describe("the aiflowd command", () => {
-  const fx = useTestDb("tls_cli");
-
-  it("prints a token and its entry with `aiflowd token new`, with --help and --version", async () => {
-    const run = promisify(execFile);
-    const { stdout } = await run(process.execPath, ["bin/aiflowd.js", "token", "new", "ops", "--name", "oncall", "--json"]);
-    const { token, entry } = JSON.parse(stdout) as { token: string; entry: { sha256: string } };
-    expect(entry).toEqual({ role: "ops", sha256: tokenDigest(token), name: "oncall" });
-    expect((await run(process.execPath, ["bin/aiflowd.js", "token", "--help"])).stdout).toMatch(/aiflowd token new ROLE/);
-    expect((await run(process.execPath, ["bin/aiflowd.js", "token", "--version"])).stdout).toMatch(/^aiflowd \d/);
-  });
-
-  it("re-reads its TLS files on SIGHUP, and a SIGHUP does not stop it", { timeout: 60_000 }, async () => {
-    const pki = Pki.create();
-    const dir = mkdtempSync(join(tmpdir(), "aiflow-sighup-"));
-    const live = { cert: join(dir, "server.crt"), key: join(dir, "server.key") };
-    const first = pki.server("first");
-    copyFileSync(first.cert, live.cert);
-    copyFileSync(first.key, live.key);
-    const child = spawn(process.execPath, ["bin/aiflowd.js", "serve", "--listen", "127.0.0.1:0", "--http-listen", "off", "--tls-cert", live.cert, "--tls-key", live.key, "--schema", fx.db.schema, "--database-url", databaseUrl(), "--token", "ops:ops-token-sighup"], {
-      env: { PATH: process.env.PATH, NO_COLOR: "1" },
-      stdio: ["ignore", "pipe", "pipe"],
-    });
-    const lines: string[] = [];
-    createInterface({ input: child.stdout! }).on("line", (l) => lines.push(l));
-    createInterface({ input: child.stderr! }).on("line", (l) => lines.push(l));
-    const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
-    try {
-      await until(`the daemon serves (it said: ${lines.join(" | ")})`, () => lines.some((l) => l.includes("aiflowd serving gRPC")) || child.exitCode !== null, 30_000);
-      expect(child.exitCode, lines.join("\n")).toBeNull();
-      child.kill("SIGHUP");
-      // Unchanged files: nothing to do, and the process is still there to take the next one.
-      const second = pki.server("second");
-      copyFileSync(second.cert, live.cert);
-      copyFileSync(second.key, live.key);
-      child.kill("SIGHUP");
-      await until("it reloads", () => lines.some((l) => l.includes("TLS certificate reloaded")), 30_000);
-      expect(child.exitCode).toBeNull();
-      child.kill("SIGTERM");
-      expect(await exited).toBe(0);
-    } finally {
-      if (child.exitCode === null) child.kill("SIGKILL");
-      pki.close();
-      rmSync(dir, { recursive: true, force: true });
-    }
   });
 });

@@ -12,8 +12,8 @@ import type { Daemon } from "../../src/daemon.js";
 import type { OpsService } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 import type { TestDb } from "./db.js";
 import { useTestDaemon, type Closers, type Session } from "./kit.js";
-import { opsSession, OpsProducer, OpsTestAgent, sorted, type AgentOptions, type ItemInit, type WorkItem } from "./ops.js";
-import { itemRow } from "./queue.js";
+import { opsSession, OpsTestAgent, sorted, type AgentOptions, type ItemInit, type WorkItem } from "./ops.js";
+import { itemRow, Producer } from "./queue.js";
 
 export const GRACE = 60_000;
 export const IDLE = 600_000;
@@ -43,16 +43,16 @@ export interface AffinityEnv {
   readonly daemon: Daemon;
   readonly clock: FakeClock;
   readonly ops: Session<typeof OpsService>;
-  readonly producer: OpsProducer;
+  readonly producer: Producer;
   readonly closers: Closers;
 }
 
 export function useAffinityDaemon(label: string, policy: "hold" | "rebind"): AffinityEnv {
   const clock = new FakeClock(Date.UTC(2026, 4, 1));
   const fx = useTestDaemon({ label, clock, config: config(`aff-${policy}`, policy) });
-  let clients: { ops: Session<typeof OpsService>; producer: OpsProducer } | undefined;
+  let clients: { ops: Session<typeof OpsService>; producer: Producer } | undefined;
   beforeAll(() => {
-    clients = { ops: fx.closers.add(opsSession(fx.address)), producer: fx.closers.add(new OpsProducer(fx.address)) };
+    clients = { ops: fx.closers.add(opsSession(fx.address)), producer: fx.closers.add(new Producer(fx.address)) };
   });
   const made = () => {
     if (!clients) throw new Error("the clients are made in beforeAll");
@@ -80,7 +80,7 @@ export function useAffinityDaemon(label: string, policy: "hold" | "rebind"): Aff
 export const agent = async (e: AffinityEnv, name: string, opts: Partial<AgentOptions> & { tenants: string[] }) =>
   e.closers.add(await OpsTestAgent.register(e.daemon.address, name, { engineKinds: ["k"], ...opts }));
 export const deregister = (a: OpsTestAgent) => a.s.client.deregister({ name: a.name }, a.s.call);
-export const enqueue = (e: AffinityEnv, tenant: string, items: ItemInit[]) => e.producer.enqueue(tenant, items);
+export const enqueue = (e: AffinityEnv, tenant: string, items: ItemInit[]) => e.producer.ids(tenant, items);
 /** Ids of items, sorted. */
 export const ids = (items: readonly WorkItem[]) => sorted(items.map((i) => i.id));
 /** The keys GetAgent lists for an agent. */

@@ -4,11 +4,9 @@
  * Test files read the URL with databaseUrl() from ./database-url.ts. TEST_LOG_LEVEL (default "warn")
  * sets how much of the embedded server's log reaches stderr.
  *
- * It first builds the daemon (scripts/build.mjs daemon, incremental), because the tests that run
- * `bin/aiflowd.js` and `bin/aiflowctl.js` as operators do run the compiled JavaScript.
+ * It is the root's global setup in vitest.config.ts: it runs once per run, whichever tiers run, and
+ * each tier's files see the one URL. The slow tier's own setup (build-setup.ts) builds dist/.
  */
-import { execFileSync } from "node:child_process";
-import { fileURLToPath } from "node:url";
 import { pino } from "pino";
 import type { TestProject } from "vitest/node";
 import { startEmbeddedPostgres } from "../../src/db/embedded.js";
@@ -22,12 +20,6 @@ declare module "vitest" {
 }
 
 export default async function setup(project: TestProject): Promise<(() => Promise<void>) | undefined> {
-  try {
-    execFileSync(process.execPath, [fileURLToPath(new URL("../../scripts/build.mjs", import.meta.url)), "daemon"], { stdio: ["ignore", "ignore", "inherit"] });
-  } catch {
-    // tsc still emits what it can; the type errors it printed fail `npm run typecheck` (and CI).
-    process.stderr.write("global setup: the daemon's build reported errors (above); tests run what it emitted\n");
-  }
   const given = process.env.DATABASE_URL;
   if (given) {
     project.provide("databaseUrl", given);

@@ -5,15 +5,16 @@
  *   soon as the condition holds, and fails, naming it, only after a timeout a working system never
  *   comes near. It is not a sleep: nothing waits for time to pass.
  * - `codeOf(call)` is the gRPC code a call was refused with ("ok" when it was not); `refusal(call)`
- *   is the error itself, and fails the test when the call succeeded.
+ *   is the error itself, and fails the test when the call succeeded (refusals.ts).
  * - `Connection` is one HTTP/2 connection to a daemon that connect-es clients share; `Session` is a
  *   client of one service on a connection of its own with the bearer header for its calls.
  * - `useTestDb(label)` and `useTestDaemon(options)` set up, before a file's tests, a migrated schema
  *   of the file's own and a daemon on it, and take down after them what the file opened, in reverse
- *   order: the connections, the daemons, then the schema.
+ *   order: the connections, the daemons, then the schema. `useTestCluster(label, options)` is the
+ *   same with several daemons on the schema, one per instance id.
  */
 import type { DescService } from "@bufbuild/protobuf";
-import { type Code, ConnectError, createClient, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
+import { createClient, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { afterAll, beforeAll } from "vitest";
 import type { Daemon } from "../../src/daemon.js";
@@ -29,25 +30,7 @@ export async function until(what: string, check: () => boolean | Promise<boolean
   }
 }
 
-/** The gRPC code a call was refused with, or "ok" when it succeeded. */
-export async function codeOf(call: Promise<unknown>): Promise<Code | "ok"> {
-  try {
-    await call;
-    return "ok";
-  } catch (err) {
-    return ConnectError.from(err).code;
-  }
-}
-
-/** The error a call was refused with; fails the test when the call succeeded. */
-export async function refusal(call: Promise<unknown>): Promise<ConnectError> {
-  try {
-    await call;
-  } catch (err) {
-    return ConnectError.from(err);
-  }
-  throw new Error("expected the call to be refused, but it succeeded");
-}
+export { codeOf, refusal } from "./refusals.js";
 
 /** Sets a bearer token on every call. */
 export const withToken =
@@ -211,6 +194,49 @@ export function useTestDaemon(opts: DaemonFixtureOptions): DaemonFixture {
     },
     client(service, token) {
       return base.clientAt((daemon ?? notYet("the test daemon")).address, service, token);
+    },
+  };
+}
+
+export interface ClusterOptions extends TestDbOptions, Pick<TestDaemonOptions, "clock"> {
+  /** The daemons' instance ids: one daemon each, on the file's schema, started in this order. */
+  instances: readonly string[];
+  /** Each daemon's configuration but its instance id: the same for all, or made from the id. */
+  config?: TestDaemonOptions["config"] | ((instanceId: string) => TestDaemonOptions["config"]);
+  /** Each daemon's logger (silent when not given). */
+  log?: (instanceId: string) => TestDaemonOptions["log"];
+}
+
+export interface ClusterFixture extends DbFixture {
+  /** The daemons, in the order of `instances`. */
+  readonly daemons: readonly [Daemon, Daemon, ...Daemon[]];
+}
+
+/**
+ * Before the file's tests: a migrated schema of its own and a daemon for each of `instances` on it
+ * (a cluster: one database, several daemons, a clock they may share); all gone after them.
+ */
+export function useTestCluster(label: string, opts: ClusterOptions): ClusterFixture {
+  const { instances, clock, config, log, ...dbOpts } = opts;
+  if (instances.length < 2) throw new Error("a cluster has two daemons at least");
+  const base = useTestDb(label, dbOpts);
+  const daemons: Daemon[] = [];
+  beforeAll(async () => {
+    for (const instanceId of instances) {
+      const own = typeof config === "function" ? config(instanceId) : config;
+      daemons.push(await base.startDaemon({ clock, log: log?.(instanceId), config: { ...own, instanceId } }));
+    }
+  });
+  return {
+    get db() {
+      return base.db;
+    },
+    closers: base.closers,
+    startDaemon: base.startDaemon,
+    clientAt: base.clientAt,
+    get daemons() {
+      if (daemons.length < instances.length) notYet("the cluster's daemons");
+      return daemons as unknown as readonly [Daemon, Daemon, ...Daemon[]];
     },
   };
 }

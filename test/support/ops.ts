@@ -1,14 +1,12 @@
 /**
  * Fixture for the ops tests: an OpsService session (kit.ts), an agent that registers with a version
- * and tags and then claims, completes, fails and extends, a producer, and a WatchDirectives stream
- * read by awaiting the directive a test expects.
+ * and tags and then claims, completes, fails and extends, and a WatchDirectives stream read by
+ * awaiting the directive a test expects. Their producer is queue.ts's Producer.
  */
-import type { MessageInitShape } from "@bufbuild/protobuf";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { ConnectError } from "@connectrpc/connect";
 import { AgentService, type Directive } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
 import { OpsService } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
-import { QueueService, type EnqueueItemSchema } from "@aiflow/wire/gen/aiflow/cluster/v1/queue_pb.js";
 import type { ItemOutcome, WorkItem } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
 import { TOKENS } from "./daemon.js";
 import { Session } from "./kit.js";
@@ -180,33 +178,8 @@ export class DirectiveWatch {
   }
 }
 
-export type ItemInit = MessageInitShape<typeof EnqueueItemSchema>;
-
-/** A producer (role engine) on a connection of its own. */
-export class OpsProducer {
-  readonly s: Session<typeof QueueService>;
-
-  constructor(address: string, token: string = TOKENS.engine) {
-    this.s = new Session(address, QueueService, token);
-  }
-
-  async enqueue(tenant: string, items: readonly ItemInit[]): Promise<string[]> {
-    const res = await this.s.client.enqueue({ tenantKey: tenant, items: [...items] }, this.s.call);
-    return res.results.map((r) => r.id);
-  }
-
-  /** `n` items of one kind. */
-  many(tenant: string, kind: string, n: number, extra: { maxRetries?: number; priority?: number; runId?: string } = {}): Promise<string[]> {
-    return this.enqueue(
-      tenant,
-      Array.from({ length: n }, (_, i) => ({ engineKind: kind, payloadJson: JSON.stringify({ n: i }), ...extra })),
-    );
-  }
-
-  close(): void {
-    this.s.close();
-  }
-}
+// The ops tests' producer is the queue tests' (queue.ts).
+export type { ItemInit } from "./queue.js";
 
 /** JSON for messages in failure text (int64 fields are bigint). */
 export const show = (x: unknown) => JSON.stringify(x, (_, v: unknown) => (typeof v === "bigint" ? String(v) : v));

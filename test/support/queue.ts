@@ -237,6 +237,19 @@ export class Producer {
     return res.results.map((r) => ({ id: r.id, existing: r.existing }));
   }
 
+  /** Enqueues items; their ids, in order. */
+  async ids(tenant: string, items: readonly ItemInit[]): Promise<string[]> {
+    return (await this.enqueue(tenant, items)).map((r) => r.id);
+  }
+
+  /** `n` items of one kind (payload {"n": i}); their ids. */
+  many(tenant: string, kind: string, n: number, extra: { maxRetries?: number; priority?: number; runId?: string } = {}): Promise<string[]> {
+    return this.ids(
+      tenant,
+      Array.from({ length: n }, (_, i) => ({ engineKind: kind, payloadJson: JSON.stringify({ n: i }), ...extra })),
+    );
+  }
+
   /** Enqueues one item and returns its id. */
   async one(tenant: string, item: ItemInit): Promise<string> {
     const [r] = await this.enqueue(tenant, [item]);

@@ -7,11 +7,12 @@
 import http2 from "node:http2";
 import type { AddressInfo } from "node:net";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
-import { Code, ConnectError, createClient, type Interceptor } from "@connectrpc/connect";
+import { Code, createClient, type Interceptor } from "@connectrpc/connect";
 import { Http2SessionManager } from "@connectrpc/connect-node";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { AgentService, ClaimRequestSchema, ClaimResponseSchema } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
 import { createSdkGrpcTransport } from "../src/client/transport.js";
+import { refusal } from "../../test/support/refusals.js";
 
 type Script = (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders, body: Buffer) => void;
 
@@ -70,16 +71,6 @@ function answer(reply: Uint8Array, trailers: http2.OutgoingHttpHeaders = {}, hea
 }
 
 const REPLY = toBinary(ClaimResponseSchema, create(ClaimResponseSchema, { items: [{ id: "01J", payloadJson: '{"a":1}', leaseToken: "tok", dispatchedAtNs: 1_764_000_000_000_000_001n }], affinityKeys: ["k"] }));
-
-async function codeOf(call: Promise<unknown>): Promise<{ code: Code; message: string }> {
-  try {
-    await call;
-  } catch (e) {
-    const err = ConnectError.from(e);
-    return { code: err.code, message: err.rawMessage };
-  }
-  throw new Error("the call succeeded");
-}
 
 describe("SDK gRPC transport (unary)", () => {
   it("sends one gRPC frame with gRPC headers and reads the reply, its headers and trailers", async () => {
@@ -141,7 +132,7 @@ describe("SDK gRPC transport (unary)", () => {
     script = answer(REPLY);
     await c.claim({ name: "agent-1" });
     script = answer(new Uint8Array(0), { "grpc-status": String(Code.NotFound), "grpc-message": "gone" });
-    expect(await codeOf(c.claim({ name: "agent-1" }))).toEqual({ code: Code.NotFound, message: "gone" });
+    expect(await refusal(c.claim({ name: "agent-1" }))).toMatchObject({ code: Code.NotFound, rawMessage: "gone" });
     expect(streams).toHaveLength(2);
     for (const s of streams) expect(s.eventNames()).toEqual([]);
   });
@@ -149,17 +140,17 @@ describe("SDK gRPC transport (unary)", () => {
   it("maps an error status in the trailers, with its message", async () => {
     script = answer(new Uint8Array(0), { "grpc-status": String(Code.NotFound), "grpc-message": encodeURIComponent("no agent named 'x'") });
     // An empty reply frame then a NOT_FOUND trailer: the status wins.
-    expect(await codeOf(client().claim({ name: "x" }))).toEqual({ code: Code.NotFound, message: "no agent named 'x'" });
+    expect(await refusal(client().claim({ name: "x" }))).toMatchObject({ code: Code.NotFound, rawMessage: "no agent named 'x'" });
   });
 
   it("maps a trailers-only error (status in the one HEADERS frame)", async () => {
     script = (stream) => stream.respond({ ...GRPC, "grpc-status": String(Code.Unauthenticated), "grpc-message": "bad token" }, { endStream: true });
-    expect(await codeOf(client().claim({ name: "x" }))).toEqual({ code: Code.Unauthenticated, message: "bad token" });
+    expect(await refusal(client().claim({ name: "x" }))).toMatchObject({ code: Code.Unauthenticated, rawMessage: "bad token" });
   });
 
   it("maps an HTTP error without a gRPC status as gRPC does (503: UNAVAILABLE)", async () => {
     script = (stream) => stream.respond({ ":status": 503 }, { endStream: true });
-    expect((await codeOf(client().claim({ name: "x" }))).code).toBe(Code.Unavailable);
+    expect((await refusal(client().claim({ name: "x" }))).code).toBe(Code.Unavailable);
   });
 
   it("refuses a reply without a status, a compressed frame, a malformed message and a second message", async () => {
@@ -167,31 +158,31 @@ describe("SDK gRPC transport (unary)", () => {
       stream.respond(GRPC);
       stream.end(frame(REPLY));
     };
-    expect(await codeOf(client().claim({ name: "x" }))).toEqual({ code: Code.Internal, message: "protocol error: missing status" });
+    expect(await refusal(client().claim({ name: "x" }))).toMatchObject({ code: Code.Internal, rawMessage: "protocol error: missing status" });
     script = (stream) => {
       stream.respond(GRPC, { waitForTrailers: true });
       stream.on("wantTrailers", () => stream.sendTrailers({ "grpc-status": "0" }));
       stream.end(frame(REPLY, 1));
     };
-    expect((await codeOf(client().claim({ name: "x" }))).code).toBe(Code.Internal);
+    expect((await refusal(client().claim({ name: "x" }))).code).toBe(Code.Internal);
     script = answer(Buffer.from([0x1a, 0x05, 0x61]));
-    expect(await codeOf(client().claim({ name: "x" }))).toMatchObject({ code: Code.Internal, message: expect.stringContaining("could not parse the reply") });
+    expect(await refusal(client().claim({ name: "x" }))).toMatchObject({ code: Code.Internal, rawMessage: expect.stringContaining("could not parse the reply") });
     script = (stream) => {
       stream.respond(GRPC, { waitForTrailers: true });
       stream.on("wantTrailers", () => stream.sendTrailers({ "grpc-status": "0" }));
       stream.end(Buffer.concat([frame(REPLY), frame(REPLY)]));
     };
-    expect((await codeOf(client().claim({ name: "x" }))).code).toBe(Code.Unimplemented);
+    expect((await refusal(client().claim({ name: "x" }))).code).toBe(Code.Unimplemented);
   });
 
   it("refuses a reply larger than readMaxBytes with RESOURCE_EXHAUSTED", async () => {
     script = answer(REPLY);
-    expect((await codeOf(client({ readMaxBytes: 16 }).claim({ name: "x" }))).code).toBe(Code.ResourceExhausted);
+    expect((await refusal(client({ readMaxBytes: 16 }).claim({ name: "x" }))).code).toBe(Code.ResourceExhausted);
   });
 
   it("a deadline ends the call with DEADLINE_EXCEEDED and resets the stream with CANCEL", async () => {
     script = (stream) => stream.respond(GRPC); // and never answers
-    expect((await codeOf(client().claim({ name: "x" }, { timeoutMs: 50 }))).code).toBe(Code.DeadlineExceeded);
+    expect((await refusal(client().claim({ name: "x" }, { timeoutMs: 50 }))).code).toBe(Code.DeadlineExceeded);
     expect(await closed).toBe(http2.constants.NGHTTP2_CANCEL);
   });
 
@@ -202,7 +193,7 @@ describe("SDK gRPC transport (unary)", () => {
     const serverClosed = new Promise<void>((resolve) => server.once("stream", () => setImmediate(resolve)));
     await serverClosed;
     abort.abort();
-    expect((await codeOf(call)).code).toBe(Code.Canceled);
+    expect((await refusal(call)).code).toBe(Code.Canceled);
     expect(await closed).toBe(http2.constants.NGHTTP2_CANCEL);
   });
 
@@ -212,7 +203,7 @@ describe("SDK gRPC transport (unary)", () => {
       reached = true;
       answer(REPLY)(stream, {}, Buffer.alloc(0));
     };
-    expect((await codeOf(client().claim({ name: "x" }, { signal: AbortSignal.abort() }))).code).toBe(Code.Canceled);
+    expect((await refusal(client().claim({ name: "x" }, { signal: AbortSignal.abort() }))).code).toBe(Code.Canceled);
     expect(reached).toBe(false);
   });
 
@@ -222,8 +213,8 @@ describe("SDK gRPC transport (unary)", () => {
     const call = client().claim({ name: "x" }, { signal: abort.signal, timeoutMs: 60_000 });
     await new Promise<void>((resolve) => server.once("stream", () => setImmediate(resolve)));
     abort.abort();
-    expect((await codeOf(call)).code).toBe(Code.Canceled);
-    expect((await codeOf(client().claim({ name: "x" }, { signal: new AbortController().signal, timeoutMs: 30 }))).code).toBe(Code.DeadlineExceeded);
+    expect((await refusal(call)).code).toBe(Code.Canceled);
+    expect((await refusal(client().claim({ name: "x" }, { signal: new AbortController().signal, timeoutMs: 30 }))).code).toBe(Code.DeadlineExceeded);
   });
 
   it("applies interceptors in order, the first outermost, as connect does", async () => {
@@ -244,7 +235,7 @@ describe("SDK gRPC transport (unary)", () => {
 
   it("maps a stream reset by the server: REFUSED_STREAM is UNAVAILABLE (safe to retry)", async () => {
     script = (stream) => stream.close(http2.constants.NGHTTP2_REFUSED_STREAM);
-    expect((await codeOf(client().claim({ name: "x" }))).code).toBe(Code.Unavailable);
+    expect((await refusal(client().claim({ name: "x" }))).code).toBe(Code.Unavailable);
   });
 
   it("a daemon that is not listening is UNAVAILABLE", async () => {
@@ -252,6 +243,6 @@ describe("SDK gRPC transport (unary)", () => {
     await new Promise<void>((resolve) => probe.listen(0, "127.0.0.1", resolve));
     const port = (probe.address() as AddressInfo).port;
     await new Promise((resolve) => probe.close(resolve));
-    expect((await codeOf(client({ url: `http://127.0.0.1:${port}` }).claim({ name: "x" }))).code).toBe(Code.Unavailable);
+    expect((await refusal(client({ url: `http://127.0.0.1:${port}` }).claim({ name: "x" }))).code).toBe(Code.Unavailable);
   });
 });

@@ -11,6 +11,7 @@ import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-no
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Health, HealthCheckResponse_ServingStatus } from "../src/gen/grpc/health/v1/health_pb.js";
 import { connectHandler } from "../src/server/connect-handler.js";
+import { codeOf } from "../../test/support/refusals.js";
 
 const logged: { fields: object; message: string }[] = [];
 let server: http2.Http2Server;
@@ -54,15 +55,6 @@ async function rawCheck(grpcTimeout: string): Promise<string | undefined> {
     return status;
   } finally {
     session.close();
-  }
-}
-
-async function codeOf(call: Promise<unknown>): Promise<Code | "ok"> {
-  try {
-    await call;
-    return "ok";
-  } catch (err) {
-    return ConnectError.from(err).code;
   }
 }
 

@@ -5,17 +5,15 @@
  */
 import { beforeAll, describe, expect, it } from "vitest";
 import type { Daemon } from "../../../src/daemon.js";
-import { useTestDb } from "../../../test/support/kit.js";
+import { useTestCluster } from "../../../test/support/kit.js";
 import { Producer, testAgent, until, WorkItemStatus } from "../../test/support.js";
 import { PythonAgent } from "./python-agent.js";
 
-const fx = useTestDb("pymixed");
+const fx = useTestCluster("pymixed", { instances: ["mixed-a", "mixed-b"], config: { heartbeatInterval: 500, heartbeatFlush: 50, sweepInterval: 50 } });
 let a: Daemon;
 let b: Daemon;
-beforeAll(async () => {
-  const config = { heartbeatInterval: 500, heartbeatFlush: 50, sweepInterval: 50 };
-  a = await fx.startDaemon({ config: { ...config, instanceId: "mixed-a" } });
-  b = await fx.startDaemon({ config: { ...config, instanceId: "mixed-b" } });
+beforeAll(() => {
+  [a, b] = fx.daemons;
 });
 
 const N = 400;
