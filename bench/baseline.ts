@@ -23,7 +23,9 @@ const COMPLETE = `UPDATE ${TABLE} SET status = 'done', completed_ns = (extract(e
 export function resetBaseline(url: string): Promise<void> {
   return withClient(url, async (c) => {
     await c.query(`DROP TABLE IF EXISTS ${TABLE}`);
-    await c.query(`CREATE TABLE ${TABLE} (id bigserial PRIMARY KEY, status text NOT NULL DEFAULT 'pending', payload jsonb, claimed_ns bigint, completed_ns bigint)`);
+    await c.query(
+      `CREATE TABLE ${TABLE} (id bigserial PRIMARY KEY, status text NOT NULL DEFAULT 'pending', payload jsonb, claimed_ns bigint, completed_ns bigint)`,
+    );
     await c.query(`CREATE INDEX ON ${TABLE} (id) WHERE status = 'pending'`);
   });
 }
@@ -103,12 +105,21 @@ export function releaseBaseline(url: string): Promise<void> {
 
 /** First claim to last completion, from the table's own timestamps. */
 export async function baselineDrainSpan(url: string): Promise<{ count: number; spanNs: bigint }> {
-  const [row] = await sql<{ n: string; span: string | null }>(url, `SELECT count(*) AS n, max(completed_ns) - min(claimed_ns) AS span FROM ${TABLE} WHERE status = 'done'`);
+  const [row] = await sql<{ n: string; span: string | null }>(
+    url,
+    `SELECT count(*) AS n, max(completed_ns) - min(claimed_ns) AS span FROM ${TABLE} WHERE status = 'done'`,
+  );
   return { count: Number(row!.n), spanNs: BigInt(row!.span ?? 0) };
 }
 
 export function waitBaselineDone(url: string, n: number): Promise<void> {
-  return pollUntil<{ n: string }>(url, `SELECT count(*) AS n FROM ${TABLE} WHERE status = 'done'`, (r) => Number(r.n) >= n, Number.POSITIVE_INFINITY, "the baseline drain");
+  return pollUntil<{ n: string }>(
+    url,
+    `SELECT count(*) AS n FROM ${TABLE} WHERE status = 'done'`,
+    (r) => Number(r.n) >= n,
+    Number.POSITIVE_INFINITY,
+    "the baseline drain",
+  );
 }
 
 /**

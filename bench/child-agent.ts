@@ -45,7 +45,8 @@ const timing: Interceptor = (next) => async (req) => {
   const r = (rpcs[req.method.localName] ??= { calls: 0, ms: 0, items: 0 });
   r.calls++;
   r.ms += nowMs() - started;
-  if (!res.stream) r.items += ((res.message as { items?: unknown[]; outcomes?: unknown[] }).items ?? (res.message as { outcomes?: unknown[] }).outcomes ?? []).length;
+  if (!res.stream)
+    r.items += ((res.message as { items?: unknown[]; outcomes?: unknown[] }).items ?? (res.message as { outcomes?: unknown[] }).outcomes ?? []).length;
   return res;
 };
 // The mixed section's simulated GPUs (GB each): registered as capacity and reported free by every heartbeat.

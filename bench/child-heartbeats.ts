@@ -19,11 +19,18 @@ const durationMs = Number(durationRaw);
 const headers = { authorization: `Bearer ${token}` };
 const clients = Array.from({ length: 4 }, () => createClient(AgentService, createGrpcTransport({ baseUrl: `http://${address}` })));
 const names = Array.from({ length: count }, (_, i) => `bench-hb-${i}`);
-const register = (i: number) => clients[i % clients.length]!.register({ name: names[i]!, metadata: { slots: 1, tenants: ["bench"], engineKinds: ["bench"] } }, { headers });
+const register = (i: number) =>
+  clients[i % clients.length]!.register({ name: names[i]!, metadata: { slots: 1, tenants: ["bench"], engineKinds: ["bench"] } }, { headers });
 for (let i = 0; i < names.length; i += 100) await Promise.all(names.slice(i, i + 100).map((_, j) => register(i + j)));
 console.log(JSON.stringify({ ready: true }));
 
-const metrics = { cpuUtilization: 12.5, memoryUsedBytes: 1n << 30n, memoryTotalBytes: 8n << 30n, disks: [{ mount: "/", freeBytes: 10n << 30n, totalBytes: 100n << 30n }], gpus: [] };
+const metrics = {
+  cpuUtilization: 12.5,
+  memoryUsedBytes: 1n << 30n,
+  memoryTotalBytes: 8n << 30n,
+  disks: [{ mount: "/", freeBytes: 10n << 30n, totalBytes: 100n << 30n }],
+  gpus: [],
+};
 let beats = 0;
 let reregistered = 0;
 const registering = new Set<number>();
@@ -41,7 +48,12 @@ for (let second = 0; second * 1000 < durationMs; second++) {
         registering.add(i);
         reregistered++;
         // Caught here: the final allSettled may already have taken the list without it.
-        pending.push(register(i).then(() => registering.delete(i), () => registering.delete(i)));
+        pending.push(
+          register(i).then(
+            () => registering.delete(i),
+            () => registering.delete(i),
+          ),
+        );
       }),
     );
   }

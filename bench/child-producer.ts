@@ -29,7 +29,10 @@ if (mode === "baseline") {
   // A pool, so that inserts are not queued behind each other on one connection (which would count
   // client-side queueing as dispatch latency); the daemon side gets the same from HTTP/2 streams.
   const pool = new pg.Pool({ connectionString: target, max: 16 });
-  send = () => pool.query(`WITH i AS (INSERT INTO public.aiflow_bench_baseline (payload) VALUES ($1) RETURNING id) SELECT pg_notify('aiflow_bench_baseline', '')`, [payload()]);
+  send = () =>
+    pool.query(`WITH i AS (INSERT INTO public.aiflow_bench_baseline (payload) VALUES ($1) RETURNING id) SELECT pg_notify('aiflow_bench_baseline', '')`, [
+      payload(),
+    ]);
   close = () => pool.end();
 } else if (mode === "graphile") {
   // Its own client API, one job per call (addJob, its add_job function), over a pool of its own of

@@ -18,11 +18,15 @@ const [address, token, countRaw, tenant, kind] = process.argv.slice(2);
 const count = Number(countRaw);
 const headers = { authorization: `Bearer ${token}` };
 // 200 streams a connection, under the daemon's --http2-max-concurrent-streams (256 by default).
-const clients = Array.from({ length: Math.max(8, Math.ceil(count / 200)) }, () => createClient(AgentService, createGrpcTransport({ baseUrl: `http://${address}` })));
+const clients = Array.from({ length: Math.max(8, Math.ceil(count / 200)) }, () =>
+  createClient(AgentService, createGrpcTransport({ baseUrl: `http://${address}` })),
+);
 const names = Array.from({ length: count }, (_, i) => `bench-stream-${i}`);
 const client = (i: number) => clients[i % clients.length]!;
 for (let i = 0; i < count; i += 100)
-  await Promise.all(names.slice(i, i + 100).map((name, j) => client(i + j).register({ name, metadata: { slots: 1, tenants: [tenant!], engineKinds: [kind!] } }, { headers })));
+  await Promise.all(
+    names.slice(i, i + 100).map((name, j) => client(i + j).register({ name, metadata: { slots: 1, tenants: [tenant!], engineKinds: [kind!] } }, { headers })),
+  );
 
 /** One stream's requests: its first message, then a goodbye when the process is told to stop. */
 class Requests {

@@ -89,7 +89,8 @@ async function timeClaims(own: Database, pool: DatabasePool, c: ClaimCostOptions
       const started = process.hrtime.bigint();
       const { claimed } = await store.claim(input);
       const ms = Number(process.hrtime.bigint() - started) / 1e6;
-      if (claimed.length !== c.max) throw new Error(`claim_cost: claim ${n + 1} over ${backlogged.length} tenant(s) took ${claimed.length} items, not ${c.max}`);
+      if (claimed.length !== c.max)
+        throw new Error(`claim_cost: claim ${n + 1} over ${backlogged.length} tenant(s) took ${claimed.length} items, not ${c.max}`);
       if (n >= c.warmup) times.push(ms);
     }
     return times;
@@ -99,7 +100,12 @@ async function timeClaims(own: Database, pool: DatabasePool, c: ClaimCostOptions
 }
 
 /** One figure set per number of backlogged tenants: the shared claim's median and p90 next to the plain one's. */
-export async function claimCost(db: Database, c: ClaimCostOptions, emit: (figures: Record<string, number | string>) => void, progress: (msg: string) => void): Promise<void> {
+export async function claimCost(
+  db: Database,
+  c: ClaimCostOptions,
+  emit: (figures: Record<string, number | string>) => void,
+  progress: (msg: string) => void,
+): Promise<void> {
   if (c.items < (c.warmup + c.claims) * c.max) throw new Error(`claim_cost: ${c.items} items do not last ${c.warmup + c.claims} claims of ${c.max}`);
   const own = await openOwnSchema(db, "claims");
   const pool = await openPool({ url: own.url, maxConnections: 2, applicationName: "aiflow-bench-claim-cost" });

@@ -23,7 +23,11 @@ type Figures = Record<string, number | string>;
 
 export async function consoleSection(db: Database, o: Options, emit: (name: string, f: Figures) => void, progress: (msg: string) => void): Promise<void> {
   const own = await openOwnDatabase(db);
-  const where: Database = own ?? { ...db, schema: `${db.schema}_console`, close: async () => void (await sql(db.url, `DROP SCHEMA IF EXISTS "${db.schema}_console" CASCADE`)) };
+  const where: Database = own ?? {
+    ...db,
+    schema: `${db.schema}_console`,
+    close: async () => void (await sql(db.url, `DROP SCHEMA IF EXISTS "${db.schema}_console" CASCADE`)),
+  };
   const httpPort = await freePort();
   const daemon = await startDaemonProc(where, 700, { AIFLOW_HTTP_LISTEN: `127.0.0.1:${httpPort}`, AIFLOW_METRICS_MAX_AGENTS: String(o.consoleAgents) });
   const window = o.consoleWindowMs;
@@ -31,7 +35,9 @@ export async function consoleSection(db: Database, o: Options, emit: (name: stri
     progress(`console: ${o.consoleItems} pending items, ${o.consoleAgents} heartbeating agents`);
     await enqueueRate([daemon], o.consoleItems);
     const beatFor = 10_000 + 2 * window + 60_000;
-    const hb = startChild("bench/child-heartbeats.ts", [daemon.address, TOKENS.agent, String(o.consoleAgents), String(beatFor)], { ready: (l) => l.includes('"ready"') });
+    const hb = startChild("bench/child-heartbeats.ts", [daemon.address, TOKENS.agent, String(o.consoleAgents), String(beatFor)], {
+      ready: (l) => l.includes('"ready"'),
+    });
     await hb.ready;
     // Let the registrations' writes settle before measuring.
     await new Promise((r) => setTimeout(r, 5_000));
@@ -48,7 +54,10 @@ export async function consoleSection(db: Database, o: Options, emit: (name: stri
       const t0 = performance.now();
       await page.getByRole("button", { name: "Sign in" }).click();
       await page.locator(".count", { hasText: `${o.consoleAgents} agents` }).waitFor({ timeout: 60_000 });
-      await page.locator("tr[data-agent]").nth(Math.min(99, o.consoleAgents - 1)).waitFor();
+      await page
+        .locator("tr[data-agent]")
+        .nth(Math.min(99, o.consoleAgents - 1))
+        .waitFor();
       const fleetMs = performance.now() - t0;
       const t1 = performance.now();
       await page.getByRole("link", { name: "Queue" }).click();

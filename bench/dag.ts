@@ -39,7 +39,14 @@ const WARMUP_CHAINS = 20;
 const WARMUP_WIDTH = 200;
 const headers = { authorization: `Bearer ${TOKENS.runs}` };
 
-const task = (name: string, dependsOn: string[], payloadJson: string, fanOut = "") => ({ name, kind: NodeKind.TASK, engineKind: KIND, payloadJson, dependsOn, fanOut });
+const task = (name: string, dependsOn: string[], payloadJson: string, fanOut = "") => ({
+  name,
+  kind: NodeKind.TASK,
+  engineKind: KIND,
+  payloadJson,
+  dependsOn,
+  fanOut,
+});
 
 const chainDefinition = (id: string): Definition =>
   create(DefinitionSchema, { id, nodes: Array.from({ length: CHAIN_LENGTH }, (_, i) => task(`n${i}`, i === 0 ? [] : [`n${i - 1}`], "{}")) });
@@ -48,7 +55,11 @@ const chainDefinition = (id: string): Definition =>
 const fanOutDefinition = (id: string, width: number): Definition =>
   create(DefinitionSchema, {
     id,
-    nodes: [task("split", [], JSON.stringify({ split: width })), task("fan", ["split"], `{"x":"{{ item }}"}`, "context.split.items"), task("join", ["fan"], "{}")],
+    nodes: [
+      task("split", [], JSON.stringify({ split: width })),
+      task("fan", ["split"], `{"x":"{{ item }}"}`, "context.split.items"),
+      task("join", ["fan"], "{}"),
+    ],
   });
 
 /** Where the section runs: its database (its own where the role may create one), daemons and their /metrics. */
@@ -64,7 +75,11 @@ const table = (p: Place, name: string) => `"${p.db.schema}".aiflow_${name}`;
 
 export async function dagSection(db: Database, o: Options, emit: Emit, progress: (msg: string) => void): Promise<void> {
   const own = await openOwnDatabase(db);
-  const where: Database = own ?? { ...db, schema: `${db.schema}_dag`, close: async () => void (await sql(db.url, `DROP SCHEMA IF EXISTS "${db.schema}_dag" CASCADE`)) };
+  const where: Database = own ?? {
+    ...db,
+    schema: `${db.schema}_dag`,
+    close: async () => void (await sql(db.url, `DROP SCHEMA IF EXISTS "${db.schema}_dag" CASCADE`)),
+  };
   const place: Place = { db: where, daemons: [], metricsUrls: [], ownDatabase: own !== undefined };
   let agents: Child[] | undefined;
   try {
@@ -171,7 +186,11 @@ async function plainItems(p: Place, o: Options): Promise<{ figures: Figures; age
       : {
           // The item's whole life in our processes: its share of the Enqueue, and its drain.
           own_cpu_us_per_item: round(
-            Number(enqueue.enqueue_daemons_cpu_us_per_item) + Number(enqueue.enqueue_postgres_cpu_us_per_item) + Number(f.daemon_cpu_us_per_item) + Number(f.agents_cpu_us_per_item) + Number(f.postgres_cpu_us_per_item),
+            Number(enqueue.enqueue_daemons_cpu_us_per_item) +
+              Number(enqueue.enqueue_postgres_cpu_us_per_item) +
+              Number(f.daemon_cpu_us_per_item) +
+              Number(f.agents_cpu_us_per_item) +
+              Number(f.postgres_cpu_us_per_item),
             1,
           ),
         };
@@ -218,7 +237,9 @@ async function runPhase(p: Place, agents: Child[], parts: { def: Definition; run
   const meter = cpuMeter({ daemons: p.daemons.map((d) => d.child.pid), agents: agents.map((a) => a.pid) });
   const pg = await postgresMeter(p);
   const starts = parts.flatMap(({ def, runs }) => Array.from({ length: runs }, () => def));
-  await startAll(starts.length, (i) => clients[i % clients.length]!.startRun({ tenantKey: TENANT, source: { case: "definition", value: starts[i]! }, contextJson: "{}" }, { headers }));
+  await startAll(starts.length, (i) =>
+    clients[i % clients.length]!.startRun({ tenantKey: TENANT, source: { case: "definition", value: starts[i]! }, contextJson: "{}" }, { headers }),
+  );
   // The definition ids are this file's constants, so they may stand in the statement's text.
   const ids = parts.map(({ def }) => `'${def.id}'`).join(", ");
   await pollUntil<{ live: string; n: string }>(
@@ -254,7 +275,10 @@ async function graphPhase(p: Place, agents: Child[], runs: number): Promise<Phas
   const definition = {
     id: "bench-graph",
     start: "step",
-    nodes: [{ name: "step", kind: GraphNodeKind.TASK, engineKind: KIND, payloadJson: "{}" }, { name: "done", kind: GraphNodeKind.END }],
+    nodes: [
+      { name: "step", kind: GraphNodeKind.TASK, engineKind: KIND, payloadJson: "{}" },
+      { name: "done", kind: GraphNodeKind.END },
+    ],
     edges: [
       { from: "step", to: "done", when: `steps >= ${CHAIN_LENGTH}` },
       { from: "step", to: "step" },
@@ -318,7 +342,9 @@ function perNode(cpu: PhaseCpu, nodes: number): Figures {
     ...(cpu.machineMs === null ? {} : { machine_cpu_us_per_node: us(cpu.machineMs) }),
     daemons_cpu_us_per_node: us(cpu.daemonsMs),
     agents_cpu_us_per_node: us(cpu.agentsMs),
-    ...(cpu.postgresMs === null ? {} : { postgres_cpu_us_per_node: us(cpu.postgresMs), own_cpu_us_per_node: us(cpu.daemonsMs + cpu.agentsMs + cpu.postgresMs) }),
+    ...(cpu.postgresMs === null
+      ? {}
+      : { postgres_cpu_us_per_node: us(cpu.postgresMs), own_cpu_us_per_node: us(cpu.daemonsMs + cpu.agentsMs + cpu.postgresMs) }),
   };
 }
 
@@ -395,7 +421,13 @@ async function chainHandoffs(p: Place, definitionId: string): Promise<Figures> {
     }
   const q = summarize(queued);
   const d = summarize(dispatched);
-  return { handoffs: q.count, queued_p50_ms: round(q.p50, 2), queued_p99_ms: round(q.p99, 2), dispatched_p50_ms: round(d.p50, 2), dispatched_p99_ms: round(d.p99, 2) };
+  return {
+    handoffs: q.count,
+    queued_p50_ms: round(q.p50, 2),
+    queued_p99_ms: round(q.p99, 2),
+    dispatched_p50_ms: round(d.p50, 2),
+    dispatched_p99_ms: round(d.p99, 2),
+  };
 }
 
 /**

@@ -152,7 +152,13 @@ export function makeBenchTls(): BenchTls {
 /** The environment a child client needs to trust a daemon (bench/child-agent.ts, child-producer.ts). */
 export const clientTlsEnv = (d: DaemonProc): Record<string, string> => (d.tls ? { BENCH_TLS_CA: d.tls.ca } : {});
 
-export async function startDaemonProc(db: Database, index: number, extraEnv: Record<string, string> = {}, tls?: BenchTls, nodeArgs: readonly string[] = DAEMON_NODE_TUNING): Promise<DaemonProc> {
+export async function startDaemonProc(
+  db: Database,
+  index: number,
+  extraEnv: Record<string, string> = {},
+  tls?: BenchTls,
+  nodeArgs: readonly string[] = DAEMON_NODE_TUNING,
+): Promise<DaemonProc> {
   const port = await freePort();
   const child = startChild("bin/aiflowd.js", ["serve"], {
     nodeArgs: [...nodeArgs],

@@ -12,7 +12,9 @@ export async function http2Floor(o: { rate: number; durationMs: number; warmupMs
   const server = startChild("bench/child-h2-floor.ts", ["server"], { ready: (l) => l.includes('"ready"') });
   try {
     const { port } = JSON.parse(await server.ready) as { port: number };
-    const client = startChild("bench/child-h2-floor.ts", ["client", String(port), String(o.rate), String(o.warmupMs + o.durationMs)], { ready: (l) => l.includes('"ready"') });
+    const client = startChild("bench/child-h2-floor.ts", ["client", String(port), String(o.rate), String(o.warmupMs + o.durationMs)], {
+      ready: (l) => l.includes('"ready"'),
+    });
     await client.ready;
     const done = new Promise<void>((resolve) => client.onLine((l) => l.includes('"sent"') && resolve()));
     // Counted after the warm-up (the processes' code compiled, the connection's windows open) and

@@ -61,7 +61,10 @@ const limits: Limits = { maxBytes: num("--max-bytes", CI_LIMITS.maxBytes) };
 const print = (o: object) => console.log(JSON.stringify(o, (_k, v: unknown) => (typeof v === "bigint" ? String(v) : v)));
 
 /** Runs `count` cases from `first` in chunks of EVERY, printing progress; `run` returns the chunk's failures. */
-async function chunks(name: string, run: (first: number, count: number) => Promise<{ cases: number; failures: unknown[] }>): Promise<{ cases: number; failures: number; ms: number }> {
+async function chunks(
+  name: string,
+  run: (first: number, count: number) => Promise<{ cases: number; failures: unknown[] }>,
+): Promise<{ cases: number; failures: number; ms: number }> {
   const t0 = performance.now();
   let done = 0;
   let failures = 0;
@@ -101,12 +104,46 @@ async function startDaemon(url: string, schema: string): Promise<Child> {
   const port = await freePort();
   // As the test's daemon: no caller throttled for its bad tokens, long-polls short, and no sweep,
   // flush or lease expiry within a run, so rows change only by what the cases do.
-  const flags = ["--auth-failure-limit", "1000000000", "--claim-max-wait", "200ms", "--heartbeat-flush", "1h", "--sweep-interval", "1h", "--heartbeat-interval", "1h", "--lease-ttl", "1h"];
+  const flags = [
+    "--auth-failure-limit",
+    "1000000000",
+    "--claim-max-wait",
+    "200ms",
+    "--heartbeat-flush",
+    "1h",
+    "--sweep-interval",
+    "1h",
+    "--heartbeat-interval",
+    "1h",
+    "--lease-ttl",
+    "1h",
+  ];
   const tokens = Object.entries(TOKENS).flatMap(([role, token]) => ["--token", `${role}:${token}`]);
-  const proc = spawn(process.execPath, ["--import", "tsx", "src/cli/aiflowd.ts", "serve", "--listen", `127.0.0.1:${port}`, "--http-listen", "off", "--database-url", url, "--schema", schema, "--log-level", "error", ...tokens, ...flags], {
-    stdio: ["ignore", "pipe", "pipe"],
-    env: { ...process.env, NODE_ENV: "production" },
-  });
+  const proc = spawn(
+    process.execPath,
+    [
+      "--import",
+      "tsx",
+      "src/cli/aiflowd.ts",
+      "serve",
+      "--listen",
+      `127.0.0.1:${port}`,
+      "--http-listen",
+      "off",
+      "--database-url",
+      url,
+      "--schema",
+      schema,
+      "--log-level",
+      "error",
+      ...tokens,
+      ...flags,
+    ],
+    {
+      stdio: ["ignore", "pipe", "pipe"],
+      env: { ...process.env, NODE_ENV: "production" },
+    },
+  );
   const child: Child = { proc, address: `127.0.0.1:${port}`, errors: [], stderr: [], warnings: 0 };
   createInterface({ input: proc.stdout! }).on("line", (line) => child.errors.push(line));
   createInterface({ input: proc.stderr! }).on("line", (line) => {
@@ -120,7 +157,11 @@ async function startDaemon(url: string, schema: string): Promise<Child> {
     for (;;) {
       if (proc.exitCode !== null) throw new Error(`the daemon exited ${proc.exitCode} while starting`);
       if (performance.now() > deadline) throw new Error("the daemon did not start within 60 s");
-      const a = await send(probe, { headers: { ":method": "POST", ":path": "/grpc.health.v1.Health/Check", "content-type": "application/grpc", te: "trailers" }, chunks: [Buffer.alloc(5)], waitMs: 1000 });
+      const a = await send(probe, {
+        headers: { ":method": "POST", ":path": "/grpc.health.v1.Health/Check", "content-type": "application/grpc", te: "trailers" },
+        chunks: [Buffer.alloc(5)],
+        waitMs: 1000,
+      });
       if (a.grpcStatus === "0") return child;
       await new Promise((r) => setTimeout(r, 200));
     }
@@ -153,11 +194,19 @@ async function fuzzDaemon(): Promise<number> {
       const r = await runCases({ seed: SEED, first, count, client, tokens: TOKENS, limits, rows, stop: () => exited !== null, onFailure: print });
       for (const [k, v] of Object.entries(r.answers)) answers[k] = (answers[k] ?? 0) + v;
       // What the daemon logged at error level during the chunk, named by the chunk's cases.
-      const errors = d.errors.slice(logged).map((line) => ({ fuzz: "daemon", seed: SEED, cases: [first, first + r.cases - 1], why: "the daemon logged an error", line }));
+      const errors = d.errors
+        .slice(logged)
+        .map((line) => ({ fuzz: "daemon", seed: SEED, cases: [first, first + r.cases - 1], why: "the daemon logged an error", line }));
       logged = d.errors.length;
       for (const e of errors) print(e);
       if (exited !== null) {
-        const crash = { fuzz: "daemon", seed: SEED, case: first + r.cases - 1, why: `the daemon exited (${exited}) during this case or just before it`, stderr: d.stderr };
+        const crash = {
+          fuzz: "daemon",
+          seed: SEED,
+          case: first + r.cases - 1,
+          why: `the daemon exited (${exited}) during this case or just before it`,
+          stderr: d.stderr,
+        };
         print(crash);
         return { cases: r.cases, failures: [...r.failures, ...errors, crash] };
       }
@@ -184,7 +233,12 @@ async function fuzzCodec(): Promise<number> {
   if (ONE !== undefined) {
     const c = decodeCase(SEED, ONE, limits);
     const r = checkDecode(c);
-    print({ fuzz: "codec", replay: { seed: SEED, case: ONE, type: c.desc.typeName, mutations: c.mutations, bytes: Buffer.from(c.bytes).toString("hex") }, outcome: r.outcome, why: r.why ?? "passes" });
+    print({
+      fuzz: "codec",
+      replay: { seed: SEED, case: ONE, type: c.desc.typeName, mutations: c.mutations, bytes: Buffer.from(c.bytes).toString("hex") },
+      outcome: r.outcome,
+      why: r.why ?? "passes",
+    });
     return r.why ? 1 : 0;
   }
   const outcomes: Record<string, number> = {};

@@ -53,7 +53,24 @@ async function startDaemon(schema: string): Promise<Daemon> {
   const port = await freePort();
   const proc = spawn(
     process.execPath,
-    ["--import", "tsx", "src/cli/aiflowd.ts", "serve", "--listen", `127.0.0.1:${port}`, "--http-listen", "off", "--database-url", DATABASE_URL!, "--schema", schema, "--token", `engine:${ENGINE}`, "--log-level", "warn"],
+    [
+      "--import",
+      "tsx",
+      "src/cli/aiflowd.ts",
+      "serve",
+      "--listen",
+      `127.0.0.1:${port}`,
+      "--http-listen",
+      "off",
+      "--database-url",
+      DATABASE_URL!,
+      "--schema",
+      schema,
+      "--token",
+      `engine:${ENGINE}`,
+      "--log-level",
+      "warn",
+    ],
     { cwd: TREE, stdio: ["ignore", "pipe", "inherit"], env: { ...process.env, NODE_ENV: "production" } },
   );
   let warnings = 0;
@@ -154,7 +171,10 @@ function monitor(d: Daemon) {
     }
   })();
   const summary = (xs: { ok: boolean; ms: number }[]) => {
-    const ok = xs.filter((x) => x.ok).map((x) => x.ms).sort((p, q) => p - q);
+    const ok = xs
+      .filter((x) => x.ok)
+      .map((x) => x.ms)
+      .sort((p, q) => p - q);
     const q = (f: number) => (ok.length ? Math.round(ok[Math.min(ok.length - 1, Math.floor(f * ok.length))]! * 10) / 10 : null);
     return { checks: xs.length, failed: xs.length - ok.length, p50Ms: q(0.5), maxMs: ok.length ? Math.round(ok[ok.length - 1]! * 10) / 10 : null };
   };
@@ -250,7 +270,11 @@ const streams: Probe = async (d) => {
     c.socket.write(Buffer.concat(frames));
   }
   await sleep(8000);
-  const out = { sent: 16 * perConnection, refusedByServer: conns.reduce((n, c) => n + c.rstReceived, 0), connectionsClosed: conns.filter((c) => c.closed).length };
+  const out = {
+    sent: 16 * perConnection,
+    refusedByServer: conns.reduce((n, c) => n + c.rstReceived, 0),
+    connectionsClosed: conns.filter((c) => c.closed).length,
+  };
   for (const c of conns) c.socket.destroy();
   return out;
 };
@@ -260,7 +284,9 @@ const streams: Probe = async (d) => {
  * (20,000), opened from two child processes since the probe has that limit too.
  */
 const connections: Probe = async (d) => {
-  const children = [0, 1].map(() => spawn(process.execPath, ["--import", "tsx", import.meta.filename, "--connect-child", String(d.port), "12000"], { stdio: ["ignore", "pipe", "inherit"] }));
+  const children = [0, 1].map(() =>
+    spawn(process.execPath, ["--import", "tsx", import.meta.filename, "--connect-child", String(d.port), "12000"], { stdio: ["ignore", "pipe", "inherit"] }),
+  );
   const reports = await Promise.all(
     children.map(async (c) => {
       let out = "";
@@ -301,7 +327,12 @@ const rapidReset: Probe = async (d) => {
     await sleep(50);
   }
   await sleep(10_000);
-  const out = { connections: conns.length, resetsSent: 50 * 3000, stillOpenAfter10s: conns.filter((c) => !c.closed).length, goawayReceived: conns.filter((c) => c.goaway).length };
+  const out = {
+    connections: conns.length,
+    resetsSent: 50 * 3000,
+    stillOpenAfter10s: conns.filter((c) => !c.closed).length,
+    goawayReceived: conns.filter((c) => c.goaway).length,
+  };
   for (const c of conns) c.socket.destroy();
   return out;
 };
@@ -319,7 +350,12 @@ const nestedJson: Probe = async (d) => {
   const one = () =>
     new Promise<void>((done) => {
       if (s.destroyed || s.closed) s = open();
-      const req = s.request({ ":method": "POST", ":path": "/aiflow.cluster.v1.QueueService/Enqueue", "content-type": "application/json", "content-length": String(body.length) });
+      const req = s.request({
+        ":method": "POST",
+        ":path": "/aiflow.cluster.v1.QueueService/Enqueue",
+        "content-type": "application/json",
+        "content-length": String(body.length),
+      });
       let status = "no response";
       req.on("response", (h) => (status = String(h[":status"])));
       req.on("error", () => {});
@@ -342,7 +378,15 @@ const nestedJson: Probe = async (d) => {
 /** 200 clients (a connection each), each enqueuing two items of 1 MB payload at once. */
 const bigEnqueues: Probe = async (d) => {
   const payload = JSON.stringify("p".repeat(1_000_000 - 2));
-  const msg = grpcFrame(toBinary(EnqueueRequestSchema, create(EnqueueRequestSchema, { tenantKey: "default", items: [0, 1].map((i) => ({ engineKind: "bench", runId: "r", taskId: `t${i}`, taskName: "n", payloadJson: payload })) })));
+  const msg = grpcFrame(
+    toBinary(
+      EnqueueRequestSchema,
+      create(EnqueueRequestSchema, {
+        tenantKey: "default",
+        items: [0, 1].map((i) => ({ engineKind: "bench", runId: "r", taskId: `t${i}`, taskName: "n", payloadJson: payload })),
+      }),
+    ),
+  );
   const codes: Record<string, number> = {};
   const sessions = Array.from({ length: 200 }, () => {
     const s = http2.connect(`http://127.0.0.1:${d.port}`);
@@ -353,7 +397,13 @@ const bigEnqueues: Probe = async (d) => {
     sessions.map(
       (s) =>
         new Promise<void>((done) => {
-          const req = s.request({ ":method": "POST", ":path": "/aiflow.cluster.v1.QueueService/Enqueue", "content-type": "application/grpc", te: "trailers", authorization: `Bearer ${ENGINE}` });
+          const req = s.request({
+            ":method": "POST",
+            ":path": "/aiflow.cluster.v1.QueueService/Enqueue",
+            "content-type": "application/grpc",
+            te: "trailers",
+            authorization: `Bearer ${ENGINE}`,
+          });
           let status = "none";
           req.on("response", (h) => (status = (h["grpc-status"] as string | undefined) ?? status));
           req.on("trailers", (h) => (status = h["grpc-status"] as string));

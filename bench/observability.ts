@@ -46,7 +46,10 @@ export async function startCollectorStub(): Promise<CollectorStub> {
 }
 
 /** The environment that turns a child's traces on, exporting OTLP/protobuf (the default protocol) to the stub. */
-export const tracingEnv = (stub: CollectorStub): Record<string, string> => ({ OTEL_TRACES_EXPORTER: "otlp", OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: stub.endpoint });
+export const tracingEnv = (stub: CollectorStub): Record<string, string> => ({
+  OTEL_TRACES_EXPORTER: "otlp",
+  OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: stub.endpoint,
+});
 
 export interface ScrapeFigures {
   scrapes_ok: number;

@@ -105,7 +105,32 @@ const span = (raw: string, flag: string, minMs: number): number => {
 
 /** Throws BenchArgError for a bad option; `help` is set when --help was asked for. */
 export function parseOptions(argv: readonly string[]): { o: Options; only: Set<string>; help: boolean } {
-  const o: Options = { items: 100_000, agents: 4, slots: 32, daemons: 1, rate: 1000, durationMs: 10_000, warmupMs: WARMUP_MS, hbAgents: 1000, hbDurationMs: 10_000, hbSettleMs: 11_000, hbIdleMs: 5_000, drainWarmup: 4_000, baselineWorkers: 32, streamAgents: 1000, streamIdleMs: 10_000, graphile: true, dagItems: 10_000, dagChains: 200, dagFanOuts: 5, dagWidth: 1000, triggerStarts: 2000, consoleAgents: 1000, consoleItems: 100_000, consoleWindowMs: 20_000 };
+  const o: Options = {
+    items: 100_000,
+    agents: 4,
+    slots: 32,
+    daemons: 1,
+    rate: 1000,
+    durationMs: 10_000,
+    warmupMs: WARMUP_MS,
+    hbAgents: 1000,
+    hbDurationMs: 10_000,
+    hbSettleMs: 11_000,
+    hbIdleMs: 5_000,
+    drainWarmup: 4_000,
+    baselineWorkers: 32,
+    streamAgents: 1000,
+    streamIdleMs: 10_000,
+    graphile: true,
+    dagItems: 10_000,
+    dagChains: 200,
+    dagFanOuts: 5,
+    dagWidth: 1000,
+    triggerStarts: 2000,
+    consoleAgents: 1000,
+    consoleItems: 100_000,
+    consoleWindowMs: 20_000,
+  };
   let only = new Set(SECTIONS);
   for (let i = 0; i < argv.length; i++) {
     const [flag, inline] = argv[i]!.split("=", 2);
@@ -113,27 +138,69 @@ export function parseOptions(argv: readonly string[]): { o: Options; only: Set<s
     switch (flag) {
       case "--help":
         return { o, only, help: true };
-      case "--items": o.items = count(value(), flag); break;
-      case "--agents": o.agents = count(value(), flag); break;
-      case "--slots": o.slots = count(value(), flag); break;
-      case "--prefetch": o.prefetch = count(value(), flag, 0); break;
-      case "--daemons": o.daemons = count(value(), flag); break;
-      case "--rate": o.rate = count(value(), flag); break;
-      case "--duration": o.durationMs = span(value(), flag, 1000); break;
-      case "--warmup": o.warmupMs = span(value(), flag, 0); break;
-      case "--hb-agents": o.hbAgents = count(value(), flag); break;
-      case "--hb-duration": o.hbDurationMs = span(value(), flag, 1000); break;
-      case "--stream-agents": o.streamAgents = count(value(), flag); break;
-      case "--stream-idle": o.streamIdleMs = span(value(), flag, 1000); break;
-      case "--drain-warmup": o.drainWarmup = count(value(), flag, 0); break;
-      case "--dag-items": o.dagItems = count(value(), flag); break;
-      case "--dag-chains": o.dagChains = count(value(), flag); break;
-      case "--dag-fanouts": o.dagFanOuts = count(value(), flag); break;
-      case "--dag-width": o.dagWidth = count(value(), flag); break;
-      case "--trigger-starts": o.triggerStarts = count(value(), flag); break;
-      case "--console-agents": o.consoleAgents = count(value(), flag); break;
-      case "--console-items": o.consoleItems = count(value(), flag); break;
-      case "--console-window": o.consoleWindowMs = span(value(), flag, 1000); break;
+      case "--items":
+        o.items = count(value(), flag);
+        break;
+      case "--agents":
+        o.agents = count(value(), flag);
+        break;
+      case "--slots":
+        o.slots = count(value(), flag);
+        break;
+      case "--prefetch":
+        o.prefetch = count(value(), flag, 0);
+        break;
+      case "--daemons":
+        o.daemons = count(value(), flag);
+        break;
+      case "--rate":
+        o.rate = count(value(), flag);
+        break;
+      case "--duration":
+        o.durationMs = span(value(), flag, 1000);
+        break;
+      case "--warmup":
+        o.warmupMs = span(value(), flag, 0);
+        break;
+      case "--hb-agents":
+        o.hbAgents = count(value(), flag);
+        break;
+      case "--hb-duration":
+        o.hbDurationMs = span(value(), flag, 1000);
+        break;
+      case "--stream-agents":
+        o.streamAgents = count(value(), flag);
+        break;
+      case "--stream-idle":
+        o.streamIdleMs = span(value(), flag, 1000);
+        break;
+      case "--drain-warmup":
+        o.drainWarmup = count(value(), flag, 0);
+        break;
+      case "--dag-items":
+        o.dagItems = count(value(), flag);
+        break;
+      case "--dag-chains":
+        o.dagChains = count(value(), flag);
+        break;
+      case "--dag-fanouts":
+        o.dagFanOuts = count(value(), flag);
+        break;
+      case "--dag-width":
+        o.dagWidth = count(value(), flag);
+        break;
+      case "--trigger-starts":
+        o.triggerStarts = count(value(), flag);
+        break;
+      case "--console-agents":
+        o.consoleAgents = count(value(), flag);
+        break;
+      case "--console-items":
+        o.consoleItems = count(value(), flag);
+        break;
+      case "--console-window":
+        o.consoleWindowMs = span(value(), flag, 1000);
+        break;
       case "--only": {
         only = new Set(value().split(","));
         const unknown = [...only].filter((s) => !SECTIONS.includes(s) && !OPT_IN.includes(s));
@@ -150,7 +217,30 @@ export function parseOptions(argv: readonly string[]): { o: Options; only: Set<s
         o.graphile = false;
         break;
       case "--smoke":
-        Object.assign(o, { items: 300, agents: 2, slots: 8, rate: 100, durationMs: 1000, warmupMs: 300, hbAgents: 50, hbDurationMs: 2000, hbSettleMs: 500, hbIdleMs: 1000, drainWarmup: 100, baselineWorkers: 4, streamAgents: 20, streamIdleMs: 1000, dagItems: 300, dagChains: 10, dagFanOuts: 1, dagWidth: 50, triggerStarts: 50, consoleAgents: 20, consoleItems: 300, consoleWindowMs: 1000 });
+        Object.assign(o, {
+          items: 300,
+          agents: 2,
+          slots: 8,
+          rate: 100,
+          durationMs: 1000,
+          warmupMs: 300,
+          hbAgents: 50,
+          hbDurationMs: 2000,
+          hbSettleMs: 500,
+          hbIdleMs: 1000,
+          drainWarmup: 100,
+          baselineWorkers: 4,
+          streamAgents: 20,
+          streamIdleMs: 1000,
+          dagItems: 300,
+          dagChains: 10,
+          dagFanOuts: 1,
+          dagWidth: 50,
+          triggerStarts: 50,
+          consoleAgents: 20,
+          consoleItems: 300,
+          consoleWindowMs: 1000,
+        });
         break;
       default:
         throw new BenchArgError(`unknown option ${flag} (see --help)`);

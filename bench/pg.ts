@@ -45,13 +45,15 @@ export async function backendCpuMeter(url: string): Promise<() => Promise<number
   const backends = async () => {
     const rows = await sql<{ pid: number }>(url, `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name LIKE 'aiflowd%'`);
     // A pid of another machine's Postgres may name some process here: only a local postgres counts.
-    return rows.map((r) => r.pid).filter((pid) => {
-      try {
-        return readFileSync(`/proc/${pid}/comm`, "utf8").startsWith("postgres");
-      } catch {
-        return false;
-      }
-    });
+    return rows
+      .map((r) => r.pid)
+      .filter((pid) => {
+        try {
+          return readFileSync(`/proc/${pid}/comm`, "utf8").startsWith("postgres");
+        } catch {
+          return false;
+        }
+      });
   };
   const cpuOf = (pid: number): number | null => {
     try {

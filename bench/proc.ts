@@ -42,7 +42,8 @@ export function startChild(
   opts: { env?: NodeJS.ProcessEnv; ready: (line: string) => boolean; stderr?: "inherit" | "ignore"; nodeArgs?: readonly string[] },
 ): Child {
   // A .py script is a Python agent: Debian's interpreter with the library on its path (./python.ts).
-  if (script.endsWith(".py")) return track(spawn(PYTHON, [script, ...args], { env: { ...pythonEnv(), ...opts.env }, stdio: ["ignore", "pipe", opts.stderr ?? "inherit"] }), script, opts);
+  if (script.endsWith(".py"))
+    return track(spawn(PYTHON, [script, ...args], { env: { ...pythonEnv(), ...opts.env }, stdio: ["ignore", "pipe", opts.stderr ?? "inherit"] }), script, opts);
   // BENCH_CPU_PROF=DIR writes a V8 CPU profile of every child (daemon, agents, producer) into DIR.
   const prof = process.env.BENCH_CPU_PROF ? ["--cpu-prof", `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] : [];
   // BENCH_NODE_ARGS adds Node options to every child (say --trace-gc, or --import of a probe).

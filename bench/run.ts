@@ -7,7 +7,23 @@ import { dropBaseline } from "./baseline.js";
 import { dropGraphile, GRAPHILE_LOCAL_QUEUE_SIZE, GRAPHILE_VERSION, graphileSchema } from "./graphile.js";
 import { freePort, makeBenchTls, NODE_TUNING, openDatabase, openOwnDatabase, startDaemonProc, type DaemonProc, type Database } from "./env.js";
 import { sql } from "./pg.js";
-import { clearCompleted, drainBaseline, drainGraphile, drainOurs, enqueueRate, settleDatabase, heartbeatCost, latencyBaseline, latencyGraphile, latencyOurs, rpcFigures, SHARE_DAEMON_ENV, startAgents, stopAgents, tenantShareFigures } from "./sections.js";
+import {
+  clearCompleted,
+  drainBaseline,
+  drainGraphile,
+  drainOurs,
+  enqueueRate,
+  settleDatabase,
+  heartbeatCost,
+  latencyBaseline,
+  latencyGraphile,
+  latencyOurs,
+  rpcFigures,
+  SHARE_DAEMON_ENV,
+  startAgents,
+  stopAgents,
+  tenantShareFigures,
+} from "./sections.js";
 import { CLAIM_COST, claimCost } from "./claim-cost.js";
 import { idleStreams } from "./streams.js";
 import { dagSection } from "./dag.js";
@@ -90,7 +106,11 @@ try {
     const mixed = await drainOurs(db, daemons, o, "mixed");
     const { rpcs } = await stopAgents(mixed.agents);
     emit("drain_mixed", { ...mixed.figures, ...rpcFigures(rpcs) });
-    emit("mixed_ratio", { mixed_items_per_s: mixed.figures.items_per_s!, plain_items_per_s: h2c.drain!, mixed_over_plain: ratio(Number(mixed.figures.items_per_s), h2c.drain!) });
+    emit("mixed_ratio", {
+      mixed_items_per_s: mixed.figures.items_per_s!,
+      plain_items_per_s: h2c.drain!,
+      mixed_over_plain: ratio(Number(mixed.figures.items_per_s), h2c.drain!),
+    });
   }
   if (only.has("tenants")) {
     // The drain again over ten tenants with skewed backlogs, on daemons of their own that carry the
@@ -105,7 +125,11 @@ try {
       const { rpcs } = await stopAgents(run.agents);
       emit("drain_tenants", { ...run.figures, ...rpcFigures(rpcs) });
       emit("tenant_shares", await tenantShareFigures(db));
-      emit("tenants_ratio", { tenants_items_per_s: run.figures.items_per_s!, plain_items_per_s: h2c.drain!, tenants_over_plain: ratio(Number(run.figures.items_per_s), h2c.drain!) });
+      emit("tenants_ratio", {
+        tenants_items_per_s: run.figures.items_per_s!,
+        plain_items_per_s: h2c.drain!,
+        tenants_over_plain: ratio(Number(run.figures.items_per_s), h2c.drain!),
+      });
     } finally {
       await Promise.all(set.map((d) => d.child.stop()));
     }
@@ -160,7 +184,9 @@ try {
     const figures: Record<string, Record<string, number | string>> = {};
     for (const path of ["stream", "unary"] as const) {
       const po = { ...o, agentStream: path === "stream" };
-      progress(`agents ${path === "stream" ? "over the stream" : "by unary claims"}: enqueueing ${o.items} items, draining with ${o.agents} agents × ${o.slots} slots`);
+      progress(
+        `agents ${path === "stream" ? "over the stream" : "by unary claims"}: enqueueing ${o.items} items, draining with ${o.agents} agents × ${o.slots} slots`,
+      );
       await clearCompleted(db);
       await enqueueRate(daemons, o.items);
       const run = await drainOurs(db, daemons, po);
@@ -221,7 +247,11 @@ try {
         if (mode === "off") await Promise.all(set.map((d) => d.child.stop()));
       }
     }
-    emit("fast_path_ratio", { on_items_per_s: figures.on!.items_per_s!, off_items_per_s: figures.off!.items_per_s!, on_over_off: ratio(Number(figures.on!.items_per_s), Number(figures.off!.items_per_s)) });
+    emit("fast_path_ratio", {
+      on_items_per_s: figures.on!.items_per_s!,
+      off_items_per_s: figures.off!.items_per_s!,
+      on_over_off: ratio(Number(figures.on!.items_per_s), Number(figures.off!.items_per_s)),
+    });
   }
   if (o.tls) {
     // The drain and the steady rate again, over TLS: daemons of their own serving a certificate,
@@ -316,7 +346,11 @@ try {
     // Its own database (or, where the role may not create one, a schema of its own), so that the
     // other daemons' liveness sweeps, which go by their own heartbeat interval, leave its agents be.
     const ownDb = await openOwnDatabase(db);
-    const where: Database = ownDb ?? { ...db, schema: `${db.schema}_streams`, close: async () => void (await sql(db.url, `DROP SCHEMA IF EXISTS "${db.schema}_streams" CASCADE`)) };
+    const where: Database = ownDb ?? {
+      ...db,
+      schema: `${db.schema}_streams`,
+      close: async () => void (await sql(db.url, `DROP SCHEMA IF EXISTS "${db.schema}_streams" CASCADE`)),
+    };
     let own: DaemonProc | undefined;
     try {
       own = await startDaemonProc(where, o.daemons + 10, { AIFLOW_HEARTBEAT_INTERVAL: "60s" }, undefined, NODE_TUNING);
@@ -358,4 +392,9 @@ try {
 }
 
 console.log("");
-for (const r of results) console.log(`${r.name.padEnd(18)} ${Object.entries(r.figures).map(([k, v]) => `${k}=${v}`).join("  ")}`);
+for (const r of results)
+  console.log(
+    `${r.name.padEnd(18)} ${Object.entries(r.figures)
+      .map(([k, v]) => `${k}=${v}`)
+      .join("  ")}`,
+  );

@@ -150,11 +150,25 @@ export async function startAgents(
         env: { ...clientTlsEnv(d), ...env, ...envOf(i) },
         ready: (l) => l.includes('"ready"'),
       });
-    return startChild("bench/child-agent.ts", [d.url, TOKENS.agent, `bench-${tag}-${i}`, String(o.slots), tenants.join(","), KIND, o.prefetch === undefined ? "" : String(o.prefetch), o.fastTransport === undefined ? "default" : o.fastTransport ? "fast" : "slow", o.agentStream === false ? "unary" : "stream"], {
-      nodeArgs: NODE_TUNING,
-      env: { ...clientTlsEnv(d), ...env, ...envOf(i) },
-      ready: (l) => l.includes('"ready"'),
-    });
+    return startChild(
+      "bench/child-agent.ts",
+      [
+        d.url,
+        TOKENS.agent,
+        `bench-${tag}-${i}`,
+        String(o.slots),
+        tenants.join(","),
+        KIND,
+        o.prefetch === undefined ? "" : String(o.prefetch),
+        o.fastTransport === undefined ? "default" : o.fastTransport ? "fast" : "slow",
+        o.agentStream === false ? "unary" : "stream",
+      ],
+      {
+        nodeArgs: NODE_TUNING,
+        env: { ...clientTlsEnv(d), ...env, ...envOf(i) },
+        ready: (l) => l.includes('"ready"'),
+      },
+    );
   });
   await Promise.all(agents.map((a) => a.ready));
   return agents;
@@ -201,7 +215,12 @@ export async function stopAgents(agents: Child[]): Promise<{ handled: number; la
       t.ms += v.ms;
       t.items += v.items;
     }
-  return { handled: results.reduce((n, r) => n + r.handled, 0), latencies: results.flatMap((r) => r.latencies), rpcs, gc: results.some((r) => r.gc) ? results.flatMap((r) => r.gc ?? []) : undefined };
+  return {
+    handled: results.reduce((n, r) => n + r.handled, 0),
+    latencies: results.flatMap((r) => r.latencies),
+    rpcs,
+    gc: results.some((r) => r.gc) ? results.flatMap((r) => r.gc ?? []) : undefined,
+  };
 }
 
 /**
@@ -247,7 +266,13 @@ export type ExtraMeter = () => Promise<() => Promise<Record<string, number | nul
  * A drain by fresh agents of what is pending; `fleet` "mixed": the agents of the mixed fleet
  * (MIXED_GPUS); "tenants": agents serving all of SHARE_TENANTS, warmed up on those tenants' items.
  */
-export async function drainOurs(db: Database, daemons: DaemonProc[], o: Options, fleet: Fleet = "plain", extra?: ExtraMeter): Promise<{ figures: Figures; agents: Child[] }> {
+export async function drainOurs(
+  db: Database,
+  daemons: DaemonProc[],
+  o: Options,
+  fleet: Fleet = "plain",
+  extra?: ExtraMeter,
+): Promise<{ figures: Figures; agents: Child[] }> {
   await sql(db.url, `UPDATE ${workTable(db)} SET status = 'cancelled' WHERE status = 'pending'`);
   const gpus = (i: number): Record<string, string> => (fleet === "mixed" ? { BENCH_GPUS: MIXED_GPUS[i % MIXED_GPUS.length]!.join(",") } : {});
   const agents = await startAgents(daemons, o, fleet === "plain" ? "drain" : fleet, {}, gpus, fleet === "tenants" ? SHARE_TENANTS : [TENANT]);
@@ -264,7 +289,10 @@ export async function drainOurs(db: Database, daemons: DaemonProc[], o: Options,
   const watches = daemons.map((d) => watchProc(d.child.pid));
   const meter = cpuMeter({ agents: agents.map((a) => a.pid) });
   const extraMeter = await extra?.();
-  await sql(db.url, `UPDATE ${workTable(db)} SET status = 'pending', next_attempt_at = (extract(epoch from clock_timestamp()) * 1e9)::bigint WHERE status = 'cancelled'`);
+  await sql(
+    db.url,
+    `UPDATE ${workTable(db)} SET status = 'pending', next_attempt_at = (extract(epoch from clock_timestamp()) * 1e9)::bigint WHERE status = 'cancelled'`,
+  );
   await waitForDrained(db, 600_000);
   const cpu = meter();
   const extraMs = (await extraMeter?.()) ?? {};
@@ -286,14 +314,19 @@ export async function drainOurs(db: Database, daemons: DaemonProc[], o: Options,
       seconds: round(Number(BigInt(row!.span)) / 1e9, 3),
       items_per_s: round(items_per_s, 0),
       retries: Number(retries!.n),
-      daemon_cpu_pct: round(usage.reduce((s, u) => s + u.cpuPercent, 0), 1),
+      daemon_cpu_pct: round(
+        usage.reduce((s, u) => s + u.cpuPercent, 0),
+        1,
+      ),
       daemon_peak_rss_mb: round(Math.max(...usage.map((u) => u.peakRssMb)), 1),
       ...cpuPerItem(cpu.machineMs, Number(row!.n)),
       // Where the machine's time went, per item: the daemons, the agent processes, and the rest
       // (Postgres, and this process watching).
       daemon_cpu_us_per_item: round((usage.reduce((s, u) => s + (u.cpuPercent / 100) * u.wallMs, 0) * 1000) / Number(row!.n), 1),
       agents_cpu_us_per_item: round((cpu.groupMs.agents! * 1000) / Number(row!.n), 1),
-      ...Object.fromEntries(Object.entries(extraMs).flatMap(([k, ms]) => (ms === null ? [] : [[`${k}_cpu_us_per_item`, round((ms * 1000) / Number(row!.n), 1)]]))),
+      ...Object.fromEntries(
+        Object.entries(extraMs).flatMap(([k, ms]) => (ms === null ? [] : [[`${k}_cpu_us_per_item`, round((ms * 1000) / Number(row!.n), 1)]])),
+      ),
     },
   };
 }
@@ -316,7 +349,10 @@ export async function tenantShareFigures(db: Database): Promise<Figures> {
     `SELECT tenant_key FROM ${workTable(db)} WHERE status = 'completed' AND tenant_key = ANY($1::text[]) ORDER BY dispatched_at, share_tag, id`,
     [SHARE_TENANTS],
   );
-  const s = tenantShares(rows.map((r) => r.tenant_key), SHARE_WEIGHTS);
+  const s = tenantShares(
+    rows.map((r) => r.tenant_key),
+    SHARE_WEIGHTS,
+  );
   const out: Figures = { tenants: Object.keys(s.shares).length, items: rows.length, stretch_dispatches: s.dispatches, first_out: s.firstOut };
   for (const [t, v] of Object.entries(s.shares)) {
     out[`${t}_share`] = round(v.measured, 4);
@@ -339,7 +375,13 @@ export async function drainBaseline(db: Database, o: Options): Promise<Figures> 
   const { count, spanNs } = await baselineDrainSpan(db.url);
   // Its dead rows would otherwise be vacuumed during the next section.
   await dropBaseline(db.url);
-  return { items: count, workers: o.baselineWorkers, seconds: round(Number(spanNs) / 1e9, 3), items_per_s: round(perSecond(count, spanNs), 0), ...cpuPerItem(cpu.machineMs, count) };
+  return {
+    items: count,
+    workers: o.baselineWorkers,
+    seconds: round(Number(spanNs) / 1e9, 3),
+    items_per_s: round(perSecond(count, spanNs), 0),
+    ...cpuPerItem(cpu.machineMs, count),
+  };
 }
 
 /**
@@ -354,7 +396,9 @@ export async function drainGraphile(db: Database, o: Options, schema: string): P
   await resetGraphile(db.url, schema);
   try {
     if (o.drainWarmup > 0) await fillGraphile(db.url, schema, o.drainWarmup);
-    const workers = startChild("bench/child-graphile.ts", [db.url, schema, String(concurrency), "drain", String(o.items), String(o.drainWarmup)], { ready: (l) => l.includes('"ready"') });
+    const workers = startChild("bench/child-graphile.ts", [db.url, schema, String(concurrency), "drain", String(o.items), String(o.drainWarmup)], {
+      ready: (l) => l.includes('"ready"'),
+    });
     try {
       await workers.ready;
       const fillMs = await fillGraphile(db.url, schema, o.items);
@@ -423,7 +467,17 @@ async function produced(p: Child): Promise<number> {
 
 const latencyFigures = (latencies: number[], sent: number, o: Options): Figures => {
   const s = summarize(latencies);
-  return { rate: o.rate, seconds: o.durationMs / 1000, sent, measured: s.count, p50_ms: round(s.p50, 2), p90_ms: round(s.p90, 2), p99_ms: round(s.p99, 2), max_ms: round(s.max, 2), mean_ms: round(s.mean, 2) };
+  return {
+    rate: o.rate,
+    seconds: o.durationMs / 1000,
+    sent,
+    measured: s.count,
+    p50_ms: round(s.p50, 2),
+    p90_ms: round(s.p90, 2),
+    p99_ms: round(s.p99, 2),
+    max_ms: round(s.max, 2),
+    mean_ms: round(s.mean, 2),
+  };
 };
 
 /** Mean latency and batch size per agent RPC, e.g. claim_ms / claim_items. */
@@ -459,7 +513,10 @@ export async function settleDatabase(db: Database): Promise<void> {
 
 /** Steady open-loop single-item Enqueue at `rate`; from issuing Enqueue to the handler starting. */
 export async function latencyOurs(daemons: DaemonProc[], agents: Child[], o: Options): Promise<Figures> {
-  const p = producer(["ours", daemons[0]!.url, String(o.rate), String(o.durationMs), String(o.warmupMs), TOKENS.engine, TENANT, KIND], clientTlsEnv(daemons[0]!));
+  const p = producer(
+    ["ours", daemons[0]!.url, String(o.rate), String(o.durationMs), String(o.warmupMs), TOKENS.engine, TENANT, KIND],
+    clientTlsEnv(daemons[0]!),
+  );
   await p.ready;
   const cpu = cpuShares({ daemons: daemons.map((d) => d.child.pid), agents: agents.map((a) => a.pid), producer: [p.pid] });
   const sent = await produced(p);
@@ -533,7 +590,12 @@ export async function latencyGraphile(db: Database, o: Options, schema: string):
   const concurrency = o.agents * o.slots;
   await resetGraphile(db.url, schema);
   try {
-    return await steadyBaseline({ script: "bench/child-graphile.ts", args: [db.url, schema, String(concurrency), "steady"] }, { mode: "graphile", target: db.url, extra: [schema] }, o, { concurrency });
+    return await steadyBaseline(
+      { script: "bench/child-graphile.ts", args: [db.url, schema, String(concurrency), "steady"] },
+      { mode: "graphile", target: db.url, extra: [schema] },
+      o,
+      { concurrency },
+    );
   } finally {
     await dropGraphile(db.url, schema);
   }

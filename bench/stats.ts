@@ -20,7 +20,14 @@ export interface Summary {
 export function summarize(values: readonly number[]): Summary {
   const sorted = [...values].sort((a, b) => a - b);
   const mean = sorted.length ? sorted.reduce((s, v) => s + v, 0) / sorted.length : Number.NaN;
-  return { count: sorted.length, mean, p50: percentile(sorted, 50), p90: percentile(sorted, 90), p99: percentile(sorted, 99), max: sorted.at(-1) ?? Number.NaN };
+  return {
+    count: sorted.length,
+    mean,
+    p50: percentile(sorted, 50),
+    p90: percentile(sorted, 90),
+    p99: percentile(sorted, 99),
+    max: sorted.at(-1) ?? Number.NaN,
+  };
 }
 
 /** ours ÷ baseline, rounded; NaN when either side is missing or the baseline is zero. */
@@ -89,7 +96,10 @@ export function gcFigures(group: string, pauses: readonly number[] | undefined):
   if (!pauses) return {};
   return {
     [`${group}_gc_pauses`]: pauses.length,
-    [`${group}_gc_ms`]: round(pauses.reduce((s, v) => s + v, 0), 1),
+    [`${group}_gc_ms`]: round(
+      pauses.reduce((s, v) => s + v, 0),
+      1,
+    ),
     [`${group}_gc_max_ms`]: round(pauses.length ? Math.max(...pauses) : 0, 1),
   };
 }

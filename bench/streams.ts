@@ -39,16 +39,26 @@ export async function idleStreams(db: Database, daemon: DaemonProc, o: Options):
   await settle();
   const quiet = await idle();
   const rssBefore = sampleProc(pid).rssBytes;
-  const streams = startChild("bench/child-streams.ts", [daemon.address, TOKENS.agent, String(o.streamAgents), TENANT, `${KIND}-idle`], { ready: (l) => l.includes('"ready"') });
+  const streams = startChild("bench/child-streams.ts", [daemon.address, TOKENS.agent, String(o.streamAgents), TENANT, `${KIND}-idle`], {
+    ready: (l) => l.includes('"ready"'),
+  });
   await streams.ready;
   await settle();
   const waiting = await idle();
   const rss = sampleProc(pid).rssBytes;
   // One item wakes one of them and is pushed to it: the waits are live, not merely open.
-  const counted = new Promise<number>((resolve) => streams.onLine((l) => (l.includes('"pushed"') ? resolve((JSON.parse(l) as { pushed: number }).pushed) : undefined)));
+  const counted = new Promise<number>((resolve) =>
+    streams.onLine((l) => (l.includes('"pushed"') ? resolve((JSON.parse(l) as { pushed: number }).pushed) : undefined)),
+  );
   const queue = createClient(QueueService, createGrpcTransport({ baseUrl: daemon.url }));
   await queue.enqueue({ tenantKey: TENANT, items: [{ engineKind: `${KIND}-idle`, payloadJson: "{}" }] }, { headers });
-  await pollUntil<{ n: number }>(db.url, `SELECT count(*)::int AS n FROM "${db.schema}".aiflow_work_item WHERE engine_kind = '${KIND}-idle' AND status = 'dispatched'`, (r) => r.n === 1, 30_000, "the wake-up");
+  await pollUntil<{ n: number }>(
+    db.url,
+    `SELECT count(*)::int AS n FROM "${db.schema}".aiflow_work_item WHERE engine_kind = '${KIND}-idle' AND status = 'dispatched'`,
+    (r) => r.n === 1,
+    30_000,
+    "the wake-up",
+  );
   streams.proc.send("count");
   const pushed = await counted;
   await streams.stop();

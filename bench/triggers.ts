@@ -30,7 +30,11 @@ const headers = { authorization: `Bearer ${TOKENS.runs}` };
 
 export async function triggersSection(db: Database, o: Options, emit: (name: string, f: Figures) => void, progress: (msg: string) => void): Promise<void> {
   const own = await openOwnDatabase(db);
-  const where: Database = own ?? { ...db, schema: `${db.schema}_triggers`, close: async () => void (await sql(db.url, `DROP SCHEMA IF EXISTS "${db.schema}_triggers" CASCADE`)) };
+  const where: Database = own ?? {
+    ...db,
+    schema: `${db.schema}_triggers`,
+    close: async () => void (await sql(db.url, `DROP SCHEMA IF EXISTS "${db.schema}_triggers" CASCADE`)),
+  };
   const httpPort = await freePort();
   const daemon = await startDaemonProc(where, 600, { AIFLOW_HTTP_LISTEN: `127.0.0.1:${httpPort}`, AIFLOW_AUTH_FAILURE_LIMIT: "1000000" });
   try {
@@ -38,14 +42,22 @@ export async function triggersSection(db: Database, o: Options, emit: (name: str
     const dag = createClient(DagService, transport);
     const triggers = createClient(TriggerService, transport);
     await dag.putDefinition({ tenantKey: TENANT, definition: { id: "bench-wait", nodes: [{ name: "w", kind: NodeKind.WAIT, event: "never" }] } }, { headers });
-    await triggers.putTrigger({ tenantKey: TENANT, trigger: { name: "bench-hook", type: TriggerType.WEBHOOK, action: Action.START, definitionId: "bench-wait", secret: SECRET } }, { headers });
+    await triggers.putTrigger(
+      { tenantKey: TENANT, trigger: { name: "bench-hook", type: TriggerType.WEBHOOK, action: Action.START, definitionId: "bench-wait", secret: SECRET } },
+      { headers },
+    );
     const hook = `http://127.0.0.1:${httpPort}/hooks/${TENANT}/bench-hook`;
-    const startRun = () => dag.startRun({ tenantKey: TENANT, source: { case: "definitionId", value: "bench-wait" }, contextJson: '{"ref":"main"}' }, { headers });
+    const startRun = () =>
+      dag.startRun({ tenantKey: TENANT, source: { case: "definitionId", value: "bench-wait" }, contextJson: '{"ref":"main"}' }, { headers });
     const deliver = async (i: number) => {
       const body = `{"ref":"main","i":${i}}`;
       const res = await fetch(hook, {
         method: "POST",
-        headers: { "content-type": "application/json", "x-delivery-id": `bench-${i}`, "x-hub-signature-256": `sha256=${createHmac("sha256", SECRET).update(body).digest("hex")}` },
+        headers: {
+          "content-type": "application/json",
+          "x-delivery-id": `bench-${i}`,
+          "x-hub-signature-256": `sha256=${createHmac("sha256", SECRET).update(body).digest("hex")}`,
+        },
         body,
       });
       await res.arrayBuffer();
@@ -75,9 +87,11 @@ export async function triggersSection(db: Database, o: Options, emit: (name: str
 /** Runs `n` calls of `call(i)`, IN_FLIGHT at a time. */
 async function inFlight(n: number, call: (i: number) => Promise<unknown>): Promise<void> {
   let next = 0;
-  await Promise.all(Array.from({ length: Math.min(IN_FLIGHT, n) }, async () => {
-    while (next < n) await call(next++);
-  }));
+  await Promise.all(
+    Array.from({ length: Math.min(IN_FLIGHT, n) }, async () => {
+      while (next < n) await call(next++);
+    }),
+  );
 }
 
 async function measure(ownDb: Database | undefined, daemonPid: number, n: number, run: () => Promise<void>): Promise<Figures> {

@@ -12,7 +12,9 @@ export class Bar {
     if (this.#tty) {
       const width = 30;
       const filled = Math.round(pct * width);
-      process.stderr.write(`\r\u001b[2K[${"#".repeat(filled)}${"-".repeat(width - filled)}] ${(pct * 100).toFixed(0).padStart(3)}% ${done}/${this.total} ${rate.toFixed(0)}/s ${note}`);
+      process.stderr.write(
+        `\r\u001b[2K[${"#".repeat(filled)}${"-".repeat(width - filled)}] ${(pct * 100).toFixed(0).padStart(3)}% ${done}/${this.total} ${rate.toFixed(0)}/s ${note}`,
+      );
     } else if (Date.now() - this.#lastPlain >= 1000 || done >= this.total) {
       this.#lastPlain = Date.now();
       process.stderr.write(`progress ${done}/${this.total} (${(pct * 100).toFixed(0)}%) ${rate.toFixed(0)}/s ${note}\n`);

@@ -38,7 +38,26 @@ export async function dagDemo(o: DagDemoOptions): Promise<boolean> {
   for (const name of WORKERS) {
     const worker = startChild(
       "agent-sdk/examples/dag-worker.ts",
-      ["--address", o.address, "--tls-ca", o.tls.ca, "--tls-cert", o.tls.cert, "--tls-key", o.tls.key, "--name", name, "--tenants", o.tenant, "--slots", "16", "--flaky-dir", o.flakyDir, "--grace", "10000"],
+      [
+        "--address",
+        o.address,
+        "--tls-ca",
+        o.tls.ca,
+        "--tls-cert",
+        o.tls.cert,
+        "--tls-key",
+        o.tls.key,
+        "--name",
+        name,
+        "--tenants",
+        o.tenant,
+        "--slots",
+        "16",
+        "--flaky-dir",
+        o.flakyDir,
+        "--grace",
+        "10000",
+      ],
       { ready: (l) => l.includes('"msg":"registered"'), stderr: "ignore" },
     );
     o.children.push(worker);
@@ -56,7 +75,9 @@ export async function dagDemo(o: DagDemoOptions): Promise<boolean> {
   const definition = fromJson(DefinitionSchema, JSON.parse(readFileSync(new URL("./dag.json", import.meta.url), "utf8")) as JsonValue);
   await dag.putDefinition({ tenantKey: o.tenant, definition });
   const started = (await dag.startRun({ tenantKey: o.tenant, source: { case: "definitionId", value: definition.id }, contextJson: "{}" })).run!;
-  o.say(`started run ${started.id} of definition '${definition.id}' (demo/dag.json): ${definition.nodes.map((n) => n.name + (n.fanOut ? ` (one per ${n.fanOut})` : "")).join(" → ")}`);
+  o.say(
+    `started run ${started.id} of definition '${definition.id}' (demo/dag.json): ${definition.nodes.map((n) => n.name + (n.fanOut ? ` (one per ${n.fanOut})` : "")).join(" → ")}`,
+  );
 
   const failed = await watch(dag, o.tenant, started.id, o.say);
   o.say(`run ${RunStatus[failed.status]}: ${failed.reason}`);
@@ -91,7 +112,10 @@ export async function dagDemo(o: DagDemoOptions): Promise<boolean> {
   const onceEach = [...byTask].every(([task, c]) => c === (task === "flaky" ? 2 : 1));
   const everyTask = byTask.size === done.nodes.reduce((n, node) => n + Math.max(1, node.iterations), 0);
   const ok = done.status === RunStatus.COMPLETED && onceEach && everyTask && context.sum?.total === (count * (count + 1) * (2 * count + 1)) / 6;
-  if (!ok) o.say("the DAG run did not go as it should: it must complete after one resume, every node and iteration run once but flaky twice, with the sum of the squares");
+  if (!ok)
+    o.say(
+      "the DAG run did not go as it should: it must complete after one resume, every node and iteration run once but flaky twice, with the sum of the squares",
+    );
   return ok;
 }
 

@@ -64,16 +64,39 @@ try {
   const agentNames = ["demo-agent-1", "demo-agent-2", "demo-agent-3"];
   const python = pythonAvailable();
   if (python) agentNames.push("demo-agent-py");
-  say(`starting ${agentNames.length} example agents (agent-sdk/examples/worker.ts${python ? ", and agent-sdk/python/examples/worker.py in Python" : "; no Python agent: Debian's python3-grpcio is not installed"})`);
+  say(
+    `starting ${agentNames.length} example agents (agent-sdk/examples/worker.ts${python ? ", and agent-sdk/python/examples/worker.py in Python" : "; no Python agent: Debian's python3-grpcio is not installed"})`,
+  );
   for (const name of agentNames) {
     // The agent certificate (spiffe://aiflow/agent/*) is its identity: no token.
     const agentCert = certs.client("agent");
     const script = name.endsWith("-py") ? "agent-sdk/python/examples/worker.py" : "agent-sdk/examples/worker.ts";
-    const agent = startChild(script, ["--address", address, "--tls-ca", certs.ca, "--tls-cert", agentCert.cert, "--tls-key", agentCert.key, "--name", name, "--tenants", TENANTS.join(","), "--slots", "16", "--grace", "10000"], {
-      env: { AIFLOW_LOG_LEVEL: "warn" },
-      ready: () => true,
-      stderr: "ignore",
-    });
+    const agent = startChild(
+      script,
+      [
+        "--address",
+        address,
+        "--tls-ca",
+        certs.ca,
+        "--tls-cert",
+        agentCert.cert,
+        "--tls-key",
+        agentCert.key,
+        "--name",
+        name,
+        "--tenants",
+        TENANTS.join(","),
+        "--slots",
+        "16",
+        "--grace",
+        "10000",
+      ],
+      {
+        env: { AIFLOW_LOG_LEVEL: "warn" },
+        ready: () => true,
+        stderr: "ignore",
+      },
+    );
     // Workers log pino JSON on stdout (at warn: next to nothing); nothing waits on a ready line from them.
     agent.ready.catch(() => {});
     children.push(agent);
@@ -99,9 +122,16 @@ try {
   for (let i = 0; i < ITEMS; i += 1000) {
     const n = Math.min(1000, ITEMS - i);
     const tenant = TENANTS[(i / 1000) % TENANTS.length]!;
-    await queue.enqueue(
-      { tenantKey: tenant, items: Array.from({ length: n }, (_, j) => ({ engineKind: "test", taskName: "wait", runId: `demo-run-${tenant}`, maxRetries: 3, payloadJson: JSON.stringify({ ms: 2 + ((i + j) % 9) }) })) },
-    );
+    await queue.enqueue({
+      tenantKey: tenant,
+      items: Array.from({ length: n }, (_, j) => ({
+        engineKind: "test",
+        taskName: "wait",
+        runId: `demo-run-${tenant}`,
+        maxRetries: 3,
+        payloadJson: JSON.stringify({ ms: 2 + ((i + j) % 9) }),
+      })),
+    });
   }
 
   const bar = new Bar(ITEMS);
@@ -134,19 +164,37 @@ try {
   console.log(
     table(
       ["AGENT", "COMPLETED", "NOTE"],
-      agentNames.map((name) => [name, String(rows.filter((r) => r.agent_id === name && r.status === "completed").reduce((n, r) => n + Number(r.n), 0)), name === drained ? "drained half-way" : ""]),
+      agentNames.map((name) => [
+        name,
+        String(rows.filter((r) => r.agent_id === name && r.status === "completed").reduce((n, r) => n + Number(r.n), 0)),
+        name === drained ? "drained half-way" : "",
+      ]),
     ),
   );
   console.log("");
   console.log(
     table(
       ["ITEMS", "COMPLETED", "SECONDS", "ITEMS/S", "RETRIES", "DEAD LETTERS", "LOST"],
-      [[String(ITEMS), String(completed), seconds.toFixed(1), (completed / seconds).toFixed(0), String(retries), String(dead), String(ITEMS - completed - dead)]],
+      [
+        [
+          String(ITEMS),
+          String(completed),
+          seconds.toFixed(1),
+          (completed / seconds).toFixed(0),
+          String(retries),
+          String(dead),
+          String(ITEMS - completed - dead),
+        ],
+      ],
     ),
   );
   // The same run as Prometheus sees it: /metrics over HTTPS, read with the ops certificate.
   const exposition = await scrape(`https://${metricsAddress}/metrics`, certs.caPem, certs.client("ops"));
-  const sample = (name: string) => exposition.split("\n").filter((l) => l.startsWith(name)).reduce((n, l) => n + Number(l.slice(l.lastIndexOf(" ") + 1)), 0);
+  const sample = (name: string) =>
+    exposition
+      .split("\n")
+      .filter((l) => l.startsWith(name))
+      .reduce((n, l) => n + Number(l.slice(l.lastIndexOf(" ") + 1)), 0);
   console.log("");
   say(`/metrics at https://${metricsAddress}/metrics (ops certificate):`);
   console.log(

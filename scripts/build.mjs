@@ -130,7 +130,11 @@ function pruneBundle() {
     if (!reached.has(module) && !reached.has(f)) rmSync(f);
   }
   const dirs = readdirSync(bundled, { recursive: true, withFileTypes: true }).filter((d) => d.isDirectory());
-  for (const d of dirs.map((d) => join(d.parentPath, d.name)).sort().reverse()) if (readdirSync(d).length === 0) rmSync(d, { recursive: true });
+  for (const d of dirs
+    .map((d) => join(d.parentPath, d.name))
+    .sort()
+    .reverse())
+    if (readdirSync(d).length === 0) rmSync(d, { recursive: true });
 }
 
 function walk(dir) {

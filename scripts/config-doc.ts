@@ -21,10 +21,12 @@ export const END = "<!-- End of the generated settings. -->";
 
 /** Where each area's settings are explained at length. */
 const SEE: Record<string, string> = {
-  Serving: "[transport security](operations.md#transport-security), [HTTP endpoints](observability.md#http-endpoints), [metrics](observability.md#metrics), [web console](operations.md#web-console)",
+  Serving:
+    "[transport security](operations.md#transport-security), [HTTP endpoints](observability.md#http-endpoints), [metrics](observability.md#metrics), [web console](operations.md#web-console)",
   Database: "[running it](operations.md#running-it), [schema and migrations](operations.md#schema-migrations-and-upgrades)",
   Instance: "[tokens and roles](security.md#tokens-and-roles), [logs and the audit stream](observability.md#logs-and-the-audit-stream)",
-  Queue: "[the work queue](queue.md#the-work-queue), [agents](queue.md#agents-registration-heartbeats-liveness), [affinity](queue.md#affinity-bindings), [resources](queue.md#resources-and-concurrency-keys), [fair share](queue.md#fair-share-aging-and-rate-limits)",
+  Queue:
+    "[the work queue](queue.md#the-work-queue), [agents](queue.md#agents-registration-heartbeats-liveness), [affinity](queue.md#affinity-bindings), [resources](queue.md#resources-and-concurrency-keys), [fair share](queue.md#fair-share-aging-and-rate-limits)",
   Engines: "[DAG runs](engines.md#dag-runs), [graph runs and state machines](engines.md#graph-runs-and-state-machines)",
   Intake: "[enqueue quotas](security.md#limits-against-exhaustion), [triggers](engines.md#triggers-webhooks-and-cron)",
   Limits: "[limits against exhaustion](security.md#limits-against-exhaustion)",

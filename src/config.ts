@@ -76,7 +76,7 @@ export function parseArgs(argv: readonly string[], env: NodeJS.ProcessEnv = proc
   for (const [key, s] of Object.entries(SETTINGS) as [keyof Settings, Setting<unknown>][]) {
     const flagValues = fromFlags.get(key);
     const envName = s.env.find((e) => env[e] !== undefined && env[e] !== "");
-    const name = flagValues ? s.flag : envName ?? s.flag;
+    const name = flagValues ? s.flag : (envName ?? s.flag);
     if (s.repeatable) {
       const raws = flagValues ?? (envName ? env[envName]!.split(/[;\s]+/).filter(Boolean) : []);
       out[key] = raws.map((r) => s.parse(r, name));
@@ -95,8 +95,10 @@ export function parseArgs(argv: readonly string[], env: NodeJS.ProcessEnv = proc
     instanceId: parsed.instanceId ?? `${hostname()}:${parsed.listen.port === 0 ? `pid${process.pid}` : parsed.listen.port}`,
   };
   if (config.backoffCap < config.backoffBase) throw new ConfigError("--backoff-cap", "is smaller than --backoff-base");
-  if ((config.tlsCert === undefined) !== (config.tlsKey === undefined)) throw new ConfigError(config.tlsCert ? "--tls-key" : "--tls-cert", "--tls-cert and --tls-key go together");
-  if (config.tlsClientCa !== undefined && config.tlsCert === undefined) throw new ConfigError("--tls-client-ca", "mutual TLS needs TLS: give --tls-cert and --tls-key too");
+  if ((config.tlsCert === undefined) !== (config.tlsKey === undefined))
+    throw new ConfigError(config.tlsCert ? "--tls-key" : "--tls-cert", "--tls-cert and --tls-key go together");
+  if (config.tlsClientCa !== undefined && config.tlsCert === undefined)
+    throw new ConfigError("--tls-client-ca", "mutual TLS needs TLS: give --tls-cert and --tls-key too");
   if (config.insecurePlaintext && config.tlsCert !== undefined) throw new ConfigError("--insecure-plaintext", "contradicts --tls-cert: say one or the other");
   // A heartbeat buffered for longer than the liveness window would let a live agent be marked inactive.
   if (config.heartbeatFlush >= config.livenessIntervals * config.heartbeatInterval)

@@ -63,24 +63,42 @@ export async function startDaemon(config: Config, { log, clock = systemClock }: 
   const loopback = LOOPBACK.test(config.listen.host);
   if (auth.open) {
     if (!loopback)
-      throw new ConfigError("--listen", `no tokens are configured, so aiflowd only serves loopback; give --token/--tokens-file (or --tls-client-ca) to listen on ${config.listen.host}`);
+      throw new ConfigError(
+        "--listen",
+        `no tokens are configured, so aiflowd only serves loopback; give --token/--tokens-file (or --tls-client-ca) to listen on ${config.listen.host}`,
+      );
     log.warn("NO TOKENS CONFIGURED: every RPC is open to any local caller; set --token or AIFLOW_TOKENS before exposing this daemon");
   }
   // Secure by default: past loopback, tokens must not cross the network in clear.
   if (config.tlsCert === undefined && !loopback) {
     if (!config.insecurePlaintext)
-      throw new ConfigError("--listen", `${config.listen.host} is not loopback, so aiflowd serves it over TLS only: give --tls-cert and --tls-key, or --insecure-plaintext when a TLS-terminating proxy sits in front`);
-    log.warn({ listen: config.listen.host }, "--insecure-plaintext: serving h2c on a non-loopback address; bearer tokens cross this network in clear unless a proxy in front terminates TLS");
+      throw new ConfigError(
+        "--listen",
+        `${config.listen.host} is not loopback, so aiflowd serves it over TLS only: give --tls-cert and --tls-key, or --insecure-plaintext when a TLS-terminating proxy sits in front`,
+      );
+    log.warn(
+      { listen: config.listen.host },
+      "--insecure-plaintext: serving h2c on a non-loopback address; bearer tokens cross this network in clear unless a proxy in front terminates TLS",
+    );
   }
   const http = config.httpListen;
   const metricsAt = config.metricsListen;
-  for (const [flag, where] of [["--http-listen", http], ["--metrics-listen", metricsAt]] as const) {
+  for (const [flag, where] of [
+    ["--http-listen", http],
+    ["--metrics-listen", metricsAt],
+  ] as const) {
     if (!where || LOOPBACK.test(where.host)) continue;
     if (config.tlsCert === undefined && !config.insecurePlaintext)
-      throw new ConfigError(flag, `${where.host} is not loopback, so aiflowd serves it over TLS only: give --tls-cert and --tls-key, or --insecure-plaintext, or listen on 127.0.0.1`);
+      throw new ConfigError(
+        flag,
+        `${where.host} is not loopback, so aiflowd serves it over TLS only: give --tls-cert and --tls-key, or --insecure-plaintext, or listen on 127.0.0.1`,
+      );
     const servesMetrics = flag === "--metrics-listen" || !metricsAt;
     if (servesMetrics && !config.metricsToken && !config.tlsClientCa)
-      log.warn({ [flag === "--http-listen" ? "httpListen" : "metricsListen"]: where.host }, `/metrics is open to anyone who reaches ${flag}; set --metrics-token (or mutual TLS) to require a credential, or serve it apart with --metrics-listen on loopback`);
+      log.warn(
+        { [flag === "--http-listen" ? "httpListen" : "metricsListen"]: where.host },
+        `/metrics is open to anyone who reaches ${flag}; set --metrics-token (or mutual TLS) to require a credential, or serve it apart with --metrics-listen on loopback`,
+      );
   }
 
   const embedded: EmbeddedPostgres | undefined = config.databaseUrl
@@ -120,7 +138,9 @@ export async function startDaemon(config: Config, { log, clock = systemClock }: 
       limits: serverLimits(config),
       clock,
       fastPath: config.grpcFastPath === "on",
-      tls: config.tlsCert ? { files: { cert: config.tlsCert, key: config.tlsKey!, clientCa: config.tlsClientCa }, trustDomain: config.tlsTrustDomain } : undefined,
+      tls: config.tlsCert
+        ? { files: { cert: config.tlsCert, key: config.tlsKey!, clientCa: config.tlsClientCa }, trustDomain: config.tlsTrustDomain }
+        : undefined,
     });
     server.draining.addEventListener("abort", () => draining.abort());
     metrics.watchServer(server.stats);
@@ -136,13 +156,20 @@ export async function startDaemon(config: Config, { log, clock = systemClock }: 
       registry: metrics.registry,
       readiness: () => services.readiness.report(),
       metricsToken: config.metricsToken,
-      limits: { maxConnections: config.httpMaxConnections, maxConnectionsPerAddress: config.httpMaxConnectionsPerAddress, requestTimeoutMs: config.httpRequestTimeout },
+      limits: {
+        maxConnections: config.httpMaxConnections,
+        maxConnectionsPerAddress: config.httpMaxConnectionsPerAddress,
+        requestTimeoutMs: config.httpRequestTimeout,
+      },
       tls: server.tls ? { reloader: server.tls, mutual: config.tlsClientCa !== undefined, trustDomain: config.tlsTrustDomain } : undefined,
     };
     if (metricsAt) {
       // The scrape and the probes alone, apart from the port that takes webhooks.
       metricsEndpoint = await startHttpEndpoints({ ...httpCommon, host: metricsAt.host, port: metricsAt.port, flag: "--metrics-listen" });
-      log.info({ address: `${metricsEndpoint.scheme}://${metricsEndpoint.address}`, metricsToken: config.metricsToken !== undefined }, "aiflowd serving /metrics, /healthz and /readyz");
+      log.info(
+        { address: `${metricsEndpoint.scheme}://${metricsEndpoint.address}`, metricsToken: config.metricsToken !== undefined },
+        "aiflowd serving /metrics, /healthz and /readyz",
+      );
     }
     if (http) {
       endpoints = await startHttpEndpoints({
@@ -174,7 +201,12 @@ export async function startDaemon(config: Config, { log, clock = systemClock }: 
     }
     // Last, once every port serves: starters wait for this line.
     log.info(
-      { address: `${server.scheme}://${server.address}`, tls: server.scheme === "https" ? (config.tlsClientCa ? "mutual" : "server") : "off", instance: config.instanceId, version: VERSION },
+      {
+        address: `${server.scheme}://${server.address}`,
+        tls: server.scheme === "https" ? (config.tlsClientCa ? "mutual" : "server") : "off",
+        instance: config.instanceId,
+        version: VERSION,
+      },
       "aiflowd serving gRPC",
     );
 
@@ -232,4 +264,3 @@ export function serverLimits(config: Config): ServerLimits {
 export async function stopBackground(background: readonly Background[], log: Logger): Promise<void> {
   for (const b of background) await b.stop().catch((err: unknown) => log.error({ err }, "error while stopping a background loop; stopping the rest"));
 }
-

@@ -176,7 +176,9 @@ async function startServices(deps: ServiceDeps, started: (b: Background) => void
   maintenance.add(queue.strandedTask());
   const agentOps = new AgentOpsStore(pool, tables);
   maintenance.add(
-    drainDeadlineTask(queue, agentOps, (fn) => pool.transaction((tx) => fn(new WorkItemStore(tx, tables, backoff, undefined, sharing), new AgentOpsStore(tx, tables)))),
+    drainDeadlineTask(queue, agentOps, (fn) =>
+      pool.transaction((tx) => fn(new WorkItemStore(tx, tables, backoff, undefined, sharing), new AgentOpsStore(tx, tables))),
+    ),
   );
   const bindings = new AffinityBindingStore(pool, tables);
   maintenance.add({ name: "affinity-cleanup", run: (now) => bindings.cleanup(now, config.affinityIdle) });
@@ -220,7 +222,17 @@ async function startServices(deps: ServiceDeps, started: (b: Background) => void
   // The agent's unary work RPCs and its stream share one scope cache and one set of report rules.
   const reports = agentReports(queue, (name) => agents.workScope(name));
   const health = new HealthState();
-  const files: DescFile[] = [file_grpc_health_v1_health, file_aiflow_cluster_v1_agent, file_aiflow_cluster_v1_queue, file_aiflow_cluster_v1_ops, file_aiflow_cluster_v1_runs, file_aiflow_dag_v1_dag, file_aiflow_graph_v1_graph, file_aiflow_machine_v1_machine, file_aiflow_trigger_v1_trigger];
+  const files: DescFile[] = [
+    file_grpc_health_v1_health,
+    file_aiflow_cluster_v1_agent,
+    file_aiflow_cluster_v1_queue,
+    file_aiflow_cluster_v1_ops,
+    file_aiflow_cluster_v1_runs,
+    file_aiflow_dag_v1_dag,
+    file_aiflow_graph_v1_graph,
+    file_aiflow_machine_v1_machine,
+    file_aiflow_trigger_v1_trigger,
+  ];
   const mounted: Mounted[] = [
     { services: [Health], access: "public", mount: healthRoutes(health) },
     // Reflection describes the API, so any valid token may read it, but not an anonymous caller.
@@ -263,10 +275,22 @@ async function startServices(deps: ServiceDeps, started: (b: Background) => void
         r.service(TriggerFiringService, triggerFiringServiceImpl({ config, clock, runs, firings }));
       },
     },
-    { services: [DagService], access: "runs", mount: (r) => r.service(DagService, dagServiceImpl({ engine: runEngines.dag, definitions, config, draining: deps.draining })) },
+    {
+      services: [DagService],
+      access: "runs",
+      mount: (r) => r.service(DagService, dagServiceImpl({ engine: runEngines.dag, definitions, config, draining: deps.draining })),
+    },
     { services: [DagOpsService], access: "ops", mount: (r) => r.service(DagOpsService, dagOpsServiceImpl(runEngines.dag)) },
-    { services: [GraphService], access: "runs", mount: (r) => r.service(GraphService, graphServiceImpl({ engine: runEngines.graphs, definitions, config, draining: deps.draining })) },
-    { services: [MachineService], access: "runs", mount: (r) => r.service(MachineService, machineServiceImpl({ engine: runEngines.machines, definitions, config, draining: deps.draining })) },
+    {
+      services: [GraphService],
+      access: "runs",
+      mount: (r) => r.service(GraphService, graphServiceImpl({ engine: runEngines.graphs, definitions, config, draining: deps.draining })),
+    },
+    {
+      services: [MachineService],
+      access: "runs",
+      mount: (r) => r.service(MachineService, machineServiceImpl({ engine: runEngines.machines, definitions, config, draining: deps.draining })),
+    },
     { services: [TriggerService], access: "runs", mount: (r) => r.service(TriggerService, triggerServiceImpl({ triggers, definitions, clock })) },
   ];
   for (const s of mounted.flatMap((m) => m.services)) health.set(s.typeName, HealthCheckResponse_ServingStatus.SERVING);

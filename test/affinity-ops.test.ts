@@ -167,7 +167,11 @@ describe("ops", () => {
     const b = await agent(R, "bid-b", { tenants: [t] });
     // 40 keys in one claim: the binding's number within the claim crosses a base-32 digit.
     const keys = Array.from({ length: 40 }, (_, i) => `bid/${i}`);
-    await enqueue(R, t, keys.map((k) => keyed("k", k)));
+    await enqueue(
+      R,
+      t,
+      keys.map((k) => keyed("k", k)),
+    );
     expect(await a.claim(40)).toHaveLength(40);
     // The fake clock stands still: b's claim draws its ULID in the same millisecond as a's.
     await enqueue(R, t, [keyed("k", "bid/x"), keyed("k", "bid/y")]);

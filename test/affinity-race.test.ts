@@ -52,7 +52,9 @@ beforeAll(async () => {
   [A, B] = fx.daemons;
   const daemons = [A, B];
   agents = await Promise.all(
-    Array.from({ length: 6 }, async (_, i) => closers.add(await OpsTestAgent.register(daemons[i % 2]!.address, `racer-${i}`, { tenants: [TENANT], engineKinds: ["k"] }))),
+    Array.from({ length: 6 }, async (_, i) =>
+      closers.add(await OpsTestAgent.register(daemons[i % 2]!.address, `racer-${i}`, { tenants: [TENANT], engineKinds: ["k"] })),
+    ),
   );
   producer = closers.add(new Producer(A.address));
   reader = closers.add(await Reader.open(db));
@@ -106,7 +108,10 @@ describe("racing first claims of one unbound key", () => {
       const finish = async (a: OpsTestAgent, items: WorkItem[]) => {
         if (items.length === 0) return;
         const outcomes = await a.complete(items);
-        expect(outcomes.every((o) => o.ok), show(outcomes)).toBe(true);
+        expect(
+          outcomes.every((o) => o.ok),
+          show(outcomes),
+        ).toBe(true);
         for (const i of items) if (keyOf(i) === key) completedBy.set(i.id, a.name);
       };
       await Promise.all([...held].map(([a, items]) => finish(a, items)));
@@ -121,7 +126,10 @@ describe("racing first claims of one unbound key", () => {
       }
 
       const rows = await reader.items("id = ANY($1)", [ids]);
-      expect(rows.filter((r) => r.status !== "completed"), `round ${round}`).toEqual([]);
+      expect(
+        rows.filter((r) => r.status !== "completed"),
+        `round ${round}`,
+      ).toEqual([]);
       const keyRows = rows.filter((r) => keyIds.has(r.id));
       expect(new Set(keyRows.map((r) => r.agent_id)), `round ${round}`).toEqual(new Set([holder]));
       expect([...new Set(completedBy.values())]).toEqual([holder]);

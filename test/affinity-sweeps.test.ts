@@ -88,7 +88,9 @@ describe("tenant, engine-kind and selector limits", () => {
     for (const id of stranded) {
       const r = await itemRow(R.db, id);
       expect(r).toMatchObject({ status: "failed", agent_id: null, dispatched_at: null });
-      expect(r.error).toBe(`affinity key ${K} is bound to agent ${a.name}, which may not run it (tenant, engine kind or selector); rebind the key, then redrive`);
+      expect(r.error).toBe(
+        `affinity key ${K} is bound to agent ${a.name}, which may not run it (tenant, engine kind or selector); rebind the key, then redrive`,
+      );
     }
     expect((await bindingRows(R.db, "affinity_key = $1", [K])).map((r) => [r.tenant_key, r.agent_id])).toEqual([
       ["lim1", a.name],

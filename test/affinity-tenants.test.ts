@@ -50,7 +50,10 @@ describe("the ops RPCs", () => {
     const a1 = await agent(R, "opt-a1", { tenants: ["t-a"] });
     const a2 = await agent(R, "opt-a2", { tenants: ["t-a"] });
     const b1 = await agent(R, "opt-b1", { tenants: ["t-b"] });
-    for (const [t, who] of [["t-a", a1], ["t-b", b1]] as const) {
+    for (const [t, who] of [
+      ["t-a", a1],
+      ["t-b", b1],
+    ] as const) {
       await enqueue(R, t, [keyed("k", key)]);
       await who.complete(await who.claim(1));
     }

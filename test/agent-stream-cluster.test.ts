@@ -34,7 +34,8 @@ beforeAll(() => {
   [A, B] = fx.daemons;
 });
 
-const agent = async (d: Daemon, name: string, tenant: string) => fx.closers.add(await TestAgent.register(d.address, name, { tenants: [tenant], engineKinds: ["dag"] }));
+const agent = async (d: Daemon, name: string, tenant: string) =>
+  fx.closers.add(await TestAgent.register(d.address, name, { tenants: [tenant], engineKinds: ["dag"] }));
 const handed = async (d: Daemon) => Number((await d.metrics.registry.getSingleMetric("aiflow_queue_direct_dispatches_total")?.get())?.values[0]?.value ?? 0);
 const range = (n: number) => Array.from({ length: n }, (_, i) => i);
 
@@ -58,7 +59,9 @@ function worker(s: AgentStream, credits: number): { pushed: WorkItem[]; overCred
 }
 
 describe("agent streams on two daemons", () => {
-  it("8 streams take 3,000 items enqueued through both daemons: each pushed once and completed once, none beyond its credits", { timeout: 60_000 }, async () => {
+  it("8 streams take 3,000 items enqueued through both daemons: each pushed once and completed once, none beyond its credits", {
+    timeout: 60_000,
+  }, async () => {
     const tenant = "stream-bulk";
     const N = 3_000;
     const CREDITS = 8;
@@ -90,7 +93,12 @@ describe("agent streams on two daemons", () => {
     const tenant = "stream-moving";
     const C = await fx.startDaemon({ clock, config: config("stream-c") });
     const onC = await agent(C, "stream-moving-a", tenant);
-    const ids = (await fx.closers.add(new Producer(A.address)).enqueue(tenant, range(3).map(() => ({ engineKind: "dag" })))).map((r) => r.id);
+    const ids = (
+      await fx.closers.add(new Producer(A.address)).enqueue(
+        tenant,
+        range(3).map(() => ({ engineKind: "dag" })),
+      )
+    ).map((r) => r.id);
     const s = new AgentStream(onC.conn.agent, onC.name, { credits: 3 });
     const items = await s.itemsAtLeast(3);
     await s.settled();

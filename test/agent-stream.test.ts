@@ -28,7 +28,8 @@ let db: TestDb, daemon: Daemon, p: Producer;
 beforeAll(() => void ({ db, daemon, p } = fx));
 
 /** aiflow_agent_stream_ends_total{how} on the daemon now. */
-const ends = async (how: string) => Number((await daemon.metrics.registry.getSingleMetric("aiflow_agent_stream_ends_total")?.get())?.values.find((v) => v.labels.how === how)?.value ?? 0);
+const ends = async (how: string) =>
+  Number((await daemon.metrics.registry.getSingleMetric("aiflow_agent_stream_ends_total")?.get())?.values.find((v) => v.labels.how === how)?.value ?? 0);
 
 const open = async (name: string, tenant: string, first: ConstructorParameters<typeof AgentStream>[2] = {}) => {
   const a = await agent(name, { tenants: [tenant] });
@@ -40,7 +41,10 @@ const open = async (name: string, tenant: string, first: ConstructorParameters<t
 describe("the agent stream", () => {
   it("pushes no more items than the credits granted, and the rest as more are granted", async () => {
     const t = "stream-credits";
-    await p.enqueue(t, Array.from({ length: 7 }, () => ({ engineKind: "dag" })));
+    await p.enqueue(
+      t,
+      Array.from({ length: 7 }, () => ({ engineKind: "dag" })),
+    );
     const { s } = await open("stream-credits-a", t, { credits: 2 });
     await s.itemsAtLeast(2);
     await s.settled();
@@ -128,7 +132,8 @@ describe("the agent stream", () => {
     await until("the goodbye counted", async () => (await ends("goodbye")) === goodbyes + 1);
     // The completion sent before the goodbye was applied and answered.
     expect(s.responses.some((r) => r.completionOutcomes.some((o) => o.workItemId === done.id && o.ok))).toBe(true);
-    for (const i of items.filter((i) => i.id !== done.id)) expect(await itemRow(db, i.id)).toMatchObject({ status: "pending", redelivery_count: 0, lease_token: null, agent_id: null });
+    for (const i of items.filter((i) => i.id !== done.id))
+      expect(await itemRow(db, i.id)).toMatchObject({ status: "pending", redelivery_count: 0, lease_token: null, agent_id: null });
     expect((await itemRow(db, done.id)).status).toBe("completed");
   });
 
@@ -147,7 +152,9 @@ describe("the agent stream", () => {
     for (const i of items) await until(`${i.id} requeued`, async () => (await itemRow(db, i.id)).status === "pending");
     for (const i of items) expect(await itemRow(db, i.id)).toMatchObject({ redelivery_count: 1, lease_token: null });
     const cancels = await again.next("the revocations", (r) => r.directives.filter((d) => d.kind.case === "cancel").length >= 1);
-    expect(cancels.directives.some((d) => d.kind.case === "cancel" && items.some((i) => d.kind.case === "cancel" && i.id === d.kind.value.workItemId))).toBe(true);
+    expect(cancels.directives.some((d) => d.kind.case === "cancel" && items.some((i) => d.kind.case === "cancel" && i.id === d.kind.value.workItemId))).toBe(
+      true,
+    );
     again.goodbye();
   });
 
@@ -184,7 +191,13 @@ describe("the agent stream", () => {
     await agent(name, { tenants: ["stream-slow"] });
     const session = http2.connect(`http://${daemon.address}`);
     session.on("error", () => {});
-    const req = session.request({ ":method": "POST", ":path": "/aiflow.cluster.v1.AgentService/Connect", "content-type": "application/grpc", te: "trailers", authorization: `Bearer ${TOKENS.agent}` });
+    const req = session.request({
+      ":method": "POST",
+      ":path": "/aiflow.cluster.v1.AgentService/Connect",
+      "content-type": "application/grpc",
+      te: "trailers",
+      authorization: `Bearer ${TOKENS.agent}`,
+    });
     req.on("error", () => {});
     // It reads nothing: every answer stays with the daemon (and in the windows between).
     req.pause();
@@ -242,7 +255,9 @@ describe("the agent stream", () => {
     const t = "stream-refusals";
     const { s } = await open("stream-refusals-a", t);
     s.send({ credits: 20_000 });
-    expect((await s.next("the credits' refusal", (r) => r.refused !== "")).refused).toMatch(/^credits: 19740 of 20000 not granted \(agent .* registered 4 slots: at most 260 items/);
+    expect((await s.next("the credits' refusal", (r) => r.refused !== "")).refused).toMatch(
+      /^credits: 19740 of 20000 not granted \(agent .* registered 4 slots: at most 260 items/,
+    );
     s.send({ heartbeat: { metrics: { cpuUtilization: 250 } } });
     expect((await s.next("the heartbeat's refusal", (r) => r.refused.startsWith("heartbeat"))).refused).toMatch(/cpu_utilization/);
     await p.enqueue(t, [{ engineKind: "dag" }]);
@@ -267,7 +282,10 @@ describe("the agent stream", () => {
     const Client = loadService("aiflow/cluster/v1/agent.proto", "aiflow.cluster.v1.AgentService");
     const client = new Client(daemon.address, grpc.credentials.createInsecure());
     try {
-      const call = (client as unknown as { connect(md: grpc.Metadata): unknown }).connect(metadata(TOKENS.agent)) as grpc.ClientDuplexStream<object, { items: { id: string; leaseToken: string }[]; completionOutcomes: { ok: boolean }[]; status: string }>;
+      const call = (client as unknown as { connect(md: grpc.Metadata): unknown }).connect(metadata(TOKENS.agent)) as grpc.ClientDuplexStream<
+        object,
+        { items: { id: string; leaseToken: string }[]; completionOutcomes: { ok: boolean }[]; status: string }
+      >;
       const seen: { items: { id: string; leaseToken: string }[]; completionOutcomes: { ok: boolean }[]; status: string }[] = [];
       call.on("data", (r) => seen.push(r));
       const ended = new Promise<grpc.StatusObject>((resolve) => call.on("status", resolve));

@@ -16,7 +16,12 @@ import { opsSession } from "./support/ops.js";
 
 const clock = new FakeClock(Date.UTC(2026, 5, 1));
 const captured: CapturedLog = captureLog("trace");
-const fx = useTestDaemon({ label: "agaudit", clock, log: captured.log, config: { instanceId: "audit-daemon", heartbeatFlush: 3_600_000, sweepInterval: 3_600_000 } });
+const fx = useTestDaemon({
+  label: "agaudit",
+  clock,
+  log: captured.log,
+  config: { instanceId: "audit-daemon", heartbeatFlush: 3_600_000, sweepInterval: 3_600_000 },
+});
 let db: TestDb;
 let daemon: Daemon;
 let client: grpc.Client;
@@ -42,7 +47,17 @@ const METRICS = {
   gpus: [{ index: 3, model: SECRETS.gpuModel, utilization: 77.7777, memoryUsedBytes: "31415926535", memoryTotalBytes: "27182818284590" }],
 };
 const IN_FLIGHT = 3141592653;
-const METRIC_STRINGS = ["42.424242", "987654321987", "999888777666555", "111222333444", "222333444555666", "77.7777", "31415926535", "27182818284590", String(IN_FLIGHT)];
+const METRIC_STRINGS = [
+  "42.424242",
+  "987654321987",
+  "999888777666555",
+  "111222333444",
+  "222333444555666",
+  "77.7777",
+  "31415926535",
+  "27182818284590",
+  String(IN_FLIGHT),
+];
 const ALLOWED_KEYS = ["level", "time", "pid", "hostname", "name", "stream", "table", "action", "ids", "fields", "by", "at", "msg"];
 
 beforeAll(() => {
@@ -117,7 +132,22 @@ describe("audit of aiflow_agent", () => {
         ids: [id],
         by: principal,
         at: iso(createdAt),
-        fields: ["agenttype", "agentversion", "binarypath", "createdby", "createdon", "grpc_address", "http_address", "id", "infra_address", "metadata", "name", "status", "updatedby", "updatedon"],
+        fields: [
+          "agenttype",
+          "agentversion",
+          "binarypath",
+          "createdby",
+          "createdon",
+          "grpc_address",
+          "http_address",
+          "id",
+          "infra_address",
+          "metadata",
+          "name",
+          "status",
+          "updatedby",
+          "updatedon",
+        ],
       }),
       expect.objectContaining({
         table: "agent",
@@ -127,7 +157,14 @@ describe("audit of aiflow_agent", () => {
         at: iso(reRegisteredAt),
         fields: ["agenttype", "agentversion", "binarypath", "grpc_address", "http_address", "infra_address", "metadata", "status", "updatedby", "updatedon"],
       }),
-      expect.objectContaining({ table: "agent", action: "update", ids: [id], by: `ops-${fingerprint(TOKENS.ops)}`, at: iso(drainedAt), fields: ["metadata", "status"] }),
+      expect.objectContaining({
+        table: "agent",
+        action: "update",
+        ids: [id],
+        by: `ops-${fingerprint(TOKENS.ops)}`,
+        at: iso(drainedAt),
+        fields: ["metadata", "status"],
+      }),
       expect.objectContaining({ table: "agent", action: "update", ids: [id], by: principal, at: iso(leftAt), fields: ["status", "updatedby", "updatedon"] }),
     ]);
     // A heartbeat is no change worth a record (issue 52: 69 % of the log's bytes at 1,000 agents).
@@ -138,9 +175,12 @@ describe("audit of aiflow_agent", () => {
   });
 
   it("every audit line has only the audit keys, ULIDs as ids, and real column names as fields", async () => {
-    const columns = (await db.raw<{ column_name: string }>(`SELECT column_name FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2`, [db.schema, `${db.prefix}agent`])).map(
-      (c) => c.column_name,
-    );
+    const columns = (
+      await db.raw<{ column_name: string }>(`SELECT column_name FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2`, [
+        db.schema,
+        `${db.prefix}agent`,
+      ])
+    ).map((c) => c.column_name);
     const audit = captured.audit();
     expect(audit.length).toBeGreaterThanOrEqual(6);
     for (const { rec } of audit) {

@@ -6,7 +6,18 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { FakeClock } from "../src/clock.js";
 import type { Daemon } from "../src/daemon.js";
 import { parseTokenSpec, parseTokensFile } from "../src/domain/tokens.js";
-import { agentClient, agentRow, agentRows, call, ok, registerRequest, ULID, watchDirectives, type HeartbeatReply, type RegisterReply } from "./support/agents.js";
+import {
+  agentClient,
+  agentRow,
+  agentRows,
+  call,
+  ok,
+  registerRequest,
+  ULID,
+  watchDirectives,
+  type HeartbeatReply,
+  type RegisterReply,
+} from "./support/agents.js";
 import { testTokens, TOKENS } from "./support/daemon.js";
 import type { TestDb } from "./support/db.js";
 import { useTestDaemon } from "./support/kit.js";
@@ -248,8 +259,16 @@ describe("validation: refused calls change nothing", () => {
     ["memory used > total", { metrics: metrics({ memoryUsedBytes: "17000000000" }) }, "metrics.memory"],
     // uint64 cannot carry a negative; a client that sends -1 puts 2^64-1 on the wire.
     ["negative memory (wrapped to 2^64-1)", { metrics: metrics({ memoryUsedBytes: "-1", memoryTotalBytes: "0" }) }, "metrics.memory"],
-    ["GPU utilisation 101", { metrics: metrics({ gpus: [{ index: 0, model: "H100", utilization: 101, memoryUsedBytes: "1", memoryTotalBytes: "2" }] }) }, "metrics.gpus[0].utilization"],
-    ["GPU memory used > total", { metrics: metrics({ gpus: [{ index: 0, model: "H100", utilization: 1, memoryUsedBytes: "3", memoryTotalBytes: "2" }] }) }, "metrics.gpus[0].memory"],
+    [
+      "GPU utilisation 101",
+      { metrics: metrics({ gpus: [{ index: 0, model: "H100", utilization: 101, memoryUsedBytes: "1", memoryTotalBytes: "2" }] }) },
+      "metrics.gpus[0].utilization",
+    ],
+    [
+      "GPU memory used > total",
+      { metrics: metrics({ gpus: [{ index: 0, model: "H100", utilization: 1, memoryUsedBytes: "3", memoryTotalBytes: "2" }] }) },
+      "metrics.gpus[0].memory",
+    ],
     ["disk free > total", { metrics: metrics({ disks: [{ mount: "/", freeBytes: "6", totalBytes: "5" }] }) }, "metrics.disks[0]"],
     ["a bad name", { name: "bad name!" }, "name"],
   ];

@@ -21,7 +21,14 @@ let db: TestDb;
 let a: Daemon | undefined;
 let b: Daemon | undefined;
 
-const config = (instanceId: string, tenants: string[]) => ({ instanceId, tenants, heartbeatInterval: HEARTBEAT_MS, livenessIntervals: 3, heartbeatFlush: 3_600_000, sweepInterval: 3_600_000 });
+const config = (instanceId: string, tenants: string[]) => ({
+  instanceId,
+  tenants,
+  heartbeatInterval: HEARTBEAT_MS,
+  livenessIntervals: 3,
+  heartbeatFlush: 3_600_000,
+  sweepInterval: 3_600_000,
+});
 
 interface EngineDbRow {
   id: string;

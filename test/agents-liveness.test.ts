@@ -96,7 +96,9 @@ describe("agent liveness", () => {
     // Its next heartbeat, on either daemon, tells it so (and carries the status directive).
     const onA = await heartbeat(clientA, "live-silent");
     expect(onA.status).toBe("AGENT_STATUS_INACTIVE");
-    expect(onA.directives).toContainEqual(expect.objectContaining({ kind: "status", status: expect.objectContaining({ status: "AGENT_STATUS_INACTIVE", reason: "missed heartbeats" }) }));
+    expect(onA.directives).toContainEqual(
+      expect.objectContaining({ kind: "status", status: expect.objectContaining({ status: "AGENT_STATUS_INACTIVE", reason: "missed heartbeats" }) }),
+    );
     expect((await heartbeat(clientB, "live-silent")).status).toBe("AGENT_STATUS_INACTIVE");
     // A heartbeat does not revive it: the agent must register again.
     await a.maintenance.flushHeartbeats();
@@ -122,9 +124,10 @@ describe("agent liveness", () => {
   it("a drained agent that goes silent goes inactive too, and comes back draining", async () => {
     const { id } = await register(clientA, "live-drained");
     const drain = { reason: "rebuild", deadline: null, startedAt: clock.nowMs(), inFlightAtStart: 0, by: "ops" };
-    await db.raw(`UPDATE ${db.tables.qualified("agent")} SET status = 'draining', metadata = metadata || jsonb_build_object('drain', $1::jsonb) WHERE name = 'live-drained'`, [
-      JSON.stringify(drain),
-    ]);
+    await db.raw(
+      `UPDATE ${db.tables.qualified("agent")} SET status = 'draining', metadata = metadata || jsonb_build_object('drain', $1::jsonb) WHERE name = 'live-drained'`,
+      [JSON.stringify(drain)],
+    );
     clock.advance(WINDOW_MS + 1);
     await a.maintenance.runOnce();
     expect(await statusOf("live-drained")).toBe("inactive");
@@ -174,7 +177,9 @@ describe("several daemons", () => {
       await locker.query(`LOCK TABLE ${db.tables.qualified("agent")} IN ACCESS EXCLUSIVE MODE`);
       const late = watch(clientB, "live-late");
       await until("WatchDirectives is blocked reading the agent", async () => {
-        const r = await db.raw<{ n: number }>(`SELECT count(*)::int AS n FROM pg_locks WHERE NOT granted AND relation = $1::regclass`, [db.tables.qualified("agent")]);
+        const r = await db.raw<{ n: number }>(`SELECT count(*)::int AS n FROM pg_locks WHERE NOT granted AND relation = $1::regclass`, [
+          db.tables.qualified("agent"),
+        ]);
         return r[0]!.n > 0;
       });
       await publisher.publish("live-late", { kind: "cancel", workItemId: "wi-late", leaseToken: "lt-late", reason: "cancelled" });
@@ -211,7 +216,16 @@ describe("several daemons", () => {
   });
 
   it("racing registrations of one name through two daemons end in one row, and every reply has its id", async () => {
-    const clients = [clientA, clientB, agentClient(a.address), agentClient(b.address), agentClient(a.address), agentClient(b.address), agentClient(a.address), agentClient(b.address)];
+    const clients = [
+      clientA,
+      clientB,
+      agentClient(a.address),
+      agentClient(b.address),
+      agentClient(a.address),
+      agentClient(b.address),
+      agentClient(a.address),
+      agentClient(b.address),
+    ];
     try {
       for (let round = 0; round < 20; round++) {
         const name = `live-race-${round}`;

@@ -121,7 +121,11 @@ describe("AgentStore.register", () => {
       JSON.stringify(drain),
     ]);
     clock.advance(1_000);
-    const res = await store.register(input("reg-drained", { metadata: { tags: { new: "tag" }, slots: 1, tenants: [], engineKinds: [], models: [] } }), clock.nowMs(), "a");
+    const res = await store.register(
+      input("reg-drained", { metadata: { tags: { new: "tag" }, slots: 1, tenants: [], engineKinds: [], models: [] } }),
+      clock.nowMs(),
+      "a",
+    );
     expect(res).toEqual({ id, status: "draining", created: false });
     const row = await agentRow(db, "reg-drained");
     expect(row!.status).toBe("draining");
@@ -162,7 +166,9 @@ describe("AgentStore.writeHeartbeats", () => {
     const names = ["hb-1", "hb-2", "hb-3"];
     const ids = new Map<string, string>();
     for (const n of names) ids.set(n, (await store.register(input(n), clock.nowMs(), "a")).id);
-    await db.raw(`UPDATE ${table()} SET status = 'draining', metadata = metadata || jsonb_build_object('drain', $1::jsonb) WHERE name = 'hb-3'`, [JSON.stringify(drain)]);
+    await db.raw(`UPDATE ${table()} SET status = 'draining', metadata = metadata || jsonb_build_object('drain', $1::jsonb) WHERE name = 'hb-3'`, [
+      JSON.stringify(drain),
+    ]);
     const t0 = clock.nowMs();
     const batch = names.map((name, i) => ({ name, metrics: { cpu: { utilization: 10 * i }, inFlight: i }, at: t0 + 1_000 + i }));
     counting.reset();

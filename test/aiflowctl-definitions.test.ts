@@ -48,24 +48,61 @@ const file = (name: string, body: unknown) => {
   return path;
 };
 
-const DAG = { id: "build", nodes: [{ name: "compile", engineKind: "cc", payloadJson: '{"ref":"{{ context.ref }}"}' }, { name: "test", engineKind: "cc", dependsOn: ["compile"] }] };
-const GRAPH = { id: "loop", start: "a", maxSteps: "5", nodes: [{ name: "a", kind: "NODE_KIND_TASK", engineKind: "k" }, { name: "z", kind: "NODE_KIND_END" }], edges: [{ from: "a", to: "z" }] };
-const MACHINE = { id: "door", initial: "closed", states: [{ name: "closed", transitions: [{ event: "open", to: "opened" }] }, { name: "opened", terminal: true }] };
+const DAG = {
+  id: "build",
+  nodes: [
+    { name: "compile", engineKind: "cc", payloadJson: '{"ref":"{{ context.ref }}"}' },
+    { name: "test", engineKind: "cc", dependsOn: ["compile"] },
+  ],
+};
+const GRAPH = {
+  id: "loop",
+  start: "a",
+  maxSteps: "5",
+  nodes: [
+    { name: "a", kind: "NODE_KIND_TASK", engineKind: "k" },
+    { name: "z", kind: "NODE_KIND_END" },
+  ],
+  edges: [{ from: "a", to: "z" }],
+};
+const MACHINE = {
+  id: "door",
+  initial: "closed",
+  states: [
+    { name: "closed", transitions: [{ event: "open", to: "opened" }] },
+    { name: "opened", terminal: true },
+  ],
+};
 const ISO = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/;
 
 describe("aiflowctl definitions", () => {
   it("put stores a definition of each engine, get prints it back as the same protobuf JSON, put again replaces it", async () => {
-    for (const [engine, def] of [["dag", DAG], ["graph", GRAPH], ["statemachine", MACHINE]] as const) {
+    for (const [engine, def] of [
+      ["dag", DAG],
+      ["graph", GRAPH],
+      ["statemachine", MACHINE],
+    ] as const) {
       const path = file(`${engine}-${def.id}`, def);
       const args = engine === "dag" ? [] : ["--engine", engine];
-      expect(await ctl(["definitions", "put", path, "--tenant", "t", ...args])).toEqual({ code: 0, stdout: `stored ${engine} definition ${def.id}\n`, stderr: "" });
+      expect(await ctl(["definitions", "put", path, "--tenant", "t", ...args])).toEqual({
+        code: 0,
+        stdout: `stored ${engine} definition ${def.id}\n`,
+        stderr: "",
+      });
       const got = await ctl(["definitions", "get", def.id, "--tenant", "t", ...args]);
       expect(got.code, got.stderr).toBe(0);
       expect(JSON.parse(got.stdout)).toEqual(def);
       expect(got.stderr).toMatch(new RegExp(`^${engine} definition ${def.id}: stored by runs-\\S+ at \\S+, last by runs-\\S+ at \\S+\\n$`));
-      expect(await ctl(["definitions", "put", path, "--tenant", "t", ...args, "--json"])).toEqual({ code: 0, stdout: `${JSON.stringify({ definitionId: def.id, created: false }, null, 2)}\n`, stderr: "" });
+      expect(await ctl(["definitions", "put", path, "--tenant", "t", ...args, "--json"])).toEqual({
+        code: 0,
+        stdout: `${JSON.stringify({ definitionId: def.id, created: false }, null, 2)}\n`,
+        stderr: "",
+      });
     }
-    const json = JSON.parse((await ctl(["definitions", "get", "door", "--tenant", "t", "--engine", "machine", "--json"])).stdout) as { definition: unknown; stored: Record<string, string> };
+    const json = JSON.parse((await ctl(["definitions", "get", "door", "--tenant", "t", "--engine", "machine", "--json"])).stdout) as {
+      definition: unknown;
+      stored: Record<string, string>;
+    };
     // --json emits every field, defaults too.
     expect(json.definition).toMatchObject(MACHINE);
     expect(json.stored).toMatchObject({ definitionId: "door", createdBy: expect.stringMatching(/^runs-/), updatedBy: expect.stringMatching(/^runs-/) });
@@ -86,12 +123,25 @@ describe("aiflowctl definitions", () => {
     const more = /^more: --page-token (\S+) \(or a larger --limit\)$/.exec(lines[3]!);
     expect(more, page.stdout).not.toBeNull();
     const rest = await ctl(["definitions", "list", "--tenant", "paged", "--page-token", more![1]!]);
-    expect(rest.stdout.trimEnd().split("\n").slice(1).map((l) => l.split(/\s+/)[0])).toEqual(["c-third"]);
-    expect((JSON.parse(json.stdout) as { definitions: { definitionId: string }[] }).definitions.map((d) => d.definitionId)).toEqual(["a-first", "b-second", "c-third"]);
+    expect(
+      rest.stdout
+        .trimEnd()
+        .split("\n")
+        .slice(1)
+        .map((l) => l.split(/\s+/)[0]),
+    ).toEqual(["c-third"]);
+    expect((JSON.parse(json.stdout) as { definitions: { definitionId: string }[] }).definitions.map((d) => d.definitionId)).toEqual([
+      "a-first",
+      "b-second",
+      "c-third",
+    ]);
     expect(other).toEqual({ code: 0, stdout: "no definitions\n", stderr: "" });
     expect((JSON.parse(graphs.stdout) as { definitions: { definitionId: string }[] }).definitions.map((d) => d.definitionId)).toEqual(["loop"]);
     // A page token names its tenant: it does not continue another tenant's list.
-    expect(await ctl(["definitions", "list", "--tenant", "nobody", "--page-token", more![1]!])).toMatchObject({ code: 2, stderr: "aiflowctl: --page-token: was issued for a different tenant\n" });
+    expect(await ctl(["definitions", "list", "--tenant", "nobody", "--page-token", more![1]!])).toMatchObject({
+      code: 2,
+      stderr: "aiflowctl: --page-token: was issued for a different tenant\n",
+    });
   });
 
   it("refusals: an unknown definition exits 1 naming it, a bad definition or flag exits 2, an ops token exits 1", async () => {
@@ -106,11 +156,16 @@ describe("aiflowctl definitions", () => {
     expect(missing).toEqual({
       code: 1,
       stdout: "",
-      stderr: "aiflowctl: tenant 't' has no stored DAG definition 'nope' (store one with PutDefinition, or aiflowctl definitions put FILE --engine dag --tenant t)\n",
+      stderr:
+        "aiflowctl: tenant 't' has no stored DAG definition 'nope' (store one with PutDefinition, or aiflowctl definitions put FILE --engine dag --tenant t)\n",
     });
     expect(otherEngine).toMatchObject({ code: 1, stderr: expect.stringContaining("tenant 't' has no stored graph definition 'build'") });
     expect(bad).toEqual({ code: 2, stdout: "", stderr: "aiflowctl: node 'a'.depends_on: names the node itself\n" });
-    expect(engine).toEqual({ code: 2, stdout: "", stderr: "aiflowctl: --engine: 'cron' is not an engine that stores definitions: give dag, graph or statemachine\n" });
+    expect(engine).toEqual({
+      code: 2,
+      stdout: "",
+      stderr: "aiflowctl: --engine: 'cron' is not an engine that stores definitions: give dag, graph or statemachine\n",
+    });
     expect(noTenant).toEqual({ code: 2, stdout: "", stderr: "aiflowctl: give the tenant: --tenant T\n" });
     expect(ops.code).toBe(1);
   });
@@ -118,11 +173,19 @@ describe("aiflowctl definitions", () => {
 
 describe("triggers put and stored definitions", () => {
   it("refuses a start trigger whose definition the tenant has not stored (exit 1, saying how to store it); once stored, takes it", async () => {
-    const trigger = file("on-push", { name: "on-push", type: "TRIGGER_TYPE_WEBHOOK", action: "ACTION_START", engineKind: "graph", definitionId: "deploy", secret: "a-secret-of-sixteen-bytes" });
+    const trigger = file("on-push", {
+      name: "on-push",
+      type: "TRIGGER_TYPE_WEBHOOK",
+      action: "ACTION_START",
+      engineKind: "graph",
+      definitionId: "deploy",
+      secret: "a-secret-of-sixteen-bytes",
+    });
     expect(await ctl(["triggers", "put", trigger, "--tenant", "t"])).toEqual({
       code: 1,
       stdout: "",
-      stderr: "aiflowctl: trigger.definition_id: tenant 't' has no stored graph definition 'deploy': store it first (PutDefinition, or aiflowctl definitions put FILE --engine graph --tenant t)\n",
+      stderr:
+        "aiflowctl: trigger.definition_id: tenant 't' has no stored graph definition 'deploy': store it first (PutDefinition, or aiflowctl definitions put FILE --engine graph --tenant t)\n",
     });
     expect(await ctl(["triggers", "list", "--tenant", "t"])).toMatchObject({ code: 0, stdout: "no triggers\n" });
     expect((await ctl(["definitions", "put", file("deploy", { ...GRAPH, id: "deploy" }), "--tenant", "t", "--engine", "graph"])).code).toBe(0);

@@ -90,7 +90,13 @@ describe("aiflowctl machine", () => {
       initial: "closed",
       states: [
         { name: "closed", transitions: [{ event: "open", to: "opened" }] },
-        { name: "opened", transitions: [{ event: "close", to: "closed" }, { event: "count", to: "counted", action: { engineKind: "tick", payloadJson: '{"n": 41}' } }] },
+        {
+          name: "opened",
+          transitions: [
+            { event: "close", to: "closed" },
+            { event: "count", to: "counted", action: { engineKind: "tick", payloadJson: '{"n": 41}' } },
+          ],
+        },
         { name: "counted", terminal: true },
       ],
     });
@@ -99,7 +105,9 @@ describe("aiflowctl machine", () => {
     const refused = await ctl(["machine", "signal", runId, "open", "--tenant", "t"]);
     expect(refused.code).toBe(2);
     expect(refused.stderr).toMatch(/state 'opened' has no transition for event 'open' \(it takes: close, count\)/);
-    expect((await ctl(["machine", "signal", runId, "count", "--tenant", "t", "--payload", '{"by":"ann"}'])).stdout.trim()).toBe("count: running the action toward counted");
+    expect((await ctl(["machine", "signal", runId, "count", "--tenant", "t", "--payload", '{"by":"ann"}'])).stdout.trim()).toBe(
+      "count: running the action toward counted",
+    );
     await until("the machine ended", async () => (await ctl(["machine", runId, "--tenant", "t", "--json"])).stdout.includes('"live": false'), 30_000, 50);
     const shown = (await ctl(["machine", runId, "--tenant", "t"])).stdout;
     expect(shown).toContain(`machine ${runId}  ended  definition door`);

@@ -35,21 +35,30 @@ const env = () => {
 
 function ctl(args: readonly string[]): Promise<Result> {
   return new Promise((resolve, reject) => {
-    execFile(process.execPath, [CLI, "--address", fx.address, "--token", TOKENS.ops, ...args], { env: env(), timeout: CLI_TIMEOUT_MS }, (err, stdout, stderr) => {
-      if (err && typeof err.code !== "number") return reject(Object.assign(err, { stdout, stderr }));
-      resolve({ code: err ? (err.code as number) : 0, stdout, stderr });
-    });
+    execFile(
+      process.execPath,
+      [CLI, "--address", fx.address, "--token", TOKENS.ops, ...args],
+      { env: env(), timeout: CLI_TIMEOUT_MS },
+      (err, stdout, stderr) => {
+        if (err && typeof err.code !== "number") return reject(Object.assign(err, { stdout, stderr }));
+        resolve({ code: err ? (err.code as number) : 0, stdout, stderr });
+      },
+    );
   });
 }
 
 beforeAll(async () => {
-  for (const [name, version] of [["flag-old", "1.0.0"], ["flag-new", "2.0.0"]] as const)
+  for (const [name, version] of [
+    ["flag-old", "1.0.0"],
+    ["flag-new", "2.0.0"],
+  ] as const)
     fx.closers.add(await OpsTestAgent.register(fx.address, name, { tenants: ["t"], engineKinds: ["k"], version }));
 });
 
 describe("--version", () => {
   it("alone, or before a command, prints aiflowctl's version and exits 0", async () => {
-    for (const args of [["--version"], ["--version", "agents"], ["--json", "--version"]]) expect(await ctl(args), args.join(" ")).toEqual({ code: 0, stdout: `aiflowctl ${VERSION}\n`, stderr: "" });
+    for (const args of [["--version"], ["--version", "agents"], ["--json", "--version"]])
+      expect(await ctl(args), args.join(" ")).toEqual({ code: 0, stdout: `aiflowctl ${VERSION}\n`, stderr: "" });
   });
 
   it("after agents, filters by agent version: agents --version V lists only agents at V", async () => {

@@ -19,7 +19,9 @@ describe("ISO times beside epoch nanoseconds", () => {
     const ns = String(BigInt(Date.UTC(2026, 11, 7, 12, 30, 1, 250)) * 1_000_000n + 17n);
     const reply = { items: [{ id: "a", dispatchedAtNs: ns, completedAtNs: "0", createdOn: "2026-12-07T12:30:00Z" }], run: { endedOn: ns }, count: "3" };
     expect(withIsoTimes(reply)).toEqual({
-      items: [{ id: "a", dispatchedAtNs: ns, dispatchedAt: "2026-12-07T12:30:01.250Z", completedAtNs: "0", completedAt: null, createdOn: "2026-12-07T12:30:00Z" }],
+      items: [
+        { id: "a", dispatchedAtNs: ns, dispatchedAt: "2026-12-07T12:30:01.250Z", completedAtNs: "0", completedAt: null, createdOn: "2026-12-07T12:30:00Z" },
+      ],
       run: { endedOn: ns, endedAt: "2026-12-07T12:30:01.250Z" },
       count: "3",
     });

@@ -93,7 +93,13 @@ const FAN = (n: number) => ({
   id: "squares",
   nodes: [
     { name: "split", engineKind: "dag", payloadJson: JSON.stringify({ n }) },
-    { name: "square", engineKind: "dag", dependsOn: ["split"], fanOut: "context.split.items", payloadJson: '{"x": "{{ item }}", "i": "{{ index }}", "failAt": "{{ context.failAt }}"}' },
+    {
+      name: "square",
+      engineKind: "dag",
+      dependsOn: ["split"],
+      fanOut: "context.split.items",
+      payloadJson: '{"x": "{{ item }}", "i": "{{ index }}", "failAt": "{{ context.failAt }}"}',
+    },
   ],
 });
 
@@ -102,25 +108,42 @@ interface RunJson {
   definitionId: string;
   status: string;
   reason: string;
-  nodes: { name: string; status: string; iterations: number; iterationsDone: number; attempts: { name: string; status: string; worker: string; attempt: number }[] }[];
+  nodes: {
+    name: string;
+    status: string;
+    iterations: number;
+    iterationsDone: number;
+    attempts: { name: string; status: string; worker: string; attempt: number }[];
+  }[];
 }
 
 describe("help", () => {
   it("--help lists the run commands; runs --help and run --help show their flags, the runs role and the exit codes", async () => {
     const [main, runs, run] = await Promise.all([ctl(["--help"]), ctl(["runs", "--help"]), ctl(["run", "--help"])]);
     expect(main.code).toBe(0);
-    for (const cmd of ["runs list", "run ID", "run start FILE", "run cancel ID", "run resume ID", "run signal ID EVENT"]) expect(main.stdout).toContain(`  ${cmd}`);
+    for (const cmd of ["runs list", "run ID", "run start FILE", "run cancel ID", "run resume ID", "run signal ID EVENT"])
+      expect(main.stdout).toContain(`  ${cmd}`);
     expect(runs.code).toBe(0);
     expect(runs.stdout).toMatch(/--status S \(repeatable\) +only runs in this status: running, completed, failed, cancelled/);
     expect(runs.stdout).toMatch(/--limit N +at most N runs, read page by page; default: 50/);
     expect(runs.stdout).toContain("Needs a token with role 'runs'.");
     expect(runs.stdout).not.toContain("run start");
     expect(run.code).toBe(0);
-    for (const flag of ["--tenant T", "--all", "--context JSON", "--idempotency-key K", "--wait", "--reason TEXT", "--payload JSON"]) expect(run.stdout).toContain(flag);
+    for (const flag of ["--tenant T", "--all", "--context JSON", "--idempotency-key K", "--wait", "--reason TEXT", "--payload JSON"])
+      expect(run.stdout).toContain(flag);
     expect(run.stdout).toContain("Needs a token with role 'runs'.");
     expect(run.stdout).toMatch(/Exit codes:\n( {2}.*\n)* {2}1 also with start --wait: the run failed or was cancelled/);
     // --help after a subcommand (or a run ID) is the same help, exit 0, nothing sent.
-    const subs = await Promise.all([["runs", "list"], ["run", "start"], ["run", "cancel", "01ABC"], ["run", "resume"], ["run", "signal"], ["run", "01ABC"]].map((a) => ctl([...a, "--help"])));
+    const subs = await Promise.all(
+      [
+        ["runs", "list"],
+        ["run", "start"],
+        ["run", "cancel", "01ABC"],
+        ["run", "resume"],
+        ["run", "signal"],
+        ["run", "01ABC"],
+      ].map((a) => ctl([...a, "--help"])),
+    );
     for (const [i, r] of subs.entries()) expect([r.code, r.stdout, r.stderr]).toEqual([0, i === 0 ? runs.stdout : run.stdout, ""]);
   });
 });
@@ -158,7 +181,12 @@ describe("refusals", () => {
   });
 
   it("a definition the daemon refuses names the file and the node (exit 2); an unknown run, another token's run, no token, an ops token: exit 1", async () => {
-    const cycle = defFile("cycle", { nodes: [{ name: "a", engineKind: "dag", dependsOn: ["b"] }, { name: "b", engineKind: "dag", dependsOn: ["a"] }] });
+    const cycle = defFile("cycle", {
+      nodes: [
+        { name: "a", engineKind: "dag", dependsOn: ["b"] },
+        { name: "b", engineKind: "dag", dependsOn: ["a"] },
+      ],
+    });
     const mine = await dag.start("t", definition([{ name: "solo", engineKind: "idle" }]));
     const [refused, unknown, badId, other, noToken, ops] = await Promise.all([
       ctl(["run", "start", cycle, "--tenant", "t"]),
@@ -173,7 +201,11 @@ describe("refusals", () => {
     expect(badId.code).toBe(2);
     expect(badId.stderr).toMatch(/^aiflowctl: ID: 'no such run' may only contain/);
     expect(other).toEqual({ code: 1, stdout: "", stderr: `aiflowctl: tenant 't' has no run '${mine.id}' of yours\n` });
-    expect(noToken).toEqual({ code: 1, stdout: "", stderr: "aiflowctl: no token: give --token TOKEN or set AIFLOW_TOKEN (runs needs a token with role 'runs')\n" });
+    expect(noToken).toEqual({
+      code: 1,
+      stdout: "",
+      stderr: "aiflowctl: no token: give --token TOKEN or set AIFLOW_TOKEN (runs needs a token with role 'runs')\n",
+    });
     expect(ops).toEqual({ code: 1, stdout: "", stderr: expect.stringMatching(/^aiflowctl: \S*ListRuns needs a token with role 'runs'\n$/) });
     await dag.dag.cancelRun({ tenantKey: "t", runId: mine.id });
   });
@@ -198,7 +230,9 @@ describe("a run from start to end", () => {
       ctlJson<{ run: RunJson }>(["run", id, "--tenant", "t"]),
     ]);
     expect(list.code).toBe(0);
-    expect(list.stdout).toMatch(new RegExp(`^ID +DEFINITION +STATUS +STARTED +DURATION +REASON\n${id} +chain +completed +\\d{4}-\\d\\d-\\d\\dT[\\d:.]+Z +\\S+ +-\n$`));
+    expect(list.stdout).toMatch(
+      new RegExp(`^ID +DEFINITION +STATUS +STARTED +DURATION +REASON\n${id} +chain +completed +\\d{4}-\\d\\d-\\d\\dT[\\d:.]+Z +\\S+ +-\n$`),
+    );
     expect(listJson.runs.map((r) => [r.id, r.definitionId, r.status])).toEqual([[id, "chain", "RUN_STATUS_COMPLETED"]]);
     expect(listJson.nextPageToken).toBe("");
     expect(tree.code).toBe(0);
@@ -227,7 +261,11 @@ describe("a run from start to end", () => {
     const res = JSON.parse(first.stdout) as { run: RunJson; existing: boolean };
     expect([res.run.definitionId, res.run.status, res.existing]).toEqual(["from-stdin", "RUN_STATUS_RUNNING", false]);
     const again = await ctl(["run", "start", "-", "--tenant", "t", "--idempotency-key", "k-1"], { stdin: def });
-    expect(again).toEqual({ code: 0, stdout: `${res.run.id}\n`, stderr: `run ${res.run.id} was started before with idempotency key 'k-1': nothing new started\n` });
+    expect(again).toEqual({
+      code: 0,
+      stdout: `${res.run.id}\n`,
+      stderr: `run ${res.run.id} was started before with idempotency key 'k-1': nothing new started\n`,
+    });
     const badContext = await ctl(["run", "start", "-", "--tenant", "t", "--context", "[1]"], { stdin: def });
     expect(badContext).toEqual({ code: 2, stdout: "", stderr: "aiflowctl: --context: must be a JSON object\n" });
   });
@@ -241,11 +279,18 @@ describe("fan-out, failure, resume, cancel, signal", () => {
     // The run fails at the first failed iteration; the iterations already out go on and are recorded.
     expect(res.stderr).toMatch(/\nsquare: failed \d+\/12: iteration 3: iteration 3 broke\n/);
     expect(res.stderr.trimEnd().split("\n").at(-1)).toMatch(new RegExp(`^run ${id} failed after \\S+: node 'square' failed: iteration 3: iteration 3 broke$`));
-    await until("every iteration has ended", async () => (await dag.get("t", id)).nodes[1]!.attempts.every((a) => a.status !== AttemptStatus.QUEUED && a.status !== AttemptStatus.RUNNING), 20_000, 20);
+    await until(
+      "every iteration has ended",
+      async () => (await dag.get("t", id)).nodes[1]!.attempts.every((a) => a.status !== AttemptStatus.QUEUED && a.status !== AttemptStatus.RUNNING),
+      20_000,
+      20,
+    );
 
     const [tree, all] = await Promise.all([ctl(["run", id, "--tenant", "t"]), ctl(["run", id, "--tenant", "t", "--all"])]);
     expect(tree.code).toBe(0);
-    expect(tree.stdout).toMatch(/\nsquare +failed 11\/12 .*iteration 3 broke\n {2}12 attempts: 11 completed, 1 failed; showing the 1 failed or running \(--all: every attempt\)\n {2}square\[3\] #1 +failed +runs-agent .*iteration 3 broke\n$/);
+    expect(tree.stdout).toMatch(
+      /\nsquare +failed 11\/12 .*iteration 3 broke\n {2}12 attempts: 11 completed, 1 failed; showing the 1 failed or running \(--all: every attempt\)\n {2}square\[3\] #1 +failed +runs-agent .*iteration 3 broke\n$/,
+    );
     expect(tree.stdout).not.toContain("square[0]");
     expect(all.stdout.match(/^ {2}square\[\d+\] #1 /gm)).toHaveLength(12);
 
@@ -268,10 +313,17 @@ describe("fan-out, failure, resume, cancel, signal", () => {
     expect([cancelledJson.run.status, cancelledJson.run.reason]).toEqual(["RUN_STATUS_CANCELLED", expect.stringMatching(/^cancelled by runs-\w+$/)]);
 
     const list = await ctl(["runs", "list", "--tenant", "t", "--definition", "idle", "--status", "cancelled"]);
-    expect(list.stdout).toMatch(new RegExp(`^ID .*\n${ids[1]} +idle +cancelled +\\S+ +\\S+ +cancelled by runs-\\w+\n${ids[0]} +idle +cancelled +\\S+ +\\S+ +not needed\n$`));
+    expect(list.stdout).toMatch(
+      new RegExp(`^ID .*\n${ids[1]} +idle +cancelled +\\S+ +\\S+ +cancelled by runs-\\w+\n${ids[0]} +idle +cancelled +\\S+ +\\S+ +not needed\n$`),
+    );
     const page = await ctl(["runs", "list", "--tenant", "t", "--definition", "idle", "--limit", "2"]);
     const token = /\nmore: --page-token (\S+) \(or a larger --limit\)\n$/.exec(page.stdout)?.[1];
-    expect(page.stdout.split("\n").slice(1, 3).map((l) => l.split(/ +/)[0])).toEqual([ids[2], ids[1]]);
+    expect(
+      page.stdout
+        .split("\n")
+        .slice(1, 3)
+        .map((l) => l.split(/ +/)[0]),
+    ).toEqual([ids[2], ids[1]]);
     const rest = await ctlJson<{ runs: RunJson[]; nextPageToken: string }>(["runs", "list", "--tenant", "t", "--definition", "idle", "--page-token", token!]);
     expect([rest.runs.map((r) => r.id), rest.nextPageToken]).toEqual([[ids[0]], ""]);
     await ctl(["run", "cancel", ids[2]!, "--tenant", "t"]);

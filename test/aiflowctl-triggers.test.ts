@@ -19,7 +19,10 @@ import { deliver } from "./support/triggers.js";
 const CLI = fileURLToPath(new URL("../bin/aiflowctl.js", import.meta.url));
 const CLI_TIMEOUT_MS = 60_000;
 vi.setConfig({ testTimeout: 120_000 });
-const fx = useTestDaemon({ label: "ctltrig", config: { instanceId: "ctl-triggers", sweepInterval: 3_600_000, heartbeatInterval: 3_600_000, httpListen: { host: "127.0.0.1", port: 0 } } });
+const fx = useTestDaemon({
+  label: "ctltrig",
+  config: { instanceId: "ctl-triggers", sweepInterval: 3_600_000, heartbeatInterval: 3_600_000, httpListen: { host: "127.0.0.1", port: 0 } },
+});
 let dir: string;
 
 const SECRET = "s3cret-from-the-environment-0123";
@@ -32,7 +35,8 @@ beforeAll(async () => {
   fx.closers.defer(() => removeTempDir(dir));
   // What the start triggers below name: a start trigger's definition must be stored first.
   const dag = fx.closers.add(new DagClient(fx.address));
-  for (const id of ["report", "build"]) await dag.dag.putDefinition({ tenantKey: "t", definition: definition([{ name: "w", wait: true, event: "never" }], { id }) });
+  for (const id of ["report", "build"])
+    await dag.dag.putDefinition({ tenantKey: "t", definition: definition([{ name: "w", wait: true, event: "never" }], { id }) });
 });
 
 interface Result {
@@ -90,7 +94,14 @@ interface TriggerJson {
 }
 
 const DEPLOY = { name: "deploy", type: "TRIGGER_TYPE_WEBHOOK", action: "ACTION_SIGNAL", event: "deployed", runIdPath: "deployment.run" };
-const NIGHTLY = { name: "nightly", type: "TRIGGER_TYPE_CRON", action: "ACTION_START", definitionId: "report", schedule: "30 2 * * *", timeZone: "Europe/Berlin" };
+const NIGHTLY = {
+  name: "nightly",
+  type: "TRIGGER_TYPE_CRON",
+  action: "ACTION_START",
+  definitionId: "report",
+  schedule: "30 2 * * *",
+  timeZone: "Europe/Berlin",
+};
 const ALPHA = { name: "alpha", type: "TRIGGER_TYPE_WEBHOOK", action: "ACTION_START", definitionId: "build" };
 const ISO = "\\d{4}-\\d\\d-\\d\\dT\\d\\d:\\d\\d:\\d\\d\\.\\d{3}Z";
 
@@ -98,13 +109,20 @@ describe("help", () => {
   it("--help lists the triggers commands; triggers --help shows --secret-env, that the secret is never printed, the runs role; --help after any subcommand is the same", async () => {
     const [main, help] = await Promise.all([ctl(["--help"]), ctl(["triggers", "--help"])]);
     expect(main.code).toBe(0);
-    for (const cmd of ["triggers list --tenant T", "triggers get NAME --tenant T", "triggers put FILE --tenant T [--secret-env VAR]", "triggers delete NAME --tenant T"])
+    for (const cmd of [
+      "triggers list --tenant T",
+      "triggers get NAME --tenant T",
+      "triggers put FILE --tenant T [--secret-env VAR]",
+      "triggers delete NAME --tenant T",
+    ])
       expect(main.stdout).toContain(`  ${cmd}`);
     expect(help.code).toBe(0);
     expect(help.stdout).toMatch(/--tenant T +the trigger's tenant \(required\)/);
     expect(help.stdout).toMatch(/--secret-env VAR +put: the webhook's secret from the environment variable VAR, not from FILE.*The secret is never printed/);
     expect(help.stdout).toContain("Needs a token with role 'runs'.");
-    const subs = await Promise.all([["list"], ["get", "deploy"], ["put", "hook.json"], ["delete", "deploy"], ["get"]].map((a) => ctl(["triggers", ...a, "--help"])));
+    const subs = await Promise.all(
+      [["list"], ["get", "deploy"], ["put", "hook.json"], ["delete", "deploy"], ["get"]].map((a) => ctl(["triggers", ...a, "--help"])),
+    );
     for (const r of subs) expect([r.code, r.stdout, r.stderr]).toEqual([0, help.stdout, ""]);
   });
 });
@@ -114,7 +132,9 @@ describe("put, list, get, delete", () => {
     const file = triggerFile("deploy", DEPLOY);
     const created = await ctl(["triggers", "put", file, "--tenant", "t", "--secret-env", "HOOK_SECRET"], { env: { HOOK_SECRET: SECRET } });
     expect(created).toEqual({ code: 0, stdout: "created webhook trigger deploy\n", stderr: "" });
-    const replaced = await ctlJson<{ trigger: TriggerJson; created: boolean }>(["triggers", "put", file, "--tenant", "t", "--secret-env", "HOOK_SECRET"], { env: { HOOK_SECRET: SECRET } });
+    const replaced = await ctlJson<{ trigger: TriggerJson; created: boolean }>(["triggers", "put", file, "--tenant", "t", "--secret-env", "HOOK_SECRET"], {
+      env: { HOOK_SECRET: SECRET },
+    });
     expect(replaced.created).toBe(false);
     expect(replaced.trigger).toMatchObject({ ...DEPLOY, secret: "", hasSecret: true, owner: expect.stringMatching(/^runs-\w+$/), source: "rpc" });
 
@@ -130,7 +150,10 @@ describe("put, list, get, delete", () => {
     expect(r.code, r.stderr).toBe(0);
     expect(r.stdout).toMatch(new RegExp(`^created cron trigger nightly: next fire ${ISO} \\(\\d{4}-\\d\\d-\\d\\d 02:30 Europe/Berlin\\)\n$`));
     // A trigger on stdin, its secret from another variable.
-    const alpha = await ctl(["triggers", "put", "-", "--tenant", "t", "--secret-env", "ALPHA_SECRET"], { env: { ALPHA_SECRET: OTHER_SECRET }, stdin: JSON.stringify(ALPHA) });
+    const alpha = await ctl(["triggers", "put", "-", "--tenant", "t", "--secret-env", "ALPHA_SECRET"], {
+      env: { ALPHA_SECRET: OTHER_SECRET },
+      stdin: JSON.stringify(ALPHA),
+    });
     expect(alpha).toEqual({ code: 0, stdout: "created webhook trigger alpha\n", stderr: "" });
   });
 
@@ -179,7 +202,9 @@ describe("put, list, get, delete", () => {
     ]);
     expect(cron.code).toBe(0);
     expect(cron.stdout).toMatch(
-      new RegExp(`^trigger nightly  cron  start\n  definition  report\n  schedule    30 2 \\* \\* \\* \\(Europe/Berlin\\)\n  next fire   ${ISO} \\(\\d{4}-\\d\\d-\\d\\d 02:30 Europe/Berlin\\)\n`),
+      new RegExp(
+        `^trigger nightly  cron  start\n  definition  report\n  schedule    30 2 \\* \\* \\* \\(Europe/Berlin\\)\n  next fire   ${ISO} \\(\\d{4}-\\d\\d-\\d\\d 02:30 Europe/Berlin\\)\n`,
+      ),
     );
     expect(json.trigger).toMatchObject({ ...NIGHTLY, hasSecret: false, source: "rpc" });
   });
@@ -202,8 +227,16 @@ describe("refusals", () => {
     const badSchedule = triggerFile("bad-schedule", { ...NIGHTLY, name: "broken", schedule: "61 * * * *" });
     const badZone = triggerFile("bad-zone", { ...NIGHTLY, name: "broken", timeZone: "Mars/Olympus" });
     const [schedule, zone] = await Promise.all([ctl(["triggers", "put", badSchedule, "--tenant", "t"]), ctl(["triggers", "put", badZone, "--tenant", "t"])]);
-    expect(schedule).toEqual({ code: 2, stdout: "", stderr: `aiflowctl: ${badSchedule}: schedule: '61 * * * *' does not parse: Invalid value for minute: 61\n` });
-    expect(zone).toEqual({ code: 2, stdout: "", stderr: `aiflowctl: ${badZone}: time_zone: 'Mars/Olympus' is not an IANA time zone such as 'Europe/Berlin' or 'UTC'\n` });
+    expect(schedule).toEqual({
+      code: 2,
+      stdout: "",
+      stderr: `aiflowctl: ${badSchedule}: schedule: '61 * * * *' does not parse: Invalid value for minute: 61\n`,
+    });
+    expect(zone).toEqual({
+      code: 2,
+      stdout: "",
+      stderr: `aiflowctl: ${badZone}: time_zone: 'Mars/Olympus' is not an IANA time zone such as 'Europe/Berlin' or 'UTC'\n`,
+    });
     expect((await ctl(["triggers", "get", "broken", "--tenant", "t"])).code).toBe(1);
   });
 
@@ -213,15 +246,25 @@ describe("refusals", () => {
       ctl(["triggers", "put", file, "--tenant", "t", "--secret-env", "NO_SUCH_SECRET"]),
       ctl(["triggers", "put", file, "--tenant", "t", "--secret-env", "EMPTY_SECRET"], { env: { EMPTY_SECRET: "" } }),
       ctl(["triggers", "put", file, "--tenant", "t", "--secret-env", "SHORT_SECRET"], { env: { SHORT_SECRET: "short" } }),
-      ctl(["triggers", "put", triggerFile("with-secret", { ...DEPLOY, secret: OTHER_SECRET }), "--tenant", "t", "--secret-env", "HOOK_SECRET"], { env: { HOOK_SECRET: SECRET } }),
+      ctl(["triggers", "put", triggerFile("with-secret", { ...DEPLOY, secret: OTHER_SECRET }), "--tenant", "t", "--secret-env", "HOOK_SECRET"], {
+        env: { HOOK_SECRET: SECRET },
+      }),
     ]);
     expect(unset).toEqual({ code: 2, stdout: "", stderr: "aiflowctl: --secret-env: the environment variable NO_SUCH_SECRET is not set\n" });
     expect(empty).toEqual({ code: 2, stdout: "", stderr: "aiflowctl: --secret-env: the environment variable EMPTY_SECRET is empty\n" });
     expect(short).toEqual({ code: 2, stdout: "", stderr: "aiflowctl: --secret-env SHORT_SECRET: is 5 bytes; give 16-1024\n" });
-    expect(both).toEqual({ code: 2, stdout: "", stderr: `aiflowctl: ${join(dir, "with-secret.json")} has a secret and --secret-env HOOK_SECRET gives one: give it one way\n` });
+    expect(both).toEqual({
+      code: 2,
+      stdout: "",
+      stderr: `aiflowctl: ${join(dir, "with-secret.json")} has a secret and --secret-env HOOK_SECRET gives one: give it one way\n`,
+    });
     // A new webhook with no secret at all is the daemon's refusal, naming the field in FILE.
     const none = await ctl(["triggers", "put", file, "--tenant", "t"]);
-    expect(none).toEqual({ code: 2, stdout: "", stderr: `aiflowctl: ${file}: secret: a webhook needs a secret (16-1024 bytes) that senders sign its body with\n` });
+    expect(none).toEqual({
+      code: 2,
+      stdout: "",
+      stderr: `aiflowctl: ${file}: secret: a webhook needs a secret (16-1024 bytes) that senders sign its body with\n`,
+    });
     expect((await ctlJson<{ triggers: TriggerJson[] }>(["triggers", "list", "--tenant", "t"])).triggers.map((t) => t.name)).toEqual(["deploy", "nightly"]);
   });
 

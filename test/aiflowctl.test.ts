@@ -116,7 +116,8 @@ function ctlLive(args: readonly string[]) {
   };
 }
 
-const agent = async (name: string, tenants: string[]) => closers.add(await OpsTestAgent.register(daemon.address, name, { tenants, engineKinds: ["k"], version: "1.0.0" }));
+const agent = async (name: string, tenants: string[]) =>
+  closers.add(await OpsTestAgent.register(daemon.address, name, { tenants, engineKinds: ["k"], version: "1.0.0" }));
 const item = async (id: string) => (await ops.client.getItem({ id }, ops.call)).item!;
 
 interface AgentJson {
@@ -140,7 +141,27 @@ describe("usage", () => {
       ctl(["items", "get"]),
     ]);
     expect(help.code).toBe(0);
-    for (const cmd of ["agents", "agent NAME", "drain NAME", "undrain NAME", "remove NAME", "queue stats", "items list", "items get", "items cancel", "items redrive", "enqueue", "keys list", "keys set", "tenants list", "tenants set-weight", "tenants clear-weight", "limits list", "limits set", "limits clear"])
+    for (const cmd of [
+      "agents",
+      "agent NAME",
+      "drain NAME",
+      "undrain NAME",
+      "remove NAME",
+      "queue stats",
+      "items list",
+      "items get",
+      "items cancel",
+      "items redrive",
+      "enqueue",
+      "keys list",
+      "keys set",
+      "tenants list",
+      "tenants set-weight",
+      "tenants clear-weight",
+      "limits list",
+      "limits set",
+      "limits clear",
+    ])
       expect(help.stdout).toContain(`  ${cmd}`);
     for (const flag of ["--address", "--token", "--json", "--help", "--wait", "--deadline", "--force", "--watch"]) expect(help.stdout).toContain(flag);
     // COMMAND --help is that command's usage with the global flags, not the whole list.
@@ -197,7 +218,9 @@ describe("help, version and errors a person can act on", () => {
     const plainAddress = `127.0.0.1:${(plain.address() as AddressInfo).port}`;
     const bare = (args: string[]) =>
       new Promise<Run>((resolve) =>
-        execFile(process.execPath, [CLI, ...args], { env: env(), timeout: CLI_TIMEOUT_MS }, (err, stdout, stderr) => resolve({ code: err ? (err.code as number) : 0, stdout, stderr })),
+        execFile(process.execPath, [CLI, ...args], { env: env(), timeout: CLI_TIMEOUT_MS }, (err, stdout, stderr) =>
+          resolve({ code: err ? (err.code as number) : 0, stdout, stderr }),
+        ),
       );
     const [noToken, unknown, nobody, notGrpc] = await Promise.all([
       bare(["--address", daemon.address, "agents"]),
@@ -205,11 +228,19 @@ describe("help, version and errors a person can act on", () => {
       bare(["--address", `127.0.0.1:${free}`, "--token", TOKENS.ops, "agents"]),
       bare(["--address", plainAddress, "--token", TOKENS.ops, "agents"]),
     ]);
-    expect(noToken).toEqual({ code: 1, stdout: "", stderr: "aiflowctl: no token: give --token TOKEN or set AIFLOW_TOKEN (agents needs a token with role 'ops')\n" });
+    expect(noToken).toEqual({
+      code: 1,
+      stdout: "",
+      stderr: "aiflowctl: no token: give --token TOKEN or set AIFLOW_TOKEN (agents needs a token with role 'ops')\n",
+    });
     expect(unknown.code).toBe(1);
     expect(unknown.stderr).toMatch(/^aiflowctl: the daemon at \S+ does not accept the token from --token/);
     expect(unknown.stderr).not.toContain("not-a-known-token");
-    expect(nobody).toEqual({ code: 1, stdout: "", stderr: `aiflowctl: nothing is listening at 127.0.0.1:${free}: is aiflowd running there? (--address, AIFLOW_ADDRESS)\n` });
+    expect(nobody).toEqual({
+      code: 1,
+      stdout: "",
+      stderr: `aiflowctl: nothing is listening at 127.0.0.1:${free}: is aiflowd running there? (--address, AIFLOW_ADDRESS)\n`,
+    });
     expect(notGrpc.code).toBe(1);
     expect(notGrpc.stderr).toMatch(new RegExp(`^aiflowctl: ${plainAddress} did not answer as aiflowd's gRPC port does .*\\(--address, AIFLOW_ADDRESS\\)\n$`));
   });
@@ -237,7 +268,11 @@ describe("bindings", () => {
     const unbound = await ctl(["bindings", "unbind", "run-42"]);
     expect(unbound).toEqual({ code: 0, stdout: "unbound run-42\n", stderr: "" });
     expect((await ops.client.listBindings({ keyPrefix: "run-" }, ops.call)).bindings).toEqual([]);
-    expect(await ctl(["bindings", "rebind", "run-42"])).toEqual({ code: 2, stdout: "", stderr: "aiflowctl: give the KEY and the AGENT: aiflowctl bindings rebind KEY AGENT\n" });
+    expect(await ctl(["bindings", "rebind", "run-42"])).toEqual({
+      code: 2,
+      stdout: "",
+      stderr: "aiflowctl: give the KEY and the AGENT: aiflowctl bindings rebind KEY AGENT\n",
+    });
   });
 });
 
@@ -260,7 +295,11 @@ describe("keys", () => {
 
     const cleared = await ctlJson<{ key: { limit: number; limitSource: string } }>(["keys", "set", "render", "0", "--tenant", "c8"]);
     expect([cleared.key.limit, cleared.key.limitSource]).toEqual([1, "ops prefix ren"]);
-    expect(await ctl(["keys", "set", "render", "--tenant", "c8"])).toEqual({ code: 2, stdout: "", stderr: "aiflowctl: give the KEY and the MAX: aiflowctl keys set KEY MAX --tenant T [--prefix]\n" });
+    expect(await ctl(["keys", "set", "render", "--tenant", "c8"])).toEqual({
+      code: 2,
+      stdout: "",
+      stderr: "aiflowctl: give the KEY and the MAX: aiflowctl keys set KEY MAX --tenant T [--prefix]\n",
+    });
     const tooMany = await ctl(["keys", "set", "render", "100001", "--tenant", "c8"]);
     expect(tooMany.code).toBe(2);
     expect(tooMany.stderr).toMatch(/^aiflowctl: MAX: 100001 is outside 0\.\.100000\n$/);
@@ -273,7 +312,9 @@ describe("tenants", () => {
     type TenantsJson = { tenants: { tenantKey: string; weight: number; weightSource: string; pending: string; dispatched: string }[] };
     const listed = await ctlJson<TenantsJson>(["tenants", "list", "--tenant", "c9"]);
     expect(listed.tenants).toEqual([{ tenantKey: "c9", weight: 1, weightSource: "default", pending: "2", dispatched: "0" }]);
-    expect((await ctlJson<TenantsJson>(["tenants", "list", "--tenant", "c9-cfg"])).tenants).toEqual([{ tenantKey: "c9-cfg", weight: 4, weightSource: "config", pending: "0", dispatched: "0" }]);
+    expect((await ctlJson<TenantsJson>(["tenants", "list", "--tenant", "c9-cfg"])).tenants).toEqual([
+      { tenantKey: "c9-cfg", weight: 4, weightSource: "config", pending: "0", dispatched: "0" },
+    ]);
 
     const set = await ctl(["tenants", "set-weight", "c9", "2.5"]);
     expect(set).toEqual({ code: 0, stdout: "set the weight of c9 to 2.5: weight 2.5 (operator), 2 pending, 0 dispatched\n", stderr: "" });
@@ -282,11 +323,19 @@ describe("tenants", () => {
     expect(human.stdout).toMatch(/^TENANT +WEIGHT +SOURCE +PENDING +DISPATCHED\nc9 +2\.5 +operator +2 +0\n$/);
     const cleared = await ctlJson<{ tenant: TenantsJson["tenants"][number] }>(["tenants", "clear-weight", "c9"]);
     expect([cleared.tenant.weight, cleared.tenant.weightSource]).toEqual([1, "default"]);
-    expect(await ctl(["tenants", "clear-weight", "c9-cfg"])).toEqual({ code: 0, stdout: "cleared the weight of c9-cfg: weight 4 (config), 0 pending, 0 dispatched\n", stderr: "" });
+    expect(await ctl(["tenants", "clear-weight", "c9-cfg"])).toEqual({
+      code: 0,
+      stdout: "cleared the weight of c9-cfg: weight 4 (config), 0 pending, 0 dispatched\n",
+      stderr: "",
+    });
 
     expect(await ctl(["tenants", "set-weight", "c9", "0"])).toEqual({ code: 2, stdout: "", stderr: "aiflowctl: WEIGHT: 0 must be between 0.001 and 1000\n" });
     expect(await ctl(["tenants", "set-weight", "c9", "heavy"])).toEqual({ code: 2, stdout: "", stderr: "aiflowctl: WEIGHT must be a number, got 'heavy'\n" });
-    expect(await ctl(["tenants", "set-weight", "c9"])).toEqual({ code: 2, stdout: "", stderr: "aiflowctl: give the TENANT and the WEIGHT: aiflowctl tenants set-weight TENANT WEIGHT\n" });
+    expect(await ctl(["tenants", "set-weight", "c9"])).toEqual({
+      code: 2,
+      stdout: "",
+      stderr: "aiflowctl: give the TENANT and the WEIGHT: aiflowctl tenants set-weight TENANT WEIGHT\n",
+    });
     expect((await ctlJson<TenantsJson>(["tenants", "list", "--tenant", "c9"])).tenants[0]?.weightSource).toBe("default");
   });
 });
@@ -327,7 +376,11 @@ describe("limits", () => {
     );
 
     expect(await ctl(["limits", "clear", "c10", "api"])).toEqual({ code: 0, stdout: "cleared the rate limit of api in c10: it is not limited\n", stderr: "" });
-    expect(await ctl(["limits", "clear", "c10", "model:", "--prefix"])).toEqual({ code: 0, stdout: "cleared the rate limit of keys starting with model: in c10\n", stderr: "" });
+    expect(await ctl(["limits", "clear", "c10", "model:", "--prefix"])).toEqual({
+      code: 0,
+      stdout: "cleared the rate limit of keys starting with model: in c10\n",
+      stderr: "",
+    });
     const after = await ctlJson<LimitsJson>(["limits", "list", "--tenant", "c10"]);
     expect([after.rules, after.keys.map((k) => [k.key, k.limit, k.nextSlotAt])]).toEqual([[], [["model:x", undefined, undefined]]]);
 
@@ -340,7 +393,11 @@ describe("limits", () => {
     const soon = await ctl(["limits", "set", "c10", "api", "5/soon"]);
     expect(soon.code).toBe(2);
     expect(soon.stderr).toMatch(/^aiflowctl: [^\n]*'soon' is not a duration[^\n]*\n$/);
-    expect(await ctl(["limits", "set", "c10", "api", "5/1s", "--burst", "0.5"])).toEqual({ code: 2, stdout: "", stderr: "aiflowctl: --burst must be a whole number, got '0.5'\n" });
+    expect(await ctl(["limits", "set", "c10", "api", "5/1s", "--burst", "0.5"])).toEqual({
+      code: 2,
+      stdout: "",
+      stderr: "aiflowctl: --burst must be a whole number, got '0.5'\n",
+    });
     expect(await ctl(["limits", "set", "c10", "api"])).toEqual({
       code: 2,
       stdout: "",
@@ -356,13 +413,20 @@ describe("undrain", () => {
     await ctlJson(["drain", "gone-1"]);
     await a.s.client.deregister({ name: "gone-1" }, a.s.call);
     const res = await ctl(["undrain", "gone-1"]);
-    expect(res).toEqual({ code: 1, stdout: "", stderr: "aiflowctl: gone-1 is inactive: undrain changed nothing; the agent returns when its process registers again (restart it)\n" });
+    expect(res).toEqual({
+      code: 1,
+      stdout: "",
+      stderr: "aiflowctl: gone-1 is inactive: undrain changed nothing; the agent returns when its process registers again (restart it)\n",
+    });
   });
 });
 
 describe("fleet and queue commands", () => {
   it("enqueue, agents, agent, queue stats, items list, not-found and refused removal", async () => {
-    const enq = await ctlJson<{ results: { id: string; existing: boolean }[] }>(["enqueue", "--tenant", "c1", "--engine-kind", "k", "--count", "3"], TOKENS.engine);
+    const enq = await ctlJson<{ results: { id: string; existing: boolean }[] }>(
+      ["enqueue", "--tenant", "c1", "--engine-kind", "k", "--count", "3"],
+      TOKENS.engine,
+    );
     expect(enq.results).toHaveLength(3);
     const ids = enq.results.map((r) => r.id);
     expect(new Set(ids).size).toBe(3);
@@ -375,7 +439,12 @@ describe("fleet and queue commands", () => {
     const [agents, one, qstats, items, missing, refused] = await Promise.all([
       ctlJson<{ agents: AgentJson[] }>(["agents"]),
       ctlJson<{ agent: AgentJson; dispatched: { id: string; status: string }[] }>(["agent", "cli-a"]),
-      ctlJson<{ pending: string; dispatched: string; deadLetters: string; depth: { tenantKey: string; engineKind: string; status: string; count: string }[] }>(["queue", "stats", "--tenant", "c1"]),
+      ctlJson<{ pending: string; dispatched: string; deadLetters: string; depth: { tenantKey: string; engineKind: string; status: string; count: string }[] }>([
+        "queue",
+        "stats",
+        "--tenant",
+        "c1",
+      ]),
       ctlJson<{ items: { id: string; tenantKey: string; status: string }[] }>(["items", "list", "--tenant", "c1"]),
       ctl(["agent", "no-such-agent"]),
       ctl(["remove", "cli-a"]),
@@ -504,7 +573,9 @@ describe("over TLS", () => {
   /** Runs aiflowctl with exactly `args`, and `extraEnv` on top of a clean environment. */
   const run = (args: string[], extraEnv: NodeJS.ProcessEnv = {}) =>
     new Promise<Run>((resolve) =>
-      execFile(process.execPath, [CLI, ...args], { env: { ...env(), ...extraEnv }, timeout: CLI_TIMEOUT_MS }, (err, stdout, stderr) => resolve({ code: err ? (err.code as number) : 0, stdout, stderr })),
+      execFile(process.execPath, [CLI, ...args], { env: { ...env(), ...extraEnv }, timeout: CLI_TIMEOUT_MS }, (err, stdout, stderr) =>
+        resolve({ code: err ? (err.code as number) : 0, stdout, stderr }),
+      ),
     );
   const names = (r: Run) => {
     if (r.code !== 0) throw new Error(`aiflowctl exited ${r.code}: ${r.stderr}`);
@@ -540,16 +611,26 @@ describe("over TLS", () => {
     ]);
     const failed = `aiflowctl: the TLS handshake with ${tlsDaemon.address}`;
     expect(untrusted.code).toBe(1);
-    expect(untrusted.stderr).toMatch(new RegExp(`^aiflowctl: the TLS handshake with https://${tlsDaemon.address} failed: its certificate is not trusted \\(.+\\): give the CA that signed it with --tls-ca FILE \\(or AIFLOW_TLS_CA\\)\n$`));
+    expect(untrusted.stderr).toMatch(
+      new RegExp(
+        `^aiflowctl: the TLS handshake with https://${tlsDaemon.address} failed: its certificate is not trusted \\(.+\\): give the CA that signed it with --tls-ca FILE \\(or AIFLOW_TLS_CA\\)\n$`,
+      ),
+    );
     expect(otherCa.code).toBe(1);
     expect(otherCa.stderr).toMatch(`${failed} failed: its certificate is not trusted (`);
     expect(otherCa.stderr).toMatch(`): the CA in --tls-ca (${strangerPki.ca.cert}) did not sign it\n`);
     expect(missing).toEqual({ code: 2, stdout: "", stderr: `aiflowctl: --tls-ca: cannot read ${join(pki.dir, "nope.crt")} (no such file)\n` });
     expect(lone).toEqual({ code: 2, stdout: "", stderr: "aiflowctl: --tls-cert and --tls-key go together (got only --tls-cert)\n" });
     expect(notPem).toEqual({ code: 2, stdout: "", stderr: `aiflowctl: --tls-ca: ${garbage} holds no PEM certificate\n` });
-    expect(plaintext).toEqual({ code: 2, stdout: "", stderr: `aiflowctl: http://${tlsDaemon.address} is plaintext (http://), but TLS flags are given: write https:// or leave the scheme out\n` });
+    expect(plaintext).toEqual({
+      code: 2,
+      stdout: "",
+      stderr: `aiflowctl: http://${tlsDaemon.address} is plaintext (http://), but TLS flags are given: write https:// or leave the scheme out\n`,
+    });
     expect(h2c.code).toBe(1);
-    expect(h2c.stderr).toMatch(new RegExp(`^aiflowctl: the TLS handshake with ${daemon.address} failed: ${daemon.address} does not speak TLS \\(.+\\): it serves h2c`));
+    expect(h2c.stderr).toMatch(
+      new RegExp(`^aiflowctl: the TLS handshake with ${daemon.address} failed: ${daemon.address} does not speak TLS \\(.+\\): it serves h2c`),
+    );
   });
 
   it("mutual TLS without a client certificate (or with another CA's), and h2c to a TLS port: the connection closes unanswered, and the line says what to give", async () => {

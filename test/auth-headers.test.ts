@@ -37,7 +37,9 @@ interface Answer {
 
 /** Sends the headers and `body` without ending the request; resolves with whatever comes back. */
 function unfinished(headers: http2.OutgoingHttpHeaders, body: Buffer, opts: { localAddress?: string } = {}): Promise<Answer> {
-  const session = http2.connect(`http://${daemon.address}`, { createConnection: () => net.connect({ host: "127.0.0.1", port: daemon.port, localAddress: opts.localAddress }) });
+  const session = http2.connect(`http://${daemon.address}`, {
+    createConnection: () => net.connect({ host: "127.0.0.1", port: daemon.port, localAddress: opts.localAddress }),
+  });
   session.on("error", () => {});
   return new Promise((resolve, reject) => {
     const req = session.request({ ":method": "POST", ...headers });
@@ -58,7 +60,9 @@ function unfinished(headers: http2.OutgoingHttpHeaders, body: Buffer, opts: { lo
 
 /** A whole call with an empty message; its grpc-status. */
 async function whole(headers: http2.OutgoingHttpHeaders, opts: { localAddress?: string } = {}): Promise<unknown> {
-  const session = http2.connect(`http://${daemon.address}`, { createConnection: () => net.connect({ host: "127.0.0.1", port: daemon.port, localAddress: opts.localAddress }) });
+  const session = http2.connect(`http://${daemon.address}`, {
+    createConnection: () => net.connect({ host: "127.0.0.1", port: daemon.port, localAddress: opts.localAddress }),
+  });
   const req = session.request({ ":method": "POST", ...headers });
   let status: unknown;
   req.on("response", (h) => (status ??= h["grpc-status"]));
@@ -107,17 +111,24 @@ describe("refusing on the request headers", () => {
     const role = await unfinished({ ":path": ENQUEUE, "content-type": "application/proto", authorization: `Bearer ${TOKENS.ops}` }, Buffer.alloc(10));
     expect(role.status).toBe(403);
     expect(JSON.parse(role.body)).toEqual({ code: "permission_denied", message: "Enqueue needs a token with role 'engine'" });
-    const stream = await unfinished({ ":path": "/aiflow.cluster.v1.AgentService/WatchDirectives", "content-type": "application/connect+json" }, Buffer.alloc(5));
+    const stream = await unfinished(
+      { ":path": "/aiflow.cluster.v1.AgentService/WatchDirectives", "content-type": "application/connect+json" },
+      Buffer.alloc(5),
+    );
     expect(stream.status).toBe(200);
     expect(stream.body.charCodeAt(0)).toBe(2);
-    expect(JSON.parse(stream.body.slice(5))).toEqual({ error: { code: "unauthenticated", message: "missing bearer token: send 'authorization: Bearer <token>'" } });
+    expect(JSON.parse(stream.body.slice(5))).toEqual({
+      error: { code: "unauthenticated", message: "missing bearer token: send 'authorization: Bearer <token>'" },
+    });
   });
 
   it("drops the rest of a refused body rather than resetting it, so a Node client's session survives many refusals", async () => {
     // A stream reset while a Node client still writes keeps the unsent bytes counted against that
     // client's session memory (10 MB by default); past it the session refuses every new stream.
     // From an address of its own, so that these failures do not throttle the other tests' calls.
-    const session = http2.connect(`http://${daemon.address}`, { createConnection: () => net.connect({ host: "127.0.0.1", port: daemon.port, localAddress: "127.0.0.4" }) });
+    const session = http2.connect(`http://${daemon.address}`, {
+      createConnection: () => net.connect({ host: "127.0.0.1", port: daemon.port, localAddress: "127.0.0.4" }),
+    });
     const body = Buffer.alloc(1_000_000, 32);
     const statuses: number[] = [];
     // One after another: in parallel, the client's own buffered writes alone would pass that limit.

@@ -79,8 +79,23 @@ const SERVICES: { service: DescService; access: Access; proto: string }[] = [
   { service: ServerReflectionAlpha, access: "any", proto: "grpc/reflection/v1alpha/reflection.proto" },
 ];
 
-const GRAPH_B = { id: "graph-b", start: "a", nodes: [{ name: "a", kind: "NODE_KIND_TASK", engineKind: "nobody" }, { name: "z", kind: "NODE_KIND_END" }], edges: [{ from: "a", to: "z" }] };
-const MACHINE_B = { id: "machine-b", initial: "a", states: [{ name: "a", transitions: [{ event: "go", to: "z" }] }, { name: "z", terminal: true }] };
+const GRAPH_B = {
+  id: "graph-b",
+  start: "a",
+  nodes: [
+    { name: "a", kind: "NODE_KIND_TASK", engineKind: "nobody" },
+    { name: "z", kind: "NODE_KIND_END" },
+  ],
+  edges: [{ from: "a", to: "z" }],
+};
+const MACHINE_B = {
+  id: "machine-b",
+  initial: "a",
+  states: [
+    { name: "a", transitions: [{ event: "go", to: "z" }] },
+    { name: "z", terminal: true },
+  ],
+};
 
 /** What the fixture made in tenant tB. */
 interface Fixture {
@@ -151,7 +166,14 @@ const TABLE: Record<string, Row> = {
   "aiflow.cluster.v1.RunDirectoryService/GetRun": { request: () => ({ tenantKey: "tB", runId: "run-b" }) },
   "aiflow.cluster.v1.RunDirectoryService/ListRuns": { request: () => ({ tenantKey: "tB" }) },
   "aiflow.cluster.v1.TriggerFiringService/RecordFiring": {
-    request: () => ({ tenantKey: "tB", triggerName: "hook", triggerType: "TRIGGER_TYPE_WEBHOOK", outcome: "FIRING_OUTCOME_STARTED", runId: "run-b", firedOn: String(Date.now() * 1_000_000) }),
+    request: () => ({
+      tenantKey: "tB",
+      triggerName: "hook",
+      triggerType: "TRIGGER_TYPE_WEBHOOK",
+      outcome: "FIRING_OUTCOME_STARTED",
+      runId: "run-b",
+      firedOn: String(Date.now() * 1_000_000),
+    }),
   },
   "aiflow.cluster.v1.TriggerFiringService/GetFiring": { request: () => ({ tenantKey: "tB", id: "01J00000000000000000000000" }) },
   "aiflow.cluster.v1.TriggerFiringService/ListFirings": { request: () => ({ tenantKey: "tB" }) },
@@ -191,7 +213,10 @@ const TABLE: Record<string, Row> = {
 
   // Triggers of tB: a token limited to tA is refused before any read or write.
   "aiflow.trigger.v1.TriggerService/PutTrigger": {
-    request: () => ({ tenantKey: "tB", trigger: { name: "hook-b", type: "TRIGGER_TYPE_WEBHOOK", action: "ACTION_START", definitionId: "def-b", secret: "a-secret-of-16-bytes-or-more" } }),
+    request: () => ({
+      tenantKey: "tB",
+      trigger: { name: "hook-b", type: "TRIGGER_TYPE_WEBHOOK", action: "ACTION_START", definitionId: "def-b", secret: "a-secret-of-16-bytes-or-more" },
+    }),
   },
   "aiflow.trigger.v1.TriggerService/GetTrigger": { request: () => ({ tenantKey: "tB", name: "hook-b" }) },
   "aiflow.trigger.v1.TriggerService/ListTriggers": { request: () => ({ tenantKey: "tB" }) },
@@ -218,7 +243,13 @@ function expected(access: Access, kind: TokenKind, row: Row): Outcome {
 }
 
 /** Calls any kind of method and resolves with the status code it ended with (OK once a stream answers). */
-function callCode(client: grpc.Client, method: string, kind: "unary" | "server_streaming" | "client_streaming" | "bidi_streaming", req: object, token?: string): Promise<{ code: grpc.status; details: string }> {
+function callCode(
+  client: grpc.Client,
+  method: string,
+  kind: "unary" | "server_streaming" | "client_streaming" | "bidi_streaming",
+  req: object,
+  token?: string,
+): Promise<{ code: grpc.status; details: string }> {
   const fn = (client as unknown as Record<string, Function>)[method]!;
   if (kind === "unary") return unary(client, method, req, token).then(([err]) => ({ code: err ? err.code : grpc.status.OK, details: err?.details ?? "" }));
   return new Promise((resolve) => {

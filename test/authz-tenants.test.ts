@@ -51,7 +51,13 @@ const register = (name: string, tenants: string[], kinds = ["dag"]) => must(agen
 const enqueue = async (tenant: string, kind = "dag", extra: object = {}) =>
   (await must<{ results: { id: string }[] }>(queue, "Enqueue", { tenantKey: tenant, items: [{ engineKind: kind, ...extra }] }, T.engine)).results[0]!.id;
 const claim = async (name: string, token: string = T.agent) => (await must<{ items: Item[] }>(agents, "Claim", { name, maxItems: 10 }, token)).items;
-const row = async (id: string) => (await db.raw<{ status: string; agent_id: string | null; lease_token: string | null }>(`SELECT status, agent_id, lease_token FROM ${db.schema}.aiflow_work_item WHERE id = $1`, [id]))[0]!;
+const row = async (id: string) =>
+  (
+    await db.raw<{ status: string; agent_id: string | null; lease_token: string | null }>(
+      `SELECT status, agent_id, lease_token FROM ${db.schema}.aiflow_work_item WHERE id = $1`,
+      [id],
+    )
+  )[0]!;
 
 beforeAll(() => {
   ({ db, daemon } = fx);
@@ -94,7 +100,9 @@ describe("an agent token limited to tenant tA", () => {
     }
     expect(await row(held)).toMatchObject({ status: "dispatched", agent_id: "f1-b", lease_token: item!.leaseToken });
     expect(await row(waiting)).toMatchObject({ status: "pending", agent_id: null });
-    const [agent] = await db.raw<{ status: string; tenants: string[] }>(`SELECT status, metadata -> 'tenants' AS tenants FROM ${db.schema}.aiflow_agent WHERE name = 'f1-b'`);
+    const [agent] = await db.raw<{ status: string; tenants: string[] }>(
+      `SELECT status, metadata -> 'tenants' AS tenants FROM ${db.schema}.aiflow_agent WHERE name = 'f1-b'`,
+    );
     expect(agent).toEqual({ status: "active", tenants: ["tB"] });
   });
 
@@ -103,7 +111,12 @@ describe("an agent token limited to tenant tA", () => {
     const id = await enqueue("tA", "f1a");
     const [item] = await claim("f1-a", T.agentTA);
     expect(item!.id).toBe(id);
-    const done = await must<{ outcomes: { ok: boolean }[] }>(agents, "Complete", { name: "f1-a", items: [{ workItemId: id, leaseToken: item!.leaseToken }] }, T.agentTA);
+    const done = await must<{ outcomes: { ok: boolean }[] }>(
+      agents,
+      "Complete",
+      { name: "f1-a", items: [{ workItemId: id, leaseToken: item!.leaseToken }] },
+      T.agentTA,
+    );
     expect(done.outcomes.map((o) => o.ok)).toEqual([true]);
   });
 
@@ -114,7 +127,14 @@ describe("an agent token limited to tenant tA", () => {
     const store = new WorkItemStore(db.pool, db.tables, { baseMs: 1000, capMs: 1000, jitter: false });
     const lease = [{ id, token: item!.leaseToken }];
     expect(await store.extend("f1-store", lease, Date.now(), 30_000, ["tA"])).toEqual([]);
-    expect(await store.fail("f1-store", lease.map((l) => ({ ...l, error: "x", retryable: true, delayMs: null })), Date.now(), ["tA"])).toEqual([]);
+    expect(
+      await store.fail(
+        "f1-store",
+        lease.map((l) => ({ ...l, error: "x", retryable: true, delayMs: null })),
+        Date.now(),
+        ["tA"],
+      ),
+    ).toEqual([]);
     expect(await store.release("f1-store", lease, Date.now(), ["tA"])).toEqual([]);
     expect(await store.complete("f1-store", [{ ...lease[0]!, resultJson: null }], Date.now(), ["tA"])).toEqual([]);
     expect(await row(id)).toMatchObject({ status: "dispatched", agent_id: "f1-store" });
@@ -211,7 +231,9 @@ describe("an ops token limited to tenant tA", () => {
     await must(agents, "Register", { name: "f2d-b", agentVersion: "1.0.0", metadata: { tenants: ["tB"], engineKinds: ["f2d"] } }, T.agent);
     const byVersion = await must<{ agents: { name: string }[] }>(ops, "DrainAgent", { selector: { versionBelow: "2.0.0" } }, T.opsTA);
     expect(byVersion.agents.map((x) => x.name).filter((n) => n.startsWith("f2d-"))).toEqual(["f2d-a"]);
-    const [agentRows] = [await db.raw<{ name: string; status: string }>(`SELECT name, status FROM ${db.schema}.aiflow_agent WHERE name LIKE 'f2d-%' ORDER BY name`)];
+    const [agentRows] = [
+      await db.raw<{ name: string; status: string }>(`SELECT name, status FROM ${db.schema}.aiflow_agent WHERE name LIKE 'f2d-%' ORDER BY name`),
+    ];
     expect(agentRows).toEqual([
       { name: "f2d-a", status: "draining" },
       { name: "f2d-b", status: "active" },
@@ -232,12 +254,16 @@ describe("an ops token limited to tenant tA", () => {
     // The key f2-key bound in tA and in tB, each to an agent of its own tenant.
     await register("f2k-a", ["tA"], ["f2k"]);
     await register("f2k-b", ["tB"], ["f2k"]);
-    for (const [tenant, agent] of [["tA", "f2k-a"], ["tB", "f2k-b"]] as const) {
+    for (const [tenant, agent] of [
+      ["tA", "f2k-a"],
+      ["tB", "f2k-b"],
+    ] as const) {
       await enqueue(tenant, "f2k", { workerParams: { affinityKey: "f2-key" } });
       const [item] = await claim(agent);
       await must(agents, "Complete", { name: agent, items: [{ workItemId: item!.id, leaseToken: item!.leaseToken }] }, T.agent);
     }
-    const listed = async (req: object, token: string) => (await must<{ bindings: { tenantKey: string }[] }>(ops, "ListBindings", { keyPrefix: "f2-", ...req }, token)).bindings.map((b) => b.tenantKey);
+    const listed = async (req: object, token: string) =>
+      (await must<{ bindings: { tenantKey: string }[] }>(ops, "ListBindings", { keyPrefix: "f2-", ...req }, token)).bindings.map((b) => b.tenantKey);
     expect(await listed({}, T.ops)).toEqual(["tA", "tB"]);
     expect(await listed({}, T.opsTA)).toEqual(["tA"]);
     for (const [method, req] of [
@@ -285,7 +311,10 @@ describe("a lease token", () => {
       ["ops GetAgent", (await must<{ dispatched: Item[] }>(ops, "GetAgent", { name: "f4-holder" }, T.ops)).dispatched],
     ];
     for (const [where, items] of reads) {
-      expect(items.map((i) => [i.id, i.status]), where).toEqual([[id, "WORK_ITEM_STATUS_DISPATCHED"]]);
+      expect(
+        items.map((i) => [i.id, i.status]),
+        where,
+      ).toEqual([[id, "WORK_ITEM_STATUS_DISPATCHED"]]);
       expect(items[0]!.leaseToken, where).toBe("");
     }
   });
@@ -297,7 +326,12 @@ describe("absurd durations", () => {
     const id = await enqueue("tD", "f3", { maxRetries: 3 });
     const [item] = await claim("f3-agent");
     for (const seconds of ["9223372036854775807", String(366 * 24 * 3600)]) {
-      const [err] = await unary(agents, "Fail", { name: "f3-agent", items: [{ workItemId: id, leaseToken: item!.leaseToken, retryable: true, retryDelay: { seconds } }] }, T.agent);
+      const [err] = await unary(
+        agents,
+        "Fail",
+        { name: "f3-agent", items: [{ workItemId: id, leaseToken: item!.leaseToken, retryable: true, retryDelay: { seconds } }] },
+        T.agent,
+      );
       expect(err?.code, seconds).toBe(grpc.status.INVALID_ARGUMENT);
       expect(err?.details, seconds).toContain("items[0].retry_delay");
     }

@@ -34,7 +34,10 @@ describe("benchmark options", () => {
     [["--items", "lots"], /--items needs a whole number ≥ 1, not 'lots'/],
     [["--agents", "0"], /--agents needs a whole number ≥ 1/],
     [["--warmup", "soon"], /--warmup/],
-    [["--only", "drain,latncy"], /--only takes a comma list of enqueue, drain, mixed, tenants, latency, streams, heartbeat, dag, triggers, fast-path, agent-path, sdk-transport, claim_cost, console, python; not .latncy./],
+    [
+      ["--only", "drain,latncy"],
+      /--only takes a comma list of enqueue, drain, mixed, tenants, latency, streams, heartbeat, dag, triggers, fast-path, agent-path, sdk-transport, claim_cost, console, python; not .latncy./,
+    ],
     [["--itmes", "5"], /unknown option --itmes/],
   ])("refuses %j with a message naming the option", (argv, message) => {
     expect(() => parseOptions(argv)).toThrow(BenchArgError);
@@ -76,7 +79,13 @@ describe("benchmark arithmetic", () => {
   });
 
   it("gives no latency ratio when the baseline fell behind the rate", () => {
-    expect(latencyRatio({ p50: 6, p99: 20 }, { p50: 1.5, p99: 40 })).toEqual({ ours_p50_ms: 6, baseline_p50_ms: 1.5, p50_ours_over_baseline: 4, p99_ours_over_baseline: 0.5, baseline_kept_up: 1 });
+    expect(latencyRatio({ p50: 6, p99: 20 }, { p50: 1.5, p99: 40 })).toEqual({
+      ours_p50_ms: 6,
+      baseline_p50_ms: 1.5,
+      p50_ours_over_baseline: 4,
+      p99_ours_over_baseline: 0.5,
+      baseline_kept_up: 1,
+    });
     const behind = latencyRatio({ p50: 6, p99: 20 }, { p50: 12_000, p99: 14_000 });
     expect(behind).toMatchObject({ baseline_p50_ms: 12_000, baseline_kept_up: 0 });
     expect(behind.p50_ours_over_baseline).toBeNaN();
@@ -159,7 +168,26 @@ describe("benchmark process lifecycle", () => {
  * --smoke made smaller still: the run's length is its processes starting (a daemon, agents, producers
  * and baseline workers for each section), not the work; its heartbeat idle window is a second.
  */
-const TINY = ["--smoke", "--items", "50", "--drain-warmup", "10", "--agents", "1", "--slots", "4", "--rate", "20", "--warmup", "0", "--hb-agents", "5", "--hb-duration", "1s", "--tls"];
+const TINY = [
+  "--smoke",
+  "--items",
+  "50",
+  "--drain-warmup",
+  "10",
+  "--agents",
+  "1",
+  "--slots",
+  "4",
+  "--rate",
+  "20",
+  "--warmup",
+  "0",
+  "--hb-agents",
+  "5",
+  "--hb-duration",
+  "1s",
+  "--tls",
+];
 
 describe("benchmark smoke run", () => {
   it("runs every section end to end on a tiny workload, over h2c and TLS, and prints each figure set", { timeout: 180_000 }, async () => {
@@ -172,7 +200,36 @@ describe("benchmark smoke run", () => {
       .filter((l) => l.startsWith("{"))
       .map((l) => JSON.parse(l) as Record<string, unknown>);
     const names = sets.map((s) => s.bench);
-    expect(names).toEqual(["enqueue", "drain", "drain_baseline", "drain_graphile", "drain_ratio", "drain_mixed", "mixed_ratio", "drain_tenants", "tenant_shares", "tenants_ratio", "latency", "latency_baseline", "latency_graphile", "latency_ratio", "http2_floor", "drain_tls", "latency_tls", "tls_ratio", "streams", "heartbeat", "dag_plain", "dag_chain", "dag_fanout", "graph_chain", "dag_ratio", "triggers_startrun", "triggers_webhook", "triggers_ratio"]);
+    expect(names).toEqual([
+      "enqueue",
+      "drain",
+      "drain_baseline",
+      "drain_graphile",
+      "drain_ratio",
+      "drain_mixed",
+      "mixed_ratio",
+      "drain_tenants",
+      "tenant_shares",
+      "tenants_ratio",
+      "latency",
+      "latency_baseline",
+      "latency_graphile",
+      "latency_ratio",
+      "http2_floor",
+      "drain_tls",
+      "latency_tls",
+      "tls_ratio",
+      "streams",
+      "heartbeat",
+      "dag_plain",
+      "dag_chain",
+      "dag_fanout",
+      "graph_chain",
+      "dag_ratio",
+      "triggers_startrun",
+      "triggers_webhook",
+      "triggers_ratio",
+    ]);
     expect(sets.find((s) => s.bench === "drain_tls")!.items).toBe(50);
     expect(sets.find((s) => s.bench === "drain_graphile")!.items).toBe(50);
     expect(typeof sets.find((s) => s.bench === "drain_ratio")!.ours_over_graphile).toBe("number");
@@ -224,9 +281,13 @@ describe("benchmark smoke run", () => {
 
 describe("benchmark: the Python agents' section", () => {
   it("drains with SDK agents, Python agents, then half of each, and prints Python ÷ TypeScript", { timeout: 120_000 }, async () => {
-    const { stdout } = await run(process.execPath, ["--import", "tsx", "bench/run.ts", "--smoke", "--items", "50", "--drain-warmup", "10", "--agents", "2", "--slots", "4", "--only", "python"], {
-      env: { ...process.env, DATABASE_URL: databaseUrl(), NO_COLOR: "1" },
-    });
+    const { stdout } = await run(
+      process.execPath,
+      ["--import", "tsx", "bench/run.ts", "--smoke", "--items", "50", "--drain-warmup", "10", "--agents", "2", "--slots", "4", "--only", "python"],
+      {
+        env: { ...process.env, DATABASE_URL: databaseUrl(), NO_COLOR: "1" },
+      },
+    );
     const sets = stdout
       .split("\n")
       .filter((l) => l.startsWith("{"))

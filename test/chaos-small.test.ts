@@ -11,7 +11,18 @@ import { describe, expect, it } from "vitest";
 
 const run = promisify(execFile);
 
-const FAULT_KINDS = ["agent-kill", "agents-kill", "daemon-kill", "daemons-down", "daemon-term", "pg-fast", "pg-immediate", "pg-outage", "pg-outage-long", "overlap"];
+const FAULT_KINDS = [
+  "agent-kill",
+  "agents-kill",
+  "daemon-kill",
+  "daemons-down",
+  "daemon-term",
+  "pg-fast",
+  "pg-immediate",
+  "pg-outage",
+  "pg-outage-long",
+  "overlap",
+];
 
 async function chaosSmall(mode: "stream" | "unary"): Promise<void> {
   const result = await run(process.execPath, ["--import", "tsx", "bench/chaos/run.ts", "--small", "--mode", mode, "--seed", "29"], {
@@ -31,7 +42,13 @@ async function chaosSmall(mode: "stream" | "unary"): Promise<void> {
   const invariants = sets.find((s) => s.figures === "invariants");
   expect(invariants, story).toBeDefined();
   expect(sets.find((s) => s.figures === "setup")?.mode, story).toBe(mode);
-  expect(sets.filter((s) => s.figures === "fault").map((s) => s.kind as string).sort(), story).toEqual([...FAULT_KINDS].sort());
+  expect(
+    sets
+      .filter((s) => s.figures === "fault")
+      .map((s) => s.kind as string)
+      .sort(),
+    story,
+  ).toEqual([...FAULT_KINDS].sort());
   expect(invariants, story).toMatchObject({
     mode,
     enqueued: 300,
@@ -73,11 +90,15 @@ async function chaosSmall(mode: "stream" | "unary"): Promise<void> {
 }
 
 describe("chaos run, small", () => {
-  it("in the SDK's default stream mode: loses, doubles, strands and refuses no work, ends every DAG run with each node completed once, and recovers from every fault", { timeout: 240_000 }, async () => {
+  it("in the SDK's default stream mode: loses, doubles, strands and refuses no work, ends every DAG run with each node completed once, and recovers from every fault", {
+    timeout: 240_000,
+  }, async () => {
     await chaosSmall("stream");
   });
 
-  it("with unary claims (stream: false): loses, doubles, strands and refuses no work, ends every DAG run with each node completed once, and recovers from every fault", { timeout: 240_000 }, async () => {
+  it("with unary claims (stream: false): loses, doubles, strands and refuses no work, ends every DAG run with each node completed once, and recovers from every fault", {
+    timeout: 240_000,
+  }, async () => {
     await chaosSmall("unary");
   });
 });

@@ -41,9 +41,19 @@ const register = async (name: string, tenant: string, kind: string, token: strin
   if (err) throw err;
 };
 const claim = (name: string, waitMs: number, token: string = TOKENS.agent) =>
-  unary<Claimed>(agents, "Claim", { name, maxItems: 1, wait: waitMs > 0 ? { seconds: String(Math.floor(waitMs / 1000)), nanos: (waitMs % 1000) * 1e6 } : undefined }, token);
+  unary<Claimed>(
+    agents,
+    "Claim",
+    { name, maxItems: 1, wait: waitMs > 0 ? { seconds: String(Math.floor(waitMs / 1000)), nanos: (waitMs % 1000) * 1e6 } : undefined },
+    token,
+  );
 const enqueue = async (tenant: string, kind: string, n: number) => {
-  const [err, res] = await unary<{ results: { id: string }[] }>(queue, "Enqueue", { tenantKey: tenant, items: Array.from({ length: n }, () => ({ engineKind: kind })) }, TOKENS.engine);
+  const [err, res] = await unary<{ results: { id: string }[] }>(
+    queue,
+    "Enqueue",
+    { tenantKey: tenant, items: Array.from({ length: n }, () => ({ engineKind: kind })) },
+    TOKENS.engine,
+  );
   if (err) throw err;
   return res!.results.map((r) => r.id);
 };

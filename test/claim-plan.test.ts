@@ -102,7 +102,17 @@ it("passes over items not yet due on the claim index's entries, reading only the
 
   // The store's own claim statement, caught instead of run.
   const { store, caught } = catching();
-  await store.claim({ agent: "planner", instance: "test", max: 32, nowMs: now, leaseTtlMs: 30_000, affinity: { policy: "rebind", graceMs: 60_000 }, bindingSeed: "01KB0000000000000000000000", liveEdgeMs: 0, leaseToken: "tok" });
+  await store.claim({
+    agent: "planner",
+    instance: "test",
+    max: 32,
+    nowMs: now,
+    leaseTtlMs: 30_000,
+    affinity: { policy: "rebind", graceMs: 60_000 },
+    bindingSeed: "01KB0000000000000000000000",
+    liveEdgeMs: 0,
+    leaseToken: "tok",
+  });
   const all = await explain(caught());
   const scan = all.find((n) => n["Index Name"]?.endsWith("work_item_status_priority_idx"));
   expect(scan, JSON.stringify(all.map((n) => [n["Node Type"], n["Index Name"]]))).toBeDefined();
@@ -130,7 +140,9 @@ it("checks an offered batch against another tenant's backlog by a bounded number
   const { store, caught } = catching();
   const item = newItem({ engineKind: "k" });
   const rows = [1, 2, 3].map((i) => ({ id: `NEW${i}`, tenant: "mine", engineId: "e", by: "test", nowMs: now, item }));
-  await store.enqueueRows(rows, { agents: ["offered", "offered", "offered"], tokens: ["tok", "tok", "tok"], instance: "test", nowMs: now, leaseTtlMs: 30_000 }).catch(() => undefined);
+  await store
+    .enqueueRows(rows, { agents: ["offered", "offered", "offered"], tokens: ["tok", "tok", "tok"], instance: "test", nowMs: now, leaseTtlMs: 30_000 })
+    .catch(() => undefined);
   const all = await explain(caught());
   const scans = all.filter((n) => n["Node Type"].includes("Scan") && n["Index Name"]?.endsWith("work_item_status_priority_idx"));
   expect(scans, JSON.stringify(all.map((n) => [n["Node Type"], n["Index Name"]]))).toHaveLength(1);
@@ -163,7 +175,17 @@ it("keeps to the claim index's order when the statistics were taken with nothing
   await db.raw(`UPDATE ${work} SET status = 'pending' WHERE id LIKE 'D%'`);
 
   const { store, caught } = catching();
-  await store.claim({ agent: "stale", instance: "test", max: 32, nowMs: now, leaseTtlMs: 30_000, affinity: { policy: "rebind", graceMs: 60_000 }, bindingSeed: "01KB0000000000000000000000", liveEdgeMs: 0, leaseToken: "tok" });
+  await store.claim({
+    agent: "stale",
+    instance: "test",
+    max: 32,
+    nowMs: now,
+    leaseTtlMs: 30_000,
+    affinity: { policy: "rebind", graceMs: 60_000 },
+    bindingSeed: "01KB0000000000000000000000",
+    liveEdgeMs: 0,
+    leaseToken: "tok",
+  });
   for (const plan of ["custom", "generic"] as const) {
     const all = await explain(caught(), plan);
     const shape = JSON.stringify(all.map((n) => [n["Node Type"], n["Index Name"], n["Actual Rows"]]));
@@ -171,7 +193,10 @@ it("keeps to the claim index's order when the statistics were taken with nothing
     expect(scan, `${plan}: ${shape}`).toBeDefined();
     // It stops at the 32 it takes; it does not read the 20,000 and sort them.
     expect(scan!["Actual Rows"], `${plan}: ${shape}`).toBe(32);
-    expect(all.filter((n) => n["Node Type"] === "Sort" && n["Actual Rows"] > 32), `${plan}: ${shape}`).toEqual([]);
+    expect(
+      all.filter((n) => n["Node Type"] === "Sort" && n["Actual Rows"] > 32),
+      `${plan}: ${shape}`,
+    ).toEqual([]);
   }
   await db.raw(`ALTER TABLE ${work} RESET (autovacuum_enabled)`);
 });
@@ -189,7 +214,17 @@ it("reads none of placement's, concurrency keys' or rate limits' state for a cla
     [now],
   );
   const { store, caught } = catching();
-  await store.claim({ agent: "plain", instance: "test", max: 32, nowMs: now, leaseTtlMs: 30_000, affinity: { policy: "rebind", graceMs: 60_000 }, bindingSeed: "01KB0000000000000000000000", liveEdgeMs: 0, leaseToken: "tok" });
+  await store.claim({
+    agent: "plain",
+    instance: "test",
+    max: 32,
+    nowMs: now,
+    leaseTtlMs: 30_000,
+    affinity: { policy: "rebind", graceMs: 60_000 },
+    bindingSeed: "01KB0000000000000000000000",
+    liveEdgeMs: 0,
+    leaseToken: "tok",
+  });
   for (const plan of ["custom", "generic"] as const) {
     const all = await explain(caught(), plan);
     const shape = JSON.stringify(all.map((n) => [n["Node Type"], n["Subplan Name"], n["Relation Name"], n["Actual Loops"]]));
@@ -198,14 +233,26 @@ it("reads none of placement's, concurrency keys' or rate limits' state for a cla
     const reads = all.filter((n) => n["Node Type"] !== "ModifyTable" && n["Actual Loops"] > 0);
     const agentReads = reads.filter((n) => n["Relation Name"]?.endsWith("agent"));
     expect(agentReads, `${plan}: ${shape}`).toHaveLength(1);
-    expect(reads.filter((n) => n["Relation Name"]?.endsWith("concurrency_key")), `${plan}: ${shape}`).toEqual([]);
+    expect(
+      reads.filter((n) => n["Relation Name"]?.endsWith("concurrency_key")),
+      `${plan}: ${shape}`,
+    ).toEqual([]);
     // Nor fair share's or rate limits' state: the claim found work, so it asks no key's next slot.
-    expect(reads.filter((n) => n["Relation Name"]?.endsWith("rate_limit") || n["Relation Name"]?.endsWith("tenant_share")), `${plan}: ${shape}`).toEqual([]);
+    expect(
+      reads.filter((n) => n["Relation Name"]?.endsWith("rate_limit") || n["Relation Name"]?.endsWith("tenant_share")),
+      `${plan}: ${shape}`,
+    ).toEqual([]);
     // Of the work item table: the picked scan and the UPDATE's fetch of each picked row; no count of
     // a key's dispatched items and no read of the agent's reservations.
-    expect(reads.filter((n) => n["Relation Name"]?.endsWith("work_item")), `${plan}: ${shape}`).toHaveLength(2);
+    expect(
+      reads.filter((n) => n["Relation Name"]?.endsWith("work_item")),
+      `${plan}: ${shape}`,
+    ).toHaveLength(2);
     for (const cte of ["CTE room", "CTE kadmit", "CTE radmit", "CTE rclosed"])
-      expect(all.filter((n) => n["Subplan Name"] === cte && n["Actual Loops"] > 0), `${plan}: ${cte}`).toEqual([]);
+      expect(
+        all.filter((n) => n["Subplan Name"] === cte && n["Actual Loops"] > 0),
+        `${plan}: ${cte}`,
+      ).toEqual([]);
   }
 });
 
@@ -226,7 +273,18 @@ it("takes turns among 1,000 backlogged tenants by reading no more index entries 
   );
   await db.raw(`ANALYZE ${db.tables.qualified("work_item")}`);
   const { store, caught } = catching();
-  await store.claim({ agent: "sharer", instance: "test", max: 32, nowMs: now, leaseTtlMs: 30_000, affinity: { policy: "rebind", graceMs: 60_000 }, bindingSeed: "01KB0000000000000000000000", liveEdgeMs: 0, leaseToken: "tok", tenants: 1000 });
+  await store.claim({
+    agent: "sharer",
+    instance: "test",
+    max: 32,
+    nowMs: now,
+    leaseTtlMs: 30_000,
+    affinity: { policy: "rebind", graceMs: 60_000 },
+    bindingSeed: "01KB0000000000000000000000",
+    liveEdgeMs: 0,
+    leaseToken: "tok",
+    tenants: 1000,
+  });
   const all = await explain(caught());
   const on = (index: string) => all.filter((n) => n["Node Type"].includes("Index") && n["Index Name"]?.endsWith(index));
   const turns = on("work_item_share_idx");

@@ -95,7 +95,8 @@ async function arrange(c: Case): Promise<void> {
     "another tenant": { priority: -1 },
     "one it cannot take": { priority: -1, workerParams: { selector: { gpu: "h100" } } },
   }[c.ahead];
-  if (ahead) await store.enqueueRows(WorkItemStore.rows(c.ahead === "another tenant" ? "u" : "t", "e", [newItem({ engineKind: "k", ...ahead })], NOW - 1000, "test"));
+  if (ahead)
+    await store.enqueueRows(WorkItemStore.rows(c.ahead === "another tenant" ? "u" : "t", "e", [newItem({ engineKind: "k", ...ahead })], NOW - 1000, "test"));
 }
 
 /** The case's new item. */
@@ -119,7 +120,8 @@ async function claimed(c: Case): Promise<boolean> {
     nowMs: NOW,
     leaseTtlMs: LEASE,
     affinity: { policy: "rebind", graceMs: GRACE },
-    bindingSeed: "01KB0000000000000000000000", liveEdgeMs: 0,
+    bindingSeed: "01KB0000000000000000000000",
+    liveEdgeMs: 0,
     leaseToken: "claim-token",
   });
   return claimed.some((r) => r.id === row!.id);
@@ -155,11 +157,14 @@ for (const state of ["active", "draining", "inactive", "deleted"] as const)
       for (const due of [true, false]) cases.push({ state, scope, params, due, key: "none", ahead: "none" });
 for (const key of ["none", "unbound", "bound to it", "bound to a working agent", "movable"] as const)
   for (const ahead of ["none", "higher priority", "same priority", "lower priority", "another tenant", "one it cannot take"] as const)
-    for (const params of ["none", "selector matched"] as const) if (key !== "none" || ahead !== "none") cases.push({ state: "active", scope: "serves", params, due: true, key, ahead });
+    for (const params of ["none", "selector matched"] as const)
+      if (key !== "none" || ahead !== "none") cases.push({ state: "active", scope: "serves", params, due: true, key, ahead });
 
 const label = (c: Case) => `${c.state}, ${c.scope}, params ${c.params}, ${c.due ? "due" : "not due"}, key ${c.key}, ahead ${c.ahead}`;
 
-it("hands a new row to a waiting claim only when the claim would take it, and exactly then where the insert does not simplify", { timeout: 120_000 }, async () => {
+it("hands a new row to a waiting claim only when the claim would take it, and exactly then where the insert does not simplify", {
+  timeout: 120_000,
+}, async () => {
   const wrong: string[] = [];
   let takes = 0;
   for (const c of cases) {
@@ -167,8 +172,10 @@ it("hands a new row to a waiting claim only when the claim would take it, and ex
     if (claim) takes++;
     if (insert && !claim) wrong.push(`insert hands over what the claim does not take: ${label(c)}`);
     if (offer && !claim) wrong.push(`offer hands over what the claim does not take: ${label(c)}`);
-    if (!insertSimplifies(c) && insert !== claim) wrong.push(`insert ${insert ? "hands over" : "refuses"}, claim ${claim ? "takes" : "does not take"}: ${label(c)}`);
-    if (!offerSimplifies(c) && offer !== claim) wrong.push(`offer ${offer ? "hands over" : "refuses"}, claim ${claim ? "takes" : "does not take"}: ${label(c)}`);
+    if (!insertSimplifies(c) && insert !== claim)
+      wrong.push(`insert ${insert ? "hands over" : "refuses"}, claim ${claim ? "takes" : "does not take"}: ${label(c)}`);
+    if (!offerSimplifies(c) && offer !== claim)
+      wrong.push(`offer ${offer ? "hands over" : "refuses"}, claim ${claim ? "takes" : "does not take"}: ${label(c)}`);
   }
   expect(wrong).toEqual([]);
   // The cases reach both answers of every term, so a term one side dropped shows above.
@@ -196,7 +203,17 @@ it("keeps back a row of an offered batch that another row of the batch, left to 
         await arrange(base);
         const pending = batch(NOW);
         await store.enqueueRows(pending.rows);
-        const took = await store.claim({ agent: "a", instance: "test", max: 1, nowMs: NOW, leaseTtlMs: LEASE, affinity: { policy: "rebind", graceMs: GRACE }, bindingSeed: "01KB0000000000000000000000", liveEdgeMs: 0, leaseToken: "claim-token" });
+        const took = await store.claim({
+          agent: "a",
+          instance: "test",
+          max: 1,
+          nowMs: NOW,
+          leaseTtlMs: LEASE,
+          affinity: { policy: "rebind", graceMs: GRACE },
+          bindingSeed: "01KB0000000000000000000000",
+          liveEdgeMs: 0,
+          leaseToken: "claim-token",
+        });
         const claim = took.claimed.some((r) => r.id === pending.plain.id);
         const what = `${JSON.stringify(other)} at priority ${priority}, ${otherFirst ? "before" : "after"} the plain row`;
         if (offer && !claim) wrong.push(`offer hands over what the claim does not take: ${what}`);

@@ -32,7 +32,8 @@ const shown = (k: ConcurrencyKey | undefined) => k && { key: k.key, limit: k.lim
 
 const list = async (req: { tenantKey?: string; keyPrefix?: string; pageSize?: number; pageToken?: string }) => ops.client.listConcurrencyKeys(req, ops.call);
 const keysOf = async (tenant: string) => (await list({ tenantKey: tenant })).keys.map(shown);
-const set = (tenant: string, key: string, maxInFlight: number, prefix = false) => ops.client.setConcurrencyLimit({ tenantKey: tenant, key, maxInFlight, prefix }, ops.call);
+const set = (tenant: string, key: string, maxInFlight: number, prefix = false) =>
+  ops.client.setConcurrencyLimit({ tenantKey: tenant, key, maxInFlight, prefix }, ops.call);
 
 describe("ListConcurrencyKeys", () => {
   it("shows the items' limit, and in flight and pending as an agent claims", async () => {

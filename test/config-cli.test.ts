@@ -35,7 +35,17 @@ describe("config", () => {
   it("aiflowd --help lists every setting with its env var", async () => {
     const r = await cli(["--help"]);
     expect(r.code).toBe(0);
-    for (const s of ["--listen", "AIFLOW_LISTEN", "--database-url", "DATABASE_URL", "--data-dir", "--token", "AIFLOW_TOKENS", "--table-prefix", "127.0.0.1:7400"])
+    for (const s of [
+      "--listen",
+      "AIFLOW_LISTEN",
+      "--database-url",
+      "DATABASE_URL",
+      "--data-dir",
+      "--token",
+      "AIFLOW_TOKENS",
+      "--table-prefix",
+      "127.0.0.1:7400",
+    ])
       expect(r.stdout).toContain(s);
   });
 

@@ -21,7 +21,13 @@ describe("config", () => {
     const url = (raw: string) => parseArgs(["--database-url", raw], {}).config.databaseUrl!;
     const socket = url("postgresql://root@/test?host=/var/run/postgresql&port=5433&application_name=a");
     const parsed = new URL(socket);
-    expect([decodeURIComponent(parsed.hostname), parsed.port, parsed.username, parsed.pathname, parsed.searchParams.get("application_name")]).toEqual(["/var/run/postgresql", "5433", "root", "/test", "a"]);
+    expect([decodeURIComponent(parsed.hostname), parsed.port, parsed.username, parsed.pathname, parsed.searchParams.get("application_name")]).toEqual([
+      "/var/run/postgresql",
+      "5433",
+      "root",
+      "/test",
+      "a",
+    ]);
     expect(parsed.searchParams.has("host")).toBe(false);
     expect(url("postgres://u:p@db.internal:6432/app?sslmode=require")).toBe("postgres://u:p@db.internal:6432/app?sslmode=require");
     expect(url("postgresql:///test?host=/tmp")).toBe("postgresql:///test?host=/tmp");

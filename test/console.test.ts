@@ -84,7 +84,9 @@ beforeAll(async () => {
   page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
   await page.exposeFunction("__cspViolation", (v: string) => problems.push(`CSP: ${v}`));
   // (Page code as text: this file is compiled without the DOM's types.)
-  await page.addInitScript({ content: 'document.addEventListener("securitypolicyviolation", (e) => window.__cspViolation(e.violatedDirective + " " + e.blockedURI));' });
+  await page.addInitScript({
+    content: 'document.addEventListener("securitypolicyviolation", (e) => window.__cspViolation(e.violatedDirective + " " + e.blockedURI));',
+  });
 }, 60_000);
 
 afterEach(async (ctx) => {
@@ -106,7 +108,9 @@ async function accessibilityProblems(): Promise<string[]> {
   const result = (await page.evaluate("axe.run()")) as {
     violations: { id: string; impact: string; nodes: { target: string[] }[] }[];
   };
-  return result.violations.filter((v) => v.impact === "serious" || v.impact === "critical").map((v) => `${v.id}: ${v.nodes.map((n) => n.target.join(" ")).join(", ")}`);
+  return result.violations
+    .filter((v) => v.impact === "serious" || v.impact === "critical")
+    .map((v) => `${v.id}: ${v.nodes.map((n) => n.target.join(" ")).join(", ")}`);
 }
 
 /** With CONSOLE_SCREENSHOTS=1, a picture of the page now, for a person to look at. */
@@ -130,13 +134,20 @@ describe("the console", () => {
     expect(await res.text()).not.toMatch(/<script>(?!\s*<\/script>)/);
     // The daemon, not the page, refuses: the same call without a token, with a wrong one, with another role's.
     const call = (token?: string) =>
-      fetch(`${base}/api/aiflow.cluster.v1.OpsService/ListAgents`, { method: "POST", headers: { "content-type": "application/json", ...(token ? { authorization: `Bearer ${token}` } : {}) }, body: "{}" });
+      fetch(`${base}/api/aiflow.cluster.v1.OpsService/ListAgents`, {
+        method: "POST",
+        headers: { "content-type": "application/json", ...(token ? { authorization: `Bearer ${token}` } : {}) },
+        body: "{}",
+      });
     expect((await call()).status).toBe(401);
     expect((await call("not-a-token-at-all")).status).toBe(401);
     expect((await call(TOKENS.agent)).status).toBe(403);
     expect((await call(TOKENS.ops)).status).toBe(200);
     // No CORS: a page of another origin gets nothing it may read.
-    const cors = await fetch(`${base}/api/aiflow.cluster.v1.OpsService/ListAgents`, { method: "OPTIONS", headers: { origin: "https://evil.example", "access-control-request-method": "POST" } });
+    const cors = await fetch(`${base}/api/aiflow.cluster.v1.OpsService/ListAgents`, {
+      method: "OPTIONS",
+      headers: { origin: "https://evil.example", "access-control-request-method": "POST" },
+    });
     expect(cors.headers.get("access-control-allow-origin")).toBeNull();
   });
 
@@ -161,7 +172,13 @@ describe("the console", () => {
   it("shows the three agents with their heartbeat metrics, charted", async () => {
     for (const name of ["gpu-a", "gpu-b", "cpu-c"]) await row(name).waitFor();
     // Two heartbeats at least, so the charts have a line.
-    await eventually(async () => (await row("cpu-c").getByRole("img", { name: /cpu-c CPU 80%/ }).count()) > 0, { timeout: 15_000 }).toBe(true);
+    await eventually(
+      async () =>
+        (await row("cpu-c")
+          .getByRole("img", { name: /cpu-c CPU 80%/ })
+          .count()) > 0,
+      { timeout: 15_000 },
+    ).toBe(true);
     await eventually(() => row("gpu-a").getByRole("img", { name: "gpu-a GPU 0 utilisation" }).count()).toBe(1);
     expect(await row("cpu-c").getByRole("img", { name: /GPU/ }).count()).toBe(0);
     expect(await row("gpu-b").textContent()).toMatch(/4\.0 GiB of 16\.0 GiB/);
@@ -201,7 +218,16 @@ describe("the console", () => {
     release();
     await eventually(() => row("gpu-a").locator("[data-drain]").getAttribute("data-drain"), { timeout: 15_000 }).toBe("done");
     expect(await row("gpu-a").textContent()).toContain("drained");
-    for (const name of ["gpu-a", "gpu-b", "cpu-c"]) await row(name).getByRole("button", { name: "Undrain" }).click().then(() => page.getByRole("dialog", { name: `Undrain ${name}` }).getByRole("button", { name: "Undrain" }).click());
+    for (const name of ["gpu-a", "gpu-b", "cpu-c"])
+      await row(name)
+        .getByRole("button", { name: "Undrain" })
+        .click()
+        .then(() =>
+          page
+            .getByRole("dialog", { name: `Undrain ${name}` })
+            .getByRole("button", { name: "Undrain" })
+            .click(),
+        );
     await eventually(() => page.locator("tr[data-agent] .status.active").count(), { timeout: 10_000 }).toBe(3);
   });
 
@@ -214,7 +240,10 @@ describe("the console", () => {
     expect(await dead.textContent()).toContain("the model file was missing");
     expect(await accessibilityProblems()).toEqual([]);
     await dead.getByRole("button", { name: "Redrive" }).click();
-    await page.getByRole("dialog", { name: `Redrive ${id}` }).getByRole("button", { name: "Redrive" }).click();
+    await page
+      .getByRole("dialog", { name: `Redrive ${id}` })
+      .getByRole("button", { name: "Redrive" })
+      .click();
     await eventually(() => dead.count(), { timeout: 10_000 }).toBe(0);
     await until("the redriven item completes", async () => (await queue.getItem({ tenantKey: "t", id: id! })).item!.status === 3, 15_000, 50);
   });
@@ -225,7 +254,13 @@ describe("the console", () => {
     await page.getByRole("link", { name: "Queue" }).click();
     const unserved = page.getByRole("table", { name: "Unserved" }).locator("tbody tr", { hasText: "no-pollers" });
     await unserved.waitFor({ timeout: 15_000 });
-    expect((await unserved.locator("th, td").allTextContents()).map((t) => t.trim())).toEqual(["t", "no-pollers", "1", expect.stringMatching(/^(now|\d+ s)$/), "none registered"]);
+    expect((await unserved.locator("th, td").allTextContents()).map((t) => t.trim())).toEqual([
+      "t",
+      "no-pollers",
+      "1",
+      expect.stringMatching(/^(now|\d+ s)$/),
+      "none registered",
+    ]);
     expect(await accessibilityProblems()).toEqual([]);
     await queue.cancel({ tenantKey: "t", ids: [id!] });
     await eventually(() => unserved.count(), { timeout: 10_000 }).toBe(0);
@@ -282,7 +317,9 @@ describe("the console", () => {
     await eventually(() => page.locator("tr[data-agent] .status.active").count()).toBe(2);
 
     const queue = fx.clientAt(D.address, QueueService, TOKENS.engine);
-    const [id] = (await queue.enqueue({ tenantKey: "t", items: [{ engineKind: "nobody-runs-this", payloadJson: "{}", idempotencyKey: "order-77" }] })).results.map((r) => r.id);
+    const [id] = (
+      await queue.enqueue({ tenantKey: "t", items: [{ engineKind: "nobody-runs-this", payloadJson: "{}", idempotencyKey: "order-77" }] })
+    ).results.map((r) => r.id);
     // Found by its producer's key, then opened.
     await page.getByRole("link", { name: "Items and runs" }).click();
     await page.getByLabel("or with idempotency key").fill("order-77");
@@ -290,7 +327,10 @@ describe("the console", () => {
     await page.locator(`tr[data-item="${id}"]`).getByRole("link").click();
     await eventually(() => page.locator(".detail").textContent()).toMatch(/Statuspending/);
     await page.getByRole("button", { name: "Cancel item" }).click();
-    await page.getByRole("dialog", { name: `Cancel ${id}` }).getByRole("button", { name: "Cancel item" }).click();
+    await page
+      .getByRole("dialog", { name: `Cancel ${id}` })
+      .getByRole("button", { name: "Cancel item" })
+      .click();
     await eventually(() => page.locator(".detail").textContent(), { timeout: 10_000 }).toMatch(/Statuscancelled/);
   }, 60_000);
 

@@ -40,7 +40,11 @@ describe("daemon over real HTTP/2", () => {
       new Promise<{ code: number; services: string[] }>((resolve) => {
         const md = new grpc.Metadata();
         if (token) md.set("authorization", `Bearer ${token}`);
-        const call = (client as unknown as { serverReflectionInfo(md: grpc.Metadata): grpc.ClientDuplexStream<object, { listServicesResponse?: { service: { name: string }[] } }> }).serverReflectionInfo(md);
+        const call = (
+          client as unknown as {
+            serverReflectionInfo(md: grpc.Metadata): grpc.ClientDuplexStream<object, { listServicesResponse?: { service: { name: string }[] } }>;
+          }
+        ).serverReflectionInfo(md);
         const services: string[] = [];
         call.on("data", (m) => services.push(...(m.listServicesResponse?.service ?? []).map((s: { name: string }) => s.name)));
         call.on("error", (e: grpc.ServiceError) => resolve({ code: e.code, services }));

@@ -30,7 +30,8 @@ beforeAll(async () => {
 });
 
 const table = (t: "task" | "run" | "work_item" | "checkpoint" | "engine_run") => fx.db.tables.qualified(t);
-const count = async (t: "task" | "run" | "work_item" | "checkpoint" | "engine_run") => Number((await fx.db.raw<{ n: string }>(`SELECT count(*) AS n FROM ${table(t)}`))[0]!.n);
+const count = async (t: "task" | "run" | "work_item" | "checkpoint" | "engine_run") =>
+  Number((await fx.db.raw<{ n: string }>(`SELECT count(*) AS n FROM ${table(t)}`))[0]!.n);
 const claimOne = async () => {
   let items: Awaited<ReturnType<TestAgent["claim"]>> = [];
   await until("the agent claims an item", async () => (items = await agent.claim(1, 100)).length === 1, 20_000, 1);
@@ -68,7 +69,11 @@ describe("DagService calls", () => {
   it("a signal reaches a waiting node, or waits for it when it is not reached yet", async () => {
     const w = work(agent, (item, p) => (item.taskName === "after" ? p : "a-done"));
     try {
-      const def = definition([{ name: "a" }, { name: "approve", wait: true, event: "approved", dependsOn: ["a"] }, { name: "after", dependsOn: ["approve"], payloadJson: `{"by":"{{ context.approve.by }}"}` }]);
+      const def = definition([
+        { name: "a" },
+        { name: "approve", wait: true, event: "approved", dependsOn: ["a"] },
+        { name: "after", dependsOn: ["approve"], payloadJson: `{"by":"{{ context.approve.by }}"}` },
+      ]);
       // Early: kept, then taken when the node is reached.
       await w.stop();
       const early = await client.start("t", def);
@@ -114,12 +119,16 @@ describe("DagService calls", () => {
     const t = await client.get("t", task.id);
     expect([t.status, t.reason]).toEqual([RunStatus.FAILED, "node 'slow' failed: timed out after 10000 ms"]);
     expect((await slowAgent.complete(held, "too late")).map((o) => [o.ok, o.code])).toEqual([[false, Code.FailedPrecondition]]);
-    expect(await fx.db.raw(`SELECT status, error FROM ${table("work_item")} WHERE run_id = $1`, [task.id])).toEqual([{ status: "cancelled", error: "the node timed out" }]);
+    expect(await fx.db.raw(`SELECT status, error FROM ${table("work_item")} WHERE run_id = $1`, [task.id])).toEqual([
+      { status: "cancelled", error: "the node timed out" },
+    ]);
     // An attempt that ends in time takes its timeout with it.
     const quick = await client.start("t", definition([{ name: "quick", timeoutMs: 60_000, engineKind: "dag-slow" }]));
     let item: Awaited<ReturnType<TestAgent["claim"]>> = [];
     await until("the quick node is claimed", async () => (item = await slowAgent.claim(1, 100)).length === 1, 20_000, 1);
-    expect(await fx.db.raw(`SELECT kind FROM ${fx.db.tables.qualified("engine_event")} WHERE engine_kind = 'dag' AND run_id = $1`, [quick.id])).toEqual([{ kind: "timeout" }]);
+    expect(await fx.db.raw(`SELECT kind FROM ${fx.db.tables.qualified("engine_event")} WHERE engine_kind = 'dag' AND run_id = $1`, [quick.id])).toEqual([
+      { kind: "timeout" },
+    ]);
     await slowAgent.complete(item, "in time");
     await client.until("t", quick.id, RunStatus.COMPLETED);
     expect(await fx.db.raw(`SELECT kind FROM ${fx.db.tables.qualified("engine_event")} WHERE engine_kind = 'dag' AND run_id = $1`, [quick.id])).toEqual([]);
@@ -179,19 +188,33 @@ describe("DagService calls", () => {
     expect((await lister.dag.listRuns({ tenantKey: "list", statuses: [RunStatus.CANCELLED] })).runs.map((r) => r.id)).toEqual([ids[0]]);
     expect((await lister.dag.listRuns({ tenantKey: "list", definitionId: "odd" })).runs.map((r) => r.id)).toEqual([ids[3], ids[1]]);
     const first = await lister.dag.listRuns({ tenantKey: "list", pageSize: 1 });
-    expect(await codeOf(lister.dag.listRuns({ tenantKey: "list", pageSize: 1, definitionId: "odd", pageToken: first.nextPageToken }))).toBe(Code.InvalidArgument);
+    expect(await codeOf(lister.dag.listRuns({ tenantKey: "list", pageSize: 1, definitionId: "odd", pageToken: first.nextPageToken }))).toBe(
+      Code.InvalidArgument,
+    );
   });
 
   it("every bad definition is refused naming what is wrong, and writes nothing", async () => {
     const before = await Promise.all((["run", "task", "work_item", "checkpoint", "engine_run"] as const).map(count));
     const cases: [NodeSpec[], Code, RegExp][] = [
-      [[{ name: "a", dependsOn: ["c"] }, { name: "b", dependsOn: ["a"] }, { name: "c", dependsOn: ["b"] }], Code.InvalidArgument, /^node 'a': is on a cycle: a -> c -> b -> a$/],
+      [
+        [
+          { name: "a", dependsOn: ["c"] },
+          { name: "b", dependsOn: ["a"] },
+          { name: "c", dependsOn: ["b"] },
+        ],
+        Code.InvalidArgument,
+        /^node 'a': is on a cycle: a -> c -> b -> a$/,
+      ],
       [[{ name: "a", dependsOn: ["ghost"] }], Code.InvalidArgument, /^node 'a'.depends_on: names 'ghost', which is not a node of the definition$/],
       [[{ name: "a", dependsOn: ["a"] }], Code.InvalidArgument, /^node 'a'.depends_on: names the node itself$/],
       [[{ name: "a" }, { name: "a" }], Code.InvalidArgument, /^node 'a': is a duplicate name/],
       [[{ name: "bad name!" }], Code.InvalidArgument, /^nodes\[0\].name: 'bad name!' must be 1-128/],
       [[{ name: "a", payloadJson: `{"x":"{{ context.a"}` }], Code.InvalidArgument, /^node 'a'.payload_json: bad template: .* unclosed/],
-      [[{ name: "a", payloadJson: `{"x":"{{ secrets.a }}"}` }], Code.InvalidArgument, /^node 'a'.payload_json: bad template: 'secrets.a' must start with context, item, index, run_id$/],
+      [
+        [{ name: "a", payloadJson: `{"x":"{{ secrets.a }}"}` }],
+        Code.InvalidArgument,
+        /^node 'a'.payload_json: bad template: 'secrets.a' must start with context, item, index, run_id$/,
+      ],
       [[{ name: "a", payloadJson: `{"x":"{{ item }}"}` }], Code.InvalidArgument, /^node 'a'.payload_json: uses item or index, which only a fan-out node has$/],
       [[{ name: "a", payloadJson: `{"x":` }], Code.InvalidArgument, /^node 'a'.payload_json: is not valid JSON: .* at position \d+$/],
       [[{ name: "a", fanOut: "item.list" }], Code.InvalidArgument, /^node 'a'.fan_out: 'item.list' must be a path into the run context/],
@@ -230,7 +253,9 @@ describe("DagService calls", () => {
       expect(mine.some((a) => a.rec.table === "task" && a.rec.action === "update")).toBe(true);
       for (const a of audit) {
         for (const secret of [SECRET, RESULT, PAYLOAD]) expect(a.raw).not.toContain(secret);
-        expect(Object.keys(a.rec).sort()).toEqual(["action", "at", "by", "fields", "hostname", "ids", "level", "msg", "pid", "stream", "table", "time"].filter((k) => k in a.rec).sort());
+        expect(Object.keys(a.rec).sort()).toEqual(
+          ["action", "at", "by", "fields", "hostname", "ids", "level", "msg", "pid", "stream", "table", "time"].filter((k) => k in a.rec).sort(),
+        );
       }
       // The values did reach the database, so their absence from the audit means something.
       const [row] = await fx.db.raw<{ c: string }>(`SELECT context::text AS c FROM ${table("run")} WHERE id = $1`, [run.id]);

@@ -84,7 +84,14 @@ describe("a DAG run across daemons", () => {
     try {
       const run = await client.start("t", definition(layered(), { id: "layered" }));
       const completedTasks = async () =>
-        Number((await fx.db.raw<{ n: string }>(`SELECT count(*) AS n FROM ${fx.db.tables.qualified("task")} WHERE runid = $1 AND states -> -1 ->> 'state' = 'completed'`, [run.id]))[0]!.n);
+        Number(
+          (
+            await fx.db.raw<{ n: string }>(
+              `SELECT count(*) AS n FROM ${fx.db.tables.qualified("task")} WHERE runid = $1 AND states -> -1 ->> 'state' = 'completed'`,
+              [run.id],
+            )
+          )[0]!.n,
+        );
       await until("a third of the run has completed", async () => (await completedTasks()) >= 300, 120_000, 20);
       daemons[0]!.proc.kill("SIGKILL");
       await daemons[0]!.exited;

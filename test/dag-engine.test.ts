@@ -41,14 +41,19 @@ describe("DAG runs", () => {
       expect(w.ran.map((i) => i.taskName)).toEqual(["n0", "n1", "n2"]);
       // The work items say what they are for: the run, the attempt's row, the node.
       for (const i of w.ran) expect(i.runId).toBe(run.id);
-      const rows = await fx.db.raw<{ id: string; workerid: string; name: string }>(`SELECT id, workerid, name FROM ${table("task")} WHERE runid = $1 ORDER BY name`, [run.id]);
+      const rows = await fx.db.raw<{ id: string; workerid: string; name: string }>(
+        `SELECT id, workerid, name FROM ${table("task")} WHERE runid = $1 ORDER BY name`,
+        [run.id],
+      );
       expect(rows.map((r) => [r.name, r.workerid])).toEqual([
         ["n0", "dag-agent-1"],
         ["n1", "dag-agent-1"],
         ["n2", "dag-agent-1"],
       ]);
       expect(new Set(w.ran.map((i) => i.taskId))).toEqual(new Set(rows.map((r) => r.id)));
-      const dir = await fx.db.raw(`SELECT engine_kind, ended_on::text AS ended_on, definition_id, tenant_key FROM ${table("engine_run")} WHERE run_id = $1`, [run.id]);
+      const dir = await fx.db.raw(`SELECT engine_kind, ended_on::text AS ended_on, definition_id, tenant_key FROM ${table("engine_run")} WHERE run_id = $1`, [
+        run.id,
+      ]);
       expect(dir).toEqual([{ engine_kind: "dag", ended_on: done.endTime!.toString(), definition_id: "chain3", tenant_key: "t" }]);
       const [row] = await fx.db.raw<{ runtype: string; state: string; duration: string; starttime: string }>(
         `SELECT runtype, states -> -1 ->> 'state' AS state, duration::text, starttime::text FROM ${table("run")} WHERE id = $1`,
@@ -62,7 +67,11 @@ describe("DAG runs", () => {
   });
 
   it("a diamond's join starts only after both branches, and reads both results", async () => {
-    const w = work(agent, (item, p) => (item.taskName === "d" ? { sum: (p as { b: number; c: number }).b + (p as { b: number; c: number }).c } : { v: item.taskName === "b" ? 2 : item.taskName === "c" ? 3 : 1 }));
+    const w = work(agent, (item, p) =>
+      item.taskName === "d"
+        ? { sum: (p as { b: number; c: number }).b + (p as { b: number; c: number }).c }
+        : { v: item.taskName === "b" ? 2 : item.taskName === "c" ? 3 : 1 },
+    );
     try {
       const run = await client.start(
         "t",
@@ -97,7 +106,12 @@ describe("DAG runs", () => {
         "t",
         definition([
           { name: "split" },
-          { name: "sq", dependsOn: ["split"], fanOut: "context.split.items", payloadJson: `{"x":"{{ item }}","i":"{{ index }}","label":"item {{ index }} of {{ run_id }}"}` },
+          {
+            name: "sq",
+            dependsOn: ["split"],
+            fanOut: "context.split.items",
+            payloadJson: `{"x":"{{ item }}","i":"{{ index }}","label":"item {{ index }} of {{ run_id }}"}`,
+          },
           { name: "join", dependsOn: ["sq"], payloadJson: `{"squares":"{{ context.sq }}"}` },
         ]),
       );
@@ -108,7 +122,9 @@ describe("DAG runs", () => {
       const sq = done.nodes.find((n) => n.name === "sq")!;
       expect(sq).toMatchObject({ status: NodeStatus.COMPLETED, iterations: 50, iterationsDone: 50 });
       expect(sq.attempts.map((a) => a.name).sort()).toEqual(Array.from({ length: 50 }, (_, i) => `sq[${i}]`).sort());
-      const cps = await fx.db.raw(`SELECT node_name, iterator_type, cursor, idx::int, total::int, done FROM ${table("checkpoint")} WHERE run_id = $1`, [run.id]);
+      const cps = await fx.db.raw(`SELECT node_name, iterator_type, cursor, idx::int, total::int, done FROM ${table("checkpoint")} WHERE run_id = $1`, [
+        run.id,
+      ]);
       expect(cps).toEqual([{ node_name: "sq", iterator_type: "map", cursor: "0-49", idx: 50, total: 50, done: true }]);
       const labels = w.ran.filter((i) => i.taskName.startsWith("sq[")).map((i) => JSON.parse(i.payloadJson).label as string);
       expect(labels).toContain(`item 7 of ${run.id}`);
@@ -149,7 +165,9 @@ describe("DAG runs", () => {
       await expectEventually(async () => (await client.get("t", run.id)).nodes.find((n) => n.name === "sq")!.iterationsDone === 18);
       const [cp] = await fx.db.raw<{ idx: number; done: boolean }>(`SELECT idx::int, done FROM ${table("checkpoint")} WHERE run_id = $1`, [run.id]);
       expect(cp).toEqual({ idx: 18, done: false });
-      const dirEnded = await fx.db.raw<{ ended_on: string | null }>(`SELECT ended_on::text AS ended_on FROM ${table("engine_run")} WHERE run_id = $1`, [run.id]);
+      const dirEnded = await fx.db.raw<{ ended_on: string | null }>(`SELECT ended_on::text AS ended_on FROM ${table("engine_run")} WHERE run_id = $1`, [
+        run.id,
+      ]);
       expect(dirEnded[0]!.ended_on).not.toBeNull();
 
       // With no agent working, the resumed run is seen live again, in the directory too.
@@ -158,7 +176,9 @@ describe("DAG runs", () => {
       const resumed = (await client.dag.resumeRun({ tenantKey: "t", runId: run.id })).run!;
       expect(resumed.status).toBe(RunStatus.RUNNING);
       expect(resumed.endTime).toBeUndefined();
-      const reopened = await fx.db.raw<{ ended_on: string | null }>(`SELECT ended_on::text AS ended_on FROM ${table("engine_run")} WHERE run_id = $1`, [run.id]);
+      const reopened = await fx.db.raw<{ ended_on: string | null }>(`SELECT ended_on::text AS ended_on FROM ${table("engine_run")} WHERE run_id = $1`, [
+        run.id,
+      ]);
       expect(reopened).toEqual([{ ended_on: null }]);
       w = work(agent, handler);
       const failedAgain = await client.until("t", run.id, RunStatus.FAILED);
@@ -175,7 +195,12 @@ describe("DAG runs", () => {
       expect(runs.get("flaky")).toBe(2);
       for (let i = 0; i < 20; i++) expect(runs.get(`sq[${i}]`), `sq[${i}]`).toBe(i === 7 || i === 13 ? 2 : 1);
       const sq = done.nodes.find((n) => n.name === "sq")!;
-      expect(sq.attempts.filter((a) => a.attempt === 2).map((a) => a.iteration).sort((a, b) => a - b)).toEqual([7, 13]);
+      expect(
+        sq.attempts
+          .filter((a) => a.attempt === 2)
+          .map((a) => a.iteration)
+          .sort((a, b) => a - b),
+      ).toEqual([7, 13]);
       expect(done.nodes.find((n) => n.name === "flaky")!.attempts.map((a) => [a.attempt, a.status])).toEqual([
         [1, AttemptStatus.FAILED],
         [2, AttemptStatus.COMPLETED],
@@ -183,7 +208,10 @@ describe("DAG runs", () => {
       const ended = await fx.db.raw<{ ended_on: string | null }>(`SELECT ended_on::text AS ended_on FROM ${table("engine_run")} WHERE run_id = $1`, [run.id]);
       expect(ended[0]!.ended_on).toBe(done.endTime!.toString());
       // The states history tells the story.
-      const [hist] = await fx.db.raw<{ s: string[] }>(`SELECT array(SELECT e ->> 'state' FROM jsonb_array_elements(states) e) AS s FROM ${table("run")} WHERE id = $1`, [run.id]);
+      const [hist] = await fx.db.raw<{ s: string[] }>(
+        `SELECT array(SELECT e ->> 'state' FROM jsonb_array_elements(states) e) AS s FROM ${table("run")} WHERE id = $1`,
+        [run.id],
+      );
       expect(hist!.s).toEqual(["running", "failed", "running", "failed", "running", "completed"]);
     } finally {
       await w.stop();
@@ -217,7 +245,13 @@ describe("DAG runs", () => {
       return item.taskName;
     });
     try {
-      const run = await client.start("t", definition([{ name: "optional", skip: true }, { name: "after", dependsOn: ["optional"] }]));
+      const run = await client.start(
+        "t",
+        definition([
+          { name: "optional", skip: true },
+          { name: "after", dependsOn: ["optional"] },
+        ]),
+      );
       const done = await client.until("t", run.id, RunStatus.COMPLETED);
       expect(done.nodes.map((n) => [n.name, n.status, n.error])).toEqual([
         ["optional", NodeStatus.SKIPPED, "not today"],
@@ -240,7 +274,9 @@ describe("DAG runs", () => {
         const workers = new Set(done.nodes.map((n) => n.attempts[0]!.worker));
         expect(workers.size, `run ${r.id}`).toBe(1);
       }
-      const keys = await fx.db.raw<{ affinity_key: string }>(`SELECT DISTINCT affinity_key FROM ${table("work_item")} WHERE run_id = ANY($1)`, [runs.map((r) => r.id)]);
+      const keys = await fx.db.raw<{ affinity_key: string }>(`SELECT DISTINCT affinity_key FROM ${table("work_item")} WHERE run_id = ANY($1)`, [
+        runs.map((r) => r.id),
+      ]);
       expect(keys.map((k) => k.affinity_key).sort()).toEqual(runs.map((r) => `run:${r.id}`).sort());
     } finally {
       await Promise.all([w1.stop(), w2.stop()]);

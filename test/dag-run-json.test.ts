@@ -14,7 +14,11 @@ const fx = useTestDaemon({ label: "dagjson", config: { instanceId: "dag-json", s
 describe("a DAG run's JSON", () => {
   it("carries runId, equal to id, from StartRun, GetRun, ListRuns and WatchRun", async () => {
     const client = fx.closers.add(new DagClient(fx.address));
-    const started = await client.dag.startRun({ tenantKey: "t", source: { case: "definition", value: definition([{ name: "w", wait: true, event: "go" }]) }, contextJson: "{}" });
+    const started = await client.dag.startRun({
+      tenantKey: "t",
+      source: { case: "definition", value: definition([{ name: "w", wait: true, event: "go" }]) },
+      contextJson: "{}",
+    });
     const id = started.run!.id;
     expect(id).not.toBe("");
     const json = [

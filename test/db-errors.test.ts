@@ -28,8 +28,14 @@ afterAll(async () => {
 
 /** What an INSERT of these values fails with, on pg's own client (the hot pool's driver) and on slonik's pool. */
 async function failures(id: number, n: number | null): Promise<unknown[]> {
-  const raw = await client.query(`INSERT INTO "${db.schema}".t VALUES ($1, $2)`, [id, n]).then(() => new Error("succeeded"), (e: unknown) => e);
-  const viaSlonik = await db.pool.query(sql.unsafe`INSERT INTO ${sql.identifier([db.schema, "t"])} VALUES (${id}, ${n})`).then(() => new Error("succeeded"), (e: unknown) => e);
+  const raw = await client.query(`INSERT INTO "${db.schema}".t VALUES ($1, $2)`, [id, n]).then(
+    () => new Error("succeeded"),
+    (e: unknown) => e,
+  );
+  const viaSlonik = await db.pool.query(sql.unsafe`INSERT INTO ${sql.identifier([db.schema, "t"])} VALUES (${id}, ${n})`).then(
+    () => new Error("succeeded"),
+    (e: unknown) => e,
+  );
   return [raw, viaSlonik];
 }
 
@@ -47,7 +53,10 @@ describe("database errors by SQLSTATE", () => {
 
   it("a statement the server cancelled for its timeout is unavailable", async () => {
     await client.query("SET statement_timeout = '20ms'");
-    const raw = await client.query("SELECT pg_sleep(1)").then(() => new Error("succeeded"), (e: unknown) => e);
+    const raw = await client.query("SELECT pg_sleep(1)").then(
+      () => new Error("succeeded"),
+      (e: unknown) => e,
+    );
     await client.query("RESET statement_timeout");
     expect(sqlState(raw)).toBe("57014");
     expect(kindOf(raw)).toBe("unavailable");
@@ -58,7 +67,10 @@ describe("database errors by SQLSTATE", () => {
     await victim.connect();
     victim.on("error", () => {});
     const pid = (await victim.query<{ pid: number }>("SELECT pg_backend_pid() AS pid")).rows[0]!.pid;
-    const pending = victim.query("SELECT pg_sleep(5)").then(() => new Error("succeeded"), (e: unknown) => e);
+    const pending = victim.query("SELECT pg_sleep(5)").then(
+      () => new Error("succeeded"),
+      (e: unknown) => e,
+    );
     await client.query("SELECT pg_terminate_backend($1)", [pid]);
     const err = await pending;
     expect(kindOf(err)).toBe("unavailable");
@@ -66,7 +78,10 @@ describe("database errors by SQLSTATE", () => {
   });
 
   it("data the server refuses is content (the heartbeat flush isolates it); a socket's errno code is no SQLSTATE", async () => {
-    const raw = await client.query("SELECT 'x'::int").then(() => new Error("succeeded"), (e: unknown) => e);
+    const raw = await client.query("SELECT 'x'::int").then(
+      () => new Error("succeeded"),
+      (e: unknown) => e,
+    );
     expect(sqlState(raw)).toBe("22P02");
     expect(refusedForContent(raw)).toBe(true);
     const socket = Object.assign(new Error("write EPIPE"), { code: "EPIPE" });

@@ -25,7 +25,10 @@ let daemon: Daemon;
 beforeAll(async () => {
   proxy = await startTcpProxy(f.db.url);
   f.closers.defer(() => proxy.close());
-  daemon = await f.startDaemon({ log: captured.log, config: { databaseUrl: proxy.url, dbPoolSize: 2, heartbeatInterval: 60_000, sweepInterval: 50, heartbeatFlush: 50 } });
+  daemon = await f.startDaemon({
+    log: captured.log,
+    config: { databaseUrl: proxy.url, dbPoolSize: 2, heartbeatInterval: 60_000, sweepInterval: 50, heartbeatFlush: 50 },
+  });
 });
 
 const queue = () => f.clientAt(daemon.address, QueueService, TOKENS.engine);

@@ -46,7 +46,25 @@ interface Worker {
 }
 
 function spawnWorker(name: string): Worker {
-  const args = ["--import", "tsx", "agent-sdk/examples/dag-worker.ts", "--address", address, "--token", TOKENS.agent, "--name", name, "--tenants", TENANT, "--slots", "16", "--flaky-dir", flakyDir, "--grace", "5000"];
+  const args = [
+    "--import",
+    "tsx",
+    "agent-sdk/examples/dag-worker.ts",
+    "--address",
+    address,
+    "--token",
+    TOKENS.agent,
+    "--name",
+    name,
+    "--tenants",
+    TENANT,
+    "--slots",
+    "16",
+    "--flaky-dir",
+    flakyDir,
+    "--grace",
+    "5000",
+  ];
   const proc = spawn(process.execPath, args, { cwd: ROOT, stdio: ["ignore", "pipe", "inherit"] });
   fx.closers.defer(() => {
     if (proc.exitCode === null && proc.signalCode === null) proc.kill("SIGKILL");
@@ -71,7 +89,9 @@ beforeAll(async () => {
 });
 
 describe("the demo DAG with the example DAG worker", () => {
-  it("fails at flaky, and one ResumeRun completes it without re-running a finished node or iteration (counted from the workers' logs)", { timeout: 90_000 }, async () => {
+  it("fails at flaky, and one ResumeRun completes it without re-running a finished node or iteration (counted from the workers' logs)", {
+    timeout: 90_000,
+  }, async () => {
     const workers = [spawnWorker("demo-dag-worker-1"), spawnWorker("demo-dag-worker-2")];
     for (const w of workers) await until(`${w.name} registered`, () => w.lines.some((l) => l.msg === "registered"), 30_000);
 
@@ -116,7 +136,13 @@ describe("the demo DAG with the example DAG worker", () => {
       expect(l.attempt, l.task).toBe(1);
       runs.set(l.task!, (runs.get(l.task!) ?? 0) + 1);
     }
-    const expected = new Map<string, number>([["split", 1], ...Array.from({ length: ITERATIONS }, (_, i) => [`square[${i}]`, 1] as [string, number]), ["sum", 1], ["flaky", 2], ["report", 1]]);
+    const expected = new Map<string, number>([
+      ["split", 1],
+      ...Array.from({ length: ITERATIONS }, (_, i) => [`square[${i}]`, 1] as [string, number]),
+      ["sum", 1],
+      ["flaky", 2],
+      ["report", 1],
+    ]);
     expect(Object.fromEntries(runs)).toEqual(Object.fromEntries(expected));
 
     // The run's own record agrees: one attempt of everything but flaky, which failed once and then completed.

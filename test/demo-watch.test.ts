@@ -15,7 +15,13 @@ describe("the demo's watch", () => {
   it("returns the ended run with each node's attempts", async () => {
     const client = fx.closers.add(new DagClient(fx.address));
     // Two task nodes no agent serves: the first becomes a work item (its attempt 1), the second waits on it.
-    const run = await client.start("t", definition([{ name: "a", engineKind: "nobody" }, { name: "b", engineKind: "nobody", dependsOn: ["a"] }]));
+    const run = await client.start(
+      "t",
+      definition([
+        { name: "a", engineKind: "nobody" },
+        { name: "b", engineKind: "nobody", dependsOn: ["a"] },
+      ]),
+    );
     await client.dag.cancelRun({ tenantKey: "t", runId: run.id, reason: "enough" });
     const said: string[] = [];
     const ended = await watch(client.dag, "t", run.id, (m) => said.push(m));

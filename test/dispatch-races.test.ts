@@ -102,19 +102,25 @@ describe("concurrency keys, raced", () => {
     const LIMIT = 3;
     const ITEMS = 2_400;
     const agents = await Promise.all(
-      Array.from({ length: 8 }, async (_, i) => closers.add(await TestAgent.register((i % 2 ? B : A).address, `keys-${i}`, { tenants: [t], engineKinds: ["k"], slots: 8 }))),
+      Array.from({ length: 8 }, async (_, i) =>
+        closers.add(await TestAgent.register((i % 2 ? B : A).address, `keys-${i}`, { tenants: [t], engineKinds: ["k"], slots: 8 })),
+      ),
     );
     for (let start = 0; start < ITEMS; start += 400)
       await producer.enqueue(
         t,
         Array.from({ length: 400 }, (_, i) => ({ engineKind: "k", workerParams: { concurrencyKey: `key-${(start + i) % KEYS}`, maxInFlight: LIMIT } })),
       );
-    const sampler = await Sampler.start(`SELECT concurrency_key AS g, count(*) AS n FROM ${work()} WHERE tenant_key = $1 AND status = 'dispatched' GROUP BY 1`, [t]);
+    const sampler = await Sampler.start(
+      `SELECT concurrency_key AS g, count(*) AS n FROM ${work()} WHERE tenant_key = $1 AND status = 'dispatched' GROUP BY 1`,
+      [t],
+    );
     const counter = new pg.Client({ connectionString: db.url });
     await counter.connect();
     let left = ITEMS;
     const watch = (async () => {
-      while (left > 0) left = Number((await counter.query(`SELECT count(*) AS n FROM ${work()} WHERE tenant_key = $1 AND status <> 'completed'`, [t])).rows[0].n);
+      while (left > 0)
+        left = Number((await counter.query(`SELECT count(*) AS n FROM ${work()} WHERE tenant_key = $1 AND status <> 'completed'`, [t])).rows[0].n);
     })();
     const took = await Promise.all(agents.map((a) => churn(a, 4, () => left === 0)));
     await watch;
@@ -123,7 +129,10 @@ describe("concurrency keys, raced", () => {
     expect(took.reduce((x, y) => x + y, 0)).toBe(ITEMS);
     expect(sampler.samples).toBeGreaterThan(10);
     expect(Math.max(...sampler.most.values())).toBe(LIMIT);
-    const byDaemon = await fx.db.raw<{ leased_by: string; n: number }>(`SELECT leased_by, count(*)::int AS n FROM ${work()} WHERE tenant_key = $1 GROUP BY 1 ORDER BY 1`, [t]);
+    const byDaemon = await fx.db.raw<{ leased_by: string; n: number }>(
+      `SELECT leased_by, count(*)::int AS n FROM ${work()} WHERE tenant_key = $1 GROUP BY 1 ORDER BY 1`,
+      [t],
+    );
     expect(byDaemon.map((r) => r.leased_by)).toEqual(["race-a", "race-b"]);
   }, 180_000);
 });
@@ -255,4 +264,3 @@ describe("every end of a dispatch gives back what it reserved", () => {
     }
   });
 });
-

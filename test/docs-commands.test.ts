@@ -32,7 +32,9 @@ interface Block {
 
 /** The README and every page of docs/. */
 function pages(): string[] {
-  const docs = readdirSync(path.join(ROOT, "docs")).filter((f) => f.endsWith(".md")).map((f) => `docs/${f}`);
+  const docs = readdirSync(path.join(ROOT, "docs"))
+    .filter((f) => f.endsWith(".md"))
+    .map((f) => `docs/${f}`);
   return ["README.md", ...docs.sort()];
 }
 
@@ -105,7 +107,8 @@ function logsOf(dir: string): string {
   for (const sub of [".", ".tmp"]) {
     const d = path.join(dir, sub);
     if (!existsSync(d)) continue;
-    for (const f of readdirSync(d).filter((n) => n.endsWith(".log"))) out.push(`--- ${sub}/${f} (last 40 lines)\n${readFileSync(path.join(d, f), "utf8").split("\n").slice(-40).join("\n")}`);
+    for (const f of readdirSync(d).filter((n) => n.endsWith(".log")))
+      out.push(`--- ${sub}/${f} (last 40 lines)\n${readFileSync(path.join(d, f), "utf8").split("\n").slice(-40).join("\n")}`);
   }
   return out.join("\n");
 }

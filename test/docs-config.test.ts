@@ -34,7 +34,11 @@ describe("docs/configuration.md", () => {
 
   it("groups every setting under exactly one area", () => {
     const inAreas = AREAS.flatMap((a) => Object.values(a.settings).map((s) => s.flag));
-    expect(inAreas.sort()).toEqual(Object.values(SETTINGS).map((s) => s.flag).sort());
+    expect(inAreas.sort()).toEqual(
+      Object.values(SETTINGS)
+        .map((s) => s.flag)
+        .sort(),
+    );
     expect(new Set(inAreas).size).toBe(inAreas.length);
   });
 

@@ -130,47 +130,66 @@ describe("aiflowd with an embedded Postgres", () => {
     ["once it serves", "aiflowd serving gRPC", false],
     ["during start-up", "embedded Postgres ready", false],
     ["once it serves, also relayed by a wrapper", "aiflowd serving gRPC", true],
-  ] as const)("Ctrl-C (SIGINT to the terminal's process group) %s drains the daemon, then stops Postgres, with no error", { timeout: SLOW }, async ([, atLine, relayed], { onTestFailed }) => {
-    const listen = await freePort();
-    // detached: a process group of its own, as a shell gives a foreground job; the signal goes to all of it.
-    const daemon = spawn(process.execPath, [path.join(repoRoot, "bin/aiflowd.js"), "serve", "--data-dir", dataDir, "--embedded-port", String(port), "--listen", `127.0.0.1:${listen}`, "--http-listen", "off"], {
-      cwd: repoRoot,
-      detached: true,
-      stdio: ["ignore", "pipe", "pipe"],
-      env: { ...process.env, DATABASE_URL: "", AIFLOW_LOG_LEVEL: "info", NO_COLOR: "1" },
-    });
-    children.push(daemon);
-    const lines: Record<string, unknown>[] = [];
-    const awaited = new Map<unknown, () => void>();
-    const logged = (msg: string) => new Promise<void>((resolve) => awaited.set(msg, resolve));
-    const ready = logged(atLine);
-    const stopping = relayed ? logged("shutting down") : undefined;
-    readline.createInterface({ input: daemon.stdout! }).on("line", (line) => {
-      const rec = JSON.parse(line) as Record<string, unknown>;
-      lines.push(rec);
-      awaited.get(rec.msg)?.();
-    });
-    const exited = once(daemon, "exit");
-    await Promise.race([ready, exited.then(() => Promise.reject(new Error(`aiflowd exited before logging '${atLine}': ${JSON.stringify(lines)}`)))]);
+  ] as const)(
+    "Ctrl-C (SIGINT to the terminal's process group) %s drains the daemon, then stops Postgres, with no error",
+    { timeout: SLOW },
+    async ([, atLine, relayed], { onTestFailed }) => {
+      const listen = await freePort();
+      // detached: a process group of its own, as a shell gives a foreground job; the signal goes to all of it.
+      const daemon = spawn(
+        process.execPath,
+        [
+          path.join(repoRoot, "bin/aiflowd.js"),
+          "serve",
+          "--data-dir",
+          dataDir,
+          "--embedded-port",
+          String(port),
+          "--listen",
+          `127.0.0.1:${listen}`,
+          "--http-listen",
+          "off",
+        ],
+        {
+          cwd: repoRoot,
+          detached: true,
+          stdio: ["ignore", "pipe", "pipe"],
+          env: { ...process.env, DATABASE_URL: "", AIFLOW_LOG_LEVEL: "info", NO_COLOR: "1" },
+        },
+      );
+      children.push(daemon);
+      const lines: Record<string, unknown>[] = [];
+      const awaited = new Map<unknown, () => void>();
+      const logged = (msg: string) => new Promise<void>((resolve) => awaited.set(msg, resolve));
+      const ready = logged(atLine);
+      const stopping = relayed ? logged("shutting down") : undefined;
+      readline.createInterface({ input: daemon.stdout! }).on("line", (line) => {
+        const rec = JSON.parse(line) as Record<string, unknown>;
+        lines.push(rec);
+        awaited.get(rec.msg)?.();
+      });
+      const exited = once(daemon, "exit");
+      await Promise.race([ready, exited.then(() => Promise.reject(new Error(`aiflowd exited before logging '${atLine}': ${JSON.stringify(lines)}`)))]);
 
-    // Postgres runs in a group of its own: if the test fails, nothing else would stop it.
-    const postgresPid = await postmasterPid();
-    onTestFailed(() => interruptIfAlive(postgresPid));
+      // Postgres runs in a group of its own: if the test fails, nothing else would stop it.
+      const postgresPid = await postmasterPid();
+      onTestFailed(() => interruptIfAlive(postgresPid));
 
-    process.kill(-daemon.pid!, "SIGINT");
-    if (stopping) {
-      // The wrapper's copy comes once the daemon has taken the first (34 ms later, as once seen by hand).
-      await stopping;
-      process.kill(daemon.pid!, "SIGINT");
-    }
-    const [code] = await exited;
-    expect(code).toBe(0);
-    expect(lines.filter((l) => (l.level as number) >= 50)).toEqual([]);
-    const msgs = lines.map((l) => l.msg);
-    expect(msgs.indexOf("embedded Postgres stopped")).toBeGreaterThan(msgs.indexOf("shutting down"));
-    expect(msgs.at(-1)).toBe("aiflowd stopped");
-    expect(await connectError(port)).toBe("ECONNREFUSED");
-  });
+      process.kill(-daemon.pid!, "SIGINT");
+      if (stopping) {
+        // The wrapper's copy comes once the daemon has taken the first (34 ms later, as once seen by hand).
+        await stopping;
+        process.kill(daemon.pid!, "SIGINT");
+      }
+      const [code] = await exited;
+      expect(code).toBe(0);
+      expect(lines.filter((l) => (l.level as number) >= 50)).toEqual([]);
+      const msgs = lines.map((l) => l.msg);
+      expect(msgs.indexOf("embedded Postgres stopped")).toBeGreaterThan(msgs.indexOf("shutting down"));
+      expect(msgs.at(-1)).toBe("aiflowd stopped");
+      expect(await connectError(port)).toBe("ECONNREFUSED");
+    },
+  );
 });
 
 async function start(log: Logger = pino({ level: "silent" })): Promise<EmbeddedPostgres> {

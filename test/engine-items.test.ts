@@ -49,11 +49,22 @@ describe("items the engines queue", () => {
     const machines = fx.closers.add(new MachineClient(D.address));
     // No agent serves these kinds yet: the items wait, pending.
     await dags.start("t", definition(chain(1).map((n) => ({ ...n, engineKind: "dag-k" }))));
-    await graphs.start("t", { id: "one", start: "a", nodes: [{ name: "a", kind: NodeKind.TASK, engineKind: "graph-k" }, { name: "z", kind: NodeKind.END }], edges: [{ from: "a", to: "z" }] });
+    await graphs.start("t", {
+      id: "one",
+      start: "a",
+      nodes: [
+        { name: "a", kind: NodeKind.TASK, engineKind: "graph-k" },
+        { name: "z", kind: NodeKind.END },
+      ],
+      edges: [{ from: "a", to: "z" }],
+    });
     const machine = await machines.start("t", {
       id: "m",
       initial: "s0",
-      states: [{ name: "s0", transitions: [{ event: "go", to: "s1", action: { engineKind: "machine-k" } }] }, { name: "s1", terminal: true }],
+      states: [
+        { name: "s0", transitions: [{ event: "go", to: "s1", action: { engineKind: "machine-k" } }] },
+        { name: "s1", terminal: true },
+      ],
     });
     await machines.signal("t", machine.runId, "go");
     const queued = await fx.db.raw<{ engine_kind: string; next_attempt_at: string; created_ns: string }>(
@@ -67,7 +78,9 @@ describe("items the engines queue", () => {
     for (const kind of ["dag-k", "graph-k", "machine-k"])
       expect(m.series("aiflow_queue_oldest_due_pending_age_seconds", { tenant: "t", engine_kind: kind }), kind).toBe(WAITED_MS / 1000);
 
-    const agent = fx.closers.add(await TestAgent.register(D.address, "engine-items-agent", { tenants: ["t"], engineKinds: ["dag-k", "graph-k", "machine-k"], slots: 8 }));
+    const agent = fx.closers.add(
+      await TestAgent.register(D.address, "engine-items-agent", { tenants: ["t"], engineKinds: ["dag-k", "graph-k", "machine-k"], slots: 8 }),
+    );
     expect(await agent.claim(8)).toHaveLength(3);
     const ops = fx.closers.add(opsSession(D.address));
     const stats = await ops.client.queueStats({ tenantKey: "t" }, ops.call);

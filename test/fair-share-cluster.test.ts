@@ -59,9 +59,17 @@ describe("fair share across two daemons", () => {
       await fx.db.raw(`DELETE FROM ${fx.db.tables.qualified("work_item")}`);
       if (c.operator)
         for (const t of tenants)
-          await fx.db.raw(`INSERT INTO ${fx.db.tables.qualified("tenant_share")} (id, tenant_key, weight, createdby, createdon) VALUES ($1, $2, $3, 'test', now())`, [`S-${t}`, t, c.weights[t]]);
+          await fx.db.raw(
+            `INSERT INTO ${fx.db.tables.qualified("tenant_share")} (id, tenant_key, weight, createdby, createdon) VALUES ($1, $2, $3, 'test', now())`,
+            [`S-${t}`, t, c.weights[t]],
+          );
       const producer = fx.closers.add(new Producer(A.address));
-      for (const t of tenants) for (let left = c.backlog[t]!; left > 0; left -= 500) await producer.enqueue(t, Array.from({ length: Math.min(500, left) }, () => ({ engineKind: "dag" })));
+      for (const t of tenants)
+        for (let left = c.backlog[t]!; left > 0; left -= 500)
+          await producer.enqueue(
+            t,
+            Array.from({ length: Math.min(500, left) }, () => ({ engineKind: "dag" })),
+          );
       const agents = await Promise.all(
         [A, A, B, B].map(async (d, i) => fx.closers.add(await TestAgent.register(d.address, `${tenants[0]}-${i}`, { tenants, engineKinds: ["dag"] }))),
       );

@@ -50,7 +50,8 @@ const keyed = (n: number, rateLimitKey: string) => Array.from({ length: n }, () 
 const table = (name: "work_item" | "tenant_share" | "rate_limit") => fx.db.tables.qualified(name);
 
 /** A tenant as the tests compare it. */
-const shown = (t: Tenant | undefined) => t && { tenant: t.tenantKey, weight: t.weight, source: t.weightSource, pending: Number(t.pending), dispatched: Number(t.dispatched) };
+const shown = (t: Tenant | undefined) =>
+  t && { tenant: t.tenantKey, weight: t.weight, source: t.weightSource, pending: Number(t.pending), dispatched: Number(t.dispatched) };
 const tenantsOf = async (tenantKey = "") => (await ops.client.listTenants({ tenantKey }, ops.call)).tenants.map(shown);
 const setWeight = (tenantKey: string, weight: number) => ops.client.setTenantWeight({ tenantKey, weight }, ops.call);
 const clearWeight = (tenantKey: string) => ops.client.setTenantWeight({ tenantKey, clear: true }, ops.call);
@@ -58,7 +59,8 @@ const clearWeight = (tenantKey: string) => ops.client.setTenantWeight({ tenantKe
 const ms = (d: Duration | undefined) => (d ? Number(d.seconds) * 1000 + d.nanos / 1e6 : undefined);
 const ruleShown = (r: RateLimitRule | undefined) => r && { key: r.key, prefix: r.prefix, count: r.count, intervalMs: ms(r.interval), burst: r.burst };
 /** A key's next slot as ms after NOW (rounded: the state is float8 nanoseconds). */
-const keyShown = (k: RateLimitKey | undefined) => k && { key: k.key, nextSlot: k.nextSlotAt ? Math.round(timestampMs(k.nextSlotAt)) - NOW : null, limit: ruleShown(k.limit) ?? null };
+const keyShown = (k: RateLimitKey | undefined) =>
+  k && { key: k.key, nextSlot: k.nextSlotAt ? Math.round(timestampMs(k.nextSlotAt)) - NOW : null, limit: ruleShown(k.limit) ?? null };
 const listLimits = (req: { tenantKey?: string; keyPrefix?: string; pageSize?: number; pageToken?: string }) => ops.client.listRateLimits(req, ops.call);
 const setLimit = (tenantKey: string, key: string, count: number, intervalMs: number, opts: { burst?: number; prefix?: boolean } = {}) =>
   ops.client.setRateLimit({ tenantKey, key, count, interval: durationFromMs(intervalMs), burst: opts.burst ?? 0, prefix: opts.prefix ?? false }, ops.call);
@@ -101,7 +103,11 @@ describe("ListTenants and SetTenantWeight", () => {
     // backlog holds the next ten turns after it, and one more item not yet due.
     await fx.db.raw(`UPDATE ${table("work_item")} SET share_tag = $1 WHERE id = $2`, [V, anchor!.id]);
     for (const [i, it] of items.slice(0, 10).entries()) await fx.db.raw(`UPDATE ${table("work_item")} SET share_tag = $1 WHERE id = $2`, [V + i + 1, it.id]);
-    await fx.db.raw(`UPDATE ${table("work_item")} SET share_tag = $1, next_attempt_at = $2 WHERE id = $3`, [V + 12, String(msToNs(NOW + 3_600_000)), items[10]!.id]);
+    await fx.db.raw(`UPDATE ${table("work_item")} SET share_tag = $1, next_attempt_at = $2 WHERE id = $3`, [
+      V + 12,
+      String(msToNs(NOW + 3_600_000)),
+      items[10]!.id,
+    ]);
     await fx.db.raw(`UPDATE ${table("tenant_share")} SET last_tag = $1 WHERE tenant_key = $2`, [V + 12, t]);
     const tags = async () => {
       const rows = await fx.db.raw<{ id: string; share_tag: number }>(`SELECT id, share_tag FROM ${table("work_item")} WHERE tenant_key = $1`, [t]);
@@ -224,7 +230,10 @@ describe("ListRateLimits and SetRateLimit", () => {
     expect(await fieldOf(setLimit(t, "k", 1_000_001, 1000))).toEqual([bad, "count"]);
     expect(await fieldOf(setLimit(t, "k", -1, 1000))).toEqual([bad, "count"]);
     expect(await fieldOf(ops.client.setRateLimit({ tenantKey: t, key: "k", count: 1 }, ops.call))).toEqual([bad, "interval"]);
-    expect(await fieldOf(ops.client.setRateLimit({ tenantKey: t, key: "k", count: 1, interval: { seconds: 0n, nanos: 500_000 } }, ops.call))).toEqual([bad, "interval"]);
+    expect(await fieldOf(ops.client.setRateLimit({ tenantKey: t, key: "k", count: 1, interval: { seconds: 0n, nanos: 500_000 } }, ops.call))).toEqual([
+      bad,
+      "interval",
+    ]);
     expect(await fieldOf(setLimit(t, "k", 1, 7 * 24 * 3600 * 1000 + 1))).toEqual([bad, "interval"]);
     expect(await fieldOf(setLimit(t, "k", 1, 1000, { burst: -1 }))).toEqual([bad, "burst"]);
     expect(await fieldOf(setLimit(t, "k", 1, 1000, { burst: 100_001 }))).toEqual([bad, "burst"]);
@@ -232,13 +241,22 @@ describe("ListRateLimits and SetRateLimit", () => {
     expect(await fieldOf(setLimit(t, "  ", 1, 1000, { prefix: true }))).toEqual([bad, "key"]);
     expect(await fieldOf(setLimit(t, "k".repeat(513), 1, 1000))).toEqual([bad, "key"]);
     expect(await fieldOf(ops.client.setRateLimit({ tenantKey: t, key: "k", clear: true, count: 5 }, ops.call))).toEqual([bad, "count"]);
-    expect(await fieldOf(ops.client.setRateLimit({ tenantKey: t, key: "k", clear: true, interval: durationFromMs(1000) }, ops.call))).toEqual([bad, "interval"]);
+    expect(await fieldOf(ops.client.setRateLimit({ tenantKey: t, key: "k", clear: true, interval: durationFromMs(1000) }, ops.call))).toEqual([
+      bad,
+      "interval",
+    ]);
     expect(await fieldOf(setLimit("bad tenant", "k", 1, 1000))).toEqual([bad, "tenant_key"]);
     expect(await fieldOf(listLimits({ tenantKey: "bad tenant" }))).toEqual([bad, "tenant_key"]);
     expect(await fieldOf(listLimits({ pageToken: "not-a-token" }))).toEqual([bad, "page_token"]);
     expect(await listLimits({ tenantKey: t })).toMatchObject({ rules: [], keys: [] });
     // The bounds themselves are taken.
-    expect(ruleShown((await setLimit(t, "k", 1_000_000, 7 * 24 * 3600 * 1000, { burst: 100_000 })).rule)).toEqual({ key: "k", prefix: false, count: 1_000_000, intervalMs: 7 * 24 * 3600 * 1000, burst: 100_000 });
+    expect(ruleShown((await setLimit(t, "k", 1_000_000, 7 * 24 * 3600 * 1000, { burst: 100_000 })).rule)).toEqual({
+      key: "k",
+      prefix: false,
+      count: 1_000_000,
+      intervalMs: 7 * 24 * 3600 * 1000,
+      burst: 100_000,
+    });
     expect(ruleShown((await setLimit(t, "k", 1, 1)).rule)).toEqual({ key: "k", prefix: false, count: 1, intervalMs: 1, burst: 1 });
   });
 });

@@ -34,7 +34,13 @@ async function reset(tenants: string[]): Promise<void> {
 }
 
 async function enqueue(store: WorkItemStore, tenant: string, n: number, atMs = NOW, over: Parameters<typeof newItem>[0] = {}): Promise<string[]> {
-  const rows = WorkItemStore.rows(tenant, "e", Array.from({ length: n }, () => newItem(over)), atMs, "test");
+  const rows = WorkItemStore.rows(
+    tenant,
+    "e",
+    Array.from({ length: n }, () => newItem(over)),
+    atMs,
+    "test",
+  );
   return (await store.enqueueRows(rows)).map((r) => r.id);
 }
 
@@ -115,7 +121,13 @@ describe("fair share between tenants", () => {
     });
 
   it("a tenant whose weight is an operator's (on its row) is shared by that weight over the configured one", async () => {
-    const store = storeWith({ weights: new Map([["a", 1], ["b", 1]]), credit: 0 });
+    const store = storeWith({
+      weights: new Map([
+        ["a", 1],
+        ["b", 1],
+      ]),
+      credit: 0,
+    });
     await reset(["a", "b"]);
     await db.raw(`INSERT INTO ${table("tenant_share")} (id, tenant_key, weight, createdby, createdon) VALUES ('S1', 'a', 4, 'test', now())`);
     await enqueue(store, "a", 1000);

@@ -37,7 +37,16 @@ describe(`the compiled codec against ${CASES * 10} fuzzed messages (seed ${SEED}
 
   it("reads every well-formed message as protobuf-es does and refuses every malformed one with an Error, in time", () => {
     const report = runDecodeCases({ seed: SEED, count: CASES * 10, limits: CI_LIMITS });
-    console.log(JSON.stringify({ fuzz: "codec", seed: SEED, cases: report.cases, ms: Math.round(report.ms), outcomes: report.outcomes, failures: report.failures.length }));
+    console.log(
+      JSON.stringify({
+        fuzz: "codec",
+        seed: SEED,
+        cases: report.cases,
+        ms: Math.round(report.ms),
+        outcomes: report.outcomes,
+        failures: report.failures.length,
+      }),
+    );
     for (const f of report.failures.slice(0, 5)) console.log(JSON.stringify(f));
     expect(report.failures.map((f) => `seed ${f.seed} case ${f.case}: ${f.why}`)).toEqual([]);
   }, 60_000);
@@ -78,7 +87,9 @@ describe(`the SDK client transport against ${CASES} fuzzed replies (seed ${SEED}
 
   it("ends every call in time, with its reply or a ConnectError with a code, as connect-node's transport does", async () => {
     const report = await runClientCases({ seed: SEED, count: CASES, limits: CI_LIMITS, server });
-    console.log(JSON.stringify({ fuzz: "client", seed: SEED, cases: report.cases, ms: Math.round(report.ms), ends: report.ends, failures: report.failures.length }));
+    console.log(
+      JSON.stringify({ fuzz: "client", seed: SEED, cases: report.cases, ms: Math.round(report.ms), ends: report.ends, failures: report.failures.length }),
+    );
     for (const f of report.failures.slice(0, 5)) console.log(JSON.stringify(f));
     expect(report.failures.map((f) => `seed ${f.seed} case ${f.case}: ${f.why}`)).toEqual([]);
   }, 60_000);

@@ -61,7 +61,9 @@ beforeAll(async () => {
 describe(`the daemon against ${CASES} fuzzed requests (seed ${SEED})`, () => {
   it("answers every one with a gRPC status in time, refuses what it must, and changes no row for a refusal", async () => {
     const report = await runCases({ seed: SEED, count: CASES, client, tokens, limits: CI_LIMITS, rows });
-    console.log(JSON.stringify({ fuzz: "server", seed: SEED, cases: report.cases, ms: Math.round(report.ms), answers: report.answers, failures: report.failures.length }));
+    console.log(
+      JSON.stringify({ fuzz: "server", seed: SEED, cases: report.cases, ms: Math.round(report.ms), answers: report.answers, failures: report.failures.length }),
+    );
     for (const f of report.failures.slice(0, 5)) console.log(JSON.stringify(f));
     expect(report.failures.map((f) => `seed ${f.seed} case ${f.case}: ${f.why}`)).toEqual([]);
     expect(errors).toEqual([]);
@@ -95,7 +97,15 @@ describe("a deadline past 2^31-1 ms", () => {
   });
   const longClaim = (extra: Record<string, string>) =>
     send(client, {
-      headers: { ":method": "POST", ":path": claim.path, "content-type": "application/grpc", te: "trailers", authorization: `Bearer ${TOKENS.agent}`, "grpc-timeout": "597H", ...extra },
+      headers: {
+        ":method": "POST",
+        ":path": claim.path,
+        "content-type": "application/grpc",
+        te: "trailers",
+        authorization: `Bearer ${TOKENS.agent}`,
+        "grpc-timeout": "597H",
+        ...extra,
+      },
       chunks: [grpcMessage(toBinary(ClaimRequestSchema, create(ClaimRequestSchema, { name: agent.name, maxItems: 1, wait: durationFromMs(150) })))],
       waitMs: 10_000,
     });
@@ -115,7 +125,6 @@ describe("a deadline past 2^31-1 ms", () => {
   it("is not what a deadline within the timers' range does", () => waited({ "grpc-timeout": "596H" }));
 });
 
-
 /**
  * Found by this fuzzer: a refusal that quotes a caller's value cut at 40
  * UTF-16 code units, with a character outside the BMP astride the cut, holds half a surrogate pair,
@@ -124,10 +133,20 @@ describe("a deadline past 2^31-1 ms", () => {
  */
 describe("an error message holding half a surrogate pair", () => {
   const enqueue = TARGETS.find((t) => t.method.name === "Enqueue")!;
-  const astride = grpcMessage(toBinary(EnqueueRequestSchema, create(EnqueueRequestSchema, { tenantKey: `${"x".repeat(39)}🙂`, items: [{ engineKind: "dag" }] })));
+  const astride = grpcMessage(
+    toBinary(EnqueueRequestSchema, create(EnqueueRequestSchema, { tenantKey: `${"x".repeat(39)}🙂`, items: [{ engineKind: "dag" }] })),
+  );
   const refused = (extra: Record<string, string>) =>
     send(client, {
-      headers: { ":method": "POST", ":path": enqueue.path, "content-type": "application/grpc", te: "trailers", authorization: `Bearer ${TOKENS.engine}`, "grpc-timeout": "300m", ...extra },
+      headers: {
+        ":method": "POST",
+        ":path": enqueue.path,
+        "content-type": "application/grpc",
+        te: "trailers",
+        authorization: `Bearer ${TOKENS.engine}`,
+        "grpc-timeout": "300m",
+        ...extra,
+      },
       chunks: [astride],
       waitMs: 1000,
     });
@@ -150,8 +169,14 @@ describe("an error message holding half a surrogate pair", () => {
   });
 
   it("is not what a value cut between two pairs does", async () => {
-    const whole = grpcMessage(toBinary(EnqueueRequestSchema, create(EnqueueRequestSchema, { tenantKey: `${"x".repeat(38)}🙂`, items: [{ engineKind: "dag" }] })));
-    const answer = await send(client, { headers: { ":method": "POST", ":path": enqueue.path, "content-type": "application/grpc", te: "trailers", authorization: `Bearer ${TOKENS.engine}` }, chunks: [whole], waitMs: 1000 });
+    const whole = grpcMessage(
+      toBinary(EnqueueRequestSchema, create(EnqueueRequestSchema, { tenantKey: `${"x".repeat(38)}🙂`, items: [{ engineKind: "dag" }] })),
+    );
+    const answer = await send(client, {
+      headers: { ":method": "POST", ":path": enqueue.path, "content-type": "application/grpc", te: "trailers", authorization: `Bearer ${TOKENS.engine}` },
+      chunks: [whole],
+      waitMs: 1000,
+    });
     expect(answer.grpcStatus).toBe(String(Code.InvalidArgument));
   });
 });

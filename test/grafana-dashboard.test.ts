@@ -144,7 +144,8 @@ describe("templating", () => {
     expect(vars.instance!.query).toMatch(/^label_values\((\w+), instance\)$/);
     expect(KNOWN).toHaveProperty(String(vars.instance!.query).match(/^label_values\((\w+),/)![1]!);
     for (const p of queryPanels) expect(p.datasource, `panel '${p.title}'`).toEqual({ type: "prometheus", uid: "${datasource}" });
-    for (const { panel, target } of targets) expect(target.datasource, `panel '${panel}' target ${target.refId}`).toEqual({ type: "prometheus", uid: "${datasource}" });
+    for (const { panel, target } of targets)
+      expect(target.datasource, `panel '${panel}' target ${target.refId}`).toEqual({ type: "prometheus", uid: "${datasource}" });
   });
 });
 
@@ -226,7 +227,8 @@ describe("the queries", () => {
       const text = asSent(target.expr);
       for (const s of selectors(text, parser.parse(text).topNode)) {
         if (!s.series) problems.push(`${panel}: a selector without a metric name`);
-        if (!s.matchers.some((m) => m.label === "instance" && m.op === "=~" && m.value === "$instance")) problems.push(`${panel}: ${s.series} is not filtered by instance=~"$instance"`);
+        if (!s.matchers.some((m) => m.label === "instance" && m.op === "=~" && m.value === "$instance"))
+          problems.push(`${panel}: ${s.series} is not filtered by instance=~"$instance"`);
         for (const m of s.matchers) if (!labelsOf(s.series).includes(m.label)) problems.push(`${panel}: ${s.series} has no label '${m.label}'`);
       }
     }
@@ -250,7 +252,9 @@ describe("the queries", () => {
   });
 
   it("every documented daemon metric is on the dashboard", () => {
-    const used = new Set(targets.flatMap(({ target }) => selectors(asSent(target.expr), parser.parse(asSent(target.expr)).topNode).map((s) => metricOf(s.series))));
+    const used = new Set(
+      targets.flatMap(({ target }) => selectors(asSent(target.expr), parser.parse(asSent(target.expr)).topNode).map((s) => metricOf(s.series))),
+    );
     expect(Object.keys(DAEMON_METRICS).filter((m) => !used.has(m))).toEqual([]);
   });
 });
@@ -259,10 +263,16 @@ describe("the daemon's code", () => {
   it("defines exactly the documented daemon metrics, each with its documented labels", () => {
     const metrics = new DaemonMetrics();
     rpcMetricsInterceptor(metrics.registry);
-    new FleetGauges(metrics.registry, { queue: async () => [], fleet: async () => ({ byStatus: [], agents: [] }) }, { clock: new FakeClock(), refreshMs: 0, maxAgents: 0, log: silentLogger() });
+    new FleetGauges(
+      metrics.registry,
+      { queue: async () => [], fleet: async () => ({ byStatus: [], agents: [] }) },
+      { clock: new FakeClock(), refreshMs: 0, maxAgents: 0, log: silentLogger() },
+    );
     metrics.watchPools({});
     metrics.watchServer(newServerStats());
-    const defined = Object.fromEntries(metrics.registry.getMetricsAsArray().map((m) => [m.name, [...(m as unknown as { labelNames: string[] }).labelNames].sort()]));
+    const defined = Object.fromEntries(
+      metrics.registry.getMetricsAsArray().map((m) => [m.name, [...(m as unknown as { labelNames: string[] }).labelNames].sort()]),
+    );
     expect(defined).toEqual(Object.fromEntries(Object.entries(DAEMON_METRICS).map(([name, labels]) => [name, [...labels].sort()])));
   });
 });

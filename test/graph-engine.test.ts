@@ -67,7 +67,10 @@ describe("a graph run", () => {
     expect(run.path).toEqual(Array(5).fill("count"));
     expect(JSON.parse(run.stateJson)).toEqual({ count: { n: 5 } });
     // One work item per step, each completed once.
-    const items = await fx.db.raw<{ task_id: string; status: string }>(`SELECT task_id, status FROM ${fx.db.tables.qualified("work_item")} WHERE run_id = $1 ORDER BY task_id`, [run.runId]);
+    const items = await fx.db.raw<{ task_id: string; status: string }>(
+      `SELECT task_id, status FROM ${fx.db.tables.qualified("work_item")} WHERE run_id = $1 ORDER BY task_id`,
+      [run.runId],
+    );
     expect(items.map((i) => i.task_id).sort()).toEqual(["graph:1", "graph:2", "graph:3", "graph:4", "graph:5"]);
     expect(items.every((i) => i.status === "completed")).toBe(true);
   });
@@ -83,7 +86,15 @@ describe("a graph run", () => {
     expect(seen.slice(0, -1).every((s) => s.status === RunStatus.RUNNING)).toBe(true);
     // Steps only grow, and several steps may arrive in one message, but the last message is the end.
     expect(seen.map((s) => Number(s.steps))).toEqual([...seen.map((s) => Number(s.steps))].sort((a, b) => a - b));
-    expect((await refusal((async () => { for await (const _ of watcher.graph.watchRun({ tenantKey: "t", runId: "no-such-run" })) void _; })())).code).toBe(Code.NotFound);
+    expect(
+      (
+        await refusal(
+          (async () => {
+            for await (const _ of watcher.graph.watchRun({ tenantKey: "t", runId: "no-such-run" })) void _;
+          })(),
+        )
+      ).code,
+    ).toBe(Code.NotFound);
   });
 
   it("a node's max_visits stops a cycle before the step bound", async () => {
@@ -104,7 +115,9 @@ describe("a graph run", () => {
         { from: "dogs", to: "done" },
       ],
     };
-    const [cat, wolf, fish] = await Promise.all(["cat", "wolf", "fish"].map(async (animal) => graphs.ended("t", (await graphs.start("t", def, { animal })).runId)));
+    const [cat, wolf, fish] = await Promise.all(
+      ["cat", "wolf", "fish"].map(async (animal) => graphs.ended("t", (await graphs.start("t", def, { animal })).runId)),
+    );
     expect(cat!.path).toEqual(["classify", "cats", "done"]);
     expect(wolf!.path).toEqual(["classify", "dogs", "done"]);
     expect(fish).toMatchObject({ status: RunStatus.FAILED, task: "classify", error: "no edge from node 'classify' holds for its result" });
@@ -119,7 +132,11 @@ describe("a graph run", () => {
   });
 
   it("CancelRun stops it and cancels its work item; cancelling again is FAILED_PRECONDITION", async () => {
-    const quiet: GraphDef = { start: "wait", nodes: [{ name: "wait", kind: NodeKind.TASK, engineKind: "nobody-serves-this" }, end("done")], edges: [{ from: "wait", to: "done" }] };
+    const quiet: GraphDef = {
+      start: "wait",
+      nodes: [{ name: "wait", kind: NodeKind.TASK, engineKind: "nobody-serves-this" }, end("done")],
+      edges: [{ from: "wait", to: "done" }],
+    };
     const started = await graphs.start("t", quiet);
     const run = (await graphs.graph.cancelRun({ tenantKey: "t", runId: started.runId, reason: "changed my mind" })).run!;
     expect(run).toMatchObject({ status: RunStatus.CANCELLED, reason: "changed my mind" });
@@ -129,14 +146,19 @@ describe("a graph run", () => {
   });
 
   it("counts its transactions by kind and the runs that ended by status (aiflow_engine_step_seconds, aiflow_engine_runs_ended_total)", async () => {
-    const metric = async (name: string) => (await Promise.all(daemons.map(async (d) => (await d.metrics.registry.getMetricsAsJSON()).find((m) => m.name === name)!.values))).flat();
+    const metric = async (name: string) =>
+      (await Promise.all(daemons.map(async (d) => (await d.metrics.registry.getMetricsAsJSON()).find((m) => m.name === name)!.values))).flat();
     const ended = async (status: string) =>
-      (await metric("aiflow_engine_runs_ended_total")).filter((v) => v.labels.engine === "graph" && v.labels.status === status).reduce((n, v) => n + v.value, 0);
+      (await metric("aiflow_engine_runs_ended_total"))
+        .filter((v) => v.labels.engine === "graph" && v.labels.status === status)
+        .reduce((n, v) => n + v.value, 0);
     const before = { completed: await ended("completed"), stopped: await ended("stopped") };
     await graphs.ended("t", (await graphs.start("t", loop(100, 2))).runId);
     await graphs.ended("t", (await graphs.start("t", loop(2, 100))).runId);
     expect({ completed: await ended("completed"), stopped: await ended("stopped") }).toEqual({ completed: before.completed + 1, stopped: before.stopped + 1 });
-    const steps = (await metric("aiflow_engine_step_seconds")).filter((v) => (v as { metricName?: string }).metricName === "aiflow_engine_step_seconds_count" && v.labels.engine === "graph");
+    const steps = (await metric("aiflow_engine_step_seconds")).filter(
+      (v) => (v as { metricName?: string }).metricName === "aiflow_engine_step_seconds_count" && v.labels.engine === "graph",
+    );
     expect(new Set(steps.map((v) => v.labels.kind))).toEqual(new Set(["start", "advance", "cancel"]));
   });
 
@@ -150,13 +172,45 @@ describe("a graph run", () => {
 
 describe("a graph definition", () => {
   /** A plain object a test spoils before it is sent. */
-  type Plain = { start: string; maxSteps?: bigint; nodes: { name: string; kind?: NodeKind; engineKind?: string; payloadJson?: string }[]; edges: { from: string; to: string; when?: string }[] };
-  const base = (): Plain => ({ start: "a", nodes: [task("a"), task("b"), end("done")], edges: [{ from: "a", to: "b" }, { from: "b", to: "done" }] });
+  type Plain = {
+    start: string;
+    maxSteps?: bigint;
+    nodes: { name: string; kind?: NodeKind; engineKind?: string; payloadJson?: string }[];
+    edges: { from: string; to: string; when?: string }[];
+  };
+  const base = (): Plain => ({
+    start: "a",
+    nodes: [task("a"), task("b"), end("done")],
+    edges: [
+      { from: "a", to: "b" },
+      { from: "b", to: "done" },
+    ],
+  });
   it.each<[string, (d: Plain) => void, RegExp]>([
-    ["an edge to an unknown node", (d) => d.edges.push({ from: "a", to: "ghost" }), /edge 2 \('a' -> 'ghost'\)\.to: names 'ghost', which is not a node of the definition/],
-    ["an end node no path reaches", (d) => (d.edges = [{ from: "a", to: "b" }, { from: "b", to: "a" }]), /no end node is reachable from the start 'a'/],
-    ["a condition that does not parse", (d) => (d.edges[0]!.when = "result.ok = true"), /edge 0 \('a' -> 'b'\)\.when: bad condition 'result.ok = true': at 11: '=' is not part of the language/],
-    ["a condition reading what edges cannot", (d) => (d.edges[0]!.when = "context.x"), /'context' is not a value here: paths start at result, state, steps, visits/],
+    [
+      "an edge to an unknown node",
+      (d) => d.edges.push({ from: "a", to: "ghost" }),
+      /edge 2 \('a' -> 'ghost'\)\.to: names 'ghost', which is not a node of the definition/,
+    ],
+    [
+      "an end node no path reaches",
+      (d) =>
+        (d.edges = [
+          { from: "a", to: "b" },
+          { from: "b", to: "a" },
+        ]),
+      /no end node is reachable from the start 'a'/,
+    ],
+    [
+      "a condition that does not parse",
+      (d) => (d.edges[0]!.when = "result.ok = true"),
+      /edge 0 \('a' -> 'b'\)\.when: bad condition 'result.ok = true': at 11: '=' is not part of the language/,
+    ],
+    [
+      "a condition reading what edges cannot",
+      (d) => (d.edges[0]!.when = "context.x"),
+      /'context' is not a value here: paths start at result, state, steps, visits/,
+    ],
     ["a task node with no edges", (d) => d.nodes.push(task("stuck")), /node 'stuck': has no edges/],
     ["a task node without an engine kind", (d) => (d.nodes[1] = { name: "b", kind: NodeKind.TASK }), /node 'b'\.engine_kind: is required/],
     ["an edge out of an end node", (d) => d.edges.push({ from: "done", to: "a" }), /leaves end node 'done'/],
@@ -188,7 +242,13 @@ describe("the run directory", () => {
     const machines = fx.closers.add(new MachineClient(D.address));
     const dagRun = await dag.start("t", definition([{ name: "only", engineKind: "g" }]));
     const graphRun = await graphs.start("t", loop(2, 1));
-    const machine = await machines.start("t", { initial: "a", states: [{ name: "a", transitions: [{ event: "go", to: "b" }] }, { name: "b", terminal: true }] });
+    const machine = await machines.start("t", {
+      initial: "a",
+      states: [
+        { name: "a", transitions: [{ event: "go", to: "b" }] },
+        { name: "b", terminal: true },
+      ],
+    });
     const resolved = await Promise.all([dagRun.id, graphRun.runId, machine.runId].map((runId) => dir.getRun({ tenantKey: "t", runId })));
     expect(resolved.map((r) => [r.run!.engineKind, r.engineTable])).toEqual([
       ["dag", "aiflow_run"],

@@ -51,11 +51,16 @@ const AGENTS = loadService("aiflow/cluster/v1/agent.proto", "aiflow.cluster.v1.A
 function grpcJsEnqueue(address: string, tenantKey: string, token: string | undefined, options: grpc.ClientOptions = {}): Promise<string> {
   const client = new QUEUE(address, grpc.credentials.createInsecure(), options);
   return new Promise((resolve, reject) => {
-    (client as unknown as Record<string, Function>).enqueue!.call(client, { tenantKey, items: [{ engineKind: "dag", payloadJson: "{}" }] }, metadata(token), (err: grpc.ServiceError | null) => {
-      client.close();
-      if (err) resolve(err.details);
-      else reject(new Error("expected the Enqueue to be refused"));
-    });
+    (client as unknown as Record<string, Function>).enqueue!.call(
+      client,
+      { tenantKey, items: [{ engineKind: "dag", payloadJson: "{}" }] },
+      metadata(token),
+      (err: grpc.ServiceError | null) => {
+        client.close();
+        if (err) resolve(err.details);
+        else reject(new Error("expected the Enqueue to be refused"));
+      },
+    );
   });
 }
 
@@ -75,7 +80,13 @@ function grpcJsConnect(address: string, name: string): Promise<string> {
 }
 
 /** One raw request: the grpc-message as sent (header or trailer), and the body. */
-function raw(address: string, path: string, contentType: string, body: Buffer, headers: Record<string, string> = {}): Promise<{ message: string | undefined; body: Buffer }> {
+function raw(
+  address: string,
+  path: string,
+  contentType: string,
+  body: Buffer,
+  headers: Record<string, string> = {},
+): Promise<{ message: string | undefined; body: Buffer }> {
   const session = http2.connect(`http://${address}`);
   return new Promise((resolve, reject) => {
     const req = session.request({ ":method": "POST", ":path": path, "content-type": contentType, te: "trailers", ...headers });
@@ -119,7 +130,9 @@ describe("grpc-message", () => {
     // A compressed call is connect-node's even on a daemon with the direct path.
     const gzipped = await raw(daemons.direct.address, ENQUEUE, "application/grpc", frame(gzipSync(enqueueRequest), 1), { ...engine, "grpc-encoding": "gzip" });
     expect(gzipped.message).toBe(wire);
-    expect((await raw(daemons.direct.address, ENQUEUE, "application/grpc", enqueueBody)).message).toBe("missing bearer token: send 'authorization: Bearer <token>'");
+    expect((await raw(daemons.direct.address, ENQUEUE, "application/grpc", enqueueBody)).message).toBe(
+      "missing bearer token: send 'authorization: Bearer <token>'",
+    );
   });
 
   it("is percent-encoded the same way in gRPC-Web's trailer frame", async () => {
@@ -134,7 +147,10 @@ describe("grpc-message", () => {
     for (const path of PATHS) {
       const sessionManager = new Http2SessionManager(`http://${daemons[path].address}`);
       try {
-        const queue = createClient(QueueService, createSdkGrpcTransport({ baseUrl: `http://${daemons[path].address}`, sessionManager, interceptors: [withToken(TOKENS.engine)] }));
+        const queue = createClient(
+          QueueService,
+          createSdkGrpcTransport({ baseUrl: `http://${daemons[path].address}`, sessionManager, interceptors: [withToken(TOKENS.engine)] }),
+        );
         const err = await refusal(queue.enqueue({ tenantKey: TENANT, items: [{ engineKind: "dag", payloadJson: "{}" }] }));
         expect({ path, message: err.rawMessage }).toEqual({ path, message: TENANT_REFUSAL });
       } finally {

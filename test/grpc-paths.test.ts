@@ -34,7 +34,6 @@ afterAll(async () => {
   await db?.drop();
 });
 
-
 interface Answer {
   status: number;
   message: string;
@@ -61,7 +60,8 @@ const HEALTH = "/grpc.health.v1.Health/Check";
 const ENQUEUE = "/aiflow.cluster.v1.QueueService/Enqueue";
 const engine = { authorization: `Bearer ${TOKENS.engine}` };
 const health = frame(toBinary(HealthCheckRequestSchema, create(HealthCheckRequestSchema)));
-const enqueue = (payloadJson: string) => frame(toBinary(EnqueueRequestSchema, create(EnqueueRequestSchema, { tenantKey: "paths", items: [{ engineKind: "dag", payloadJson }] })));
+const enqueue = (payloadJson: string) =>
+  frame(toBinary(EnqueueRequestSchema, create(EnqueueRequestSchema, { tenantKey: "paths", items: [{ engineKind: "dag", payloadJson }] })));
 
 /** Same request to both daemons. */
 const both = async (path: string, body: Buffer, headers: Record<string, string> = {}) => ({
@@ -79,7 +79,12 @@ describe("the direct path and connect-node", () => {
       ["a call the handler refuses", ENQUEUE, enqueue("{nope"), engine],
       ["a payload over the cap", ENQUEUE, enqueue(JSON.stringify({ pad: "x".repeat(PAYLOAD_MAX) })), engine],
       ["an enqueue that succeeds", ENQUEUE, enqueue('{"n":1}'), engine],
-      ["a gzip-compressed message", HEALTH, frame(gzipSync(toBinary(HealthCheckRequestSchema, create(HealthCheckRequestSchema))), 1), { "grpc-encoding": "gzip" }],
+      [
+        "a gzip-compressed message",
+        HEALTH,
+        frame(gzipSync(toBinary(HealthCheckRequestSchema, create(HealthCheckRequestSchema))), 1),
+        { "grpc-encoding": "gzip" },
+      ],
     ];
     for (const [what, path, body, headers] of cases) {
       const { direct, connect } = await both(path, body, headers);

@@ -69,7 +69,11 @@ function call(on: http2.ClientHttp2Session, body: Buffer, headers: Record<string
         answers.push(res.items.length > 0 ? `items:${res.items.length}` : `status:${AgentStatus[res.status]}${res.refused ? ` refused:${res.refused}` : ""}`);
         b = b.subarray(5 + n);
       }
-      resolve({ status: st === undefined ? -1 : Number(st), message: decodeURIComponent(String(trailers["grpc-message"] ?? head["grpc-message"] ?? "")), answers });
+      resolve({
+        status: st === undefined ? -1 : Number(st),
+        message: decodeURIComponent(String(trailers["grpc-message"] ?? head["grpc-message"] ?? "")),
+        answers,
+      });
     });
     req.end(body);
   });

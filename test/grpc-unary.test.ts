@@ -16,7 +16,12 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { grpcUnaryFastPath, recordUnary, routeStreams, type UnarySpec } from "@aiflow/wire/server";
 import type { Daemon } from "../src/daemon.js";
 import { AgentService, ClaimRequestSchema, ClaimResponseSchema, RegisterRequestSchema } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
-import { Health, HealthCheckRequestSchema, HealthCheckResponseSchema, HealthCheckResponse_ServingStatus as Serving } from "@aiflow/wire/gen/grpc/health/v1/health_pb.js";
+import {
+  Health,
+  HealthCheckRequestSchema,
+  HealthCheckResponseSchema,
+  HealthCheckResponse_ServingStatus as Serving,
+} from "@aiflow/wire/gen/grpc/health/v1/health_pb.js";
 import { TOKENS } from "./support/daemon.js";
 import type { TestDb } from "./support/db.js";
 import { until, useTestDaemon } from "./support/kit.js";
@@ -45,8 +50,12 @@ interface Answer {
   message: string;
 }
 
-
-function call(path: string, body: Buffer, headers: Record<string, string> = {}, opts: { cancelAfterMs?: number; on?: http2.ClientHttp2Session } = {}): Promise<Answer> {
+function call(
+  path: string,
+  body: Buffer,
+  headers: Record<string, string> = {},
+  opts: { cancelAfterMs?: number; on?: http2.ClientHttp2Session } = {},
+): Promise<Answer> {
   return new Promise((resolve, reject) => {
     const req = (opts.on ?? session).request({ ":method": "POST", ":path": path, "content-type": "application/grpc", te: "trailers", ...headers });
     let head: http2.IncomingHttpHeaders = {};
@@ -59,7 +68,13 @@ function call(path: string, body: Buffer, headers: Record<string, string> = {}, 
     req.on("close", () => {
       const st = trailers["grpc-status"] ?? head["grpc-status"];
       const msg = trailers["grpc-message"] ?? head["grpc-message"];
-      resolve({ headers: head, trailers, body: Buffer.concat(chunks), status: st === undefined ? -1 : Number(st), message: decodeURIComponent(String(msg ?? "")) });
+      resolve({
+        headers: head,
+        trailers,
+        body: Buffer.concat(chunks),
+        status: st === undefined ? -1 : Number(st),
+        message: decodeURIComponent(String(msg ?? "")),
+      });
     });
     if (opts.cancelAfterMs !== undefined) {
       req.end(body);
@@ -102,10 +117,19 @@ describe("the direct gRPC unary path", () => {
     const ok = toBinary(HealthCheckRequestSchema, create(HealthCheckRequestSchema));
     expect(await call(HEALTH, frame(ok, 1))).toMatchObject({ status: Code.Internal, message: "protocol error: a compressed message without grpc-encoding" });
     // Cardinality violations are UNIMPLEMENTED (the gRPC status-code table); a message cut short is a protocol error.
-    expect(await call(HEALTH, Buffer.concat([frame(ok), frame(ok)]))).toMatchObject({ status: Code.Unimplemented, message: "a unary request needs exactly one message; it had more" });
-    expect(await call(HEALTH, Buffer.alloc(0))).toMatchObject({ status: Code.Unimplemented, message: "a unary request needs exactly one message; it had none" });
+    expect(await call(HEALTH, Buffer.concat([frame(ok), frame(ok)]))).toMatchObject({
+      status: Code.Unimplemented,
+      message: "a unary request needs exactly one message; it had more",
+    });
+    expect(await call(HEALTH, Buffer.alloc(0))).toMatchObject({
+      status: Code.Unimplemented,
+      message: "a unary request needs exactly one message; it had none",
+    });
     expect(await call(HEALTH, frame(ok).subarray(0, 3))).toMatchObject({ status: Code.Internal, message: "protocol error: the request message was cut short" });
-    expect(await call(HEALTH, Buffer.concat([frame(Buffer.from([8, 1, 16]))]).subarray(0, 6))).toMatchObject({ status: Code.Internal, message: "protocol error: the request message was cut short" });
+    expect(await call(HEALTH, Buffer.concat([frame(Buffer.from([8, 1, 16]))]).subarray(0, 6))).toMatchObject({
+      status: Code.Internal,
+      message: "protocol error: the request message was cut short",
+    });
     expect((await call(HEALTH, frame(Buffer.from([0xff, 0xff, 0xff])))).status).toBe(Code.Internal);
     const huge = Buffer.alloc(5);
     huge.writeUInt32BE(64 * 1024 * 1024, 1);
@@ -174,7 +198,9 @@ describe("the direct gRPC unary path", () => {
       },
     });
     try {
-      const answers = await Promise.all(Array.from({ length: 30 }, () => call(HEALTH, frame(toBinary(HealthCheckRequestSchema, create(HealthCheckRequestSchema))), {}, { on })));
+      const answers = await Promise.all(
+        Array.from({ length: 30 }, () => call(HEALTH, frame(toBinary(HealthCheckRequestSchema, create(HealthCheckRequestSchema))), {}, { on })),
+      );
       expect(answers.every((a) => a.status === 0)).toBe(true);
       await new Promise((r) => setImmediate(r)); // warnings are emitted on the next tick
     } finally {
@@ -186,7 +212,10 @@ describe("the direct gRPC unary path", () => {
   });
 
   it("leaves gRPC-Web and Connect calls of the same methods to connect-node", async () => {
-    for (const transport of [createGrpcWebTransport({ baseUrl: `http://${daemon.address}`, httpVersion: "2" }), createConnectTransport({ baseUrl: `http://${daemon.address}`, httpVersion: "2" })]) {
+    for (const transport of [
+      createGrpcWebTransport({ baseUrl: `http://${daemon.address}`, httpVersion: "2" }),
+      createConnectTransport({ baseUrl: `http://${daemon.address}`, httpVersion: "2" }),
+    ]) {
       expect((await createClient(Health, transport).check({})).status).toBe(Serving.SERVING);
     }
   });
@@ -196,10 +225,25 @@ describe("the direct gRPC unary path", () => {
  * A bare HTTP/2 server whose Health calls take the direct path (check answers them), every other
  * stream going to `request`; and a client session on it. close() ends both.
  */
-async function directHealthServer(opts: { check?: ServiceImpl<typeof Health>["check"]; request?: (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void; shutdownSignal?: AbortSignal; interceptors?: Interceptor[]; log?: Logger } = {}) {
+async function directHealthServer(
+  opts: {
+    check?: ServiceImpl<typeof Health>["check"];
+    request?: (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void;
+    shutdownSignal?: AbortSignal;
+    interceptors?: Interceptor[];
+    log?: Logger;
+  } = {},
+) {
   const specs = new Map<string, UnarySpec>();
-  connectNodeAdapter({ routes: recordUnary((router) => router.service(Health, { check: opts.check ?? (() => ({ status: Serving.SERVING })), async *watch() {} }), specs) });
-  const fast = grpcUnaryFastPath(specs, { interceptors: opts.interceptors ?? [], readMaxBytes: 1 << 20, shutdownSignal: opts.shutdownSignal ?? new AbortController().signal, log: opts.log });
+  connectNodeAdapter({
+    routes: recordUnary((router) => router.service(Health, { check: opts.check ?? (() => ({ status: Serving.SERVING })), async *watch() {} }), specs),
+  });
+  const fast = grpcUnaryFastPath(specs, {
+    interceptors: opts.interceptors ?? [],
+    readMaxBytes: 1 << 20,
+    shutdownSignal: opts.shutdownSignal ?? new AbortController().signal,
+    log: opts.log,
+  });
   const server = http2.createServer();
   routeStreams(server, fast, opts.request ?? ((_req, res) => res.writeHead(404).end()));
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
@@ -395,4 +439,3 @@ describe("direct gRPC path: the handler's context", () => {
     }
   });
 });
-

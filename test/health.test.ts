@@ -59,9 +59,7 @@ function grpcClient(port: number): GrpcHealthClient {
 }
 
 function grpcCheck(client: GrpcHealthClient, service: string): Promise<string> {
-  return new Promise((resolve, reject) =>
-    client.Check({ service }, (err, res) => (err ? reject(err) : resolve(res?.status ?? "<none>"))),
-  );
+  return new Promise((resolve, reject) => client.Check({ service }, (err, res) => (err ? reject(err) : resolve(res?.status ?? "<none>"))));
 }
 
 function deferred<T = void>() {

@@ -80,7 +80,9 @@ describe("/api refuses on the request headers, before reading the body", () => {
     const answers = await Promise.all(Array.from({ length: 20 }, () => post(at(), LIST_AGENTS, json, body)));
     const cpu = process.cpuUsage(before.cpu);
     // A figure to read, not to hold the daemon to: the test's own client runs in this process too.
-    console.log(`20 x 3 MB unauthenticated /api bodies: process CPU ${Math.round((cpu.user + cpu.system) / 1000)} ms, RSS ${Math.round((process.memoryUsage().rss - before.rss) / 1e6)} MB more`);
+    console.log(
+      `20 x 3 MB unauthenticated /api bodies: process CPU ${Math.round((cpu.user + cpu.system) / 1000)} ms, RSS ${Math.round((process.memoryUsage().rss - before.rss) / 1e6)} MB more`,
+    );
     expect(answers.map((a) => a.status)).toEqual(Array(20).fill(401));
     expect(daemon.serverStats.authFailures.missing).toBe(before.missing + 20);
   });
@@ -92,7 +94,10 @@ describe("/api holds bodies to the gRPC port's byte limits on their declared len
   it("a body past the message size limit is refused before it is read", async () => {
     const a = await partialPost(at(), LIST_AGENTS, ops, 50_000_000, nested(10));
     expect(a.status).toBe(429);
-    expect(JSON.parse(a.body)).toMatchObject({ code: "resource_exhausted", message: expect.stringMatching(/^the request body is 50000000 bytes; the limit is \d+$/) });
+    expect(JSON.parse(a.body)).toMatchObject({
+      code: "resource_exhausted",
+      message: expect.stringMatching(/^the request body is 50000000 bytes; the limit is \d+$/),
+    });
     expect(a.closedByServer).toBe(true);
   });
 
@@ -127,7 +132,9 @@ describe("Health.Watch on /api is capped per address with the gRPC port's stream
   it("one watch on each port from an address, and a third from it on /api is refused", async () => {
     const from = "127.0.0.5";
     // On the gRPC port: a Connect stream over HTTP/2 from the same address.
-    const session = http2.connect(`http://${daemon.address}`, { createConnection: () => net.connect({ host: "127.0.0.1", port: daemon.port, localAddress: from }) });
+    const session = http2.connect(`http://${daemon.address}`, {
+      createConnection: () => net.connect({ host: "127.0.0.1", port: daemon.port, localAddress: from }),
+    });
     open.push({ cancel: () => session.destroy() });
     const grpcWatch = session.request({ ":method": "POST", ":path": "/grpc.health.v1.Health/Watch", "content-type": "application/grpc", te: "trailers" });
     grpcWatch.end(Buffer.alloc(5));
@@ -153,7 +160,9 @@ describe("Health.Watch on /api is capped per address with the gRPC port's stream
 describe("Health.Watch with a query after its path", () => {
   it("is counted as Health.Watch (connect serves it as one)", async () => {
     const from = "127.0.0.7";
-    const session = http2.connect(`http://${daemon.address}`, { createConnection: () => net.connect({ host: "127.0.0.1", port: daemon.port, localAddress: from }) });
+    const session = http2.connect(`http://${daemon.address}`, {
+      createConnection: () => net.connect({ host: "127.0.0.1", port: daemon.port, localAddress: from }),
+    });
     session.on("error", () => {});
     const watch = () => {
       const req = session.request({ ":method": "POST", ":path": "/grpc.health.v1.Health/Watch?again", "content-type": "application/grpc", te: "trailers" });

@@ -38,12 +38,24 @@ const LIST_AGENTS = "/aiflow.cluster.v1.OpsService/ListAgents";
 function grpcStatus(daemon: Daemon, localAddress: string, token: string | undefined, path = LIST_AGENTS): Promise<string> {
   const connect =
     daemon.scheme === "https"
-      ? () => tls.connect({ socket: net.connect({ host: "127.0.0.1", port: daemon.port, localAddress }), servername: "localhost", ca: pki.ca.certPem, ALPNProtocols: ["h2"] })
+      ? () =>
+          tls.connect({
+            socket: net.connect({ host: "127.0.0.1", port: daemon.port, localAddress }),
+            servername: "localhost",
+            ca: pki.ca.certPem,
+            ALPNProtocols: ["h2"],
+          })
       : () => net.connect({ host: "127.0.0.1", port: daemon.port, localAddress });
   const session = http2.connect(`${daemon.scheme}://${daemon.address}`, { createConnection: connect });
   return new Promise((resolve) => {
     session.on("error", () => resolve("cut"));
-    const req = session.request({ ":method": "POST", ":path": path, "content-type": "application/grpc", te: "trailers", ...(token ? { authorization: `Bearer ${token}` } : {}) });
+    const req = session.request({
+      ":method": "POST",
+      ":path": path,
+      "content-type": "application/grpc",
+      te: "trailers",
+      ...(token ? { authorization: `Bearer ${token}` } : {}),
+    });
     let status: string | undefined;
     req.on("response", (h) => (status ??= h["grpc-status"] as string | undefined));
     req.on("trailers", (h) => (status = h["grpc-status"] as string | undefined));
@@ -59,13 +71,21 @@ function grpcStatus(daemon: Daemon, localAddress: string, token: string | undefi
 
 /** One /api call (a Connect unary over HTTP/1.1) from `localAddress`: its HTTP status. */
 const apiStatus = async (daemon: Daemon, localAddress: string, token: string | undefined) =>
-  (await post({ port: Number(new URL(daemon.httpUrl!).port), localAddress }, `/api${LIST_AGENTS}`, { "content-type": "application/json", ...(token ? { authorization: `Bearer ${token}` } : {}) }, "{}")).status;
+  (
+    await post(
+      { port: Number(new URL(daemon.httpUrl!).port), localAddress },
+      `/api${LIST_AGENTS}`,
+      { "content-type": "application/json", ...(token ? { authorization: `Bearer ${token}` } : {}) },
+      "{}",
+    )
+  ).status;
 
-const guesses = (n: number, call: (token: string) => Promise<unknown>) => (async () => {
-  const out: unknown[] = [];
-  for (let i = 0; i < n; i++) out.push(await call(`guess-${i}-abcdef`));
-  return out;
-})();
+const guesses = (n: number, call: (token: string) => Promise<unknown>) =>
+  (async () => {
+    const out: unknown[] = [];
+    for (let i = 0; i < n; i++) out.push(await call(`guess-${i}-abcdef`));
+    return out;
+  })();
 
 describe("an address past its failure limit", () => {
   it("gRPC port (h2c): its guesses are refused RESOURCE_EXHAUSTED, a valid token from it is served", async () => {

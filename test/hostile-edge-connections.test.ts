@@ -25,7 +25,8 @@ async function connectAndCall(daemon: Daemon, path: string, auth: [string, strin
   return peer;
 }
 const stranger = (daemon: Daemon, from?: string) => connectAndCall(daemon, "/grpc.health.v1.Health/Check", [], from);
-const member = (daemon: Daemon, from?: string) => connectAndCall(daemon, "/aiflow.cluster.v1.OpsService/ListAgents", [["authorization", `Bearer ${TOKENS.ops}`]], from);
+const member = (daemon: Daemon, from?: string) =>
+  connectAndCall(daemon, "/aiflow.cluster.v1.OpsService/ListAgents", [["authorization", `Bearer ${TOKENS.ops}`]], from);
 
 /** Still served: a PING is answered on it. */
 const alive = async (peer: RawH2Peer) => !peer.isClosed && (await within(peer.flushed(), "a PING's answer"));

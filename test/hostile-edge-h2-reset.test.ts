@@ -33,12 +33,18 @@ let exited: Promise<never>;
 
 beforeAll(async () => {
   port = await freePort();
-  daemon = await spawnDaemon(fx.db.schema, port, "edge-reset", { heartbeatInterval: "5s", leaseTtl: "30s" }, {
-    AIFLOW_HTTP2_MAX_RESETS: String(MAX_RESETS),
-    AIFLOW_HTTP2_RESET_WINDOW: "1m",
-    // The first test sends hundreds of calls without a token from loopback: the second must still get its token in.
-    AIFLOW_AUTH_FAILURE_LIMIT: "1000000",
-  });
+  daemon = await spawnDaemon(
+    fx.db.schema,
+    port,
+    "edge-reset",
+    { heartbeatInterval: "5s", leaseTtl: "30s" },
+    {
+      AIFLOW_HTTP2_MAX_RESETS: String(MAX_RESETS),
+      AIFLOW_HTTP2_RESET_WINDOW: "1m",
+      // The first test sends hundreds of calls without a token from loopback: the second must still get its token in.
+      AIFLOW_AUTH_FAILURE_LIMIT: "1000000",
+    },
+  );
   exited = once(daemon, "exit").then(([code, signal]) => {
     throw new Error(`the daemon exited (code ${code}, signal ${signal})`);
   });
@@ -84,7 +90,12 @@ describe("a rapid-reset flood on one connection", () => {
     // more than --http2-max-resets, in one write so the guard fires with frames still unparsed.
     const enqueue = grpcRequest("/aiflow.cluster.v1.QueueService/Enqueue");
     const cancel = rstCode(http2.constants.NGHTTP2_CANCEL);
-    peer.write(...Array.from({ length: MAX_RESETS * 5 }, (_, i) => [frame(FRAME.headers, END_HEADERS, 3 + 2 * i, enqueue), frame(FRAME.rst, 0, 3 + 2 * i, cancel)]).flat());
+    peer.write(
+      ...Array.from({ length: MAX_RESETS * 5 }, (_, i) => [
+        frame(FRAME.headers, END_HEADERS, 3 + 2 * i, enqueue),
+        frame(FRAME.rst, 0, 3 + 2 * i, cancel),
+      ]).flat(),
+    );
     await bounded(peer.closed, "the flooding connection's close");
     expect(peer.goaways).toEqual([http2.constants.NGHTTP2_ENHANCE_YOUR_CALM]);
     expect(await healthCheck()).toBe("0");
@@ -107,10 +118,15 @@ describe("a rapid-reset flood on one connection", () => {
     // Each watch answers with the agent's status first: once all have, every call is open and held by a handler.
     const answered = () => new Set(peer.frames.filter((f) => f.type === FRAME.data).map((f) => f.stream)).size;
     const allOpen = peer.until(() => answered() === watches);
-    peer.write(...ids.flatMap((id) => [frame(FRAME.headers, END_HEADERS, id, grpcRequest("/aiflow.cluster.v1.AgentService/WatchDirectives", auth)), frame(FRAME.data, END_STREAM, id, body)]));
+    peer.write(
+      ...ids.flatMap((id) => [
+        frame(FRAME.headers, END_HEADERS, id, grpcRequest("/aiflow.cluster.v1.AgentService/WatchDirectives", auth)),
+        frame(FRAME.data, END_STREAM, id, body),
+      ]),
+    );
     expect(await bounded(allOpen, "every watch's first message")).toBe(true);
     expect(answered()).toBe(watches);
-    const before = rssMb(); 
+    const before = rssMb();
 
     const cancel = rstCode(http2.constants.NGHTTP2_CANCEL);
     peer.write(...ids.map((id) => frame(FRAME.rst, 0, id, cancel)));

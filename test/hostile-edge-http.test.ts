@@ -68,7 +68,7 @@ describe("the HTTP port's request timeout", () => {
     const silent = new Peer(daemon.httpUrl!);
     const body = new Peer(daemon.httpUrl!);
     await body.connected();
-    body.socket.write("POST /hooks/default/h HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{\"a\":");
+    body.socket.write('POST /hooks/default/h HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{"a":');
     await within(silent.closed, "the close of a connection that sent nothing");
     await within(body.closed, "the close of a request whose body stopped");
   });
@@ -84,7 +84,9 @@ describe("the HTTP port's request timeout", () => {
 describe("the HTTP port's connection caps", () => {
   let daemon: Daemon;
   beforeAll(async () => {
-    daemon = await fx.startDaemon({ config: { httpListen: { host: "127.0.0.1", port: 0 }, httpMaxConnections: 6, httpMaxConnectionsPerAddress: 4, httpRequestTimeout: 60_000 } });
+    daemon = await fx.startDaemon({
+      config: { httpListen: { host: "127.0.0.1", port: 0 }, httpMaxConnections: 6, httpMaxConnectionsPerAddress: 4, httpRequestTimeout: 60_000 },
+    });
   });
 
   it("closes on accept a connection past --http-max-connections-per-address or --http-max-connections, and serves those within", async () => {

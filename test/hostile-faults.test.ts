@@ -47,7 +47,9 @@ describe("a heartbeat the database refuses", () => {
     buffer.add({ name: "hb-c", metrics: { inFlight: 3 }, at });
     await buffer.flush();
     expect(buffer.size).toBe(0);
-    const rows = await db.raw<{ name: string; metrics: { inFlight?: number } | null }>(`SELECT name, metrics FROM "${db.schema}".aiflow_agent WHERE name LIKE 'hb-%' ORDER BY name`);
+    const rows = await db.raw<{ name: string; metrics: { inFlight?: number } | null }>(
+      `SELECT name, metrics FROM "${db.schema}".aiflow_agent WHERE name LIKE 'hb-%' ORDER BY name`,
+    );
     expect(rows.map((r) => [r.name, r.metrics?.inFlight ?? null])).toEqual([
       ["hb-a", 1],
       ["hb-b", null],
@@ -65,9 +67,15 @@ describe("database errors in the log", () => {
     const secret = "sk-live-0123456789abcdef";
     const bad = `{"api_key":"${secret}", broken`;
     // pg's own error (the prepared statements' path) quotes the value in its context; slonik's carries its bound values.
-    const pgErr = await db.raw("SELECT $1::jsonb", [bad]).then(() => new Error("the statement succeeded"), (e: unknown) => e);
+    const pgErr = await db.raw("SELECT $1::jsonb", [bad]).then(
+      () => new Error("the statement succeeded"),
+      (e: unknown) => e,
+    );
     expect(JSON.stringify((pgErr as { where?: string }).where)).toContain(secret);
-    const slonikErr = await daemon.pool.query(sql.unsafe`SELECT ${bad}::jsonb`).then(() => new Error("the statement succeeded"), (e: unknown) => e);
+    const slonikErr = await daemon.pool.query(sql.unsafe`SELECT ${bad}::jsonb`).then(
+      () => new Error("the statement succeeded"),
+      (e: unknown) => e,
+    );
     log.error({ err: pgErr }, "unexpected error in handler");
     log.error({ err: slonikErr }, "unexpected error in handler");
     log.error({ err: new Error("wrapped", { cause: pgErr }) }, "unexpected error in handler");
@@ -114,7 +122,14 @@ describe("an unreachable database at start-up", () => {
     });
     const schemaDb = await createTestDb({ label: "hstart", migrate: false });
     const started = await startDaemon(
-      defaultConfig({ databaseUrl: via.toString(), schema: schemaDb.schema, listen: { host: "127.0.0.1", port: 0 }, tokens: testTokens(), dbConnectTimeout: 60_000, shutdownGrace: 1_000 }),
+      defaultConfig({
+        databaseUrl: via.toString(),
+        schema: schemaDb.schema,
+        listen: { host: "127.0.0.1", port: 0 },
+        tokens: testTokens(),
+        dbConnectTimeout: 60_000,
+        shutdownGrace: 1_000,
+      }),
       { log: captured.log, clock },
     );
     try {

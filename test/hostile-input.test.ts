@@ -39,7 +39,10 @@ describe("control characters", () => {
   it("a NUL in a heartbeat's disk mount is INVALID_ARGUMENT and nothing is buffered", async () => {
     const a = await agentFor("cc1");
     const bad = a.conn.agent.heartbeat(
-      { name: a.name, metrics: { cpuUtilization: 1, memoryUsedBytes: 1n, memoryTotalBytes: 2n, disks: [{ mount: "/data\u0000x", freeBytes: 1n, totalBytes: 2n }], gpus: [] } },
+      {
+        name: a.name,
+        metrics: { cpuUtilization: 1, memoryUsedBytes: 1n, memoryTotalBytes: 2n, disks: [{ mount: "/data\u0000x", freeBytes: 1n, totalBytes: 2n }], gpus: [] },
+      },
       { headers: { authorization: `Bearer ${TOKENS.agent}` } },
     );
     const err = await refusal(bad);
@@ -50,7 +53,9 @@ describe("control characters", () => {
   it("a control character in a registration field is INVALID_ARGUMENT", async () => {
     const a = new Session(daemon.address, (await import("@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js")).AgentService, TOKENS.agent);
     closers.add(a);
-    const code = await codeOf(a.client.register({ name: "cc2-agent", agentVersion: "1.0\u0007", metadata: { tenants: ["cc2"], engineKinds: ["dag"] } }, a.call));
+    const code = await codeOf(
+      a.client.register({ name: "cc2-agent", agentVersion: "1.0\u0007", metadata: { tenants: ["cc2"], engineKinds: ["dag"] } }, a.call),
+    );
     expect(code).toBe(Code.InvalidArgument);
   });
 });
@@ -90,7 +95,9 @@ describe("values past what the columns hold", () => {
     await runs.client.recordRun({ tenantKey: "pt1", runId: "r2", engineKind: "datapipe" }, runs.call);
     const page = await runs.client.listRuns({ tenantKey: "pt1", pageSize: 1 }, runs.call);
     const q = query(page.nextPageToken).q;
-    expect(await codeOf(runs.client.listRuns({ tenantKey: "pt1", pageSize: 1, pageToken: forge({ q, c: { u: "9".repeat(19), i: "x" } }) }, runs.call))).toBe(Code.InvalidArgument);
+    expect(await codeOf(runs.client.listRuns({ tenantKey: "pt1", pageSize: 1, pageToken: forge({ q, c: { u: "9".repeat(19), i: "x" } }) }, runs.call))).toBe(
+      Code.InvalidArgument,
+    );
     const fpage = await firings.client.listFirings({ tenantKey: "pt1", pageSize: 1 }, firings.call);
     expect(fpage.firings).toEqual([]);
   });
@@ -162,7 +169,10 @@ describe("JSON that would poison reads", () => {
     const a = await agentFor("exp1");
     const [item] = await a.claim(1);
     const refused = await refusal(
-      a.conn.agent.complete({ name: a.name, items: [{ workItemId: id, leaseToken: item!.leaseToken, resultJson: huge }] }, { headers: { authorization: `Bearer ${TOKENS.agent}` } }),
+      a.conn.agent.complete(
+        { name: a.name, items: [{ workItemId: id, leaseToken: item!.leaseToken, resultJson: huge }] },
+        { headers: { authorization: `Bearer ${TOKENS.agent}` } },
+      ),
     );
     expect(refused.code).toBe(Code.ResourceExhausted);
     expect(refused.rawMessage).toContain("items[0].result_json");
@@ -170,7 +180,8 @@ describe("JSON that would poison reads", () => {
 });
 
 describe("numbers come back as they went in", () => {
-  const payload = '{"big": 12345678901234567890, "odd": 9007199254740993, "neg": -0.000000000000000000012345678901234567890, "nested": [{"n": 123456789012345678901234567890}]}';
+  const payload =
+    '{"big": 12345678901234567890, "odd": 9007199254740993, "neg": -0.000000000000000000012345678901234567890, "nested": [{"n": 123456789012345678901234567890}]}';
   // jsonb orders an object's keys its own way: the numbers are compared as a set of texts.
   const numbers = (json: string) => json.match(/-?\d[\d.eE+-]*/g)?.sort();
 

@@ -40,8 +40,13 @@ describe("an agent stream granting itself more than its slots justify", () => {
     await s.next("the status", (r) => r.status === AgentStatus.ACTIVE);
     s.credit(10_000);
     const refused = await s.next("the credits' refusal", (r) => r.refused !== "");
-    expect(refused.refused).toBe("credits: 9742 of 10000 not granted (agent 'hcredits-a' registered 2 slots: at most 258 items granted and unreported at once)");
-    await p.enqueue(t, Array.from({ length: 300 }, () => ({ engineKind: "dag" })));
+    expect(refused.refused).toBe(
+      "credits: 9742 of 10000 not granted (agent 'hcredits-a' registered 2 slots: at most 258 items granted and unreported at once)",
+    );
+    await p.enqueue(
+      t,
+      Array.from({ length: 300 }, () => ({ engineKind: "dag" })),
+    );
     const held = await s.itemsAtLeast(258);
     // Holding the cap, not one more credit is granted.
     const mark = s.responses.length;

@@ -35,14 +35,25 @@ const pingPong: MachineDef = {
   id: "ping-pong",
   initial: "a",
   states: [
-    { name: "a", transitions: [{ event: "go", to: "b" }, { event: "act", to: "done", action: { engineKind: "m", payloadJson: "{}" } }] },
+    {
+      name: "a",
+      transitions: [
+        { event: "go", to: "b" },
+        { event: "act", to: "done", action: { engineKind: "m", payloadJson: "{}" } },
+      ],
+    },
     { name: "b", transitions: [{ event: "back", to: "a" }] },
     { name: "done", terminal: true },
   ],
 };
 
 const historyRow = async (runId: string) =>
-  (await fx.db.raw<{ bytes: number; dropped: string }>(`SELECT length(history) AS bytes, history_dropped AS dropped FROM ${fx.db.tables.qualified("machine_run")} WHERE run_id = $1`, [runId]))[0]!;
+  (
+    await fx.db.raw<{ bytes: number; dropped: string }>(
+      `SELECT length(history) AS bytes, history_dropped AS dropped FROM ${fx.db.tables.qualified("machine_run")} WHERE run_id = $1`,
+      [runId],
+    )
+  )[0]!;
 
 describe("keepLatest", () => {
   it("drops from the front down to the bound and says how many", () => {
@@ -81,7 +92,10 @@ describe("a graph run's path", () => {
       id: "counter",
       start: "count",
       maxSteps: 100n,
-      nodes: [{ name: "count", kind: NodeKind.TASK, engineKind: "g", payloadJson: '{"n": "{{ context.count.n }}"}' }, { name: "done", kind: NodeKind.END }],
+      nodes: [
+        { name: "count", kind: NodeKind.TASK, engineKind: "g", payloadJson: '{"n": "{{ context.count.n }}"}' },
+        { name: "done", kind: NodeKind.END },
+      ],
       edges: [
         { from: "count", to: "done", when: "result.n >= 9" },
         { from: "count", to: "count" },

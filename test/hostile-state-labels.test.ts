@@ -15,7 +15,11 @@ import { Producer, TestAgent } from "./support/queue.js";
 /** The label value past the bound (src/observability/label-values.ts). */
 const OTHER = "other";
 const clock = new FakeClock(Date.UTC(2026, 11, 1));
-const fx = useTestDaemon({ label: "hlabels", clock, config: { httpListen: { host: "127.0.0.1", port: 0 }, metricsRefresh: 0, metricsMaxLabelValues: 3, sweepInterval: 3_600_000 } });
+const fx = useTestDaemon({
+  label: "hlabels",
+  clock,
+  config: { httpListen: { host: "127.0.0.1", port: 0 }, metricsRefresh: 0, metricsMaxLabelValues: 3, sweepInterval: 3_600_000 },
+});
 let D: Daemon;
 let p: Producer;
 beforeAll(() => {
@@ -30,7 +34,11 @@ describe("engine_kind and tenant on /metrics", () => {
   it("take at most --metrics-max-label-values values each, the busiest first in the gauges, the rest summed under 'other'", async () => {
     // Six kinds in tenant ta, k0 the busiest (6 items) down to k5 (1 item); then one item in each of tb..te.
     const kinds = ["k0", "k1", "k2", "k3", "k4", "k5"];
-    for (const [i, kind] of kinds.entries()) await p.enqueue("ta", Array.from({ length: 6 - i }, () => ({ engineKind: kind })));
+    for (const [i, kind] of kinds.entries())
+      await p.enqueue(
+        "ta",
+        Array.from({ length: 6 - i }, () => ({ engineKind: kind })),
+      );
     for (const t of ["tb", "tc", "td", "te"]) await p.enqueue(t, [{ engineKind: "k0" }]);
 
     const gauges = await scrape();

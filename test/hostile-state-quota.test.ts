@@ -34,26 +34,36 @@ beforeAll(() => {
 });
 
 const items = (n: number) => Array.from({ length: n }, () => ({ engineKind: "q" }));
-const queued = async (tenant: string) => Number((await fx.db.raw<{ n: string }>(`SELECT count(*) AS n FROM ${fx.db.tables.qualified("work_item")} WHERE tenant_key = $1`, [tenant]))[0]!.n);
+const queued = async (tenant: string) =>
+  Number((await fx.db.raw<{ n: string }>(`SELECT count(*) AS n FROM ${fx.db.tables.qualified("work_item")} WHERE tenant_key = $1`, [tenant]))[0]!.n);
 const runs = async () => Number((await fx.db.raw<{ n: string }>(`SELECT count(*) AS n FROM ${fx.db.tables.qualified("run")}`))[0]!.n);
 
 describe("one call", () => {
   it(`of more than --max-items-per-call (${PER_CALL}) items is RESOURCE_EXHAUSTED naming the flag, and queues nothing`, async () => {
     const err = await refusal(p.enqueue("q-call", items(PER_CALL + 1)));
-    expect([err.code, err.rawMessage]).toEqual([Code.ResourceExhausted, `items: ${PER_CALL + 1} work items in one call; the limit is ${PER_CALL} (--max-items-per-call)`]);
+    expect([err.code, err.rawMessage]).toEqual([
+      Code.ResourceExhausted,
+      `items: ${PER_CALL + 1} work items in one call; the limit is ${PER_CALL} (--max-items-per-call)`,
+    ]);
     expect(await queued("q-call")).toBe(0);
   });
 
   it("more than a second of --max-enqueue-rate is INVALID_ARGUMENT: it could never be admitted", async () => {
     const err = await refusal(p.enqueue("q-never", items(RATE + 1)));
     expect(err.code).toBe(Code.InvalidArgument);
-    expect(err.rawMessage).toBe(`items: ${RATE + 1} work items in one call are more than tenant 'q-never' may queue in a second (--max-enqueue-rate ${RATE}): queue at most ${RATE} per call`);
+    expect(err.rawMessage).toBe(
+      `items: ${RATE + 1} work items in one call are more than tenant 'q-never' may queue in a second (--max-enqueue-rate ${RATE}): queue at most ${RATE} per call`,
+    );
     expect(await queued("q-never")).toBe(0);
   });
 
   it("a DAG StartRun whose fan-out is wider than one call may queue is RESOURCE_EXHAUSTED, and writes no run and no item", async () => {
     const before = await runs();
-    const err = await refusal(dags.start("q-fan", definition([{ name: "wide", fanOut: "context.list", payloadJson: '{"x":"{{ item }}"}' }]), { list: Array.from({ length: 100_000 }, (_, i) => i) }));
+    const err = await refusal(
+      dags.start("q-fan", definition([{ name: "wide", fanOut: "context.list", payloadJson: '{"x":"{{ item }}"}' }]), {
+        list: Array.from({ length: 100_000 }, (_, i) => i),
+      }),
+    );
     expect([err.code, err.rawMessage]).toEqual([
       Code.ResourceExhausted,
       "node 'wide': fan_out 'context.list' has 100000 elements; one call or step queues at most 500 work items (--max-items-per-call)",
@@ -83,12 +93,32 @@ describe("a tenant's rate", () => {
     const t = "q-engines";
     await p.enqueue(t, items(RATE));
     const dag = await refusal(dags.start(t, definition([{ name: "one" }])));
-    expect([dag.code, dag.rawMessage]).toEqual([Code.ResourceExhausted, expect.stringMatching(/^tenant 'q-engines' may queue 100 work items a second .*--max-enqueue-rate/)]);
+    expect([dag.code, dag.rawMessage]).toEqual([
+      Code.ResourceExhausted,
+      expect.stringMatching(/^tenant 'q-engines' may queue 100 work items a second .*--max-enqueue-rate/),
+    ]);
     const graphs = fx.closers.add(new GraphClient(D.address));
-    const graph = await refusal(graphs.start(t, { id: "g", start: "a", nodes: [{ name: "a", kind: NodeKind.TASK, engineKind: "g" }, { name: "end", kind: NodeKind.END }], edges: [{ from: "a", to: "end" }] }));
+    const graph = await refusal(
+      graphs.start(t, {
+        id: "g",
+        start: "a",
+        nodes: [
+          { name: "a", kind: NodeKind.TASK, engineKind: "g" },
+          { name: "end", kind: NodeKind.END },
+        ],
+        edges: [{ from: "a", to: "end" }],
+      }),
+    );
     expect(graph.code).toBe(Code.ResourceExhausted);
     const machines = fx.closers.add(new MachineClient(D.address));
-    const m = await machines.start(t, { id: "m", initial: "a", states: [{ name: "a", transitions: [{ event: "go", to: "b", action: { engineKind: "m" } }] }, { name: "b", terminal: true }] });
+    const m = await machines.start(t, {
+      id: "m",
+      initial: "a",
+      states: [
+        { name: "a", transitions: [{ event: "go", to: "b", action: { engineKind: "m" } }] },
+        { name: "b", terminal: true },
+      ],
+    });
     expect((await refusal(machines.signal(t, m.runId, "go"))).code).toBe(Code.ResourceExhausted);
     expect(await queued(t)).toBe(RATE);
     clock.advance(1_000);
@@ -106,7 +136,9 @@ describe("a fan-out a DAG reaches on its own", () => {
     const ended = await dags.until(t, run.id, RunStatus.FAILED);
     const wide = ended.nodes.find((n) => n.name === "wide")!;
     expect(wide.status).toBe(NodeStatus.FAILED);
-    expect(ended.reason).toContain(`fan_out 'context.split.list' has ${PER_CALL + 1} elements; one call or step queues at most ${PER_CALL} work items (--max-items-per-call)`);
+    expect(ended.reason).toContain(
+      `fan_out 'context.split.list' has ${PER_CALL + 1} elements; one call or step queues at most ${PER_CALL} work items (--max-items-per-call)`,
+    );
     expect(await queued(t)).toBe(1);
   });
 });

@@ -16,7 +16,9 @@ describe("redactDatabaseUrl", () => {
     expect(redactDatabaseUrl("postgres://u:pw@h:5432/db")).toBe("postgres://u:****@h:5432/db");
     expect(redactDatabaseUrl("postgres://u@h/db?password=s3cret&sslmode=require")).toBe("postgres://u@h/db?password=****&sslmode=require");
     expect(redactDatabaseUrl("postgres://u@h/db?sslmode=verify-full&sslpassword=k3y")).toBe("postgres://u@h/db?sslmode=verify-full&sslpassword=****");
-    expect(redactDatabaseUrl("postgres://u:a@h/db?PASSWORD=b&pass%77ord=c&application_name=password")).toBe("postgres://u:****@h/db?PASSWORD=****&pass%77ord=****&application_name=password");
+    expect(redactDatabaseUrl("postgres://u:a@h/db?PASSWORD=b&pass%77ord=c&application_name=password")).toBe(
+      "postgres://u:****@h/db?PASSWORD=****&pass%77ord=****&application_name=password",
+    );
     expect(redactDatabaseUrl("postgresql://u@/db?host=/run/postgresql&password=zz")).toBe("postgresql://u@/db?host=/run/postgresql&password=****");
   });
 

@@ -56,7 +56,15 @@ describe("a payload template nested thousands deep", () => {
       expect(dag.rawMessage).toContain("node 'deep'.payload_json");
       expect(dag.rawMessage).toContain(`nested more than ${MAX_JSON_DEPTH}`);
       const graph = await refusal(
-        graphs.start("t", { id: "g", start: "deep", nodes: [{ name: "deep", kind: NodeKind.TASK, engineKind: "g", payloadJson: deepTemplate(depth) }, { name: "end", kind: NodeKind.END }], edges: [{ from: "deep", to: "end" }] }),
+        graphs.start("t", {
+          id: "g",
+          start: "deep",
+          nodes: [
+            { name: "deep", kind: NodeKind.TASK, engineKind: "g", payloadJson: deepTemplate(depth) },
+            { name: "end", kind: NodeKind.END },
+          ],
+          edges: [{ from: "deep", to: "end" }],
+        }),
       );
       expect(graph.code).toBe(Code.InvalidArgument);
       expect(graph.rawMessage).toContain("node 'deep'.payload_json");
@@ -64,7 +72,10 @@ describe("a payload template nested thousands deep", () => {
         machines.start("t", {
           id: "m",
           initial: "a",
-          states: [{ name: "a", transitions: [{ event: "go", to: "b", action: { engineKind: "m", payloadJson: deepTemplate(depth) } }] }, { name: "b", terminal: true }],
+          states: [
+            { name: "a", transitions: [{ event: "go", to: "b", action: { engineKind: "m", payloadJson: deepTemplate(depth) } }] },
+            { name: "b", terminal: true },
+          ],
         }),
       );
       expect(machine.code).toBe(Code.InvalidArgument);

@@ -38,15 +38,33 @@ describe("a template path into an object's prototype", () => {
     for (const path of ["context.__proto__", "context.constructor.name"]) {
       const payloadJson = JSON.stringify({ x: `{{ ${path} }}` });
       const dag = await refusal(dags.start("t", definition([{ name: "n", payloadJson }])));
-      expect([dag.code, dag.rawMessage]).toEqual([Code.InvalidArgument, expect.stringMatching(/^node 'n'.payload_json: bad template: .* which a path may not/)]);
+      expect([dag.code, dag.rawMessage]).toEqual([
+        Code.InvalidArgument,
+        expect.stringMatching(/^node 'n'.payload_json: bad template: .* which a path may not/),
+      ]);
       const fan = await refusal(dags.start("t", definition([{ name: "n", fanOut: path }])));
       expect([fan.code, fan.rawMessage]).toEqual([Code.InvalidArgument, expect.stringMatching(/^node 'n'.fan_out: .* which a path may not/)]);
       const graph = await refusal(
-        graphs.start("t", { id: "g", start: "n", nodes: [{ name: "n", kind: NodeKind.TASK, engineKind: "g", payloadJson }, { name: "end", kind: NodeKind.END }], edges: [{ from: "n", to: "end" }] }),
+        graphs.start("t", {
+          id: "g",
+          start: "n",
+          nodes: [
+            { name: "n", kind: NodeKind.TASK, engineKind: "g", payloadJson },
+            { name: "end", kind: NodeKind.END },
+          ],
+          edges: [{ from: "n", to: "end" }],
+        }),
       );
       expect([graph.code, graph.rawMessage]).toEqual([Code.InvalidArgument, expect.stringContaining("node 'n'.payload_json: bad template:")]);
       const machine = await refusal(
-        machines.start("t", { id: "m", initial: "a", states: [{ name: "a", transitions: [{ event: "go", to: "b", action: { engineKind: "m", payloadJson } }] }, { name: "b", terminal: true }] }),
+        machines.start("t", {
+          id: "m",
+          initial: "a",
+          states: [
+            { name: "a", transitions: [{ event: "go", to: "b", action: { engineKind: "m", payloadJson } }] },
+            { name: "b", terminal: true },
+          ],
+        }),
       );
       expect([machine.code, machine.rawMessage]).toEqual([Code.InvalidArgument, expect.stringContaining("transitions[0].action.payload_json: bad template:")]);
     }

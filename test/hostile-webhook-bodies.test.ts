@@ -36,14 +36,26 @@ const BODIES: Record<string, Buffer> = {
 /** Bodies whose text Postgres can store as it came; the others are kept as base64. */
 const STORABLE = new Set(["an escaped NUL", "an escaped lone surrogate", "8,000 levels of arrays", "8,000 levels of objects"]);
 
-const firing = async (id: string) => (await fx.db.raw<{ outcome: string; payload: string | null; error: string | null }>(`SELECT * FROM ${fx.db.tables.qualified("trigger_firing")} WHERE id = $1`, [id]))[0]!;
+const firing = async (id: string) =>
+  (
+    await fx.db.raw<{ outcome: string; payload: string | null; error: string | null }>(
+      `SELECT * FROM ${fx.db.tables.qualified("trigger_firing")} WHERE id = $1`,
+      [id],
+    )
+  )[0]!;
 const runs = async () => Number((await fx.db.raw<{ n: string }>(`SELECT count(*) AS n FROM ${fx.db.tables.qualified("engine_run")}`))[0]!.n);
 
 beforeAll(async () => {
-  D = await fx.startDaemon({ clock, config: { sweepInterval: 3_600_000, webhookMaxBytes: 256 * 1024, httpListen: { host: "127.0.0.1", port: 0 }, authFailureLimit: 1_000_000 } });
-  await fx.closers.add(new DagClient(D.address)).dag.putDefinition({ tenantKey: "t", definition: definition([{ name: "w", wait: true, event: "never" }], { id: "d" }) });
+  D = await fx.startDaemon({
+    clock,
+    config: { sweepInterval: 3_600_000, webhookMaxBytes: 256 * 1024, httpListen: { host: "127.0.0.1", port: 0 }, authFailureLimit: 1_000_000 },
+  });
+  await fx.closers
+    .add(new DagClient(D.address))
+    .dag.putDefinition({ tenantKey: "t", definition: definition([{ name: "w", wait: true, event: "never" }], { id: "d" }) });
   const triggers = fx.closers.add(new TriggerClient(D.address));
-  for (const name of ["unsigned", "github", "stamped"]) await triggers.put("t", { name, type: TriggerType.WEBHOOK, action: Action.START, definitionId: "d", secret: SECRET });
+  for (const name of ["unsigned", "github", "stamped"])
+    await triggers.put("t", { name, type: TriggerType.WEBHOOK, action: Action.START, definitionId: "d", secret: SECRET });
 });
 
 describe("a malformed webhook body is a 4xx, never a 500", () => {

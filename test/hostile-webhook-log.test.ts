@@ -24,17 +24,28 @@ const UNVERIFIED_PREFIX_BYTES = 1024;
 let D: Daemon;
 
 const rows = async (where: string, values: unknown[] = []) =>
-  (await fx.db.raw<{ n: string; bytes: string | null }>(`SELECT count(*) AS n, sum(octet_length(payload)) AS bytes FROM ${fx.db.tables.qualified("trigger_firing")} WHERE ${where}`, values))[0]!;
+  (
+    await fx.db.raw<{ n: string; bytes: string | null }>(
+      `SELECT count(*) AS n, sum(octet_length(payload)) AS bytes FROM ${fx.db.tables.qualified("trigger_firing")} WHERE ${where}`,
+      values,
+    )
+  )[0]!;
 const count = async (where: string, values: unknown[] = []) => Number((await rows(where, values)).n);
-const payloadOf = async (id: string) => (await fx.db.raw<{ payload: string | null }>(`SELECT payload FROM ${fx.db.tables.qualified("trigger_firing")} WHERE id = $1`, [id]))[0]!.payload;
+const payloadOf = async (id: string) =>
+  (await fx.db.raw<{ payload: string | null }>(`SELECT payload FROM ${fx.db.tables.qualified("trigger_firing")} WHERE id = $1`, [id]))[0]!.payload;
 const unrecorded = (reason: string) => counterValue(D, "aiflow_webhook_refusals_total", { reason, recorded: "false" });
 
 beforeAll(async () => {
-  D = await fx.startDaemon({ clock, config: { sweepInterval: 3_600_000, webhookMaxBytes: 256 * 1024, httpListen: { host: "127.0.0.1", port: 0 }, authFailureLimit: 1_000_000 } });
+  D = await fx.startDaemon({
+    clock,
+    config: { sweepInterval: 3_600_000, webhookMaxBytes: 256 * 1024, httpListen: { host: "127.0.0.1", port: 0 }, authFailureLimit: 1_000_000 },
+  });
   const dag = fx.closers.add(new DagClient(D.address));
-  for (const tenantKey of ["t", "cron-only"]) await dag.dag.putDefinition({ tenantKey, definition: definition([{ name: "w", wait: true, event: "never" }], { id: "d" }) });
+  for (const tenantKey of ["t", "cron-only"])
+    await dag.dag.putDefinition({ tenantKey, definition: definition([{ name: "w", wait: true, event: "never" }], { id: "d" }) });
   const triggers = fx.closers.add(new TriggerClient(D.address));
-  for (const name of ["h", "capped", "whole"]) await triggers.put("t", { name, type: TriggerType.WEBHOOK, action: Action.START, definitionId: "d", secret: SECRET });
+  for (const name of ["h", "capped", "whole"])
+    await triggers.put("t", { name, type: TriggerType.WEBHOOK, action: Action.START, definitionId: "d", secret: SECRET });
   // A tenant with only a cron trigger serves no webhook.
   await triggers.put("cron-only", { name: "nightly", type: TriggerType.CRON, action: Action.START, definitionId: "d", schedule: "0 2 * * *" });
 });
@@ -50,7 +61,9 @@ describe("a delivery that proved nothing", () => {
     expect(sent.map((s) => s.status)).toEqual([401, 401, 404]);
     for (const s of sent) {
       const payload = (await payloadOf(s.body.firing_id!))!;
-      expect(JSON.parse(payload)).toEqual({ unverified_body: { bytes: body.length, sha256: sha256Hex(body), first_1024_bytes: body.slice(0, UNVERIFIED_PREFIX_BYTES) } });
+      expect(JSON.parse(payload)).toEqual({
+        unverified_body: { bytes: body.length, sha256: sha256Hex(body), first_1024_bytes: body.slice(0, UNVERIFIED_PREFIX_BYTES) },
+      });
       expect(payload).not.toContain("secret-at-the-end");
       expect(Buffer.byteLength(payload)).toBeLessThan(UNVERIFIED_PREFIX_BYTES + 200);
     }

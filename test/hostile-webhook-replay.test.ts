@@ -23,14 +23,22 @@ let D: Daemon;
 const runsOf = async (trigger: string) =>
   Number((await fx.db.raw<{ n: string }>(`SELECT count(*) AS n FROM ${fx.db.tables.qualified("engine_run")} WHERE triggered_by = $1`, [trigger]))[0]!.n);
 const firing = async (id: string) =>
-  (await fx.db.raw<{ outcome: string; payload: string | null; error: string | null; run_id: string | null }>(`SELECT * FROM ${fx.db.tables.qualified("trigger_firing")} WHERE id = $1`, [id]))[0]!;
+  (
+    await fx.db.raw<{ outcome: string; payload: string | null; error: string | null; run_id: string | null }>(
+      `SELECT * FROM ${fx.db.tables.qualified("trigger_firing")} WHERE id = $1`,
+      [id],
+    )
+  )[0]!;
 const nowSeconds = () => Math.floor(clock.nowMs() / 1000);
 
 beforeAll(async () => {
   D = await fx.startDaemon({ clock, config: { sweepInterval: 3_600_000, httpListen: { host: "127.0.0.1", port: 0 }, authFailureLimit: 1_000_000 } });
-  await fx.closers.add(new DagClient(D.address)).dag.putDefinition({ tenantKey: "t", definition: definition([{ name: "w", wait: true, event: "never" }], { id: "d" }) });
+  await fx.closers
+    .add(new DagClient(D.address))
+    .dag.putDefinition({ tenantKey: "t", definition: definition([{ name: "w", wait: true, event: "never" }], { id: "d" }) });
   const triggers = fx.closers.add(new TriggerClient(D.address));
-  for (const name of ["gh", "stamped", "tampered"]) await triggers.put("t", { name, type: TriggerType.WEBHOOK, action: Action.START, definitionId: "d", secret: SECRET });
+  for (const name of ["gh", "stamped", "tampered"])
+    await triggers.put("t", { name, type: TriggerType.WEBHOOK, action: Action.START, definitionId: "d", secret: SECRET });
 });
 
 describe("a replayed signed delivery starts no run", () => {
@@ -64,7 +72,10 @@ describe("a replayed signed delivery starts no run", () => {
     const first = await post(D.httpUrl!, "t", "stamped", body, { ...signed, "x-delivery-id": "s-1" });
     expect(first.status).toBe(202);
     // The source's time is the signed one.
-    expect((await fx.db.raw<{ fired_on: string }>(`SELECT fired_on FROM ${fx.db.tables.qualified("trigger_firing")} WHERE id = $1`, [first.body.firing_id]))[0]!.fired_on).toBe(msToNs(t * 1000).toString());
+    expect(
+      (await fx.db.raw<{ fired_on: string }>(`SELECT fired_on FROM ${fx.db.tables.qualified("trigger_firing")} WHERE id = $1`, [first.body.firing_id]))[0]!
+        .fired_on,
+    ).toBe(msToNs(t * 1000).toString());
     for (const headers of [signed, { ...signed, "x-delivery-id": "s-2" }]) expect((await post(D.httpUrl!, "t", "stamped", body, headers)).status).toBe(409);
     clock.advance(301_000);
     const stale = await post(D.httpUrl!, "t", "stamped", body, { ...signed, "x-delivery-id": "s-3" });

@@ -73,7 +73,12 @@ describe("request bytes in flight", () => {
   it("refuses a gRPC call past --max-inflight-bytes with RESOURCE_EXHAUSTED, and admits again once the holder ends", async () => {
     const s = connect();
     // Holds 60 kB by its declared length, and never finishes its body.
-    const holder = call(s, { ":path": ENQUEUE, "content-type": "application/json", "content-length": "60000", authorization: `Bearer ${TOKENS.engine}` }, Buffer.alloc(10, 32), false);
+    const holder = call(
+      s,
+      { ":path": ENQUEUE, "content-type": "application/json", "content-length": "60000", authorization: `Bearer ${TOKENS.engine}` },
+      Buffer.alloc(10, 32),
+      false,
+    );
     const over = call(s, engineGrpc, grpcBody(60_000), true);
     const refused = await over.done;
     expect(refused.grpcStatus).toBe("8");
@@ -93,7 +98,12 @@ describe("request bytes in flight", () => {
     // A stream reset while a Node client still writes keeps the unsent bytes counted against the
     // client's session memory (10 MB by default); past that its session refuses every new stream.
     const s = connect();
-    const holder = call(s, { ":path": ENQUEUE, "content-type": "application/json", "content-length": "60000", authorization: `Bearer ${TOKENS.engine}` }, Buffer.alloc(10, 32), false);
+    const holder = call(
+      s,
+      { ":path": ENQUEUE, "content-type": "application/json", "content-length": "60000", authorization: `Bearer ${TOKENS.engine}` },
+      Buffer.alloc(10, 32),
+      false,
+    );
     await roundTrip(s);
     for (let i = 0; i < 15; i++) expect((await call(s, engineGrpc, grpcBody(1_000_000), true).done).grpcStatus).toBe("8");
     holder.req.close();
@@ -104,12 +114,22 @@ describe("request bytes in flight", () => {
 
   it("refuses a Connect call whose content-length is past it (HTTP 429) before reading it, and one that passes it mid-body", async () => {
     const s = connect();
-    const declared = await call(s, { ":path": ENQUEUE, "content-type": "application/json", "content-length": "200000", authorization: `Bearer ${TOKENS.engine}` }, Buffer.alloc(10, 32), false).done;
+    const declared = await call(
+      s,
+      { ":path": ENQUEUE, "content-type": "application/json", "content-length": "200000", authorization: `Bearer ${TOKENS.engine}` },
+      Buffer.alloc(10, 32),
+      false,
+    ).done;
     expect(declared.httpStatus).toBe(429);
     expect(JSON.parse(declared.message)).toMatchObject({ code: "resource_exhausted" });
 
     // No declared length: refused when its bytes pass the budget, with connect-node already reading it.
-    const midBody = await call(s, { ":path": ENQUEUE, "content-type": "application/proto", authorization: `Bearer ${TOKENS.engine}` }, Buffer.alloc(150_000), false).done;
+    const midBody = await call(
+      s,
+      { ":path": ENQUEUE, "content-type": "application/proto", authorization: `Bearer ${TOKENS.engine}` },
+      Buffer.alloc(150_000),
+      false,
+    ).done;
     expect(midBody.httpStatus).toBe(429);
     await roundTrip(s);
     // The daemon serves on, and the budget is whole again.

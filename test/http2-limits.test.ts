@@ -35,9 +35,18 @@ const TYPE = { data: 0, headers: 1, rst: 3, settings: 4, ping: 6, goaway: 7, con
 const END_STREAM = 1;
 const END_HEADERS = 4;
 /** HPACK literal fields without indexing (names and values under 127 bytes). */
-const hpack = (fields: [string, string][]) => Buffer.concat(fields.flatMap(([n, v]) => [Buffer.from([0, n.length]), Buffer.from(n), Buffer.from([v.length]), Buffer.from(v)]));
+const hpack = (fields: [string, string][]) =>
+  Buffer.concat(fields.flatMap(([n, v]) => [Buffer.from([0, n.length]), Buffer.from(n), Buffer.from([v.length]), Buffer.from(v)]));
 const request = (path: string, extra: [string, string][] = []) =>
-  hpack([[":method", "POST"], [":scheme", "http"], [":path", path], [":authority", "localhost"], ["content-type", "application/grpc"], ["te", "trailers"], ...extra]);
+  hpack([
+    [":method", "POST"],
+    [":scheme", "http"],
+    [":path", path],
+    [":authority", "localhost"],
+    ["content-type", "application/grpc"],
+    ["te", "trailers"],
+    ...extra,
+  ]);
 const WATCH = "/grpc.health.v1.Health/Watch";
 const emptyMessage = Buffer.alloc(5);
 
@@ -115,7 +124,13 @@ class RawPeer {
 describe("HTTP/2 limits", () => {
   it("serves an ordinary call with a token through all of it", async () => {
     const client = http2.connect(`http://${daemon.address}`);
-    const req = client.request({ ":method": "POST", ":path": "/grpc.health.v1.Health/Check", "content-type": "application/grpc", te: "trailers", authorization: `Bearer ${TOKENS.ops}` });
+    const req = client.request({
+      ":method": "POST",
+      ":path": "/grpc.health.v1.Health/Check",
+      "content-type": "application/grpc",
+      te: "trailers",
+      authorization: `Bearer ${TOKENS.ops}`,
+    });
     req.end(emptyMessage);
     req.resume();
     const [trailers] = (await once(req, "trailers")) as [http2.IncomingHttpHeaders];
@@ -241,4 +256,3 @@ describe("HTTP/2 limits", () => {
     for (const p of peers) p.socket.destroy();
   });
 });
-

@@ -69,7 +69,11 @@ const ROOT = path.resolve(import.meta.dirname, "..");
 const SOURCES = ["src", "agent-sdk/src", "wire/src"];
 const SKIP = new Set(["wire/src/gen", "src/db/migrations"]);
 
-interface Edge { from: string; to: string; typeOnly: boolean }
+interface Edge {
+  from: string;
+  to: string;
+  typeOnly: boolean;
+}
 
 function sourceFiles(): string[] {
   const files: string[] = [];
@@ -105,7 +109,8 @@ function edgesOf(file: string): Edge[] {
       // `import "x"` (no clause) runs x: a value import.
       if (clause) {
         const named = clause.namedBindings;
-        typeOnly = clause.isTypeOnly || (!clause.name && !!named && ts.isNamedImports(named) && named.elements.length > 0 && named.elements.every((e) => e.isTypeOnly));
+        typeOnly =
+          clause.isTypeOnly || (!clause.name && !!named && ts.isNamedImports(named) && named.elements.length > 0 && named.elements.every((e) => e.isTypeOnly));
       }
     } else if (ts.isExportDeclaration(s) && s.moduleSpecifier) {
       spec = s.moduleSpecifier;
@@ -182,7 +187,15 @@ it("imports no value from a layer above", () => {
   }
   const seen = new Set(upward);
   const report = {
-    upward: upward.filter((u) => !ALLOWED.has(u)).map((u) => `${u} (${u.split(" -> ").map((f) => layerOf(f)!.layer).join(" -> ")})`),
+    upward: upward
+      .filter((u) => !ALLOWED.has(u))
+      .map(
+        (u) =>
+          `${u} (${u
+            .split(" -> ")
+            .map((f) => layerOf(f)!.layer)
+            .join(" -> ")})`,
+      ),
     staleAllowed: [...ALLOWED].filter((a) => !seen.has(a)),
   };
   if (process.env.LAYERS_PRINT) console.log(`upward value imports allowed for now: ${ALLOWED.size}\n${[...ALLOWED].join("\n")}`);
@@ -192,10 +205,20 @@ it("imports no value from a layer above", () => {
 it("has no import cycle", () => {
   const found = cycles(edges).map((c) => c.join(" ⇄ "));
   const seen = new Set(found);
-  expect({ cycles: found.filter((c) => !ALLOWED_CYCLES.has(c)), staleAllowed: [...ALLOWED_CYCLES].filter((c) => !seen.has(c)) }).toEqual({ cycles: [], staleAllowed: [] });
+  expect({ cycles: found.filter((c) => !ALLOWED_CYCLES.has(c)), staleAllowed: [...ALLOWED_CYCLES].filter((c) => !seen.has(c)) }).toEqual({
+    cycles: [],
+    staleAllowed: [],
+  });
 });
 
 it("finds an upward import and a cycle when there is one", () => {
   expect(layerOf("src/store/agents.ts")!.rank).toBeLessThan(layerOf("src/rpc/ops-service.ts")!.rank);
-  expect(cycles([{ from: "a", to: "b", typeOnly: true }, { from: "b", to: "c", typeOnly: false }, { from: "c", to: "a", typeOnly: false }, { from: "c", to: "d", typeOnly: false }])).toEqual([["a", "b", "c"]]);
+  expect(
+    cycles([
+      { from: "a", to: "b", typeOnly: true },
+      { from: "b", to: "c", typeOnly: false },
+      { from: "c", to: "a", typeOnly: false },
+      { from: "c", to: "d", typeOnly: false },
+    ]),
+  ).toEqual([["a", "b", "c"]]);
 });

@@ -61,7 +61,8 @@ const tick = async (s: Side) => {
   await s.daemon.maintenance.flushHeartbeats().catch(() => {});
   await s.daemon.maintenance.runOnce();
 };
-const agentOn = (s: Side, name: string) => TestAgent.register(s.daemon.address, name, { tenants: [TENANT], engineKinds: [name] }).then((a) => fx.closers.add(a));
+const agentOn = (s: Side, name: string) =>
+  TestAgent.register(s.daemon.address, name, { tenants: [TENANT], engineKinds: [name] }).then((a) => fx.closers.add(a));
 /** One item of the agent's own engine kind, claimed by it. */
 async function holding(s: Side, agent: TestAgent): Promise<WorkItem> {
   const p = fx.closers.add(new Producer(s.daemon.address));
@@ -114,7 +115,8 @@ describe("leases through an outage longer than the lease", () => {
       await quiet.heartbeat();
       await tick(d);
       if (clock.nowMs() - backAt < LEASE_MS) expect(await itemRow(fx.db, q.id), `at +${clock.nowMs() - backAt}ms`).toMatchObject(held(q, "lo-quiet"));
-      else expect(await itemRow(fx.db, q.id)).toMatchObject({ status: "pending", agent_id: null, lease_token: null, redelivery_count: 1, error: "lease expired" });
+      else
+        expect(await itemRow(fx.db, q.id)).toMatchObject({ status: "pending", agent_id: null, lease_token: null, redelivery_count: 1, error: "lease expired" });
     }
     expect((await quiet.complete([q])).map((o) => o.ok)).toEqual([false]);
   });

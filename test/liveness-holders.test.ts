@@ -39,7 +39,11 @@ async function keptAlive(daemon: string, atMs: number, tenants = ["t1"]): Promis
 }
 
 const registered = (name: string, atMs: number) =>
-  agents.register({ name, httpAddress: null, grpcAddress: null, infraAddress: null, agentVersion: null, binaryPath: null, agentType: null, metadata: {} }, atMs, "ops");
+  agents.register(
+    { name, httpAddress: null, grpcAddress: null, infraAddress: null, agentVersion: null, binaryPath: null, agentType: null, metadata: {} },
+    atMs,
+    "ops",
+  );
 
 /** An agent whose last written beat arrived at `atMs`. */
 async function lastBeat(name: string, atMs: number): Promise<void> {
@@ -50,7 +54,10 @@ async function lastBeat(name: string, atMs: number): Promise<void> {
 /** Which of `names` one sweep at `nowMs` flips. */
 async function flipped(names: readonly string[], nowMs: number, holders: Partial<SweepHolders> = {}): Promise<string[]> {
   const gone = await agents.markStaleInactive(nowMs, nowMs - WINDOW_MS, { self: "sweeper", ownBeats: [], presumedDeadBeforeMs: null, ...holders });
-  return gone.map((g) => g.name).filter((n) => names.includes(n)).sort();
+  return gone
+    .map((g) => g.name)
+    .filter((n) => names.includes(n))
+    .sort();
 }
 
 describe("AgentStore.markStaleInactive and the daemons that may hold newer beats", () => {

@@ -36,7 +36,15 @@ async function side(instanceId: string): Promise<Side> {
   const proxy = fx.closers.add(await startTcpProxy(fx.db.url));
   const daemon = await fx.startDaemon({
     clock,
-    config: { instanceId, databaseUrl: proxy.url, dbPoolSize: 2, heartbeatInterval: HEARTBEAT_MS, livenessIntervals: 3, heartbeatFlush: PARKED, sweepInterval: PARKED },
+    config: {
+      instanceId,
+      databaseUrl: proxy.url,
+      dbPoolSize: 2,
+      heartbeatInterval: HEARTBEAT_MS,
+      livenessIntervals: 3,
+      heartbeatFlush: PARKED,
+      sweepInterval: PARKED,
+    },
   });
   const s = { daemon, proxy, client: fx.closers.add(agentClient(daemon.address)) };
   sides.push(s);

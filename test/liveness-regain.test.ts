@@ -95,7 +95,10 @@ describe("a daemon restart", () => {
       expect(await statusOf("restart-gone"), `at +${clock.nowMs() - startedAt}ms`).toBe("active");
       expect(await itemRow(fx.db, lost!.id)).toMatchObject({ status: "dispatched", agent_id: "restart-gone", lease_token: lost!.leaseToken });
     }
-    const completed = await conn.agent.complete({ name: "restart-back", items: [{ workItemId: held!.id, leaseToken: held!.leaseToken, resultJson: '"done"' }] }, call);
+    const completed = await conn.agent.complete(
+      { name: "restart-back", items: [{ workItemId: held!.id, leaseToken: held!.leaseToken, resultJson: '"done"' }] },
+      call,
+    );
     expect(completed.outcomes.map((o) => o.ok)).toEqual([true]);
     expect(await itemRow(fx.db, held!.id)).toMatchObject({ status: "completed", redelivery_count: 0 });
 

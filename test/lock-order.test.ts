@@ -29,7 +29,10 @@ async function holding(name: string): Promise<{ viaA: TestAgent; viaB: TestAgent
   const viaA = f.closers.add(await TestAgent.register(a.address, name, { tenants: [TENANT], engineKinds: [name], slots: N }));
   const viaB = f.closers.add(await TestAgent.register(b.address, name, { tenants: [TENANT], engineKinds: [name], slots: N }));
   const producer = f.closers.add(new Producer(a.address));
-  await producer.enqueue(TENANT, Array.from({ length: N }, () => ({ engineKind: name, payloadJson: "{}" })));
+  await producer.enqueue(
+    TENANT,
+    Array.from({ length: N }, () => ({ engineKind: name, payloadJson: "{}" })),
+  );
   const items: WorkItem[] = [];
   while (items.length < N) items.push(...(await viaA.claim(N - items.length)));
   items.sort((x, y) => (x.id < y.id ? -1 : 1));

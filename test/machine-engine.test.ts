@@ -48,7 +48,10 @@ const review: MachineDef = {
   id: "review",
   initial: "draft",
   states: [
-    { name: "draft", transitions: [{ event: "submit", to: "reviewing", action: { engineKind: "review", payloadJson: '{"doc": "{{ context.submit.doc }}"}' } }] },
+    {
+      name: "draft",
+      transitions: [{ event: "submit", to: "reviewing", action: { engineKind: "review", payloadJson: '{"doc": "{{ context.submit.doc }}"}' } }],
+    },
     {
       name: "reviewing",
       transitions: [
@@ -86,7 +89,14 @@ describe("a state machine", () => {
     const decide = await deliver(A.httpUrl!, "t", "decided", JSON.stringify({ run: started.runId, by: "ann" }), { secret: SECRET });
     expect(decide.body.outcome).toBe("signalled");
     const done = await machines.get("t", started.runId);
-    expect(done).toMatchObject({ state: "approved", history: ["draft", "reviewing", "approved"], live: false, suspended: false, reason: "reached terminal state 'approved'", failure: "" });
+    expect(done).toMatchObject({
+      state: "approved",
+      history: ["draft", "reviewing", "approved"],
+      live: false,
+      suspended: false,
+      reason: "reached terminal state 'approved'",
+      failure: "",
+    });
 
     // An event the machine no longer takes, from a trigger: a refused firing, and nothing moved.
     const late = await deliver(A.httpUrl!, "t", "decided", JSON.stringify({ run: started.runId, by: "bob" }), { secret: SECRET });
@@ -109,10 +119,19 @@ describe("a state machine", () => {
     const none = await refusal(machines.signal("t", m.runId, "decide", { by: "x" }));
     expect(none.code).toBe(Code.InvalidArgument);
     expect(none.rawMessage).toBe("event: state 'draft' has no transition for event 'decide' (it takes: submit)");
-    const slow = { ...review, states: review.states!.map((s) => (s.name === "draft" ? { ...s, transitions: [{ event: "submit", to: "reviewing", action: { engineKind: "nobody" } }] } : s)) } as MachineDef;
+    const slow = {
+      ...review,
+      states: review.states!.map((s) =>
+        s.name === "draft" ? { ...s, transitions: [{ event: "submit", to: "reviewing", action: { engineKind: "nobody" } }] } : s,
+      ),
+    } as MachineDef;
     const s = await machines.start("t", slow);
     const res = await machines.signal("t", s.runId, "submit", { doc: "x" });
-    expect(res).toMatchObject({ to: "reviewing", actionStarted: true, run: { suspended: true, state: "draft", pendingEvent: "submit", pendingTo: "reviewing" } });
+    expect(res).toMatchObject({
+      to: "reviewing",
+      actionStarted: true,
+      run: { suspended: true, state: "draft", pendingEvent: "submit", pendingTo: "reviewing" },
+    });
     const busy = await refusal(machines.signal("t", s.runId, "submit", { doc: "y" }));
     expect(busy.code).toBe(Code.FailedPrecondition);
     expect(busy.rawMessage).toMatch(/is running the action of 'draft' --submit--> 'reviewing': signal again once it completes/);
@@ -154,7 +173,13 @@ describe("a state machine", () => {
   });
 
   it("CancelRun ends a suspended machine and cancels its action's work item", async () => {
-    const slow: MachineDef = { initial: "a", states: [{ name: "a", transitions: [{ event: "go", to: "b", action: { engineKind: "nobody" } }] }, { name: "b", terminal: true }] };
+    const slow: MachineDef = {
+      initial: "a",
+      states: [
+        { name: "a", transitions: [{ event: "go", to: "b", action: { engineKind: "nobody" } }] },
+        { name: "b", terminal: true },
+      ],
+    };
     const m = await machines.start("t", slow);
     const item = (await machines.signal("t", m.runId, "go")).run!.workItemId;
     const cancelled = (await machines.machine.cancelRun({ tenantKey: "t", runId: m.runId, reason: "no longer needed" })).run!;
@@ -170,11 +195,47 @@ describe("a state machine", () => {
 
   it("a definition whose transition names an unknown state, whose guard does not parse, or that can never end is INVALID_ARGUMENT naming it", async () => {
     const cases: [MachineDef, RegExp][] = [
-      [{ initial: "a", states: [{ name: "a", transitions: [{ event: "go", to: "nowhere" }] }, { name: "b", terminal: true }] }, /state 'a'\.transitions\[0\]\.to: names 'nowhere'/],
-      [{ initial: "a", states: [{ name: "a", transitions: [{ event: "go", to: "b", guard: "event.x >" }] }, { name: "b", terminal: true }] }, /state 'a'\.transitions\[0\]\.guard: bad condition/],
-      [{ initial: "a", states: [{ name: "a", transitions: [{ event: "go", to: "a" }] }, { name: "b", terminal: true }] }, /no terminal state is reachable from the initial state 'a'/],
+      [
+        {
+          initial: "a",
+          states: [
+            { name: "a", transitions: [{ event: "go", to: "nowhere" }] },
+            { name: "b", terminal: true },
+          ],
+        },
+        /state 'a'\.transitions\[0\]\.to: names 'nowhere'/,
+      ],
+      [
+        {
+          initial: "a",
+          states: [
+            { name: "a", transitions: [{ event: "go", to: "b", guard: "event.x >" }] },
+            { name: "b", terminal: true },
+          ],
+        },
+        /state 'a'\.transitions\[0\]\.guard: bad condition/,
+      ],
+      [
+        {
+          initial: "a",
+          states: [
+            { name: "a", transitions: [{ event: "go", to: "a" }] },
+            { name: "b", terminal: true },
+          ],
+        },
+        /no terminal state is reachable from the initial state 'a'/,
+      ],
       [{ initial: "a", states: [{ name: "a" }, { name: "b", terminal: true }] }, /state 'a': has no transitions and is not terminal/],
-      [{ initial: "b", states: [{ name: "a", transitions: [{ event: "go", to: "b" }] }, { name: "b", terminal: true }] }, /definition\.initial: 'b' is terminal/],
+      [
+        {
+          initial: "b",
+          states: [
+            { name: "a", transitions: [{ event: "go", to: "b" }] },
+            { name: "b", terminal: true },
+          ],
+        },
+        /definition\.initial: 'b' is terminal/,
+      ],
     ];
     for (const [def, message] of cases) {
       const err = await refusal(machines.start("t", def));
@@ -188,11 +249,39 @@ describe("triggers that start runs of these engines", () => {
   it("a webhook starts a machine and a graph run of stored definitions, each with the payload in its data and its directory row naming the trigger and the firing", async () => {
     await machines.machine.putDefinition({ tenantKey: "t", definition: { ...review, id: "review-started" } });
     const graphs = fx.closers.add(new GraphClient(A.address));
-    await graphs.graph.putDefinition({ tenantKey: "t", definition: { id: "one-review", start: "r", nodes: [{ name: "r", kind: NodeKind.TASK, engineKind: "review", payloadJson: '{"doc": "{{ context.payload.doc }}"}' }, { name: "z", kind: NodeKind.END }], edges: [{ from: "r", to: "z" }] } });
+    await graphs.graph.putDefinition({
+      tenantKey: "t",
+      definition: {
+        id: "one-review",
+        start: "r",
+        nodes: [
+          { name: "r", kind: NodeKind.TASK, engineKind: "review", payloadJson: '{"doc": "{{ context.payload.doc }}"}' },
+          { name: "z", kind: NodeKind.END },
+        ],
+        edges: [{ from: "r", to: "z" }],
+      },
+    });
     const triggers = fx.closers.add(new TriggerClient(A.address));
-    await triggers.put("t", { name: "new-review", type: TriggerType.WEBHOOK, action: Action.START, engineKind: "statemachine", definitionId: "review-started", secret: SECRET });
-    await triggers.put("t", { name: "new-graph", type: TriggerType.WEBHOOK, action: Action.START, engineKind: "graph", definitionId: "one-review", secret: SECRET });
-    expect((await triggers.triggers.getTrigger({ tenantKey: "t", name: "new-graph" })).trigger).toMatchObject({ engineKind: "graph", definitionId: "one-review" });
+    await triggers.put("t", {
+      name: "new-review",
+      type: TriggerType.WEBHOOK,
+      action: Action.START,
+      engineKind: "statemachine",
+      definitionId: "review-started",
+      secret: SECRET,
+    });
+    await triggers.put("t", {
+      name: "new-graph",
+      type: TriggerType.WEBHOOK,
+      action: Action.START,
+      engineKind: "graph",
+      definitionId: "one-review",
+      secret: SECRET,
+    });
+    expect((await triggers.triggers.getTrigger({ tenantKey: "t", name: "new-graph" })).trigger).toMatchObject({
+      engineKind: "graph",
+      definitionId: "one-review",
+    });
 
     const m = await deliver(A.httpUrl!, "t", "new-review", JSON.stringify({ doc: "good" }), { secret: SECRET });
     const g = await deliver(A.httpUrl!, "t", "new-graph", JSON.stringify({ doc: "good" }), { secret: SECRET });
@@ -202,7 +291,10 @@ describe("triggers that start runs of these engines", () => {
     expect(JSON.parse(machine.contextJson)).toMatchObject({ payload: { doc: "good" }, trigger: { name: "new-review", firing_id: m.body.firing_id } });
     const run = await graphs.ended("t", g.body.run_id!);
     expect(JSON.parse(run.stateJson)).toMatchObject({ payload: { doc: "good" }, r: { score: 0.9 } });
-    const dir = await fx.db.raw(`SELECT run_id, engine_kind, triggered_by, trigger_firing_id FROM ${table("engine_run")} WHERE run_id = ANY($1) ORDER BY engine_kind`, [[m.body.run_id, g.body.run_id]]);
+    const dir = await fx.db.raw(
+      `SELECT run_id, engine_kind, triggered_by, trigger_firing_id FROM ${table("engine_run")} WHERE run_id = ANY($1) ORDER BY engine_kind`,
+      [[m.body.run_id, g.body.run_id]],
+    );
     expect(dir).toEqual([
       { run_id: g.body.run_id, engine_kind: "graph", triggered_by: "new-graph", trigger_firing_id: g.body.firing_id },
       { run_id: m.body.run_id, engine_kind: "statemachine", triggered_by: "new-review", trigger_firing_id: m.body.firing_id },
@@ -215,9 +307,13 @@ describe("triggers that start runs of these engines", () => {
 
   it("a start trigger names an engine there is, and a signal trigger none", async () => {
     const triggers = fx.closers.add(new TriggerClient(A.address));
-    const bad = await refusal(triggers.put("t", { name: "x", type: TriggerType.WEBHOOK, action: Action.START, engineKind: "pipeline", definitionId: "d", secret: SECRET }));
+    const bad = await refusal(
+      triggers.put("t", { name: "x", type: TriggerType.WEBHOOK, action: Action.START, engineKind: "pipeline", definitionId: "d", secret: SECRET }),
+    );
     expect(bad.rawMessage).toMatch(/^trigger\.engine_kind: 'pipeline' is not an engine: give dag, graph or statemachine/);
-    const sig = await refusal(triggers.put("t", { name: "y", type: TriggerType.WEBHOOK, action: Action.SIGNAL, engineKind: "graph", event: "e", runId: "r", secret: SECRET }));
+    const sig = await refusal(
+      triggers.put("t", { name: "y", type: TriggerType.WEBHOOK, action: Action.SIGNAL, engineKind: "graph", event: "e", runId: "r", secret: SECRET }),
+    );
     expect(sig.rawMessage).toMatch(/^trigger\.engine_kind: is for a start/);
   });
 });
@@ -236,13 +332,25 @@ describe("events raced at one machine", () => {
     const viaB = fx.closers.add(new MachineClient(B.address));
     const runs = await Promise.all(Array.from({ length: 20 }, () => machines.start("t", steps)));
     // Three events at each machine at once, through both daemons: all three are taken, in some order.
-    const results = await Promise.all(runs.flatMap((r) => [machines.signal("t", r.runId, "go", { via: "a" }), viaB.signal("t", r.runId, "go", { via: "b" }), machines.signal("t", r.runId, "go", { via: "a2" })]));
+    const results = await Promise.all(
+      runs.flatMap((r) => [
+        machines.signal("t", r.runId, "go", { via: "a" }),
+        viaB.signal("t", r.runId, "go", { via: "b" }),
+        machines.signal("t", r.runId, "go", { via: "a2" }),
+      ]),
+    );
     expect(results.every((r) => r.run!.history.length >= 2)).toBe(true);
     for (const r of runs) {
       const m = await machines.get("t", r.runId);
       expect(m).toMatchObject({ state: "s3", history: ["s0", "s1", "s2", "s3"], live: false });
     }
     // Each machine's three answers name the three transitions, one each.
-    for (let i = 0; i < runs.length; i++) expect(results.slice(i * 3, i * 3 + 3).map((r) => r.to).sort()).toEqual(["s1", "s2", "s3"]);
+    for (let i = 0; i < runs.length; i++)
+      expect(
+        results
+          .slice(i * 3, i * 3 + 3)
+          .map((r) => r.to)
+          .sort(),
+      ).toEqual(["s1", "s2", "s3"]);
   });
 });

@@ -184,7 +184,9 @@ describe("settings refused at start", () => {
     await new Promise<void>((r) => taken.listen(0, "127.0.0.1", r));
     try {
       const port = (taken.address() as { port: number }).port;
-      await expect(f.startDaemon({ config: { httpListen: { host: "127.0.0.1", port } } })).rejects.toThrow(new RegExp(`--http-listen.*127\\.0\\.0\\.1:${port} is in use`));
+      await expect(f.startDaemon({ config: { httpListen: { host: "127.0.0.1", port } } })).rejects.toThrow(
+        new RegExp(`--http-listen.*127\\.0\\.0\\.1:${port} is in use`),
+      );
     } finally {
       taken.close();
     }

@@ -61,11 +61,13 @@ describe("/metrics", () => {
     }
     const ours = m.families.map((x) => x.name).filter((n) => n.startsWith("aiflow_") || n.startsWith("grpc_"));
     expect(ours.filter((n) => !(n in DAEMON_METRICS))).toEqual([]);
-    for (const name of ["process_cpu_seconds_total", "nodejs_eventloop_lag_p99_seconds", "nodejs_gc_duration_seconds", "nodejs_heap_size_used_bytes"]) expect(m.family(name), name).toBeDefined();
+    for (const name of ["process_cpu_seconds_total", "nodejs_eventloop_lag_p99_seconds", "nodejs_gc_duration_seconds", "nodejs_heap_size_used_bytes"])
+      expect(m.family(name), name).toBeDefined();
     expect(m.family("aiflow_queue_run_seconds")!.type).toBe("HISTOGRAM");
     expect(m.family("aiflow_queue_empty_claims_total")!.type).toBe("COUNTER");
     expect(m.family("aiflow_agents")!.type).toBe("GAUGE");
-    for (const state of ["in_use", "idle", "waiting"]) for (const pool of ["main", "hot"]) expect(m.has("aiflow_db_pool_connections", { pool, state }), `${pool} ${state}`).toBe(true);
+    for (const state of ["in_use", "idle", "waiting"])
+      for (const pool of ["main", "hot"]) expect(m.has("aiflow_db_pool_connections", { pool, state }), `${pool} ${state}`).toBe(true);
   });
 
   it("counts an enqueue and a claim by method and code, the claim's wait since the item was due, and its run to completion", async () => {
@@ -183,8 +185,14 @@ describe("/metrics", () => {
     abort.abort();
     await until("the stream is no longer in flight", async () => (await scrape()).series("grpc_server_in_flight_calls", watch) === 0);
     const after = await scrape();
-    expect(after.series("grpc_server_started_total", { ...watch, grpc_type: "server_stream" }) - before.series("grpc_server_started_total", { ...watch, grpc_type: "server_stream" })).toBe(1);
-    expect(after.series("grpc_server_handled_total", { ...watch, grpc_code: "Canceled" }) - before.series("grpc_server_handled_total", { ...watch, grpc_code: "Canceled" })).toBe(1);
+    expect(
+      after.series("grpc_server_started_total", { ...watch, grpc_type: "server_stream" }) -
+        before.series("grpc_server_started_total", { ...watch, grpc_type: "server_stream" }),
+    ).toBe(1);
+    expect(
+      after.series("grpc_server_handled_total", { ...watch, grpc_code: "Canceled" }) -
+        before.series("grpc_server_handled_total", { ...watch, grpc_code: "Canceled" }),
+    ).toBe(1);
   });
 
   it("counts a refused argument by its code, and a call refused on its token by reason", async () => {
@@ -193,8 +201,13 @@ describe("/metrics", () => {
     const stranger = f.clientAt(daemon.address, OpsService);
     expect(await codeOf(stranger.listAgents({}, { headers: bearer("not-a-token-we-know") }))).not.toBe("ok");
     const after = await scrape();
-    expect(after.series("grpc_server_handled_total", { grpc_method: "Enqueue", grpc_code: "InvalidArgument" }) - before.series("grpc_server_handled_total", { grpc_method: "Enqueue", grpc_code: "InvalidArgument" })).toBe(1);
-    expect(after.series("aiflow_server_refused_total", { reason: "auth_unknown" }) - before.series("aiflow_server_refused_total", { reason: "auth_unknown" })).toBe(1);
+    expect(
+      after.series("grpc_server_handled_total", { grpc_method: "Enqueue", grpc_code: "InvalidArgument" }) -
+        before.series("grpc_server_handled_total", { grpc_method: "Enqueue", grpc_code: "InvalidArgument" }),
+    ).toBe(1);
+    expect(
+      after.series("aiflow_server_refused_total", { reason: "auth_unknown" }) - before.series("aiflow_server_refused_total", { reason: "auth_unknown" }),
+    ).toBe(1);
   });
 });
 
@@ -264,7 +277,9 @@ describe("the queue and fleet gauges", () => {
 
 describe("the exposition formats", () => {
   it("answers OpenMetrics when the scraper prefers it, and the text format still names counters with _total after", async () => {
-    const om = await httpGet(`${daemon.httpUrl}/metrics`, { headers: { accept: "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5,*/*;q=0.1" } });
+    const om = await httpGet(`${daemon.httpUrl}/metrics`, {
+      headers: { accept: "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5,*/*;q=0.1" },
+    });
     expect(om.status).toBe(200);
     expect(om.headers["content-type"]).toBe("application/openmetrics-text; version=1.0.0; charset=utf-8");
     expect(om.text.endsWith("# EOF\n")).toBe(true);

@@ -46,7 +46,14 @@ const SPEC_INDEXES = [
 ];
 const SPEC_UNIQUE = ["agent_name_key", "engine_run_tenant_run_uq", "engine_tenant_engine_uq", "affinity_binding_key_uq"];
 const SUBSTRATE = ["agent", "work_item", "affinity_binding", "engine", "engine_run", "trigger_firing"];
-const COMMON = { createdby: "text", createdon: "timestamp with time zone", updatedby: "text", updatedon: "timestamp with time zone", deletedby: "text", deletedon: "timestamp with time zone" };
+const COMMON = {
+  createdby: "text",
+  createdon: "timestamp with time zone",
+  updatedby: "text",
+  updatedon: "timestamp with time zone",
+  deletedby: "text",
+  deletedon: "timestamp with time zone",
+};
 
 describe("migrations", () => {
   it("migrates a fresh schema, then a re-run is a no-op", async () => {
@@ -69,7 +76,10 @@ describe("migrations", () => {
     await query(`INSERT INTO ${t("agent")} (id, name, metadata, createdby, createdon) VALUES ('01A', 'acme-only', '{"tenants":["acme"]}', 'x', $1)`, [at]);
     // K: acme's items went to acme-only; globex's item waits (acme-only does not serve globex); idle: no items at all.
     const item = (id: string, tenant: string, key: string, status: string, agent: string | null) =>
-      query(`INSERT INTO ${t("work_item")} (id, tenant_key, engine_id, engine_kind, status, affinity_key, agent_id, createdby, createdon) VALUES ($1, $2, 'e', 'k', $3, $4, $5, 'x', $6)`, [id, tenant, status, key, agent, at]);
+      query(
+        `INSERT INTO ${t("work_item")} (id, tenant_key, engine_id, engine_kind, status, affinity_key, agent_id, createdby, createdon) VALUES ($1, $2, 'e', 'k', $3, $4, $5, 'x', $6)`,
+        [id, tenant, status, key, agent, at],
+      );
     await item("01W1", "acme", "K", "dispatched", "acme-only");
     await item("01W2", "acme", "K", "completed", "acme-only");
     await item("01W3", "globex", "K", "pending", null);
@@ -91,10 +101,21 @@ describe("migrations", () => {
   it("moves the DAG's definitions and events into the engines' tables, in order, and one trigger writes every engine's events (0017)", async () => {
     const schema = fresh("me");
     const all = loadMigrations();
-    await migrate(url(), { schema, prefix: "aiflow_" }, log, all.slice(0, all.findIndex((m) => m.name === "one_engine_substrate")));
+    await migrate(
+      url(),
+      { schema, prefix: "aiflow_" },
+      log,
+      all.slice(
+        0,
+        all.findIndex((m) => m.name === "one_engine_substrate"),
+      ),
+    );
     const t = (name: string) => `"${schema}".aiflow_${name}`;
     const at = "2026-01-01T00:00:00Z";
-    await query(`INSERT INTO ${t("dag_definition")} (id, tenant_key, definition_id, body, createdby, createdon) VALUES ('01D', 'acme', 'etl', '{"id":"etl"}', 'u', $1)`, [at]);
+    await query(
+      `INSERT INTO ${t("dag_definition")} (id, tenant_key, definition_id, body, createdby, createdon) VALUES ('01D', 'acme', 'etl', '{"id":"etl"}', 'u', $1)`,
+      [at],
+    );
     // An item's end waiting to be applied, then a timeout due later: their order must survive the move.
     await query(
       `INSERT INTO ${t("dag_event")} (run_id, task_id, kind, work_item_id, status, agent, result, error, dispatched_at, ended_at) VALUES ('R1', 'T1', 'item', 'W1', 'completed', 'gpu-1', '{"n":1}', NULL, 10, 20)`,
@@ -102,7 +123,9 @@ describe("migrations", () => {
     await query(`INSERT INTO ${t("dag_event")} (run_id, task_id, kind, due_at) VALUES ('R1', 'T2', 'timeout', 99)`);
     await migrate(url(), { schema, prefix: "aiflow_" }, log);
 
-    const tables = (await query<{ table_name: string }>(`SELECT table_name FROM information_schema.tables WHERE table_schema = $1`, [schema])).map((r) => r.table_name);
+    const tables = (await query<{ table_name: string }>(`SELECT table_name FROM information_schema.tables WHERE table_schema = $1`, [schema])).map(
+      (r) => r.table_name,
+    );
     expect(tables).not.toContain("aiflow_dag_definition");
     expect(tables).not.toContain("aiflow_dag_event");
     expect(await query(`SELECT id, tenant_key, engine_kind, definition_id, body FROM ${t("engine_definition")}`)).toEqual([
@@ -110,8 +133,32 @@ describe("migrations", () => {
     ]);
     const moved = `SELECT engine_kind, run_id, task_id, kind, work_item_id, status, agent, result, dispatched_at::text, ended_at::text, due_at::text FROM ${t("engine_event")}`;
     expect(await query(`${moved} ORDER BY id`)).toEqual([
-      { engine_kind: "dag", run_id: "R1", task_id: "T1", kind: "item", work_item_id: "W1", status: "completed", agent: "gpu-1", result: { n: 1 }, dispatched_at: "10", ended_at: "20", due_at: null },
-      { engine_kind: "dag", run_id: "R1", task_id: "T2", kind: "timeout", work_item_id: null, status: null, agent: null, result: null, dispatched_at: null, ended_at: null, due_at: "99" },
+      {
+        engine_kind: "dag",
+        run_id: "R1",
+        task_id: "T1",
+        kind: "item",
+        work_item_id: "W1",
+        status: "completed",
+        agent: "gpu-1",
+        result: { n: 1 },
+        dispatched_at: "10",
+        ended_at: "20",
+        due_at: null,
+      },
+      {
+        engine_kind: "dag",
+        run_id: "R1",
+        task_id: "T2",
+        kind: "timeout",
+        work_item_id: null,
+        status: null,
+        agent: null,
+        result: null,
+        dispatched_at: null,
+        ended_at: null,
+        due_at: "99",
+      },
     ]);
 
     // The one trigger: a DAG attempt's item, a graph step's item, and a producer's own item (no event).
@@ -133,7 +180,10 @@ describe("migrations", () => {
     await c.connect();
     const heard: string[] = [];
     try {
-      const { rows } = await c.query<{ channel: string }>(`SELECT 'aiflow_' || substr(encode(sha256(convert_to($1 || '.aiflow_', 'UTF8')), 'hex'), 1, 16) || '_engines' AS channel`, [schema]);
+      const { rows } = await c.query<{ channel: string }>(
+        `SELECT 'aiflow_' || substr(encode(sha256(convert_to($1 || '.aiflow_', 'UTF8')), 'hex'), 1, 16) || '_engines' AS channel`,
+        [schema],
+      );
       await c.query(`LISTEN "${rows[0]!.channel}"`);
       c.on("notification", (n) => heard.push(n.payload ?? ""));
       await c.query(`UPDATE ${t("work_item")} SET status = 'completed', completed_at = 7 WHERE id IN ('W2', 'W3', 'W4')`);
@@ -142,7 +192,11 @@ describe("migrations", () => {
     } finally {
       await c.end();
     }
-    expect(await query(`SELECT engine_kind, run_id, task_id, kind, work_item_id, status, dispatched_at::text, ended_at::text FROM ${t("engine_event")} ORDER BY engine_kind`)).toEqual([
+    expect(
+      await query(
+        `SELECT engine_kind, run_id, task_id, kind, work_item_id, status, dispatched_at::text, ended_at::text FROM ${t("engine_event")} ORDER BY engine_kind`,
+      ),
+    ).toEqual([
       { engine_kind: "dag", run_id: "R2", task_id: "T3", kind: "item", work_item_id: "W2", status: "completed", dispatched_at: "5", ended_at: "7" },
       { engine_kind: "graph", run_id: "R3", task_id: null, kind: "item", work_item_id: "W3", status: "completed", dispatched_at: null, ended_at: null },
     ]);

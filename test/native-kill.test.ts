@@ -51,21 +51,30 @@ describe("kill -9 of a daemon mid-step", () => {
       id: "count-to",
       start: "count",
       maxSteps: BigInt(STEPS + 5),
-      nodes: [{ name: "count", kind: NodeKind.TASK, engineKind: "count", payloadJson: '{"n": "{{ context.count.n }}"}' }, { name: "done", kind: NodeKind.END }],
+      nodes: [
+        { name: "count", kind: NodeKind.TASK, engineKind: "count", payloadJson: '{"n": "{{ context.count.n }}"}' },
+        { name: "done", kind: NodeKind.END },
+      ],
       edges: [
         { from: "count", to: "done", when: `result.n >= ${STEPS}` },
         { from: "count", to: "count" },
       ],
     };
     const runs = await Promise.all(Array.from({ length: RUNS }, () => graphs.start("t", def)));
-    const stepsTaken = async () => Number((await fx.db.raw<{ n: string }>(`SELECT coalesce(sum(steps), 0) AS n FROM ${fx.db.tables.qualified("graph_run")}`))[0]!.n);
+    const stepsTaken = async () =>
+      Number((await fx.db.raw<{ n: string }>(`SELECT coalesce(sum(steps), 0) AS n FROM ${fx.db.tables.qualified("graph_run")}`))[0]!.n);
     for (let kill = 1; kill <= 3; kill++) {
       // Mid-run: a quarter, half and three quarters of the steps taken.
       const mark = Math.floor((RUNS * STEPS * kill) / 4);
       await until(`${mark} steps taken`, async () => (await stepsTaken()) >= mark, 60_000, 10);
       // The victim is advancing runs: some run's last step is its.
       const advancedBy = `graph:kill-victim-${kill - 1}`;
-      await until(`${advancedBy} advanced a run`, async () => (await fx.db.raw(`SELECT 1 FROM ${fx.db.tables.qualified("graph_run")} WHERE updatedby = $1 LIMIT 1`, [advancedBy])).length > 0, 60_000, 5);
+      await until(
+        `${advancedBy} advanced a run`,
+        async () => (await fx.db.raw(`SELECT 1 FROM ${fx.db.tables.qualified("graph_run")} WHERE updatedby = $1 LIMIT 1`, [advancedBy])).length > 0,
+        60_000,
+        5,
+      );
       victim.kill("SIGKILL");
       await once(victim, "exit");
       victim = await spawnDaemon(fx.db.schema, victimPort, `kill-victim-${kill}`, timings);
@@ -77,7 +86,9 @@ describe("kill -9 of a daemon mid-step", () => {
       expect(run.path).toEqual([...Array(STEPS).fill("count"), "done"]);
       expect(JSON.parse(run.stateJson)).toEqual({ count: { n: STEPS } });
     }
-    const items = await fx.db.raw<{ run_id: string; task_id: string; status: string }>(`SELECT run_id, task_id, status FROM ${fx.db.tables.qualified("work_item")}`);
+    const items = await fx.db.raw<{ run_id: string; task_id: string; status: string }>(
+      `SELECT run_id, task_id, status FROM ${fx.db.tables.qualified("work_item")}`,
+    );
     expect(items.length).toBe(RUNS * STEPS);
     expect(new Set(items.map((i) => `${i.run_id}/${i.task_id}`)).size).toBe(RUNS * STEPS);
     expect(items.every((i) => i.status === "completed")).toBe(true);

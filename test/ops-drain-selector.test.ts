@@ -55,7 +55,14 @@ describe("version_below", () => {
     const res = await ops.client.drainAgent({ selector: { tags: { pool: "v-skip" }, versionBelow: "1.1" } }, ops.call);
     expect(names(res.agents)).toEqual(["v-skip-1", "v-skip-3", "v-skip-5"]);
     expect(res.versionNotComparable).toEqual(["v-skip-0", "v-skip-2"]);
-    expect(await statuses("v-skip")).toEqual({ "v-skip-0": "ACTIVE", "v-skip-1": "DRAINING", "v-skip-2": "ACTIVE", "v-skip-3": "DRAINING", "v-skip-4": "ACTIVE", "v-skip-5": "DRAINING" });
+    expect(await statuses("v-skip")).toEqual({
+      "v-skip-0": "ACTIVE",
+      "v-skip-1": "DRAINING",
+      "v-skip-2": "ACTIVE",
+      "v-skip-3": "DRAINING",
+      "v-skip-4": "ACTIVE",
+      "v-skip-5": "DRAINING",
+    });
   });
 });
 

@@ -381,7 +381,10 @@ describe("RemoveAgent", () => {
     expect(names((await ops.client.listAgents({}, ops.call)).agents)).not.toContain("rm-a");
     const removed = (await ops.client.listAgents({ includeRemoved: true }, ops.call)).agents.find((x) => x.name === "rm-a");
     expect(removed?.status).toBe(AgentStatus.INACTIVE);
-    const [row] = await db.raw<{ deletedby: string | null; deletedon: Date | null }>(`SELECT deletedby, deletedon FROM ${db.tables.qualified("agent")} WHERE name = $1`, ["rm-a"]);
+    const [row] = await db.raw<{ deletedby: string | null; deletedon: Date | null }>(
+      `SELECT deletedby, deletedon FROM ${db.tables.qualified("agent")} WHERE name = $1`,
+      ["rm-a"],
+    );
     expect(row?.deletedby).toBeTruthy();
     expect(row?.deletedon?.getTime()).toBe(removedAt);
 

@@ -32,11 +32,13 @@ beforeAll(() => {
   producer = closers.add(new Producer(daemon.address));
 });
 
-const agent = async (name: string, tenants: string[], engineKinds = ["k"]) => closers.add(await OpsTestAgent.register(daemon.address, name, { tenants, engineKinds }));
+const agent = async (name: string, tenants: string[], engineKinds = ["k"]) =>
+  closers.add(await OpsTestAgent.register(daemon.address, name, { tenants, engineKinds }));
 const stats = (tenantKey = "") => ops.client.queueStats({ tenantKey }, ops.call);
 const item = async (id: string) => (await ops.client.getItem({ id }, ops.call)).item!;
 /** Depth rows as "tenant/kind/STATUS" → count, order-free. */
-const depth = (s: QueueStatsResponse) => Object.fromEntries(s.depth.map((d) => [`${d.tenantKey}/${d.engineKind}/${WorkItemStatus[d.status]}`, Number(d.count)]));
+const depth = (s: QueueStatsResponse) =>
+  Object.fromEntries(s.depth.map((d) => [`${d.tenantKey}/${d.engineKind}/${WorkItemStatus[d.status]}`, Number(d.count)]));
 
 describe("QueueStats", () => {
   it("reports depth by tenant × kind × status, totals, the oldest pending age, rates over the last minute, and dead letters", async () => {
@@ -97,7 +99,9 @@ describe("QueueStats", () => {
 
   it("names due work no ACTIVE agent serves (its tenant or engine kind), with the age of the oldest and the agents that are not active", async () => {
     const unserved = async (tenant = "") =>
-      (await stats(tenant)).unserved.filter((u) => u.tenantKey.startsWith("ns")).map((u) => ({ group: `${u.tenantKey}/${u.engineKind}`, count: Number(u.count), ageMs: durationMs(u.oldestAge!), notActive: u.agentsNotActive }));
+      (await stats(tenant)).unserved
+        .filter((u) => u.tenantKey.startsWith("ns"))
+        .map((u) => ({ group: `${u.tenantKey}/${u.engineKind}`, count: Number(u.count), ageMs: durationMs(u.oldestAge!), notActive: u.agentsNotActive }));
     await producer.many("ns", "gpu", 2, { maxRetries: 3 });
     await producer.many("ns", "cpu", 1);
     clock.advance(1_000);

@@ -46,8 +46,18 @@ const metricsOf = (b: Box): MessageInitShape<typeof AgentMetricsSchema> => ({
   cpuUtilization: 0,
   memoryUsedBytes: 0n,
   memoryTotalBytes: BigInt(b.memoryGb ?? 64) * 1024n * MiB,
-  disks: (b.disks ?? [{ mount: "/work", gb: 100 }]).map((d) => ({ mount: d.mount, freeBytes: BigInt(d.gb) * 1024n * MiB, totalBytes: BigInt(d.gb) * 1024n * MiB })),
-  gpus: b.gpus.map((gb, index) => ({ index, model: "NVIDIA A100-SXM4", utilization: 0, memoryUsedBytes: BigInt(b.used?.[index] ?? 0) * 1024n * MiB, memoryTotalBytes: BigInt(gb) * 1024n * MiB })),
+  disks: (b.disks ?? [{ mount: "/work", gb: 100 }]).map((d) => ({
+    mount: d.mount,
+    freeBytes: BigInt(d.gb) * 1024n * MiB,
+    totalBytes: BigInt(d.gb) * 1024n * MiB,
+  })),
+  gpus: b.gpus.map((gb, index) => ({
+    index,
+    model: "NVIDIA A100-SXM4",
+    utilization: 0,
+    memoryUsedBytes: BigInt(b.used?.[index] ?? 0) * 1024n * MiB,
+    memoryTotalBytes: BigInt(gb) * 1024n * MiB,
+  })),
 });
 
 /** An agent with simulated GPUs (GB each, by index), its capacity registered and a fresh heartbeat written. */
@@ -98,7 +108,10 @@ describe("GPU placement", () => {
     const t = "place-reuse";
     const a = await box("place-reuse-a", t, { gpus: [48] });
     const keyed = { concurrencyKey: "one", maxInFlight: 1 };
-    const [x, y] = await p.enqueue(t, [needing(gpuGb(1, 40), { workerParams: { requirements: gpuGb(1, 40), ...keyed } }), needing(gpuGb(1, 40), { workerParams: { requirements: gpuGb(1, 40), ...keyed } })]);
+    const [x, y] = await p.enqueue(t, [
+      needing(gpuGb(1, 40), { workerParams: { requirements: gpuGb(1, 40), ...keyed } }),
+      needing(gpuGb(1, 40), { workerParams: { requirements: gpuGb(1, 40), ...keyed } }),
+    ]);
     const [held] = await a.claim(5);
     expect(held!.id).toBe(x!.id);
     const res = await a.claimCompleting(5, [held!]);
@@ -169,7 +182,11 @@ describe("what the heartbeat says", () => {
 
   it("wakes a claim that waited before the agent's first heartbeat was written, once it is", async () => {
     const t = "place-first";
-    const a = await fx.agent("place-first-a", { tenants: [t], slots: 8, capacity: { cpuMillis: 8000n, memoryMb: BigInt(64 * GB), gpus: [{ index: 0, model: "sim", memoryMb: BigInt(48 * GB) }], disks: [] } });
+    const a = await fx.agent("place-first-a", {
+      tenants: [t],
+      slots: 8,
+      capacity: { cpuMillis: 8000n, memoryMb: BigInt(64 * GB), gpus: [{ index: 0, model: "sim", memoryMb: BigInt(48 * GB) }], disks: [] },
+    });
     const [item] = await p.enqueue(t, [needing(gpuGb(1, 8))]);
     const t0 = await serverNow(fx.db);
     const waiting = track(a.claim(5, CLAIM_MAX_WAIT));
@@ -194,7 +211,15 @@ describe("what the heartbeat says", () => {
 describe("CPU, memory and disk", () => {
   it("holds CPU, memory and disk to what the agent has free, with disk on the named mount or the first one", async () => {
     const t = "place-cpu";
-    const a = await box("place-cpu-a", t, { gpus: [], cpuMillis: 4000, memoryGb: 16, disks: [{ mount: "/work", gb: 50 }, { mount: "/scratch", gb: 500 }] });
+    const a = await box("place-cpu-a", t, {
+      gpus: [],
+      cpuMillis: 4000,
+      memoryGb: 16,
+      disks: [
+        { mount: "/work", gb: 50 },
+        { mount: "/scratch", gb: 500 },
+      ],
+    });
     const [c1, c2] = await p.enqueue(t, [needing({ cpuMillis: 3000n }), needing({ cpuMillis: 3000n })]);
     expect(ids(await a.claim(5))).toEqual([c1!.id]);
     const [m1] = await p.enqueue(t, [needing({ memoryMb: BigInt(20 * GB) })]);
@@ -210,7 +235,10 @@ describe("CPU, memory and disk", () => {
   it("claims plain work behind a backlog of items that do not fit now: they do not fill the claim", async () => {
     const t = "place-backlog";
     const a = await box("place-backlog-a", t, { gpus: [24] });
-    await p.enqueue(t, Array.from({ length: 12 }, () => needing(gpuGb(1, 40))));
+    await p.enqueue(
+      t,
+      Array.from({ length: 12 }, () => needing(gpuGb(1, 40))),
+    );
     const [plain] = await p.enqueue(t, [{ engineKind: "dag", priority: 1 }]);
     expect(ids(await a.claim(5))).toEqual([plain!.id]);
   });
@@ -231,7 +259,19 @@ describe("requirements and capacity at the edge", () => {
     expect(await refused({ gpuMemoryMb: 1000n })).toContain("say how many GPUs");
     expect(await refused({ cpuMillis: -5n })).toContain("negative");
     expect(await refused({ diskMount: "/x" })).toContain("disk_mb");
-    expect(await codeOf(fx.agent("place-edge-a", { tenants: [t], capacity: { gpus: [{ index: 0, memoryMb: 1n }, { index: 0, memoryMb: 1n }] } }))).toBe(Code.InvalidArgument);
+    expect(
+      await codeOf(
+        fx.agent("place-edge-a", {
+          tenants: [t],
+          capacity: {
+            gpus: [
+              { index: 0, memoryMb: 1n },
+              { index: 0, memoryMb: 1n },
+            ],
+          },
+        }),
+      ),
+    ).toBe(Code.InvalidArgument);
   });
 });
 

@@ -36,7 +36,12 @@ describe("cancel", () => {
     expect((await itemRow(db, kept!)).status).toBe("dispatched");
 
     // A run's unfinished items, at once.
-    const run = ids(await p.enqueue(t, [0, 1, 2].map(() => ({ engineKind: "dag", runId: "run-c" }))));
+    const run = ids(
+      await p.enqueue(
+        t,
+        [0, 1, 2].map(() => ({ engineKind: "dag", runId: "run-c" })),
+      ),
+    );
     const other = await p.one(t, { engineKind: "dag", runId: "run-keep" });
     expect(new Set((await p.q.cancel({ tenantKey: t, runId: "run-c" }, p.call)).cancelledIds)).toEqual(new Set(run));
     expect((await itemRow(db, other)).status).toBe("pending");
@@ -63,7 +68,9 @@ describe("cancel", () => {
     const pushed = await stream.next();
     expect(pushed).toMatchObject({ kind: "cancel", cancel: { workItemId: id, leaseToken: token, reason: "user changed their mind" } });
     const hb = await ok<HeartbeatReply>(client, "heartbeat", { name });
-    expect(hb.directives.filter((d: DirectiveWire) => d.kind === "cancel").map((d) => d.cancel)).toEqual([{ workItemId: id, leaseToken: token, reason: "user changed their mind" }]);
+    expect(hb.directives.filter((d: DirectiveWire) => d.kind === "cancel").map((d) => d.cancel)).toEqual([
+      { workItemId: id, leaseToken: token, reason: "user changed their mind" },
+    ]);
 
     const late = await ok<{ outcomes: { workItemId: string; ok: boolean; code: number; message: string }[] }>(client, "complete", {
       name,
@@ -79,7 +86,10 @@ describe("cancel", () => {
     const a = await agent("fanout-1", { tenants: [t] });
     const parent = await p.one(t, { engineKind: "orchestrate", taskName: "parent" });
     const [c1, c2, c3, c4] = ids(
-      await p.enqueue(t, [0, 1, 2, 2].map((priority, i) => ({ engineKind: "dag", priority, parentWorkItemId: parent, taskName: `child-${i + 1}` }))),
+      await p.enqueue(
+        t,
+        [0, 1, 2, 2].map((priority, i) => ({ engineKind: "dag", priority, parentWorkItemId: parent, taskName: `child-${i + 1}` })),
+      ),
     ) as [string, string, string, string];
     const [first] = await a.claim(1);
     expect(first!.id).toBe(c1);

@@ -50,7 +50,15 @@ describe("a claimed item", () => {
     expect(claimed!.leaseToken).not.toBe("");
     expect(stored.leaseToken).toBe("");
     expect({ ...claimed, payloadJson: "", leaseToken: "" }).toEqual({ ...stored, payloadJson: "" });
-    expect(claimed).toMatchObject({ agentId: a.name, leasedBy: "queue-sem", runId: "run-7", taskName: "render-日本", parentWorkItemId: parent!.id, priority: 4, maxRetries: 2 });
+    expect(claimed).toMatchObject({
+      agentId: a.name,
+      leasedBy: "queue-sem",
+      runId: "run-7",
+      taskName: "render-日本",
+      parentWorkItemId: parent!.id,
+      priority: 4,
+      maxRetries: 2,
+    });
   });
 });
 
@@ -119,7 +127,10 @@ describe("claims that carry completions", () => {
     const a = await agent("claim-completes-bad-a", { tenants: [t] });
     await p.enqueue(t, [{ engineKind: "dag" }, { engineKind: "dag" }]);
     const [x] = await a.claim(1);
-    const bad = a.conn.agent.claim({ name: a.name, maxItems: 5, completions: [{ workItemId: x!.id, leaseToken: x!.leaseToken, resultJson: "{nope" }] }, { headers: { authorization: `Bearer ${TOKENS.agent}` } });
+    const bad = a.conn.agent.claim(
+      { name: a.name, maxItems: 5, completions: [{ workItemId: x!.id, leaseToken: x!.leaseToken, resultJson: "{nope" }] },
+      { headers: { authorization: `Bearer ${TOKENS.agent}` } },
+    );
     expect(await codeOf(bad)).toBe(Code.InvalidArgument);
     expect((await itemRow(db, x!.id)).status).toBe("dispatched");
     expect(await statusCounts(db, t)).toEqual({ dispatched: 1, pending: 1 });
@@ -172,7 +183,10 @@ describe("what a claim takes, and in what order", () => {
 
     // Within one batch too, and a batch claim takes the first ones in that order.
     const batch = "abcdefghij".split("");
-    await p.enqueue(t, batch.map((name) => ({ engineKind: "dag", priority: 2, taskName: name })));
+    await p.enqueue(
+      t,
+      batch.map((name) => ({ engineKind: "dag", priority: 2, taskName: name })),
+    );
     // (Which items a batch claim takes is the dispatch order; the order inside a reply is not specified.)
     const first = await a.claim(5);
     expect(new Set(first.map((i) => i.taskName))).toEqual(new Set(batch.slice(0, 5)));
@@ -186,7 +200,12 @@ describe("what a claim takes, and in what order", () => {
     const graph1 = await agent("iso-graph", { tenants: [t1], engineKinds: ["graph"] });
     const both = await agent("iso-both", { tenants: [t1, t2], engineKinds: ["dag", "graph"] });
     // The other tenant's work is older and more urgent: it must still not be taken.
-    const t2Items = ids(await p.enqueue(t2, [{ engineKind: "dag", priority: 0 }, { engineKind: "dag", priority: 0 }]));
+    const t2Items = ids(
+      await p.enqueue(t2, [
+        { engineKind: "dag", priority: 0 },
+        { engineKind: "dag", priority: 0 },
+      ]),
+    );
     const [t1Dag, t1Graph, t1Other] = ids(
       await p.enqueue(t1, [
         { engineKind: "dag", priority: 5 },
@@ -224,7 +243,10 @@ describe("what a claim takes, and in what order", () => {
   it("max_items over the daemon's cap is clamped to it", async () => {
     const t = "clamp";
     const a = await agent("clamp-1", { tenants: [t] });
-    await p.enqueue(t, Array.from({ length: 8 }, () => ({ engineKind: "dag" })));
+    await p.enqueue(
+      t,
+      Array.from({ length: 8 }, () => ({ engineKind: "dag" })),
+    );
     expect(await a.claim(1_000)).toHaveLength(5);
     expect(await a.claim(1_000)).toHaveLength(3);
     expect(await statusCounts(db, t)).toEqual({ dispatched: 8 });

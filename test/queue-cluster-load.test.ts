@@ -30,7 +30,8 @@ beforeAll(() => {
   [A, B] = fx.daemons;
 });
 
-const agent = async (d: Daemon, name: string, tenant: string) => fx.closers.add(await TestAgent.register(d.address, name, { tenants: [tenant], engineKinds: ["dag"] }));
+const agent = async (d: Daemon, name: string, tenant: string) =>
+  fx.closers.add(await TestAgent.register(d.address, name, { tenants: [tenant], engineKinds: ["dag"] }));
 const producer = (d: Daemon) => fx.closers.add(new Producer(d.address));
 const range = (n: number) => Array.from({ length: n }, (_, i) => i);
 
@@ -40,7 +41,8 @@ describe("no double dispatch", () => {
     const N = 5_000;
     const agents = await Promise.all(range(8).map((i) => agent(i % 2 === 0 ? A : B, `bulk-${i}`, tenant)));
     const [pa, pb] = [producer(A), producer(B)];
-    const batch = (from: number, to: number) => range(to - from).map((i) => ({ engineKind: "dag", taskId: `task-${from + i}`, payloadJson: JSON.stringify({ n: from + i }) }));
+    const batch = (from: number, to: number) =>
+      range(to - from).map((i) => ({ engineKind: "dag", taskId: `task-${from + i}`, payloadJson: JSON.stringify({ n: from + i }) }));
     const [ra, rb] = await Promise.all([pa.enqueue(tenant, batch(0, N / 2)), pb.enqueue(tenant, batch(N / 2, N))]);
     const ids = [...ra, ...rb].map((r) => r.id);
     expect(new Set(ids).size).toBe(N);
@@ -136,7 +138,10 @@ describe("no double dispatch with handoff", () => {
           const mine: string[] = [];
           for (let n = k * (N / 4); n < (k + 1) * (N / 4); ) {
             const size = Math.min(1 + (n % 5), (k + 1) * (N / 4) - n);
-            const res = await p.enqueue(tenant, range(size).map((j) => ({ engineKind: "dag", priority: (n + j) % 3, taskId: `t-${n + j}` })));
+            const res = await p.enqueue(
+              tenant,
+              range(size).map((j) => ({ engineKind: "dag", priority: (n + j) % 3, taskId: `t-${n + j}` })),
+            );
             mine.push(...res.map((r) => r.id));
             n += size;
           }

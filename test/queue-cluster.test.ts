@@ -74,7 +74,10 @@ describe("expiry sweeps on every daemon", () => {
     const tenant = "sweep-race";
     const N = 300;
     const holder = await agent(A, "sweep-holder", tenant);
-    await producer(A).enqueue(tenant, range(N).map(() => ({ engineKind: "dag", maxRetries: 3 })));
+    await producer(A).enqueue(
+      tenant,
+      range(N).map(() => ({ engineKind: "dag", maxRetries: 3 })),
+    );
     const held: WorkItem[] = [];
     while (held.length < N) held.push(...(await holder.claim(256)));
     expect(held).toHaveLength(N);
@@ -128,13 +131,21 @@ describe("idempotent enqueue across daemons", () => {
     const rounds = 3;
     for (const round of range(rounds)) {
       const replies = await Promise.all(
-        producers.map((p, i) => p.enqueue(tenant, orders[i]!.map((k) => ({ engineKind: "dag", idempotencyKey: `${round}-${k}` })))),
+        producers.map((p, i) =>
+          p.enqueue(
+            tenant,
+            orders[i]!.map((k) => ({ engineKind: "dag", idempotencyKey: `${round}-${k}` })),
+          ),
+        ),
       );
       const byKey = new Map<string, { id: string; existing: boolean }[]>();
       for (const [i, reply] of replies.entries()) for (const [j, r] of reply.entries()) byKey.set(orders[i]![j]!, [...(byKey.get(orders[i]![j]!) ?? []), r]);
       for (const [key, rs] of byKey) {
         expect(new Set(rs.map((r) => r.id)).size, key).toBe(1);
-        expect(rs.filter((r) => !r.existing), key).toHaveLength(1);
+        expect(
+          rs.filter((r) => !r.existing),
+          key,
+        ).toHaveLength(1);
       }
     }
     expect(await statusCounts(db, tenant)).toEqual({ pending: rounds * keys.length });

@@ -68,7 +68,14 @@ describe("fencing", () => {
 
     expect(oks(await zb.complete([second!], { by: "zombie-b" }))).toEqual([true]);
     expect(oks(await za.complete([first!], { by: "zombie-a" }))).toEqual([false]);
-    expect(await itemRow(db, id)).toMatchObject({ status: "completed", agent_id: "zombie-b", result: { by: "zombie-b" }, lease_token: second!.leaseToken, retry_count: 0, redelivery_count: 1 });
+    expect(await itemRow(db, id)).toMatchObject({
+      status: "completed",
+      agent_id: "zombie-b",
+      result: { by: "zombie-b" },
+      lease_token: second!.leaseToken,
+      retry_count: 0,
+      redelivery_count: 1,
+    });
     const read = await p.item(t, id);
     expect(read).toMatchObject({ status: WorkItemStatus.COMPLETED, agentId: "zombie-b" });
     expect(JSON.parse(read.resultJson)).toEqual({ by: "zombie-b" });
@@ -85,7 +92,12 @@ describe("release and batch outcomes", () => {
   it("Release gives items back without spending an attempt; batches answer per item", async () => {
     const t = "release";
     const [ra, rb] = [await agent("release-a", { tenants: [t] }), await agent("release-b", { tenants: [t] })];
-    const [x, y] = ids(await p.enqueue(t, [{ engineKind: "dag", priority: 0 }, { engineKind: "dag", priority: 1 }]));
+    const [x, y] = ids(
+      await p.enqueue(t, [
+        { engineKind: "dag", priority: 0 },
+        { engineKind: "dag", priority: 1 },
+      ]),
+    );
     const taken = await ra.claim(2);
     const [ix, iy] = [taken.find((i) => i.id === x)!, taken.find((i) => i.id === y)!];
     expect(new Set(ids(taken))).toEqual(new Set([x, y]));
@@ -114,7 +126,12 @@ describe("agent liveness", () => {
     const t = "liveness";
     const gone = await agent("liveness-gone", { tenants: [t] });
     const alive = await agent("liveness-alive", { tenants: [t] });
-    const held = ids(await p.enqueue(t, [{ engineKind: "dag", maxRetries: 3 }, { engineKind: "dag", maxRetries: 3 }]));
+    const held = ids(
+      await p.enqueue(t, [
+        { engineKind: "dag", maxRetries: 3 },
+        { engineKind: "dag", maxRetries: 3 },
+      ]),
+    );
     const claimed = await gone.claim(2);
     expect(new Set(ids(claimed))).toEqual(new Set(held));
     const leaseEnds = clock.nowMs() + LEASE;
@@ -146,7 +163,10 @@ describe("ExtendLease", () => {
   it("says which leases are held and which are lost; an extended lease survives the sweep at its old expiry", async () => {
     const t = "extend";
     const a = await agent("extend-1", { tenants: [t] });
-    await p.enqueue(t, [0, 1, 2].map((priority) => ({ engineKind: "dag", priority, maxRetries: 2 })));
+    await p.enqueue(
+      t,
+      [0, 1, 2].map((priority) => ({ engineKind: "dag", priority, maxRetries: 2 })),
+    );
     const [kept, cancelled, lapsed] = (await a.claim(3)) as [WorkItem, WorkItem, WorkItem];
     const claimedAt = clock.nowMs();
     await p.q.cancel({ tenantKey: t, ids: [cancelled.id] }, p.call);

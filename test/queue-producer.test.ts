@@ -79,7 +79,12 @@ describe("idempotent enqueue against a concurrent writer", () => {
     await other.query("SET deadlock_timeout = '20ms'");
     await other.query("BEGIN");
     await insert("OTHER-A", "key-a");
-    const ours = track(p.enqueue(t, [{ engineKind: "dag", idempotencyKey: "key-b" }, { engineKind: "dag", idempotencyKey: "key-a" }]));
+    const ours = track(
+      p.enqueue(t, [
+        { engineKind: "dag", idempotencyKey: "key-b" },
+        { engineKind: "dag", idempotencyKey: "key-a" },
+      ]),
+    );
     await untilLockWait(db, STATEMENT.insert);
     const second = await insert("OTHER-B", "key-b").then(
       () => "ok",

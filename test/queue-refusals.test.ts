@@ -29,7 +29,11 @@ describe("bad input is refused and changes nothing", () => {
     const before = await countItems(db);
     const refusals: [string, Promise<unknown>, Code][] = [
       ["tenant outside the token", t1.enqueue("t2", [valid]), Code.PermissionDenied],
-      ["payload over the cap", p.enqueue("bad", [valid, { engineKind: "dag", payloadJson: JSON.stringify({ blob: "x".repeat(3000) }) }]), Code.ResourceExhausted],
+      [
+        "payload over the cap",
+        p.enqueue("bad", [valid, { engineKind: "dag", payloadJson: JSON.stringify({ blob: "x".repeat(3000) }) }]),
+        Code.ResourceExhausted,
+      ],
       ["negative priority", p.enqueue("bad", [valid, { engineKind: "dag", priority: -1 }]), Code.InvalidArgument],
       ["negative max_retries", p.enqueue("bad", [valid, { engineKind: "dag", maxRetries: -1 }]), Code.InvalidArgument],
       ["payload that is not JSON", p.enqueue("bad", [valid, { engineKind: "dag", payloadJson: '{"unterminated": ' }]), Code.InvalidArgument],
@@ -56,12 +60,19 @@ describe("bad input is refused and changes nothing", () => {
     const [item] = await a.claim(1);
     const before = await itemRow(db, id);
     const completeWith = (resultJson: string) =>
-      a.conn.agent.complete({ name: a.name, items: [{ workItemId: id, leaseToken: item!.leaseToken, resultJson }] }, { headers: { authorization: `Bearer ${TOKENS.agent}` } });
+      a.conn.agent.complete(
+        { name: a.name, items: [{ workItemId: id, leaseToken: item!.leaseToken, resultJson }] },
+        { headers: { authorization: `Bearer ${TOKENS.agent}` } },
+      );
     expect(await codeOf(completeWith("{not json"))).toBe(Code.InvalidArgument);
     expect(await codeOf(completeWith(JSON.stringify({ blob: "x".repeat(3000) })))).toBe(Code.ResourceExhausted);
     expect(await codeOf(a.complete([]))).toBe(Code.InvalidArgument);
-    expect(await codeOf(a.conn.agent.claim({ name: "never-registered", maxItems: 1 }, { headers: { authorization: `Bearer ${TOKENS.agent}` } }))).toBe(Code.NotFound);
-    expect(await codeOf(a.conn.agent.claim({ name: a.name, maxItems: 1 }, { headers: { authorization: `Bearer ${TOKENS.engine}` } }))).toBe(Code.PermissionDenied);
+    expect(await codeOf(a.conn.agent.claim({ name: "never-registered", maxItems: 1 }, { headers: { authorization: `Bearer ${TOKENS.agent}` } }))).toBe(
+      Code.NotFound,
+    );
+    expect(await codeOf(a.conn.agent.claim({ name: a.name, maxItems: 1 }, { headers: { authorization: `Bearer ${TOKENS.engine}` } }))).toBe(
+      Code.PermissionDenied,
+    );
     expect(await itemRow(db, id)).toEqual(before);
     expect(oks(await a.complete([item!], { fine: true }))).toEqual([true]);
   });

@@ -141,7 +141,14 @@ describe("retries, backoff and dead letters", () => {
     const now = clock.nowMs();
     const redriven = await store().redrive(t, { ids: [dead1, done, otherTenant], runId: null, all: false }, now, "ops-test");
     expect(redriven).toEqual([dead1]);
-    expect(await itemRow(db, dead1)).toMatchObject({ status: "pending", retry_count: 0, next_attempt_at: nsText(now), completed_at: null, agent_id: null, updatedby: "ops-test" });
+    expect(await itemRow(db, dead1)).toMatchObject({
+      status: "pending",
+      retry_count: 0,
+      next_attempt_at: nsText(now),
+      completed_at: null,
+      agent_id: null,
+      updatedby: "ops-test",
+    });
     expect(await itemRow(db, dead2)).toMatchObject({ status: "failed" });
     expect(await itemRow(db, done)).toMatchObject({ status: "completed" });
     expect(await itemRow(db, otherTenant)).toMatchObject({ status: "failed" });
@@ -153,7 +160,12 @@ describe("retries, backoff and dead letters", () => {
     expect(await itemRow(db, dead1)).toMatchObject({ status: "pending", retry_count: 1 });
 
     // By run: every failed item of the run.
-    const runItems = ids(await p.enqueue(t, [0, 1].map(() => ({ engineKind: "dag", runId: "run-r", maxRetries: 0 }))));
+    const runItems = ids(
+      await p.enqueue(
+        t,
+        [0, 1].map(() => ({ engineKind: "dag", runId: "run-r", maxRetries: 0 })),
+      ),
+    );
     clock.advance(BASE);
     const taken = await a.claim(5);
     const claimed = taken.filter((i) => runItems.includes(i.id));

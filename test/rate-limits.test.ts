@@ -42,14 +42,10 @@ async function reset(): Promise<void> {
 }
 
 const limit = (key: string, count: number, intervalMs: number, burst: number, prefix = false) =>
-  db.raw(`INSERT INTO ${table("rate_limit")} (id, tenant_key, key, prefix, limit_count, interval_ns, burst, createdby, createdon) VALUES ($1, 't', $2, $3, $4, $5, $6, 'test', now())`, [
-    `R${key}${prefix}`,
-    key,
-    prefix,
-    count,
-    String(msToNs(intervalMs)),
-    burst,
-  ]);
+  db.raw(
+    `INSERT INTO ${table("rate_limit")} (id, tenant_key, key, prefix, limit_count, interval_ns, burst, createdby, createdon) VALUES ($1, 't', $2, $3, $4, $5, $6, 'test', now())`,
+    [`R${key}${prefix}`, key, prefix, count, String(msToNs(intervalMs)), burst],
+  );
 
 const keyed = (key: string | null) => newItem({ rateLimitKey: key, workerParams: key ? { rateLimitKey: key } : null });
 
@@ -77,7 +73,10 @@ async function claimAt(store: WorkItemStore, agent: string, nowMs: number, max =
 
 /** Dispatch times (epoch ms) of the items of `key`, ascending. */
 async function dispatchTimes(key: string): Promise<number[]> {
-  const rows = await db.raw<{ at: string }>(`SELECT dispatched_at::text AS at FROM ${table("work_item")} WHERE rate_limit_key = $1 AND dispatched_at IS NOT NULL ORDER BY dispatched_at`, [key]);
+  const rows = await db.raw<{ at: string }>(
+    `SELECT dispatched_at::text AS at FROM ${table("work_item")} WHERE rate_limit_key = $1 AND dispatched_at IS NOT NULL ORDER BY dispatched_at`,
+    [key],
+  );
   return rows.map((r) => Number(BigInt(r.at) / 1_000_000n));
 }
 
@@ -98,7 +97,11 @@ describe("rate limits in the claim", () => {
       await limit("api", 10, 1000, burst);
       const A = new WorkItemStore(db.pool, db.tables, backoff);
       const B = new WorkItemStore(other, db.tables, backoff);
-      const rows = [...Array.from({ length: 200 }, () => keyed("api")), ...Array.from({ length: 100 }, () => keyed(null)), ...Array.from({ length: 50 }, () => keyed("unlimited"))];
+      const rows = [
+        ...Array.from({ length: 200 }, () => keyed("api")),
+        ...Array.from({ length: 100 }, () => keyed(null)),
+        ...Array.from({ length: 50 }, () => keyed("unlimited")),
+      ];
       await A.enqueueRows(WorkItemStore.rows("t", "e", rows, NOW - 1000, "test"));
       // Both agents claim at each instant, 25 ms apart, for 5 s: they race for every slot.
       for (let step = 0; step < 200; step++) {
@@ -126,7 +129,15 @@ describe("rate limits in the claim", () => {
     await limit("model:", 2, 1000, 1, true);
     await limit("model:big", 1, 1000, 1);
     const A = new WorkItemStore(db.pool, db.tables, backoff);
-    await A.enqueueRows(WorkItemStore.rows("t", "e", [...Array.from({ length: 10 }, () => keyed("model:small")), ...Array.from({ length: 10 }, () => keyed("model:big"))], NOW - 1000, "test"));
+    await A.enqueueRows(
+      WorkItemStore.rows(
+        "t",
+        "e",
+        [...Array.from({ length: 10 }, () => keyed("model:small")), ...Array.from({ length: 10 }, () => keyed("model:big"))],
+        NOW - 1000,
+        "test",
+      ),
+    );
     for (let step = 0; step < 40; step++) await claimAt(A, "a", NOW + step * 50);
     // 2 s: the small key at 2 per second (one per 500 ms: 0, 500, 1000, 1500), the big one at 1 per second.
     expect(await dispatchTimes("model:small")).toEqual([NOW, NOW + 500, NOW + 1000, NOW + 1500]);

@@ -31,13 +31,19 @@ function clockFile(): DescFile {
       {
         name: "Tick",
         field: [{ name: "at", number: 1, type: Type.MESSAGE, label: Label.OPTIONAL, typeName: ".google.protobuf.Timestamp", jsonName: "at" }],
-        enumType: [{ name: "Kind", value: [{ name: "KIND_UNSPECIFIED", number: 0 }, { name: "KIND_SECOND", number: 1 }] }],
+        enumType: [
+          {
+            name: "Kind",
+            value: [
+              { name: "KIND_UNSPECIFIED", number: 0 },
+              { name: "KIND_SECOND", number: 1 },
+            ],
+          },
+        ],
       },
     ],
     service: [{ name: "ClockService", method: [{ name: "Now", inputType: ".test.clock.v1.Tick", outputType: ".test.clock.v1.Tick" }] }],
-    extension: [
-      { name: "owner", number: 50001, type: Type.STRING, label: Label.OPTIONAL, extendee: ".google.protobuf.ServiceOptions", jsonName: "owner" },
-    ],
+    extension: [{ name: "owner", number: 50001, type: Type.STRING, label: Label.OPTIONAL, extendee: ".google.protobuf.ServiceOptions", jsonName: "owner" }],
   });
   const deps = [file_google_protobuf_timestamp, file_google_protobuf_descriptor];
   const registry = createFileRegistry(proto, (name) => deps.find((f) => f.proto.name === name));
@@ -149,9 +155,7 @@ describe.each(["v1", "v1alpha"])("grpc.reflection.%s from grpc-js", (version) =>
       "test.clock.v1.ClockService",
     ]);
 
-    expect(fileNames(await talk.ask({ file_containing_symbol: "grpc.health.v1.Health" }))).toEqual([
-      "grpc/health/v1/health.proto",
-    ]);
+    expect(fileNames(await talk.ask({ file_containing_symbol: "grpc.health.v1.Health" }))).toEqual(["grpc/health/v1/health.proto"]);
 
     const unknown = await talk.ask({ file_containing_symbol: "no.such.Thing" });
     expect(unknown.message_response).toBe("error_response");
@@ -178,9 +182,7 @@ describe.each(["v1", "v1alpha"])("grpc.reflection.%s from grpc-js", (version) =>
     ]) {
       expect(fileNames(await talk.ask({ file_containing_symbol: symbol })), symbol).toEqual(clockWithDeps);
     }
-    expect(fileNames(await talk.ask({ file_containing_symbol: "google.protobuf.Timestamp" }))).toEqual([
-      "google/protobuf/timestamp.proto",
-    ]);
+    expect(fileNames(await talk.ask({ file_containing_symbol: "google.protobuf.Timestamp" }))).toEqual(["google/protobuf/timestamp.proto"]);
     expect(fileNames(await talk.ask({ file_by_filename: "test/clock/v1/clock.proto" }))).toEqual(clockWithDeps);
 
     const missingFile = await talk.ask({ file_by_filename: "nope.proto" });

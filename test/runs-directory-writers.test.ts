@@ -12,7 +12,15 @@ import { Code, type Client } from "@connectrpc/connect";
 import { FakeClock, msToNs } from "../src/clock.js";
 import { RunStatus } from "@aiflow/wire/gen/aiflow/dag/v1/dag_pb.js";
 import { NodeKind } from "@aiflow/wire/gen/aiflow/graph/v1/graph_pb.js";
-import { FiringAction, FiringOutcome, RunDirectoryService, RunState, TriggerFiringService, TriggerType, type RecordRunRequest } from "@aiflow/wire/gen/aiflow/cluster/v1/runs_pb.js";
+import {
+  FiringAction,
+  FiringOutcome,
+  RunDirectoryService,
+  RunState,
+  TriggerFiringService,
+  TriggerType,
+  type RecordRunRequest,
+} from "@aiflow/wire/gen/aiflow/cluster/v1/runs_pb.js";
 import { TOKENS } from "./support/daemon.js";
 import { DagClient, definition } from "./support/dag.js";
 import { codeOf, refusal, useTestDaemon } from "./support/kit.js";
@@ -34,7 +42,10 @@ const ended = async () => (await dir.listRuns({ tenantKey: T, state: RunState.EN
 /** A firing on record, as a trigger outside the daemon writes it once its run has started. */
 async function fired(trigger: string, runId: string, firedOnNs: bigint = msToNs(clock.nowMs()), outcome = FiringOutcome.STARTED): Promise<string> {
   const action = outcome === FiringOutcome.SIGNALLED ? FiringAction.SIGNAL : FiringAction.START;
-  const res = await firings.recordFiring({ tenantKey: T, triggerName: trigger, triggerType: TriggerType.WEBHOOK, action, runId, outcome, firedOn: firedOnNs }, engine);
+  const res = await firings.recordFiring(
+    { tenantKey: T, triggerName: trigger, triggerType: TriggerType.WEBHOOK, action, runId, outcome, firedOn: firedOnNs },
+    engine,
+  );
   return res.firing!.id;
 }
 
@@ -54,7 +65,9 @@ describe("a run of the daemon's own engine", () => {
     const forged = await refusal(record({ runId: run.id, engineKind: "dag", endedOn: 12_345n }));
     expect(forged.code).toBe(Code.FailedPrecondition);
     expect(forged.rawMessage).toContain(`run '${run.id}' belongs to the daemon's dag engine`);
-    expect(await codeOf(record({ runId: run.id, engineKind: "dag", triggeredBy: "on-push", triggerFiringId: "01J0000000000000000000FAKE" }))).toBe(Code.FailedPrecondition);
+    expect(await codeOf(record({ runId: run.id, engineKind: "dag", triggeredBy: "on-push", triggerFiringId: "01J0000000000000000000FAKE" }))).toBe(
+      Code.FailedPrecondition,
+    );
     expect(await codeOf(record({ runId: run.id, engineKind: "dag", definitionId: run.definitionId }))).toBe(Code.FailedPrecondition);
     // Another kind for the same id says whose run it is, not which fact disagrees.
     const other = await refusal(record({ runId: run.id, engineKind: "datapipe", endedOn: msToNs(clock.nowMs()) }));
@@ -80,8 +93,23 @@ describe("a run of the daemon's own engine", () => {
     const graphs = fx.closers.add(new GraphClient(fx.address));
     const machines = fx.closers.add(new MachineClient(fx.address));
     // Its one task is of a kind no agent serves: the run stays live.
-    const g = await graphs.start(T, { id: "g", start: "work", maxSteps: 5n, nodes: [{ name: "work", kind: NodeKind.TASK, engineKind: "nobody" }, { name: "done", kind: NodeKind.END }], edges: [{ from: "work", to: "done" }] });
-    const m = await machines.start(T, { initial: "a", states: [{ name: "a", transitions: [{ event: "go", to: "b" }] }, { name: "b", terminal: true }] });
+    const g = await graphs.start(T, {
+      id: "g",
+      start: "work",
+      maxSteps: 5n,
+      nodes: [
+        { name: "work", kind: NodeKind.TASK, engineKind: "nobody" },
+        { name: "done", kind: NodeKind.END },
+      ],
+      edges: [{ from: "work", to: "done" }],
+    });
+    const m = await machines.start(T, {
+      initial: "a",
+      states: [
+        { name: "a", transitions: [{ event: "go", to: "b" }] },
+        { name: "b", terminal: true },
+      ],
+    });
     for (const [runId, kind] of [
       [g.runId, "graph"],
       [m.runId, "statemachine"],
@@ -135,9 +163,13 @@ describe("a run of an engine outside the daemon", () => {
     const forOther = await fired("on-push", "c-other");
     expect((await refusal(record({ runId: "c1", triggeredBy: "on-push", triggerFiringId: forOther }))).rawMessage).toContain("started run 'c-other', not 'c1'");
     const mine = await fired("on-push", "c1");
-    expect((await refusal(record({ runId: "c1", triggeredBy: "nightly", triggerFiringId: mine }))).rawMessage).toContain("is a firing of trigger 'on-push', not 'nightly'");
+    expect((await refusal(record({ runId: "c1", triggeredBy: "nightly", triggerFiringId: mine }))).rawMessage).toContain(
+      "is a firing of trigger 'on-push', not 'nightly'",
+    );
     const signal = await fired("on-push", "c1", undefined, FiringOutcome.SIGNALLED);
-    expect((await refusal(record({ runId: "c1", triggerFiringId: signal }))).rawMessage).toContain("signalled run 'c1'; only the firing that started a run is its cause");
+    expect((await refusal(record({ runId: "c1", triggerFiringId: signal }))).rawMessage).toContain(
+      "signalled run 'c1'; only the firing that started a run is its cause",
+    );
     const row = (await dir.getRun({ tenantKey: T, runId: "c1" }, engine)).run!;
     expect(row).toMatchObject({ triggeredBy: "", triggerFiringId: "" });
 
@@ -153,7 +185,10 @@ describe("a run of an engine outside the daemon", () => {
     await record({ runId: "k1", triggeredBy: "on-push", triggerFiringId: f });
     // The retention sweep's delete, done directly.
     await fx.db.raw(`DELETE FROM ${fx.db.tables.qualified("trigger_firing")} WHERE id = $1`, [f]);
-    expect((await record({ runId: "k1", definitionId: "pipe", triggeredBy: "on-push", triggerFiringId: f })).run).toMatchObject({ definitionId: "pipe", triggerFiringId: f });
+    expect((await record({ runId: "k1", definitionId: "pipe", triggeredBy: "on-push", triggerFiringId: f })).run).toMatchObject({
+      definitionId: "pipe",
+      triggerFiringId: f,
+    });
     expect(await codeOf(record({ runId: "k2", triggeredBy: "on-push", triggerFiringId: f }))).toBe(Code.FailedPrecondition);
   });
 

@@ -1,7 +1,15 @@
 import { beforeAll, describe, expect, it } from "vitest";
 import { Code, type Client } from "@connectrpc/connect";
 import { FakeClock } from "../src/clock.js";
-import { FiringAction, FiringOutcome, RunDirectoryService, RunState, TriggerFiringService, type ListRunsRequest, type RecordRunRequest } from "@aiflow/wire/gen/aiflow/cluster/v1/runs_pb.js";
+import {
+  FiringAction,
+  FiringOutcome,
+  RunDirectoryService,
+  RunState,
+  TriggerFiringService,
+  type ListRunsRequest,
+  type RecordRunRequest,
+} from "@aiflow/wire/gen/aiflow/cluster/v1/runs_pb.js";
 import { TOKENS } from "./support/daemon.js";
 import type { TestDb } from "./support/db.js";
 import { codeOf, refusal, useTestDaemon } from "./support/kit.js";
@@ -108,7 +116,14 @@ describe("RecordRun merges", () => {
     expect((await refusal(record({ runId: "m5", triggerFiringId: G }))).rawMessage).toContain(`trigger_firing_id '${F}' (this write says '${G}')`);
     const after = (await client.getRun({ tenantKey: "t1", runId: "m5" }, engine)).run;
     // The firing alone named its trigger.
-    expect(after).toMatchObject({ id: before!.id, engineKind: "datapipe", definitionId: "deploy", parentRunId: "p1", triggeredBy: "on-push", triggerFiringId: F });
+    expect(after).toMatchObject({
+      id: before!.id,
+      engineKind: "datapipe",
+      definitionId: "deploy",
+      parentRunId: "p1",
+      triggeredBy: "on-push",
+      triggerFiringId: F,
+    });
     // Agreeing writes still go through.
     expect(await codeOf(record({ runId: "m5", definitionId: "deploy", triggeredBy: "on-push" }))).toBe("ok");
     await fired("cron-x", "m5");

@@ -87,7 +87,14 @@ describe("RecordFiring", () => {
       error: "unknown run 'r-404'",
       payload: "[]",
     });
-    expect(f).toMatchObject({ action: FiringAction.SIGNAL, event: "approve", runId: "", outcome: FiringOutcome.REFUSED, error: "unknown run 'r-404'", payload: "[]" });
+    expect(f).toMatchObject({
+      action: FiringAction.SIGNAL,
+      event: "approve",
+      runId: "",
+      outcome: FiringOutcome.REFUSED,
+      error: "unknown run 'r-404'",
+      payload: "[]",
+    });
     expect(f.firedOn).toBeUndefined();
     const rows = await db.raw(`SELECT run_id, fired_on, definition_id, trigger_type FROM ${db.tables.qualified("trigger_firing")} WHERE id = $1`, [f.id]);
     expect(rows[0]).toEqual({ run_id: null, fired_on: null, definition_id: null, trigger_type: "gitpoll" });
@@ -132,12 +139,23 @@ describe("no RPC can change or delete a firing", () => {
     const all = file_aiflow_cluster_v1_runs.services.flatMap((s) => s.methods.map((m) => `${s.name}.${m.name}`));
     expect(all.filter((m) => /update|delete|remove|purge|edit|patch|put|set|replace|upsert/i.test(m))).toEqual([]);
     // Only RecordFiring takes a firing's fields as input.
-    const writers = file_aiflow_cluster_v1_runs.services.flatMap((s) => s.methods.filter((m) => m.input.fields.some((f) => f.name === "outcome")).map((m) => m.name));
+    const writers = file_aiflow_cluster_v1_runs.services.flatMap((s) =>
+      s.methods.filter((m) => m.input.fields.some((f) => f.name === "outcome")).map((m) => m.name),
+    );
     expect(writers).toEqual(["RecordFiring"]);
   });
 
   it("recording the same content again appends a distinct row and leaves the first untouched", async () => {
-    const req: Rec = { triggerName: "dup", triggerType: TriggerType.CRON, payload: '{"tick":1}', action: FiringAction.START, definitionId: "d", runId: "r-d", outcome: FiringOutcome.STARTED, firedOn: 42n };
+    const req: Rec = {
+      triggerName: "dup",
+      triggerType: TriggerType.CRON,
+      payload: '{"tick":1}',
+      action: FiringAction.START,
+      definitionId: "d",
+      runId: "r-d",
+      outcome: FiringOutcome.STARTED,
+      firedOn: 42n,
+    };
     const a = await fire(req);
     const b = await fire(req);
     expect(b.id).not.toBe(a.id);
@@ -197,7 +215,9 @@ describe("ListFirings", () => {
       expect(seen).toEqual(ALL.map((n) => ids[n]));
     }
     const first = await client.listFirings({ tenantKey: T, pageSize: 2 }, engine);
-    expect(await codeOf(client.listFirings({ tenantKey: T, pageSize: 2, pageToken: first.nextPageToken, triggerName: "nightly" }, engine))).toBe(Code.InvalidArgument);
+    expect(await codeOf(client.listFirings({ tenantKey: T, pageSize: 2, pageToken: first.nextPageToken, triggerName: "nightly" }, engine))).toBe(
+      Code.InvalidArgument,
+    );
     expect(await codeOf(client.listFirings({ tenantKey: T, pageToken: "AAAA" }, engine))).toBe(Code.InvalidArgument);
   });
 });

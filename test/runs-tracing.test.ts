@@ -36,7 +36,17 @@ beforeAll(async () => {
   await runs.recordRun({ tenantKey: T, runId: "r1", engineKind: "datapipe", definitionId: "deploy" }, opts);
   const f1 = (
     await firings.recordFiring(
-      { tenantKey: T, triggerName: "on-push", triggerType: TriggerType.WEBHOOK, payload: PUSH_1, action: FiringAction.START, definitionId: "deploy", runId: "r1", outcome: FiringOutcome.STARTED, firedOn: msToNs(t0) },
+      {
+        tenantKey: T,
+        triggerName: "on-push",
+        triggerType: TriggerType.WEBHOOK,
+        payload: PUSH_1,
+        action: FiringAction.START,
+        definitionId: "deploy",
+        runId: "r1",
+        outcome: FiringOutcome.STARTED,
+        firedOn: msToNs(t0),
+      },
       opts,
     )
   ).firing!;
@@ -50,7 +60,17 @@ beforeAll(async () => {
   step();
   const f2 = (
     await firings.recordFiring(
-      { tenantKey: T, triggerName: "on-push", triggerType: TriggerType.WEBHOOK, payload: PUSH_2, action: FiringAction.START, definitionId: "deploy", runId: "r3", outcome: FiringOutcome.STARTED, firedOn: msToNs(clock.nowMs()) },
+      {
+        tenantKey: T,
+        triggerName: "on-push",
+        triggerType: TriggerType.WEBHOOK,
+        payload: PUSH_2,
+        action: FiringAction.START,
+        definitionId: "deploy",
+        runId: "r3",
+        outcome: FiringOutcome.STARTED,
+        firedOn: msToNs(clock.nowMs()),
+      },
       opts,
     )
   ).firing!;
@@ -60,19 +80,50 @@ beforeAll(async () => {
   // Another trigger starts r4.
   step();
   const f3 = (
-    await firings.recordFiring({ tenantKey: T, triggerName: "nightly", triggerType: TriggerType.CRON, action: FiringAction.START, definitionId: "report", runId: "r4", outcome: FiringOutcome.STARTED, firedOn: msToNs(clock.nowMs()) }, opts)
+    await firings.recordFiring(
+      {
+        tenantKey: T,
+        triggerName: "nightly",
+        triggerType: TriggerType.CRON,
+        action: FiringAction.START,
+        definitionId: "report",
+        runId: "r4",
+        outcome: FiringOutcome.STARTED,
+        firedOn: msToNs(clock.nowMs()),
+      },
+      opts,
+    )
   ).firing!;
   await runs.recordRun({ tenantKey: T, runId: "r4", engineKind: "datapipe", definitionId: "report", triggeredBy: "nightly", triggerFiringId: f3.id }, opts);
 
   // Firings that caused nothing: a refused webhook (signal for an unknown run) and a failed cron.
   step();
   await firings.recordFiring(
-    { tenantKey: T, triggerName: "on-push", triggerType: TriggerType.WEBHOOK, payload: "{}", action: FiringAction.SIGNAL, event: "approve", outcome: FiringOutcome.REFUSED, error: "unknown run 'r-404'", firedOn: msToNs(clock.nowMs()) },
+    {
+      tenantKey: T,
+      triggerName: "on-push",
+      triggerType: TriggerType.WEBHOOK,
+      payload: "{}",
+      action: FiringAction.SIGNAL,
+      event: "approve",
+      outcome: FiringOutcome.REFUSED,
+      error: "unknown run 'r-404'",
+      firedOn: msToNs(clock.nowMs()),
+    },
     opts,
   );
   step();
   await firings.recordFiring(
-    { tenantKey: T, triggerName: "nightly", triggerType: TriggerType.CRON, action: FiringAction.START, definitionId: "report", outcome: FiringOutcome.FAILED, error: "engine unavailable", firedOn: msToNs(clock.nowMs()) },
+    {
+      tenantKey: T,
+      triggerName: "nightly",
+      triggerType: TriggerType.CRON,
+      action: FiringAction.START,
+      definitionId: "report",
+      outcome: FiringOutcome.FAILED,
+      error: "engine unavailable",
+      firedOn: msToNs(clock.nowMs()),
+    },
     opts,
   );
 });

@@ -13,7 +13,8 @@ describe("parseVersion", () => {
   });
 
   it("answers null for what is not a version, rather than guessing", () => {
-    for (const text of ["sim-1.1.0", "example-1.0.0", "latest", "", "1.x", "1.2.3.4", "01.2.3", "1..2", "1.2.3-", "1.2.3+", "v", "99999999999999999999.0.0"]) expect(parseVersion(text), text).toBeNull();
+    for (const text of ["sim-1.1.0", "example-1.0.0", "latest", "", "1.x", "1.2.3.4", "01.2.3", "1..2", "1.2.3-", "1.2.3+", "v", "99999999999999999999.0.0"])
+      expect(parseVersion(text), text).toBeNull();
   });
 });
 

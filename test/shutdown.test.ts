@@ -24,23 +24,39 @@ describe("stopping", () => {
     });
     const { log, lines } = captureLog("error");
     await stopBackground([loop("sweeps"), loop("notifier", true), loop("listener"), loop("pool")], log);
-    expect(events).toEqual(["sweeps stopping", "sweeps stopped", "notifier stopping", "listener stopping", "listener stopped", "pool stopping", "pool stopped"]);
-    expect(lines()).toEqual([expect.objectContaining({ msg: "error while stopping a background loop; stopping the rest", err: expect.objectContaining({ message: "database unavailable" }) })]);
+    expect(events).toEqual([
+      "sweeps stopping",
+      "sweeps stopped",
+      "notifier stopping",
+      "listener stopping",
+      "listener stopped",
+      "pool stopping",
+      "pool stopped",
+    ]);
+    expect(lines()).toEqual([
+      expect.objectContaining({
+        msg: "error while stopping a background loop; stopping the rest",
+        err: expect.objectContaining({ message: "database unavailable" }),
+      }),
+    ]);
   });
 
   it("a listener whose database is gone stops at once, not after its reconnect backoff", async () => {
     const attempts: Record<string, unknown>[] = [];
     let retrying!: () => void;
     const firstRetry = new Promise<void>((resolve) => (retrying = resolve));
-    const log = pino({ level: "warn" }, {
-      write: (s: string) => {
-        const line = JSON.parse(s) as Record<string, unknown>;
-        if (String(line.msg).includes("retrying")) {
-          attempts.push(line);
-          retrying();
-        }
+    const log = pino(
+      { level: "warn" },
+      {
+        write: (s: string) => {
+          const line = JSON.parse(s) as Record<string, unknown>;
+          if (String(line.msg).includes("retrying")) {
+            attempts.push(line);
+            retrying();
+          }
+        },
       },
-    });
+    );
     // Nothing listens on port 1. The backoff is a minute, twice the test's timeout: a stop that waited
     // it out would fail the test, so the stop below can only end by cutting the backoff short.
     const listener = new PgListener("postgres://root@127.0.0.1:1/none", log, { firstRetryMs: 60_000 });

@@ -20,10 +20,28 @@ describe("a daemon whose start fails part-way", () => {
   it("stops what it started and exits with the error", { timeout: 60_000 }, async () => {
     const dir = mkdtempSync(join(tmpdir(), "aiflow-startfail-"));
     const file = join(dir, "triggers.json");
-    writeFileSync(file, JSON.stringify({ triggers: [{ tenant: "t", name: "x", type: "cron", action: "start", definition_id: "d", schedule: "0 2 * *", owner: "o" }] }));
+    writeFileSync(
+      file,
+      JSON.stringify({ triggers: [{ tenant: "t", name: "x", type: "cron", action: "start", definition_id: "d", schedule: "0 2 * *", owner: "o" }] }),
+    );
     const child = spawn(
       process.execPath,
-      ["bin/aiflowd.js", "serve", "--listen", "127.0.0.1:0", "--http-listen", "off", "--schema", fx.db.schema, "--database-url", databaseUrl(), "--token", "ops:ops-token-startfail", "--triggers-file", file],
+      [
+        "bin/aiflowd.js",
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--http-listen",
+        "off",
+        "--schema",
+        fx.db.schema,
+        "--database-url",
+        databaseUrl(),
+        "--token",
+        "ops:ops-token-startfail",
+        "--triggers-file",
+        file,
+      ],
       { env: { PATH: process.env.PATH, NO_COLOR: "1" }, stdio: ["ignore", "pipe", "pipe"] },
     );
     const lines: string[] = [];

@@ -34,7 +34,9 @@ it("builds a shape once and binds each call's values where its markers were, rep
            LIMIT ${sql.literalValue(String(limit))}`;
       }),
     );
-  expect(await run("a", 1n, ["x", "y"], 1_700_000_000_123, true, 1)).toEqual([{ name: "a/a", n: "2", ids: ["x", "y"], at: 1_700_000_000_123, flag: true, k: "constant" }]);
+  expect(await run("a", 1n, ["x", "y"], 1_700_000_000_123, true, 1)).toEqual([
+    { name: "a/a", n: "2", ids: ["x", "y"], at: 1_700_000_000_123, flag: true, k: "constant" },
+  ]);
   expect(await run("b", 41n, [], 1_800_000_000_000, false, 1)).toEqual([{ name: "b/b", n: "42", ids: [], at: 1_800_000_000_000, flag: false, k: "constant" }]);
   expect(builds).toBe(1);
   // Another key is another shape.
@@ -47,7 +49,9 @@ it("refuses a build that uses a parameter in an expression, or binds one nowhere
   const shapes = new StatementShapes();
   expect(() => shapes.token("concat", { a: "x" }, (p) => sql.unsafe`SELECT ${`${p.a}!`}`)).toThrow(/parameter was used in an expression/);
   expect(() => shapes.token("arith", { n: 1 }, (p) => sql.unsafe`SELECT ${Number(p.n) + 1}`)).toThrow(/parameter was used in an expression/);
-  expect(() => shapes.token("array", { ids: ["a"] }, (p) => sql.unsafe`SELECT ${sql.array([...p.ids, "b"], "text")}`)).toThrow(/parameter was used in an expression/);
+  expect(() => shapes.token("array", { ids: ["a"] }, (p) => sql.unsafe`SELECT ${sql.array([...p.ids, "b"], "text")}`)).toThrow(
+    /parameter was used in an expression/,
+  );
   expect(() => shapes.token("unused", { a: "x", b: "y" }, (p) => sql.unsafe`SELECT ${p.a}`)).toThrow(/parameters b are bound nowhere/);
   // A refused build records nothing: the same key builds again (and fails again) rather than running wrong.
   expect(() => shapes.token("unused", { a: "x", b: "y" }, (p) => sql.unsafe`SELECT ${p.a}`)).toThrow(/bound nowhere/);

@@ -50,7 +50,9 @@ describe("test tiers", () => {
   });
 
   it("no fast file starts a process or runs dist/", () => {
-    const self = relative(ROOT, fileURLToPath(import.meta.url)).split(sep).join("/");
+    const self = relative(ROOT, fileURLToPath(import.meta.url))
+      .split(sep)
+      .join("/");
     const starting = fast.filter((f) => f !== self && STARTS_PROCESSES.test(readFileSync(join(ROOT, f), "utf8")));
     expect(starting, "move these to the slow list in test/tiers.ts").toEqual([]);
   });

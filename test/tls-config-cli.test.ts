@@ -35,16 +35,41 @@ describe("the aiflowd command", () => {
     const first = pki.server("first");
     copyFileSync(first.cert, live.cert);
     copyFileSync(first.key, live.key);
-    const child = spawn(process.execPath, ["bin/aiflowd.js", "serve", "--listen", "127.0.0.1:0", "--http-listen", "off", "--tls-cert", live.cert, "--tls-key", live.key, "--schema", fx.db.schema, "--database-url", databaseUrl(), "--token", "ops:ops-token-sighup"], {
-      env: { PATH: process.env.PATH, NO_COLOR: "1" },
-      stdio: ["ignore", "pipe", "pipe"],
-    });
+    const child = spawn(
+      process.execPath,
+      [
+        "bin/aiflowd.js",
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--http-listen",
+        "off",
+        "--tls-cert",
+        live.cert,
+        "--tls-key",
+        live.key,
+        "--schema",
+        fx.db.schema,
+        "--database-url",
+        databaseUrl(),
+        "--token",
+        "ops:ops-token-sighup",
+      ],
+      {
+        env: { PATH: process.env.PATH, NO_COLOR: "1" },
+        stdio: ["ignore", "pipe", "pipe"],
+      },
+    );
     const lines: string[] = [];
     createInterface({ input: child.stdout! }).on("line", (l) => lines.push(l));
     createInterface({ input: child.stderr! }).on("line", (l) => lines.push(l));
     const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
     try {
-      await until(`the daemon serves (it said: ${lines.join(" | ")})`, () => lines.some((l) => l.includes("aiflowd serving gRPC")) || child.exitCode !== null, 30_000);
+      await until(
+        `the daemon serves (it said: ${lines.join(" | ")})`,
+        () => lines.some((l) => l.includes("aiflowd serving gRPC")) || child.exitCode !== null,
+        30_000,
+      );
       expect(child.exitCode, lines.join("\n")).toBeNull();
       child.kill("SIGHUP");
       // Unchanged files: nothing to do, and the process is still there to take the next one.

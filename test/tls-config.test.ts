@@ -28,7 +28,12 @@ describe("TLS settings", () => {
     expect(refusedWith(() => parseArgs(["--tls-cert", "c", "--tls-key", "k", "--insecure-plaintext"], {}))).toMatch(/contradicts --tls-cert/);
     expect(parseArgs(["--insecure-plaintext", "serve"], {}).config.insecurePlaintext).toBe(true);
     expect(parseArgs(["serve"], { AIFLOW_INSECURE_PLAINTEXT: "false" }).config.insecurePlaintext).toBe(false);
-    expect(parseArgs(["--tls-cert", "c", "--tls-key", "k"], { AIFLOW_TLS_CLIENT_CA: "ca" }).config).toMatchObject({ tlsCert: "c", tlsKey: "k", tlsClientCa: "ca", tlsTrustDomain: "aiflow" });
+    expect(parseArgs(["--tls-cert", "c", "--tls-key", "k"], { AIFLOW_TLS_CLIENT_CA: "ca" }).config).toMatchObject({
+      tlsCert: "c",
+      tlsKey: "k",
+      tlsClientCa: "ca",
+      tlsTrustDomain: "aiflow",
+    });
     expect(refusedWith(() => parseArgs(["--tls-trust-domain", "Not A Domain"], {}))).toMatch(/not a trust domain/);
   });
 });
@@ -40,7 +45,10 @@ describe("tokens at start", () => {
     const { tokens } = parseArgs(["--token", "agent:shared-secret-1", "--token", "ops:shared-secret-1"], {}).config;
     expect(refusedWith(() => new Authenticator(tokens))).toMatch(/same token is granted to roles agent and ops/);
     // The same secret as a digest in the file is the same secret.
-    const hashed = [...parseArgs(["--token", "agent:shared-secret-1"], {}).config.tokens, ...file([{ role: "engine", sha256: tokenDigest("shared-secret-1") }])];
+    const hashed = [
+      ...parseArgs(["--token", "agent:shared-secret-1"], {}).config.tokens,
+      ...file([{ role: "engine", sha256: tokenDigest("shared-secret-1") }]),
+    ];
     expect(refusedWith(() => new Authenticator(hashed))).toMatch(/roles agent and engine/);
     expect(refusedWith(() => parseArgs(["--token", "agent:short"], {}))).toMatch(/at least 8 characters/);
   });

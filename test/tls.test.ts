@@ -129,7 +129,10 @@ describe("a daemon serving mutual TLS", () => {
   it("gives a certificate its role only: an agent certificate cannot call the queue", async () => {
     const r = await call(OpsClient, daemon.address, credentials(certs.gpu), "listAgents", {});
     expect(r.code).toBe("PERMISSION_DENIED");
-    const engine = await call(QueueClient, daemon.address, credentials(certs.engine), "enqueue", { tenantKey: "default", items: [{ engineKind: "dag", idempotencyKey: "tls-1" }] });
+    const engine = await call(QueueClient, daemon.address, credentials(certs.engine), "enqueue", {
+      tenantKey: "default",
+      items: [{ engineKind: "dag", idempotencyKey: "tls-1" }],
+    });
     expect(engine.code).toBe("OK");
   });
 
@@ -179,7 +182,12 @@ describe("rotating the server's certificate", () => {
   it("keeps a waiting long-poll claim, and serves new connections the new certificate", async () => {
     const client = new AgentClient(daemon.address, credentials(), { "grpc.ssl_target_name_override": "localhost" });
     try {
-      const [regErr] = await unary(client, "register", registerRequest("rot-1", { metadata: { slots: 1, tenants: ["default"], engineKinds: ["rot"] } }), TOKENS.agent);
+      const [regErr] = await unary(
+        client,
+        "register",
+        registerRequest("rot-1", { metadata: { slots: 1, tenants: ["default"], engineKinds: ["rot"] } }),
+        TOKENS.agent,
+      );
       expect(regErr).toBeNull();
       expect(await servedSerial()).toBe(serialOf(serverCert.certPem));
       // The claim waits on the connection opened before the reload; were it dropped, the claim
@@ -227,7 +235,13 @@ describe("tokens that are safe to store", () => {
   const secret = "a-hashed-ops-secret-0123";
   beforeAll(async () => {
     const file = join(pki.dir, "tokens.json");
-    writeFileSync(file, JSON.stringify([{ role: "ops", sha256: tokenDigest(secret), name: "hashed-ops" }, { role: "agent", token: TOKENS.agent }]));
+    writeFileSync(
+      file,
+      JSON.stringify([
+        { role: "ops", sha256: tokenDigest(secret), name: "hashed-ops" },
+        { role: "agent", token: TOKENS.agent },
+      ]),
+    );
     const { parseArgs } = await import("../src/config.js");
     const { tokens } = parseArgs(["--tokens-file", file], {}).config;
     daemon = await db.startDaemon({ log: logs.log, config: { tokens, tlsCert: serverCert.cert, tlsKey: serverCert.key } });
@@ -249,6 +263,7 @@ describe("tokens that are safe to store", () => {
     await call(OpsClient, daemon.address, credentials(), "listAgents", {}, "wrong-token-abcdef");
     const text = logs.raw().join("\n");
     expect(text).toContain("authentication failed");
-    for (const s of [secret, tokenDigest(secret), TOKENS.agent, tokenDigest(TOKENS.agent), "wrong-token-abcdef", serverCert.keyPem.toString().split("\n")[1]!]) expect(text).not.toContain(s);
+    for (const s of [secret, tokenDigest(secret), TOKENS.agent, tokenDigest(TOKENS.agent), "wrong-token-abcdef", serverCert.keyPem.toString().split("\n")[1]!])
+      expect(text).not.toContain(s);
   });
 });

@@ -22,7 +22,10 @@ const PARENT = `00-${TRACE}-${SPAN}-01`;
 
 /** Enqueues `n` items of engine kind dag into `tenant`, the call carrying `headers` besides its token. */
 async function enqueueWith(tenant: string, headers: Record<string, string>, n = 1): Promise<string[]> {
-  const res = await p.q.enqueue({ tenantKey: tenant, items: Array.from({ length: n }, () => ({ engineKind: "dag", maxRetries: 1 })) }, { headers: { ...p.call.headers, ...headers } });
+  const res = await p.q.enqueue(
+    { tenantKey: tenant, items: Array.from({ length: n }, () => ({ engineKind: "dag", maxRetries: 1 })) },
+    { headers: { ...p.call.headers, ...headers } },
+  );
   return res.results.map((r) => r.id);
 }
 

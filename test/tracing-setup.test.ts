@@ -18,9 +18,17 @@ import { captureLog } from "./support/agents.js";
 describe("the OTEL_* variables", () => {
   it.each([
     ["nothing set", {}, { on: false }],
-    ["an endpoint, no exporter named", { OTEL_EXPORTER_OTLP_ENDPOINT: "http://collector:4318" }, { on: true, otlp: { protocol: "http/protobuf" }, console: false }],
+    [
+      "an endpoint, no exporter named",
+      { OTEL_EXPORTER_OTLP_ENDPOINT: "http://collector:4318" },
+      { on: true, otlp: { protocol: "http/protobuf" }, console: false },
+    ],
     ["a traces endpoint", { OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: "http://c:4318/v1/traces" }, { on: true, otlp: { protocol: "http/protobuf" }, console: false }],
-    ["otlp named, JSON asked for traces", { OTEL_TRACES_EXPORTER: "otlp", OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: "http/json", OTEL_EXPORTER_OTLP_PROTOCOL: "grpc" }, { on: true, otlp: { protocol: "http/json" }, console: false }],
+    [
+      "otlp named, JSON asked for traces",
+      { OTEL_TRACES_EXPORTER: "otlp", OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: "http/json", OTEL_EXPORTER_OTLP_PROTOCOL: "grpc" },
+      { on: true, otlp: { protocol: "http/json" }, console: false },
+    ],
     ["otlp and console", { OTEL_TRACES_EXPORTER: " OTLP , console" }, { on: true, otlp: { protocol: "http/protobuf" }, console: true }],
     ["none, with an endpoint", { OTEL_TRACES_EXPORTER: "none", OTEL_EXPORTER_OTLP_ENDPOINT: "http://c:4318" }, { on: false }],
     ["the SDK disabled", { OTEL_SDK_DISABLED: "true", OTEL_TRACES_EXPORTER: "otlp" }, { on: false }],
@@ -30,7 +38,11 @@ describe("the OTEL_* variables", () => {
   });
 
   it.each([
-    ["OTLP over gRPC", { OTEL_TRACES_EXPORTER: "otlp", OTEL_EXPORTER_OTLP_PROTOCOL: "grpc" }, /OTEL_EXPORTER_OTLP_PROTOCOL=grpc is not supported.*http\/protobuf/],
+    [
+      "OTLP over gRPC",
+      { OTEL_TRACES_EXPORTER: "otlp", OTEL_EXPORTER_OTLP_PROTOCOL: "grpc" },
+      /OTEL_EXPORTER_OTLP_PROTOCOL=grpc is not supported.*http\/protobuf/,
+    ],
     ["an exporter not shipped", { OTEL_TRACES_EXPORTER: "zipkin,otlp" }, /'zipkin'.*only 'otlp'/],
   ])("asking for %s is off, saying what to set instead", (_, env, error) => {
     const wanted = tracesFromEnv(env);
@@ -69,7 +81,9 @@ describe("with nothing asked", () => {
 
   it("the daemon refuses, at start, an exporter it does not ship, naming the setting", async () => {
     const captured = captureLog();
-    await expect(startTracing({ log: captured.log, env: { OTEL_EXPORTER_OTLP_ENDPOINT: "http://c:4317", OTEL_EXPORTER_OTLP_PROTOCOL: "grpc" } })).rejects.toThrow(ConfigError);
+    await expect(
+      startTracing({ log: captured.log, env: { OTEL_EXPORTER_OTLP_ENDPOINT: "http://c:4317", OTEL_EXPORTER_OTLP_PROTOCOL: "grpc" } }),
+    ).rejects.toThrow(ConfigError);
     expect(tracingActive()).toBe(false);
   });
 

@@ -45,7 +45,10 @@ beforeAll(async () => {
   const port = await freePort();
   address = `127.0.0.1:${port}`;
   daemon = await spawnDaemon(fx.db.schema, port, INSTANCE, { heartbeatInterval: "1s", leaseTtl: "30s" }, otel());
-  worker = startChild(`${ROOT}agent-sdk/test/traced-worker.ts`, [address, TOKENS.agent, AGENT, TENANT], { env: otel(), ready: (line) => line.includes('"ready"') });
+  worker = startChild(`${ROOT}agent-sdk/test/traced-worker.ts`, [address, TOKENS.agent, AGENT, TENANT], {
+    env: otel(),
+    ready: (line) => line.includes('"ready"'),
+  });
   await worker.ready;
   producer = new Producer(address, TENANT);
 });
@@ -62,7 +65,10 @@ afterAll(async () => {
 
 /** Runs the tracing producer process: one Enqueue of `items` in a span of its own. */
 async function produce(items: object[]): Promise<{ ids: string[]; traceId: string; spanId: string }> {
-  const child = startChild(`${ROOT}test/support/traced-producer.ts`, [address, TOKENS.engine, TENANT, JSON.stringify(items)], { env: otel(), ready: (line) => line.startsWith("{") });
+  const child = startChild(`${ROOT}test/support/traced-producer.ts`, [address, TOKENS.engine, TENANT, JSON.stringify(items)], {
+    env: otel(),
+    ready: (line) => line.startsWith("{"),
+  });
   const line = await child.ready;
   await child.exited;
   return JSON.parse(line) as { ids: string[]; traceId: string; spanId: string };
@@ -72,7 +78,9 @@ async function produce(items: object[]): Promise<{ ids: string[]; traceId: strin
 async function spansOf(name: string, id: string, n = 1): Promise<CollectedSpan[]> {
   const of = () => collector.named(name).filter((s) => s.attributes["aiflow.work_item.id"] === id);
   await until(`${n} '${name}' span(s) of item ${id} arrived`, () => of().length >= n, 20_000);
-  return of().sort((a, b) => Number(a.attributes["aiflow.work_item.attempt"] ?? 0) - Number(b.attributes["aiflow.work_item.attempt"] ?? 0) || Number(a.startNs - b.startNs));
+  return of().sort(
+    (a, b) => Number(a.attributes["aiflow.work_item.attempt"] ?? 0) - Number(b.attributes["aiflow.work_item.attempt"] ?? 0) || Number(a.startNs - b.startNs),
+  );
 }
 
 /** The one span that satisfies `test`, once it has arrived. */
@@ -105,13 +113,24 @@ describe("an item's trace", () => {
     // The daemon's server span is the producer span's child: the traceparent it sent was extracted.
     const enqueue = await spanWhere("the daemon's Enqueue span", (s) => s.name === "aiflow.cluster.v1.QueueService/Enqueue" && s.traceId === made.traceId);
     expect(enqueue).toMatchObject({ service: "aiflowd", kind: KIND.server, parentSpanId: sent.spanId });
-    expect(enqueue.attributes).toMatchObject({ "rpc.system": "grpc", "rpc.service": "aiflow.cluster.v1.QueueService", "rpc.method": "Enqueue", "rpc.grpc.status_code": 0 });
+    expect(enqueue.attributes).toMatchObject({
+      "rpc.system": "grpc",
+      "rpc.service": "aiflow.cluster.v1.QueueService",
+      "rpc.method": "Enqueue",
+      "rpc.grpc.status_code": 0,
+    });
 
     // The dispatch is in the item's trace, naming agent and daemon, linked to the call that took it:
     // the agent's stream (Connect), the SDK's default.
     const [dispatch] = await spansOf("dispatch traced", id!);
     expect(dispatch).toMatchObject({ service: "aiflowd", traceId: made.traceId, parentSpanId: enqueue.spanId });
-    expect(dispatch!.attributes).toMatchObject({ "aiflow.agent.name": AGENT, "aiflow.daemon.instance": INSTANCE, "aiflow.work_item.attempt": 1, "aiflow.work_item.redelivery_count": 0, "aiflow.tenant": TENANT });
+    expect(dispatch!.attributes).toMatchObject({
+      "aiflow.agent.name": AGENT,
+      "aiflow.daemon.instance": INSTANCE,
+      "aiflow.work_item.attempt": 1,
+      "aiflow.work_item.redelivery_count": 0,
+      "aiflow.tenant": TENANT,
+    });
     expect(dispatch!.links).toHaveLength(1);
     // That span ends (and is exported) with the stream: the last test reads it.
     expect(dispatch!.links[0]!.traceId).not.toBe(made.traceId);

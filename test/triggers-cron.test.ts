@@ -99,30 +99,70 @@ describe("cron triggers", () => {
 
   it("read the schedule in the trigger's time zone, daylight saving included", async () => {
     clock.set(Date.UTC(2026, 11, 4, 15));
-    const ny = await triggers.put("t", { name: "ny-9am", type: TriggerType.CRON, action: Action.START, definitionId: "report", schedule: "0 9 * * MON-FRI", timeZone: "America/New_York" });
+    const ny = await triggers.put("t", {
+      name: "ny-9am",
+      type: TriggerType.CRON,
+      action: Action.START,
+      definitionId: "report",
+      schedule: "0 9 * * MON-FRI",
+      timeZone: "America/New_York",
+    });
     // Friday 4 December 2026, 10:00 in New York (EST, UTC-5): the next weekday 9:00 is Monday's.
     expect(timestampMs(ny.nextFire!)).toBe(Date.UTC(2026, 11, 7, 14));
     clock.set(Date.UTC(2027, 2, 27, 12));
     // Berlin skips 02:00-03:00 on 28 March 2027: the 02:30 tick fires at 03:00 local (01:00 UTC).
-    const berlin = await triggers.put("t", { name: "berlin-0230", type: TriggerType.CRON, action: Action.START, definitionId: "report", schedule: "30 2 * * *", timeZone: "Europe/Berlin" });
+    const berlin = await triggers.put("t", {
+      name: "berlin-0230",
+      type: TriggerType.CRON,
+      action: Action.START,
+      definitionId: "report",
+      schedule: "30 2 * * *",
+      timeZone: "Europe/Berlin",
+    });
     expect(timestampMs(berlin.nextFire!)).toBe(Date.UTC(2027, 2, 28, 1));
     // A replacement that keeps the schedule keeps its place; one that changes it is due at its own next tick.
     clock.set(Date.UTC(2027, 2, 27, 13));
-    expect(timestampMs((await triggers.put("t", { name: "berlin-0230", type: TriggerType.CRON, action: Action.START, definitionId: "report", schedule: "30 2 * * *", timeZone: "Europe/Berlin" })).nextFire!)).toBe(
-      Date.UTC(2027, 2, 28, 1),
-    );
-    expect(timestampMs((await triggers.put("t", { name: "berlin-0230", type: TriggerType.CRON, action: Action.START, definitionId: "report", schedule: "0 15 * * *", timeZone: "Europe/Berlin" })).nextFire!)).toBe(
-      Date.UTC(2027, 2, 27, 14),
-    );
+    expect(
+      timestampMs(
+        (
+          await triggers.put("t", {
+            name: "berlin-0230",
+            type: TriggerType.CRON,
+            action: Action.START,
+            definitionId: "report",
+            schedule: "30 2 * * *",
+            timeZone: "Europe/Berlin",
+          })
+        ).nextFire!,
+      ),
+    ).toBe(Date.UTC(2027, 2, 28, 1));
+    expect(
+      timestampMs(
+        (
+          await triggers.put("t", {
+            name: "berlin-0230",
+            type: TriggerType.CRON,
+            action: Action.START,
+            definitionId: "report",
+            schedule: "0 15 * * *",
+            timeZone: "Europe/Berlin",
+          })
+        ).nextFire!,
+      ),
+    ).toBe(Date.UTC(2027, 2, 27, 14));
     for (const name of ["ny-9am", "berlin-0230", "quarter"]) await triggers.triggers.deleteTrigger({ tenantKey: "t", name });
   });
 
   it("record a refused firing and move on when the definition is gone, so a bad trigger neither stalls nor repeats", async () => {
     clock.set(Date.UTC(2027, 3, 1, 0, 0, 30));
     // A trigger is put only for a stored definition; this one is then removed under it.
-    await fx.closers.add(new DagClient(A.address)).dag.putDefinition({ tenantKey: "t", definition: definition([{ name: "tick", wait: true, event: "never" }], { id: "no-such-definition" }) });
+    await fx.closers
+      .add(new DagClient(A.address))
+      .dag.putDefinition({ tenantKey: "t", definition: definition([{ name: "tick", wait: true, event: "never" }], { id: "no-such-definition" }) });
     await triggers.put("t", { name: "orphan", type: TriggerType.CRON, action: Action.START, definitionId: "no-such-definition", schedule: "* * * * *" });
-    await fx.db.raw(`DELETE FROM ${fx.db.tables.qualified("engine_definition")} WHERE engine_kind = 'dag' AND tenant_key = 't' AND definition_id = 'no-such-definition'`);
+    await fx.db.raw(
+      `DELETE FROM ${fx.db.tables.qualified("engine_definition")} WHERE engine_kind = 'dag' AND tenant_key = 't' AND definition_id = 'no-such-definition'`,
+    );
     clock.set(Date.UTC(2027, 3, 1, 0, 2, 30));
     await sweepBoth();
     const fired = await firings("orphan");

@@ -30,12 +30,16 @@ beforeAll(async () => {
   B = await fx.startDaemon({ clock, config });
   const dag = fx.closers.add(new DagClient(A.address));
   await dag.dag.putDefinition({ tenantKey: "t", definition: definition([{ name: "n", wait: true, event: "never" }], { id: "d" }) });
-  await fx.closers.add(new TriggerClient(A.address)).put("t", { name: "h", type: TriggerType.WEBHOOK, action: Action.START, definitionId: "d", secret: SECRET });
+  await fx.closers
+    .add(new TriggerClient(A.address))
+    .put("t", { name: "h", type: TriggerType.WEBHOOK, action: Action.START, definitionId: "d", secret: SECRET });
 });
 
 describe("webhooks under faults", () => {
   it("one delivery id raced through two daemons starts exactly one run; the others are refused as replays", async () => {
-    const answers = await Promise.all(Array.from({ length: 12 }, (_, i) => deliver((i % 2 ? A : B).httpUrl!, "t", "h", `{"i":${i}}`, { secret: SECRET, delivery: "raced" })));
+    const answers = await Promise.all(
+      Array.from({ length: 12 }, (_, i) => deliver((i % 2 ? A : B).httpUrl!, "t", "h", `{"i":${i}}`, { secret: SECRET, delivery: "raced" })),
+    );
     const statuses = answers.map((a) => a.status).sort();
     expect(statuses).toEqual([202, ...Array(11).fill(409)]);
     const runs = await fx.db.raw(`SELECT run_id FROM ${fx.db.tables.qualified("engine_run")} WHERE triggered_by = 'h'`);
@@ -44,7 +48,9 @@ describe("webhooks under faults", () => {
     expect(await count("outcome = 'refused' AND error LIKE '%already acted on%'")).toBe(11);
     // Distinct deliveries raced the same way each start their own run (distinct bodies too: under
     // GitHub's signature the body's digest is a replay key as well as the delivery id).
-    const distinct = await Promise.all(Array.from({ length: 12 }, (_, i) => deliver((i % 2 ? A : B).httpUrl!, "t", "h", `{"own":${i}}`, { secret: SECRET, delivery: `own-${i}` })));
+    const distinct = await Promise.all(
+      Array.from({ length: 12 }, (_, i) => deliver((i % 2 ? A : B).httpUrl!, "t", "h", `{"own":${i}}`, { secret: SECRET, delivery: `own-${i}` })),
+    );
     expect(distinct.map((a) => a.status)).toEqual(Array(12).fill(202));
     expect(new Set(distinct.map((a) => a.body.run_id)).size).toBe(12);
   });
@@ -62,7 +68,12 @@ describe("webhooks under faults", () => {
     expect(await count("true")).toBe(before);
     proxy.refuse(null);
     let back: Delivery | undefined;
-    await until("the delivery goes through", async () => (back = await deliver(C.httpUrl!, "t", "h", '{"during":"outage"}', { secret: SECRET, delivery: "outage-1" })).status !== 503, 20_000, 50);
+    await until(
+      "the delivery goes through",
+      async () => (back = await deliver(C.httpUrl!, "t", "h", '{"during":"outage"}', { secret: SECRET, delivery: "outage-1" })).status !== 503,
+      20_000,
+      50,
+    );
     expect(back!.status).toBe(202);
     expect(await count("true")).toBe(before + 1);
   });

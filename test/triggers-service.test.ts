@@ -92,9 +92,31 @@ describe("TriggerService", () => {
     // Another tenant's definition of that id is not the tenant's.
     expect((await refusal(client.triggers.putTrigger({ tenantKey: "v", trigger: hook }))).code).toBe(Code.FailedPrecondition);
     expect(await triggerRows()).toBe(0);
-    await graphs.graph.putDefinition({ tenantKey: "t", definition: { id: "d", start: "a", nodes: [{ name: "a", kind: 1, engineKind: "k" }, { name: "z", kind: 2 }], edges: [{ from: "a", to: "z" }] } });
-    await machines.machine.putDefinition({ tenantKey: "t", definition: { id: "d", initial: "a", states: [{ name: "a", transitions: [{ event: "go", to: "z" }] }, { name: "z", terminal: true }] } });
-    for (const [t] of cases.slice(1)) expect((await client.triggers.putTrigger({ tenantKey: "t", trigger: { ...t, name: `ok-${t.engineKind}` } })).created).toBe(true);
+    await graphs.graph.putDefinition({
+      tenantKey: "t",
+      definition: {
+        id: "d",
+        start: "a",
+        nodes: [
+          { name: "a", kind: 1, engineKind: "k" },
+          { name: "z", kind: 2 },
+        ],
+        edges: [{ from: "a", to: "z" }],
+      },
+    });
+    await machines.machine.putDefinition({
+      tenantKey: "t",
+      definition: {
+        id: "d",
+        initial: "a",
+        states: [
+          { name: "a", transitions: [{ event: "go", to: "z" }] },
+          { name: "z", terminal: true },
+        ],
+      },
+    });
+    for (const [t] of cases.slice(1))
+      expect((await client.triggers.putTrigger({ tenantKey: "t", trigger: { ...t, name: `ok-${t.engineKind}` } })).created).toBe(true);
     for (const [t] of cases.slice(1)) await client.triggers.deleteTrigger({ tenantKey: "t", name: `ok-${t.engineKind}` });
   });
 
@@ -141,11 +163,25 @@ describe("--triggers-file", () => {
     writeFileSync(path, typeof body === "string" ? body : JSON.stringify(body));
     return path;
   };
-  const entry = { tenant: "f", name: "nightly", type: "cron", action: "start", definition_id: "report", schedule: "0 2 * * *", time_zone: "Europe/Berlin", owner: "ci" };
+  const entry = {
+    tenant: "f",
+    name: "nightly",
+    type: "cron",
+    action: "start",
+    definition_id: "report",
+    schedule: "0 2 * * *",
+    time_zone: "Europe/Berlin",
+    owner: "ci",
+  };
 
   it("puts its triggers at start, with secrets from the environment, and deletes the file's triggers it no longer names", async () => {
     process.env.AIFLOW_TEST_HOOK_SECRET = SECRET;
-    const first = write("one.json", { triggers: [entry, { tenant: "f", name: "push", type: "webhook", action: "start", definition_id: "build", owner: "ci", secret_env: "AIFLOW_TEST_HOOK_SECRET" }] });
+    const first = write("one.json", {
+      triggers: [
+        entry,
+        { tenant: "f", name: "push", type: "webhook", action: "start", definition_id: "build", owner: "ci", secret_env: "AIFLOW_TEST_HOOK_SECRET" },
+      ],
+    });
     const A = await fx.startDaemon({ clock, config: { sweepInterval: 3_600_000, triggersFile: first, httpListen: { host: "127.0.0.1", port: 0 } } });
     const listed = (await client.triggers.listTriggers({ tenantKey: "f" })).triggers;
     expect(listed.map((t) => [t.name, t.source, t.owner, t.hasSecret])).toEqual([
@@ -165,7 +201,10 @@ describe("--triggers-file", () => {
   });
 
   it("that does not check is a ConfigError naming the entry and field", () => {
-    const bad = (body: unknown, env: NodeJS.ProcessEnv = {}) => () => readTriggersFile(write("bad.json", body), env);
+    const bad =
+      (body: unknown, env: NodeJS.ProcessEnv = {}) =>
+      () =>
+        readTriggersFile(write("bad.json", body), env);
     expect(bad("{not json")).toThrow(/^invalid --triggers-file: .*bad\.json: .*JSON/);
     expect(bad({ triggers: [{ ...entry, owner: undefined }] })).toThrow(/triggers\.0\.owner: Required/);
     expect(bad({ triggers: [{ ...entry, secret: "inline" }] })).toThrow(/Unrecognized key\(s\) in object: 'secret'/);
@@ -177,8 +216,8 @@ describe("--triggers-file", () => {
   });
 
   it("keeps the daemon from starting when it does not check", async () => {
-    await expect(fx.startDaemon({ clock, config: { triggersFile: write("bad2.json", { triggers: [{ ...entry, time_zone: "Nowhere/Else" }] }) } })).rejects.toThrow(
-      /triggers\[0\]\.time_zone: 'Nowhere\/Else' is not an IANA time zone/,
-    );
+    await expect(
+      fx.startDaemon({ clock, config: { triggersFile: write("bad2.json", { triggers: [{ ...entry, time_zone: "Nowhere/Else" }] }) } }),
+    ).rejects.toThrow(/triggers\[0\]\.time_zone: 'Nowhere\/Else' is not an IANA time zone/);
   });
 });

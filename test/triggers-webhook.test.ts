@@ -44,14 +44,18 @@ interface FiringDbRow {
 const firing = async (id: string) => (await fx.db.raw<FiringDbRow>(`SELECT * FROM ${table("trigger_firing")} WHERE id = $1`, [id]))[0]!;
 /** What a firing keeps of a short body that proved nothing (src/triggers/payload.ts). */
 const unverified = (body: string) => JSON.stringify({ unverified_body: { bytes: Buffer.byteLength(body), sha256: sha256Hex(body), first_1024_bytes: body } });
-const count = async (t: "trigger_firing" | "run" | "engine_run" | "trigger_delivery") => Number((await fx.db.raw<{ n: string }>(`SELECT count(*) AS n FROM ${table(t)}`))[0]!.n);
+const count = async (t: "trigger_firing" | "run" | "engine_run" | "trigger_delivery") =>
+  Number((await fx.db.raw<{ n: string }>(`SELECT count(*) AS n FROM ${table(t)}`))[0]!.n);
 
 beforeAll(async () => {
   D = await fx.startDaemon({ clock, config: { sweepInterval: 3_600_000, webhookMaxBytes: MAX, httpListen: { host: "127.0.0.1", port: 0 } } });
   url = D.httpUrl!;
   dag = fx.closers.add(new DagClient(D.address));
   triggers = fx.closers.add(new TriggerClient(D.address));
-  await dag.dag.putDefinition({ tenantKey: "t", definition: definition([{ name: "deploy", payloadJson: `{"ref":"{{ context.payload.ref }}"}` }], { id: "deploy" }) });
+  await dag.dag.putDefinition({
+    tenantKey: "t",
+    definition: definition([{ name: "deploy", payloadJson: `{"ref":"{{ context.payload.ref }}"}` }], { id: "deploy" }),
+  });
   await triggers.put("t", { name: "on-push", type: TriggerType.WEBHOOK, action: Action.START, definitionId: "deploy", secret: SECRET });
   await triggers.put("t", { name: "approve", type: TriggerType.WEBHOOK, action: Action.SIGNAL, event: "approved", runIdPath: "run.id", secret: SECRET });
 });
@@ -65,9 +69,22 @@ describe("a signed webhook", () => {
     expect(res.body.outcome).toBe("started");
     const runId = res.body.run_id!;
     const run = await dag.get("t", runId);
-    expect(JSON.parse(run.contextJson)).toEqual({ payload: { ref: "main", sha: "abc" }, trigger: { name: "on-push", firing_id: res.body.firing_id, fired_on: msToNs(sent).toString() } });
+    expect(JSON.parse(run.contextJson)).toEqual({
+      payload: { ref: "main", sha: "abc" },
+      trigger: { name: "on-push", firing_id: res.body.firing_id, fired_on: msToNs(sent).toString() },
+    });
     const f = await firing(res.body.firing_id!);
-    expect(f).toMatchObject({ trigger_name: "on-push", trigger_type: "webhook", payload: body, action: "start", definition_id: "deploy", event: null, run_id: runId, outcome: "started", error: null });
+    expect(f).toMatchObject({
+      trigger_name: "on-push",
+      trigger_type: "webhook",
+      payload: body,
+      action: "start",
+      definition_id: "deploy",
+      event: null,
+      run_id: runId,
+      outcome: "started",
+      error: null,
+    });
     // The source's time (its Date header), not the daemon's.
     expect(f.fired_on).toBe(msToNs(sent).toString());
     const dir = await fx.db.raw(`SELECT engine_kind, definition_id, triggered_by, trigger_firing_id FROM ${table("engine_run")} WHERE run_id = $1`, [runId]);
@@ -156,10 +173,17 @@ describe("refused webhooks are answered and recorded, and change nothing else", 
     await refused(await deliver(url, "t", "approve", JSON.stringify({ run: { id: others.id } }), { secret: SECRET }), 404, /has no run/);
     await refused(await deliver(url, "t", "approve", '{"nothing":1}', { secret: SECRET }), 404, /no run id at 'run.id'/);
     const noWait = await dag.start("t", definition([{ name: "only" }]));
-    await refused(await deliver(url, "t", "approve", JSON.stringify({ run: { id: noWait.id } }), { secret: SECRET }), 422, /no wait node .* waits for 'approved'/);
+    await refused(
+      await deliver(url, "t", "approve", JSON.stringify({ run: { id: noWait.id } }), { secret: SECRET }),
+      422,
+      /no wait node .* waits for 'approved'/,
+    );
     // None of these moved the run a replay would have been refused for: each can be delivered again once fixed.
     // (The other keys there are the three acted-on bodies' digests, which hold a space: src/triggers/signature.ts.)
-    expect(await fx.db.raw(`SELECT delivery_id FROM ${table("trigger_delivery")} WHERE delivery_id NOT LIKE '% %' ORDER BY delivery_id`)).toEqual([{ delivery_id: "d-1" }, { delivery_id: "d-2" }]);
+    expect(await fx.db.raw(`SELECT delivery_id FROM ${table("trigger_delivery")} WHERE delivery_id NOT LIKE '% %' ORDER BY delivery_id`)).toEqual([
+      { delivery_id: "d-1" },
+      { delivery_id: "d-2" },
+    ]);
     expect(await count("trigger_delivery")).toBe(5);
   });
 
@@ -186,7 +210,9 @@ describe("the firing log", () => {
     const started = await fx.db.raw<{ run_id: string; payload: string }>(`SELECT run_id, payload FROM ${firings} WHERE outcome = 'started' ORDER BY id DESC`);
     // (The fake clock gives both runs one createdon, so the query's order between them is a tie.)
     const byRun = (a: { run_id: string }, b: { run_id: string }) => a.run_id.localeCompare(b.run_id);
-    expect(traced.sort(byRun).map((r) => [r.run_id, r.engine_kind, r.definition_id, r.outcome, r.payload])).toEqual(started.sort(byRun).map((f) => [f.run_id, "dag", "deploy", "started", f.payload]));
+    expect(traced.sort(byRun).map((r) => [r.run_id, r.engine_kind, r.definition_id, r.outcome, r.payload])).toEqual(
+      started.sort(byRun).map((f) => [f.run_id, "dag", "deploy", "started", f.payload]),
+    );
     expect(traced).toHaveLength(2);
 
     const nothing = await fx.db.raw<{ trigger_name: string; outcome: string; error: string }>(
@@ -202,7 +228,8 @@ describe("the firing log", () => {
   it("counts each firing by type and outcome", async () => {
     const m = (await D.metrics.registry.getMetricsAsJSON()).find((x) => x.name === "aiflow_trigger_firings_total")!;
     const at = (outcome: string) => m.values.find((v) => v.labels.type === "webhook" && v.labels.outcome === outcome)?.value;
-    const recorded = async (outcome: string) => Number((await fx.db.raw<{ n: string }>(`SELECT count(*) AS n FROM ${table("trigger_firing")} WHERE outcome = $1`, [outcome]))[0]!.n);
+    const recorded = async (outcome: string) =>
+      Number((await fx.db.raw<{ n: string }>(`SELECT count(*) AS n FROM ${table("trigger_firing")} WHERE outcome = $1`, [outcome]))[0]!.n);
     expect(at("started")).toBe(2);
     expect(at("signalled")).toBe(1);
     expect(at("refused")).toBe(await recorded("refused"));

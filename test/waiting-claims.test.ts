@@ -18,7 +18,20 @@ import type { EnqueueRow, NewItem } from "../src/store/work-items.js";
 import { bearer, TOKENS } from "./support/daemon.js";
 import type { TestDb } from "./support/db.js";
 import { until, useTestDaemon } from "./support/kit.js";
-import { itemRow, newItem, notBefore, nsText, Producer, serverNow, statusCounts, STATEMENT, TestAgent, track, untilLockWait, untilStatementRan } from "./support/queue.js";
+import {
+  itemRow,
+  newItem,
+  notBefore,
+  nsText,
+  Producer,
+  serverNow,
+  statusCounts,
+  STATEMENT,
+  TestAgent,
+  track,
+  untilLockWait,
+  untilStatementRan,
+} from "./support/queue.js";
 
 const LEASE = 30_000;
 const clock = new FakeClock(Date.UTC(2026, 5, 1));
@@ -105,7 +118,10 @@ describe("a claim already waiting", () => {
     const older = await p.one(t, { engineKind: "dag", priority: 5, notBefore: notBefore(clock.nowMs() + 1_000) });
     const claim = await waitingClaim(a);
     clock.advance(1_000);
-    const [urgent, marker] = await p.enqueue(t, [{ engineKind: "dag", priority: 1 }, { engineKind: "dag", priority: 9 }]);
+    const [urgent, marker] = await p.enqueue(t, [
+      { engineKind: "dag", priority: 1 },
+      { engineKind: "dag", priority: 9 },
+    ]);
     expect((await claim.promise).map((i) => i.id)).toEqual([urgent!.id]);
     expect(await xmin(urgent!.id)).toBe(await xmin(marker!.id));
     expect((await itemRow(db, older)).status).toBe("pending");
@@ -132,7 +148,10 @@ describe("a claim already waiting", () => {
     const a = await agent("hand-scope-1", t);
     const claim = await waitingClaim(a, 500);
     // Registered again for another tenant; the waiting claim still listens for the old one.
-    await a.conn.agent.register({ name: a.name, metadata: { tenants: ["hand-scope-other"], engineKinds: ["dag"], slots: 4 } }, { headers: bearer(TOKENS.agent) });
+    await a.conn.agent.register(
+      { name: a.name, metadata: { tenants: ["hand-scope-other"], engineKinds: ["dag"], slots: 4 } },
+      { headers: bearer(TOKENS.agent) },
+    );
     const id = await p.one(t, { engineKind: "dag" });
     expect(await claim.promise).toEqual([]);
     expect((await itemRow(db, id)).status).toBe("pending");
@@ -168,12 +187,10 @@ describe("a claim already waiting", () => {
     const a = await agent("hand-gone-1", t);
     const since = await serverNow(db);
     const abort = new AbortController();
-    const claim = a.conn.agent
-      .claim({ name: a.name, maxItems: 1, wait: durationFromMs(10_000) }, { headers: bearer(TOKENS.agent), signal: abort.signal })
-      .then(
-        () => "answered",
-        () => "cancelled",
-      );
+    const claim = a.conn.agent.claim({ name: a.name, maxItems: 1, wait: durationFromMs(10_000) }, { headers: bearer(TOKENS.agent), signal: abort.signal }).then(
+      () => "answered",
+      () => "cancelled",
+    );
     await untilStatementRan(db, STATEMENT.claim, since);
 
     // Another transaction holds the new item's idempotency key, so the insert (holding its offer) waits.
@@ -221,7 +238,13 @@ describe("offers", () => {
     const h = handoff();
     h.open("a", null, 10, open);
     const r = h.reserve(
-      rows(newItem({ priority: 1 }), newItem({ notBeforeNs: msToNs(6_000) }), newItem({ priority: 5, affinityKey: "k" }), newItem({ priority: 5 }), newItem({ priority: 7, workerParams: { selector: { gpu: "a100" } } })),
+      rows(
+        newItem({ priority: 1 }),
+        newItem({ notBeforeNs: msToNs(6_000) }),
+        newItem({ priority: 5, affinityKey: "k" }),
+        newItem({ priority: 5 }),
+        newItem({ priority: 7, workerParams: { selector: { gpu: "a100" } } }),
+      ),
     )!;
     expect(r.input.agents).toEqual(["a", null, null, null, null]);
   });
@@ -242,10 +265,19 @@ describe("offers", () => {
     expect(disarmed).toBe(1);
     const closing = h.close(s1);
     const claimed = { id: "R0" } as never;
-    r.settle([{ id: "R0", existing: false, claimed }, { id: "R1", existing: false }]);
+    r.settle([
+      { id: "R0", existing: false, claimed },
+      { id: "R1", existing: false },
+    ]);
     const got = await closing;
     expect(got!.rows).toEqual([claimed]);
-    expect(got!.dispatch).toMatchObject({ agent: "a", instance: "inst", leaseToken: r.input.tokens[0], dispatchedAtNs: msToNs(5_000), leaseExpiresAtNs: msToNs(6_000) });
+    expect(got!.dispatch).toMatchObject({
+      agent: "a",
+      instance: "inst",
+      leaseToken: r.input.tokens[0],
+      dispatchedAtNs: msToNs(5_000),
+      leaseExpiresAtNs: msToNs(6_000),
+    });
 
     const s2 = h.open("a", null, 5, open);
     const failed = h.reserve(rows(newItem()))!;

@@ -140,7 +140,11 @@ function config() {
     },
   });
   const env = process.env;
-  const list = (s: string | undefined) => (s ?? "").split(",").map((x) => x.trim()).filter(Boolean);
+  const list = (s: string | undefined) =>
+    (s ?? "")
+      .split(",")
+      .map((x) => x.trim())
+      .filter(Boolean);
   const number = (flag: string, raw: string | undefined, dflt: number) => {
     const n = raw === undefined ? dflt : Number(raw);
     if (!Number.isInteger(n) || n < 0) throw new Error(`--${flag} must be a whole number, got '${raw}'`);

@@ -78,7 +78,11 @@ function config() {
     },
   });
   const env = process.env;
-  const list = (s: string | undefined) => (s ?? "").split(",").map((x) => x.trim()).filter(Boolean);
+  const list = (s: string | undefined) =>
+    (s ?? "")
+      .split(",")
+      .map((x) => x.trim())
+      .filter(Boolean);
   const addresses = list((values.address ?? []).join(",") || env.AIFLOW_ADDRESS || "127.0.0.1:7400");
   const number = (flag: string, raw: string | undefined, dflt: number) => {
     const n = raw === undefined ? dflt : Number(raw);

@@ -107,21 +107,27 @@ export class Agent extends EventEmitter<AgentEvents> {
     );
     this.#reporter = new Reporter(this.#link, this.#o, this.#log);
     const ahead = new ClaimAhead(this.#o.slots, this.#o.prefetch);
-    this.#work = new Work(this.#o, this.#reporter, this.#log, {
-      itemStarted: (item) => this.#emit("itemStarted", item),
-      itemFinished: (item, outcome) => {
-        this.#metrics?.itemFinished(item, outcome);
-        this.#emit("itemFinished", item, outcome);
+    this.#work = new Work(
+      this.#o,
+      this.#reporter,
+      this.#log,
+      {
+        itemStarted: (item) => this.#emit("itemStarted", item),
+        itemFinished: (item, outcome) => {
+          this.#metrics?.itemFinished(item, outcome);
+          this.#emit("itemFinished", item, outcome);
+        },
+        handlerSettled: (item, ms) => this.#metrics?.handlerSettled(item, ms),
+        slotTaken: (busy) => this.#heartbeat.setInFlight(busy),
+        slotFreed: (busy) => {
+          this.#heartbeat.setInFlight(busy);
+          this.#intake.nudge();
+        },
+        leasesTaken: (runs) => this.#leases.taken(runs),
+        leaseDropped: (run) => this.#leases.dropped(run),
       },
-      handlerSettled: (item, ms) => this.#metrics?.handlerSettled(item, ms),
-      slotTaken: (busy) => this.#heartbeat.setInFlight(busy),
-      slotFreed: (busy) => {
-        this.#heartbeat.setInFlight(busy);
-        this.#intake.nudge();
-      },
-      leasesTaken: (runs) => this.#leases.taken(runs),
-      leaseDropped: (run) => this.#leases.dropped(run),
-    }, ahead);
+      ahead,
+    );
     this.#heartbeat = new HeartbeatThread(this.#o, this.#log, {
       onReply: (reply) => this.#onHeartbeatReply(reply),
       onNotFound: () => this.#reregister("the daemon does not know this agent"),
@@ -130,7 +136,14 @@ export class Agent extends EventEmitter<AgentEvents> {
       onLeasesLost: (leases) => this.#leases.lost(leases),
       held: () => this.#leases.leases(),
     });
-    this.#leases = new LeaseKeeper(this.#link, this.#o, this.#heartbeat, () => this.#work.held(), (run, message) => this.#work.leaseLost(run, message), this.#log);
+    this.#leases = new LeaseKeeper(
+      this.#link,
+      this.#o,
+      this.#heartbeat,
+      () => this.#work.held(),
+      (run, message) => this.#work.leaseLost(run, message),
+      this.#log,
+    );
     this.#intake = new Intake(this.#link, this.#o, this.#log, this.#reporter, {
       room: () => this.#work.room,
       answeredAtOnce: (ms) => ahead.claimTook(ms),
@@ -228,7 +241,12 @@ export class Agent extends EventEmitter<AgentEvents> {
         void this.drain();
       }, this.#log);
     try {
-      await serveMetrics(this.#o, this.#log, () => this.#work.busy, (metrics) => (this.#metrics = metrics));
+      await serveMetrics(
+        this.#o,
+        this.#log,
+        () => this.#work.busy,
+        (metrics) => (this.#metrics = metrics),
+      );
     } catch (err) {
       this.#fail(err as AgentFailedError);
       throw err;
@@ -260,7 +278,10 @@ export class Agent extends EventEmitter<AgentEvents> {
     const reg = await register(client, address, this.#o, this.#capacity);
     const again = this.#registration !== undefined;
     this.#registration = reg;
-    this.#log.info({ id: reg.id, address, status: reg.status, heartbeatIntervalMs: reg.heartbeatIntervalMs, leaseTtlMs: reg.leaseTtlMs }, again ? "registered again" : "registered");
+    this.#log.info(
+      { id: reg.id, address, status: reg.status, heartbeatIntervalMs: reg.heartbeatIntervalMs, leaseTtlMs: reg.leaseTtlMs },
+      again ? "registered again" : "registered",
+    );
     if (again) {
       this.#heartbeat.setInterval(reg.heartbeatIntervalMs);
       this.#leases.retime(reg.leaseTtlMs);
@@ -275,7 +296,11 @@ export class Agent extends EventEmitter<AgentEvents> {
     const k = d.kind;
     if (k.case === "cancel") this.#work.cancel(k.value.workItemId, k.value.leaseToken, k.value.reason || "cancelled");
     else if (k.case === "status")
-      this.#onDaemonStatus(statusFromWire(k.value.status), k.value.drainDeadline ? timestampMs(k.value.drainDeadline) : undefined, k.value.reason || "directive");
+      this.#onDaemonStatus(
+        statusFromWire(k.value.status),
+        k.value.drainDeadline ? timestampMs(k.value.drainDeadline) : undefined,
+        k.value.reason || "directive",
+      );
   }
 
   #onHeartbeatReply(reply: HeartbeatResponse): void {

@@ -175,7 +175,10 @@ export class Channel {
       const timer = setTimeout(() => {
         resolve();
         if (call.abort.signal.aborted) return;
-        this.log.warn({ timeoutMs: ms }, `the daemon did not answer the credit withdrawal within ${ms} ms: ending the agent stream as broken and stopping without the answer`);
+        this.log.warn(
+          { timeoutMs: ms },
+          `the daemon did not answer the credit withdrawal within ${ms} ms: ending the agent stream as broken and stopping without the answer`,
+        );
         call.abort.abort(new ConnectError(`the daemon did not answer the credit withdrawal within ${ms} ms`, Code.DeadlineExceeded));
       }, ms);
       call.withdrawals.push(() => {

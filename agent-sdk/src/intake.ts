@@ -150,7 +150,9 @@ export class Intake {
         this.#log.warn({ timeoutMs }, `the daemon did not end the agent stream within ${timeoutMs} ms of the goodbye: closing it without waiting more`);
         channel.close();
       });
-    const directives = within(this.#directives.stop(), timeoutMs, () => this.#log.warn({ timeoutMs }, `the directive stream did not end within ${timeoutMs} ms of its cancel: stopping without waiting more`));
+    const directives = within(this.#directives.stop(), timeoutMs, () =>
+      this.#log.warn({ timeoutMs }, `the directive stream did not end within ${timeoutMs} ms of its cancel: stopping without waiting more`),
+    );
     await Promise.all([goodbye, this.#claimerStopped(), directives]);
   }
 
@@ -161,7 +163,9 @@ export class Intake {
    */
   #claimerStopped(): Promise<boolean> {
     const ms = this.#opts.claimWaitMs + this.#opts.rpcTimeoutMs;
-    return within(this.#claimer.stop(), ms, () => this.#log.warn({ timeoutMs: ms }, `the claim in flight did not end within ${ms} ms: stopping without its answer`));
+    return within(this.#claimer.stop(), ms, () =>
+      this.#log.warn({ timeoutMs: ms }, `the claim in flight did not end within ${ms} ms: stopping without its answer`),
+    );
   }
 
   /** The agent failed: everything ends where it stands. */

@@ -22,7 +22,15 @@ import type { ResolvedOptions } from "./options.js";
 export type AgentClient = Client<typeof AgentService>;
 
 /** Codes after which the same call can succeed later, or elsewhere. */
-const TRANSIENT: ReadonlySet<Code> = new Set([Code.Unavailable, Code.Unknown, Code.Internal, Code.DeadlineExceeded, Code.Aborted, Code.ResourceExhausted, Code.Canceled]);
+const TRANSIENT: ReadonlySet<Code> = new Set([
+  Code.Unavailable,
+  Code.Unknown,
+  Code.Internal,
+  Code.DeadlineExceeded,
+  Code.Aborted,
+  Code.ResourceExhausted,
+  Code.Canceled,
+]);
 
 export const isTransient = (err: unknown) => TRANSIENT.has(ConnectError.from(err).code);
 
@@ -200,7 +208,9 @@ export class Link {
         } catch (err) {
           if (this.#closed.signal.aborted) return;
           if (!isTransient(err)) {
-            this.#fatal = new AgentFailedError(`the daemon at ${target.address} refused to register agent '${this.#opts.name}': ${errorText(err)}`, { cause: err });
+            this.#fatal = new AgentFailedError(`the daemon at ${target.address} refused to register agent '${this.#opts.name}': ${errorText(err)}`, {
+              cause: err,
+            });
             this.#hooks.onFatal(this.#fatal);
             throw this.#fatal;
           }
@@ -250,9 +260,16 @@ async function* tornDownMessages<T>(messages: AsyncIterable<T>, signal: AbortSig
 }
 
 /** The resets that tear a call down: connect-node names them in its message, Node in its error's. */
-const TORN_DOWN_RESET = /^http\/2 stream closed with error code (INTERNAL_ERROR|CANCEL|REFUSED_STREAM) \(0x[0-9a-f]+\)$|^Stream closed with error code NGHTTP2_(INTERNAL_ERROR|CANCEL|REFUSED_STREAM)$/;
+const TORN_DOWN_RESET =
+  /^http\/2 stream closed with error code (INTERNAL_ERROR|CANCEL|REFUSED_STREAM) \(0x[0-9a-f]+\)$|^Stream closed with error code NGHTTP2_(INTERNAL_ERROR|CANCEL|REFUSED_STREAM)$/;
 /** Node's errors for a session that ended under its streams, or would take none, and for a connection reset under them. */
-const TORN_DOWN_SESSION: ReadonlySet<string> = new Set(["ERR_HTTP2_SESSION_ERROR", "ERR_HTTP2_STREAM_CANCEL", "ERR_HTTP2_GOAWAY_SESSION", "ECONNRESET", "EPIPE"]);
+const TORN_DOWN_SESSION: ReadonlySet<string> = new Set([
+  "ERR_HTTP2_SESSION_ERROR",
+  "ERR_HTTP2_STREAM_CANCEL",
+  "ERR_HTTP2_GOAWAY_SESSION",
+  "ECONNRESET",
+  "EPIPE",
+]);
 
 function asUnavailable(err: unknown, signal: AbortSignal): unknown {
   if (signal.aborted || !(err instanceof ConnectError) || err.code === Code.Unavailable) return err;

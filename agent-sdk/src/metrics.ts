@@ -41,8 +41,19 @@ export class AgentMetrics {
 
   constructor(state: { slots: number; inFlight: () => number }) {
     const registers = [this.registry];
-    this.#items = new Counter({ name: "aiflow_sdk_items_handled_total", help: "Items finished on this agent, by engine kind and outcome.", labelNames: ["engine_kind", "outcome"], registers });
-    this.#handler = new Histogram({ name: "aiflow_sdk_handler_seconds", help: "How long handlers ran, until they settled.", labelNames: ["engine_kind"], buckets: HANDLER_BUCKETS, registers });
+    this.#items = new Counter({
+      name: "aiflow_sdk_items_handled_total",
+      help: "Items finished on this agent, by engine kind and outcome.",
+      labelNames: ["engine_kind", "outcome"],
+      registers,
+    });
+    this.#handler = new Histogram({
+      name: "aiflow_sdk_handler_seconds",
+      help: "How long handlers ran, until they settled.",
+      labelNames: ["engine_kind"],
+      buckets: HANDLER_BUCKETS,
+      registers,
+    });
     new Gauge({
       name: "aiflow_sdk_in_flight_items",
       help: "Handlers running now.",
@@ -53,8 +64,17 @@ export class AgentMetrics {
     });
     new Gauge({ name: "aiflow_sdk_slots", help: "Items this agent runs at once.", registers }).set(state.slots);
     this.#claims = new Counter({ name: "aiflow_sdk_claims_total", help: "Claims, by result: items, empty, error.", labelNames: ["result"], registers });
-    this.#rpcErrors = new Counter({ name: "aiflow_sdk_rpc_errors_total", help: "Failed calls of the main connection, by method and gRPC code.", labelNames: ["method", "code"], registers });
-    this.#reconnects = new Counter({ name: "aiflow_sdk_reconnects_total", help: "Times the agent lost its daemon or registration and began registering again.", registers });
+    this.#rpcErrors = new Counter({
+      name: "aiflow_sdk_rpc_errors_total",
+      help: "Failed calls of the main connection, by method and gRPC code.",
+      labelNames: ["method", "code"],
+      registers,
+    });
+    this.#reconnects = new Counter({
+      name: "aiflow_sdk_reconnects_total",
+      help: "Times the agent lost its daemon or registration and began registering again.",
+      registers,
+    });
   }
 
   itemFinished(item: WorkItem, outcome: ItemOutcome): void {

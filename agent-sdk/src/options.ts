@@ -248,7 +248,9 @@ export function resolveOptions(o: AgentOptions): ResolvedOptions {
   if (!Number.isInteger(prefetch) || prefetch < 0 || prefetch > 100_000) bad("prefetch", `must be a whole number in 0..100000, got ${prefetch}`);
   const logger = o.logger ?? pino({ name: "aiflow-agent", level: "info" });
   const tls = o.tls ? tlsMaterial(o.tls, logger.child({ agent: o.name })) : undefined;
-  for (const a of addresses) if (tls && /^http:\/\//.test(a)) bad(o.address ? "address" : "addresses", `'${a}' is plaintext (http://), but tls is given: write https:// or leave the scheme out`);
+  for (const a of addresses)
+    if (tls && /^http:\/\//.test(a))
+      bad(o.address ? "address" : "addresses", `'${a}' is plaintext (http://), but tls is given: write https:// or leave the scheme out`);
   const urls = addresses.map((a) => baseUrl(a, tls !== undefined));
   const positive = (name: string, v: number | undefined, dflt: number, min = 0) => {
     const n = v ?? dflt;
@@ -322,8 +324,10 @@ export function baseUrl(address: string, tls = false): string {
 
 /** The TLS material, read now so that a file missing or malformed fails createAgent, naming the option. */
 function tlsMaterial(t: NonNullable<AgentOptions["tls"]>, logger: Logger): TlsMaterial {
-  if ((t.cert === undefined) !== (t.key === undefined)) bad("tls.cert", `and tls.key go together: give both (got only tls.${t.cert === undefined ? "key" : "cert"})`);
-  if (t.serverName !== undefined && (typeof t.serverName !== "string" || t.serverName === "")) bad("tls.serverName", `must be a host name, got ${JSON.stringify(t.serverName)}`);
+  if ((t.cert === undefined) !== (t.key === undefined))
+    bad("tls.cert", `and tls.key go together: give both (got only tls.${t.cert === undefined ? "key" : "cert"})`);
+  if (t.serverName !== undefined && (typeof t.serverName !== "string" || t.serverName === ""))
+    bad("tls.serverName", `must be a host name, got ${JSON.stringify(t.serverName)}`);
   const material = new TlsMaterial(t, {
     warn: (message) => logger.warn(`TLS: ${message}`),
     reloaded: (parts) => logger.info({ parts }, "TLS: files changed: new connections present what they hold now"),

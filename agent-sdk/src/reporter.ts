@@ -235,7 +235,13 @@ export class Reporter {
     if (kind === "fail") {
       const items = batch.map(({ report: r }) =>
         r.kind === "fail"
-          ? { workItemId: r.id, leaseToken: r.token, error: r.error, retryable: r.retryable, retryDelay: r.retryDelayMs === undefined ? undefined : durationFromMs(r.retryDelayMs) }
+          ? {
+              workItemId: r.id,
+              leaseToken: r.token,
+              error: r.error,
+              retryable: r.retryable,
+              retryDelay: r.retryDelayMs === undefined ? undefined : durationFromMs(r.retryDelayMs),
+            }
           : unexpected(r),
       );
       return stream ? stream.report({ kind, items }) : (await client.fail({ name, items }, options)).outcomes;
@@ -249,7 +255,10 @@ export class Reporter {
     return new Promise((resolve, reject) => {
       const signal = this.#giveUp.signal;
       const stop = () => reject(new ConnectError("the agent stopped reporting", Code.Canceled));
-      const timer = setTimeout(() => reject(new ConnectError(`no answer on the agent stream within ${this.opts.rpcTimeoutMs} ms`, Code.DeadlineExceeded)), this.opts.rpcTimeoutMs);
+      const timer = setTimeout(
+        () => reject(new ConnectError(`no answer on the agent stream within ${this.opts.rpcTimeoutMs} ms`, Code.DeadlineExceeded)),
+        this.opts.rpcTimeoutMs,
+      );
       signal.addEventListener("abort", stop, { once: true });
       answer.then(resolve, reject).finally(() => {
         clearTimeout(timer);
@@ -269,7 +278,9 @@ function settleFrom(batch: readonly Pending[], outcomes: readonly WireOutcome[])
   const byId = new Map(outcomes.map((o) => [o.workItemId, o]));
   for (const p of batch) {
     const o = byId.get(p.report.id);
-    p.resolve(o ? { ok: o.ok, code: o.code as Code, message: o.message } : { ok: false, code: Code.Internal, message: "the daemon did not answer for this item" });
+    p.resolve(
+      o ? { ok: o.ok, code: o.code as Code, message: o.message } : { ok: false, code: Code.Internal, message: "the daemon did not answer for this item" },
+    );
   }
 }
 

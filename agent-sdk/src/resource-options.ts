@@ -36,7 +36,8 @@ function whole(v: unknown, option: string, max: number, bad: Bad): number {
 
 function text(v: unknown, option: string, max: number, bad: Bad, required: boolean): string {
   if (v === undefined && !required) return "";
-  if (typeof v !== "string" || (required && v === "") || v.length > max) bad(option, `must be ${required ? "a non-empty" : "a"} string of at most ${max} characters, got ${JSON.stringify(v)}`);
+  if (typeof v !== "string" || (required && v === "") || v.length > max)
+    bad(option, `must be ${required ? "a non-empty" : "a"} string of at most ${max} characters, got ${JSON.stringify(v)}`);
   return v;
 }
 
@@ -65,7 +66,11 @@ export function checkCapacity(c: Partial<Capacity> | false | undefined, bad: Bad
     out.gpus = gpus.map((g, i) => {
       const index = whole(g?.index, `capacity.gpus[${i}].index`, 1023, bad);
       unique(indices, index, "capacity.gpus", bad);
-      return { index, model: text(g.model, `capacity.gpus[${i}].model`, 256, bad, false), memoryMb: whole(g.memoryMb, `capacity.gpus[${i}].memoryMb`, MAX_MB, bad) };
+      return {
+        index,
+        model: text(g.model, `capacity.gpus[${i}].model`, 256, bad, false),
+        memoryMb: whole(g.memoryMb, `capacity.gpus[${i}].memoryMb`, MAX_MB, bad),
+      };
     });
   }
   const disks = list(c.disks, "capacity.disks", bad);
@@ -99,7 +104,8 @@ export function checkHeartbeatMetrics(m: HeartbeatMetrics | undefined, bad: Bad)
   if (typeof m !== "object" || m === null) bad("heartbeatMetrics", "must be an object");
   const out: Partial<Metrics> = {};
   if (m.cpuUtilization !== undefined) out.cpuUtilization = percent(m.cpuUtilization, "heartbeatMetrics.cpuUtilization", bad);
-  if (m.memory !== undefined) [out.memoryUsedBytes, out.memoryTotalBytes] = partOf("heartbeatMetrics.memory", "usedMb", m.memory?.usedMb, "totalMb", m.memory?.totalMb, bad);
+  if (m.memory !== undefined)
+    [out.memoryUsedBytes, out.memoryTotalBytes] = partOf("heartbeatMetrics.memory", "usedMb", m.memory?.usedMb, "totalMb", m.memory?.totalMb, bad);
   const disks = list(m.disks, "heartbeatMetrics.disks", bad);
   if (disks) {
     const mounts = new Set<string>();
@@ -119,7 +125,13 @@ export function checkHeartbeatMetrics(m: HeartbeatMetrics | undefined, bad: Bad)
       const index = whole(g?.index, `${at}.index`, 1023, bad);
       unique(indices, index, "heartbeatMetrics.gpus", bad);
       const [memoryUsedBytes, memoryTotalBytes] = partOf(at, "memoryUsedMb", g.memoryUsedMb ?? 0, "memoryTotalMb", g.memoryTotalMb, bad);
-      return { index, model: text(g.model, `${at}.model`, 256, bad, false), utilization: percent(g.utilization ?? 0, `${at}.utilization`, bad), memoryUsedBytes, memoryTotalBytes };
+      return {
+        index,
+        model: text(g.model, `${at}.model`, 256, bad, false),
+        utilization: percent(g.utilization ?? 0, `${at}.utilization`, bad),
+        memoryUsedBytes,
+        memoryTotalBytes,
+      };
     });
   }
   return out;

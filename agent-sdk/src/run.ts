@@ -85,7 +85,13 @@ export class ItemContext implements HandlerContext {
 
   get log(): Logger {
     const { item } = this.#run;
-    return (this.#log ??= this.#agentLog.child({ item: item.id, tenant: item.tenant, engineKind: item.engineKind, task: item.taskName, attempt: item.attempt }));
+    return (this.#log ??= this.#agentLog.child({
+      item: item.id,
+      tenant: item.tenant,
+      engineKind: item.engineKind,
+      task: item.taskName,
+      attempt: item.attempt,
+    }));
   }
 }
 

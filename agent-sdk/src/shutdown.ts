@@ -103,7 +103,8 @@ export class Shutdown {
     clearTimeout(this.#deadlineTimer);
     // Bounded, but nothing is given up on: the agent stays registered and reports what is left
     // once the daemon answers (a flush that gave up would leave it unable to report after an undrain).
-    if (!(await this.p.reporter.answered(o.rpcTimeoutMs))) this.p.log.warn({ timeoutMs: o.rpcTimeoutMs }, "pausing for the daemon's drain with reports unanswered: they go on being sent");
+    if (!(await this.p.reporter.answered(o.rpcTimeoutMs)))
+      this.p.log.warn({ timeoutMs: o.rpcTimeoutMs }, "pausing for the daemon's drain with reports unanswered: they go on being sent");
     if (!current()) return;
     this.#deadlineAt = Number.POSITIVE_INFINITY;
     life.to("paused");
@@ -162,7 +163,9 @@ export class Shutdown {
     // 4. Deregister, close.
     this.p.leases.stop();
     const ms = o.rpcTimeoutMs;
-    const heartbeats = within(this.p.heartbeat.stop(), ms, () => log.warn({ timeoutMs: ms }, `the heartbeat thread did not end within ${ms} ms: stopping without it`));
+    const heartbeats = within(this.p.heartbeat.stop(), ms, () =>
+      log.warn({ timeoutMs: ms }, `the heartbeat thread did not end within ${ms} ms: stopping without it`),
+    );
     await Promise.all([this.p.intake.leave(ms), heartbeats]);
     if (this.p.link.generation > 0) await this.p.link.deregister(o.name);
     this.p.close();

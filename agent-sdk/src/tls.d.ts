@@ -17,7 +17,10 @@ export interface TlsPem {
 }
 
 export declare class TlsMaterial {
-  constructor(source: TlsSource, hooks?: { warn?: (message: string) => void; reloaded?: (parts: string[]) => void; initial?: { ca?: Uint8Array; cert?: Uint8Array; key?: Uint8Array } });
+  constructor(
+    source: TlsSource,
+    hooks?: { warn?: (message: string) => void; reloaded?: (parts: string[]) => void; initial?: { ca?: Uint8Array; cert?: Uint8Array; key?: Uint8Array } },
+  );
   load(): TlsPem;
   current(): TlsPem;
   connect(authority: URL): TLSSocket;

@@ -24,7 +24,20 @@
  * A later attempt of the same item has the same parent, so retries and redeliveries are further
  * spans of the one trace. An item without a stored context gets a trace of its own.
  */
-import { context, diag, DiagLogLevel, ProxyTracerProvider, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Context, type HrTime, type Span, type Tracer } from "@opentelemetry/api";
+import {
+  context,
+  diag,
+  DiagLogLevel,
+  ProxyTracerProvider,
+  ROOT_CONTEXT,
+  SpanKind,
+  SpanStatusCode,
+  trace,
+  type Context,
+  type HrTime,
+  type Span,
+  type Tracer,
+} from "@opentelemetry/api";
 import type { Logger } from "pino";
 import { diagToLog, tracesFromEnv, type TracesWanted } from "@aiflow/wire/otel-env";
 import { parseTraceparent } from "@aiflow/wire/traceparent";
@@ -84,9 +97,15 @@ async function install(wanted: Extract<TracesWanted, { on: true }>, log: Logger)
   try {
     [node, resources] = await Promise.all([import("@opentelemetry/sdk-trace-node"), import("@opentelemetry/resources")]);
     if (wanted.otlp)
-      exporter = wanted.otlp.protocol === "http/json" ? await import("@opentelemetry/exporter-trace-otlp-http") : await import("@opentelemetry/exporter-trace-otlp-proto");
+      exporter =
+        wanted.otlp.protocol === "http/json"
+          ? await import("@opentelemetry/exporter-trace-otlp-http")
+          : await import("@opentelemetry/exporter-trace-otlp-proto");
   } catch (err) {
-    log.warn({ err: err instanceof Error ? err.message : String(err) }, `tracing off: OTEL_* asks for traces, but the worker does not have the OpenTelemetry SDK: npm install ${PACKAGES}`);
+    log.warn(
+      { err: err instanceof Error ? err.message : String(err) },
+      `tracing off: OTEL_* asks for traces, but the worker does not have the OpenTelemetry SDK: npm install ${PACKAGES}`,
+    );
     return;
   }
   const processors = [];
@@ -155,7 +174,9 @@ export class ItemSpans {
       ...(w.taskName ? { "aiflow.task.name": w.taskName } : {}),
     };
     if (dispatchedNs > 0n)
-      tracer.startSpan(`queued ${w.engineKind}`, { kind: SpanKind.INTERNAL, startTime: hrTime(fromNs), attributes: this.#attributes }, parent).end(hrTime(dispatchedNs));
+      tracer
+        .startSpan(`queued ${w.engineKind}`, { kind: SpanKind.INTERNAL, startTime: hrTime(fromNs), attributes: this.#attributes }, parent)
+        .end(hrTime(dispatchedNs));
   }
 
   /** Runs the handler with its span active, so the spans it makes are its children. */
@@ -184,7 +205,11 @@ export class ItemSpans {
       return;
     }
     span.end();
-    this.#report = this.#tracer.startSpan(`${report.kind} ${this.#kind}`, { kind: SpanKind.INTERNAL, attributes: { "aiflow.work_item.id": this.#attributes["aiflow.work_item.id"]! } }, trace.setSpan(this.#parent, span));
+    this.#report = this.#tracer.startSpan(
+      `${report.kind} ${this.#kind}`,
+      { kind: SpanKind.INTERNAL, attributes: { "aiflow.work_item.id": this.#attributes["aiflow.work_item.id"]! } },
+      trace.setSpan(this.#parent, span),
+    );
   }
 
   /** The item's outcome is settled: the report's span (or a handler span still running) ends with it. */
@@ -194,7 +219,8 @@ export class ItemSpans {
     if (!span) return;
     this.#report = undefined;
     span.setAttribute("aiflow.outcome", outcome.kind);
-    if (outcome.kind === "lease-lost" || outcome.kind === "unreported" || outcome.kind === "cancelled") span.setStatus({ code: SpanStatusCode.ERROR, message: outcome.reason });
+    if (outcome.kind === "lease-lost" || outcome.kind === "unreported" || outcome.kind === "cancelled")
+      span.setStatus({ code: SpanStatusCode.ERROR, message: outcome.reason });
     span.end();
   }
 }

@@ -22,7 +22,15 @@ export function statusFromWire(s: AgentStatus): DaemonStatus {
 const opt = (s: string) => (s === "" ? undefined : s);
 
 /** Shared by the items that need nothing (most): no object per item. */
-const NO_NEEDS: Readonly<Requirements> = Object.freeze({ gpus: 0, gpuMemoryMb: 0, gpuModel: undefined, cpuMillis: 0, memoryMb: 0, diskMb: 0, diskMount: undefined });
+const NO_NEEDS: Readonly<Requirements> = Object.freeze({
+  gpus: 0,
+  gpuMemoryMb: 0,
+  gpuModel: undefined,
+  cpuMillis: 0,
+  memoryMb: 0,
+  diskMb: 0,
+  diskMount: undefined,
+});
 const NO_GPUS: readonly number[] = Object.freeze([]);
 
 function requirementsFromWire(r: WireRequirements | undefined): Readonly<Requirements> {

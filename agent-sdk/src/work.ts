@@ -169,7 +169,11 @@ export class Work {
       this.hooks.handlerSettled(item, performance.now() - started);
     } else {
       const task = item.taskName === undefined ? "" : ` and task '${item.taskName}'`;
-      report = failure(run, `no handler for engine kind '${item.engineKind}'${task} on agent '${this.opts.name}' (it handles: ${describeHandlers(this.opts.handlers)})`, false);
+      report = failure(
+        run,
+        `no handler for engine kind '${item.engineKind}'${task} on agent '${this.opts.name}' (it handles: ${describeHandlers(this.opts.handlers)})`,
+        false,
+      );
       ctx.log.error({ err: report.kind === "fail" ? report.error : "" }, "no handler: failing the item for good");
     }
     this.ahead.handlerTook(performance.now() - started);

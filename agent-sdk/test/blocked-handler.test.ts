@@ -62,7 +62,10 @@ function blockUntilRenewed(id: string, capMs = 20_000): Seen {
         Atomics.notify(state, 0);
       }
     })();`,
-    { eval: true, workerData: { shared: state.buffer, url: db.url, table: db.tables.qualified("work_item"), id, ttlNs: String(LEASE_TTL_MS * 1_000_000), capMs } },
+    {
+      eval: true,
+      workerData: { shared: state.buffer, url: db.url, table: db.tables.qualified("work_item"), id, ttlNs: String(LEASE_TTL_MS * 1_000_000), capMs },
+    },
   );
   while (Atomics.load(state, 0) === 0) Atomics.wait(state, 0, 0, capMs);
   void watcher.terminate();
@@ -88,7 +91,13 @@ describe("a handler that blocks the event loop", () => {
     const [id] = await producer.enqueue([{ engineKind: "blocked", maxRetries: 3 }]);
     const [done] = await producer.waitDone([id!], 30_000);
 
-    expect(done).toMatchObject({ status: WorkItemStatus.COMPLETED, retryCount: 0, redeliveryCount: 0, agentId: agent.name, resultJson: JSON.stringify("renewed") });
+    expect(done).toMatchObject({
+      status: WorkItemStatus.COMPLETED,
+      retryCount: 0,
+      redeliveryCount: 0,
+      agentId: agent.name,
+      resultJson: JSON.stringify("renewed"),
+    });
     expect(runs).toBe(1);
     // The heartbeat thread is the one that renews (on a connection of its own, which this log does not see).
     expect(calls.count("ExtendLease")).toBe(0);

@@ -70,7 +70,9 @@ describe("detection", () => {
   });
 
   it("registers the GPUs nvidia-smi on PATH lists, by index, with their model and memory", async () => {
-    await fakeNvidiaSmi(`[ "$1" = "${QUERY}" ] && [ "$2" = "--format=csv,noheader,nounits" ] || exit 9\necho "1, NVIDIA A100-SXM4-80GB, 81920"\necho "0, NVIDIA L40S, 46068"`);
+    await fakeNvidiaSmi(
+      `[ "$1" = "${QUERY}" ] && [ "$2" = "--format=csv,noheader,nounits" ] || exit 9\necho "1, NVIDIA A100-SXM4-80GB, 81920"\necho "0, NVIDIA L40S, 46068"`,
+    );
     process.env.PATH = `${dir}:${path}`;
     const { capacity, warnings } = detect();
     expect((await capacity).gpus).toEqual([
@@ -109,14 +111,33 @@ describe("detection", () => {
     const c = await detect({ override }).capacity;
     expect(c).toMatchObject({ gpus: override.gpus, disks: override.disks, cpuMillis: os.availableParallelism() * 1000 });
     expect(existsSync(ran)).toBe(false);
-    expect(await detect({ override: { cpuMillis: 500, memoryMb: 2048 } }).capacity).toMatchObject({ cpuMillis: 500, memoryMb: 2048, gpus: [{ index: 0, model: "Real GPU", memoryMb: 1024 }] });
+    expect(await detect({ override: { cpuMillis: 500, memoryMb: 2048 } }).capacity).toMatchObject({
+      cpuMillis: 500,
+      memoryMb: 2048,
+      gpus: [{ index: 0, model: "Real GPU", memoryMb: 1024 }],
+    });
     expect(existsSync(ran)).toBe(true);
   });
 
   it("the heartbeat reports the registered disks first, in their order, then the other mounts", () => {
-    const c = { cpuMillis: 1000, memoryMb: 1, gpus: [], disks: [{ mount: "/work", sizeMb: 1 }, { mount: "/", sizeMb: 1 }] };
+    const c = {
+      cpuMillis: 1000,
+      memoryMb: 1,
+      gpus: [],
+      disks: [
+        { mount: "/work", sizeMb: 1 },
+        { mount: "/", sizeMb: 1 },
+      ],
+    };
     expect(heartbeatMounts(c, ["/", "/data"])).toEqual(["/work", "/", "/data"]);
-    expect(capacityToWire({ ...c, gpus: [{ index: 0, model: "m", memoryMb: 49_152 }] })).toMatchObject({ cpuMillis: 1000n, gpus: [{ index: 0, memoryMb: 49_152n }], disks: [{ mount: "/work", sizeMb: 1n }, { mount: "/", sizeMb: 1n }] });
+    expect(capacityToWire({ ...c, gpus: [{ index: 0, model: "m", memoryMb: 49_152 }] })).toMatchObject({
+      cpuMillis: 1000n,
+      gpus: [{ index: 0, memoryMb: 49_152n }],
+      disks: [
+        { mount: "/work", sizeMb: 1n },
+        { mount: "/", sizeMb: 1n },
+      ],
+    });
   });
 
   it("a directory's mount point is its highest ancestor on the same device", async () => {
@@ -141,7 +162,14 @@ describe("heartbeat metrics stated instead of measured", () => {
   it("reports the simulated GPUs, memory and disks as given, and does not run nvidia-smi", async () => {
     const ran = join(dir, "ran");
     const fake = await fakeNvidiaSmi(`touch ${ran}\necho "0, Real, 0, 0, 1024"`);
-    const opts = resolveOptions(options({ heartbeatMetrics: { memory: { usedMb: 1024, totalMb: 65_536 }, gpus: [{ index: 0, model: "Simulated L40S", memoryUsedMb: 8_192, memoryTotalMb: 49_152, utilization: 12 }] } }));
+    const opts = resolveOptions(
+      options({
+        heartbeatMetrics: {
+          memory: { usedMb: 1024, totalMb: 65_536 },
+          gpus: [{ index: 0, model: "Simulated L40S", memoryUsedMb: 8_192, memoryTotalMb: 49_152, utilization: 12 }],
+        },
+      }),
+    );
     const sampler = new MetricsSampler(["/"], { nvidiaSmi: fake, override: opts.heartbeatMetrics });
     const m = await sampler.sample();
     expect(m.gpus).toEqual([{ index: 0, model: "Simulated L40S", utilization: 12, memoryUsedBytes: 8_192n * MIB, memoryTotalBytes: 49_152n * MIB }]);
@@ -152,16 +180,33 @@ describe("heartbeat metrics stated instead of measured", () => {
   });
 });
 
-const options = (extra: Partial<AgentOptions>): AgentOptions => ({ address: "127.0.0.1:1", name: "cap", tenants: ["t"], handlers: { k: () => null }, ...extra });
+const options = (extra: Partial<AgentOptions>): AgentOptions => ({
+  address: "127.0.0.1:1",
+  name: "cap",
+  tenants: ["t"],
+  handlers: { k: () => null },
+  ...extra,
+});
 
 describe("option checks", () => {
   it("refuses capacities and metrics the daemon would refuse, naming the field", () => {
     const refused = (extra: Partial<AgentOptions>) => () => resolveOptions(options(extra));
-    expect(refused({ capacity: { gpus: [{ index: 0, model: "a", memoryMb: 1 }, { index: 0, model: "b", memoryMb: 1 }] } })).toThrow(/capacity\.gpus names 0 twice/);
+    expect(
+      refused({
+        capacity: {
+          gpus: [
+            { index: 0, model: "a", memoryMb: 1 },
+            { index: 0, model: "b", memoryMb: 1 },
+          ],
+        },
+      }),
+    ).toThrow(/capacity\.gpus names 0 twice/);
     expect(refused({ capacity: { memoryMb: -1 } })).toThrow(/capacity\.memoryMb must be a whole number/);
     expect(refused({ capacity: { cpuMillis: 1.5 } })).toThrow(/capacity\.cpuMillis/);
     expect(refused({ capacity: { disks: [{ mount: "", sizeMb: 1 }] } })).toThrow(/capacity\.disks\[0\]\.mount/);
-    expect(refused({ heartbeatMetrics: { gpus: [{ index: 0, memoryUsedMb: 2, memoryTotalMb: 1 }] } })).toThrow(/heartbeatMetrics\.gpus\[0\]\.memoryUsedMb is 2, more than memoryTotalMb/);
+    expect(refused({ heartbeatMetrics: { gpus: [{ index: 0, memoryUsedMb: 2, memoryTotalMb: 1 }] } })).toThrow(
+      /heartbeatMetrics\.gpus\[0\]\.memoryUsedMb is 2, more than memoryTotalMb/,
+    );
     expect(refused({ heartbeatMetrics: { cpuUtilization: 101 } })).toThrow(/heartbeatMetrics\.cpuUtilization/);
     expect(refused({ heartbeatMetrics: { disks: [{ mount: "/", freeMb: 5, totalMb: 4 }] } })).toThrow(/heartbeatMetrics\.disks\[0\]\.freeMb/);
   });
@@ -185,6 +230,12 @@ describe("the handler's item", () => {
     expect(placed).toMatchObject({ gpuIndices: [2, 5], cudaVisibleDevices: "2,5", concurrencyKey: "train", rateLimitKey: "hub" });
     expect(placed.requirements).toEqual({ gpus: 2, gpuMemoryMb: 40_000, gpuModel: "A100", cpuMillis: 0, memoryMb: 0, diskMb: 10, diskMount: undefined });
     const plain = itemFromWire(create(WorkItemSchema, { id: "01PLAIN" }));
-    expect(plain).toMatchObject({ gpuIndices: [], cudaVisibleDevices: "", concurrencyKey: undefined, rateLimitKey: undefined, requirements: { gpus: 0, diskMount: undefined } });
+    expect(plain).toMatchObject({
+      gpuIndices: [],
+      cudaVisibleDevices: "",
+      concurrencyKey: undefined,
+      rateLimitKey: undefined,
+      requirements: { gpus: 0, diskMount: undefined },
+    });
   });
 });

@@ -20,7 +20,13 @@ export interface ChildDaemonTimings {
 }
 
 /** Starts `aiflowd serve` on `schema` and resolves once it serves; `env` adds to this process's environment. */
-export async function spawnDaemon(schema: string, port: number, instanceId: string, timings: ChildDaemonTimings, env: NodeJS.ProcessEnv = {}): Promise<ChildProcess> {
+export async function spawnDaemon(
+  schema: string,
+  port: number,
+  instanceId: string,
+  timings: ChildDaemonTimings,
+  env: NodeJS.ProcessEnv = {},
+): Promise<ChildProcess> {
   const flags = {
     "--listen": `127.0.0.1:${port}`,
     "--database-url": databaseUrl(),
@@ -34,7 +40,19 @@ export async function spawnDaemon(schema: string, port: number, instanceId: stri
     // Test files run side by side: no daemon takes the default metrics port.
     "--http-listen": "off",
   };
-  const args = ["--import", "tsx", "src/cli/aiflowd.ts", "serve", ...Object.entries(flags).flat(), "--token", `agent:${TOKENS.agent}`, "--token", `engine:${TOKENS.engine}`, "--token", `runs:${TOKENS.runs}`];
+  const args = [
+    "--import",
+    "tsx",
+    "src/cli/aiflowd.ts",
+    "serve",
+    ...Object.entries(flags).flat(),
+    "--token",
+    `agent:${TOKENS.agent}`,
+    "--token",
+    `engine:${TOKENS.engine}`,
+    "--token",
+    `runs:${TOKENS.runs}`,
+  ];
   const child = spawn(process.execPath, args, { cwd: ROOT, stdio: ["ignore", "pipe", "inherit"], env: { ...process.env, NO_COLOR: "1", ...env } });
   let out = "";
   await new Promise<void>((resolve, reject) => {

@@ -35,7 +35,9 @@ describe("the daemon's database away", () => {
     proxy.refuse("close");
     proxy.cut();
     try {
-      const err = await refusal(fx.clientAt(daemon.address, AgentService, TOKENS.agent).register({ name: "pushback-probe", metadata: { tenants: ["t1"], slots: 1 } }));
+      const err = await refusal(
+        fx.clientAt(daemon.address, AgentService, TOKENS.agent).register({ name: "pushback-probe", metadata: { tenants: ["t1"], slots: 1 } }),
+      );
       expect(err.code).toBe(Code.Unavailable);
       expect(pushbackMs(err)).toBe(RETRY_PUSHBACK_MS);
       for (const attempt of [0, 5, 30]) {
@@ -56,7 +58,12 @@ describe("the daemon's database away", () => {
     const captured = captureLog("debug");
     const producer = new Producer(daemon.address, "t1");
     fx.closers.add(producer);
-    const agent = testAgent(daemon.address, { engineKinds: ["after"], logger: captured.log, reconnect: SLOW_BACKOFF, handlers: { after: async () => ({ ok: true }) } });
+    const agent = testAgent(daemon.address, {
+      engineKinds: ["after"],
+      logger: captured.log,
+      reconnect: SLOW_BACKOFF,
+      handlers: { after: async () => ({ ok: true }) },
+    });
     await agent.start();
 
     proxy.refuse("close");

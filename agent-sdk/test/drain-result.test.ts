@@ -66,7 +66,10 @@ describe("the agent releases its work at the drain deadline", () => {
 
   it("drain --wait exits 3 and counts the items the agent gave back", async () => {
     const { agent, running } = await stubbornAgent(daemon.address, "held-to-deadline", 2);
-    const ids = await producer.enqueue([{ engineKind: "held-to-deadline", maxRetries: 2 }, { engineKind: "held-to-deadline", maxRetries: 2 }]);
+    const ids = await producer.enqueue([
+      { engineKind: "held-to-deadline", maxRetries: 2 },
+      { engineKind: "held-to-deadline", maxRetries: 2 },
+    ]);
     await until("both items run", () => running() === 2);
     const [res, released] = await Promise.all([
       ctl(daemon.address, ["drain", agent.name, "--wait", "--deadline", "300ms", "--interval", "50ms"]),

@@ -16,7 +16,23 @@ const f = workerProcessFixture("sdkexample");
 describe("examples/worker.ts", () => {
   it("registers from its flags, runs items, and on SIGTERM finishes its item, deregisters and exits 0", async () => {
     const name = agentName("example");
-    const args = ["--import", "tsx", "agent-sdk/examples/worker.ts", "--address", f.daemon.address, "--token", TOKENS.agent, "--name", name, "--tenants", "t1", "--engine-kind", "example", "--log-level", "warn"];
+    const args = [
+      "--import",
+      "tsx",
+      "agent-sdk/examples/worker.ts",
+      "--address",
+      f.daemon.address,
+      "--token",
+      TOKENS.agent,
+      "--name",
+      name,
+      "--tenants",
+      "t1",
+      "--engine-kind",
+      "example",
+      "--log-level",
+      "warn",
+    ];
     const worker = f.spawnWorker(args, ROOT);
     await until("the example registered", async () => (await agentRow(f.db, name))?.status === "active", 30_000);
 
@@ -41,7 +57,21 @@ describe("examples/worker.ts", () => {
   });
 
   it("exits 1 when the daemon refuses its token", async () => {
-    const args = ["--import", "tsx", "agent-sdk/examples/worker.ts", "--address", f.daemon.address, "--token", "not-a-token", "--name", agentName("refused"), "--tenants", "t1", "--log-level", "silent"];
+    const args = [
+      "--import",
+      "tsx",
+      "agent-sdk/examples/worker.ts",
+      "--address",
+      f.daemon.address,
+      "--token",
+      "not-a-token",
+      "--name",
+      agentName("refused"),
+      "--tenants",
+      "t1",
+      "--log-level",
+      "silent",
+    ];
     const worker = f.spawnWorker(args, ROOT);
     const [code] = (await once(worker, "exit")) as [number | null];
     expect(code).toBe(1);

@@ -20,7 +20,8 @@ const start = (instanceId: string, port = 0) =>
   fx.startDaemon({ config: { instanceId, listen: { host: "127.0.0.1", port }, heartbeatInterval: 2_000, heartbeatFlush: 50, sweepInterval: 50 } });
 
 /** Open agent streams on a daemon now (aiflow_agent_streams). */
-const streams = async (d: Awaited<ReturnType<typeof start>>) => Number((await d.metrics.registry.getSingleMetric("aiflow_agent_streams")?.get())?.values[0]?.value ?? 0);
+const streams = async (d: Awaited<ReturnType<typeof start>>) =>
+  Number((await d.metrics.registry.getSingleMetric("aiflow_agent_streams")?.get())?.values[0]?.value ?? 0);
 
 describe("home daemon and failback", () => {
   it("names spread over the addresses by their hash", () => {
@@ -74,7 +75,9 @@ describe("home daemon and failback", () => {
     // And it works there.
     const [next] = await producer.enqueue([{ engineKind: kind }]);
     expect((await producer.waitDone([next!]))[0]?.status).toBe(WorkItemStatus.COMPLETED);
-    expect(await db.raw(`SELECT count(*)::int AS n FROM "${db.schema}".aiflow_work_item WHERE engine_kind = $1 AND redelivery_count > 0`, [kind])).toEqual([{ n: 0 }]);
+    expect(await db.raw(`SELECT count(*)::int AS n FROM "${db.schema}".aiflow_work_item WHERE engine_kind = $1 AND redelivery_count > 0`, [kind])).toEqual([
+      { n: 0 },
+    ]);
     producer.close();
   });
 });

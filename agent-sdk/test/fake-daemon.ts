@@ -88,7 +88,13 @@ export class FakeDaemon {
       };
     const ok = (id: string) => ({ workItemId: id, ok: true, code: 0, message: "" });
     router.service(AgentService, {
-      register: unary("Register", () => ({ id: "fake-agent", status: this.status, heartbeatInterval: durationFromMs(1_000), leaseTtl: durationFromMs(60_000), created: true })),
+      register: unary("Register", () => ({
+        id: "fake-agent",
+        status: this.status,
+        heartbeatInterval: durationFromMs(1_000),
+        leaseTtl: durationFromMs(60_000),
+        created: true,
+      })),
       heartbeat: unary("Heartbeat", () => ({ status: this.status })),
       deregister: unary("Deregister", () => ({})),
       claim: unary("Claim", () => ({ status: this.status })),

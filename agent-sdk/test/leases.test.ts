@@ -57,7 +57,9 @@ function waitsForAbort() {
 }
 
 const reportedIds = (calls: ReturnType<typeof callLog>) =>
-  calls.calls.filter((c) => c.method === "Complete" || c.method === "Fail").flatMap((c) => (c.message as { items: { workItemId: string }[] }).items.map((i) => i.workItemId));
+  calls.calls
+    .filter((c) => c.method === "Complete" || c.method === "Fail")
+    .flatMap((c) => (c.message as { items: { workItemId: string }[] }).items.map((i) => i.workItemId));
 
 describe("lease lost mid-handler", () => {
   it("the lease expires and is swept: the handler's signal aborts and its result is not reported", async () => {
@@ -109,7 +111,9 @@ describe("lease lost mid-handler", () => {
     expect(reportedIds(calls)).not.toContain(id);
     expect(await producer.get(id!)).toMatchObject({ status: WorkItemStatus.DISPATCHED, resultJson: "" });
     // Reads never show a lease token; the row still holds the other holder's.
-    expect((await db.raw<{ lease_token: string }>(`SELECT lease_token FROM ${db.tables.qualified("work_item")} WHERE id = $1`, [id]))[0]?.lease_token).toBe("somebody-else");
+    expect((await db.raw<{ lease_token: string }>(`SELECT lease_token FROM ${db.tables.qualified("work_item")} WHERE id = $1`, [id]))[0]?.lease_token).toBe(
+      "somebody-else",
+    );
     producer.close();
   });
 });
@@ -162,7 +166,10 @@ describe("lease renewal", () => {
       expect(calls.count("ExtendLease")).toBe(0);
 
       await threads[0]!.terminate();
-      const renewalsOf = () => calls.calls.filter((c) => c.method === "ExtendLease" && c.ended === "ok" && (c.message as { leases: { workItemId: string }[] }).leases.some((l) => l.workItemId === id));
+      const renewalsOf = () =>
+        calls.calls.filter(
+          (c) => c.method === "ExtendLease" && c.ended === "ok" && (c.message as { leases: { workItemId: string }[] }).leases.some((l) => l.workItemId === id),
+        );
       await until("the main thread renewed the lease twice", () => renewalsOf().length >= 2);
       await until("a restarted thread took renewal back", () => log.lines().some((l) => l.msg === "the heartbeat thread is back: it renews the leases again"));
       expect(threads).toHaveLength(2);
@@ -173,9 +180,16 @@ describe("lease renewal", () => {
 
       gate.resolve();
       const [done] = await producer.waitDone([id!]);
-      expect(done).toMatchObject({ status: WorkItemStatus.COMPLETED, retryCount: 0, redeliveryCount: 0, agentId: agent.name, resultJson: JSON.stringify("done") });
+      expect(done).toMatchObject({
+        status: WorkItemStatus.COMPLETED,
+        retryCount: 0,
+        redeliveryCount: 0,
+        agentId: agent.name,
+        resultJson: JSON.stringify("done"),
+      });
       // Neither the bearer token nor the fencing token is ever logged, whichever thread renewed.
-      const token = (await rtDb().raw<{ lease_token: string }>(`SELECT lease_token FROM ${rtDb().tables.qualified("work_item")} WHERE id = $1`, [id]))[0]?.lease_token;
+      const token = (await rtDb().raw<{ lease_token: string }>(`SELECT lease_token FROM ${rtDb().tables.qualified("work_item")} WHERE id = $1`, [id]))[0]
+        ?.lease_token;
       expect(token).toBeTruthy();
       const lines = log.raw().join("\n");
       expect(lines).not.toContain(token);
@@ -197,7 +211,10 @@ async function renewedTimes(id: string, times: number): Promise<void> {
   const seen = new Set<string>();
   let first: string | undefined;
   await until(`the lease of ${id} was renewed ${times} times`, async () => {
-    const [row] = await rtDb().raw<{ status: string; lease_expires_at: string }>(`SELECT status, lease_expires_at FROM ${rtDb().tables.qualified("work_item")} WHERE id = $1`, [id]);
+    const [row] = await rtDb().raw<{ status: string; lease_expires_at: string }>(
+      `SELECT status, lease_expires_at FROM ${rtDb().tables.qualified("work_item")} WHERE id = $1`,
+      [id],
+    );
     if (row?.status !== "dispatched") throw new Error(`item ${id} is ${row?.status ?? "gone"}: its lease was lost`);
     first ??= row.lease_expires_at;
     if (row.lease_expires_at !== first) seen.add(row.lease_expires_at);

@@ -121,7 +121,12 @@ describe("busy event loop", () => {
     let metrics = null as Record<string, unknown> | null;
     await until("a heartbeat landed", async () => (metrics = (await agentRow(db, agent.name))?.metrics ?? null) !== null);
     expect(metrics).toMatchObject({ inFlight: 0, cpu: { utilization: expect.any(Number) }, memory: { used: expect.any(Number), total: expect.any(Number) } });
-    const m = metrics as { cpu: { utilization: number }; memory: { used: number; total: number }; disks: { mount: string; free: number; total: number }[]; gpus: unknown[] };
+    const m = metrics as {
+      cpu: { utilization: number };
+      memory: { used: number; total: number };
+      disks: { mount: string; free: number; total: number }[];
+      gpus: unknown[];
+    };
     expect(m.cpu.utilization).toBeGreaterThanOrEqual(0);
     expect(m.cpu.utilization).toBeLessThanOrEqual(100);
     expect(m.memory.used).toBeGreaterThan(0);

@@ -69,59 +69,66 @@ describe("the counters follow real work", () => {
   it.each([
     ["over the stream", true],
     ["by unary claims", false],
-  ])("an item completed, one retried then completed, one failed for good: items by outcome, handler runs, claims, slots and the process metrics (%s)", async (_how, stream) => {
-    const agent = testAgent(daemon.address, {
-      engineKinds: ["metered"],
-      slots: 2,
-      stream,
-      claimWaitMs: 100,
-      metricsPort: 0,
-      handlers: {
-        metered: {
-          ok: () => "done",
-          flaky: (item) => {
-            if (item.attempt === 1) throw new Error("the first attempt fails");
-            return "second time lucky";
-          },
-          bad: () => {
-            throw new NonRetryableError("this one cannot succeed");
+  ])(
+    "an item completed, one retried then completed, one failed for good: items by outcome, handler runs, claims, slots and the process metrics (%s)",
+    async (_how, stream) => {
+      const agent = testAgent(daemon.address, {
+        engineKinds: ["metered"],
+        slots: 2,
+        stream,
+        claimWaitMs: 100,
+        metricsPort: 0,
+        handlers: {
+          metered: {
+            ok: () => "done",
+            flaky: (item) => {
+              if (item.attempt === 1) throw new Error("the first attempt fails");
+              return "second time lucky";
+            },
+            bad: () => {
+              throw new NonRetryableError("this one cannot succeed");
+            },
           },
         },
-      },
-    });
-    await agent.start();
-    expect(agent.metricsAddress).toMatch(/^127\.0\.0\.1:\d+$/);
-    const ids = await producer.enqueue([
-      { engineKind: "metered", taskName: "ok" },
-      { engineKind: "metered", taskName: "flaky", maxRetries: 1 },
-      { engineKind: "metered", taskName: "bad", maxRetries: 3 },
-    ]);
-    await producer.waitDone(ids);
+      });
+      await agent.start();
+      expect(agent.metricsAddress).toMatch(/^127\.0\.0\.1:\d+$/);
+      const ids = await producer.enqueue([
+        { engineKind: "metered", taskName: "ok" },
+        { engineKind: "metered", taskName: "flaky", maxRetries: 1 },
+        { engineKind: "metered", taskName: "bad", maxRetries: 3 },
+      ]);
+      await producer.waitDone(ids);
 
-    let m: MetricFamily[] = [];
-    // The daemon has the outcomes before the agent has its answers: wait for the agent's count.
-    await until("the agent counted the three items' outcomes", async () => {
-      m = await scrape(agent);
-      return handled(m, "completed") === 2 && handled(m, "retried") === 1 && handled(m, "failed") === 1;
-    });
-    expect(family(m, "aiflow_sdk_items_handled_total")?.type).toBe("COUNTER");
-    expect(family(m, "aiflow_sdk_items_handled_total")?.metrics.map((s) => s.labels?.outcome).sort()).toEqual(["completed", "failed", "retried"]);
-    expect(family(m, "aiflow_sdk_handler_seconds")?.type).toBe("HISTOGRAM");
-    expect(observations(m, "aiflow_sdk_handler_seconds")).toBe(4);
-    expect(value(m, "aiflow_sdk_slots")).toBe(2);
-    expect(value(m, "aiflow_sdk_in_flight_items")).toBe(0);
-    expect(value(m, "aiflow_sdk_claims_total", { result: "items" })).toBeGreaterThanOrEqual(2);
-    expect(value(m, "aiflow_sdk_reconnects_total")).toBe(0);
-    expect(family(m, "aiflow_sdk_rpc_errors_total")?.metrics ?? []).toEqual([]);
-    // prom-client's process metrics are served beside the agent's own.
-    expect(family(m, "process_cpu_user_seconds_total")?.type).toBe("COUNTER");
-    expect(family(m, "nodejs_eventloop_lag_seconds")?.type).toBe("GAUGE");
-    expect(family(m, "nodejs_gc_duration_seconds")?.type).toBe("HISTOGRAM");
+      let m: MetricFamily[] = [];
+      // The daemon has the outcomes before the agent has its answers: wait for the agent's count.
+      await until("the agent counted the three items' outcomes", async () => {
+        m = await scrape(agent);
+        return handled(m, "completed") === 2 && handled(m, "retried") === 1 && handled(m, "failed") === 1;
+      });
+      expect(family(m, "aiflow_sdk_items_handled_total")?.type).toBe("COUNTER");
+      expect(
+        family(m, "aiflow_sdk_items_handled_total")
+          ?.metrics.map((s) => s.labels?.outcome)
+          .sort(),
+      ).toEqual(["completed", "failed", "retried"]);
+      expect(family(m, "aiflow_sdk_handler_seconds")?.type).toBe("HISTOGRAM");
+      expect(observations(m, "aiflow_sdk_handler_seconds")).toBe(4);
+      expect(value(m, "aiflow_sdk_slots")).toBe(2);
+      expect(value(m, "aiflow_sdk_in_flight_items")).toBe(0);
+      expect(value(m, "aiflow_sdk_claims_total", { result: "items" })).toBeGreaterThanOrEqual(2);
+      expect(value(m, "aiflow_sdk_reconnects_total")).toBe(0);
+      expect(family(m, "aiflow_sdk_rpc_errors_total")?.metrics ?? []).toEqual([]);
+      // prom-client's process metrics are served beside the agent's own.
+      expect(family(m, "process_cpu_user_seconds_total")?.type).toBe("COUNTER");
+      expect(family(m, "nodejs_eventloop_lag_seconds")?.type).toBe("GAUGE");
+      expect(family(m, "nodejs_gc_duration_seconds")?.type).toBe("HISTOGRAM");
 
-    // Idle now: its long-polls come back empty (a stream's pushes are never empty).
-    if (stream) expect(value(m, "aiflow_sdk_claims_total", { result: "empty" })).toBeUndefined();
-    else await until("an empty claim was counted", async () => (value(await scrape(agent), "aiflow_sdk_claims_total", { result: "empty" }) ?? 0) >= 1);
-  });
+      // Idle now: its long-polls come back empty (a stream's pushes are never empty).
+      if (stream) expect(value(m, "aiflow_sdk_claims_total", { result: "empty" })).toBeUndefined();
+      else await until("an empty claim was counted", async () => (value(await scrape(agent), "aiflow_sdk_claims_total", { result: "empty" }) ?? 0) >= 1);
+    },
+  );
 
   it("a running handler is in flight until it settles", async () => {
     const running = deferred();
@@ -151,10 +158,15 @@ describe("formats", () => {
     const agent = testAgent(daemon.address, { engineKinds: ["metered-om"], metricsPort: 0, handlers: { "metered-om": () => "ok" } });
     await agent.start();
     await producer.waitDone(await producer.enqueue([{ engineKind: "metered-om" }]));
-    await until("the item was counted", async () => value(await scrape(agent), "aiflow_sdk_items_handled_total", { engine_kind: "metered-om", outcome: "completed" }) === 1);
+    await until(
+      "the item was counted",
+      async () => value(await scrape(agent), "aiflow_sdk_items_handled_total", { engine_kind: "metered-om", outcome: "completed" }) === 1,
+    );
 
     // What Prometheus sends.
-    const om = await get(agent, { accept: "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1" });
+    const om = await get(agent, {
+      accept: "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+    });
     expect(om.status).toBe(200);
     expect(om.contentType).toBe("application/openmetrics-text; version=1.0.0; charset=utf-8");
     expect(om.text.endsWith("# EOF\n")).toBe(true);
@@ -197,7 +209,9 @@ describe("the daemon going away", () => {
 
     await until("the agent's calls to the stopped daemon failed as unavailable", async () => {
       const m = await scrape(agent);
-      return (value(m, "aiflow_sdk_reconnects_total") ?? 0) >= 1 && (value(m, "aiflow_sdk_rpc_errors_total", { method: "Register", code: "Unavailable" }) ?? 0) >= 1;
+      return (
+        (value(m, "aiflow_sdk_reconnects_total") ?? 0) >= 1 && (value(m, "aiflow_sdk_rpc_errors_total", { method: "Register", code: "Unavailable" }) ?? 0) >= 1
+      );
     });
     const second = await fx.startDaemon({ config: { ...daemonConfig, instanceId: "metrics-restart-2", listen: { host: "127.0.0.1", port: first.port } } });
     await until("registered with the new daemon", () => registrations >= 2);
@@ -220,7 +234,9 @@ describe("the port", () => {
       const agent = testAgent(daemon.address, { engineKinds: ["metered-busy"], metricsPort: port, handlers: { "metered-busy": () => "ok" } });
       const started = agent.start();
       await expect(started).rejects.toBeInstanceOf(AgentFailedError);
-      await expect(started).rejects.toThrow(`agent '${agent.name}' cannot serve metrics on 127.0.0.1:${port}: the port is in use (EADDRINUSE): give metricsPort a free one, or 0 for any`);
+      await expect(started).rejects.toThrow(
+        `agent '${agent.name}' cannot serve metrics on 127.0.0.1:${port}: the port is in use (EADDRINUSE): give metricsPort a free one, or 0 for any`,
+      );
       expect(agent.state).toBe("failed");
       expect(await agentRow(fx.db, agent.name)).toBeUndefined();
     } finally {
@@ -263,7 +279,8 @@ describe("two agents in one process", () => {
     await Promise.all([a.start(), b.start()]);
     expect(a.metricsAddress).not.toBe(b.metricsAddress);
     await producer.waitDone(await producer.enqueue([{ engineKind: "metered-a" }, { engineKind: "metered-a" }, { engineKind: "metered-b" }]));
-    const count = async (agent: Agent, kind: string) => value(await scrape(agent), "aiflow_sdk_items_handled_total", { engine_kind: kind, outcome: "completed" });
+    const count = async (agent: Agent, kind: string) =>
+      value(await scrape(agent), "aiflow_sdk_items_handled_total", { engine_kind: kind, outcome: "completed" });
     await until("both counted their items", async () => (await count(a, "metered-a")) === 2 && (await count(b, "metered-b")) === 1);
     expect(await count(a, "metered-b")).toBeUndefined();
     expect(await count(b, "metered-a")).toBeUndefined();

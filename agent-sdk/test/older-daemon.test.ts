@@ -53,7 +53,12 @@ afterAll(async () => {
 describe("a daemon without the agent stream", () => {
   it("answers Connect UNIMPLEMENTED; the agent claims by unary calls, follows directives on WatchDirectives, and drains", async () => {
     const calls = callLog();
-    const agent = testAgent(address, { engineKinds: ["older"], slots: 2, interceptors: [calls.interceptor], handlers: { older: async (item) => item.payload } });
+    const agent = testAgent(address, {
+      engineKinds: ["older"],
+      slots: 2,
+      interceptors: [calls.interceptor],
+      handlers: { older: async (item) => item.payload },
+    });
     await agent.start();
     const ids = await producer.enqueue(Array.from({ length: 6 }, (_, i) => ({ engineKind: "older", payloadJson: String(i) })));
     const done = await producer.waitDone(ids);

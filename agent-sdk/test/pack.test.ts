@@ -57,8 +57,11 @@ interface Manifest {
 
 describe("the packed SDK", () => {
   it("packs to a tarball that a plain-JavaScript worker installs, imports by name and runs on plain node", { timeout: 180_000 }, async () => {
-    const npm = process.env.npm_execpath ? [process.execPath, [process.env.npm_execpath]] as const : ["npm", []] as const;
-    const { stdout } = await run(npm[0], [...npm[1], "pack", "-w", "@aiflow/agent-sdk", "--pack-destination", scratch, "--json"], { cwd: ROOT, maxBuffer: 64 * 1024 * 1024 });
+    const npm = process.env.npm_execpath ? ([process.execPath, [process.env.npm_execpath]] as const) : (["npm", []] as const);
+    const { stdout } = await run(npm[0], [...npm[1], "pack", "-w", "@aiflow/agent-sdk", "--pack-destination", scratch, "--json"], {
+      cwd: ROOT,
+      maxBuffer: 64 * 1024 * 1024,
+    });
     const [packed] = JSON.parse(stdout.slice(stdout.indexOf("[\n  {"))) as { filename: string; files: { path: string }[] }[];
     const paths = packed!.files.map((f) => f.path);
     // Built files only: no TypeScript sources, no tests, the wire package bundled in, the heartbeat thread there.

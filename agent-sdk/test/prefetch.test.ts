@@ -32,11 +32,13 @@ function replySizes(): { interceptor: Interceptor; sizes: number[] } {
   };
 }
 
-const maxItemsAsked = (calls: ReturnType<typeof callLog>) => calls.calls.filter((c) => c.method === "Claim").map((c) => (c.message as { maxItems: number }).maxItems);
+const maxItemsAsked = (calls: ReturnType<typeof callLog>) =>
+  calls.calls.filter((c) => c.method === "Claim").map((c) => (c.message as { maxItems: number }).maxItems);
 /** The most items asked for at once: by one claim, or as credits outstanding on the stream. */
 const mostAsked = (calls: CallLog, stream: boolean) => (stream ? calls.maxOutstanding() : Math.max(...maxItemsAsked(calls)));
 /** The most items one claim reply or one push brought. */
-const mostBrought = (calls: CallLog, replies: number[]) => Math.max(...replies, ...calls.stream.filter((e) => e.method === "Connect" && e.dir === "received").map((e) => (e.message.items as unknown[]).length));
+const mostBrought = (calls: CallLog, replies: number[]) =>
+  Math.max(...replies, ...calls.stream.filter((e) => e.method === "Connect" && e.dir === "received").map((e) => (e.message.items as unknown[]).length));
 
 describe.each([
   ["over the stream", true],
@@ -78,7 +80,14 @@ describe.each([
 
   it("with prefetch 0, claim no more than the free slots", async () => {
     const calls = callLog();
-    const agent = testAgent(daemon.address, { engineKinds: ["unbuffered"], slots: 2, prefetch: 0, stream, interceptors: [calls.interceptor], handlers: { unbuffered: async () => null } });
+    const agent = testAgent(daemon.address, {
+      engineKinds: ["unbuffered"],
+      slots: 2,
+      prefetch: 0,
+      stream,
+      interceptors: [calls.interceptor],
+      handlers: { unbuffered: async () => null },
+    });
     await agent.start();
     const ids = await producer.enqueue(Array.from({ length: 60 }, () => ({ engineKind: "unbuffered" })));
     await producer.waitDone(ids);
@@ -91,7 +100,10 @@ describe.each([
  * An agent with one slot and four ahead: one item runs (its handler waits for `gate`), the other
  * four of the batch wait on the agent, dispatched to it.
  */
-async function oneRunningFourWaiting(kind: string, stream: boolean): Promise<{ agent: Agent; running: string; waiting: string[]; started: string[]; outcomes: Map<string, ItemOutcome>; gate: () => void }> {
+async function oneRunningFourWaiting(
+  kind: string,
+  stream: boolean,
+): Promise<{ agent: Agent; running: string; waiting: string[]; started: string[]; outcomes: Map<string, ItemOutcome>; gate: () => void }> {
   const calls = callLog();
   const gate = deferred();
   const started: string[] = [];
@@ -120,7 +132,9 @@ async function oneRunningFourWaiting(kind: string, stream: boolean): Promise<{ a
   await producer.waitDone(await producer.enqueue([{ engineKind: kind }, { engineKind: kind }]));
   await until("the agent asks for the slot and four ahead", () => (stream ? calls.outstanding() === 5 : maxItemsAsked(calls).includes(5)));
   const ids = await producer.enqueue(Array.from({ length: 5 }, () => ({ engineKind: kind, payloadJson: JSON.stringify({ batch: true }) })));
-  await until("the batch is dispatched to the agent", async () => (await Promise.all(ids.map((id) => producer.get(id)))).every((i) => i.status === WorkItemStatus.DISPATCHED && i.agentId === agent.name));
+  await until("the batch is dispatched to the agent", async () =>
+    (await Promise.all(ids.map((id) => producer.get(id)))).every((i) => i.status === WorkItemStatus.DISPATCHED && i.agentId === agent.name),
+  );
   const running = ids.filter((id) => started.includes(id));
   expect(running).toHaveLength(1);
   return { agent, running: running[0]!, waiting: ids.filter((id) => id !== running[0]), started, outcomes, gate: gate.resolve };
@@ -133,7 +147,9 @@ describe.each([
   it("are given back when a drain begins, without spending an attempt, while the running item finishes", async () => {
     const { agent, running, waiting, started, outcomes, gate } = await oneRunningFourWaiting(`drained-ahead-${stream}`, stream);
     const drained = agent.drain({ deadline: 10_000 });
-    await until("the waiting items are back in the queue", async () => (await Promise.all(waiting.map((id) => producer.get(id)))).every((i) => i.status === WorkItemStatus.PENDING));
+    await until("the waiting items are back in the queue", async () =>
+      (await Promise.all(waiting.map((id) => producer.get(id)))).every((i) => i.status === WorkItemStatus.PENDING),
+    );
     for (const id of waiting) expect(await producer.get(id)).toMatchObject({ status: WorkItemStatus.PENDING, retryCount: 0, agentId: "" });
     expect(waiting.map((id) => outcomes.get(id))).toEqual(waiting.map(() => ({ kind: "released" })));
     // The running item was not touched: its handler still runs.

@@ -74,7 +74,11 @@ describe("several addresses", () => {
     const dead = `127.0.0.1:${await freePort()}`;
     const producer = new Producer(live.address, "t1");
     // Its home is the dead address: it starts there, and fails over.
-    const agent = testAgent([dead, live.address], { name: homedName("sdk", 0, 2), engineKinds: ["failover-start"], handlers: { "failover-start": async () => "served" } });
+    const agent = testAgent([dead, live.address], {
+      name: homedName("sdk", 0, 2),
+      engineKinds: ["failover-start"],
+      handlers: { "failover-start": async () => "served" },
+    });
     await agent.start();
     expect(agent.registration?.address).toBe(live.address);
     const [id] = await producer.enqueue([{ engineKind: "failover-start" }]);

@@ -16,7 +16,10 @@ interface Scripted extends Daemon {
 }
 
 /** A daemon that answers each call with `answer` (every lease held, by default). */
-function daemon(address: string, answer: (leases: { workItemId: string; leaseToken: string }[]) => Outcome[] | Error = (ls) => ls.map((l) => held(l.workItemId))): Scripted {
+function daemon(
+  address: string,
+  answer: (leases: { workItemId: string; leaseToken: string }[]) => Outcome[] | Error = (ls) => ls.map((l) => held(l.workItemId)),
+): Scripted {
   const calls: Scripted["calls"] = [];
   return {
     address,

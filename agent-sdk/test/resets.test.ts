@@ -53,10 +53,19 @@ const TORN_DOWN: [string, Serve][] = [
   ["the daemon resets the stream with CANCEL", (s) => s.close(http2.constants.NGHTTP2_CANCEL)],
   ["the daemon refuses the stream (REFUSED_STREAM)", (s) => s.close(http2.constants.NGHTTP2_REFUSED_STREAM)],
   ["the connection drops after the daemon's headers", (s) => (s.respond(GRPC), setImmediate(dropConnections))],
-  ["the connection is reset (TCP RST) after the daemon's headers", (s) => (s.respond(GRPC), setImmediate(() => {
+  [
+    "the connection is reset (TCP RST) after the daemon's headers",
+    (s) => (
+      s.respond(GRPC),
+      setImmediate(() => {
         for (const k of sockets) k.resetAndDestroy();
-      }))],
-  ["the daemon ends its session with GOAWAY INTERNAL_ERROR after its headers", (s) => (s.respond(GRPC), setImmediate(() => (s.session?.goaway(http2.constants.NGHTTP2_INTERNAL_ERROR), s.session?.destroy())))],
+      })
+    ),
+  ],
+  [
+    "the daemon ends its session with GOAWAY INTERNAL_ERROR after its headers",
+    (s) => (s.respond(GRPC), setImmediate(() => (s.session?.goaway(http2.constants.NGHTTP2_INTERNAL_ERROR), s.session?.destroy()))),
+  ],
 ];
 
 /** The agent's request side of the stream: open, sending nothing, until the call ends. */
@@ -87,7 +96,11 @@ const CALLS: [string, Call][] = [
 ];
 
 /** How a call through a fresh Link ended, as its caller and as the agent's own interceptor saw it. */
-async function ending(fastTransport: boolean, call: Call, options: { signal?: AbortSignal; timeoutMs?: number } = {}): Promise<{ caller: Code | "ok"; interceptor: Code | "ok" }> {
+async function ending(
+  fastTransport: boolean,
+  call: Call,
+  options: { signal?: AbortSignal; timeoutMs?: number } = {},
+): Promise<{ caller: Code | "ok"; interceptor: Code | "ok" }> {
   let seen: Code | "ok" = "ok";
   const watch: Interceptor = (next) => async (req) => {
     try {
@@ -110,7 +123,15 @@ async function ending(fastTransport: boolean, call: Call, options: { signal?: Ab
       throw err;
     }
   };
-  const opts = resolveOptions({ address, name: "resets", tenants: ["t1"], handlers: { k: async () => null }, fastTransport, interceptors: [watch], logger: testLogger() });
+  const opts = resolveOptions({
+    address,
+    name: "resets",
+    tenants: ["t1"],
+    handlers: { k: async () => null },
+    fastTransport,
+    interceptors: [watch],
+    logger: testLogger(),
+  });
   const link = new Link(opts, testLogger(), { register: async () => {}, onDisconnected: () => {}, onFatal: () => {} });
   try {
     await call(link.client, { timeoutMs: 10_000, ...options });

@@ -30,7 +30,13 @@ describe("placement on an SDK agent's resources", () => {
     const kind = "gpu-job";
     const seen: Pick<WorkItem, "id" | "taskName" | "gpuIndices" | "cudaVisibleDevices" | "requirements">[] = [];
     const handler = (item: WorkItem) => {
-      seen.push({ id: item.id, taskName: item.taskName, gpuIndices: item.gpuIndices, cudaVisibleDevices: item.cudaVisibleDevices, requirements: item.requirements });
+      seen.push({
+        id: item.id,
+        taskName: item.taskName,
+        gpuIndices: item.gpuIndices,
+        cudaVisibleDevices: item.cudaVisibleDevices,
+        requirements: item.requirements,
+      });
       return { cuda: item.cudaVisibleDevices };
     };
     // What the machine has, except GPUs: none, whatever this machine has.
@@ -64,7 +70,13 @@ describe("placement on an SDK agent's resources", () => {
     const onGpu = finished(gpuAgent, gpuJob!);
     await gpuAgent.start();
     expect((await onGpu).outcome).toEqual({ kind: "completed" });
-    expect(seen.at(-1)).toEqual({ id: gpuJob, taskName: "train", gpuIndices: [0], cudaVisibleDevices: "0", requirements: expect.objectContaining({ gpus: 1, gpuMemoryMb: 40_000 }) });
+    expect(seen.at(-1)).toEqual({
+      id: gpuJob,
+      taskName: "train",
+      gpuIndices: [0],
+      cudaVisibleDevices: "0",
+      requirements: expect.objectContaining({ gpus: 1, gpuMemoryMb: 40_000 }),
+    });
     const [done] = await producer.waitDone([gpuJob!]);
     expect(done).toMatchObject({ status: WorkItemStatus.COMPLETED, agentId: gpuAgent.name, gpuIndices: [0] });
     expect(JSON.parse(done!.resultJson)).toEqual({ cuda: "0" });
@@ -72,7 +84,10 @@ describe("placement on an SDK agent's resources", () => {
 
     // The heartbeats reported the simulated GPU, as registered.
     let gpus: unknown;
-    await until("a heartbeat with the GPU landed", async () => ((gpus = ((await agentRow(db, gpuAgent.name))?.metrics as { gpus?: unknown[] } | null)?.gpus)?.length ?? 0) > 0);
+    await until(
+      "a heartbeat with the GPU landed",
+      async () => ((gpus = ((await agentRow(db, gpuAgent.name))?.metrics as { gpus?: unknown[] } | null)?.gpus)?.length ?? 0) > 0,
+    );
     expect(gpus).toEqual([{ index: 0, model: GPU.model, utilization: 0, memory: { used: 0, total: GPU.memoryMb * 1048576 } }]);
   });
 });

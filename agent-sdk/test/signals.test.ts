@@ -49,7 +49,9 @@ describe("onShutdownSignals", () => {
     target.emitter.emit("SIGINT", "SIGINT");
     expect(drains).toEqual(["SIGTERM"]);
     expect(target.exits).toEqual([130]);
-    expect(lines).toEqual([expect.objectContaining({ level: 40, signal: "SIGINT", exitCode: 130, msg: expect.stringContaining("second signal: exiting at once") })]);
+    expect(lines).toEqual([
+      expect.objectContaining({ level: 40, signal: "SIGINT", exitCode: 130, msg: expect.stringContaining("second signal: exiting at once") }),
+    ]);
   });
 
   it("names the exit status as a shell does: 143 for SIGTERM, 130 for SIGINT", () => {
@@ -83,9 +85,10 @@ describe("a worker process with handleSignals", () => {
     createInterface({ input: worker.stdout! }).on("line", (text) => {
       const l = JSON.parse(text) as Line;
       lines.push(l);
-      for (const w of waiting) if (w.match.test(l.msg)) (waiting.delete(w), w.resolve());
+      for (const w of waiting) if (w.match.test(l.msg)) waiting.delete(w), w.resolve();
     });
-    const line = (match: RegExp) => (lines.some((l) => match.test(l.msg)) ? Promise.resolve() : new Promise<void>((resolve) => waiting.add({ match, resolve })));
+    const line = (match: RegExp) =>
+      lines.some((l) => match.test(l.msg)) ? Promise.resolve() : new Promise<void>((resolve) => waiting.add({ match, resolve }));
     try {
       // Running the item that never ends: the fake pushed it, its handler says it started.
       await line(/^handler started$/);

@@ -127,7 +127,9 @@ describe.each([true, false])("a daemon whose agent stream stops answering (fastT
       await drained;
       expect(agent.state).toBe("stopped");
       const completes = fake.sent.filter((s) => s.method === "Complete").map((s) => s.message);
-      expect(completes).toEqual([expect.objectContaining({ items: [expect.objectContaining({ workItemId: "w1", leaseToken: "lease-1", resultJson: '{"done":true}' })] })]);
+      expect(completes).toEqual([
+        expect.objectContaining({ items: [expect.objectContaining({ workItemId: "w1", leaseToken: "lease-1", resultJson: '{"done":true}' })] }),
+      ]);
     },
     TEST_TIMEOUT_MS,
   );

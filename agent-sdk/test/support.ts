@@ -49,7 +49,8 @@ export class Producer {
       const remaining = deadline - Date.now();
       const res = await this.queue.wait({ tenantKey: this.tenant, ids, timeout: durationFromMs(Math.max(1, Math.min(remaining, 5_000))) });
       if (res.done) return res.items;
-      if (Date.now() >= deadline) throw new Error(`items not finished within ${timeoutMs}ms: ${res.items.map((i) => `${i.id}=${WorkItemStatus[i.status]}`).join(", ")}`);
+      if (Date.now() >= deadline)
+        throw new Error(`items not finished within ${timeoutMs}ms: ${res.items.map((i) => `${i.id}=${WorkItemStatus[i.status]}`).join(", ")}`);
     }
   }
 
@@ -118,7 +119,7 @@ export function callLog(): CallLog {
     for (const e of connects()) {
       // A new call's first message names the agent: nothing is outstanding on it yet.
       if (e.dir === "sent" && e.message.name) now = 0;
-      now += e.dir === "sent" ? Number(e.message.credits ?? 0) : -((e.message.items as unknown[]).length);
+      now += e.dir === "sent" ? Number(e.message.credits ?? 0) : -(e.message.items as unknown[]).length;
       if (e.dir === "sent" && e.message.withdrawCredits) now = Number(e.message.credits ?? 0);
       max = Math.max(max, now);
     }
@@ -151,7 +152,10 @@ export function callLog(): CallLog {
     streamMessages: (field) => connects().filter((e) => e.dir === "sent" && ((e.message as Listed)[field]?.length ?? 0) > 0),
     maxOutstanding: () => balance().max,
     outstanding: () => balance().now,
-    lastSent: (pass) => connects().filter((e) => e.dir === "sent" && pass(e.message)).at(-1)?.seq ?? -1,
+    lastSent: (pass) =>
+      connects()
+        .filter((e) => e.dir === "sent" && pass(e.message))
+        .at(-1)?.seq ?? -1,
     firstCall: (method) => calls.find((c) => c.method === method)?.seq ?? -1,
   };
 }

@@ -83,15 +83,24 @@ describe("the tls option", () => {
     const missing = join(scratch, "missing.pem");
     const garbage = join(scratch, "garbage.pem");
     writeFileSync(garbage, "not a certificate\n");
-    const refused = (tls: AgentOptions["tls"], address = "127.0.0.1:1") => () => resolveOptions({ ...base, address, tls });
-    expect(refused({ ca: pki.ca.cert }, "http://127.0.0.1:1")).toThrow("createAgent: address 'http://127.0.0.1:1' is plaintext (http://), but tls is given: write https:// or leave the scheme out");
-    expect(() => resolveOptions({ ...base, address: undefined, addresses: ["https://a:1", "http://b:1"], tls: {} })).toThrow("createAgent: addresses 'http://b:1' is plaintext");
+    const refused =
+      (tls: AgentOptions["tls"], address = "127.0.0.1:1") =>
+      () =>
+        resolveOptions({ ...base, address, tls });
+    expect(refused({ ca: pki.ca.cert }, "http://127.0.0.1:1")).toThrow(
+      "createAgent: address 'http://127.0.0.1:1' is plaintext (http://), but tls is given: write https:// or leave the scheme out",
+    );
+    expect(() => resolveOptions({ ...base, address: undefined, addresses: ["https://a:1", "http://b:1"], tls: {} })).toThrow(
+      "createAgent: addresses 'http://b:1' is plaintext",
+    );
     expect(refused({ cert: certs.gpu.cert })).toThrow("createAgent: tls.cert and tls.key go together: give both (got only tls.cert)");
     expect(refused({ key: certs.gpu.key })).toThrow("createAgent: tls.cert and tls.key go together: give both (got only tls.key)");
     expect(refused({ ca: missing })).toThrow(`createAgent: tls.ca: cannot read ${missing} (ENOENT`);
     expect(refused({ ca: garbage })).toThrow(`createAgent: tls.ca (${garbage}) holds no PEM certificate`);
     expect(refused({ cert: garbage, key: certs.gpu.key })).toThrow(`createAgent: tls.cert (${garbage}) is not a PEM certificate`);
-    expect(refused({ cert: certs.gpu.cert, key: certs.cpu.key })).toThrow(`createAgent: tls.cert (${certs.gpu.cert}) and tls.key (${certs.cpu.key}) do not belong together`);
+    expect(refused({ cert: certs.gpu.cert, key: certs.cpu.key })).toThrow(
+      `createAgent: tls.cert (${certs.gpu.cert}) and tls.key (${certs.cpu.key}) do not belong together`,
+    );
     expect(refused({ cert: certs.gpu.certPem, key: Buffer.from("nope") })).toThrow("createAgent: tls.key is not a PEM private key");
     expect(refused({ ca: pki.ca.cert, serverName: "" })).toThrow("createAgent: tls.serverName must be a host name");
   });
@@ -102,7 +111,13 @@ describe("the tls option", () => {
  * answers every request with the serial the connection presented.
  */
 async function serialServer(): Promise<{ url: string; close(): Promise<void> }> {
-  const server = http2.createSecureServer({ cert: serverCert.certPem, key: serverCert.keyPem, ca: pki.ca.certPem, requestCert: true, rejectUnauthorized: true });
+  const server = http2.createSecureServer({
+    cert: serverCert.certPem,
+    key: serverCert.keyPem,
+    ca: pki.ca.certPem,
+    requestCert: true,
+    rejectUnauthorized: true,
+  });
   server.on("stream", (stream) => {
     const socket = stream.session?.socket as TLSSocket;
     stream.respond({ ":status": 200 });
@@ -137,7 +152,8 @@ describe("rotating the client certificate", () => {
   afterAll(() => server.close());
 
   /** Sessions to the serial server presenting `material`, as Link makes them. */
-  const sessionsWith = (material: TlsMaterial) => new GuardedSessionManager(server.url, {}, { createConnection: (authority: URL) => material.connect(authority) });
+  const sessionsWith = (material: TlsMaterial) =>
+    new GuardedSessionManager(server.url, {}, { createConnection: (authority: URL) => material.connect(authority) });
 
   it("a new connection presents the files as they are then; an open one keeps what it presented; calls never re-read", async () => {
     const paths = ownCopy(certs.gpu);
@@ -289,14 +305,18 @@ describe("a daemon serving TLS", () => {
     const log = captureLog("warn");
     const elsewhere = testAgent(daemon.address, { logger: log.log, tls: { ca: pki.ca.cert, serverName: "elsewhere.example" }, handlers: { x: async () => 1 } });
     const lines = await loggedThenStop(elsewhere, log, /no daemon reachable/);
-    expect(lines.find((l) => /no daemon reachable/.test(l))).toMatch(/the daemon's certificate is not trusted \(Hostname\/IP does not match certificate's altnames: Host: elsewhere\.example.*tls\.serverName/);
+    expect(lines.find((l) => /no daemon reachable/.test(l))).toMatch(
+      /the daemon's certificate is not trusted \(Hostname\/IP does not match certificate's altnames: Host: elsewhere\.example.*tls\.serverName/,
+    );
   });
 
   it("an agent that does not trust the daemon's CA says the handshake failed and names tls.ca", async () => {
     const log = captureLog("warn");
     const agent = testAgent(`https://${daemon.address}`, { logger: log.log, tls: { ca: stranger.ca.cert }, handlers: { x: async () => 1 } });
     const lines = await loggedThenStop(agent, log, /no daemon reachable/);
-    expect(lines.find((l) => /no daemon reachable/.test(l))).toMatch(/the TLS handshake failed: the daemon's certificate is not trusted \(.*\): give the CA that signed it as tls\.ca/);
+    expect(lines.find((l) => /no daemon reachable/.test(l))).toMatch(
+      /the TLS handshake failed: the daemon's certificate is not trusted \(.*\): give the CA that signed it as tls\.ca/,
+    );
     expect(agent.registration).toBeUndefined();
   });
 });
@@ -332,13 +352,18 @@ describe("a daemon serving mutual TLS", () => {
     await agent.start();
     expect(agent.registration?.created).toBe(true);
     const done = await producer.done(await producer.enqueue("mtls-gpu"));
-    expect(done).toMatchObject({ status: WorkItemStatus.COMPLETED, });
+    expect(done).toMatchObject({ status: WorkItemStatus.COMPLETED });
     expect(JSON.parse(done.resultJson)).toEqual({ ran: "mtls-gpu" });
     await until("a heartbeat landed", async () => ((await agentRow(fx.db, agent.name))?.metrics ?? null) !== null);
   });
 
   it("the same certificate cannot register cpu-…: PERMISSION_DENIED fails the start", async () => {
-    const agent = testAgent(daemon.address, { token: undefined, name: agentName("cpu"), tls: { ca: pki.ca.cert, ...certs.gpu }, handlers: { x: async () => 1 } });
+    const agent = testAgent(daemon.address, {
+      token: undefined,
+      name: agentName("cpu"),
+      tls: { ca: pki.ca.cert, ...certs.gpu },
+      handlers: { x: async () => 1 },
+    });
     const err = await agent.start().then(
       () => undefined,
       (e: unknown) => e,

@@ -186,7 +186,9 @@ describe("handler results", () => {
     expect(Object.keys(ctx)).toEqual(["agent"]);
     expect(ctx.log).toBe(ctx.log);
     ctx.log.info("hello");
-    expect(lines).toEqual([expect.objectContaining({ agent: "a", item: "01CTX", tenant: "t2", engineKind: "render", task: "frames", attempt: 3, msg: "hello" })]);
+    expect(lines).toEqual([
+      expect.objectContaining({ agent: "a", item: "01CTX", tenant: "t2", engineKind: "render", task: "frames", attempt: 3, msg: "hello" }),
+    ]);
     expect(ctx.signal).toBe(r.signal);
     r.abort("cancelled", "stop");
     expect(ctx.signal.aborted).toBe(true);
@@ -212,7 +214,11 @@ describe("handler results", () => {
     expect(await settleWith(() => undefined)).toMatchObject({ kind: "complete", resultJson: "" });
     expect(await settleWith(() => null)).toMatchObject({ kind: "complete", resultJson: "null" });
     expect(await settleWith(() => () => 1)).toMatchObject({ kind: "complete", resultJson: "" });
-    expect(await settleWith(() => 10n)).toMatchObject({ kind: "fail", retryable: false, error: expect.stringMatching(/^the handler's result is not JSON-serialisable: TypeError/) });
+    expect(await settleWith(() => 10n)).toMatchObject({
+      kind: "fail",
+      retryable: false,
+      error: expect.stringMatching(/^the handler's result is not JSON-serialisable: TypeError/),
+    });
     const circular: Record<string, unknown> = {};
     circular.self = circular;
     expect(await settleWith(() => circular)).toMatchObject({ kind: "fail", retryable: false });
@@ -241,7 +247,10 @@ describe("metrics", () => {
     const dir = await mkdtemp(join(tmpdir(), "fake-nvidia-smi-"));
     try {
       const fake = join(dir, "nvidia-smi");
-      await writeFile(fake, `#!/bin/sh\n[ "$1" = "--query-gpu=index,name,utilization.gpu,memory.used,memory.total" ] || exit 9\necho "0, Fake GPU, 42, 1024, 2048"\n`);
+      await writeFile(
+        fake,
+        `#!/bin/sh\n[ "$1" = "--query-gpu=index,name,utilization.gpu,memory.used,memory.total" ] || exit 9\necho "0, Fake GPU, 42, 1024, 2048"\n`,
+      );
       await chmod(fake, 0o755);
       const withGpu = await new MetricsSampler(["/"], { nvidiaSmi: fake }).sample();
       expect(withGpu.gpus).toEqual([{ index: 0, model: "Fake GPU", utilization: 42, memoryUsedBytes: 1024n * 1048576n, memoryTotalBytes: 2048n * 1048576n }]);

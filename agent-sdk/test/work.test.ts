@@ -11,7 +11,10 @@ import { useTestDaemon } from "../../test/support/kit.js";
 import { AgentFailedError, NonRetryableError, RetryableError, type AgentState, type WorkItem } from "../src/index.js";
 import { callLog, deferred, finished, Producer, testAgent, until, WorkItemStatus } from "./support.js";
 
-const fx = useTestDaemon({ label: "sdkwork", config: { backoffBase: 10, backoffCap: 20, backoffJitter: "none", heartbeatInterval: 500, heartbeatFlush: 50, sweepInterval: 50 } });
+const fx = useTestDaemon({
+  label: "sdkwork",
+  config: { backoffBase: 10, backoffCap: 20, backoffJitter: "none", heartbeatInterval: 500, heartbeatFlush: 50, sweepInterval: 50 },
+});
 let db: TestDb;
 let daemon: Daemon;
 let producer: Producer;
@@ -25,26 +28,35 @@ describe("without either fast path", () => {
   it.each([
     ["over the stream", true],
     ["by unary claims", false],
-  ])("an agent over connect-node's transport, against a daemon that serves every call through connect-node, runs and reports its items (%s)", async (_how, stream) => {
-    const plain = await fx.startDaemon({ config: { grpcFastPath: "off", heartbeatInterval: 500, heartbeatFlush: 50 } });
-    const plainProducer = new Producer(plain.address, "t1");
-    const calls = callLog();
-    const agent = testAgent(plain.address, { engineKinds: ["plain-path"], fastTransport: false, stream, interceptors: [calls.interceptor], handlers: { "plain-path": async (item) => ({ twice: (item.payload as { n: number }).n * 2 }) } });
-    try {
-      await agent.start();
-      const ids = await plainProducer.enqueue([1, 2, 3].map((n) => ({ engineKind: "plain-path", payloadJson: JSON.stringify({ n }) })));
-      const done = await plainProducer.waitDone(ids);
-      expect(done.map((d) => [d.status, JSON.parse(d.resultJson)])).toEqual([1, 2, 3].map((n) => [WorkItemStatus.COMPLETED, { twice: n * 2 }]));
-      if (stream) {
-        expect(calls.count("Claim") + calls.count("Complete")).toBe(0);
-        expect(calls.streamed("completions")).toHaveLength(3);
-      } else expect(calls.count("Claim")).toBeGreaterThan(0);
-    } finally {
-      await agent.stop();
-      plainProducer.close();
-      await plain.stop();
-    }
-  });
+  ])(
+    "an agent over connect-node's transport, against a daemon that serves every call through connect-node, runs and reports its items (%s)",
+    async (_how, stream) => {
+      const plain = await fx.startDaemon({ config: { grpcFastPath: "off", heartbeatInterval: 500, heartbeatFlush: 50 } });
+      const plainProducer = new Producer(plain.address, "t1");
+      const calls = callLog();
+      const agent = testAgent(plain.address, {
+        engineKinds: ["plain-path"],
+        fastTransport: false,
+        stream,
+        interceptors: [calls.interceptor],
+        handlers: { "plain-path": async (item) => ({ twice: (item.payload as { n: number }).n * 2 }) },
+      });
+      try {
+        await agent.start();
+        const ids = await plainProducer.enqueue([1, 2, 3].map((n) => ({ engineKind: "plain-path", payloadJson: JSON.stringify({ n }) })));
+        const done = await plainProducer.waitDone(ids);
+        expect(done.map((d) => [d.status, JSON.parse(d.resultJson)])).toEqual([1, 2, 3].map((n) => [WorkItemStatus.COMPLETED, { twice: n * 2 }]));
+        if (stream) {
+          expect(calls.count("Claim") + calls.count("Complete")).toBe(0);
+          expect(calls.streamed("completions")).toHaveLength(3);
+        } else expect(calls.count("Claim")).toBeGreaterThan(0);
+      } finally {
+        await agent.stop();
+        plainProducer.close();
+        await plain.stop();
+      }
+    },
+  );
 });
 
 describe("happy path", () => {
@@ -74,12 +86,31 @@ describe("happy path", () => {
     expect(agent.registration).toMatchObject({ address: daemon.address, created: true, heartbeatIntervalMs: 500, status: "active" });
     expect((await agentRow(db, agent.name))?.status).toBe("active");
 
-    const [id] = await producer.enqueue([{ engineKind: "happy", runId: "run-1", taskName: "double", payloadJson: JSON.stringify({ n: 21 }), workerParams: { selector: { zone: "eu-1" }, affinityKey: "run-1" } }]);
+    const [id] = await producer.enqueue([
+      {
+        engineKind: "happy",
+        runId: "run-1",
+        taskName: "double",
+        payloadJson: JSON.stringify({ n: 21 }),
+        workerParams: { selector: { zone: "eu-1" }, affinityKey: "run-1" },
+      },
+    ]);
     const [done] = await producer.waitDone([id!]);
     expect(done).toMatchObject({ status: WorkItemStatus.COMPLETED, agentId: agent.name });
     expect(JSON.parse(done!.resultJson)).toEqual({ doubled: 42 });
     expect(seen).toHaveLength(1);
-    expect(seen[0]).toMatchObject({ id, tenant: "t1", engineKind: "happy", runId: "run-1", taskName: "double", payload: { n: 21 }, attempt: 1, maxRetries: 0, selector: { zone: "eu-1" }, affinityKey: "run-1" });
+    expect(seen[0]).toMatchObject({
+      id,
+      tenant: "t1",
+      engineKind: "happy",
+      runId: "run-1",
+      taskName: "double",
+      payload: { n: 21 },
+      attempt: 1,
+      maxRetries: 0,
+      selector: { zone: "eu-1" },
+      affinityKey: "run-1",
+    });
 
     await agent.stop();
     await watching;
@@ -153,7 +184,8 @@ describe("happy path", () => {
     const byClaim = carried("Claim", "completions");
     expect(byComplete + byClaim).toBe(200);
     expect(byClaim).toBeGreaterThan(byComplete);
-    const reportingCalls = calls.count("Complete") + calls.calls.filter((c) => c.method === "Claim" && (c.message as { completions: unknown[] }).completions.length > 0).length;
+    const reportingCalls =
+      calls.count("Complete") + calls.calls.filter((c) => c.method === "Claim" && (c.message as { completions: unknown[] }).completions.length > 0).length;
     expect(reportingCalls).toBeLessThan(100);
   });
 });
@@ -161,7 +193,12 @@ describe("happy path", () => {
 describe("items that trickle in", () => {
   it("are pushed on the stream as they are enqueued, and their completions travel on it", async () => {
     const calls = callLog();
-    const agent = testAgent(daemon.address, { engineKinds: ["trickle-stream"], slots: 4, interceptors: [calls.interceptor], handlers: { "trickle-stream": async (item) => item.payload } });
+    const agent = testAgent(daemon.address, {
+      engineKinds: ["trickle-stream"],
+      slots: 4,
+      interceptors: [calls.interceptor],
+      handlers: { "trickle-stream": async (item) => item.payload },
+    });
     await agent.start();
     const all: string[] = [];
     for (let i = 0; i < 5; i++) {
@@ -178,7 +215,13 @@ describe("items that trickle in", () => {
 
   it("by unary claims, report the completions of quick handlers aboard the next long-poll, not in Complete calls of their own", async () => {
     const calls = callLog();
-    const agent = testAgent(daemon.address, { engineKinds: ["trickle"], slots: 4, stream: false, interceptors: [calls.interceptor], handlers: { trickle: async (item) => item.payload } });
+    const agent = testAgent(daemon.address, {
+      engineKinds: ["trickle"],
+      slots: 4,
+      stream: false,
+      interceptors: [calls.interceptor],
+      handlers: { trickle: async (item) => item.payload },
+    });
     await agent.start();
     // One at a time, each finished before the next is sent: every claim that brings an item is
     // followed by a claim that waits for the next one and carries the last one's completion.
@@ -237,9 +280,16 @@ describe("failures", () => {
     ]);
     const done = await producer.waitDone([permanent!, later!]);
     expect(done.find((i) => i.id === permanent)).toMatchObject({ status: WorkItemStatus.FAILED, retryCount: 0, error: "NonRetryableError: bad input" });
-    expect(done.find((i) => i.id === later)).toMatchObject({ status: WorkItemStatus.COMPLETED, retryCount: 1, resultJson: JSON.stringify("second time lucky") });
+    expect(done.find((i) => i.id === later)).toMatchObject({
+      status: WorkItemStatus.COMPLETED,
+      retryCount: 1,
+      resultJson: JSON.stringify("second time lucky"),
+    });
     type Failure = { workItemId: string; retryable: boolean; retryDelay?: { nanos: number } };
-    const fails = [...calls.calls.filter((c) => c.method === "Fail").flatMap((c) => (c.message as { items: Failure[] }).items), ...(calls.streamed("failures") as Failure[])];
+    const fails = [
+      ...calls.calls.filter((c) => c.method === "Fail").flatMap((c) => (c.message as { items: Failure[] }).items),
+      ...(calls.streamed("failures") as Failure[]),
+    ];
     expect(fails).toHaveLength(2);
     expect(fails.find((f) => f.workItemId === permanent)).toMatchObject({ retryable: false });
     expect(fails.find((f) => f.workItemId === later)).toMatchObject({ retryable: true, retryDelay: { nanos: 30_000_000 } });
@@ -282,7 +332,9 @@ describe("cancel directive", () => {
     expect(await producer.get(id!)).toMatchObject({ status: WorkItemStatus.CANCELLED, resultJson: "" });
     // The handler returned after the abort: nothing about the item went out.
     await until("the handler returned", () => agent.inFlight === 0);
-    const reported = calls.calls.filter((c) => ["Complete", "Fail"].includes(c.method)).flatMap((c) => (c.message as { items: { workItemId: string }[] }).items);
+    const reported = calls.calls
+      .filter((c) => ["Complete", "Fail"].includes(c.method))
+      .flatMap((c) => (c.message as { items: { workItemId: string }[] }).items);
     expect(reported.map((r) => r.workItemId)).not.toContain(id);
   });
 });

@@ -107,7 +107,10 @@ export class DagProducer {
     };
     const targets = o.addresses.map((address) => {
       const session = new Http2SessionManager(`http://${address}`);
-      return { session, client: createClient(DagService, createSdkGrpcTransport({ baseUrl: `http://${address}`, sessionManager: session, interceptors: [auth] })) };
+      return {
+        session,
+        client: createClient(DagService, createSdkGrpcTransport({ baseUrl: `http://${address}`, sessionManager: session, interceptors: [auth] })),
+      };
     });
     const definition = chaosDag(o.kind);
     const contextJson = JSON.stringify({ fan: Array.from({ length: DAG_FAN_OUT }, (_, i) => i) });

@@ -59,7 +59,11 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** Agents holding dispatched items first (in a seeded order), then the rest. */
 async function agentsByBusy(c: FaultContext): Promise<string[]> {
-  const busy = ((await c.query<{ name: string }>(`SELECT DISTINCT a.name FROM aiflow_work_item w JOIN aiflow_agent a ON w.agent_id IN (a.id, a.name) WHERE w.status = 'dispatched' ORDER BY a.name`)) ?? [])
+  const busy = (
+    (await c.query<{ name: string }>(
+      `SELECT DISTINCT a.name FROM aiflow_work_item w JOIN aiflow_agent a ON w.agent_id IN (a.id, a.name) WHERE w.status = 'dispatched' ORDER BY a.name`,
+    )) ?? []
+  )
     .map((b) => b.name)
     .filter((n) => c.fleet.agentIndex(n) >= 0);
   const rest = c.fleet.agentNames.filter((n) => !busy.includes(n));

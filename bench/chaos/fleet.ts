@@ -195,7 +195,9 @@ export class Fleet {
     s.expectExit = true;
     child.proc.kill("SIGKILL");
     await child.exited;
-    throw new Error(`${s.name} (generation ${generation}, pid ${child.pid}) did not say it was ready within ${START_BOUND_MS / 1000} s (its log: ${join(this.#o.dir, `${s.name}.g${generation}.log`)})`);
+    throw new Error(
+      `${s.name} (generation ${generation}, pid ${child.pid}) did not say it was ready within ${START_BOUND_MS / 1000} s (its log: ${join(this.#o.dir, `${s.name}.g${generation}.log`)})`,
+    );
   }
 
   async #kill(s: Slot): Promise<void> {

@@ -40,7 +40,10 @@ export async function produce(o: ProducerOptions): Promise<ProducerFigures> {
   };
   const targets = o.addresses.map((address) => {
     const session = new Http2SessionManager(`http://${address}`);
-    return { session, client: createClient(QueueService, createSdkGrpcTransport({ baseUrl: `http://${address}`, sessionManager: session, interceptors: [auth] })) };
+    return {
+      session,
+      client: createClient(QueueService, createSdkGrpcTransport({ baseUrl: `http://${address}`, sessionManager: session, interceptors: [auth] })),
+    };
   });
   const figures: ProducerFigures = { enqueued: 0, existing: 0, errorsByCode: {}, unexpected: [] };
   const started = Date.now();
@@ -50,7 +53,11 @@ export async function produce(o: ProducerOptions): Promise<ProducerFigures> {
       const due = started + (first / o.ratePerSec) * 1000;
       if (due > Date.now() && !o.unpaced?.aborted) await waitUntil(due, o.unpaced);
       const n = Math.min(o.batch, o.items - first);
-      const items = Array.from({ length: n }, (_, k) => ({ engineKind: o.kind, idempotencyKey: `chaos-${first + k}`, payloadJson: JSON.stringify({ n: first + k }) }));
+      const items = Array.from({ length: n }, (_, k) => ({
+        engineKind: o.kind,
+        idempotencyKey: `chaos-${first + k}`,
+        payloadJson: JSON.stringify({ n: first + k }),
+      }));
       for (;;) {
         try {
           const res = await targets[current]!.client.enqueue({ tenantKey: o.tenant, items }, { timeoutMs: 5000, signal: o.signal });
@@ -62,7 +69,8 @@ export async function produce(o: ProducerOptions): Promise<ProducerFigures> {
           const e = ConnectError.from(err);
           const code = Code[e.code];
           figures.errorsByCode[code] = (figures.errorsByCode[code] ?? 0) + 1;
-          if (e.code !== Code.Unavailable && figures.unexpected.length < 5) figures.unexpected.push({ at: new Date().toISOString(), code, message: e.rawMessage });
+          if (e.code !== Code.Unavailable && figures.unexpected.length < 5)
+            figures.unexpected.push({ at: new Date().toISOString(), code, message: e.rawMessage });
           current = (current + 1) % targets.length;
           await new Promise((r) => setTimeout(r, 200));
         }

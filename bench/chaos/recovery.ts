@@ -118,7 +118,8 @@ export function byKind(kinds: readonly string[], rs: readonly (Recovery & { kind
     kinds.map((k) => {
       const of = rs.filter((r) => r.kind === k);
       const measured = of.filter((r) => !r.nothingLeft);
-      const max = (f: (r: Recovery) => number | null) => (measured.length === 0 || measured.some((r) => f(r) === null) ? null : Math.max(...measured.map((r) => f(r)!)));
+      const max = (f: (r: Recovery) => number | null) =>
+        measured.length === 0 || measured.some((r) => f(r) === null) ? null : Math.max(...measured.map((r) => f(r)!));
       return [
         k,
         {

@@ -61,7 +61,19 @@ interface Options {
 const NUMERIC = ["seed", "daemons", "agents", "items", "rate", "dag-runs", "faults"];
 
 function parseOptions(argv: string[]): Options | "help" {
-  const o: Options = { seed: Date.now() % 1_000_000, mode: "stream", daemons: 2, agents: 6, items: 5000, rate: 25, dagRuns: 40, faults: 2, kinds: [...FAULT_KINDS], keep: false, small: false };
+  const o: Options = {
+    seed: Date.now() % 1_000_000,
+    mode: "stream",
+    daemons: 2,
+    agents: 6,
+    items: 5000,
+    rate: 25,
+    dagRuns: 40,
+    faults: 2,
+    kinds: [...FAULT_KINDS],
+    keep: false,
+    small: false,
+  };
   if (argv.includes("--small")) Object.assign(o, { daemons: 2, agents: 3, items: 300, rate: 2, dagRuns: 10, faults: 1, small: true });
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i]!;
@@ -80,7 +92,8 @@ function parseOptions(argv: string[]): Options | "help" {
     if (a === "--kinds") {
       const ks = (argv[++i] ?? "").split(",").filter(Boolean);
       const bad = ks.filter((k) => !(FAULT_KINDS as readonly string[]).includes(k));
-      if (ks.length === 0 || bad.length > 0) throw new ArgError(`--kinds takes some of ${FAULT_KINDS.join(", ")}${bad.length ? `, not ${bad.join(", ")}` : ""}`);
+      if (ks.length === 0 || bad.length > 0)
+        throw new ArgError(`--kinds takes some of ${FAULT_KINDS.join(", ")}${bad.length ? `, not ${bad.join(", ")}` : ""}`);
       o.kinds = FAULT_KINDS.filter((k) => ks.includes(k));
       continue;
     }
@@ -88,7 +101,8 @@ function parseOptions(argv: string[]): Options | "help" {
     if (!a.startsWith("--") || !NUMERIC.includes(name)) throw new ArgError(`unknown option ${a}`);
     const key = name.replace(/-(\w)/g, (_, c: string) => c.toUpperCase()) as keyof Options;
     const v = Number(argv[++i]);
-    if (!Number.isInteger(v) || v < (key === "faults" || key === "seed" || key === "dagRuns" ? 0 : 1)) throw new ArgError(`${a} needs a whole number, not '${argv[i]}'`);
+    if (!Number.isInteger(v) || v < (key === "faults" || key === "seed" || key === "dagRuns" ? 0 : 1))
+      throw new ArgError(`${a} needs a whole number, not '${argv[i]}'`);
     (o as unknown as Record<string, number>)[key] = v;
   }
   return o;
@@ -160,7 +174,17 @@ async function main(o: Options): Promise<number> {
 
     const startedAt = Date.now();
     const batch = o.small ? 2 : 10;
-    const producing = produce({ addresses: fleet.addresses, token: ENGINE_TOKEN, tenant: TENANT, kind: KIND, items: o.items, ratePerSec: o.rate, batch, signal: abort.signal, unpaced: unpaced.signal });
+    const producing = produce({
+      addresses: fleet.addresses,
+      token: ENGINE_TOKEN,
+      tenant: TENANT,
+      kind: KIND,
+      items: o.items,
+      ratePerSec: o.rate,
+      batch,
+      signal: abort.signal,
+      unpaced: unpaced.signal,
+    });
     let producer: ProducerFigures | undefined;
     void producing.then((p) => (producer = p)).catch(() => {});
     const dag = new DagProducer({ addresses: fleet.addresses, token: RUNS_TOKEN, tenant: TENANT, kind: KIND, runs: o.dagRuns, signal: abort.signal });
@@ -191,7 +215,14 @@ async function main(o: Options): Promise<number> {
       const liftedAt = Date.now();
       const at = new Date(faultAt).toISOString();
       if (term?.hung) hung.push({ process: term.process, at, boundMs: DAEMON_TERM_BOUND_MS });
-      const r = await recovery(query, { agents: o.agents, faultAt, liftedAt, timeoutMs: recoveryTimeoutMs, rateBefore: before, producing: () => producer === undefined || dag.producing });
+      const r = await recovery(query, {
+        agents: o.agents,
+        faultAt,
+        liftedAt,
+        timeoutMs: recoveryTimeoutMs,
+        rateBefore: before,
+        producing: () => producer === undefined || dag.producing,
+      });
       recoveries.push({ kind, target, at, dagRunsRunning: running ? Number(running[0]!.n) : null, ...r });
       line({ figures: "fault", ...recoveries.at(-1), ...(term ? { sigtermExitMs: term.ms } : {}) });
     }
@@ -220,7 +251,16 @@ async function main(o: Options): Promise<number> {
       await sleep(100);
     }
     const observedUntil = Date.now();
-    const { verdict, marks } = await verify(postgres.url, o.items, { runs: o.dagRuns, key: dagRunKey }, fleet.agentNames, readAgentRecords(fleet.recordFiles()), fleet.auditFiles(), fleet.agentGaps, observedUntil);
+    const { verdict, marks } = await verify(
+      postgres.url,
+      o.items,
+      { runs: o.dagRuns, key: dagRunKey },
+      fleet.agentNames,
+      readAgentRecords(fleet.recordFiles()),
+      fleet.auditFiles(),
+      fleet.agentGaps,
+      observedUntil,
+    );
     await db.end();
     // SIGTERM to every agent, each bounded; then their records again, with what they wrote on the way out.
     const stops = await fleet.stopAgents(AGENT_TERM_BOUND_MS);
@@ -241,9 +281,36 @@ async function main(o: Options): Promise<number> {
 
     const kinds = byKind(o.kinds, recoveries);
     line({ figures: "recovery", mode: o.mode, timeoutMs: recoveryTimeoutMs, byKind: kinds });
-    line({ figures: "work", mode: o.mode, durationMs: drainedAt - startedAt, executions: verdict.executions, redeliveries: verdict.redeliveries, retries: verdict.retries, dagExecutions: verdict.dagExecutions, dagRedeliveries: verdict.dagRedeliveries, dagRetries: verdict.dagRetries, refusedZombieCompletions: records.refusedZombie, refusedExamples: records.refusedIds, outcomes: records.outcomes, producer, dagProducer: dagFigures });
-    line({ figures: "answers", agentErrorsByCode: records.rpcErrorsByCode, producerErrorsByCode: producer.errorsByCode, dagProducerErrorsByCode: dagFigures.errorsByCode, internal: checks.internal });
-    line({ figures: "liveness", livenessSweepMarks: marks.length, inactiveMarkedLive: verdict.inactiveMarkedLive, agentsNotActiveAtEnd: verdict.agentsNotActiveAtEnd, crashes });
+    line({
+      figures: "work",
+      mode: o.mode,
+      durationMs: drainedAt - startedAt,
+      executions: verdict.executions,
+      redeliveries: verdict.redeliveries,
+      retries: verdict.retries,
+      dagExecutions: verdict.dagExecutions,
+      dagRedeliveries: verdict.dagRedeliveries,
+      dagRetries: verdict.dagRetries,
+      refusedZombieCompletions: records.refusedZombie,
+      refusedExamples: records.refusedIds,
+      outcomes: records.outcomes,
+      producer,
+      dagProducer: dagFigures,
+    });
+    line({
+      figures: "answers",
+      agentErrorsByCode: records.rpcErrorsByCode,
+      producerErrorsByCode: producer.errorsByCode,
+      dagProducerErrorsByCode: dagFigures.errorsByCode,
+      internal: checks.internal,
+    });
+    line({
+      figures: "liveness",
+      livenessSweepMarks: marks.length,
+      inactiveMarkedLive: verdict.inactiveMarkedLive,
+      agentsNotActiveAtEnd: verdict.agentsNotActiveAtEnd,
+      crashes,
+    });
     line({ figures: "shutdown", agentStopMs: Object.fromEntries(stops.map((s) => [s.process, s.ms])), boundMs: AGENT_TERM_BOUND_MS, hung });
     const { examples, ...counts } = verdict;
     line({
@@ -263,7 +330,13 @@ async function main(o: Options): Promise<number> {
       examples: { ...examples, ...(records.refusedIds.length ? { refused: records.refusedIds } : {}) },
     });
     const dagHit = recoveries.filter((r) => (r.dagRunsRunning ?? 0) > 0).length;
-    line({ figures: "dag", runs: o.dagRuns, faultsThatFoundRunsRunning: dagHit, faults: recoveries.length, runningAtEachFault: recoveries.map((r) => r.dagRunsRunning) });
+    line({
+      figures: "dag",
+      runs: o.dagRuns,
+      faultsThatFoundRunsRunning: dagHit,
+      faults: recoveries.length,
+      runningAtEachFault: recoveries.map((r) => r.dagRunsRunning),
+    });
     summary(o, verdict, checks, producer, dagFigures, kinds, failures, drainedAt - startedAt, `${dagHit} of ${recoveries.length}`);
     return passed ? 0 : 1;
   } finally {
@@ -311,7 +384,10 @@ function summary(
     ["executions / redeliveries / retries (DAG)", `${v.dagExecutions} / ${v.dagRedeliveries} / ${v.dagRetries}`],
     ["unrecovered faults", x.unrecovered.length === 0 ? "0" : `${x.unrecovered.length} (${x.unrecovered.map((u) => u.kind).join(", ")})`],
     ["refused results (lease lost)", String(x.refused)],
-    ["INTERNAL answers (agents + producers)", `${x.internal} (producer ${producer.errorsByCode.Internal ?? 0}, DAG producer ${dag.errorsByCode.Internal ?? 0})`],
+    [
+      "INTERNAL answers (agents + producers)",
+      `${x.internal} (producer ${producer.errorsByCode.Internal ?? 0}, DAG producer ${dag.errorsByCode.Internal ?? 0})`,
+    ],
     ["hung on SIGTERM", x.hung.length === 0 ? "0" : `${x.hung.length} (${x.hung.map((h) => h.process).join(", ")})`],
     ["processes that died on their own", String(x.crashes)],
     ...Object.entries(kinds).map(([k, r]): [string, string] => [

@@ -55,13 +55,15 @@ export interface AgentRecords {
 function jsonLines(file: string): Record<string, unknown>[] {
   if (!existsSync(file)) return [];
   // A kill -9 can cut the last line short; it is the one line that may not parse.
-  return readFileSync(file, "utf8").split("\n").flatMap((l) => {
-    try {
-      return l ? [JSON.parse(l) as Record<string, unknown>] : [];
-    } catch {
-      return [];
-    }
-  });
+  return readFileSync(file, "utf8")
+    .split("\n")
+    .flatMap((l) => {
+      try {
+        return l ? [JSON.parse(l) as Record<string, unknown>] : [];
+      } catch {
+        return [];
+      }
+    });
 }
 
 export function readAgentRecords(files: readonly string[]): AgentRecords {
@@ -78,8 +80,7 @@ export function readAgentRecords(files: readonly string[]): AgentRecords {
       else if (l.outcome === "lease-lost" && ranHere.has(l.id as string)) {
         r.refusedZombie++;
         if (r.refusedIds.length < 5) r.refusedIds.push(`${l.id as string}@${agent}`);
-      }
-      else if (typeof l.rpcError === "string") r.rpcErrorsByCode[l.rpcError] = (r.rpcErrorsByCode[l.rpcError] ?? 0) + 1;
+      } else if (typeof l.rpcError === "string") r.rpcErrorsByCode[l.rpcError] = (r.rpcErrorsByCode[l.rpcError] ?? 0) + 1;
     }
   }
   return r;
@@ -161,7 +162,17 @@ export async function verify(
   const c = new pg.Client({ connectionString: url });
   await c.connect();
   try {
-    type ItemRow = { id: string; status: string; holder: string | null; redelivery_count: number; retry_count: number | null; idempotency_key: string | null; run_id: string | null; task_id: string | null; task_name: string | null };
+    type ItemRow = {
+      id: string;
+      status: string;
+      holder: string | null;
+      redelivery_count: number;
+      retry_count: number | null;
+      idempotency_key: string | null;
+      run_id: string | null;
+      task_id: string | null;
+      task_name: string | null;
+    };
     // Every row, plain (run_id IS NULL) and DAG node items (run_id set) apart below.
     const all = (
       await c.query<ItemRow>(
@@ -188,9 +199,9 @@ export async function verify(
         if (i.status === "pending" || i.status === "dispatched") note(key("stuck"), i.id);
         if (i.status === "failed") note(key("deadLetters"), i.id);
         const ran = records.runs.get(i.id) ?? [];
-        if ((records.accepted.get(i.id) ?? 0) > 1) (n.doubled++, note(key("doubled"), i.id));
-        if (ran.length > 1 + i.redelivery_count + (i.retry_count ?? 0)) (n.overRun++, note(key("overRun"), i.id));
-        if (i.status === "completed" && (i.holder === null || !ran.includes(i.holder))) (n.holderDidNotRun++, note(key("holderDidNotRun"), i.id));
+        if ((records.accepted.get(i.id) ?? 0) > 1) n.doubled++, note(key("doubled"), i.id);
+        if (ran.length > 1 + i.redelivery_count + (i.retry_count ?? 0)) n.overRun++, note(key("overRun"), i.id);
+        if (i.status === "completed" && (i.holder === null || !ran.includes(i.holder))) n.holderDidNotRun++, note(key("holderDidNotRun"), i.id);
       }
       return n;
     };
@@ -206,7 +217,13 @@ export async function verify(
     // The DAG runs: found by their idempotency keys; each node's completed items and attempts counted from the database.
     const dagKeys = Array.from({ length: dag.runs }, (_, n) => dag.key(n));
     const runs = (
-      await c.query<{ id: string; key: string; status: string; nodes: Record<string, { s: string; n?: number }>; plan: { name: string; fanOut: string | null }[] }>(
+      await c.query<{
+        id: string;
+        key: string;
+        status: string;
+        nodes: Record<string, { s: string; n?: number }>;
+        plan: { name: string; fanOut: string | null }[];
+      }>(
         `SELECT id, metadata ->> 'idempotencyKey' AS key, states -> -1 ->> 'state' AS status, metadata -> 'nodes' AS nodes, metadata -> 'plan' -> 'nodes' AS plan
            FROM aiflow_run WHERE runtype = 'dag' AND metadata ->> 'idempotencyKey' = ANY($1)`,
         [dagKeys],
@@ -214,7 +231,8 @@ export async function verify(
     ).rows;
     // Completed work items and completed attempts per node (task_name / aiflow_task.name: node, or node[i]).
     const completedItems = new Map<string, number>();
-    for (const i of dagItems) if (i.status === "completed") completedItems.set(`${i.run_id}/${i.task_name}`, (completedItems.get(`${i.run_id}/${i.task_name}`) ?? 0) + 1);
+    for (const i of dagItems)
+      if (i.status === "completed") completedItems.set(`${i.run_id}/${i.task_name}`, (completedItems.get(`${i.run_id}/${i.task_name}`) ?? 0) + 1);
     const completedAttempts = new Map(
       (
         await c.query<{ node: string; n: string }>(
@@ -236,8 +254,9 @@ export async function verify(
         const itemsDone = completedItems.get(node) ?? 0;
         dagNodes++;
         if (itemsDone === 1) dagNodesCompleted++;
-        if (itemsDone > 1 || (completedAttempts.get(node) ?? 0) > 1) (dagNodesDoubled++, note("dagNodesDoubled", `${r.key}/${name}: ${itemsDone} items, ${completedAttempts.get(node) ?? 0} attempts completed`));
-        if (r.status === "completed" && itemsDone === 0) (dagNodesMissing++, note("dagNodesMissing", `${r.key}/${name}`));
+        if (itemsDone > 1 || (completedAttempts.get(node) ?? 0) > 1)
+          dagNodesDoubled++, note("dagNodesDoubled", `${r.key}/${name}: ${itemsDone} items, ${completedAttempts.get(node) ?? 0} attempts completed`);
+        if (r.status === "completed" && itemsDone === 0) dagNodesMissing++, note("dagNodesMissing", `${r.key}/${name}`);
       }
     }
     const startedKeys = new Set(runs.map((r) => r.key));

@@ -83,9 +83,11 @@ function SignIn({ notice, onSignedIn }: { notice: string | undefined; onSignedIn
       <p class="hint">A token of role ops (aiflowd token new ops). It is kept for this tab only and sent with each call; nothing is stored in a cookie.</p>
       ${error && html`<p class="error" role="alert">${error}</p>`}
       <button type="submit" class="primary" disabled=${busy}>Sign in</button>
-      ${location.protocol === "https:" &&
-      html`<button type="button" disabled=${busy} onClick=${() => signIn("")}>Sign in with my client certificate</button>
-        <p class="hint">Under mutual TLS, a certificate of role ops (spiffe://…/ops/NAME) that this browser presented names you instead of a token.</p>`}
+      ${
+        location.protocol === "https:" &&
+        html`<button type="button" disabled=${busy} onClick=${() => signIn("")}>Sign in with my client certificate</button>
+        <p class="hint">Under mutual TLS, a certificate of role ops (spiffe://…/ops/NAME) that this browser presented names you instead of a token.</p>`
+      }
     </form>
   </main>`;
 }

@@ -60,7 +60,13 @@ export function Fleet() {
   const [tag, setTag] = useState("");
   const [version, setVersion] = useState("");
   const [page, setPage] = useState(0);
-  const tags = Object.fromEntries(tag.split(",").map((p) => p.trim()).filter((p) => p.includes("=")).map((p) => p.split("=", 2) as [string, string]));
+  const tags = Object.fromEntries(
+    tag
+      .split(",")
+      .map((p) => p.trim())
+      .filter((p) => p.includes("="))
+      .map((p) => p.split("=", 2) as [string, string]),
+  );
   const statuses = status ? [Number(status) as AgentStatus] : [];
   const { data, error, reload } = usePoll(
     async () => {
@@ -90,12 +96,14 @@ export function Fleet() {
       <thead><tr><th scope="col">Agent</th><th scope="col">Status</th><th scope="col">Version</th><th scope="col">Tags</th><th scope="col">Tenants</th><th scope="col">In flight</th><th scope="col">CPU</th><th scope="col">Memory</th><th scope="col">GPUs</th><th scope="col">Seen</th><th scope="col">Actions</th></tr></thead>
       <tbody>${shown.map((a) => html`<${AgentRow} key=${a.name} agent=${a} onChange=${reload} />`)}</tbody>
     </table>
-    ${agents.length > PAGE &&
-    html`<nav class="pager" aria-label="Fleet pages">
+    ${
+      agents.length > PAGE &&
+      html`<nav class="pager" aria-label="Fleet pages">
       <button type="button" disabled=${page === 0} onClick=${() => setPage(page - 1)}>Previous</button>
       <span>${page * PAGE + 1}–${Math.min((page + 1) * PAGE, agents.length)} of ${agents.length}</span>
       <button type="button" disabled=${(page + 1) * PAGE >= agents.length} onClick=${() => setPage(page + 1)}>Next</button>
-    </nav>`}
+    </nav>`
+    }
   </section>`;
 }
 
@@ -124,11 +132,14 @@ function AgentRow({ agent: a, onChange }: { agent: AgentSummary; onChange: () =>
     <td><${Sparkline} values=${samples.map((s) => s.cpu)} label=${`${a.name} CPU ${pct(samples.at(-1)?.cpu ?? 0)}`} /></td>
     <td><${Sparkline} values=${samples.map((s) => s.mem)} label=${`${a.name} memory ${pct(samples.at(-1)?.mem ?? 0)}`} />
       ${m?.memory?.total ? html`<span class="sub">${bytes(m.memory.used ?? 0)} of ${bytes(m.memory.total)}</span>` : null}</td>
-    <td class="gpus">${Array.from({ length: gpuCount }, (_, i) => html`<div class="gpu">
+    <td class="gpus">${Array.from(
+      { length: gpuCount },
+      (_, i) => html`<div class="gpu">
       <span class="sub">GPU ${i}</span>
       <${Sparkline} values=${samples.map((s) => s.gpus[i]?.util ?? 0)} label=${`${a.name} GPU ${i} utilisation`} />
       <${Sparkline} values=${samples.map((s) => s.gpus[i]?.mem ?? 0)} label=${`${a.name} GPU ${i} memory`} />
-    </div>`)}</td>
+    </div>`,
+    )}</td>
     <td>${a.lastSeenAge ? ago(durationMs(a.lastSeenAge)) : "–"}</td>
     <td class="actions"><${AgentActions} agent=${a} onChange=${onChange} /></td>
   </tr>`;
@@ -148,7 +159,8 @@ function AgentActions({ agent: a, onChange }: { agent: AgentSummary; onChange: (
   const [reason, setReason] = useState("");
   const [force, setForce] = useState(false);
   const done = () => onChange();
-  return html`${a.status === AgentStatus.ACTIVE &&
+  return html`${
+    a.status === AgentStatus.ACTIVE &&
     html`<${ConfirmButton}
       label="Drain"
       title=${`Drain ${a.name}`}
@@ -157,11 +169,14 @@ function AgentActions({ agent: a, onChange }: { agent: AgentSummary; onChange: (
       <p>${a.name} takes no new work and finishes what it holds; at the deadline what it still holds goes back to the queue without spending a retry.</p>
       <label>Deadline in minutes (0: none) <input type="number" min="0" value=${minutes} onInput=${(e: Event) => setMinutes((e.target as HTMLInputElement).value)} /></label>
       <label>Reason <input value=${reason} onInput=${(e: Event) => setReason((e.target as HTMLInputElement).value)} /></label>
-    <//>`}
-  ${a.status === AgentStatus.DRAINING &&
-  html`<${ConfirmButton} label="Undrain" title=${`Undrain ${a.name}`} onConfirm=${() => ops.undrainAgent({ name: a.name }).then(done)}>
+    <//>`
+  }
+  ${
+    a.status === AgentStatus.DRAINING &&
+    html`<${ConfirmButton} label="Undrain" title=${`Undrain ${a.name}`} onConfirm=${() => ops.undrainAgent({ name: a.name }).then(done)}>
     <p>${a.name} goes back to active and claims work again.</p>
-  <//>`}
+  <//>`
+  }
   <${ConfirmButton} label="Remove" danger title=${`Remove ${a.name}`} onConfirm=${() => ops.removeAgent({ name: a.name, force }).then(done)}>
     <p>Removes ${a.name} from the registry. It is refused while the agent holds work, unless forced (its work then goes back to the queue).</p>
     <label><input type="checkbox" checked=${force} onChange=${(e: Event) => setForce((e.target as HTMLInputElement).checked)} /> Force</label>
@@ -180,9 +195,12 @@ function DrainSelected({ tags, onChange }: { tags: Record<string, string>; onCha
   const [minutes, setMinutes] = useState("10");
   const [drained, setDrained] = useState<string | undefined>(undefined);
   const [opened, setOpened] = useState(0);
-  const tagText = Object.entries(tags).map(([k, v]) => `${k}=${v}`).join(", ");
+  const tagText = Object.entries(tags)
+    .map(([k, v]) => `${k}=${v}`)
+    .join(", ");
   const drain = async () => {
-    if (below.trim() === "" && tagText === "") throw new Error("give a version to drain below, or filter by tags first: a drain of the whole fleet is one agent at a time");
+    if (below.trim() === "" && tagText === "")
+      throw new Error("give a version to drain below, or filter by tags first: a drain of the whole fleet is one agent at a time");
     const res = await ops.drainAgent({
       selector: { tags, versionBelow: below.trim() },
       deadline: Number(minutes) > 0 ? durationFromMs(Number(minutes) * 60_000) : undefined,
@@ -225,10 +243,12 @@ function DrainPreview({ tags, tagText, below, opened }: { tags: Record<string, s
   if ("error" in preview) return html`<p class="drain-preview error" aria-live="polite">${preview.error}</p>`;
   return html`<div class="drain-preview" aria-live="polite">
     <p>${preview.agents.length === 0 ? "No agent matches now: it would drain none." : `It would drain ${preview.agents.length} agent${preview.agents.length === 1 ? "" : "s"}:`}</p>
-    ${preview.agents.length > 0 &&
-    html`<ul aria-label="Agents it would drain">
+    ${
+      preview.agents.length > 0 &&
+      html`<ul aria-label="Agents it would drain">
       ${preview.agents.map((a) => html`<li data-preview-agent=${a.name}>${a.name} <span class="sub">${a.agentVersion || "no version"}, ${STATUS[a.status] ?? "?"}, ${a.inFlight} in flight</span></li>`)}
-    </ul>`}
+    </ul>`
+    }
     ${preview.skipped.length > 0 && html`<p class="sub">Left alone, their version is not a version: ${preview.skipped.join(", ")}</p>`}
   </div>`;
 }

@@ -43,7 +43,9 @@ export function Limits() {
       <thead><tr><th scope="col">Tenant</th><th scope="col">Key</th><th scope="col">Limit</th><th scope="col">Next slot</th><th scope="col">Actions</th></tr></thead>
       <tbody>
         ${(rates.data?.rules ?? []).map(
-          (r) => html`<tr><th scope="row">${r.tenantKey}</th><td>${r.key}${r.prefix ? "*" : ""}</td><td>${r.count} per ${r.interval ? durationMs(r.interval) / 1000 : "?"} s (burst ${r.burst})</td><td>–</td>
+          (
+            r,
+          ) => html`<tr><th scope="row">${r.tenantKey}</th><td>${r.key}${r.prefix ? "*" : ""}</td><td>${r.count} per ${r.interval ? durationMs(r.interval) / 1000 : "?"} s (burst ${r.burst})</td><td>–</td>
             <td><${ConfirmButton} label="Clear" title=${`Clear the rate limit of ${r.key}${r.prefix ? "*" : ""}`} onConfirm=${() => ops.setRateLimit({ tenantKey: r.tenantKey, key: r.key, prefix: r.prefix, clear: true }).then(rates.reload)}>
               <p>Items of the key stop waiting for slots from the next claim on.</p>
             <//></td></tr>`,
@@ -71,7 +73,14 @@ function SetRateLimit({ onChange }: { onChange: () => void }) {
     confirm="Set it"
     onConfirm=${() =>
       ops
-        .setRateLimit({ tenantKey: tenant.trim(), key: key.trim(), prefix, count: Number(count), interval: durationFromMs(Math.round(Number(seconds) * 1000)), burst: Number(burst) })
+        .setRateLimit({
+          tenantKey: tenant.trim(),
+          key: key.trim(),
+          prefix,
+          count: Number(count),
+          interval: durationFromMs(Math.round(Number(seconds) * 1000)),
+          burst: Number(burst),
+        })
         .then(onChange)}
   >
     ${field("Tenant", tenant, setTenant)} ${field("Key", key, setKey)}

@@ -14,7 +14,13 @@ import { ago, ConfirmButton, ErrorLine, html, Sparkline, usePoll } from "./ui.js
 const POLL_MS = 2_000;
 const ms = (v: number) => (v < 1000 ? `${v.toFixed(v < 10 ? 1 : 0)} ms` : `${(v / 1000).toFixed(1)} s`);
 const WINDOW = 150;
-const rates: { dispatched: number[]; completed: number[]; pending: number[]; waitP50: number[]; waitP99: number[] } = { dispatched: [], completed: [], pending: [], waitP50: [], waitP99: [] };
+const rates: { dispatched: number[]; completed: number[]; pending: number[]; waitP50: number[]; waitP99: number[] } = {
+  dispatched: [],
+  completed: [],
+  pending: [],
+  waitP50: [],
+  waitP99: [],
+};
 
 function remember(s: QueueStatsResponse): void {
   const push = (list: number[], v: number) => {
@@ -56,8 +62,9 @@ export function Queue() {
   return html`<section aria-labelledby="queue-h">
     <h1 id="queue-h">Queue</h1>
     <${ErrorLine} error=${stats.error} />
-    ${s &&
-    html`<dl class="figures">
+    ${
+      s &&
+      html`<dl class="figures">
       <div><dt>Pending</dt><dd data-figure="pending">${s.pending.toString()}</dd></div>
       <div><dt>Dispatched</dt><dd>${s.dispatched.toString()}</dd></div>
       <div><dt>Dead letters</dt><dd data-figure="dead">${s.deadLetters.toString()}</dd></div>
@@ -67,7 +74,8 @@ export function Queue() {
       <div><dt>Dispatch wait p50</dt><dd>${s.dispatchWaitP50 ? ms(durationMs(s.dispatchWaitP50)) : "–"} <${Sparkline} values=${rates.waitP50} max=${peak(rates.waitP99)} label="median dispatch wait over time" percent=${false} /></dd></div>
       <div><dt>Dispatch wait p99</dt><dd>${s.dispatchWaitP99 ? ms(durationMs(s.dispatchWaitP99)) : "–"} <${Sparkline} values=${rates.waitP99} max=${peak(rates.waitP99)} label="99th percentile dispatch wait over time" percent=${false} /></dd></div>
       <div><dt>Pending over time</dt><dd><${Sparkline} values=${rates.pending} max=${peak(rates.pending)} label="pending items over time" percent=${false} /></dd></div>
-    </dl>`}
+    </dl>`
+    }
     <h2>Depth</h2>
     <table>
       <thead><tr><th scope="col">Tenant</th><th scope="col">Engine kind</th>${statuses.map((st) => html`<th scope="col">${STATUS_NAME[st]}</th>`)}</tr></thead>
@@ -76,8 +84,9 @@ export function Queue() {
         return html`<tr><th scope="row">${tenant}</th><td>${kind}</td>${statuses.map((st) => html`<td>${(row.get(st) ?? 0n).toString()}</td>`)}</tr>`;
       })}</tbody>
     </table>
-    ${(s?.unserved.length ?? 0) > 0 &&
-    html`<h2 id="unserved-h">Unserved</h2>
+    ${
+      (s?.unserved.length ?? 0) > 0 &&
+      html`<h2 id="unserved-h">Unserved</h2>
       <p>No active agent serves these tenants and engine kinds: their items wait until one registers or is undrained.</p>
       <table aria-labelledby="unserved-h" data-table="unserved">
         <thead><tr><th scope="col">Tenant</th><th scope="col">Engine kind</th><th scope="col">Items</th><th scope="col">Oldest</th><th scope="col">Agents not active</th></tr></thead>
@@ -85,13 +94,16 @@ export function Queue() {
           (u) =>
             html`<tr><th scope="row">${u.tenantKey}</th><td>${u.engineKind}</td><td>${u.count.toString()}</td><td>${u.oldestAge ? ago(durationMs(u.oldestAge)) : "–"}</td><td>${u.agentsNotActive > 0 ? `${u.agentsNotActive} (draining or inactive)` : "none registered"}</td></tr>`,
         )}</tbody>
-      </table>`}
-    ${(s?.unplaceable.length ?? 0) > 0 &&
-    html`<h2>Unplaceable</h2>
+      </table>`
+    }
+    ${
+      (s?.unplaceable.length ?? 0) > 0 &&
+      html`<h2>Unplaceable</h2>
       <table>
         <thead><tr><th scope="col">Tenant</th><th scope="col">Engine kind</th><th scope="col">Items</th><th scope="col">Why</th><th scope="col">Oldest</th></tr></thead>
         <tbody>${s!.unplaceable.map((u) => html`<tr><th scope="row">${u.tenantKey}</th><td>${u.engineKind}</td><td>${u.count.toString()}</td><td>${u.reason}</td><td>${u.oldestAge ? ago(durationMs(u.oldestAge)) : "–"}</td></tr>`)}</tbody>
-      </table>`}
+      </table>`
+    }
     <h2>Dead letters</h2>
     <${ErrorLine} error=${dead.error} />
     <${DeadLetters} items=${dead.data ?? []} onChange=${() => (dead.reload(), stats.reload())} />

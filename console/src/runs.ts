@@ -29,7 +29,12 @@ const ATTEMPT: Record<number, string> = {
   [AttemptStatus.FAILED]: "failed",
   [AttemptStatus.CANCELLED]: "cancelled",
 };
-const RUN: Record<number, string> = { [RunStatus.RUNNING]: "running", [RunStatus.COMPLETED]: "completed", [RunStatus.FAILED]: "failed", [RunStatus.CANCELLED]: "cancelled" };
+const RUN: Record<number, string> = {
+  [RunStatus.RUNNING]: "running",
+  [RunStatus.COMPLETED]: "completed",
+  [RunStatus.FAILED]: "failed",
+  [RunStatus.CANCELLED]: "cancelled",
+};
 const nsTime = (ns: bigint | undefined) => (ns === undefined ? undefined : Number(ns / 1_000_000n));
 
 /** The search forms; `route` is the hash's path after #/ (items/ID, runs/TENANT/ID, or list/RUN/KEY). */
@@ -74,16 +79,20 @@ function ItemView({ id }: { id: string }) {
 function ItemList({ runId, idempotencyKey }: { runId: string; idempotencyKey: string }) {
   const { data, error } = usePoll(async () => (await ops.listItems({ runId, idempotencyKey, pageSize: 200 })).items, 5_000, [runId, idempotencyKey]);
   return html`<${ErrorLine} error=${error} />
-    ${data &&
-    (data.length === 0
-      ? html`<p>No items.</p>`
-      : html`<table class="items">
+    ${
+      data &&
+      (data.length === 0
+        ? html`<p>No items.</p>`
+        : html`<table class="items">
           <thead><tr><th scope="col">Item</th><th scope="col">Tenant</th><th scope="col">Engine kind</th><th scope="col">Status</th><th scope="col">Agent</th><th scope="col">Error</th></tr></thead>
           <tbody>${data.map(
-            (i) => html`<tr data-item=${i.id}><th scope="row"><a href=${`#/items/${encodeURIComponent(i.id)}`}>${i.id}</a></th><td>${i.tenantKey}</td><td>${i.engineKind}</td>
+            (
+              i,
+            ) => html`<tr data-item=${i.id}><th scope="row"><a href=${`#/items/${encodeURIComponent(i.id)}`}>${i.id}</a></th><td>${i.tenantKey}</td><td>${i.engineKind}</td>
               <td>${STATUS_NAME[i.status]}</td><td>${i.agentId || "–"}</td><td class="message">${i.error}</td></tr>`,
           )}</tbody>
-        </table>`)}`;
+        </table>`)
+    }`;
 }
 
 function ItemDetail({ item: i }: { item: WorkItem }) {
@@ -107,12 +116,18 @@ function ItemDetail({ item: i }: { item: WorkItem }) {
   const live = i.status === WorkItemStatus.PENDING || i.status === WorkItemStatus.DISPATCHED;
   return html`<dl class="detail">${rows.map(([k, v]) => html`<div><dt>${k}</dt><dd>${v}</dd></div>`)}</dl>
     <p class="actions">
-      ${live && html`<${ConfirmButton} label="Cancel item" danger title=${`Cancel ${i.id}`} onConfirm=${() => ops.cancelItems({ tenantKey: i.tenantKey, ids: [i.id], reason: "cancelled from the console" })}>
+      ${
+        live &&
+        html`<${ConfirmButton} label="Cancel item" danger title=${`Cancel ${i.id}`} onConfirm=${() => ops.cancelItems({ tenantKey: i.tenantKey, ids: [i.id], reason: "cancelled from the console" })}>
         <p>The item will not run (again); an agent holding it is told to stop, and its late completion is refused.</p>
-      <//>`}
-      ${i.status === WorkItemStatus.FAILED && html`<${ConfirmButton} label="Redrive" title=${`Redrive ${i.id}`} onConfirm=${() => ops.redriveItems({ tenantKey: i.tenantKey, ids: [i.id] })}>
+      <//>`
+      }
+      ${
+        i.status === WorkItemStatus.FAILED &&
+        html`<${ConfirmButton} label="Redrive" title=${`Redrive ${i.id}`} onConfirm=${() => ops.redriveItems({ tenantKey: i.tenantKey, ids: [i.id] })}>
         <p>The item goes back to pending with a fresh retry budget.</p>
-      <//>`}
+      <//>`
+      }
     </p>`;
 }
 
@@ -120,8 +135,9 @@ function RunView({ tenant, runId }: { tenant: string; runId: string }) {
   const run = usePoll(async () => (await dagOps.getRun({ tenantKey: tenant, runId })).run!, 2_000, [tenant, runId]);
   const r = run.data;
   return html`<${ErrorLine} error=${run.error} />
-    ${r &&
-    html`<h2>Run ${r.id} <span class=${`status ${RUN[r.status]}`} data-run-status=${RUN[r.status]}>${RUN[r.status]}</span></h2>
+    ${
+      r &&
+      html`<h2>Run ${r.id} <span class=${`status ${RUN[r.status]}`} data-run-status=${RUN[r.status]}>${RUN[r.status]}</span></h2>
       <p>Definition ${r.definitionId}, started by ${r.createdBy} at ${time(nsTime(r.startTime))}${r.reason ? html`; ${r.reason}` : null}</p>
       <${Graph} run=${r} />
       <h3>Attempts</h3>
@@ -129,11 +145,14 @@ function RunView({ tenant, runId }: { tenant: string; runId: string }) {
         <thead><tr><th scope="col">Attempt</th><th scope="col">Status</th><th scope="col">Agent</th><th scope="col">Started</th><th scope="col">Ended</th><th scope="col">Item</th><th scope="col">Error</th></tr></thead>
         <tbody>${r.nodes.flatMap((n) =>
           n.attempts.map(
-            (t) => html`<tr><th scope="row">${t.name} #${t.attempt}</th><td>${ATTEMPT[t.status]}</td><td>${t.worker || "–"}</td><td>${time(nsTime(t.startTime))}</td><td>${time(nsTime(t.endTime))}</td>
+            (
+              t,
+            ) => html`<tr><th scope="row">${t.name} #${t.attempt}</th><td>${ATTEMPT[t.status]}</td><td>${t.worker || "–"}</td><td>${time(nsTime(t.startTime))}</td><td>${time(nsTime(t.endTime))}</td>
               <td>${t.workItemId ? html`<a href=${`#/items/${encodeURIComponent(t.workItemId)}`}>${t.workItemId}</a>` : "–"}</td><td class="message">${t.error}</td></tr>`,
           ),
         )}</tbody>
-      </table>`}`;
+      </table>`
+    }`;
 }
 
 /** Nodes in layers by longest dependency path, edges from each dependency; SVG, with a text list beside it for screen readers. */
@@ -152,7 +171,10 @@ function Graph({ run }: { run: Run }) {
   for (const n of run.nodes) depth(n);
   const columns: NodeState[][] = [];
   for (const n of run.nodes) (columns[layer.get(n.name)!] ??= []).push(n);
-  const W = 180, H = 56, GX = 60, GY = 16;
+  const W = 180,
+    H = 56,
+    GX = 60,
+    GY = 16;
   const pos = new Map<string, { x: number; y: number }>();
   for (const [c, col] of columns.entries()) for (const [r, n] of col.entries()) pos.set(n.name, { x: c * (W + GX) + 8, y: r * (H + GY) + 8 });
   const width = columns.length * (W + GX) + 16;
@@ -160,10 +182,13 @@ function Graph({ run }: { run: Run }) {
   return html`<figure class="graph">
     <svg width=${width} height=${height} viewBox=${`0 0 ${width} ${height}`} role="img" aria-label=${`graph of run ${run.id}: ${run.nodes.length} nodes`}>
       ${run.nodes.flatMap((n) =>
-        n.dependsOn.filter((d) => pos.has(d)).map((d) => {
-          const a = pos.get(d)!, b = pos.get(n.name)!;
-          return html`<path class="edge" d=${`M${a.x + W},${a.y + H / 2} C${a.x + W + GX / 2},${a.y + H / 2} ${b.x - GX / 2},${b.y + H / 2} ${b.x},${b.y + H / 2}`} />`;
-        }),
+        n.dependsOn
+          .filter((d) => pos.has(d))
+          .map((d) => {
+            const a = pos.get(d)!,
+              b = pos.get(n.name)!;
+            return html`<path class="edge" d=${`M${a.x + W},${a.y + H / 2} C${a.x + W + GX / 2},${a.y + H / 2} ${b.x - GX / 2},${b.y + H / 2} ${b.x},${b.y + H / 2}`} />`;
+          }),
       )}
       ${run.nodes.map((n) => {
         const p = pos.get(n.name)!;

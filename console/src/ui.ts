@@ -10,7 +10,11 @@ import { messageOf } from "./api.js";
 export const html = htm.bind(h);
 
 /** Calls `load` now and every `everyMs` while mounted and the tab is visible; the latest value or error, and a reload. */
-export function usePoll<T>(load: () => Promise<T>, everyMs: number, deps: unknown[] = []): { data: T | undefined; error: string | undefined; reload: () => void } {
+export function usePoll<T>(
+  load: () => Promise<T>,
+  everyMs: number,
+  deps: unknown[] = [],
+): { data: T | undefined; error: string | undefined; reload: () => void } {
   const [data, setData] = useState<T | undefined>(undefined);
   const [error, setError] = useState<string | undefined>(undefined);
   const [tick, setTick] = useState(0);
@@ -102,7 +106,8 @@ export function ConfirmButton(props: {
 
 export const pct = (r: number) => `${Math.round(r * 100)}%`;
 export const bytes = (n: number) => (n >= 2 ** 30 ? `${(n / 2 ** 30).toFixed(1)} GiB` : n >= 2 ** 20 ? `${(n / 2 ** 20).toFixed(0)} MiB` : `${n} B`);
-export const ago = (ms: number) => (ms < 1000 ? "now" : ms < 60_000 ? `${Math.round(ms / 1000)} s` : ms < 3_600_000 ? `${Math.round(ms / 60_000)} min` : `${(ms / 3_600_000).toFixed(1)} h`);
+export const ago = (ms: number) =>
+  ms < 1000 ? "now" : ms < 60_000 ? `${Math.round(ms / 1000)} s` : ms < 3_600_000 ? `${Math.round(ms / 60_000)} min` : `${(ms / 3_600_000).toFixed(1)} h`;
 export const time = (ms: number | undefined) => (ms === undefined ? "–" : new Date(ms).toISOString().replace("T", " ").slice(0, 19));
 
 export const ErrorLine = ({ error }: { error: string | undefined }) => (error ? html`<p class="error" role="alert">${error}</p>` : null);

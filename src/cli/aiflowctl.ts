@@ -30,8 +30,18 @@ import { MachineService } from "@aiflow/wire/gen/aiflow/machine/v1/machine_pb.js
 import { workCommands } from "./ctl/work.js";
 import { VERSION } from "../util/package-version.js";
 
-const COMMANDS: readonly Command[] = [...agentCommands, ...workCommands, ...bindingCommands, ...keyCommands, ...tenantCommands, ...limitCommands, ...runCommands, ...engineCommands, ...definitionCommands, ...triggerCommands];
-
+const COMMANDS: readonly Command[] = [
+  ...agentCommands,
+  ...workCommands,
+  ...bindingCommands,
+  ...keyCommands,
+  ...tenantCommands,
+  ...limitCommands,
+  ...runCommands,
+  ...engineCommands,
+  ...definitionCommands,
+  ...triggerCommands,
+];
 
 export async function main(argv: readonly string[], env = process.env, out = (t: string) => process.stdout.write(`${t}\n`)): Promise<number> {
   const at = argv.findIndex((a) => !a.startsWith("--") && !isGlobalValue(argv, a));
@@ -45,15 +55,19 @@ export async function main(argv: readonly string[], env = process.env, out = (t:
   const fail = (message: string, exit: number) => (process.stderr.write(`aiflowctl: ${message}\n`), exit);
   let args;
   try {
-    if (shadowed.includes("version") && argv.slice(0, at).includes("--version")) return out(`aiflowctl ${VERSION}`), 0;
-    args = parseFlags(argv, { bool: [...GLOBAL.bool.filter((f) => !shadowed.includes(f)), ...own.bool], value: [...GLOBAL.value, ...own.value], repeat: [...GLOBAL.repeat, ...own.repeat] });
-    if (!shadowed.includes("version") && args.has("version")) return out(`aiflowctl ${VERSION}`), 0;
+    if (shadowed.includes("version") && argv.slice(0, at).includes("--version")) return (out(`aiflowctl ${VERSION}`), 0);
+    args = parseFlags(argv, {
+      bool: [...GLOBAL.bool.filter((f) => !shadowed.includes(f)), ...own.bool],
+      value: [...GLOBAL.value, ...own.value],
+      repeat: [...GLOBAL.repeat, ...own.repeat],
+    });
+    if (!shadowed.includes("version") && args.has("version")) return (out(`aiflowctl ${VERSION}`), 0);
     if (!name) {
       out(mainHelp(COMMANDS));
       return args.has("help") ? 0 : 2;
     }
     if (!spec) throw new UsageError(`unknown command '${name}' (see aiflowctl --help)`);
-    if (args.has("help")) return out(commandHelp(spec)), 0;
+    if (args.has("help")) return (out(commandHelp(spec)), 0);
   } catch (err) {
     if (err instanceof UsageError) return fail(err.message, 2);
     throw err;
@@ -72,7 +86,18 @@ export async function main(argv: readonly string[], env = process.env, out = (t:
       return next(req);
     };
     const transport = createGrpcTransport({ baseUrl: choice.baseUrl, nodeOptions: choice.nodeOptions, interceptors: [auth], defaultTimeoutMs: timeoutMs });
-    return await spec.run({ args, json: args.has("json"), address, ops: createClient(OpsService, transport), queue: createClient(QueueService, transport), dag: createClient(DagService, transport), triggers: createClient(TriggerService, transport), graph: createClient(GraphService, transport), machine: createClient(MachineService, transport), out });
+    return await spec.run({
+      args,
+      json: args.has("json"),
+      address,
+      ops: createClient(OpsService, transport),
+      queue: createClient(QueueService, transport),
+      dag: createClient(DagService, transport),
+      triggers: createClient(TriggerService, transport),
+      graph: createClient(GraphService, transport),
+      machine: createClient(MachineService, transport),
+      out,
+    });
   } catch (err) {
     if (err instanceof UsageError) return fail(err.message, 2);
     const { message, exit } = explain(err, spec, { address, tokenFrom, tls });

@@ -56,7 +56,8 @@ export function tokenCommand(argv: readonly string[], out: (text: string) => voi
   if (agents !== undefined) {
     if (role !== "agent") throw new ConfigError("--agents", "applies to agent tokens only");
     const patterns = agents.split(",").filter(Boolean);
-    if (patterns.length === 0 || !patterns.every(isAgentPattern)) throw new ConfigError("--agents", "must be agent names, each exact or a prefix ending in '*' (gpu-*)");
+    if (patterns.length === 0 || !patterns.every(isAgentPattern))
+      throw new ConfigError("--agents", "must be agent names, each exact or a prefix ending in '*' (gpu-*)");
     entry.agents = patterns;
   }
   if (json) out(`${JSON.stringify({ token, entry })}\n`);

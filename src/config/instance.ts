@@ -14,8 +14,20 @@ export const INSTANCE_SETTINGS = {
     parse: parseTokenSpec,
     repeatable: true,
   },
-  tokensFile: { flag: "--tokens-file", env: ["AIFLOW_TOKENS_FILE"], default: undefined, help: 'JSON file: [{"role","token","tenants"?,"name"?,"agents"?}]', parse: text },
-  auditLog: { flag: "--audit-log", env: ["AIFLOW_AUDIT_LOG"], default: undefined, help: "file the audit stream is appended to (JSON lines); default: the daemon's log", parse: text },
+  tokensFile: {
+    flag: "--tokens-file",
+    env: ["AIFLOW_TOKENS_FILE"],
+    default: undefined,
+    help: 'JSON file: [{"role","token","tenants"?,"name"?,"agents"?}]',
+    parse: text,
+  },
+  auditLog: {
+    flag: "--audit-log",
+    env: ["AIFLOW_AUDIT_LOG"],
+    default: undefined,
+    help: "file the audit stream is appended to (JSON lines); default: the daemon's log",
+    parse: text,
+  },
   logLevel: { flag: "--log-level", env: ["AIFLOW_LOG_LEVEL"], default: "info", help: "trace|debug|info|warn|error|fatal|silent", parse: level },
   instanceId: {
     flag: "--instance-id",
@@ -25,5 +37,11 @@ export const INSTANCE_SETTINGS = {
     parse: text,
   },
   tenants: { flag: "--tenants", env: ["AIFLOW_TENANTS"], default: "default", help: "comma-separated tenant keys this instance serves", parse: list },
-  shutdownGrace: { flag: "--shutdown-grace", env: ["AIFLOW_SHUTDOWN_GRACE"], default: "10s", help: "time in-flight calls get to finish on SIGTERM/SIGINT", parse: duration(0) },
+  shutdownGrace: {
+    flag: "--shutdown-grace",
+    env: ["AIFLOW_SHUTDOWN_GRACE"],
+    default: "10s",
+    help: "time in-flight calls get to finish on SIGTERM/SIGINT",
+    parse: duration(0),
+  },
 } satisfies Record<string, Setting<unknown>>;

@@ -27,7 +27,25 @@ export const INTAKE_SETTINGS = {
     help: "JSON file of webhook and cron triggers, put at each start (the file's triggers it no longer names are deleted)",
     parse: text,
   },
-  webhookMaxBytes: { flag: "--webhook-max-bytes", env: ["AIFLOW_WEBHOOK_MAX_BYTES"], default: "1048576", help: "largest webhook body accepted; a larger one is refused (413) and not kept", parse: int(1024, 64 * 1024 * 1024) },
-  cronCatchUp: { flag: "--cron-catch-up", env: ["AIFLOW_CRON_CATCH_UP"], default: "1h", help: "a cron tick missed while no daemon ran still fires when it is at most this old", parse: duration(0) },
-  firingRetention: { flag: "--firing-retention-days", env: ["AIFLOW_FIRING_RETENTION_DAYS"], default: "30", help: "days trigger firings are kept (payloads may hold senders' secrets)", parse: int(1, 36500) },
+  webhookMaxBytes: {
+    flag: "--webhook-max-bytes",
+    env: ["AIFLOW_WEBHOOK_MAX_BYTES"],
+    default: "1048576",
+    help: "largest webhook body accepted; a larger one is refused (413) and not kept",
+    parse: int(1024, 64 * 1024 * 1024),
+  },
+  cronCatchUp: {
+    flag: "--cron-catch-up",
+    env: ["AIFLOW_CRON_CATCH_UP"],
+    default: "1h",
+    help: "a cron tick missed while no daemon ran still fires when it is at most this old",
+    parse: duration(0),
+  },
+  firingRetention: {
+    flag: "--firing-retention-days",
+    env: ["AIFLOW_FIRING_RETENTION_DAYS"],
+    default: "30",
+    help: "days trigger firings are kept (payloads may hold senders' secrets)",
+    parse: int(1, 36500),
+  },
 } satisfies Record<string, Setting<unknown>>;

@@ -129,7 +129,8 @@ export const listen: Parser<ListenAddress> = (raw, flag) => {
 export const secret =
   (minLength: number): Parser<string> =>
   (raw, flag) => {
-    if (raw.length < minLength) throw new ConfigError(flag, `is ${raw.length} characters; a secret needs at least ${minLength} (openssl rand -hex 32 makes one)`);
+    if (raw.length < minLength)
+      throw new ConfigError(flag, `is ${raw.length} characters; a secret needs at least ${minLength} (openssl rand -hex 32 makes one)`);
     return raw;
   };
 

@@ -6,7 +6,13 @@ import { DEFAULT_CREDIT } from "../domain/fair-share.js";
 import { int, duration, oneOf, tenantWeights, type Setting } from "./parsers.js";
 
 export const QUEUE_SETTINGS = {
-  heartbeatInterval: { flag: "--heartbeat-interval", env: ["AIFLOW_HEARTBEAT_INTERVAL"], default: "5s", help: "interval agents are told to heartbeat at", parse: duration(100) },
+  heartbeatInterval: {
+    flag: "--heartbeat-interval",
+    env: ["AIFLOW_HEARTBEAT_INTERVAL"],
+    default: "5s",
+    help: "interval agents are told to heartbeat at",
+    parse: duration(100),
+  },
   livenessIntervals: {
     flag: "--liveness-intervals",
     env: ["AIFLOW_LIVENESS_INTERVALS"],
@@ -14,12 +20,42 @@ export const QUEUE_SETTINGS = {
     help: "heartbeat intervals an agent may miss before it is marked inactive",
     parse: int(1, 1000),
   },
-  heartbeatFlush: { flag: "--heartbeat-flush", env: ["AIFLOW_HEARTBEAT_FLUSH"], default: "1s", help: "how often coalesced heartbeats are written (one statement each)", parse: duration(10) },
+  heartbeatFlush: {
+    flag: "--heartbeat-flush",
+    env: ["AIFLOW_HEARTBEAT_FLUSH"],
+    default: "1s",
+    help: "how often coalesced heartbeats are written (one statement each)",
+    parse: duration(10),
+  },
   leaseTtl: { flag: "--lease-ttl", env: ["AIFLOW_LEASE_TTL"], default: "30s", help: "lease length of a claimed work item", parse: duration(100) },
-  sweepInterval: { flag: "--sweep-interval", env: ["AIFLOW_SWEEP_INTERVAL"], default: "1s", help: "how often liveness and lease-expiry sweeps run", parse: duration(10) },
-  metadataMaxBytes: { flag: "--metadata-max-bytes", env: ["AIFLOW_METADATA_MAX_BYTES"], default: "65536", help: "largest agent metadata accepted", parse: int(1024) },
-  payloadMaxBytes: { flag: "--payload-max-bytes", env: ["AIFLOW_PAYLOAD_MAX_BYTES"], default: "1048576", help: "largest work item payload accepted", parse: int(1024) },
-  claimMaxItems: { flag: "--claim-max-items", env: ["AIFLOW_CLAIM_MAX_ITEMS"], default: "256", help: "claims asking for more items are clamped to this", parse: int(1, 10_000) },
+  sweepInterval: {
+    flag: "--sweep-interval",
+    env: ["AIFLOW_SWEEP_INTERVAL"],
+    default: "1s",
+    help: "how often liveness and lease-expiry sweeps run",
+    parse: duration(10),
+  },
+  metadataMaxBytes: {
+    flag: "--metadata-max-bytes",
+    env: ["AIFLOW_METADATA_MAX_BYTES"],
+    default: "65536",
+    help: "largest agent metadata accepted",
+    parse: int(1024),
+  },
+  payloadMaxBytes: {
+    flag: "--payload-max-bytes",
+    env: ["AIFLOW_PAYLOAD_MAX_BYTES"],
+    default: "1048576",
+    help: "largest work item payload accepted",
+    parse: int(1024),
+  },
+  claimMaxItems: {
+    flag: "--claim-max-items",
+    env: ["AIFLOW_CLAIM_MAX_ITEMS"],
+    default: "256",
+    help: "claims asking for more items are clamped to this",
+    parse: int(1, 10_000),
+  },
   claimMaxWait: { flag: "--claim-max-wait", env: ["AIFLOW_CLAIM_MAX_WAIT"], default: "30s", help: "longest a claim long-poll may wait", parse: duration(0) },
   claimMaxWaitingPerAgent: {
     flag: "--claim-max-waiting-per-agent",
@@ -43,7 +79,13 @@ export const QUEUE_SETTINGS = {
     help: "times an item goes back to the queue after a lost lease (its agent died, hung, was cut off or went inactive) before it fails, unless its Enqueue says; lost leases spend none of max_retries",
     parse: int(0, 1000),
   },
-  backoffBase: { flag: "--backoff-base", env: ["AIFLOW_BACKOFF_BASE"], default: "1s", help: "retry backoff base (full jitter: rand(0, min(cap, base*2^retry)))", parse: duration(0) },
+  backoffBase: {
+    flag: "--backoff-base",
+    env: ["AIFLOW_BACKOFF_BASE"],
+    default: "1s",
+    help: "retry backoff base (full jitter: rand(0, min(cap, base*2^retry)))",
+    parse: duration(0),
+  },
   grpcFastPath: {
     flag: "--grpc-fast-path",
     env: ["AIFLOW_GRPC_FAST_PATH"],
@@ -51,7 +93,13 @@ export const QUEUE_SETTINGS = {
     help: "on: plain gRPC unary calls and bidirectional streams (the agent stream) are served straight from the HTTP/2 stream (wire/src/server/unary-fast-path.ts, bidi-fast-path.ts); off: connect-node serves every call",
     parse: oneOf(["on", "off"]),
   },
-  backoffJitter: { flag: "--backoff-jitter", env: ["AIFLOW_BACKOFF_JITTER"], default: "full", help: "full (random in [0, bound]) or none (exactly the bound)", parse: oneOf(["full", "none"]) },
+  backoffJitter: {
+    flag: "--backoff-jitter",
+    env: ["AIFLOW_BACKOFF_JITTER"],
+    default: "full",
+    help: "full (random in [0, bound]) or none (exactly the bound)",
+    parse: oneOf(["full", "none"]),
+  },
   enqueueWindow: {
     flag: "--enqueue-window",
     env: ["AIFLOW_ENQUEUE_WINDOW"],
@@ -60,7 +108,13 @@ export const QUEUE_SETTINGS = {
     // Every Enqueue under load may wait this long: a second is far past any use.
     parse: duration(0, 1000),
   },
-  notifyWindow: { flag: "--notify-window", env: ["AIFLOW_NOTIFY_WINDOW"], default: "5ms", help: "enqueues within this window share one NOTIFY to other daemons", parse: duration(0) },
+  notifyWindow: {
+    flag: "--notify-window",
+    env: ["AIFLOW_NOTIFY_WINDOW"],
+    default: "5ms",
+    help: "enqueues within this window share one NOTIFY to other daemons",
+    parse: duration(0),
+  },
   doneNotifyWindow: {
     flag: "--done-notify-window",
     env: ["AIFLOW_DONE_NOTIFY_WINDOW"],
@@ -76,7 +130,13 @@ export const QUEUE_SETTINGS = {
     help: "when a key's agent cannot take work: hold (its items wait, then fail after the grace) or rebind (the key moves after the grace)",
     parse: oneOf(["hold", "rebind"]),
   },
-  affinityGrace: { flag: "--affinity-grace", env: ["AIFLOW_AFFINITY_GRACE"], default: "60s", help: "how long a key waits for its agent before the policy acts", parse: duration(0) },
+  affinityGrace: {
+    flag: "--affinity-grace",
+    env: ["AIFLOW_AFFINITY_GRACE"],
+    default: "60s",
+    help: "how long a key waits for its agent before the policy acts",
+    parse: duration(0),
+  },
   unplaceableGrace: {
     flag: "--unplaceable-grace",
     env: ["AIFLOW_UNPLACEABLE_GRACE"],
@@ -92,7 +152,25 @@ export const QUEUE_SETTINGS = {
     help: "tenants' fair-share weights, tenant=weight[,tenant=weight…] (default 1; an operator's weight set by aiflowctl wins)",
     parse: tenantWeights,
   },
-  fairShareCredit: { flag: "--fair-share-credit", env: ["AIFLOW_FAIR_SHARE_CREDIT"], default: String(DEFAULT_CREDIT), help: "items' worth of turns an idle tenant may bank for its next burst", parse: int(0, 1_000_000) },
-  priorityAging: { flag: "--priority-aging", env: ["AIFLOW_PRIORITY_AGING"], default: "0s", help: "waiting this long is worth one priority level inside a tenant; 0: priority is strict", parse: duration(0) },
-  affinityIdle: { flag: "--affinity-idle", env: ["AIFLOW_AFFINITY_IDLE"], default: "1h", help: "a binding whose key has had no unfinished item for this long is removed", parse: duration(0) },
+  fairShareCredit: {
+    flag: "--fair-share-credit",
+    env: ["AIFLOW_FAIR_SHARE_CREDIT"],
+    default: String(DEFAULT_CREDIT),
+    help: "items' worth of turns an idle tenant may bank for its next burst",
+    parse: int(0, 1_000_000),
+  },
+  priorityAging: {
+    flag: "--priority-aging",
+    env: ["AIFLOW_PRIORITY_AGING"],
+    default: "0s",
+    help: "waiting this long is worth one priority level inside a tenant; 0: priority is strict",
+    parse: duration(0),
+  },
+  affinityIdle: {
+    flag: "--affinity-idle",
+    env: ["AIFLOW_AFFINITY_IDLE"],
+    default: "1h",
+    help: "a binding whose key has had no unfinished item for this long is removed",
+    parse: duration(0),
+  },
 } satisfies Record<string, Setting<unknown>>;

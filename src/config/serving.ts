@@ -10,7 +10,13 @@ import { text, bool, trustDomain, int, duration, listen, secret, type Setting } 
 const DEFAULT_CONSOLE_DIR = fileURLToPath(new URL("../../dist/console/", import.meta.url));
 
 export const SERVING_SETTINGS = {
-  listen: { flag: "--listen", env: ["AIFLOW_LISTEN"], default: "127.0.0.1:7400", help: "gRPC address to serve (TLS with --tls-cert; h2c without, on loopback or with --insecure-plaintext)", parse: listen },
+  listen: {
+    flag: "--listen",
+    env: ["AIFLOW_LISTEN"],
+    default: "127.0.0.1:7400",
+    help: "gRPC address to serve (TLS with --tls-cert; h2c without, on loopback or with --insecure-plaintext)",
+    parse: listen,
+  },
   // Transport security (src/server/tls.ts): HTTP/2 over TLS 1.2+ (ALPN h2), files re-read on change and SIGHUP.
   httpListen: {
     flag: "--http-listen",
@@ -47,7 +53,13 @@ export const SERVING_SETTINGS = {
     help: 'distinct values each of the tenant and engine_kind labels takes on /metrics (the first seen keep theirs); later ones are counted as "other"',
     parse: int(1, 100_000),
   },
-  metricsMaxAgents: { flag: "--metrics-max-agents", env: ["AIFLOW_METRICS_MAX_AGENTS"], default: "1000", help: "agents with series of their own on /metrics (the first by name); the rest count in aggregates only", parse: int(0, 100_000) },
+  metricsMaxAgents: {
+    flag: "--metrics-max-agents",
+    env: ["AIFLOW_METRICS_MAX_AGENTS"],
+    default: "1000",
+    help: "agents with series of their own on /metrics (the first by name); the rest count in aggregates only",
+    parse: int(0, 100_000),
+  },
   metricsRefresh: {
     flag: "--metrics-refresh",
     env: ["AIFLOW_METRICS_REFRESH"],
@@ -64,7 +76,13 @@ export const SERVING_SETTINGS = {
     help: "PEM CA bundle: mutual TLS, a client without a certificate it signed is refused in the handshake; a URI SAN spiffe://DOMAIN/ROLE/NAME is the caller's identity",
     parse: text,
   },
-  tlsTrustDomain: { flag: "--tls-trust-domain", env: ["AIFLOW_TLS_TRUST_DOMAIN"], default: "aiflow", help: "trust domain of the spiffe:// URIs in client certificates that name a caller", parse: trustDomain },
+  tlsTrustDomain: {
+    flag: "--tls-trust-domain",
+    env: ["AIFLOW_TLS_TRUST_DOMAIN"],
+    default: "aiflow",
+    help: "trust domain of the spiffe:// URIs in client certificates that name a caller",
+    parse: trustDomain,
+  },
   insecurePlaintext: {
     flag: "--insecure-plaintext",
     env: ["AIFLOW_INSECURE_PLAINTEXT"],

@@ -313,11 +313,7 @@ async function assertPortFree(port: number): Promise<void> {
   await new Promise<void>((resolve, reject) => {
     const probe = net.createServer();
     probe.once("error", (err: NodeJS.ErrnoException) =>
-      reject(
-        err.code === "EADDRINUSE"
-          ? new Error(`cannot start embedded Postgres: port ${port} on ${HOST} is already in use by another process`)
-          : err,
-      ),
+      reject(err.code === "EADDRINUSE" ? new Error(`cannot start embedded Postgres: port ${port} on ${HOST} is already in use by another process`) : err),
     );
     probe.listen({ port, host: HOST, exclusive: true }, () => probe.close(() => resolve()));
   });

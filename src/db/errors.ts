@@ -22,9 +22,12 @@ import { AppError } from "../domain/errors.js";
 const UNAVAILABLE_STATES: ReadonlySet<string> = new Set(["57P01", "57P02", "57P03", "53300", "40001", "40P01"]);
 
 export function interpretDbError(err: unknown): unknown {
-  if (err instanceof UniqueIntegrityConstraintViolationError)
-    return new AppError("already_exists", `already exists (${err.constraint})`, { cause: err });
-  if (err instanceof ForeignKeyIntegrityConstraintViolationError || err instanceof NotNullIntegrityConstraintViolationError || err instanceof CheckIntegrityConstraintViolationError)
+  if (err instanceof UniqueIntegrityConstraintViolationError) return new AppError("already_exists", `already exists (${err.constraint})`, { cause: err });
+  if (
+    err instanceof ForeignKeyIntegrityConstraintViolationError ||
+    err instanceof NotNullIntegrityConstraintViolationError ||
+    err instanceof CheckIntegrityConstraintViolationError
+  )
     return new AppError("invalid_argument", `rejected by the database (${(err as { constraint?: string }).constraint ?? "constraint"})`, { cause: err });
   if (err instanceof ConnectionError || err instanceof BackendTerminatedError || err instanceof BackendTerminatedUnexpectedlyError)
     return new AppError("unavailable", "database unavailable, retry shortly", { cause: err });
@@ -40,7 +43,11 @@ export function interpretDbError(err: unknown): unknown {
   for (let e = err as { code?: unknown; message?: unknown; cause?: unknown } | undefined, depth = 0; e && depth < 4; e = e.cause as typeof e, depth++) {
     if (typeof e.code === "string" && SOCKET_CODES.has(e.code)) return new AppError("unavailable", "database unavailable, retry shortly", { cause: err });
     // pg's own client-side failures carry no code, only these messages.
-    if (e.message === "Query read timeout" || e.message === "Connection terminated due to connection timeout" || (e as { name?: unknown }).name === "DatabaseSilentError")
+    if (
+      e.message === "Query read timeout" ||
+      e.message === "Connection terminated due to connection timeout" ||
+      (e as { name?: unknown }).name === "DatabaseSilentError"
+    )
       return new AppError("unavailable", "database did not answer in time, retry shortly", { cause: err });
     if (typeof e.message === "string" && CLOSED_MESSAGES.some((m) => e.message === m))
       return new AppError("unavailable", "database unavailable, retry shortly", { cause: err });
@@ -49,7 +56,16 @@ export function interpretDbError(err: unknown): unknown {
 }
 
 /** Socket errors on the way to Postgres: it is down, restarting, or the path to it is. */
-const SOCKET_CODES: ReadonlySet<string> = new Set(["ECONNREFUSED", "ECONNRESET", "EPIPE", "ETIMEDOUT", "EHOSTUNREACH", "ENETUNREACH", "ENOTFOUND", "EAI_AGAIN"]);
+const SOCKET_CODES: ReadonlySet<string> = new Set([
+  "ECONNREFUSED",
+  "ECONNRESET",
+  "EPIPE",
+  "ETIMEDOUT",
+  "EHOSTUNREACH",
+  "ENETUNREACH",
+  "ENOTFOUND",
+  "EAI_AGAIN",
+]);
 
 /** What pg says when a connection closes under it (a server restart, a cut network path). */
 const CLOSED_MESSAGES = ["Connection terminated unexpectedly", "Connection terminated", "Client has encountered a connection error and is not queryable"];

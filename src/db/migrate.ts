@@ -41,15 +41,17 @@ export function loadMigrations(dir = MIGRATIONS_DIR): Migration[] {
 /** Expands the naming placeholders of a migration's text. */
 export function expand(sqlText: string, naming: Naming): string {
   const t = new Tables(naming.schema, naming.prefix);
-  return sqlText
-    .replace(/\{\{schema\}\}/g, quoteIdent(naming.schema))
-    // A NOTIFY channel as a string literal (Tables.channel: the scope is a hex hash, the topic [a-z_]).
-    .replace(/\{\{channel:([a-z_]+)\}\}/g, (_, topic: string) => `'${t.channel(topic)}'`)
-    .replace(/\{\{(table|name):([a-z0-9_]+)\}\}/g, (_, kind: string, what: string) => {
-    if (kind === "name") return t.objectName(what);
-    if (!([...TABLES, ...RETIRED_TABLES] as readonly string[]).includes(what)) throw new Error(`migration names unknown table '${what}'`);
-    return t.qualified(what as TableName);
-  });
+  return (
+    sqlText
+      .replace(/\{\{schema\}\}/g, quoteIdent(naming.schema))
+      // A NOTIFY channel as a string literal (Tables.channel: the scope is a hex hash, the topic [a-z_]).
+      .replace(/\{\{channel:([a-z_]+)\}\}/g, (_, topic: string) => `'${t.channel(topic)}'`)
+      .replace(/\{\{(table|name):([a-z0-9_]+)\}\}/g, (_, kind: string, what: string) => {
+        if (kind === "name") return t.objectName(what);
+        if (!([...TABLES, ...RETIRED_TABLES] as readonly string[]).includes(what)) throw new Error(`migration names unknown table '${what}'`);
+        return t.qualified(what as TableName);
+      })
+  );
 }
 
 export class MigrationError extends Error {

@@ -5,7 +5,28 @@
 import { createHash } from "node:crypto";
 import { sql, type IdentifierSqlToken } from "slonik";
 
-export const TABLES = ["agent", "work_item", "affinity_binding", "concurrency_key", "tenant_share", "fair_share_turn", "rate_limit", "engine", "engine_run", "trigger_firing", "run", "task", "checkpoint", "trigger", "trigger_delivery", "graph_run", "machine_run", "engine_definition", "engine_event", "schema_migrations"] as const;
+export const TABLES = [
+  "agent",
+  "work_item",
+  "affinity_binding",
+  "concurrency_key",
+  "tenant_share",
+  "fair_share_turn",
+  "rate_limit",
+  "engine",
+  "engine_run",
+  "trigger_firing",
+  "run",
+  "task",
+  "checkpoint",
+  "trigger",
+  "trigger_delivery",
+  "graph_run",
+  "machine_run",
+  "engine_definition",
+  "engine_event",
+  "schema_migrations",
+] as const;
 export type TableName = (typeof TABLES)[number];
 
 /** Tables an earlier migration created and a later one dropped (0017 folded the DAG's into the engines'): migrations may name them, the code may not. */

@@ -29,7 +29,8 @@ export function optionalText(raw: string, field: string, max = 1024): string | n
   const v = raw.trim();
   if (v.length > max) throw invalidArgument(field, `is ${v.length} characters; the limit is ${max}`);
   const bad = CONTROL.exec(v);
-  if (bad) throw invalidArgument(field, `holds control character U+${bad[0].charCodeAt(0).toString(16).toUpperCase().padStart(4, "0")} at position ${bad.index}`);
+  if (bad)
+    throw invalidArgument(field, `holds control character U+${bad[0].charCodeAt(0).toString(16).toUpperCase().padStart(4, "0")} at position ${bad.index}`);
   return v.length === 0 ? null : v;
 }
 

@@ -27,7 +27,9 @@ export function jsonText(raw: string, field: string, maxBytes: number): string |
   const expansion = scanJson(raw, field);
   const size = Buffer.byteLength(raw) + expansion;
   if (size > maxBytes)
-    throw resourceExhausted(`${field} is ${size} bytes${expansion > 0 ? " with its exponents written out, as they are stored" : ""}; the limit is ${maxBytes} bytes`);
+    throw resourceExhausted(
+      `${field} is ${size} bytes${expansion > 0 ? " with its exponents written out, as they are stored" : ""}; the limit is ${maxBytes} bytes`,
+    );
   return raw;
 }
 

@@ -72,14 +72,16 @@ const most = (xs: number[]) => (xs.length === 0 ? 0 : Math.max(...xs));
 export function unplaceableReason(r: Requirements, fleet: readonly (Capacity | null)[]): string | null {
   const agents = fleet.filter((c): c is Capacity => c !== null);
   if (agents.some((c) => fitsCapacity(c, r))) return null;
-  if (agents.length === 0) return fleet.length === 0 ? "no registered agent serves its tenant and engine kind" : "no agent serving its tenant and engine kind registered a capacity";
+  if (agents.length === 0)
+    return fleet.length === 0 ? "no registered agent serves its tenant and engine kind" : "no agent serving its tenant and engine kind registered a capacity";
   const gpus = r.gpus ?? 0;
   if (gpus > 0) {
     const model = r.gpuModel ? ` ${r.gpuModel}` : "";
     const ofModel = agents.flatMap((c) => c.gpus.filter((g) => modelMatches(r.gpuModel, g.model)));
     if (ofModel.length === 0) return `needs${model} GPUs, no agent has one`;
     const need = r.gpuMemoryMb ?? 0;
-    if (need > most(ofModel.map((g) => g.memoryMb))) return `needs ${mib(need)} per${model} GPU, the largest agent GPU has ${mib(most(ofModel.map((g) => g.memoryMb)))}`;
+    if (need > most(ofModel.map((g) => g.memoryMb)))
+      return `needs ${mib(need)} per${model} GPU, the largest agent GPU has ${mib(most(ofModel.map((g) => g.memoryMb)))}`;
     const best = most(agents.map((c) => gpusFor(c, r).length));
     if (best < gpus) return `needs ${gpus}${model} GPUs${need > 0 ? ` with ${mib(need)} each` : ""}, the most any agent has is ${best}`;
   }

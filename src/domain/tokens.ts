@@ -34,7 +34,7 @@ export function parseTokenSpec(raw: string, flag: string): TokenGrant {
   return grant(role, secretDigest(token, flag), tenants ? tenants.split(",").filter(Boolean) : undefined, undefined);
 }
 
-const ENTRY_SHAPE = '{role, token | sha256, tenants?, name?, agents?}';
+const ENTRY_SHAPE = "{role, token | sha256, tenants?, name?, agents?}";
 
 /**
  * Parses a tokens file: a JSON array of {role, token | sha256, tenants?, name?, agents?}. An entry may
@@ -53,16 +53,19 @@ export function parseTokensFile(body: string, flag: string): TokenGrant[] {
     const where = `${flag}: entry ${i}`;
     const role = String(e?.role ?? "");
     if (!isRole(role)) throw new ConfigError(where, `role must be one of ${ROLES.join("|")}`);
-    if ((e.token === undefined) === (e.sha256 === undefined)) throw new ConfigError(where, "give either token (the secret) or sha256 (its SHA-256, 64 hex digits)");
+    if ((e.token === undefined) === (e.sha256 === undefined))
+      throw new ConfigError(where, "give either token (the secret) or sha256 (its SHA-256, 64 hex digits)");
     let digest: string;
     if (e.token !== undefined) {
       if (typeof e.token !== "string") throw new ConfigError(where, "token must be a string");
       digest = secretDigest(e.token, where);
     } else {
-      if (typeof e.sha256 !== "string" || !/^[0-9a-fA-F]{64}$/.test(e.sha256)) throw new ConfigError(where, "sha256 must be 64 hex digits (the SHA-256 of the token: `printf %s TOKEN | sha256sum`)");
+      if (typeof e.sha256 !== "string" || !/^[0-9a-fA-F]{64}$/.test(e.sha256))
+        throw new ConfigError(where, "sha256 must be 64 hex digits (the SHA-256 of the token: `printf %s TOKEN | sha256sum`)");
       digest = e.sha256.toLowerCase();
     }
-    if (e.tenants !== undefined && !(Array.isArray(e.tenants) && e.tenants.every((t) => typeof t === "string"))) throw new ConfigError(where, "tenants must be an array of strings");
+    if (e.tenants !== undefined && !(Array.isArray(e.tenants) && e.tenants.every((t) => typeof t === "string")))
+      throw new ConfigError(where, "tenants must be an array of strings");
     const g = grant(role, digest, e.tenants as string[] | undefined, typeof e.name === "string" ? e.name : undefined);
     if (e.agents !== undefined) g.agents = agentPatterns(e.agents, role, where);
     return g;
@@ -78,7 +81,12 @@ export function checkGrants(grants: readonly TokenGrant[], flag: string): void {
   for (const g of grants) {
     const other = seen.get(g.digest);
     if (other)
-      throw new ConfigError(flag, other.role === g.role ? `the same ${g.role} token is granted twice (${other.name} and ${g.name}); grant it once` : `the same token is granted to roles ${other.role} and ${g.role}; each role needs a secret of its own`);
+      throw new ConfigError(
+        flag,
+        other.role === g.role
+          ? `the same ${g.role} token is granted twice (${other.name} and ${g.name}); grant it once`
+          : `the same token is granted to roles ${other.role} and ${g.role}; each role needs a secret of its own`,
+      );
     seen.set(g.digest, g);
   }
 }
@@ -95,7 +103,8 @@ function agentPatterns(raw: unknown, role: Role, where: string): string[] {
 export const isAgentPattern = (p: unknown): p is string => typeof p === "string" && (p === "*" || isIdentifierText(p.endsWith("*") ? p.slice(0, -1) : p));
 
 function secretDigest(token: string, where: string): string {
-  if (token.length < MIN_TOKEN_LENGTH) throw new ConfigError(where, `a token must be at least ${MIN_TOKEN_LENGTH} characters (\`aiflowd token new ROLE\` makes one)`);
+  if (token.length < MIN_TOKEN_LENGTH)
+    throw new ConfigError(where, `a token must be at least ${MIN_TOKEN_LENGTH} characters (\`aiflowd token new ROLE\` makes one)`);
   return tokenDigest(token);
 }
 

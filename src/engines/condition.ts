@@ -55,7 +55,9 @@ function tokenize(src: string): Token[] {
     const num = /^-?\d+(\.\d+)?([eE][+-]?\d+)?/.exec(src.slice(i));
     // The language has no subtraction: a minus is a number's sign, where an operand may begin.
     const prev = out.at(-1);
-    const afterOperand = prev !== undefined && (prev.k === "num" || prev.k === "str" || (prev.k === "id" && prev.v !== "in") || (prev.k === "op" && (prev.v === ")" || prev.v === "]")));
+    const afterOperand =
+      prev !== undefined &&
+      (prev.k === "num" || prev.k === "str" || (prev.k === "id" && prev.v !== "in") || (prev.k === "op" && (prev.v === ")" || prev.v === "]")));
     if (num && (c !== "-" || !afterOperand)) {
       out.push({ k: "num", v: num[0], at: i });
       i += num[0].length;
@@ -145,9 +147,9 @@ export function parseCondition(src: string, roots: readonly string[]): Node {
   };
   const literal = (): unknown => {
     const t = peek();
-    if (t.k === "num") return p++, Number(t.v);
-    if (t.k === "str") return p++, t.v;
-    if (t.k === "id" && ["true", "false", "null"].includes(t.v)) return p++, t.v === "true" ? true : t.v === "false" ? false : null;
+    if (t.k === "num") return (p++, Number(t.v));
+    if (t.k === "str") return (p++, t.v);
+    if (t.k === "id" && ["true", "false", "null"].includes(t.v)) return (p++, t.v === "true" ? true : t.v === "false" ? false : null);
     if (isOp("[")) {
       p++;
       const xs: unknown[] = [];

@@ -42,7 +42,11 @@ export function checkName(name: string, where: string): void {
 }
 
 /** The work of a node or an action, validated; `where` names it in refusals. */
-export function workPlan(w: { engineKind: string; payloadJson: string; maxRetries: number; workerParams?: WorkerParams; priority: number }, where: string, limits: Limits): WorkPlan {
+export function workPlan(
+  w: { engineKind: string; payloadJson: string; maxRetries: number; workerParams?: WorkerParams; priority: number },
+  where: string,
+  limits: Limits,
+): WorkPlan {
   if (w.engineKind.trim() === "") throw invalidArgument(`${where}.engine_kind`, "is required: the agents that serve this engine kind run it");
   let payload: unknown = null;
   const text = templateText(w.payloadJson, `${where}.payload_json`, limits);
@@ -91,6 +95,6 @@ export function checkCondition(text: string, roots: readonly string[], where: st
 export function reachable(from: string, next: (name: string) => readonly string[]): Set<string> {
   const seen = new Set([from]);
   const todo = [from];
-  while (todo.length > 0) for (const n of next(todo.pop()!)) if (!seen.has(n)) (seen.add(n), todo.push(n));
+  while (todo.length > 0) for (const n of next(todo.pop()!)) if (!seen.has(n)) seen.add(n), todo.push(n);
   return seen;
 }

@@ -159,8 +159,7 @@ export class HeartbeatBuffer {
         if (written.has(b.name)) {
           if (!this.#written.has(b.name)) first.push(b.name);
           this.#written.set(b.name, b.at);
-        }
-        else {
+        } else {
           // Removed since it beat: forgotten, so that its next heartbeat answers NOT_FOUND.
           this.hub.forget(b.name);
           this.#written.delete(b.name);

@@ -92,7 +92,14 @@ export function agentLivenessTask(deps: {
       lastSweep = now;
       if (gone.length === 0) return;
       deps.log.warn({ agents: gone.map((g) => g.name), missedForMs: window }, "agents missed their heartbeats: marked inactive");
-      deps.audit.record({ table: "agent", action: "update", ids: gone.map((g) => g.id), fields: ["status", "updatedby", "updatedon"], by: "liveness-sweep", at: now });
+      deps.audit.record({
+        table: "agent",
+        action: "update",
+        ids: gone.map((g) => g.id),
+        fields: ["status", "updatedby", "updatedon"],
+        by: "liveness-sweep",
+        at: now,
+      });
       for (const g of gone) {
         await deps.hub.publish(g.name, { kind: "status", status: "inactive", reason: "missed heartbeats", drainDeadline: null });
         await deps.onAgentGone?.(g.name);

@@ -31,23 +31,40 @@ export class FleetCapacity {
   /** Why no agent could run an item with these needs, or null when one could. */
   reason(n: NeedOf): string | null {
     const serving = this.agents.filter((a) => a.tenants.includes(n.tenant_key) && a.kinds.includes(n.engine_kind));
-    return unplaceableReason(n.requirements as Requirements, serving.map((a) => a.capacity as Capacity | null));
+    return unplaceableReason(
+      n.requirements as Requirements,
+      serving.map((a) => a.capacity as Capacity | null),
+    );
   }
 }
 
 /** The reason per item (in order), reading the fleet only when some item states requirements. */
-export async function unplaceableReasons(agents: AgentStore, items: readonly { status: string; tenant_key: string; engine_kind: string; worker_params: Record<string, unknown> | null }[]): Promise<(string | null)[]> {
+export async function unplaceableReasons(
+  agents: AgentStore,
+  items: readonly { status: string; tenant_key: string; engine_kind: string; worker_params: Record<string, unknown> | null }[],
+): Promise<(string | null)[]> {
   const needs = (i: (typeof items)[number]) => i.status === "pending" && i.worker_params?.requirements !== undefined;
   if (!items.some(needs)) return items.map(() => null);
   const fleet = await FleetCapacity.read(agents);
-  return items.map((i) => (needs(i) ? fleet.reason({ tenant_key: i.tenant_key, engine_kind: i.engine_kind, requirements: i.worker_params!.requirements as Record<string, unknown> }) : null));
+  return items.map((i) =>
+    needs(i)
+      ? fleet.reason({ tenant_key: i.tenant_key, engine_kind: i.engine_kind, requirements: i.worker_params!.requirements as Record<string, unknown> })
+      : null,
+  );
 }
 
 /** How many waiting items one sweep looks at. */
 const SWEEP_BATCH = 500;
 
 /** The dead-letter policy's sweep; a no-op while --unplaceable-grace is 0. */
-export function unplaceableTask(d: { config: Pick<Config, "unplaceableGrace">; agents: AgentStore; stats: WorkItemStatsStore; store: WorkItemStore; log: Logger; onFailed: (rows: readonly { id: string; engine_kind: string }[]) => void }): MaintenanceTask {
+export function unplaceableTask(d: {
+  config: Pick<Config, "unplaceableGrace">;
+  agents: AgentStore;
+  stats: WorkItemStatsStore;
+  store: WorkItemStore;
+  log: Logger;
+  onFailed: (rows: readonly { id: string; engine_kind: string }[]) => void;
+}): MaintenanceTask {
   return {
     name: "unplaceable",
     run: async (now) => {

@@ -86,25 +86,35 @@ export class FleetGauges {
         },
       });
 
-    gauge("aiflow_queue_items", "Work items by tenant, engine kind and status (finished ones too, until they are deleted)", ["tenant", "engine_kind", "status"], (g, s) => {
-      const sums = new Map<string, { tenant: string; engine_kind: string; status: string; n: number }>();
-      for (const r of s.queue) {
-        const key = `${r.tenant}\0${r.kind}\0${r.status}`;
-        const sum = sums.get(key) ?? { tenant: r.tenant, engine_kind: r.kind, status: r.status, n: 0 };
-        sums.set(key, { ...sum, n: sum.n + r.n });
-      }
-      for (const { n, ...l } of sums.values()) g.set(l, n);
-    });
-    gauge("aiflow_queue_oldest_due_pending_age_seconds", "Seconds the pending item due longest ago has been due, per tenant and engine kind", ["tenant", "engine_kind"], (g, s) => {
-      const oldest = new Map<string, { tenant: string; engine_kind: string; ns: bigint }>();
-      for (const r of s.queue) {
-        if (r.oldest_due_ns === null) continue;
-        const key = `${r.tenant}\0${r.kind}`;
-        const was = oldest.get(key);
-        if (!was || r.oldest_due_ns < was.ns) oldest.set(key, { tenant: r.tenant, engine_kind: r.kind, ns: r.oldest_due_ns });
-      }
-      for (const { ns, ...l } of oldest.values()) g.set(l, Math.max(0, s.atMs - Number(ns / 1_000_000n)) / 1000);
-    });
+    gauge(
+      "aiflow_queue_items",
+      "Work items by tenant, engine kind and status (finished ones too, until they are deleted)",
+      ["tenant", "engine_kind", "status"],
+      (g, s) => {
+        const sums = new Map<string, { tenant: string; engine_kind: string; status: string; n: number }>();
+        for (const r of s.queue) {
+          const key = `${r.tenant}\0${r.kind}\0${r.status}`;
+          const sum = sums.get(key) ?? { tenant: r.tenant, engine_kind: r.kind, status: r.status, n: 0 };
+          sums.set(key, { ...sum, n: sum.n + r.n });
+        }
+        for (const { n, ...l } of sums.values()) g.set(l, n);
+      },
+    );
+    gauge(
+      "aiflow_queue_oldest_due_pending_age_seconds",
+      "Seconds the pending item due longest ago has been due, per tenant and engine kind",
+      ["tenant", "engine_kind"],
+      (g, s) => {
+        const oldest = new Map<string, { tenant: string; engine_kind: string; ns: bigint }>();
+        for (const r of s.queue) {
+          if (r.oldest_due_ns === null) continue;
+          const key = `${r.tenant}\0${r.kind}`;
+          const was = oldest.get(key);
+          if (!was || r.oldest_due_ns < was.ns) oldest.set(key, { tenant: r.tenant, engine_kind: r.kind, ns: r.oldest_due_ns });
+        }
+        for (const { ns, ...l } of oldest.values()) g.set(l, Math.max(0, s.atMs - Number(ns / 1_000_000n)) / 1000);
+      },
+    );
     gauge("aiflow_agents", "Registered agents by status (removed ones left out)", ["status"], (g, s) => {
       for (const status of ["active", "draining", "inactive"] as const) g.set({ status }, s.byStatus.get(status) ?? 0);
     });
@@ -118,11 +128,15 @@ export class FleetGauges {
           if (num(v)) g.set({ agent: a.name }, v);
         }
       });
-    perAgent("aiflow_agent_cpu_utilization_ratio", "CPU in use on the agent's host, 0-1 of all cores (its last heartbeat)", (m) => (num(m.cpu?.utilization) ? m.cpu.utilization / 100 : undefined));
+    perAgent("aiflow_agent_cpu_utilization_ratio", "CPU in use on the agent's host, 0-1 of all cores (its last heartbeat)", (m) =>
+      num(m.cpu?.utilization) ? m.cpu.utilization / 100 : undefined,
+    );
     perAgent("aiflow_agent_memory_used_bytes", "Memory in use on the agent's host (its last heartbeat)", (m) => m.memory?.used);
     perAgent("aiflow_agent_memory_total_bytes", "Memory of the agent's host (its last heartbeat)", (m) => m.memory?.total);
     perAgent("aiflow_agent_in_flight_items", "Items dispatched to the agent now", (_m, a) => a.in_flight);
-    perAgent("aiflow_agent_drain_remaining_items", "Items a draining agent still holds (the drain is done at 0)", (_m, a) => (a.status === "draining" ? a.in_flight : undefined));
+    perAgent("aiflow_agent_drain_remaining_items", "Items a draining agent still holds (the drain is done at 0)", (_m, a) =>
+      a.status === "draining" ? a.in_flight : undefined,
+    );
     const perGpu = (name: string, help: string, value: (gpu: NonNullable<HeartbeatMetrics["gpus"]>[number]) => number | undefined) =>
       gauge(name, help, ["agent", "gpu"], (g, s) => {
         for (const a of s.agents) {
@@ -134,7 +148,9 @@ export class FleetGauges {
           });
         }
       });
-    perGpu("aiflow_agent_gpu_utilization_ratio", "Utilisation of each GPU of the agent's host, 0-1 (its last heartbeat)", (gpu) => (num(gpu.utilization) ? gpu.utilization / 100 : undefined));
+    perGpu("aiflow_agent_gpu_utilization_ratio", "Utilisation of each GPU of the agent's host, 0-1 (its last heartbeat)", (gpu) =>
+      num(gpu.utilization) ? gpu.utilization / 100 : undefined,
+    );
     perGpu("aiflow_agent_gpu_memory_used_bytes", "Memory in use on each GPU (its last heartbeat)", (gpu) => gpu.memory?.used);
     perGpu("aiflow_agent_gpu_memory_total_bytes", "Memory of each GPU (its last heartbeat)", (gpu) => gpu.memory?.total);
   }

@@ -136,18 +136,35 @@ export class DaemonMetrics implements QueueEvents, EngineEvents, TriggerEvents, 
   }
 
   readonly #emptyClaims = this.#counter("aiflow_queue_empty_claims_total", "Claims answered with no item (a long-poll that ended empty)");
-  readonly #directDispatches = this.#counter("aiflow_queue_direct_dispatches_total", "Items an Enqueue handed straight to a waiting claim, with no claim statement");
-  readonly #streamEnds = this.#counter("aiflow_agent_stream_ends_total", "Agent streams (AgentService.Connect) that ended, by how: goodbye, broken, shutdown, failed", ["how"]);
+  readonly #directDispatches = this.#counter(
+    "aiflow_queue_direct_dispatches_total",
+    "Items an Enqueue handed straight to a waiting claim, with no claim statement",
+  );
+  readonly #streamEnds = this.#counter(
+    "aiflow_agent_stream_ends_total",
+    "Agent streams (AgentService.Connect) that ended, by how: goodbye, broken, shutdown, failed",
+    ["how"],
+  );
   readonly #streams = new Gauge({ name: "aiflow_agent_streams", help: "Agent streams (AgentService.Connect) open on this daemon", registers: [this.registry] });
-  readonly #rateHeld = this.#counter("aiflow_queue_rate_limited_claims_total", "Claim statements that a rate limit held picked items back from (their key's slots were spent)");
+  readonly #rateHeld = this.#counter(
+    "aiflow_queue_rate_limited_claims_total",
+    "Claim statements that a rate limit held picked items back from (their key's slots were spent)",
+  );
   readonly #refusedCompletions = this.#counter(
     "aiflow_queue_refused_completions_total",
     "Completions and failures refused because their lease was no longer held (a zombie agent's late report)",
   );
   readonly #leaseExpiries = this.#counter("aiflow_queue_lease_expiries_total", "Dispatched items whose lease ran out (the expiry sweep took them back)");
-  readonly #redeliveries = this.#counter("aiflow_queue_redeliveries_total", "Items back to pending after their holder lost them (lease expired, agent inactive): one redelivery spent");
+  readonly #redeliveries = this.#counter(
+    "aiflow_queue_redeliveries_total",
+    "Items back to pending after their holder lost them (lease expired, agent inactive): one redelivery spent",
+  );
   readonly #retries = this.#counter("aiflow_queue_retries_total", "Items an agent failed that went back to pending for another attempt", ["engine_kind"]);
-  readonly #deadLetters = this.#counter("aiflow_queue_dead_letters_total", "Items that failed for good (attempts or redeliveries spent, or stranded by their affinity key)", ["engine_kind"]);
+  readonly #deadLetters = this.#counter(
+    "aiflow_queue_dead_letters_total",
+    "Items that failed for good (attempts or redeliveries spent, or stranded by their affinity key)",
+    ["engine_kind"],
+  );
   readonly #dispatchWait = new Histogram({
     name: "aiflow_queue_dispatch_wait_seconds",
     help: "Seconds from when an item became due (enqueued, or its backoff or not-before passed) to its dispatch",
@@ -186,8 +203,16 @@ export class DaemonMetrics implements QueueEvents, EngineEvents, TriggerEvents, 
     "Runs that ended, by engine and status (dag: completed, failed, cancelled; graph: completed, stopped, failed, cancelled; statemachine: terminal, failed, cancelled)",
     ["engine", "status"],
   );
-  readonly #engineEvents = this.#counter("aiflow_engine_events_total", "Events engine advances applied, by engine (a work item a run waited on ended; a DAG attempt's timeout came due)", ["engine"]);
-  readonly #engineQueued = this.#counter("aiflow_engine_items_queued_total", "Work items run transactions queued, by engine (a DAG fan-out's iterations each count)", ["engine"]);
+  readonly #engineEvents = this.#counter(
+    "aiflow_engine_events_total",
+    "Events engine advances applied, by engine (a work item a run waited on ended; a DAG attempt's timeout came due)",
+    ["engine"],
+  );
+  readonly #engineQueued = this.#counter(
+    "aiflow_engine_items_queued_total",
+    "Work items run transactions queued, by engine (a DAG fan-out's iterations each count)",
+    ["engine"],
+  );
   readonly #triggerFirings = this.#counter(
     "aiflow_trigger_firings_total",
     "Trigger firings this daemon recorded, by trigger type (webhook, cron) and outcome (started, signalled, refused, failed)",
@@ -198,7 +223,10 @@ export class DaemonMetrics implements QueueEvents, EngineEvents, TriggerEvents, 
     "Webhook deliveries refused, by reason (unsigned, stale, replayed, unknown_trigger, too_large, bad_body, throttled, or the action's refusal) and whether a firing was recorded (false: an unserved tenant, past the per-trigger limit a minute, or a throttled address)",
     ["reason", "recorded"],
   );
-  readonly #listenReconnects = this.#counter("aiflow_listen_reconnects_total", "Times the LISTEN connection was lost and made again (notifications may have been missed meanwhile)");
+  readonly #listenReconnects = this.#counter(
+    "aiflow_listen_reconnects_total",
+    "Times the LISTEN connection was lost and made again (notifications may have been missed meanwhile)",
+  );
 
   /** The per-item histograms' children by label values: labels() hashes its arguments on every use, and a claim observes each item. */
   readonly #waitOf = childrenOf(this.#dispatchWait);

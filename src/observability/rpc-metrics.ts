@@ -17,7 +17,12 @@ import { observeStreamEnd } from "./stream-end.js";
 const LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
 
 type GrpcType = "unary" | "client_stream" | "server_stream" | "bidi_stream";
-const GRPC_TYPE: Record<string, GrpcType> = { unary: "unary", client_streaming: "client_stream", server_streaming: "server_stream", bidi_streaming: "bidi_stream" };
+const GRPC_TYPE: Record<string, GrpcType> = {
+  unary: "unary",
+  client_streaming: "client_stream",
+  server_streaming: "server_stream",
+  bidi_streaming: "bidi_stream",
+};
 
 /** Go's names of the codes (Code.String() there), as grpc_code spells them: "OK", "Canceled", "InvalidArgument", … */
 const codeName = (code: Code | undefined) => (code === undefined ? "OK" : (Code[code] ?? "Unknown"));
@@ -32,7 +37,12 @@ interface MethodMetrics {
 }
 
 export function rpcMetricsInterceptor(registry: Registry): Interceptor {
-  const started = new Counter({ name: "grpc_server_started_total", help: "RPCs started on the server", labelNames: ["grpc_type", "grpc_service", "grpc_method"], registers: [registry] });
+  const started = new Counter({
+    name: "grpc_server_started_total",
+    help: "RPCs started on the server",
+    labelNames: ["grpc_type", "grpc_service", "grpc_method"],
+    registers: [registry],
+  });
   const handled = new Counter({
     name: "grpc_server_handled_total",
     help: "RPCs completed on the server, by gRPC code",
@@ -46,7 +56,12 @@ export function rpcMetricsInterceptor(registry: Registry): Interceptor {
     buckets: LATENCY_BUCKETS,
     registers: [registry],
   });
-  const inFlight = new Gauge({ name: "grpc_server_in_flight_calls", help: "RPCs being handled now", labelNames: ["grpc_service", "grpc_method"], registers: [registry] });
+  const inFlight = new Gauge({
+    name: "grpc_server_in_flight_calls",
+    help: "RPCs being handled now",
+    labelNames: ["grpc_service", "grpc_method"],
+    registers: [registry],
+  });
 
   const byMethod = new Map<string, MethodMetrics>();
   const metricsOf = (service: string, method: string, kind: string): MethodMetrics => {

@@ -83,7 +83,10 @@ export async function startTracing({ log, env = process.env, serviceName = "aifl
   provider.register();
   installed = true;
   log.info(
-    { service: attributes.attributes["service.name"], exporter: [wanted.otlp ? `otlp ${wanted.otlp.protocol}` : undefined, wanted.console ? "console" : undefined].filter(Boolean).join(", ") },
+    {
+      service: attributes.attributes["service.name"],
+      exporter: [wanted.otlp ? `otlp ${wanted.otlp.protocol}` : undefined, wanted.console ? "console" : undefined].filter(Boolean).join(", "),
+    },
     "tracing on: exporting spans",
   );
   return {
@@ -101,4 +104,3 @@ export async function startTracing({ log, env = process.env, serviceName = "aifl
     },
   };
 }
-

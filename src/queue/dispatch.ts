@@ -39,4 +39,3 @@ export function newDispatch(agent: string, instance: string, nowMs: number, leas
     updatedOn: timestampInit(nowMs),
   };
 }
-

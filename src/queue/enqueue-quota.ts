@@ -46,11 +46,16 @@ export class EnqueueQuota {
     const rate = this.limits.maxEnqueueRate;
     if (rate === 0 || n === 0) return;
     if (n > rate)
-      throw invalidArgument(what, `${n} work items in one call are more than tenant '${tenant}' may queue in a second (--max-enqueue-rate ${rate}): queue at most ${rate} per call`);
+      throw invalidArgument(
+        what,
+        `${n} work items in one call are more than tenant '${tenant}' may queue in a second (--max-enqueue-rate ${rate}): queue at most ${rate} per call`,
+      );
     const b = this.#bucket(tenant);
     if (b.tokens < n) {
       const waitMs = Math.ceil(((n - b.tokens) * 1000) / rate);
-      throw resourceExhausted(`tenant '${tenant}' may queue ${rate} work items a second on this daemon (--max-enqueue-rate); ${n} more now would pass it: try again in ${waitMs} ms`);
+      throw resourceExhausted(
+        `tenant '${tenant}' may queue ${rate} work items a second on this daemon (--max-enqueue-rate); ${n} more now would pass it: try again in ${waitMs} ms`,
+      );
     }
     b.tokens -= n;
   }

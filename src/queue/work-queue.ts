@@ -123,7 +123,11 @@ export class WorkQueue {
    * Cancels unfinished items of a tenant (by ids, a run, or parents with their children): pending and
    * dispatched ones become cancelled at once, holders are told to stop, waiters are woken.
    */
-  async cancel(tenant: string, req: { ids: readonly string[]; runId: string; parentIds: readonly string[]; reason: string }, principal: string): Promise<string[]> {
+  async cancel(
+    tenant: string,
+    req: { ids: readonly string[]; runId: string; parentIds: readonly string[]; reason: string },
+    principal: string,
+  ): Promise<string[]> {
     const target = {
       ids: req.ids.map((id, i) => identifier(id, `ids[${i}]`)),
       runId: req.runId ? identifier(req.runId, "run_id") : null,
@@ -198,7 +202,8 @@ export class WorkQueue {
         if (run?.justReached) {
           const agents = inTouch.heardSince(now - window);
           const kept = await this.store.extendHeldLeases(agents, now, ttl, "lease-carry-over");
-          if (kept.length > 0) this.log.info({ agents: agents.length, items: kept.length }, "database back: leases of the agents heard from during the outage extended");
+          if (kept.length > 0)
+            this.log.info({ agents: agents.length, items: kept.length }, "database back: leases of the agents heard from during the outage extended");
         }
         if (now - (run?.reachedSinceMs ?? Number.NEGATIVE_INFINITY) < ttl) return;
         const rows = await this.store.requeueExpired(now, "expiry-sweep");

@@ -43,8 +43,7 @@ export function assertAgent(identity: Identity, name: string): void {
 
 /** Refuses a tenant the caller's token is not limited to. */
 export function assertTenant(identity: Identity, tenant: string): void {
-  if (identity.tenants && !identity.tenants.has(tenant))
-    throw new ConnectError(`token may not act for tenant '${tenant}'`, Code.PermissionDenied);
+  if (identity.tenants && !identity.tenants.has(tenant)) throw new ConnectError(`token may not act for tenant '${tenant}'`, Code.PermissionDenied);
 }
 
 /**
@@ -60,5 +59,8 @@ export function tenantsOutside(identity: Identity, tenants: Iterable<string>): s
 export function assertAgentTenants(identity: Identity, agent: string, tenants: Iterable<string>): void {
   const outside = tenantsOutside(identity, tenants);
   if (outside.length > 0)
-    throw new ConnectError(`agent '${agent}' serves tenant(s) ${outside.map((t) => `'${t}'`).join(", ")}, which this token may not act for`, Code.PermissionDenied);
+    throw new ConnectError(
+      `agent '${agent}' serves tenant(s) ${outside.map((t) => `'${t}'`).join(", ")}, which this token may not act for`,
+      Code.PermissionDenied,
+    );
 }

@@ -62,7 +62,10 @@ export function concurrencyOpsImpl(d: ConcurrencyOpsDeps): Pick<ServiceImpl<type
       const max = inRange(req.maxInFlight, "max_in_flight", 0, MAX_IN_FLIGHT);
       const maxInFlight = max === 0 ? null : max;
       await keys.setLimit({ tenant, key, prefix: req.prefix, maxInFlight, by: caller.principal, nowMs: queue.clock.nowMs() });
-      queue.log.info({ tenant, key, prefix: req.prefix, maxInFlight, by: caller.principal }, maxInFlight === null ? "concurrency limit cleared" : "concurrency limit set");
+      queue.log.info(
+        { tenant, key, prefix: req.prefix, maxInFlight, by: caller.principal },
+        maxInFlight === null ? "concurrency limit cleared" : "concurrency limit set",
+      );
       // Read before the wake-up, so the answer is the change's, not the claims' it lets start.
       const now = req.prefix ? undefined : keyToWire(await keys.get(tenant, key));
       // Which claims wait for the key's items is not known here (they wait by tenant and engine

@@ -36,7 +36,11 @@ export function dagServiceImpl(d: { engine: DagEngine; definitions: DefinitionRe
 
     async startRun(req, ctx) {
       const scope = scopeOf(req.tenantKey, ctx);
-      const plan = await planFrom(req.source, (def) => planOf(def, config, true), (id) => engine.storedPlan(scope.tenantKey, id));
+      const plan = await planFrom(
+        req.source,
+        (def) => planOf(def, config, true),
+        (id) => engine.storedPlan(scope.tenantKey, id),
+      );
       const context = jsonObject(req.contextJson, "context_json", config.payloadMaxBytes);
       const key = optionalText(req.idempotencyKey, "idempotency_key", 256);
       const { run, existing } = await engine.startRun(scope, plan, context, key);
@@ -90,7 +94,13 @@ export function dagServiceImpl(d: { engine: DagEngine; definitions: DefinitionRe
     async *watchRun(req, ctx) {
       const scope = scopeOf(req.tenantKey, ctx);
       const runId = runIdOf(req.runId);
-      yield* watchRun(engine, runId, async () => ({ run: await viewOf(scope, runId, req.withAttempts) }), (m) => m.run.status !== RunStatus.RUNNING, [ctx.signal, d.draining]);
+      yield* watchRun(
+        engine,
+        runId,
+        async () => ({ run: await viewOf(scope, runId, req.withAttempts) }),
+        (m) => m.run.status !== RunStatus.RUNNING,
+        [ctx.signal, d.draining],
+      );
     },
   };
 }

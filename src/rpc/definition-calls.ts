@@ -49,11 +49,16 @@ export function definitionIdOf(raw: string): string {
 
 /** The NOT_FOUND of a definition the tenant has not stored, saying how to store one. */
 export const noDefinition = (kind: DefinitionKind, tenantKey: string, id: string) =>
-  notFound(`tenant '${tenantKey}' has no stored ${LABEL[kind]} definition '${id.slice(0, 256)}' (store one with PutDefinition, or aiflowctl definitions put FILE --engine ${kind} --tenant ${tenantKey})`);
+  notFound(
+    `tenant '${tenantKey}' has no stored ${LABEL[kind]} definition '${id.slice(0, 256)}' (store one with PutDefinition, or aiflowctl definitions put FILE --engine ${kind} --tenant ${tenantKey})`,
+  );
 
 export function definitionCalls<D extends DescMessage>(kind: DefinitionKind, reads: DefinitionReads, schema: D) {
   return {
-    async getDefinition(req: { tenantKey: string; definitionId: string }, ctx: HandlerContext): Promise<{ definition: MessageShape<D>; stored: StoredDefinitionWire }> {
+    async getDefinition(
+      req: { tenantKey: string; definitionId: string },
+      ctx: HandlerContext,
+    ): Promise<{ definition: MessageShape<D>; stored: StoredDefinitionWire }> {
       const { tenantKey } = scopeOf(req.tenantKey, ctx);
       const id = definitionIdOf(req.definitionId);
       const row = await reads.get(kind, tenantKey, id);
@@ -61,7 +66,10 @@ export function definitionCalls<D extends DescMessage>(kind: DefinitionKind, rea
       return { definition: fromJson(schema, JSON.parse(row.body), { ignoreUnknownFields: true }), stored: storedToWire(row) };
     },
 
-    async listDefinitions(req: { tenantKey: string; pageSize: number; pageToken: string }, ctx: HandlerContext): Promise<{ definitions: StoredDefinitionWire[]; nextPageToken: string }> {
+    async listDefinitions(
+      req: { tenantKey: string; pageSize: number; pageToken: string },
+      ctx: HandlerContext,
+    ): Promise<{ definitions: StoredDefinitionWire[]; nextPageToken: string }> {
       const { tenantKey } = scopeOf(req.tenantKey, ctx);
       if (req.pageSize < 0) throw invalidArgument("page_size", `${req.pageSize} is negative`);
       const size = Math.min(req.pageSize || PAGE_DEFAULT, PAGE_MAX);

@@ -63,7 +63,10 @@ export function fairShareOpsImpl(d: FairShareOpsDeps): Pick<ServiceImpl<typeof O
         weight = req.weight;
       }
       const changed = await tenants.setWeight({ tenant, weight, by: caller.principal, nowMs: queue.clock.nowMs(), configured: configured() });
-      queue.log.info({ tenant, weight, from: changed.from, to: changed.to, respaced: changed.respaced, by: caller.principal }, weight === null ? "tenant weight cleared" : "tenant weight set");
+      queue.log.info(
+        { tenant, weight, from: changed.from, to: changed.to, respaced: changed.respaced, by: caller.principal },
+        weight === null ? "tenant weight cleared" : "tenant weight set",
+      );
       // Read before the wake-up, so the answer is the change's, not the claims' it lets start.
       const [row] = await tenants.list({ tenant, configured: configured() });
       // Turns changed for every claim that serves the tenant among others: wake them all to look again.
@@ -110,13 +113,21 @@ export function fairShareOpsImpl(d: FairShareOpsDeps): Pick<ServiceImpl<typeof O
         };
         await limits.set({ ...target, ...rule });
       }
-      queue.log.info({ tenant, key, prefix: req.prefix, count: rule?.count, intervalNs: rule && String(rule.intervalNs), burst: rule?.burst, by: caller.principal }, rule ? "rate limit set" : "rate limit cleared");
+      queue.log.info(
+        { tenant, key, prefix: req.prefix, count: rule?.count, intervalNs: rule && String(rule.intervalNs), burst: rule?.burst, by: caller.principal },
+        rule ? "rate limit set" : "rate limit cleared",
+      );
       // Read before the wake-up, so the answer is the change's, not the claims' it lets start.
       const now = req.prefix ? undefined : keyToWire(await limits.get(tenant, key));
       // Which claims wait for the keys' items is not known here (they wait by tenant and engine
       // kind, and a prefix spans keys): wake them all to look again.
       queue.ringWork([ANY]);
-      return { rule: rule ? ruleToWire({ tenant_key: tenant, key, prefix: req.prefix, limit_count: rule.count, interval_ns: rule.intervalNs, burst: rule.burst }) : undefined, key: now };
+      return {
+        rule: rule
+          ? ruleToWire({ tenant_key: tenant, key, prefix: req.prefix, limit_count: rule.count, interval_ns: rule.intervalNs, burst: rule.burst })
+          : undefined,
+        key: now,
+      };
     },
   };
 }
@@ -126,7 +137,8 @@ function intervalNs(d: Duration | undefined): bigint {
   if (!d) throw invalidArgument("interval", "is required (the window the count applies to)");
   const ns = d.seconds * 1_000_000_000n + BigInt(d.nanos);
   const ms = Number(ns) / 1e6;
-  if (!(ms >= MIN_RATE_INTERVAL_MS && ms <= MAX_RATE_INTERVAL_MS)) throw invalidArgument("interval", `${ms} ms is outside ${MIN_RATE_INTERVAL_MS} ms..${MAX_RATE_INTERVAL_MS} ms (7 days)`);
+  if (!(ms >= MIN_RATE_INTERVAL_MS && ms <= MAX_RATE_INTERVAL_MS))
+    throw invalidArgument("interval", `${ms} ms is outside ${MIN_RATE_INTERVAL_MS} ms..${MAX_RATE_INTERVAL_MS} ms (7 days)`);
   return ns;
 }
 
@@ -154,6 +166,13 @@ function keyToWire(r: KeyStateRow): MessageInitShape<typeof RateLimitKeySchema> 
   const limit =
     r.rule_key === null || r.limit_count === null || r.interval_ns === null || r.burst === null
       ? undefined
-      : ruleToWire({ tenant_key: r.tenant_key, key: r.rule_key, prefix: r.rule_prefix ?? false, limit_count: r.limit_count, interval_ns: r.interval_ns, burst: r.burst });
+      : ruleToWire({
+          tenant_key: r.tenant_key,
+          key: r.rule_key,
+          prefix: r.rule_prefix ?? false,
+          limit_count: r.limit_count,
+          interval_ns: r.interval_ns,
+          burst: r.burst,
+        });
   return { tenantKey: r.tenant_key, key: r.key, nextSlotAt: r.open_ns === null ? undefined : timestampOfNs(r.open_ns), limit };
 }

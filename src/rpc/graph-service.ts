@@ -46,7 +46,12 @@ export function graphRunToWire(r: GraphRunRow): MessageInitShape<typeof RunSchem
   };
 }
 
-export function graphServiceImpl(d: { engine: GraphEngine; definitions: DefinitionReads; config: Config; draining: AbortSignal }): ServiceImpl<typeof GraphService> {
+export function graphServiceImpl(d: {
+  engine: GraphEngine;
+  definitions: DefinitionReads;
+  config: Config;
+  draining: AbortSignal;
+}): ServiceImpl<typeof GraphService> {
   const { engine, config } = d;
   const runOf = async (scope: Scope, runId: string) => {
     const run = await engine.get(scope, runId);
@@ -64,7 +69,11 @@ export function graphServiceImpl(d: { engine: GraphEngine; definitions: Definiti
 
     async startRun(req, ctx) {
       const scope = scopeOf(req.tenantKey, ctx);
-      const plan = await planFrom(req.source, (def) => graphPlanOf(def, config, true), (id) => engine.storedPlan(scope.tenantKey, id));
+      const plan = await planFrom(
+        req.source,
+        (def) => graphPlanOf(def, config, true),
+        (id) => engine.storedPlan(scope.tenantKey, id),
+      );
       const run = await engine.startRun(scope, plan, jsonObject(req.stateJson, "state_json", config.payloadMaxBytes));
       return { run: graphRunToWire(run) };
     },
@@ -89,7 +98,14 @@ export function graphServiceImpl(d: { engine: GraphEngine; definitions: Definiti
     async *watchRun(req, ctx) {
       const scope = scopeOf(req.tenantKey, ctx);
       const runId = runIdOf(req.runId);
-      for await (const run of watchRun(engine.watches, runId, () => runOf(scope, runId), (r) => r.status !== "running", [ctx.signal, d.draining])) yield { run: graphRunToWire(run) };
+      for await (const run of watchRun(
+        engine.watches,
+        runId,
+        () => runOf(scope, runId),
+        (r) => r.status !== "running",
+        [ctx.signal, d.draining],
+      ))
+        yield { run: graphRunToWire(run) };
     },
   };
 }

@@ -45,7 +45,12 @@ export function eventName(raw: string): string {
   return raw;
 }
 
-export function machineServiceImpl(d: { engine: MachineEngine; definitions: DefinitionReads; config: Config; draining: AbortSignal }): ServiceImpl<typeof MachineService> {
+export function machineServiceImpl(d: {
+  engine: MachineEngine;
+  definitions: DefinitionReads;
+  config: Config;
+  draining: AbortSignal;
+}): ServiceImpl<typeof MachineService> {
   const { engine, config } = d;
   const runOf = async (scope: Scope, runId: string) => {
     const run = await engine.get(scope, runId);
@@ -63,7 +68,11 @@ export function machineServiceImpl(d: { engine: MachineEngine; definitions: Defi
 
     async startRun(req, ctx) {
       const scope = scopeOf(req.tenantKey, ctx);
-      const plan = await planFrom(req.source, (def) => machinePlanOf(def, config, true), (id) => engine.storedPlan(scope.tenantKey, id));
+      const plan = await planFrom(
+        req.source,
+        (def) => machinePlanOf(def, config, true),
+        (id) => engine.storedPlan(scope.tenantKey, id),
+      );
       const run = await engine.startRun(scope, plan, jsonObject(req.contextJson, "context_json", config.payloadMaxBytes));
       return { run: machineRunToWire(run) };
     },
@@ -97,7 +106,14 @@ export function machineServiceImpl(d: { engine: MachineEngine; definitions: Defi
     async *watchRun(req, ctx) {
       const scope = scopeOf(req.tenantKey, ctx);
       const runId = runIdOf(req.runId);
-      for await (const run of watchRun(engine.watches, runId, () => runOf(scope, runId), (r) => !r.live, [ctx.signal, d.draining])) yield { run: machineRunToWire(run) };
+      for await (const run of watchRun(
+        engine.watches,
+        runId,
+        () => runOf(scope, runId),
+        (r) => !r.live,
+        [ctx.signal, d.draining],
+      ))
+        yield { run: machineRunToWire(run) };
     },
   };
 }

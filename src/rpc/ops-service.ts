@@ -52,14 +52,11 @@ export interface OpsDeps {
   agents: AgentStore;
 }
 
-
 const tenantsOfRow = (r: AgentWithLoad): string[] => {
   const t = (r.metadata as { tenants?: unknown } | null)?.tenants;
   return Array.isArray(t) ? t.filter((x): x is string => typeof x === "string") : [];
 };
 const withinLimit = (caller: Identity, r: AgentWithLoad) => tenantsOutside(caller, tenantsOfRow(r)).length === 0;
-
-
 
 /** The tenants a tenant-scoped ops read covers: the named one (within the limit), else the limit's (undefined: every tenant). */
 function tenantScope(caller: Identity, raw: string): string[] | undefined {
@@ -110,12 +107,28 @@ export function opsServiceImpl(d: OpsDeps): ServiceImpl<typeof OpsService> {
     return groups
       .flatMap((g) => {
         const reason = fleet.reason(g);
-        return reason === null ? [] : [{ tenantKey: g.tenant_key, engineKind: g.engine_kind, requirements: requirementsToWire(g.requirements as Requirements), count: BigInt(g.n), reason, oldestAge: durationFromMs(Math.max(0, now - g.oldest)) }];
+        return reason === null
+          ? []
+          : [
+              {
+                tenantKey: g.tenant_key,
+                engineKind: g.engine_kind,
+                requirements: requirementsToWire(g.requirements as Requirements),
+                count: BigInt(g.n),
+                reason,
+                oldestAge: durationFromMs(Math.max(0, now - g.oldest)),
+              },
+            ];
       })
       .slice(0, 100);
   };
 
-  const statusDirective = (status: AgentStatus, reason: string, deadline: number | null) => ({ kind: "status" as const, status, reason, drainDeadline: deadline });
+  const statusDirective = (status: AgentStatus, reason: string, deadline: number | null) => ({
+    kind: "status" as const,
+    status,
+    reason,
+    drainDeadline: deadline,
+  });
 
   return {
     ...concurrencyOpsImpl({ queue, keys: d.concurrencyKeys }),
@@ -215,7 +228,15 @@ export function opsServiceImpl(d: OpsDeps): ServiceImpl<typeof OpsService> {
       queue.freed(released);
       await queue.revoke(released, "agent removed");
       if (released.length > 0) queue.ringWork(["*"]);
-      if (row) d.audit.record({ table: "agent", action: "delete", ids: [row.id], fields: ["status", "deletedby", "deletedon", "updatedby", "updatedon"], by: caller.principal, at: now });
+      if (row)
+        d.audit.record({
+          table: "agent",
+          action: "delete",
+          ids: [row.id],
+          fields: ["status", "deletedby", "deletedon", "updatedby", "updatedon"],
+          by: caller.principal,
+          at: now,
+        });
       hub.forget(name);
       await hub.publish(name, statusDirective("inactive", "removed", null));
       return { released: released.length };
@@ -240,7 +261,13 @@ export function opsServiceImpl(d: OpsDeps): ServiceImpl<typeof OpsService> {
         pending: total("pending"),
         dispatched: total("dispatched"),
         unplaceable,
-        unserved: unserved.map((g) => ({ tenantKey: g.tenant_key, engineKind: g.engine_kind, count: BigInt(g.n), oldestAge: durationFromMs(Math.max(0, now - g.oldest)), agentsNotActive: g.not_active })),
+        unserved: unserved.map((g) => ({
+          tenantKey: g.tenant_key,
+          engineKind: g.engine_kind,
+          count: BigInt(g.n),
+          oldestAge: durationFromMs(Math.max(0, now - g.oldest)),
+          agentsNotActive: g.not_active,
+        })),
         dispatchWaitP50: s.waitP50Ms === null ? undefined : microsDuration(s.waitP50Ms),
         dispatchWaitP99: s.waitP99Ms === null ? undefined : microsDuration(s.waitP99Ms),
       };
@@ -311,7 +338,6 @@ export function opsServiceImpl(d: OpsDeps): ServiceImpl<typeof OpsService> {
     },
   };
 }
-
 
 /** Runs work on one transaction with queue and registry stores bound to it. */
 export type ReleaseTransaction = <T>(fn: (store: WorkItemStore, ops: AgentOpsStore) => Promise<T>) => Promise<T>;

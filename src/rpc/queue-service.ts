@@ -19,7 +19,15 @@ import { newItem } from "../queue/new-item.js";
 import { enqueueQuota } from "../queue/enqueue-quota.js";
 
 /** A ListItems page token: the last item's sort key. Its priority is an int4 column's, so a forged one past int4 is refused here, not by Postgres as INTERNAL. */
-const listCursor = z.object({ priority: z.number().int().min(-(2 ** 31)).max(2 ** 31 - 1), createdon: z.number(), id: z.string() });
+const listCursor = z.object({
+  priority: z
+    .number()
+    .int()
+    .min(-(2 ** 31))
+    .max(2 ** 31 - 1),
+  createdon: z.number(),
+  id: z.string(),
+});
 
 const MAX_WAIT_MS = 60_000;
 /** Items one Wait may name: its reply carries each of them. */
@@ -60,7 +68,11 @@ export function queueServiceImpl(queue: WorkQueue, agents: AgentStore, draining:
       // Every item of the call joins its trace: each attempt's handler span is a child of this context.
       const results = await queue.enqueuer.submit(WorkItemStore.rows(tenant, engineId, items, now, caller.principal, handedTraceparent(ctx)));
       // Items handed to a waiting claim are taken; the rest wake claims.
-      wakeClaims(queue, tenant, items.filter((_, i) => !results[i]!.claimed));
+      wakeClaims(
+        queue,
+        tenant,
+        items.filter((_, i) => !results[i]!.claimed),
+      );
       return { results: results.map((r) => ({ id: r.id, existing: r.existing })) };
     },
 
@@ -80,7 +92,8 @@ export function queueServiceImpl(queue: WorkQueue, agents: AgentStore, draining:
 
     async wait(req, ctx) {
       const tenant = tenantOf(req.tenantKey, ctx);
-      if (req.ids.length > MAX_WAIT_IDS) throw invalidArgument("ids", `names ${req.ids.length} items; the limit is ${MAX_WAIT_IDS} (wait for a run_id instead, or in parts)`);
+      if (req.ids.length > MAX_WAIT_IDS)
+        throw invalidArgument("ids", `names ${req.ids.length} items; the limit is ${MAX_WAIT_IDS} (wait for a run_id instead, or in parts)`);
       const ids = req.ids.map((id, i) => identifier(id, `ids[${i}]`));
       const runId = req.runId ? identifier(req.runId, "run_id") : null;
       if (ids.length === 0 && !runId) throw invalidArgument("ids", "name items or a run_id to wait for");
@@ -132,7 +145,13 @@ function wakeClaims(queue: WorkQueue, tenant: string, items: readonly NewItem[])
 /** One page of items in dispatch order, of these tenants (undefined: every tenant); shared by QueueService and OpsService. */
 export async function listItemsPage(store: WorkItemStore, agents: AgentStore, tenants: readonly string[] | undefined, req: ListItemsQuery) {
   const limit = Math.min(req.pageSize || 100, 1000);
-  const { rows, more } = await store.list({ ...listFilter(req), tenants, limit, maxBytes: LIST_PAGE_BYTES, after: req.pageToken ? decodeCursor(req.pageToken, listCursor) : undefined });
+  const { rows, more } = await store.list({
+    ...listFilter(req),
+    tenants,
+    limit,
+    maxBytes: LIST_PAGE_BYTES,
+    after: req.pageToken ? decodeCursor(req.pageToken, listCursor) : undefined,
+  });
   const last = rows.at(-1);
   return {
     items: await itemsToWire(agents, rows),
@@ -140,7 +159,9 @@ export async function listItemsPage(store: WorkItemStore, agents: AgentStore, te
   };
 }
 
-type ListItemsQuery = Pick<ListItemsRequest, "statuses" | "engineKind" | "runId" | "parentWorkItemId" | "agentId" | "pageSize" | "pageToken"> & { idempotencyKey?: string };
+type ListItemsQuery = Pick<ListItemsRequest, "statuses" | "engineKind" | "runId" | "parentWorkItemId" | "agentId" | "pageSize" | "pageToken"> & {
+  idempotencyKey?: string;
+};
 
 function listFilter(req: ListItemsQuery) {
   const statuses = req.statuses.map((s, i) => {
@@ -157,4 +178,3 @@ function listFilter(req: ListItemsQuery) {
     idempotencyKey: req.idempotencyKey ? (optionalText(req.idempotencyKey, "idempotency_key", 256) ?? undefined) : undefined,
   };
 }
-

@@ -67,7 +67,13 @@ export async function pageOf<R extends RunCursor>(
  * is over or the call or the daemon stops. Saves that come while a message is being read and sent
  * are covered by the next read.
  */
-export async function* watchRun<R>(watches: Pick<RunWatch, "watch">, runId: string, read: () => Promise<R>, ended: (r: R) => boolean, signals: readonly AbortSignal[]): AsyncGenerator<R> {
+export async function* watchRun<R>(
+  watches: Pick<RunWatch, "watch">,
+  runId: string,
+  read: () => Promise<R>,
+  ended: (r: R) => boolean,
+  signals: readonly AbortSignal[],
+): AsyncGenerator<R> {
   let changed = true;
   let wake: (() => void) | undefined;
   const unwatch = watches.watch(runId, () => {

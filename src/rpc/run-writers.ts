@@ -48,10 +48,16 @@ const iso = (ns: bigint) => new Date(Number(ns / 1_000_000n)).toISOString();
 /** A write's ended_on (non-negative; the wire's 0 is null already) must be a plausible epoch-ns time now. */
 function checkEndedOn(raw: bigint, nowNs: bigint): void {
   if (raw < NS_FLOOR)
-    throw invalidArgument("ended_on", `${raw} is not epoch nanoseconds (as nanoseconds it is ${iso(raw)}); seconds, milliseconds and microseconds must be multiplied up to nanoseconds`);
+    throw invalidArgument(
+      "ended_on",
+      `${raw} is not epoch nanoseconds (as nanoseconds it is ${iso(raw)}); seconds, milliseconds and microseconds must be multiplied up to nanoseconds`,
+    );
   if (raw > nowNs + ENDED_AHEAD_NS) {
     const s = (raw - nowNs) / 1_000_000_000n;
-    throw invalidArgument("ended_on", `${raw} (${iso(raw)}) is ${s} s ahead of the daemon's clock; a run cannot have ended in the future (up to ${ENDED_AHEAD_MS / 1000} s is taken as clock skew)`);
+    throw invalidArgument(
+      "ended_on",
+      `${raw} (${iso(raw)}) is ${s} s ahead of the daemon's clock; a run cannot have ended in the future (up to ${ENDED_AHEAD_MS / 1000} s is taken as clock skew)`,
+    );
   }
 }
 
@@ -84,7 +90,9 @@ export async function admitExternalWrite(d: WriterDeps, f: RunFacts, nowNs: bigi
   if (newFiring && f.triggerFiringId !== null) {
     cause = await startingFiring(d, f, f.triggerFiringId);
     if (f.triggeredBy !== null && f.triggeredBy !== cause.trigger_name)
-      throw failedPrecondition(`trigger_firing_id '${cause.id}' is a firing of trigger '${cause.trigger_name}', not '${f.triggeredBy}'; name the trigger that fired, or leave triggered_by empty`);
+      throw failedPrecondition(
+        `trigger_firing_id '${cause.id}' is a firing of trigger '${cause.trigger_name}', not '${f.triggeredBy}'; name the trigger that fired, or leave triggered_by empty`,
+      );
     facts.triggeredBy = cause.trigger_name;
   } else if (newTrigger && f.triggeredBy !== null) {
     const page = await d.firings.list(f.tenantKey, { triggerName: f.triggeredBy, runId: f.runId, outcomes: ["started"] }, null, 1, 1);

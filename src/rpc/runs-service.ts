@@ -77,7 +77,9 @@ export function runDirectoryServiceImpl(d: RunsServiceDeps): ServiceImpl<typeof 
         // The daemon's engine created the row after admitExternalWrite read it: still its run.
         if (DAEMON_ENGINE_KINDS.has(res.row.engine_kind)) throw ownedRun(res.row);
         const what = res.fields.map((f) => `${f.field} '${f.stored}' (this write says '${f.given}')`).join(", ");
-        throw failedPrecondition(`run '${facts.runId}' of tenant '${tenantKey}' is already recorded with ${what}; a recorded fact never changes, so nothing was written`);
+        throw failedPrecondition(
+          `run '${facts.runId}' of tenant '${tenantKey}' is already recorded with ${what}; a recorded fact never changes, so nothing was written`,
+        );
       }
       return { run: runToWire(res.row), created: res.created };
     },
@@ -160,7 +162,13 @@ export function triggerFiringServiceImpl(d: RunsServiceDeps): ServiceImpl<typeof
       const size = pageSize(req.pageSize);
       const query = queryKey("firings", tenantKey, filter);
       const cursor = decodePageToken(req.pageToken, query, firingCursorToken);
-      const { rows, more } = await d.firings.list(tenantKey, filter, cursor && { firedOn: cursor.f === null ? null : BigInt(cursor.f), id: cursor.i }, size, FIRING_PAGE_BYTES);
+      const { rows, more } = await d.firings.list(
+        tenantKey,
+        filter,
+        cursor && { firedOn: cursor.f === null ? null : BigInt(cursor.f), id: cursor.i },
+        size,
+        FIRING_PAGE_BYTES,
+      );
       const last = rows.at(-1);
       return {
         firings: rows.map(firingToWire),
@@ -218,7 +226,11 @@ function runFacts(req: RecordRunRequest, tenantKey: string): RunFacts {
 function firingInput(req: RecordFiringRequest, tenantKey: string, payloadMaxBytes: number): FiringInput {
   const triggerName = identifier(req.triggerName, "trigger_name");
   const outcome = OUTCOMES[req.outcome];
-  if (!outcome) throw invalidArgument("outcome", req.outcome === FiringOutcome.UNSPECIFIED ? "is required: a firing is recorded once its outcome is known" : `unknown value ${req.outcome}`);
+  if (!outcome)
+    throw invalidArgument(
+      "outcome",
+      req.outcome === FiringOutcome.UNSPECIFIED ? "is required: a firing is recorded once its outcome is known" : `unknown value ${req.outcome}`,
+    );
   const triggerType = TYPES[req.triggerType];
   if (triggerType === undefined) throw invalidArgument("trigger_type", `unknown value ${req.triggerType}`);
   const action = ACTIONS[req.action];
@@ -332,13 +344,19 @@ function firingToWire(f: FiringRow): MessageInitShape<typeof TriggerFiringSchema
 // came from, so a token replayed with another tenant or other filters is refused, not misapplied.
 
 /** A non-negative int8 as decimal text: what the cursors' microsecond and nanosecond columns hold. */
-const int8Text = z.string().regex(/^\d{1,19}$/).refine((v) => BigInt(v) <= 9_223_372_036_854_775_807n);
+const int8Text = z
+  .string()
+  .regex(/^\d{1,19}$/)
+  .refine((v) => BigInt(v) <= 9_223_372_036_854_775_807n);
 const cursorId = z.string().max(256);
 const runCursorToken = z.object({ u: int8Text, i: cursorId });
 const firingCursorToken = z.object({ f: int8Text.nullable(), i: cursorId });
 
 function queryKey(kind: string, tenantKey: string, filter: object): string {
-  return createHash("sha256").update(JSON.stringify([kind, tenantKey, filter])).digest("base64url").slice(0, 16);
+  return createHash("sha256")
+    .update(JSON.stringify([kind, tenantKey, filter]))
+    .digest("base64url")
+    .slice(0, 16);
 }
 
 function encodePageToken(query: string, cursor: object): string {

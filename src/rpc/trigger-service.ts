@@ -26,7 +26,11 @@ export function triggerServiceImpl(d: { triggers: TriggerStore; definitions: Def
     return tenantKey;
   };
   const nameOf = (raw: string) => {
-    if (!TRIGGER_NAME.test(raw)) throw invalidArgument("name", raw === "" ? "is required" : `'${raw.slice(0, 80)}' is not a trigger name (1-64 of letters, digits, '_', '.', ':' and '-')`);
+    if (!TRIGGER_NAME.test(raw))
+      throw invalidArgument(
+        "name",
+        raw === "" ? "is required" : `'${raw.slice(0, 80)}' is not a trigger name (1-64 of letters, digits, '_', '.', ':' and '-')`,
+      );
     return raw;
   };
   return {

@@ -1,7 +1,13 @@
 /** Work items between the store's rows and the wire. */
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { Code } from "@connectrpc/connect";
-import { WorkItemStatus, type ItemOutcomeSchema, type RequirementsSchema, type WorkerParamsSchema, type WorkItemSchema } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
+import {
+  WorkItemStatus,
+  type ItemOutcomeSchema,
+  type RequirementsSchema,
+  type WorkerParamsSchema,
+  type WorkItemSchema,
+} from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
 import type { Requirements } from "../domain/resources.js";
 import { unplaceableReasons } from "../fleet/unplaceable-work-sweep.js";
 import type { AgentStore } from "../store/agents.js";
@@ -93,7 +99,11 @@ export function claimedItemToWire(r: ClaimedRow, d: Dispatch): MessageInitShape<
     workerParams:
       r.selector === null && r.affinity_key === null && r.params === null
         ? undefined
-        : workerParamsToWire(r.selector === null ? {} : (JSON.parse(r.selector) as Record<string, string>), r.affinity_key, r.params === null ? null : (JSON.parse(r.params) as Record<string, unknown>)),
+        : workerParamsToWire(
+            r.selector === null ? {} : (JSON.parse(r.selector) as Record<string, string>),
+            r.affinity_key,
+            r.params === null ? null : (JSON.parse(r.params) as Record<string, unknown>),
+          ),
     payloadJson: r.payload ?? "",
     status: WorkItemStatus.DISPATCHED,
     priority: r.priority ?? 0,
@@ -117,7 +127,11 @@ export function claimedItemToWire(r: ClaimedRow, d: Dispatch): MessageInitShape<
 }
 
 /** worker_params as stored (selector, affinityKey, requirements, concurrencyKey, maxInFlight, rateLimitKey) on the wire. */
-function workerParamsToWire(selector: Record<string, string>, affinityKey: string | null, stored: Record<string, unknown> | null): MessageInitShape<typeof WorkerParamsSchema> {
+function workerParamsToWire(
+  selector: Record<string, string>,
+  affinityKey: string | null,
+  stored: Record<string, unknown> | null,
+): MessageInitShape<typeof WorkerParamsSchema> {
   const requirements = stored?.requirements as Requirements | undefined;
   return {
     selector,
@@ -149,6 +163,11 @@ export function fencedOutcomes(requested: readonly string[], matched: Iterable<s
   return requested.map((id) =>
     ok.has(id)
       ? { workItemId: id, ok: true }
-      : { workItemId: id, ok: false, code: Code.FailedPrecondition, message: `lease lost: item '${id}' is not held under this token (expired, re-dispatched or cancelled)` },
+      : {
+          workItemId: id,
+          ok: false,
+          code: Code.FailedPrecondition,
+          message: `lease lost: item '${id}' is not held under this token (expired, re-dispatched or cancelled)`,
+        },
   );
 }

@@ -73,13 +73,26 @@ export class Authenticator {
       let byToken: Identity | undefined;
       if (header) {
         const m = /^Bearer\s+(\S+)$/i.exec(header);
-        if (!m) return { ok: false, reason: "missing", error: new ConnectError("malformed authorization header: send 'authorization: Bearer <token>'", Code.Unauthenticated) };
+        if (!m)
+          return {
+            ok: false,
+            reason: "missing",
+            error: new ConnectError("malformed authorization header: send 'authorization: Bearer <token>'", Code.Unauthenticated),
+          };
         byToken = this.resolve(m[1]!);
         if (!byToken) return { ok: false, reason: "unknown", error: new ConnectError("unknown bearer token", Code.Unauthenticated) };
       }
       if (!byToken && !peer) return { ok: false, reason: "missing", error: new ConnectError(this.#missing, Code.Unauthenticated) };
       const combined = combine(byToken, peer);
-      if (!combined) return { ok: false, reason: "disagree", error: new ConnectError(`the bearer token (role ${[...byToken!.roles][0]}) and the client certificate (${peer!.principal}) name different callers`, Code.PermissionDenied) };
+      if (!combined)
+        return {
+          ok: false,
+          reason: "disagree",
+          error: new ConnectError(
+            `the bearer token (role ${[...byToken!.roles][0]}) and the client certificate (${peer!.principal}) name different callers`,
+            Code.PermissionDenied,
+          ),
+        };
       identity = combined;
     }
     if (needed !== "any" && !identity.roles.has(needed))
@@ -108,7 +121,12 @@ export type AuthDecision = { ok: true; identity: Identity | undefined } | { ok: 
 /** The identity of a token, a certificate, or both (undefined when both name different roles). */
 function combine(byToken: Identity | undefined, peer: Exclude<CertReading, { refused: string } | undefined> | undefined): Identity | undefined {
   if (!peer) return byToken;
-  const byCert: Identity = { principal: peer.principal, roles: new Set([peer.role]), tenants: undefined, certAgents: peer.role === "agent" ? peer.names : undefined };
+  const byCert: Identity = {
+    principal: peer.principal,
+    roles: new Set([peer.role]),
+    tenants: undefined,
+    certAgents: peer.role === "agent" ? peer.names : undefined,
+  };
   if (!byToken) return byCert;
   if (!byToken.roles.has(peer.role)) return undefined;
   return { ...byToken, certAgents: byCert.certAgents };

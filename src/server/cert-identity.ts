@@ -38,11 +38,15 @@ export function readCertIdentity(subjectAltName: string | undefined, trustDomain
   for (const uri of ours) {
     const parts = uri.slice(prefix.length).split("/");
     const [r, name] = parts;
-    if (parts.length !== 2 || !(ROLES as readonly string[]).includes(r!)) return { refused: `client certificate names '${uri}', which is not ${prefix}<${ROLES.join("|")}>/<name>` };
+    if (parts.length !== 2 || !(ROLES as readonly string[]).includes(r!))
+      return { refused: `client certificate names '${uri}', which is not ${prefix}<${ROLES.join("|")}>/<name>` };
     if (role !== undefined && r !== role) return { refused: `client certificate names two roles (${role} and ${r}); a certificate is one caller` };
     role = r as Role;
     const ok = role === "agent" ? isAgentPattern(name) : isIdentifierText(name!);
-    if (!ok) return { refused: `client certificate names '${uri}', whose '${name}' is not ${role === "agent" ? "an agent name or a prefix ending in '*'" : "a name"}` };
+    if (!ok)
+      return {
+        refused: `client certificate names '${uri}', whose '${name}' is not ${role === "agent" ? "an agent name or a prefix ending in '*'" : "a name"}`,
+      };
     names.push(name!);
   }
   return { role: role!, names, principal: ours[0]! };

@@ -48,12 +48,20 @@ export class ConnectionCaps {
   overCap(which: OverCap, address: string, what: string): void {
     const { names, limits } = this;
     if (which === "total") {
-      if (this.#burst++ === 0) this.log.warn({ maxConnections: limits.maxConnections, remote: address }, `${names.total} ${names.connections} are open: ${what} (more of this burst are counted, not logged)`);
+      if (this.#burst++ === 0)
+        this.log.warn(
+          { maxConnections: limits.maxConnections, remote: address },
+          `${names.total} ${names.connections} are open: ${what} (more of this burst are counted, not logged)`,
+        );
       return;
     }
     const n = this.#addressBursts.get(address) ?? 0;
     this.#addressBursts.set(address, n + 1);
-    if (n === 0) this.log.warn({ maxConnectionsPerAddress: limits.maxConnectionsPerAddress, remote: address }, `${names.perAddress} ${names.connections} are open from this address: ${what} (more of this burst are counted, not logged)`);
+    if (n === 0)
+      this.log.warn(
+        { maxConnectionsPerAddress: limits.maxConnectionsPerAddress, remote: address },
+        `${names.perAddress} ${names.connections} are open from this address: ${what} (more of this burst are counted, not logged)`,
+      );
   }
 
   #closed(address: string): void {

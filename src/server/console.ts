@@ -165,8 +165,13 @@ export function consoleApi(o: ConsoleApiOptions): Handler {
     });
     const peer = o.peer?.(req);
     const error =
-      o.gate.admit({ address: req.socket.remoteAddress ?? "unknown", path: path.slice(API_PREFIX.length), authorization: req.headers.authorization, peer, onEnd: (release) => res.once("close", release) }) ??
-      holdBody(req, res, o);
+      o.gate.admit({
+        address: req.socket.remoteAddress ?? "unknown",
+        path: path.slice(API_PREFIX.length),
+        authorization: req.headers.authorization,
+        peer,
+        onEnd: (release) => res.once("close", release),
+      }) ?? holdBody(req, res, o);
     if (error) return refuseHttp1(req, res, error);
     // Under mutual TLS the browser's certificate names a caller here as it does on the gRPC port.
     api(req, res, o.peer ? createContextValues().set(peerKey, peer) : undefined);
@@ -177,7 +182,8 @@ export function consoleApi(o: ConsoleApiOptions): Handler {
 function holdBody(req: IncomingMessage, res: ServerResponse, o: ConsoleApiOptions): ConnectError | undefined {
   const length = req.headers["content-length"];
   const declared = length === undefined ? undefined : Number(length);
-  if (declared !== undefined && declared > o.readMaxBytes) return new ConnectError(`the request body is ${declared} bytes; the limit is ${o.readMaxBytes}`, Code.ResourceExhausted);
+  if (declared !== undefined && declared > o.readMaxBytes)
+    return new ConnectError(`the request body is ${declared} bytes; the limit is ${o.readMaxBytes}`, Code.ResourceExhausted);
   // HTTP/1.1: a body has a declared length or is chunked (transfer-encoding); with neither, none.
   const bytes = declared ?? (req.headers["transfer-encoding"] === undefined ? 0 : o.readMaxBytes);
   if (bytes === 0) return undefined;

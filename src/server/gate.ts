@@ -228,7 +228,10 @@ export function createGate(opts: GateOptions): Gate {
 
   const authFailed = (address: string) => {
     if (failures.record(address))
-      log.warn({ remote: address, limit: opts.authFailureLimit, windowMs: opts.authFailureWindowMs }, "address over the failed-authentication limit: refusing its failing calls until the window ends (valid credentials are still served)");
+      log.warn(
+        { remote: address, limit: opts.authFailureLimit, windowMs: opts.authFailureWindowMs },
+        "address over the failed-authentication limit: refusing its failing calls until the window ends (valid credentials are still served)",
+      );
   };
 
   return Object.assign(gate, { body, budget, authFailed, admit: (call: CallHeaders) => decide(call).error, hold });

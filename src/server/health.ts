@@ -81,11 +81,7 @@ export class HealthState {
  * then each distinct new value. Changes that arrive while the consumer is slow are coalesced to the
  * latest, which the health spec allows. Ends on shutdown (after yielding NOT_SERVING) or on abort.
  */
-export async function* watchHealth(
-  state: HealthState,
-  service: string,
-  signal: AbortSignal,
-): AsyncGenerator<ServingStatus, void, undefined> {
+export async function* watchHealth(state: HealthState, service: string, signal: AbortSignal): AsyncGenerator<ServingStatus, void, undefined> {
   let latest = state.get(service) ?? ServingStatus.SERVICE_UNKNOWN;
   let sent: ServingStatus | undefined;
   let ended = false;

@@ -112,7 +112,8 @@ export async function startHttpEndpoints(opts: HttpEndpointsOptions): Promise<Ht
     }
     if (opts.console && path.startsWith("/console/")) return opts.console.files(req, res, path);
     if (path === "/metrics" && opts.metrics === false) return reply(res, 404, "not found: /metrics is served on --metrics-listen, not on this port\n");
-    if (path !== "/metrics" && path !== "/healthz" && path !== "/readyz") return reply(res, 404, `not found: this port serves ${opts.metrics === false ? "" : "/metrics, "}/healthz and /readyz\n`);
+    if (path !== "/metrics" && path !== "/healthz" && path !== "/readyz")
+      return reply(res, 404, `not found: this port serves ${opts.metrics === false ? "" : "/metrics, "}/healthz and /readyz\n`);
     if (req.method !== "GET" && req.method !== "HEAD") {
       res.setHeader("allow", "GET, HEAD");
       return reply(res, 405, `method not allowed: GET ${path}\n`);
@@ -125,7 +126,9 @@ export async function startHttpEndpoints(opts: HttpEndpointsOptions): Promise<Ht
       return void res.end(head ? undefined : `${JSON.stringify({ status: report.ready ? "ready" : "not ready", checks: report.checks })}\n`);
     }
     if (!mayReadMetrics(req)) {
-      const how = [tokenDigest ? "the metrics token as 'Authorization: Bearer <token>'" : "", tls?.mutual ? "an ops client certificate" : ""].filter(Boolean).join(" or ");
+      const how = [tokenDigest ? "the metrics token as 'Authorization: Bearer <token>'" : "", tls?.mutual ? "an ops client certificate" : ""]
+        .filter(Boolean)
+        .join(" or ");
       res.setHeader("www-authenticate", 'Bearer realm="aiflowd metrics"');
       return reply(res, 401, `unauthenticated: /metrics needs ${how}\n`);
     }
@@ -150,11 +153,22 @@ export async function startHttpEndpoints(opts: HttpEndpointsOptions): Promise<Ht
   };
   const server = tls
     ? https.createServer(
-        { ...tls.reloader.material, minVersion: "TLSv1.2", ALPNProtocols: ["http/1.1"], requestCert: tls.mutual, rejectUnauthorized: false, handshakeTimeout: limits.requestTimeoutMs, ...timeouts },
+        {
+          ...tls.reloader.material,
+          minVersion: "TLSv1.2",
+          ALPNProtocols: ["http/1.1"],
+          requestCert: tls.mutual,
+          rejectUnauthorized: false,
+          handshakeTimeout: limits.requestTimeoutMs,
+          ...timeouts,
+        },
         onRequest,
       )
     : http.createServer(timeouts, onRequest);
-  if (tls) server.on("tlsClientError", (err: NodeJS.ErrnoException, socket: TLSSocket) => log.debug({ remote: socket.remoteAddress, reason: err.code ?? err.message }, "TLS handshake failed on the HTTP port"));
+  if (tls)
+    server.on("tlsClientError", (err: NodeJS.ErrnoException, socket: TLSSocket) =>
+      log.debug({ remote: socket.remoteAddress, reason: err.code ?? err.message }, "TLS handshake failed on the HTTP port"),
+    );
   server.on("clientError", (err: NodeJS.ErrnoException, socket: Socket) => {
     log.debug({ reason: err.code ?? err.message }, "bad HTTP request");
     if (!socket.writable) return void socket.destroy();
@@ -171,7 +185,10 @@ export async function startHttpEndpoints(opts: HttpEndpointsOptions): Promise<Ht
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
     const where = `${opts.host}:${opts.port}`;
-    throw new ConfigError(opts.flag ?? "--http-listen", code === "EADDRINUSE" ? `${where} is in use: give another port, or 'off'` : `cannot listen on ${where}: ${(err as Error).message}`);
+    throw new ConfigError(
+      opts.flag ?? "--http-listen",
+      code === "EADDRINUSE" ? `${where} is in use: give another port, or 'off'` : `cannot listen on ${where}: ${(err as Error).message}`,
+    );
   }
   // Joins the gRPC port's reloads only once it serves, so a failed start leaves nothing attached.
   if (tls) tls.reloader.attach(server as https.Server);
@@ -196,7 +213,11 @@ export async function startHttpEndpoints(opts: HttpEndpointsOptions): Promise<Ht
 
 /** Closes on accept a connection past `maxConnections`, or past `maxConnectionsPerAddress` from its address. */
 function capConnections(server: http.Server, limits: HttpLimits, log: Logger): void {
-  const caps = new ConnectionCaps(limits, log, { total: "--http-max-connections", perAddress: "--http-max-connections-per-address", connections: "HTTP connections" });
+  const caps = new ConnectionCaps(limits, log, {
+    total: "--http-max-connections",
+    perAddress: "--http-max-connections-per-address",
+    connections: "HTTP connections",
+  });
   server.on("connection", (socket: Socket) => {
     if (socket.destroyed) return;
     const address = socket.remoteAddress ?? "unknown";

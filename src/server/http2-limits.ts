@@ -129,7 +129,8 @@ export function guardSessions(server: Http2Server, limits: Http2Limits, log: Log
     const over = caps.open(socket, address);
     if (!over) return;
     const except = `${address}:${socket.remotePort}`;
-    const victim = over === "address" ? evictableFrom(byAddress.get(address) ?? [], except) : (evictable(unstreamed, except) ?? evictable(idleStrangers, except));
+    const victim =
+      over === "address" ? evictableFrom(byAddress.get(address) ?? [], except) : (evictable(unstreamed, except) ?? evictable(idleStrangers, except));
     if (victim) {
       stats.connectionsEvicted++;
       caps.overCap(over, address, "evicting connections that opened no stream or sit idle unauthenticated");
@@ -258,7 +259,14 @@ export function guardSessions(server: Http2Server, limits: Http2Limits, log: Log
       }
     }
   };
-  const shortest = Math.min(limits.prefaceTimeoutMs, limits.headersTimeoutMs, limits.idleTimeoutMs, limits.keepaliveTimeoutMs, limits.goawayGraceMs || Infinity, limits.keepaliveIntervalMs || Infinity);
+  const shortest = Math.min(
+    limits.prefaceTimeoutMs,
+    limits.headersTimeoutMs,
+    limits.idleTimeoutMs,
+    limits.keepaliveTimeoutMs,
+    limits.goawayGraceMs || Infinity,
+    limits.keepaliveIntervalMs || Infinity,
+  );
   const timer = setInterval(sweep, Math.min(1000, Math.max(10, shortest / 4)));
   timer.unref();
   return {

@@ -22,7 +22,8 @@ import { codeToHttpStatus, endStreamFlag, errorToJson } from "@connectrpc/connec
  * refusals with it (this file on HTTP/2, ./console.ts's /api on HTTP/1.1).
  */
 export function refusalOf(contentType: string, err: ConnectError): { status: number; headers: OutgoingHttpHeaders; body?: Buffer } {
-  if (contentType.startsWith("application/grpc")) return { status: 200, headers: { "content-type": contentType, ...nodeHeaders(setGrpcStatus(new Headers(), err)) } };
+  if (contentType.startsWith("application/grpc"))
+    return { status: 200, headers: { "content-type": contentType, ...nodeHeaders(setGrpcStatus(new Headers(), err)) } };
   if (contentType.startsWith("application/connect+")) {
     const json = Buffer.from(JSON.stringify({ error: errorToJson(err, undefined) }));
     const body = Buffer.alloc(5 + json.length);
@@ -31,7 +32,11 @@ export function refusalOf(contentType: string, err: ConnectError): { status: num
     json.copy(body, 5);
     return { status: 200, headers: { "content-type": contentType }, body };
   }
-  return { status: codeToHttpStatus(err.code), headers: { "content-type": "application/json" }, body: Buffer.from(JSON.stringify(errorToJson(err, undefined))) };
+  return {
+    status: codeToHttpStatus(err.code),
+    headers: { "content-type": "application/json" },
+    body: Buffer.from(JSON.stringify(errorToJson(err, undefined))),
+  };
 }
 
 export function refuse(stream: ServerHttp2Stream, headers: IncomingHttpHeaders, err: ConnectError, discardMs?: number): void {

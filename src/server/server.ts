@@ -185,7 +185,9 @@ const REFUSED_CLOSE_MS = 1000;
  * logged at debug.
  */
 function watchHandshakes(server: http2.Http2SecureServer, mutual: boolean, gate: Gate, log: Logger, stats: ServerStats): void {
-  server.on("tlsClientError", (err: NodeJS.ErrnoException, socket: TLSSocket) => log.debug({ remote: socket.remoteAddress, reason: err.code ?? err.message }, "TLS handshake failed"));
+  server.on("tlsClientError", (err: NodeJS.ErrnoException, socket: TLSSocket) =>
+    log.debug({ remote: socket.remoteAddress, reason: err.code ?? err.message }, "TLS handshake failed"),
+  );
   if (!mutual) return;
   const http2Listeners = server.listeners("secureConnection") as ((socket: TLSSocket) => void)[];
   if (http2Listeners.length !== 1) throw new Error(`expected HTTP/2's one 'secureConnection' listener, found ${http2Listeners.length}`);
@@ -196,7 +198,10 @@ function watchHandshakes(server: http2.Http2SecureServer, mutual: boolean, gate:
     stats.tlsRefused++;
     // A client that sent none reads as an issuer not found; say what happened instead.
     const sent = Object.keys(socket.getPeerCertificate()).length > 0;
-    log.warn({ remote, reason: sent ? String(socket.authorizationError) : "NO_CLIENT_CERTIFICATE" }, "connection refused in the TLS handshake: its client certificate is not accepted");
+    log.warn(
+      { remote, reason: sent ? String(socket.authorizationError) : "NO_CLIENT_CERTIFICATE" },
+      "connection refused in the TLS handshake: its client certificate is not accepted",
+    );
     gate.authFailed(remote);
     // Closed, not reset: what the client already sent is read and dropped, so the close reaches it
     // as one (a close with unread bytes would be a TCP reset), and it can tell why it was cut.

@@ -16,12 +16,18 @@ import { withDbErrors } from "../db/errors.js";
 import type { Tables } from "../db/tables.js";
 import { canTakeWork } from "./agents.js";
 
-export const bindingRow = z.object({ id: z.string(), tenant_key: z.string(), affinity_key: z.string(), agent_id: z.string(), createdon: z.number(), updatedon: z.number().nullable() });
+export const bindingRow = z.object({
+  id: z.string(),
+  tenant_key: z.string(),
+  affinity_key: z.string(),
+  agent_id: z.string(),
+  createdon: z.number(),
+  updatedon: z.number().nullable(),
+});
 const BINDING_COLUMNS = sql.fragment`id, tenant_key, affinity_key, agent_id, createdon, updatedon`;
 export type BindingRow = z.infer<typeof bindingRow>;
 
 export type AffinityPolicy = "hold" | "rebind";
-
 
 export class AffinityBindingStore {
   constructor(
@@ -30,7 +36,13 @@ export class AffinityBindingStore {
   ) {}
 
   /** Bindings ordered by createdon (the spec's order), of these tenants (undefined: every tenant), by key prefix or agent, keyset-paged. */
-  list(f: { tenants?: readonly string[]; keyPrefix?: string; agent?: string; after?: { createdon: number; id: string }; limit: number }): Promise<readonly BindingRow[]> {
+  list(f: {
+    tenants?: readonly string[];
+    keyPrefix?: string;
+    agent?: string;
+    after?: { createdon: number; id: string };
+    limit: number;
+  }): Promise<readonly BindingRow[]> {
     const b = this.t.id("affinity_binding");
     const conds = [sql.fragment`true`];
     if (f.tenants) conds.push(sql.fragment`tenant_key = ANY(${sql.array([...f.tenants], "text")})`);
@@ -82,7 +94,8 @@ export class AffinityBindingStore {
       const found = await tx.maybeOne(sql.type(z.object({ serves: z.boolean() }))`
         SELECT COALESCE(metadata -> 'tenants' ? ${tenant}, false) AS serves FROM ${a} WHERE name = ${agent} AND ${canTakeWork()}`);
       if (!found) throw failedPrecondition(`agent '${agent}' is not an active agent; a key can only be bound to one`);
-      if (!found.serves) throw failedPrecondition(`agent '${agent}' does not serve tenant '${tenant}'; a tenant's key can only be bound to an agent that serves it`);
+      if (!found.serves)
+        throw failedPrecondition(`agent '${agent}' does not serve tenant '${tenant}'; a tenant's key can only be bound to an agent that serves it`);
       await this.#refuseInFlight(tx, tenant, key, agent);
       return tx.one(sql.type(bindingRow)`
         UPDATE ${this.t.id("affinity_binding")} SET agent_id = ${agent}, updatedby = ${by}, updatedon = ${ts(nowMs)}
@@ -125,6 +138,8 @@ export class AffinityBindingStore {
       SELECT DISTINCT agent_id FROM ${w} WHERE affinity_key = ${key} AND tenant_key = ${tenant} AND status = 'dispatched' AND agent_id IS NOT NULL
          AND (${except}::text IS NULL OR agent_id <> ${except}::text)`);
     if (holders.length > 0)
-      throw failedPrecondition(`affinity key '${key}' has items in flight on ${holders.map((h) => `'${h}'`).join(", ")}; wait for them or drain that agent first`);
+      throw failedPrecondition(
+        `affinity key '${key}' has items in flight on ${holders.map((h) => `'${h}'`).join(", ")}; wait for them or drain that agent first`,
+      );
   }
 }

@@ -69,7 +69,18 @@ export interface RegisterInput {
 }
 
 /** The agent columns a registration writes, for the audit record. */
-export const REGISTER_FIELDS = ["http_address", "grpc_address", "infra_address", "agentversion", "binarypath", "agenttype", "metadata", "status", "updatedby", "updatedon"];
+export const REGISTER_FIELDS = [
+  "http_address",
+  "grpc_address",
+  "infra_address",
+  "agentversion",
+  "binarypath",
+  "agenttype",
+  "metadata",
+  "status",
+  "updatedby",
+  "updatedon",
+];
 
 const registered = z.object({ id: z.string(), status: z.enum(["active", "draining", "inactive"]), created: z.boolean() });
 const nameStatus = z.object({ id: z.string(), name: z.string(), status: z.enum(["active", "draining", "inactive"]), drain: drainSchema.nullable() });
@@ -93,7 +104,6 @@ export interface HeartbeatWrite {
   /** Epoch ms the heartbeat arrived at the daemon (not when it could be written): what updatedon records. */
   at: number;
 }
-
 
 export class AgentStore {
   constructor(
@@ -156,9 +166,18 @@ export class AgentStore {
       this.db.any(sql.type(nameStatus)`
         UPDATE ${agent} AS a
            SET metrics = v.metrics, updatedon = GREATEST(a.updatedon, v.at), updatedby = a.name
-          FROM unnest(${sql.array(batch.map((b) => b.name), "text")},
-                      ${sql.array(batch.map((b) => JSON.stringify(b.metrics)), "jsonb")},
-                      ${sql.array(batch.map((b) => new Date(b.at).toISOString()), "timestamptz")}) AS v(name, metrics, at)
+          FROM unnest(${sql.array(
+            batch.map((b) => b.name),
+            "text",
+          )},
+                      ${sql.array(
+                        batch.map((b) => JSON.stringify(b.metrics)),
+                        "jsonb",
+                      )},
+                      ${sql.array(
+                        batch.map((b) => new Date(b.at).toISOString()),
+                        "timestamptz",
+                      )}) AS v(name, metrics, at)
          WHERE a.name = v.name AND a.deletedon IS NULL
         RETURNING a.id, a.name, a.status, a.metadata -> 'drain' AS drain`),
     );
@@ -195,8 +214,14 @@ export class AgentStore {
     return withDbErrors(() =>
       this.db.any(sql.type(z.object({ id: z.string(), name: z.string() }))`
         WITH own AS (
-          SELECT * FROM unnest(${sql.array(own.map((o) => o.name), "text")},
-                               ${sql.array(own.map((o) => new Date(o.at).toISOString()), "timestamptz")}) AS o(name, at))
+          SELECT * FROM unnest(${sql.array(
+            own.map((o) => o.name),
+            "text",
+          )},
+                               ${sql.array(
+                                 own.map((o) => new Date(o.at).toISOString()),
+                                 "timestamptz",
+                               )}) AS o(name, at))
         UPDATE ${agent} AS a SET status = 'inactive', updatedby = 'liveness-sweep', updatedon = ${ts(nowMs)}
          WHERE a.status IN ('active', 'draining') AND a.deletedon IS NULL AND a.updatedon < ${ts(staleBeforeMs)}
            AND (a.updatedby IS DISTINCT FROM a.name OR NOT EXISTS (
@@ -246,7 +271,6 @@ export class AgentStore {
           FROM ${agent} WHERE name = ${name} AND deletedon IS NULL`),
     );
   }
-
 }
 
 /** A registry row with the number of items dispatched to it now. */
@@ -263,7 +287,12 @@ export interface AgentFilter {
 }
 
 /** An agent as /metrics reports it: its heartbeat's metrics and the items dispatched to it. */
-export const agentGaugeRow = z.object({ name: z.string(), status: z.enum(["active", "draining"]), metrics: z.record(z.unknown()).nullable(), in_flight: z.number() });
+export const agentGaugeRow = z.object({
+  name: z.string(),
+  status: z.enum(["active", "draining"]),
+  metrics: z.record(z.unknown()).nullable(),
+  in_flight: z.number(),
+});
 export type AgentGaugeRow = z.infer<typeof agentGaugeRow>;
 
 /** Ops queries on the registry: listing, drains, removal. Kept beside the agent SQL above. */

@@ -75,7 +75,6 @@ export interface TaskRow {
   endNs: bigint | null;
 }
 
-
 export interface NewTask {
   id: string;
   name: string;
@@ -144,7 +143,16 @@ export class DagRunStore {
   ) {}
 
   /** A new run; with an idempotency key the caller used before in the tenant, nothing is written and null comes back. */
-  async insertRun(r: { id: string; definitionId: string; context: Record<string, unknown>; meta: RunMeta; states: RunStateEntry[]; startNs: bigint; by: string; nowMs: number }): Promise<boolean> {
+  async insertRun(r: {
+    id: string;
+    definitionId: string;
+    context: Record<string, unknown>;
+    meta: RunMeta;
+    states: RunStateEntry[];
+    startNs: bigint;
+    by: string;
+    nowMs: number;
+  }): Promise<boolean> {
     const run = this.t.id("run");
     const row = await withDbErrors(() =>
       this.db.maybeOne(sql.type(z.object({ id: z.string() }))`
@@ -162,7 +170,9 @@ export class DagRunStore {
     const run = this.t.id("run");
     const row = await withDbErrors(() =>
       this.db.maybeOne(
-        sql.type(runRow)`SELECT ${RUN_COLUMNS} FROM ${run} WHERE createdby = ${by} AND metadata ->> 'tenantKey' = ${tenantKey} AND metadata ->> 'idempotencyKey' = ${key} AND metadata ? 'idempotencyKey'`,
+        sql.type(
+          runRow,
+        )`SELECT ${RUN_COLUMNS} FROM ${run} WHERE createdby = ${by} AND metadata ->> 'tenantKey' = ${tenantKey} AND metadata ->> 'idempotencyKey' = ${key} AND metadata ? 'idempotencyKey'`,
       ),
     );
     return row && toRun(row);
@@ -172,14 +182,18 @@ export class DagRunStore {
   async get(id: string, scope: { by: string; tenantKey: string } | null, lock = false): Promise<RunRow | null> {
     const run = this.t.id("run");
     const where = scope ? sql.fragment`AND createdby = ${scope.by} AND metadata ->> 'tenantKey' = ${scope.tenantKey}` : sql.fragment``;
-    const row = await withDbErrors(() => this.db.maybeOne(sql.type(runRow)`SELECT ${RUN_COLUMNS} FROM ${run} WHERE id = ${id} ${where} ${lock ? sql.fragment`FOR UPDATE` : sql.fragment``}`));
+    const row = await withDbErrors(() =>
+      this.db.maybeOne(sql.type(runRow)`SELECT ${RUN_COLUMNS} FROM ${run} WHERE id = ${id} ${where} ${lock ? sql.fragment`FOR UPDATE` : sql.fragment``}`),
+    );
     return row && toRun(row);
   }
 
   /** A run's plan (its definition as validated at start), or null when there is no such run. */
   async planOf(runId: string): Promise<Plan | null> {
     const run = this.t.id("run");
-    const text = await withDbErrors(() => this.db.maybeOneFirst(sql.type(z.object({ p: z.string() }))`SELECT (metadata -> 'plan')::text AS p FROM ${run} WHERE id = ${runId}`));
+    const text = await withDbErrors(() =>
+      this.db.maybeOneFirst(sql.type(z.object({ p: z.string() }))`SELECT (metadata -> 'plan')::text AS p FROM ${run} WHERE id = ${runId}`),
+    );
     return text === null ? null : (JSON.parse(text) as Plan);
   }
 
@@ -218,8 +232,23 @@ export class DagRunStore {
       this.db.query(sql.unsafe`
         INSERT INTO ${task} (id, name, definitionid, runid, metadata, states, starttime, createdby, createdon, updatedby, updatedon)
         SELECT v.id, v.name, ${definitionId}, ${runId}, v.meta::jsonb, jsonb_build_array(v.st::jsonb), v.st_ns, ${owner}, ${ts(nowMs)}, ${by}, ${ts(nowMs)}
-          FROM unnest(${sql.array(col((t) => t.id), "text")}, ${sql.array(col((t) => t.name), "text")}, ${sql.array(col((t) => JSON.stringify(t.meta)), "text")},
-                      ${sql.array(col((t) => JSON.stringify(t.state)), "text")}, ${sql.array(col((t) => t.startNs.toString()), "int8")}) AS v(id, name, meta, st, st_ns)`),
+          FROM unnest(${sql.array(
+            col((t) => t.id),
+            "text",
+          )}, ${sql.array(
+            col((t) => t.name),
+            "text",
+          )}, ${sql.array(
+            col((t) => JSON.stringify(t.meta)),
+            "text",
+          )},
+                      ${sql.array(
+                        col((t) => JSON.stringify(t.state)),
+                        "text",
+                      )}, ${sql.array(
+                        col((t) => t.startNs.toString()),
+                        "int8",
+                      )}) AS v(id, name, meta, st, st_ns)`),
     );
   }
 
@@ -232,8 +261,23 @@ export class DagRunStore {
       this.db.query(sql.unsafe`
         UPDATE ${task} t SET workerid = COALESCE(v.worker, t.workerid), context = COALESCE(v.result::jsonb, t.context), states = t.states || v.entries::jsonb,
                endtime = v.end_ns, duration = v.end_ns - t.starttime, updatedby = ${by}, updatedon = ${ts(nowMs)}
-          FROM unnest(${sql.array(col((t) => t.id), "text")}, ${sql.array(col((t) => t.worker), "text")}, ${sql.array(col((t) => t.result), "text")},
-                      ${sql.array(col((t) => JSON.stringify(t.entries)), "text")}, ${sql.array(col((t) => t.endNs.toString()), "int8")}) AS v(id, worker, result, entries, end_ns)
+          FROM unnest(${sql.array(
+            col((t) => t.id),
+            "text",
+          )}, ${sql.array(
+            col((t) => t.worker),
+            "text",
+          )}, ${sql.array(
+            col((t) => t.result),
+            "text",
+          )},
+                      ${sql.array(
+                        col((t) => JSON.stringify(t.entries)),
+                        "text",
+                      )}, ${sql.array(
+                        col((t) => t.endNs.toString()),
+                        "int8",
+                      )}) AS v(id, worker, result, entries, end_ns)
          WHERE t.id = v.id`),
     );
   }
@@ -241,7 +285,9 @@ export class DagRunStore {
   async tasksByIds(ids: readonly string[]): Promise<readonly TaskRow[]> {
     if (ids.length === 0) return [];
     const task = this.t.id("task");
-    const rows = await withDbErrors(() => this.db.any(sql.type(taskRow)`SELECT ${TASK_COLUMNS} FROM ${task} WHERE id = ANY(${sql.array(ids as string[], "text")})`));
+    const rows = await withDbErrors(() =>
+      this.db.any(sql.type(taskRow)`SELECT ${TASK_COLUMNS} FROM ${task} WHERE id = ANY(${sql.array(ids as string[], "text")})`),
+    );
     return rows.map(toTask);
   }
 
@@ -284,7 +330,16 @@ export class DagRunStore {
   }
 
   /** One row per fanning node: a second write updates it (the unique (run_id, node_name)). Created by `owner`, the run's caller, as attempts are (insertTasks). */
-  async saveCheckpoints(runId: string, definitionId: string, writes: readonly CheckpointWrite[], nowNs: bigint, owner: string, by: string, nowMs: number, ids: () => string): Promise<void> {
+  async saveCheckpoints(
+    runId: string,
+    definitionId: string,
+    writes: readonly CheckpointWrite[],
+    nowNs: bigint,
+    owner: string,
+    by: string,
+    nowMs: number,
+    ids: () => string,
+  ): Promise<void> {
     if (writes.length === 0) return;
     const cp = this.t.id("checkpoint");
     const col = <T>(f: (w: CheckpointWrite) => T) => writes.map(f);
@@ -295,22 +350,45 @@ export class DagRunStore {
           FROM unnest(${sql.array(
             writes.map(() => ids()),
             "text",
-          )}, ${sql.array(col((w) => w.node), "text")}, ${sql.array(col((w) => w.cursor), "text")}, ${sql.array(col((w) => w.idx), "int8")},
-                      ${sql.array(col((w) => w.total), "int8")}, ${sql.array(col((w) => w.done), "bool")}) AS v(id, node, cursor, idx, total, done)
+          )}, ${sql.array(
+            col((w) => w.node),
+            "text",
+          )}, ${sql.array(
+            col((w) => w.cursor),
+            "text",
+          )}, ${sql.array(
+            col((w) => w.idx),
+            "int8",
+          )},
+                      ${sql.array(
+                        col((w) => w.total),
+                        "int8",
+                      )}, ${sql.array(
+                        col((w) => w.done),
+                        "bool",
+                      )}) AS v(id, node, cursor, idx, total, done)
         ON CONFLICT (run_id, node_name) DO UPDATE SET cursor = EXCLUDED.cursor, idx = EXCLUDED.idx, total = EXCLUDED.total, done = EXCLUDED.done,
                updated_at = EXCLUDED.updated_at, updatedby = EXCLUDED.updatedby, updatedon = EXCLUDED.updatedon`),
     );
   }
 
   /** The caller's runs of a tenant, newest first, after the cursor. */
-  async list(scope: { by: string; tenantKey: string }, filter: RunListFilter, cursor: { createdUs: bigint; id: string } | null, limit: number): Promise<readonly RunRow[]> {
+  async list(
+    scope: { by: string; tenantKey: string },
+    filter: RunListFilter,
+    cursor: { createdUs: bigint; id: string } | null,
+    limit: number,
+  ): Promise<readonly RunRow[]> {
     const run = this.t.id("run");
     const where = [sql.fragment`createdby = ${scope.by}`, sql.fragment`metadata ->> 'tenantKey' = ${scope.tenantKey}`];
     if (filter.statuses?.length) where.push(sql.fragment`states -> -1 ->> 'state' = ANY(${sql.array(filter.statuses, "text")})`);
     if (filter.definitionId) where.push(sql.fragment`definitionid = ${filter.definitionId}`);
-    if (cursor) where.push(sql.fragment`(createdon, id) < ('epoch'::timestamptz + ${cursor.createdUs.toString()}::int8 * interval '1 microsecond', ${cursor.id})`);
+    if (cursor)
+      where.push(sql.fragment`(createdon, id) < ('epoch'::timestamptz + ${cursor.createdUs.toString()}::int8 * interval '1 microsecond', ${cursor.id})`);
     const rows = await withDbErrors(() =>
-      this.db.any(sql.type(runRow)`SELECT ${RUN_COLUMNS} FROM ${run} WHERE ${sql.join(where, sql.fragment` AND `)} ORDER BY createdon DESC, id DESC LIMIT ${limit}`),
+      this.db.any(
+        sql.type(runRow)`SELECT ${RUN_COLUMNS} FROM ${run} WHERE ${sql.join(where, sql.fragment` AND `)} ORDER BY createdon DESC, id DESC LIMIT ${limit}`,
+      ),
     );
     return rows.map(toRun);
   }

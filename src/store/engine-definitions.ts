@@ -33,7 +33,9 @@ export class EngineDefinitionStore {
     const def = this.t.id("engine_definition");
     return withDbErrors(() =>
       this.db.maybeOneFirst(
-        sql.type(z.object({ body: z.string() }))`SELECT body::text AS body FROM ${def} WHERE tenant_key = ${tenantKey} AND engine_kind = ${kind} AND definition_id = ${definitionId}`,
+        sql.type(
+          z.object({ body: z.string() }),
+        )`SELECT body::text AS body FROM ${def} WHERE tenant_key = ${tenantKey} AND engine_kind = ${kind} AND definition_id = ${definitionId}`,
       ),
     );
   }

@@ -79,7 +79,13 @@ export class EngineEventStore {
     await withDbErrors(() =>
       this.db.query(sql.unsafe`
         INSERT INTO ${ev} (engine_kind, run_id, task_id, kind, due_at)
-        SELECT ${kind}, ${runId}, t, 'timeout', d FROM unnest(${sql.array(timers.map((x) => x.taskId), "text")}, ${sql.array(timers.map((x) => x.dueNs.toString()), "int8")}) AS v(t, d)`),
+        SELECT ${kind}, ${runId}, t, 'timeout', d FROM unnest(${sql.array(
+          timers.map((x) => x.taskId),
+          "text",
+        )}, ${sql.array(
+          timers.map((x) => x.dueNs.toString()),
+          "int8",
+        )}) AS v(t, d)`),
     );
   }
 
@@ -88,7 +94,9 @@ export class EngineEventStore {
     if (taskIds.length === 0) return;
     const ev = this.t.id("engine_event");
     await withDbErrors(() =>
-      this.db.query(sql.unsafe`DELETE FROM ${ev} WHERE engine_kind = ${kind} AND run_id = ${runId} AND kind = 'timeout' AND task_id = ANY(${sql.array(taskIds as string[], "text")})`),
+      this.db.query(
+        sql.unsafe`DELETE FROM ${ev} WHERE engine_kind = ${kind} AND run_id = ${runId} AND kind = 'timeout' AND task_id = ANY(${sql.array(taskIds as string[], "text")})`,
+      ),
     );
   }
 }

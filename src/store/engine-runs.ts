@@ -77,7 +77,6 @@ export interface RunCursor {
   id: string;
 }
 
-
 const COLUMNS = sql.fragment`id, tenant_key, run_id, engine_kind, definition_id, parent_run_id, triggered_by, trigger_firing_id, ended_on,
   createdby, createdon, updatedby, updatedon, (extract(epoch FROM createdon) * 1000000)::int8 AS created_us`;
 
@@ -95,7 +94,8 @@ export class EngineRunStore {
    */
   async recordOwn(f: RunFacts, nowMs: number, by: string): Promise<void> {
     const res = await this.record(f, nowMs, by);
-    if (res.kind === "conflict") throw new Error(`the directory row of run '${f.runId}' disagrees with the engine on ${res.fields.map((x) => x.field).join(", ")}`);
+    if (res.kind === "conflict")
+      throw new Error(`the directory row of run '${f.runId}' disagrees with the engine on ${res.fields.map((x) => x.field).join(", ")}`);
   }
 
   /** The merge described above, as one statement; on disagreement, a read of the row that refused it. */
@@ -151,7 +151,11 @@ export class EngineRunStore {
    */
   async reopen(tenantKey: string, runId: string, by: string, nowMs: number): Promise<void> {
     const run = this.t.id("engine_run");
-    await withDbErrors(() => this.db.query(sql.unsafe`UPDATE ${run} SET ended_on = NULL, updatedby = ${by}, updatedon = ${ts(nowMs)} WHERE tenant_key = ${tenantKey} AND run_id = ${runId}`));
+    await withDbErrors(() =>
+      this.db.query(
+        sql.unsafe`UPDATE ${run} SET ended_on = NULL, updatedby = ${by}, updatedon = ${ts(nowMs)} WHERE tenant_key = ${tenantKey} AND run_id = ${runId}`,
+      ),
+    );
   }
 
   /**

@@ -19,7 +19,6 @@ export type EngineStatus = "running" | "stopped" | "stale";
 const engineRow = z.object({ tenantkey: z.string(), engineid: z.string(), status: z.string().nullable(), updatedon: z.number().nullable() });
 export type EngineRow = z.infer<typeof engineRow>;
 
-
 export class EngineStore {
   constructor(
     private readonly db: CommonQueryMethods,
@@ -37,7 +36,10 @@ export class EngineStore {
       this.db.query(sql.unsafe`
         INSERT INTO ${engine} AS e (id, tenantkey, engineid, status, createdby, createdon, updatedby, updatedon)
         SELECT v.id, v.tenant, ${engineId}, 'running', ${engineId}, ${ts(nowMs)}, ${engineId}, ${ts(nowMs)}
-          FROM unnest(${sql.array(tenants.map(() => ulid(nowMs)), "text")}, ${sql.array([...tenants], "text")}) AS v(id, tenant)
+          FROM unnest(${sql.array(
+            tenants.map(() => ulid(nowMs)),
+            "text",
+          )}, ${sql.array([...tenants], "text")}) AS v(id, tenant)
         ON CONFLICT (tenantkey, engineid) DO UPDATE SET status = 'running', updatedby = EXCLUDED.updatedby, updatedon = EXCLUDED.updatedon`),
     );
   }

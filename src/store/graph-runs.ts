@@ -114,7 +114,9 @@ export class GraphRunStore {
   /** The caller's run in the tenant (scope), or any run (null); with `lock`, FOR UPDATE. */
   async get(runId: string, scope: Owner | null, lock = false): Promise<GraphRunRow | null> {
     const runs = this.t.id("graph_run");
-    const r = await withDbErrors(() => this.db.maybeOne(sql.type(row)`SELECT ${COLUMNS} FROM ${runs} WHERE run_id = ${runId} ${ownedBy(scope)} ${forUpdate(lock)}`));
+    const r = await withDbErrors(() =>
+      this.db.maybeOne(sql.type(row)`SELECT ${COLUMNS} FROM ${runs} WHERE run_id = ${runId} ${ownedBy(scope)} ${forUpdate(lock)}`),
+    );
     return r && toRow(r);
   }
 
@@ -122,7 +124,9 @@ export class GraphRunStore {
   async list(scope: Owner, cursor: RunCursor | null, limit: number): Promise<readonly GraphRunRow[]> {
     const runs = this.t.id("graph_run");
     const rows = await withDbErrors(() =>
-      this.db.any(sql.type(row)`SELECT ${COLUMNS} FROM ${runs} WHERE true ${ownedBy(scope)} ${afterCursor(cursor)} ORDER BY createdon DESC, id DESC LIMIT ${limit}`),
+      this.db.any(
+        sql.type(row)`SELECT ${COLUMNS} FROM ${runs} WHERE true ${ownedBy(scope)} ${afterCursor(cursor)} ORDER BY createdon DESC, id DESC LIMIT ${limit}`,
+      ),
     );
     return rows.map(toRow);
   }

@@ -190,12 +190,21 @@ export class RateLimitStore {
                                 WHEN o.e_old IS NULL THEN LEAST(c.tat_ns, ${nowNs})
                                 WHEN c.tat_ns > ${nowNs} THEN ${nowNs} + (c.tat_ns - ${nowNs}) * rr.emit_ns / o.e_old
                                 ELSE c.tat_ns END AS tat
-                      FROM unnest(${sql.array(spent.map((b) => b.key), "text")}, ${sql.array(spent.map((b) => b.emit_ns), "float8")}) AS o(k, e_old)
+                      FROM unnest(${sql.array(
+                        spent.map((b) => b.key),
+                        "text",
+                      )}, ${sql.array(
+                        spent.map((b) => b.emit_ns),
+                        "float8",
+                      )}) AS o(k, e_old)
                       JOIN ${rl} c ON c.tenant_key = ${r.tenant} AND c.key = o.k AND NOT c.prefix
                       LEFT JOIN LATERAL ${rule}(${r.tenant}, o.k) rr ON true) n
              WHERE s.tenant_key = ${r.tenant} AND s.key = n.k AND NOT s.prefix AND s.tat_ns IS NOT NULL`);
         // A key row made above only to be locked, which nothing needed: no rule and no state.
-        if (!r.prefix) await tx.query(sql.unsafe`DELETE FROM ${rl} WHERE tenant_key = ${r.tenant} AND key = ${r.key} AND NOT prefix AND limit_count IS NULL AND tat_ns IS NULL`);
+        if (!r.prefix)
+          await tx.query(
+            sql.unsafe`DELETE FROM ${rl} WHERE tenant_key = ${r.tenant} AND key = ${r.key} AND NOT prefix AND limit_count IS NULL AND tat_ns IS NULL`,
+          );
         return out;
       }),
     );

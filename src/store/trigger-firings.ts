@@ -65,7 +65,6 @@ export interface FiringCursor {
   id: string;
 }
 
-
 const COLUMNS = sql.fragment`id, tenant_key, trigger_name, trigger_type, payload, action, definition_id, event, run_id, outcome, error, fired_on, createdby, createdon`;
 
 export class TriggerFiringStore {
@@ -126,7 +125,9 @@ export class TriggerFiringStore {
         ORDER BY ${order}
         LIMIT ${rows}`;
     const size = sql.fragment`coalesce(octet_length(payload), 0)`;
-    return withDbErrors(async () => cutPage(await this.db.any(sql.type(firingRow.merge(pageSizes))`${budgeted(inner, order, size, maxBytes)}`), limit, maxBytes));
+    return withDbErrors(async () =>
+      cutPage(await this.db.any(sql.type(firingRow.merge(pageSizes))`${budgeted(inner, order, size, maxBytes)}`), limit, maxBytes),
+    );
   }
 
   /**

@@ -111,12 +111,16 @@ export class TriggerStore {
   /** The tenant's triggers by name, at most `limit`. */
   list(tenantKey: string, limit: number): Promise<readonly TriggerRow[]> {
     const trigger = this.t.id("trigger");
-    return withDbErrors(() => this.db.any(sql.type(triggerRow)`SELECT ${COLUMNS} FROM ${trigger} WHERE tenant_key = ${tenantKey} ORDER BY name LIMIT ${limit}`));
+    return withDbErrors(() =>
+      this.db.any(sql.type(triggerRow)`SELECT ${COLUMNS} FROM ${trigger} WHERE tenant_key = ${tenantKey} ORDER BY name LIMIT ${limit}`),
+    );
   }
 
   count(tenantKey: string): Promise<number> {
     const trigger = this.t.id("trigger");
-    return withDbErrors(() => this.db.oneFirst(sql.type(z.object({ n: z.number() }))`SELECT count(*)::int AS n FROM ${trigger} WHERE tenant_key = ${tenantKey}`));
+    return withDbErrors(() =>
+      this.db.oneFirst(sql.type(z.object({ n: z.number() }))`SELECT count(*)::int AS n FROM ${trigger} WHERE tenant_key = ${tenantKey}`),
+    );
   }
 
   /** True when there was one to delete. */
@@ -132,7 +136,13 @@ export class TriggerStore {
     const res = await withDbErrors(() =>
       this.db.query(sql.unsafe`
         DELETE FROM ${trigger} WHERE source = 'file'
-           AND (tenant_key, name) NOT IN (SELECT * FROM unnest(${sql.array(keep.map((k) => k.tenantKey), "text")}, ${sql.array(keep.map((k) => k.name), "text")}))`),
+           AND (tenant_key, name) NOT IN (SELECT * FROM unnest(${sql.array(
+             keep.map((k) => k.tenantKey),
+             "text",
+           )}, ${sql.array(
+             keep.map((k) => k.name),
+             "text",
+           )}))`),
     );
     return res.rowCount;
   }
@@ -141,7 +151,11 @@ export class TriggerStore {
   forWebhook(tenantKey: string, name: string): Promise<(TriggerRow & { secret: string | null }) | null> {
     const trigger = this.t.id("trigger");
     return withDbErrors(() =>
-      this.db.maybeOne(sql.type(triggerRow.extend({ secret: z.string().nullable() }))`SELECT ${COLUMNS}, secret FROM ${trigger} WHERE tenant_key = ${tenantKey} AND name = ${name}`),
+      this.db.maybeOne(
+        sql.type(
+          triggerRow.extend({ secret: z.string().nullable() }),
+        )`SELECT ${COLUMNS}, secret FROM ${trigger} WHERE tenant_key = ${tenantKey} AND name = ${name}`,
+      ),
     );
   }
 
@@ -184,7 +198,9 @@ export class TriggerStore {
   async servesWebhooks(tenantKey: string): Promise<boolean> {
     const trigger = this.t.id("trigger");
     const row = await withDbErrors(() =>
-      this.db.maybeOne(sql.type(z.object({ one: z.number() }))`SELECT 1 AS one FROM ${trigger} WHERE tenant_key = ${tenantKey} AND trigger_type = 'webhook' LIMIT 1`),
+      this.db.maybeOne(
+        sql.type(z.object({ one: z.number() }))`SELECT 1 AS one FROM ${trigger} WHERE tenant_key = ${tenantKey} AND trigger_type = 'webhook' LIMIT 1`,
+      ),
     );
     return row !== null;
   }

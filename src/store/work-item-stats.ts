@@ -76,7 +76,9 @@ export class WorkItemStatsStore {
       const depth = await this.db.any(sql.type(depthRow)`
         SELECT tenant_key, engine_kind, status, count(*) AS n FROM ${w} WHERE ${scope} GROUP BY 1, 2, 3 ORDER BY 1, 2, 3`);
       const row = await this.db.one(
-        sql.type(z.object({ oldest: z.number().nullable(), dispatched: z.number(), completed: z.number(), p50: z.number().nullable(), p99: z.number().nullable() }))`
+        sql.type(
+          z.object({ oldest: z.number().nullable(), dispatched: z.number(), completed: z.number(), p50: z.number().nullable(), p99: z.number().nullable() }),
+        )`
         SELECT (SELECT min(createdon) FROM ${w} WHERE ${scope} AND status = 'pending') AS oldest,
                d.dispatched, d.p50, d.p99,
                (SELECT count(*)::int FROM ${w} WHERE ${scope} AND status = 'completed' AND completed_at >= ${since}) AS completed
@@ -86,7 +88,14 @@ export class WorkItemStatsStore {
                   FROM (SELECT greatest(0, dispatched_at - ${dueNs}) / 1e6 AS wait_ms
                           FROM ${w} WHERE ${scope} AND dispatched_at >= ${since}) AS waits) AS d`,
       );
-      return { depth, oldestPendingMs: row.oldest, dispatchedLastMinute: row.dispatched, completedLastMinute: row.completed, waitP50Ms: row.p50, waitP99Ms: row.p99 };
+      return {
+        depth,
+        oldestPendingMs: row.oldest,
+        dispatchedLastMinute: row.dispatched,
+        completedLastMinute: row.completed,
+        waitP50Ms: row.p50,
+        waitP99Ms: row.p99,
+      };
     });
   }
 

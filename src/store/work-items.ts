@@ -28,10 +28,29 @@ import { ItemsContext, type Backoff, type Sharing } from "./work-items/context.j
 import { enqueueRows, enqueueRowsOf, type EnqueueResult, type EnqueueRow, type HandoffInput, type NewItem } from "./work-items/enqueue.js";
 import { complete, extend, fail, release, type Completion, type Release } from "./work-items/fenced-writes.js";
 import { childCounts, find, get, list, type ListFilter } from "./work-items/reads.js";
-import { dueKeys, dueSince, extendHeldLeases, failStranded, failUnplaceable, releaseAgent, requeueAgent, requeueExpired, requeueLeases } from "./work-items/sweeps.js";
+import {
+  dueKeys,
+  dueSince,
+  extendHeldLeases,
+  failStranded,
+  failUnplaceable,
+  releaseAgent,
+  requeueAgent,
+  requeueExpired,
+  requeueLeases,
+} from "./work-items/sweeps.js";
 import type { Page } from "./paging.js";
 
-export { ITEM_COLUMNS, ITEM_STATUSES, workItemRow, type ClaimedRow, type Completed, type ItemStatus, type Requeued, type WorkItemRow } from "./work-items/columns.js";
+export {
+  ITEM_COLUMNS,
+  ITEM_STATUSES,
+  workItemRow,
+  type ClaimedRow,
+  type Completed,
+  type ItemStatus,
+  type Requeued,
+  type WorkItemRow,
+} from "./work-items/columns.js";
 export type { Backoff, Sharing } from "./work-items/context.js";
 export type { ClaimInput } from "./work-items/claim.js";
 export { plainItem } from "./work-items/enqueue.js";
@@ -71,7 +90,13 @@ export class WorkItemStore {
   }
 
   /** Extends the leases the agent still holds; returns their ids. */
-  extend(agent: string, leases: readonly { id: string; token: string }[], nowMs: number, ttlMs: number, tenants: readonly string[] | null = null): Promise<readonly string[]> {
+  extend(
+    agent: string,
+    leases: readonly { id: string; token: string }[],
+    nowMs: number,
+    ttlMs: number,
+    tenants: readonly string[] | null = null,
+  ): Promise<readonly string[]> {
     return extend(this.#q, agent, leases, nowMs, ttlMs, tenants);
   }
 
@@ -130,7 +155,13 @@ export class WorkItemStore {
   }
 
   /** Cancels unfinished items (by ids, a run, or parents with their children) of one tenant. */
-  cancel(tenant: string, target: { ids: string[]; runId: string | null; parentIds: string[] }, reason: string, nowMs: number, by: string): Promise<readonly Requeued[]> {
+  cancel(
+    tenant: string,
+    target: { ids: string[]; runId: string | null; parentIds: string[] },
+    reason: string,
+    nowMs: number,
+    by: string,
+  ): Promise<readonly Requeued[]> {
     return cancel(this.#q, tenant, target, reason, nowMs, by);
   }
 

@@ -79,7 +79,14 @@ async function fireTick(d: CronDeps, t: TriggerRow, nowMs: number): Promise<void
 }
 
 /** Skips the ticks older than the catch-up window, recording one refused firing that counts them. */
-async function missTicks(d: CronDeps, t: TriggerRow, cron: ReturnType<typeof cronOf>, firstMs: number, oldestMs: number, hold: (nextMs: number | null) => TickHold): Promise<void> {
+async function missTicks(
+  d: CronDeps,
+  t: TriggerRow,
+  cron: ReturnType<typeof cronOf>,
+  firstMs: number,
+  oldestMs: number,
+  hold: (nextMs: number | null) => TickHold,
+): Promise<void> {
   let missed = 0;
   let lastMs = firstMs;
   for (let at: number | null = firstMs; at !== null && at < oldestMs && missed < COUNT_MISSED; at = nextTick(cron, at)) {
@@ -94,7 +101,13 @@ async function missTicks(d: CronDeps, t: TriggerRow, cron: ReturnType<typeof cro
       tenantKey: t.tenant_key,
       triggerName: t.name,
       triggerType: "cron",
-      payload: JSON.stringify({ schedule: t.schedule, time_zone: t.time_zone ?? "UTC", missed, from: new Date(firstMs).toISOString(), to: new Date(lastMs).toISOString() }),
+      payload: JSON.stringify({
+        schedule: t.schedule,
+        time_zone: t.time_zone ?? "UTC",
+        missed,
+        from: new Date(firstMs).toISOString(),
+        to: new Date(lastMs).toISOString(),
+      }),
       action: t.action,
       definitionId: t.definition_id,
       event: t.event,

@@ -69,19 +69,26 @@ export function checkTrigger(i: TriggerInput, source: "rpc" | "file", hasStoredS
   if (i.action === "start") {
     write.definitionId = text("definition_id", i.definitionId);
     if (!write.definitionId) throw bad("definition_id", "is required to start a run: name a definition stored with its engine's PutDefinition");
-    if (i.engineKind !== "" && !isEngineKind(i.engineKind)) throw bad("engine_kind", `'${i.engineKind.slice(0, 40)}' is not an engine: give ${ENGINE_KINDS.slice(0, -1).join(", ")} or ${ENGINE_KINDS.at(-1)}`);
+    if (i.engineKind !== "" && !isEngineKind(i.engineKind))
+      throw bad("engine_kind", `'${i.engineKind.slice(0, 40)}' is not an engine: give ${ENGINE_KINDS.slice(0, -1).join(", ")} or ${ENGINE_KINDS.at(-1)}`);
     write.engineKind = i.engineKind === "" || i.engineKind === "dag" ? null : (i.engineKind as Exclude<EngineKind, "dag">);
-    for (const [f, v] of [["event", i.event], ["run_id", i.runId], ["run_id_path", i.runIdPath]] as const)
+    for (const [f, v] of [
+      ["event", i.event],
+      ["run_id", i.runId],
+      ["run_id_path", i.runIdPath],
+    ] as const)
       if (v !== "") throw bad(f, "is for a signal; a start trigger starts a new run");
   } else {
     write.event = text("event", i.event);
     if (!write.event) throw bad("event", "is required to signal a run: the event its wait node waits for");
     if (i.definitionId !== "") throw bad("definition_id", "is for a start; a signal trigger moves an existing run");
     if (i.engineKind !== "") throw bad("engine_kind", "is for a start; a signal goes to whichever engine the run directory names for the run");
-    if ((i.runId === "") === (i.runIdPath === "")) throw bad("run_id", "give the run to signal as run_id, or (webhooks) as run_id_path into the body, not both");
+    if ((i.runId === "") === (i.runIdPath === ""))
+      throw bad("run_id", "give the run to signal as run_id, or (webhooks) as run_id_path into the body, not both");
     if (i.runIdPath !== "") {
       if (i.type !== "webhook") throw bad("run_id_path", "only a webhook has a body to read the run from; give run_id");
-      if (!RUN_ID_PATH.test(i.runIdPath)) throw bad("run_id_path", `'${i.runIdPath.slice(0, 80)}' is not a dotted path of keys such as 'run_id' or 'deployment.run'`);
+      if (!RUN_ID_PATH.test(i.runIdPath))
+        throw bad("run_id_path", `'${i.runIdPath.slice(0, 80)}' is not a dotted path of keys such as 'run_id' or 'deployment.run'`);
       write.runIdPath = i.runIdPath;
     } else write.runId = text("run_id", i.runId);
   }
@@ -92,7 +99,8 @@ export function checkTrigger(i: TriggerInput, source: "rpc" | "file", hasStoredS
     cronOf(write.schedule, write.timeZone, field);
   } else {
     if (i.schedule !== "" || i.timeZone !== "") throw bad(i.schedule !== "" ? "schedule" : "time_zone", "is for a cron trigger");
-    if (i.secret === "" && !hasStoredSecret) throw bad("secret", `a webhook needs a secret (${SECRET_MIN}-${SECRET_MAX} bytes) that senders sign its body with`);
+    if (i.secret === "" && !hasStoredSecret)
+      throw bad("secret", `a webhook needs a secret (${SECRET_MIN}-${SECRET_MAX} bytes) that senders sign its body with`);
     if (i.secret !== "") {
       const n = Buffer.byteLength(i.secret);
       // The length only: a secret never appears in an error.

@@ -94,9 +94,7 @@ export class Replayed extends FiringRefused {
 }
 
 export class TriggerFirer {
-  constructor(
-    private readonly d: { pool: DatabasePool; tables: Tables; engines: Pick<Engines, "of">; clock: Clock; log: Logger; metrics: TriggerEvents },
-  ) {}
+  constructor(private readonly d: { pool: DatabasePool; tables: Tables; engines: Pick<Engines, "of">; clock: Clock; log: Logger; metrics: TriggerEvents }) {}
 
   /** Carries out the trigger's action and records the firing; see the module's comment. */
   async fire(f: Firing, tick?: TickHold): Promise<FireResult> {
@@ -149,7 +147,13 @@ export class TriggerFirer {
    * large or not JSON. `trigger` is null when no trigger of that name exists (then nothing is known
    * of what it meant to do).
    */
-  async refuse(where: { tenantKey: string; name: string }, trigger: TriggerRow | null, payloadText: string | null, firedOnNs: bigint, refusal: FiringRefused): Promise<FireResult> {
+  async refuse(
+    where: { tenantKey: string; name: string },
+    trigger: TriggerRow | null,
+    payloadText: string | null,
+    firedOnNs: bigint,
+    refusal: FiringRefused,
+  ): Promise<FireResult> {
     const firingId = newId(this.d.clock.nowMs());
     const row: FiringInput = trigger
       ? this.#row({ trigger, payloadText, payload: null, firedOnNs, replayKeys: [] }, "refused", null, refusal.message)

@@ -58,13 +58,17 @@ export class RefusalBudget {
     if (w.dropped++ === 0)
       this.log.warn(
         { tenant: key.tenantKey, trigger: key.trigger ?? "(unknown names)", perMinute: this.perMinute },
-        "webhook refusals over the firing log's limit a minute: further ones this minute are answered and counted (aiflow_webhook_refusals_total{recorded=\"false\"}), not recorded",
+        'webhook refusals over the firing log\'s limit a minute: further ones this minute are answered and counted (aiflow_webhook_refusals_total{recorded="false"}), not recorded',
       );
     return false;
   }
 
   #close(key: { tenantKey: string; trigger: string | null }, w: Window): void {
-    if (w.dropped > 0) this.log.warn({ tenant: key.tenantKey, trigger: key.trigger ?? "(unknown names)", dropped: w.dropped }, "webhook refusals not recorded in the last window");
+    if (w.dropped > 0)
+      this.log.warn(
+        { tenant: key.tenantKey, trigger: key.trigger ?? "(unknown names)", dropped: w.dropped },
+        "webhook refusals not recorded in the last window",
+      );
   }
 
   #prune(now: number): void {

@@ -47,17 +47,26 @@ export function verify(body: Buffer, secret: string | null, headers: Headers, no
     const { t, macs } = parsed;
     const expected = createHmac("sha256", secret).update(`${t}.`).update(body).digest();
     if (!macs.some((mac) => timingSafeEqual(expected, mac)))
-      return { ok: false, refusal: "unsigned", why: "the X-Aiflow-Signature header's v1 is not the HMAC-SHA256 of '<t>.' and the body under the trigger's secret" };
+      return {
+        ok: false,
+        refusal: "unsigned",
+        why: "the X-Aiflow-Signature header's v1 is not the HMAC-SHA256 of '<t>.' and the body under the trigger's secret",
+      };
     const skewMs = nowMs - Number(t) * 1000;
     if (Math.abs(skewMs) > SIGNED_TIME_WINDOW_MS) {
       const s = Math.round(Math.abs(skewMs) / 1000);
-      return { ok: false, refusal: "stale", why: `the X-Aiflow-Signature time t=${t} is ${s} s ${skewMs >= 0 ? "old" : "ahead"}, outside the ±${SIGNED_TIME_WINDOW_MS / 1000} s window: a replay, or a sender's clock that is off` };
+      return {
+        ok: false,
+        refusal: "stale",
+        why: `the X-Aiflow-Signature time t=${t} is ${s} s ${skewMs >= 0 ? "old" : "ahead"}, outside the ±${SIGNED_TIME_WINDOW_MS / 1000} s window: a replay, or a sender's clock that is off`,
+      };
     }
     return { ok: true, form: "stamped", replayKey: `t=${t} sha256 ${digestHex(body)}`, firedOnNs: msToNs(Number(t) * 1000) };
   }
   const github = one(headers["x-hub-signature-256"]);
   if (!secret || github === undefined || !GITHUB.test(github)) return { ok: false, refusal: "unsigned", why: GITHUB_WHY };
-  if (!timingSafeEqual(createHmac("sha256", secret).update(body).digest(), Buffer.from(github.slice(7), "hex"))) return { ok: false, refusal: "unsigned", why: GITHUB_WHY };
+  if (!timingSafeEqual(createHmac("sha256", secret).update(body).digest(), Buffer.from(github.slice(7), "hex")))
+    return { ok: false, refusal: "unsigned", why: GITHUB_WHY };
   return { ok: true, form: "github", replayKey: `sha256 ${digestHex(body)}`, firedOnNs: null };
 }
 
@@ -88,7 +97,8 @@ export function replayMessage(key: string, firingId: string | null): string {
   const where = firingId ? ` (firing ${firingId})` : "";
   if (key.startsWith("sha256 "))
     return `this body (sha256 ${key.slice(7, 23)}…) was already acted on${where}; under X-Hub-Signature-256 a body starts or moves a run once per trigger, whatever its delivery id: sign with X-Aiflow-Signature to send the same body again`;
-  if (key.startsWith("t=")) return `this signed delivery (${key.slice(0, key.indexOf(" "))}) was already acted on${where}; sign the body at a new time to deliver it again`;
+  if (key.startsWith("t="))
+    return `this signed delivery (${key.slice(0, key.indexOf(" "))}) was already acted on${where}; sign the body at a new time to deliver it again`;
   return `delivery '${key}' was already acted on${where}; a delivery id starts or moves a run once`;
 }
 

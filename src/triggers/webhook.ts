@@ -102,7 +102,9 @@ export function webhookHandler(d: WebhookDeps): (req: IncomingMessage, res: Serv
     const tooMany = () => {
       d.metrics.webhookRefused("throttled", false);
       res.setHeader("connection", "close");
-      return answer(res, 429, { error: "too many unsigned or unknown-trigger webhooks from this address; wait for --auth-failure-window to pass (signed deliveries are still served)" });
+      return answer(res, 429, {
+        error: "too many unsigned or unknown-trigger webhooks from this address; wait for --auth-failure-window to pass (signed deliveries are still served)",
+      });
     };
     if (throttled && !signed(req.headers)) return tooMany();
     const arrivedNs = sourceTime(req.headers.date, d.clock.nowMs());
@@ -117,7 +119,10 @@ export function webhookHandler(d: WebhookDeps): (req: IncomingMessage, res: Serv
       /** A delivery that proved nothing: see the module's comment. */
       const unproven = async (r: FiringRefused): Promise<void> => {
         if ((r.refusal === "unsigned" || r.refusal === "unknown_trigger") && d.guesses.record(address))
-          d.log.warn({ address, tenant: where.tenantKey, trigger: where.name }, "too many unsigned or unknown-trigger webhooks from one address: refusing its webhooks unrecorded until its window ends");
+          d.log.warn(
+            { address, tenant: where.tenantKey, trigger: where.name },
+            "too many unsigned or unknown-trigger webhooks from one address: refusing its webhooks unrecorded until its window ends",
+          );
         const served = trigger !== null || (await d.triggers.servesWebhooks(where.tenantKey));
         if (!served || !budget.take({ tenantKey: where.tenantKey, trigger: trigger ? where.name : null })) {
           d.metrics.webhookRefused(r.refusal, false);
@@ -137,7 +142,10 @@ export function webhookHandler(d: WebhookDeps): (req: IncomingMessage, res: Serv
       const proven = async (r: FiringRefused): Promise<void> => {
         const recorded = await d.firer.refuse(where, trigger, verifiedPayload(body), firedOnNs, r);
         d.metrics.webhookRefused(r.refusal, true);
-        d.log.warn({ tenant: where.tenantKey, trigger: where.name, firing: recorded.firingId, why: r.message }, "a signed webhook's body is not a payload; refused and recorded");
+        d.log.warn(
+          { tenant: where.tenantKey, trigger: where.name, firing: recorded.firingId, why: r.message },
+          "a signed webhook's body is not a payload; refused and recorded",
+        );
         reply(res, recorded);
       };
       let parsed: ReturnType<typeof parseBody>;
@@ -148,7 +156,8 @@ export function webhookHandler(d: WebhookDeps): (req: IncomingMessage, res: Serv
         throw err;
       }
       const deliveryId = header(req.headers["x-github-delivery"]) ?? header(req.headers["x-delivery-id"]);
-      if (deliveryId !== undefined && !DELIVERY_ID.test(deliveryId)) return proven(new FiringRefused("bad_body", "the delivery id header is not 1-200 visible ASCII characters"));
+      if (deliveryId !== undefined && !DELIVERY_ID.test(deliveryId))
+        return proven(new FiringRefused("bad_body", "the delivery id header is not 1-200 visible ASCII characters"));
       const replayKeys = [...(deliveryId === undefined ? [] : [deliveryId]), verdict.replayKey];
       // A replay is refused here without running the action; the claim in the run's transaction decides races.
       const seen = await d.triggers.claimed(where.tenantKey, where.name, replayKeys);

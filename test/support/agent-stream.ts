@@ -23,7 +23,11 @@ export class AgentStream {
   /** Called with each response as it arrives (after it is kept). */
   onResponse: ((r: ConnectResponse) => void) | undefined;
 
-  constructor(client: Client<typeof AgentService>, readonly name: string, first: { credits?: number } = {}) {
+  constructor(
+    client: Client<typeof AgentService>,
+    readonly name: string,
+    first: { credits?: number } = {},
+  ) {
     this.#queue.push({ name, ...first });
     this.ended = this.#run(client);
   }

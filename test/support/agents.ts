@@ -119,7 +119,8 @@ export class DirectiveStream {
 }
 
 export function watchDirectives(client: grpc.Client, name: string, token: string = TOKENS.agent): DirectiveStream {
-  const fn = (client as unknown as { watchDirectives(req: object, md: grpc.Metadata): grpc.ClientReadableStream<{ directive: DirectiveWire }> }).watchDirectives;
+  const fn = (client as unknown as { watchDirectives(req: object, md: grpc.Metadata): grpc.ClientReadableStream<{ directive: DirectiveWire }> })
+    .watchDirectives;
   const stream = new DirectiveStream(fn.call(client, { name }, metadata(token)));
   return stream;
 }

@@ -11,7 +11,11 @@ import { Connection } from "./kit.js";
 import { TOKENS } from "./daemon.js";
 import type { TestAgent } from "./queue.js";
 
-export type NodeSpec = Omit<MessageInitShape<typeof NodeSchema>, "$typeName" | "timeout" | "kind" | "onFailure"> & { timeoutMs?: number; wait?: boolean; skip?: boolean };
+export type NodeSpec = Omit<MessageInitShape<typeof NodeSchema>, "$typeName" | "timeout" | "kind" | "onFailure"> & {
+  timeoutMs?: number;
+  wait?: boolean;
+  skip?: boolean;
+};
 
 export function definition(nodes: NodeSpec[], opts: { id?: string; runAffinity?: boolean } = {}) {
   return create(DefinitionSchema, {
@@ -27,7 +31,8 @@ export function definition(nodes: NodeSpec[], opts: { id?: string; runAffinity?:
   });
 }
 
-export const chain = (n: number): NodeSpec[] => Array.from({ length: n }, (_, i) => ({ name: `n${i}`, dependsOn: i === 0 ? [] : [`n${i - 1}`], payloadJson: `{"step":${i}}` }));
+export const chain = (n: number): NodeSpec[] =>
+  Array.from({ length: n }, (_, i) => ({ name: `n${i}`, dependsOn: i === 0 ? [] : [`n${i - 1}`], payloadJson: `{"step":${i}}` }));
 
 export class DagClient {
   readonly conn: Connection;
@@ -39,7 +44,12 @@ export class DagClient {
   }
 
   async start(tenant: string, def: ReturnType<typeof definition>, context: unknown = {}, idempotencyKey = ""): Promise<Run> {
-    const res = await this.dag.startRun({ tenantKey: tenant, source: { case: "definition", value: def }, contextJson: JSON.stringify(context), idempotencyKey });
+    const res = await this.dag.startRun({
+      tenantKey: tenant,
+      source: { case: "definition", value: def },
+      contextJson: JSON.stringify(context),
+      idempotencyKey,
+    });
     return res.run!;
   }
 
@@ -63,7 +73,8 @@ export class DagClient {
       }
       throw new Error(`run ${runId} ended ${last ? RunStatus[last.status] : "?"}, not ${RunStatus[status]}`);
     } catch (err) {
-      if (stop.signal.aborted) throw new Error(`timed out after ${timeoutMs}ms waiting until run ${runId} is ${RunStatus[status]} (now ${last ? RunStatus[last.status] : "?"})`);
+      if (stop.signal.aborted)
+        throw new Error(`timed out after ${timeoutMs}ms waiting until run ${runId} is ${RunStatus[status]} (now ${last ? RunStatus[last.status] : "?"})`);
       throw err;
     } finally {
       clearTimeout(timer);

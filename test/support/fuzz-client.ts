@@ -113,13 +113,26 @@ export function replyCase(seed: number, index: number, limits: Limits): ReplyCas
   if (r < 0.4) {
     const { bytes, applied } = fuzzMessage(out, rng, limits);
     const reads = decoderReads(out, bytes) && bytes.byteLength <= READ_MAX;
-    return { ...base, plan: [MUTATED, ...applied], reply: bytes, ok: reads, code: reads ? undefined : bytes.byteLength > READ_MAX ? Code.ResourceExhausted : undefined, serve: (s) => respondWith(s, GRPC, framed(bytes), ok0) };
+    return {
+      ...base,
+      plan: [MUTATED, ...applied],
+      reply: bytes,
+      ok: reads,
+      code: reads ? undefined : bytes.byteLength > READ_MAX ? Code.ResourceExhausted : undefined,
+      serve: (s) => respondWith(s, GRPC, framed(bytes), ok0),
+    };
   }
   if (r < 0.55) {
     const env = envelope(rng, valid);
     // Flag bits gRPC does not define, past the compressed one: neither client looks at them.
     const flagsOnly = env.kind === "other flag bits" && (env.body[0]! & 1) === 0;
-    return { ...base, plan: [`envelope: ${env.kind}`], reply: valid, ok: env.valid ? true : flagsOnly ? undefined : false, serve: (s) => respondWith(s, GRPC, env.body, ok0) };
+    return {
+      ...base,
+      plan: [`envelope: ${env.kind}`],
+      reply: valid,
+      ok: env.valid ? true : flagsOnly ? undefined : false,
+      serve: (s) => respondWith(s, GRPC, env.body, ok0),
+    };
   }
   if (r < 0.7) return statusCase(rng, base, framed(valid));
   if (r < 0.8) {
@@ -128,14 +141,25 @@ export function replyCase(seed: number, index: number, limits: Limits): ReplyCas
     const body = rng.chance(0.5) ? framed(valid) : Buffer.from("<html>no</html>");
     const withStatus = rng.chance(0.3) ? { "grpc-status": String(rng.range(1, 16)) } : {};
     const trailers = rng.chance(0.5) ? ok0 : undefined;
-    return { ...base, plan: [`HTTP ${status}`, JSON.stringify(ct), JSON.stringify(withStatus)], ok: false, serve: (s) => respondWith(s, { ":status": status, ...ct, ...withStatus }, status === 204 ? Buffer.alloc(0) : body, trailers) };
+    return {
+      ...base,
+      plan: [`HTTP ${status}`, JSON.stringify(ct), JSON.stringify(withStatus)],
+      ok: false,
+      serve: (s) => respondWith(s, { ":status": status, ...ct, ...withStatus }, status === 204 ? Buffer.alloc(0) : body, trailers),
+    };
   }
   if (r < 0.88) {
     const ct = rng.pick(CONTENT_TYPES);
     // connect's response check takes any application/grpc+ subtype (or parameters) and the
     // binary decoder reads the message; the others are not gRPC.
     const ok = ct === "application/grpc+proto" ? true : ct.startsWith("application/grpc+") || ct.startsWith("application/grpc;") ? undefined : false;
-    return { ...base, plan: [`content-type ${ct}`], reply: valid, ok, serve: (s) => respondWith(s, { ":status": 200, "content-type": ct }, framed(valid), ok0) };
+    return {
+      ...base,
+      plan: [`content-type ${ct}`],
+      reply: valid,
+      ok,
+      serve: (s) => respondWith(s, { ":status": 200, "content-type": ct }, framed(valid), ok0),
+    };
   }
   return brokenCase(rng, base, framed(valid));
 }
@@ -152,21 +176,42 @@ function statusCase(rng: Rng, base: Base, body: Buffer): ReplyCase {
   // details that do not decode fail the call DATA_LOSS, status 0 or not, and details of code 0 (an
   // empty value) make an error a success. The SDK's code and success are grpc-status's.
   const garbled = "grpc-status-details-bin" in details;
-  const plan = [...(text === undefined ? [] : [`grpc-message ${JSON.stringify(text.slice(0, 20))}`]), ...(garbled ? [`details ${JSON.stringify(details["grpc-status-details-bin"])}`] : [])];
+  const plan = [
+    ...(text === undefined ? [] : [`grpc-message ${JSON.stringify(text.slice(0, 20))}`]),
+    ...(garbled ? [`details ${JSON.stringify(details["grpc-status-details-bin"])}`] : []),
+  ];
   const where = rng.int(4);
   const badPercent = text !== undefined && BAD_PERCENT.includes(text);
-  if (garbled || badPercent) base = { ...base, referenceDiffers: garbled ? "grpc-status-details-bin decides its status" : "it throws on a grpc-message that is not percent-encoding" };
+  if (garbled || badPercent)
+    base = { ...base, referenceDiffers: garbled ? "grpc-status-details-bin decides its status" : "it throws on a grpc-message that is not percent-encoding" };
   if (where === 0) {
     // Trailers-only: the status in the one HEADERS frame.
-    return { ...base, plan: ["trailers-only", String(code), ...plan], ok: false, code, serve: (s) => s.respond({ ...GRPC, "grpc-status": String(code), ...message, ...details }, { endStream: true }) };
+    return {
+      ...base,
+      plan: ["trailers-only", String(code), ...plan],
+      ok: false,
+      code,
+      serve: (s) => s.respond({ ...GRPC, "grpc-status": String(code), ...message, ...details }, { endStream: true }),
+    };
   }
   if (where === 1) {
     const sent = rng.chance(0.5) ? body : Buffer.alloc(0);
-    return { ...base, plan: ["an error status after the reply", String(code), ...plan], ok: false, code, serve: (s) => respondWith(s, GRPC, sent, { "grpc-status": String(code), ...message, ...details }) };
+    return {
+      ...base,
+      plan: ["an error status after the reply", String(code), ...plan],
+      ok: false,
+      code,
+      serve: (s) => respondWith(s, GRPC, sent, { "grpc-status": String(code), ...message, ...details }),
+    };
   }
   if (where === 2) {
     const garbage = rng.pick(STATUSES);
-    return { ...base, plan: ["a status that is no code", JSON.stringify(garbage), ...plan], ok: garbage === "00" ? undefined : false, serve: (s) => respondWith(s, GRPC, body, { "grpc-status": garbage, ...message }) };
+    return {
+      ...base,
+      plan: ["a status that is no code", JSON.stringify(garbage), ...plan],
+      ok: garbage === "00" ? undefined : false,
+      serve: (s) => respondWith(s, GRPC, body, { "grpc-status": garbage, ...message }),
+    };
   }
   return { ...base, plan: ["status 0", ...plan], ok: true, serve: (s) => respondWith(s, GRPC, body, { "grpc-status": "0", ...message, ...details }) };
 }
@@ -227,7 +272,10 @@ const ANY = Symbol("protobuf-es refused it");
 
 /** The first property the two ends of the case break, or undefined. */
 export function checkCall(c: ReplyCase, sdk: CallEnd, reference: CallEnd): string | undefined {
-  for (const [who, end] of [["sdk", sdk], ["connect-node", reference]] as const) {
+  for (const [who, end] of [
+    ["sdk", sdk],
+    ["connect-node", reference],
+  ] as const) {
     if (end.ms > c.deadlineMs + SLACK_MS) return `${who}: the call took ${Math.round(end.ms)}ms of a ${c.deadlineMs}ms deadline`;
     if (end.odd !== undefined) return `${who}: threw something other than a ConnectError: ${end.odd}`;
     if (!end.ok && !(end.code! >= 1 && end.code! <= 16)) return `${who}: an error without a code (${end.code})`;
@@ -239,7 +287,8 @@ export function checkCall(c: ReplyCase, sdk: CallEnd, reference: CallEnd): strin
   if (c.code !== undefined && sdk.code !== c.code) return `the SDK answered ${sdk.code} (${sdk.message}), expected ${c.code}`;
   // On a mutated reply the decoders may differ (protobuf-es reads some malformed messages: ./wire-format.ts).
   if (c.referenceDiffers) return undefined;
-  if (sdk.ok !== reference.ok && c.plan[0] !== MUTATED) return `the SDK ${sdk.ok ? "succeeded" : `failed (${sdk.code} ${sdk.message})`} where connect-node ${reference.ok ? "succeeded" : `failed (${reference.code} ${reference.message})`}`;
+  if (sdk.ok !== reference.ok && c.plan[0] !== MUTATED)
+    return `the SDK ${sdk.ok ? "succeeded" : `failed (${sdk.code} ${sdk.message})`} where connect-node ${reference.ok ? "succeeded" : `failed (${reference.code} ${reference.message})`}`;
   if (c.code !== undefined && reference.code !== c.code) return `connect-node answered ${reference.code} (${reference.message}), expected ${c.code}`;
   return undefined;
 }
@@ -303,7 +352,11 @@ export async function playCase(server: HostileServer, c: ReplyCase): Promise<{ s
   const sdkSessions = new Http2SessionManager(server.baseUrl);
   const refSessions = new Http2SessionManager(server.baseUrl);
   try {
-    const sdk = await call(createSdkGrpcTransport({ baseUrl: server.baseUrl, sessionManager: sdkSessions, interceptors: [], readMaxBytes: READ_MAX }), c, c.index);
+    const sdk = await call(
+      createSdkGrpcTransport({ baseUrl: server.baseUrl, sessionManager: sdkSessions, interceptors: [], readMaxBytes: READ_MAX }),
+      c,
+      c.index,
+    );
     const reference = await call(createGrpcTransport({ baseUrl: server.baseUrl, sessionManager: refSessions, readMaxBytes: READ_MAX }), c, c.index);
     return { sdk, reference };
   } finally {
@@ -315,7 +368,13 @@ export async function playCase(server: HostileServer, c: ReplyCase): Promise<{ s
 
 /** The case and how its calls ended, for a report. */
 export function describeReply(c: ReplyCase, sdk: CallEnd, reference: CallEnd): Record<string, unknown> {
-  return { method: `${c.method.parent.typeName}/${c.method.name}`, plan: c.plan, reply: c.reply ? hex(c.reply) : undefined, sdk: { ...sdk, value: undefined }, connect: { ...reference, value: undefined } };
+  return {
+    method: `${c.method.parent.typeName}/${c.method.name}`,
+    plan: c.plan,
+    reply: c.reply ? hex(c.reply) : undefined,
+    sdk: { ...sdk, value: undefined },
+    connect: { ...reference, value: undefined },
+  };
 }
 
 /** Runs the cases `concurrency` at a time, each on fresh connections (a case may drop its own). */

@@ -25,8 +25,14 @@ import { caseRng, fuzzMessage, hex, type Limits } from "./fuzz.js";
 import { malformation } from "./wire-format.js";
 
 const FILES: DescFile[] = [
-  file_aiflow_cluster_v1_agent, file_aiflow_cluster_v1_common, file_aiflow_cluster_v1_ops, file_aiflow_cluster_v1_queue,
-  file_aiflow_cluster_v1_runs, file_aiflow_cluster_v1_work_item, file_grpc_health_v1_health, file_grpc_reflection_v1_reflection,
+  file_aiflow_cluster_v1_agent,
+  file_aiflow_cluster_v1_common,
+  file_aiflow_cluster_v1_ops,
+  file_aiflow_cluster_v1_queue,
+  file_aiflow_cluster_v1_runs,
+  file_aiflow_cluster_v1_work_item,
+  file_grpc_health_v1_health,
+  file_grpc_reflection_v1_reflection,
 ];
 
 const nested = (messages: readonly DescMessage[]): DescMessage[] => messages.flatMap((m) => [m, ...nested(m.nestedMessages)]);

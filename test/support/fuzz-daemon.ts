@@ -67,18 +67,51 @@ export const TARGETS: Target[] = SERVICES.flatMap(([service, role]) =>
     .map((method) => ({ path: `/${service.typeName}/${method.name}`, method, role, waits: method.name === "Claim" || method.name === "Wait" })),
 );
 
-const GARBAGE_PATHS = ["/", "/x", "//", "/aiflow.cluster.v1.QueueService/", "/aiflow.cluster.v1.QueueService/Nope", "/aiflow.cluster.v1.Nope/Enqueue", "/grpc.health.v1.Health/Check?x=1", `/${"a".repeat(2000)}/b`, "/aiflow.cluster.v1.AgentService/WatchDirectives/x", "*"];
+const GARBAGE_PATHS = [
+  "/",
+  "/x",
+  "//",
+  "/aiflow.cluster.v1.QueueService/",
+  "/aiflow.cluster.v1.QueueService/Nope",
+  "/aiflow.cluster.v1.Nope/Enqueue",
+  "/grpc.health.v1.Health/Check?x=1",
+  `/${"a".repeat(2000)}/b`,
+  "/aiflow.cluster.v1.AgentService/WatchDirectives/x",
+  "*",
+];
 
 const GRPC_TYPES = ["application/grpc", "application/grpc+proto"];
 const OTHER_TYPES = [
-  "application/grpc+json", "application/grpc-web", "application/grpc-web+proto", "application/grpc-web-text", "application/grpc+xml",
-  "application/grpc; charset=utf-8", "Application/GRPC", "application/proto", "application/json", "application/connect+proto",
-  "application/connect+json", "text/plain", "",
+  "application/grpc+json",
+  "application/grpc-web",
+  "application/grpc-web+proto",
+  "application/grpc-web-text",
+  "application/grpc+xml",
+  "application/grpc; charset=utf-8",
+  "Application/GRPC",
+  "application/proto",
+  "application/json",
+  "application/connect+proto",
+  "application/connect+json",
+  "text/plain",
+  "",
 ];
 /** grpc-timeout values that parse, in milliseconds. */
-const TIMEOUTS: [string, number][] = [["1S", 1000], ["2S", 2000], ["500m", 500], ["300000u", 300], ["90000000n", 90], ["1m", 1], ["0m", 0]];
+const TIMEOUTS: [string, number][] = [
+  ["1S", 1000],
+  ["2S", 2000],
+  ["500m", 500],
+  ["300000u", 300],
+  ["90000000n", 90],
+  ["1m", 1],
+  ["0m", 0],
+];
 /** Ones that parse to far longer than any case runs: only for methods that do not wait. */
-const LONG_TIMEOUTS: [string, number][] = [["1H", 3_600_000], ["99999999H", 99_999_999 * 3_600_000], ["30000000M", 30_000_000 * 60_000]];
+const LONG_TIMEOUTS: [string, number][] = [
+  ["1H", 3_600_000],
+  ["99999999H", 99_999_999 * 3_600_000],
+  ["30000000M", 30_000_000 * 60_000],
+];
 const BAD_TIMEOUTS = ["soon", "-1S", "1", "S", "123456789S", "1X", "1.5S", "1s", "+1S", "0x10S", "١S", "1S 1S"];
 const ENCODINGS = ["identity", "gzip", "deflate", "br", "snappy", "x-nope", "gzip, identity", "IDENTITY"];
 const BIN_VALUES = () => [Buffer.from("fuzz\u0000\u00ff").toString("base64"), "AAEC", "AAE", "!!!!", "====", "a=b=", "", "%%%", "A".repeat(5000)];
@@ -120,9 +153,17 @@ const PLAUSIBLE_SHAPE: Shape = {
     switch (f.scalar) {
       case 9:
         return rng.pick(PLAUSIBLE[f.name] ?? ["a1", "01J00000000000000000000000"]);
-      case 5: case 13: case 17: case 7: case 15:
+      case 5:
+      case 13:
+      case 17:
+      case 7:
+      case 15:
         return rng.range(1, 10);
-      case 3: case 4: case 18: case 6: case 16:
+      case 3:
+      case 4:
+      case 18:
+      case 6:
+      case 16:
         return BigInt(rng.range(1, 10));
       default:
         return undefined;
@@ -173,7 +214,16 @@ function authorization(rng: Rng, role: Role | undefined, tokens: FuzzTokens): st
   if (r < 0.8) return `Bearer ${own}`;
   if (r < 0.85) return `Bearer ${tokens[rng.pick(["agent", "engine", "ops"] as const)]}`;
   if (r < 0.9) return undefined;
-  return rng.pick([`bearer ${own}`, `Bearer\t${own}`, own, "Bearer", "Basic YTpi", `Bearer nope-${rng.u32()}`, `Bearer ${own} x`, `Bearer ${"t".repeat(3000)}`]);
+  return rng.pick([
+    `bearer ${own}`,
+    `Bearer\t${own}`,
+    own,
+    "Bearer",
+    "Basic YTpi",
+    `Bearer nope-${rng.u32()}`,
+    `Bearer ${own} x`,
+    `Bearer ${"t".repeat(3000)}`,
+  ]);
 }
 
 /**
@@ -220,9 +270,18 @@ export function requestCase(seed: number, index: number, tokens: FuzzTokens, lim
   if (encoding !== undefined) headers["grpc-encoding"] = encoding;
   if (rng.chance(0.05)) headers["grpc-accept-encoding"] = rng.pick(ENCODINGS);
   if (rng.chance(0.15)) headers[rng.pick(["x-fuzz-bin", "grpc-trace-bin", "grpc-tags-bin", "x-b-bin"])] = rng.pick(BIN_VALUES());
-  if (rng.chance(0.05)) headers[rng.pick(["grpc-status", "grpc-message", "user-agent", "x-a", "grpc-previous-rpc-attempts"])] = rng.pick(["0", "%zz", "x".repeat(4000), "\u00e9", "13"]);
+  if (rng.chance(0.05))
+    headers[rng.pick(["grpc-status", "grpc-message", "user-agent", "x-a", "grpc-previous-rpc-attempts"])] = rng.pick([
+      "0",
+      "%zz",
+      "x".repeat(4000),
+      "\u00e9",
+      "13",
+    ]);
 
-  const message = target ? fuzzMessage(target.method.input, rng, limits, rng.chance(0.35) ? PLAUSIBLE_SHAPE : undefined) : { bytes: rng.bytes(rng.int(64)), applied: ["randomBytes"] };
+  const message = target
+    ? fuzzMessage(target.method.input, rng, limits, rng.chance(0.35) ? PLAUSIBLE_SHAPE : undefined)
+    : { bytes: rng.bytes(rng.int(64)), applied: ["randomBytes"] };
   const env = envelope(rng, message.bytes);
   const chunks = chunked(rng, env.body);
   if (rng.chance(0.03)) {
@@ -253,7 +312,16 @@ export function requestCase(seed: number, index: number, tokens: FuzzTokens, lim
     }
   }
   const waitMs = Math.min(timeoutMs ?? 0, 5000) + HANG_SLACK_MS;
-  return { seed, index, headers, chunks, target, mutations: [...message.applied, `envelope: ${env.kind}`, ...(chunks.length > 1 ? [`${chunks.length} DATA writes`] : [])], expect, waitMs };
+  return {
+    seed,
+    index,
+    headers,
+    chunks,
+    target,
+    mutations: [...message.applied, `envelope: ${env.kind}`, ...(chunks.length > 1 ? [`${chunks.length} DATA writes`] : [])],
+    expect,
+    waitMs,
+  };
 }
 
 /** The first property the answer breaks, or undefined. */
@@ -262,7 +330,8 @@ export function judge(c: RequestCase, a: Answer): string | undefined {
   if (a.kind === "unsendable") return undefined;
   if (a.kind === "hang") return `no answer within ${c.waitMs}ms`;
   const grpc = String(c.headers["content-type"] ?? "").startsWith("application/grpc");
-  if (a.kind !== "response") return expect.h2Violation ? undefined : `the stream ended without an answer (${a.kind}, RST code ${a.rstCode ?? "none"}, ${a.error ?? "no error"})`;
+  if (a.kind !== "response")
+    return expect.h2Violation ? undefined : `the stream ended without an answer (${a.kind}, RST code ${a.rstCode ?? "none"}, ${a.error ?? "no error"})`;
   if (a.rstCode !== undefined && a.rstCode !== http2.constants.NGHTTP2_NO_ERROR && a.rstCode !== http2.constants.NGHTTP2_CANCEL && !expect.h2Violation)
     return `answered, then reset with code ${a.rstCode}`;
   if (!grpc) {
@@ -299,7 +368,6 @@ export function describeCase(c: RequestCase, a?: Answer): Record<string, unknown
     ...(a ? { answer: { ...a, body: hex(a.body, 128), ms: Math.round(a.ms) } } : {}),
   };
 }
-
 
 /**
  * The rows a caller can change, as one digest per table: the daemon's own bookkeeping

@@ -80,11 +80,35 @@ const pairAt = (at: number, fill = "x") => `${fill.repeat(at)}🙂`;
  * among them surrogate pairs where an error message might cut a quoted value (40, 64, 128 code units).
  */
 const TEXTS = [
-  "", "default", "fuzz", "dag", "agent-1", "gpu", "r1", "t1",
-  '{"a":1}', "[]", "null", '{"a":"\\u0000"}', "[".repeat(200), '{"n":1e999}',
-  "01J00000000000000000000000", "\u0000", "\u0007bell", "é", "名前", "🙂", "\u{10ffff}", "lone \ud800",
-  "x".repeat(300), "%00%zz", "Bearer x",
-  pairAt(39), pairAt(63), pairAt(127), `{"${pairAt(39, "k")}":1,"${pairAt(39, "k")}":2}`,
+  "",
+  "default",
+  "fuzz",
+  "dag",
+  "agent-1",
+  "gpu",
+  "r1",
+  "t1",
+  '{"a":1}',
+  "[]",
+  "null",
+  '{"a":"\\u0000"}',
+  "[".repeat(200),
+  '{"n":1e999}',
+  "01J00000000000000000000000",
+  "\u0000",
+  "\u0007bell",
+  "é",
+  "名前",
+  "🙂",
+  "\u{10ffff}",
+  "lone \ud800",
+  "x".repeat(300),
+  "%00%zz",
+  "Bearer x",
+  pairAt(39),
+  pairAt(63),
+  pairAt(127),
+  `{"${pairAt(39, "k")}":1,"${pairAt(39, "k")}":2}`,
 ];
 
 function scalarValue(rng: Rng, type: number): unknown {
@@ -257,7 +281,8 @@ function concat(parts: Uint8Array[]): Uint8Array {
 const splice = (b: Uint8Array, at: number, remove: number, insert: Uint8Array) => concat([b.subarray(0, at), insert, b.subarray(at + remove)]);
 
 /** `piece` `times` times over, in one allocation. */
-const repeat = (piece: Uint8Array, times: number) => (piece.length === 0 || times <= 0 ? new Uint8Array() : new Uint8Array(Buffer.alloc(piece.length * times, Buffer.from(piece))));
+const repeat = (piece: Uint8Array, times: number) =>
+  piece.length === 0 || times <= 0 ? new Uint8Array() : new Uint8Array(Buffer.alloc(piece.length * times, Buffer.from(piece)));
 
 // ---- mutators --------------------------------------------------------------------------------
 

@@ -22,9 +22,16 @@ export function metadata(token?: string): grpc.Metadata {
 }
 
 /** Calls a unary method and resolves with [error, response]. */
-export function unary<Res = Record<string, unknown>>(client: grpc.Client, method: string, req: object, token?: string): Promise<[grpc.ServiceError | null, Res | undefined]> {
+export function unary<Res = Record<string, unknown>>(
+  client: grpc.Client,
+  method: string,
+  req: object,
+  token?: string,
+): Promise<[grpc.ServiceError | null, Res | undefined]> {
   return new Promise((resolve) => {
-    (client as unknown as Record<string, Function>)[method]!.call(client, req, metadata(token), (err: grpc.ServiceError | null, res: Res) => resolve([err, res]));
+    (client as unknown as Record<string, Function>)[method]!.call(client, req, metadata(token), (err: grpc.ServiceError | null, res: Res) =>
+      resolve([err, res]),
+    );
   });
 }
 

@@ -23,9 +23,23 @@ export interface Target {
  * with the answer and with whether the server then closed the connection, once it has: an answer
  * proves the server did not wait for the body, and the close that it will not read it.
  */
-export function partialPost(t: Target, path: string, headers: Record<string, string>, declared: number, prefix: Buffer): Promise<H1Answer & { closedByServer: boolean }> {
+export function partialPost(
+  t: Target,
+  path: string,
+  headers: Record<string, string>,
+  declared: number,
+  prefix: Buffer,
+): Promise<H1Answer & { closedByServer: boolean }> {
   return new Promise((resolve, reject) => {
-    const req = http.request({ host: "127.0.0.1", port: t.port, localAddress: t.localAddress, path, method: "POST", agent: false, headers: { ...headers, "content-length": String(declared) } });
+    const req = http.request({
+      host: "127.0.0.1",
+      port: t.port,
+      localAddress: t.localAddress,
+      path,
+      method: "POST",
+      agent: false,
+      headers: { ...headers, "content-length": String(declared) },
+    });
     req.on("error", () => {});
     req.on("response", (res) => {
       const chunks: Buffer[] = [];
@@ -48,7 +62,15 @@ export function partialPost(t: Target, path: string, headers: Record<string, str
 export function post(t: Target, path: string, headers: Record<string, string>, body: Buffer | string): Promise<H1Answer & { error?: string }> {
   return new Promise((resolve) => {
     const buf = typeof body === "string" ? Buffer.from(body) : body;
-    const req = http.request({ host: "127.0.0.1", port: t.port, localAddress: t.localAddress, path, method: "POST", agent: false, headers: { ...headers, "content-length": String(buf.length) } });
+    const req = http.request({
+      host: "127.0.0.1",
+      port: t.port,
+      localAddress: t.localAddress,
+      path,
+      method: "POST",
+      agent: false,
+      headers: { ...headers, "content-length": String(buf.length) },
+    });
     let answered = false;
     req.on("error", (err: NodeJS.ErrnoException) => {
       if (!answered) resolve({ status: -1, headers: {}, body: "", error: err.code ?? err.message });
@@ -86,8 +108,22 @@ export interface ConnectStream {
  * Opens a Connect server-streaming call over HTTP/1.1 (application/connect+json). `onMessage` sees
  * each message as it arrives (to act while the stream is open); the promise settles when it ends.
  */
-export function connectStream(t: Target, path: string, headers: Record<string, string>, request: unknown, onMessage?: (m: unknown) => void): { done: Promise<ConnectStream>; cancel(): void } {
-  const req = http.request({ host: "127.0.0.1", port: t.port, localAddress: t.localAddress, path, method: "POST", agent: false, headers: { "content-type": "application/connect+json", ...headers } });
+export function connectStream(
+  t: Target,
+  path: string,
+  headers: Record<string, string>,
+  request: unknown,
+  onMessage?: (m: unknown) => void,
+): { done: Promise<ConnectStream>; cancel(): void } {
+  const req = http.request({
+    host: "127.0.0.1",
+    port: t.port,
+    localAddress: t.localAddress,
+    path,
+    method: "POST",
+    agent: false,
+    headers: { "content-type": "application/connect+json", ...headers },
+  });
   const done = new Promise<ConnectStream>((resolve) => {
     const out: ConnectStream = { status: 0, messages: [], end: undefined };
     req.on("error", () => resolve(out));

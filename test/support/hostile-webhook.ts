@@ -17,28 +17,34 @@ export function post(httpUrl: string, tenant: string, name: string, body: string
   const bytes = typeof body === "string" ? Buffer.from(body) : body;
   const url = new URL(`/hooks/${encodeURIComponent(tenant)}/${encodeURIComponent(name)}`, httpUrl);
   return new Promise((resolve, reject) => {
-    const req = http.request(url, { method: "POST", agent: false, headers: { "content-type": "application/json", "content-length": String(bytes.length), ...headers } }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on("data", (c: Buffer) => chunks.push(c));
-      res.on("end", () => {
-        const text = Buffer.concat(chunks).toString("utf8");
-        let parsed: Answer["body"] = {};
-        try {
-          parsed = text ? (JSON.parse(text) as Answer["body"]) : {};
-        } catch {
-          parsed = { error: text };
-        }
-        resolve({ status: res.statusCode ?? 0, body: parsed });
-      });
-      res.on("error", reject);
-    });
+    const req = http.request(
+      url,
+      { method: "POST", agent: false, headers: { "content-type": "application/json", "content-length": String(bytes.length), ...headers } },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on("data", (c: Buffer) => chunks.push(c));
+        res.on("end", () => {
+          const text = Buffer.concat(chunks).toString("utf8");
+          let parsed: Answer["body"] = {};
+          try {
+            parsed = text ? (JSON.parse(text) as Answer["body"]) : {};
+          } catch {
+            parsed = { error: text };
+          }
+          resolve({ status: res.statusCode ?? 0, body: parsed });
+        });
+        res.on("error", reject);
+      },
+    );
     req.on("error", reject);
     req.end(bytes);
   });
 }
 
 /** GitHub's header: the body's HMAC-SHA256 alone. */
-export const githubSignature = (secret: string, body: string | Buffer) => ({ "x-hub-signature-256": `sha256=${createHmac("sha256", secret).update(body).digest("hex")}` });
+export const githubSignature = (secret: string, body: string | Buffer) => ({
+  "x-hub-signature-256": `sha256=${createHmac("sha256", secret).update(body).digest("hex")}`,
+});
 
 /** The signed-timestamp header: `t=<unix seconds>,v1=<HMAC-SHA256 of "<t>." + body>`. */
 export function stampedSignature(secret: string, unixSeconds: number, body: string | Buffer): Record<string, string> {

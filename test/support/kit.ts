@@ -98,7 +98,10 @@ export class Closers {
   /** Runs every closer, even after one failed; then fails with the first failure. */
   async closeAll(): Promise<void> {
     const failures: unknown[] = [];
-    for (const f of this.#fns.splice(0).reverse()) await Promise.resolve().then(f).catch((err: unknown) => failures.push(err));
+    for (const f of this.#fns.splice(0).reverse())
+      await Promise.resolve()
+        .then(f)
+        .catch((err: unknown) => failures.push(err));
     if (failures.length > 0) throw failures[0];
   }
 }

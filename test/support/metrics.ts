@@ -60,7 +60,10 @@ export interface HttpAnswer {
 }
 
 /** A GET (or HEAD) over HTTP, or HTTPS when the URL says so (`tls` gives the CA and a client certificate). */
-export function httpGet(url: string, opts: { headers?: Record<string, string>; method?: string; tls?: Pick<RequestOptions, "ca" | "cert" | "key"> } = {}): Promise<HttpAnswer> {
+export function httpGet(
+  url: string,
+  opts: { headers?: Record<string, string>; method?: string; tls?: Pick<RequestOptions, "ca" | "cert" | "key"> } = {},
+): Promise<HttpAnswer> {
   const request = url.startsWith("https:") ? httpsRequest : httpRequest;
   return new Promise((resolve, reject) => {
     const req = request(url, { method: opts.method ?? "GET", headers: opts.headers, ...(opts.tls ?? {}) }, (res) => {

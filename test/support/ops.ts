@@ -64,7 +64,10 @@ export class OpsTestAgent {
 
   /** A claim carrying completions. */
   claimCompleting(max: number, done: readonly { id: string; leaseToken: string }[]) {
-    return this.s.client.claim({ name: this.name, maxItems: max, completions: done.map((i) => ({ workItemId: i.id, leaseToken: i.leaseToken, resultJson: "" })) }, this.s.call);
+    return this.s.client.claim(
+      { name: this.name, maxItems: max, completions: done.map((i) => ({ workItemId: i.id, leaseToken: i.leaseToken, resultJson: "" })) },
+      this.s.call,
+    );
   }
 
   async claim(max = 10): Promise<WorkItem[]> {
@@ -73,7 +76,10 @@ export class OpsTestAgent {
 
   async complete(items: readonly { id: string; leaseToken: string }[], result?: unknown): Promise<ItemOutcome[]> {
     const res = await this.s.client.complete(
-      { name: this.name, items: items.map((i) => ({ workItemId: i.id, leaseToken: i.leaseToken, resultJson: result === undefined ? "" : JSON.stringify(result) })) },
+      {
+        name: this.name,
+        items: items.map((i) => ({ workItemId: i.id, leaseToken: i.leaseToken, resultJson: result === undefined ? "" : JSON.stringify(result) })),
+      },
       this.s.call,
     );
     return res.outcomes;
@@ -95,7 +101,10 @@ export class OpsTestAgent {
 
   /** Gives items back; `drainDeadline` says a drain deadline made the agent stop them. */
   async release(items: readonly { id: string; leaseToken: string }[], drainDeadline = false): Promise<ItemOutcome[]> {
-    const res = await this.s.client.release({ name: this.name, leases: items.map((i) => ({ workItemId: i.id, leaseToken: i.leaseToken, drainDeadline })) }, this.s.call);
+    const res = await this.s.client.release(
+      { name: this.name, leases: items.map((i) => ({ workItemId: i.id, leaseToken: i.leaseToken, drainDeadline })) },
+      this.s.call,
+    );
     return res.outcomes;
   }
 

@@ -2,7 +2,7 @@
  * Certificates for the TLS tests, made with `openssl` in a fresh temporary directory when a test
  * file starts: nothing here is committed, and every key lives only as long as its directory.
  *
-*   const pki = Pki.create();                       // a CA, and a server certificate for 127.0.0.1 / localhost
+ *   const pki = Pki.create();                       // a CA, and a server certificate for 127.0.0.1 / localhost
  *   const agent = pki.client("gpu", { uris: ["spiffe://aiflow/agent/gpu-*"] });
  *   const stranger = Pki.create().client("x", {});   // signed by another CA
  *   const old = pki.client("old", { uris: [...], expired: true });
@@ -45,7 +45,24 @@ export class Pki {
     const dir = mkdtempSync(join(tmpdir(), "aiflow-pki-"));
     const cert = join(dir, "ca.crt");
     const key = join(dir, "ca.key");
-    openssl(["req", "-x509", ...P256, "-nodes", "-keyout", key, "-out", cert, "-days", "2", "-subj", `/CN=${name}`, "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign"]);
+    openssl([
+      "req",
+      "-x509",
+      ...P256,
+      "-nodes",
+      "-keyout",
+      key,
+      "-out",
+      cert,
+      "-days",
+      "2",
+      "-subj",
+      `/CN=${name}`,
+      "-addext",
+      "basicConstraints=critical,CA:TRUE",
+      "-addext",
+      "keyUsage=critical,keyCertSign,cRLSign",
+    ]);
     return new Pki(dir, pair(cert, key));
   }
 
@@ -70,7 +87,24 @@ export class Pki {
     writeFileSync(`${base}.ext`, `${ext.join("\n")}\n`);
     openssl(["req", "-new", ...P256, "-nodes", "-keyout", `${base}.key`, "-out", `${base}.csr`, "-subj", `/CN=${name}`]);
     // -days -1: valid until a day before it was made, so expired from the start.
-    openssl(["x509", "-req", "-in", `${base}.csr`, "-CA", this.ca.cert, "-CAkey", this.ca.key, "-set_serial", String(Date.now() * 1000 + serial++), "-out", `${base}.crt`, "-days", opts.expired ? "-1" : "1", "-extfile", `${base}.ext`]);
+    openssl([
+      "x509",
+      "-req",
+      "-in",
+      `${base}.csr`,
+      "-CA",
+      this.ca.cert,
+      "-CAkey",
+      this.ca.key,
+      "-set_serial",
+      String(Date.now() * 1000 + serial++),
+      "-out",
+      `${base}.crt`,
+      "-days",
+      opts.expired ? "-1" : "1",
+      "-extfile",
+      `${base}.ext`,
+    ]);
     return pair(`${base}.crt`, `${base}.key`);
   }
 }

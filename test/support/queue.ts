@@ -6,7 +6,13 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { durationFromMs, timestampFromMs } from "@bufbuild/protobuf/wkt";
 import type { Client } from "@connectrpc/connect";
-import { AgentService, type AgentCapacitySchema, type AgentMetricsSchema, type CancelDirective, type Directive } from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
+import {
+  AgentService,
+  type AgentCapacitySchema,
+  type AgentMetricsSchema,
+  type CancelDirective,
+  type Directive,
+} from "@aiflow/wire/gen/aiflow/cluster/v1/agent_pb.js";
 import type { AgentStatus } from "@aiflow/wire/gen/aiflow/cluster/v1/common_pb.js";
 import { QueueService, type EnqueueItemSchema } from "@aiflow/wire/gen/aiflow/cluster/v1/queue_pb.js";
 import type { ItemOutcome, WorkItem } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
@@ -78,7 +84,11 @@ export class TestAgent {
   }
 
   /** A claim carrying completions (each item completed with `result`, when given). */
-  async claimCompleting(max: number, done: readonly { id: string; leaseToken: string }[], opts: { waitMs?: number; result?: unknown; waitWithCompletions?: boolean } = {}) {
+  async claimCompleting(
+    max: number,
+    done: readonly { id: string; leaseToken: string }[],
+    opts: { waitMs?: number; result?: unknown; waitWithCompletions?: boolean } = {},
+  ) {
     const resultJson = opts.result === undefined ? "" : JSON.stringify(opts.result);
     return this.conn.agent.claim(
       {
@@ -98,13 +108,19 @@ export class TestAgent {
 
   async complete(items: readonly (WorkItem | { id: string; leaseToken: string })[], result?: unknown): Promise<ItemOutcome[]> {
     const res = await this.conn.agent.complete(
-      { name: this.name, items: items.map((i) => ({ workItemId: i.id, leaseToken: i.leaseToken, resultJson: result === undefined ? "" : JSON.stringify(result) })) },
+      {
+        name: this.name,
+        items: items.map((i) => ({ workItemId: i.id, leaseToken: i.leaseToken, resultJson: result === undefined ? "" : JSON.stringify(result) })),
+      },
       agentCall,
     );
     return res.outcomes;
   }
 
-  async fail(items: readonly { id: string; leaseToken: string }[], opts: { error?: string; retryable?: boolean; retryDelayMs?: number } = {}): Promise<ItemOutcome[]> {
+  async fail(
+    items: readonly { id: string; leaseToken: string }[],
+    opts: { error?: string; retryable?: boolean; retryDelayMs?: number } = {},
+  ): Promise<ItemOutcome[]> {
     const res = await this.conn.agent.fail(
       {
         name: this.name,
@@ -299,7 +315,10 @@ export interface ItemDbRow {
 
 /** Rows of the queue table, read on a connection of their own (int8 columns come back as text). */
 export async function itemRows(db: TestDb, where = "true", values: unknown[] = []): Promise<ItemDbRow[]> {
-  return db.raw<ItemDbRow & Record<string, unknown>>(`SELECT * FROM ${db.tables.qualified("work_item")} WHERE ${where} ORDER BY priority, createdon, id`, values);
+  return db.raw<ItemDbRow & Record<string, unknown>>(
+    `SELECT * FROM ${db.tables.qualified("work_item")} WHERE ${where} ORDER BY priority, createdon, id`,
+    values,
+  );
 }
 
 export async function itemRow(db: TestDb, id: string): Promise<ItemDbRow> {
@@ -348,7 +367,11 @@ const activity = (db: TestDb, startsWith: string, extra: string, values: unknown
  * knows that a long-poll did its first look at the table and is now waiting, without sleeping.
  */
 export function untilStatementRan(db: TestDb, startsWith: string, sinceServerTime: Date, timeoutMs = 10_000): Promise<void> {
-  return until(`a statement '${startsWith}…' ran`, async () => (await activity(db, startsWith, "state = 'idle' AND query_start >= $3", [sinceServerTime]))[0]!.n > 0, timeoutMs);
+  return until(
+    `a statement '${startsWith}…' ran`,
+    async () => (await activity(db, startsWith, "state = 'idle' AND query_start >= $3", [sinceServerTime]))[0]!.n > 0,
+    timeoutMs,
+  );
 }
 
 /**
@@ -356,7 +379,11 @@ export function untilStatementRan(db: TestDb, startsWith: string, sinceServerTim
  * lock: how a test knows that racing statements have taken their snapshots and queue on a row.
  */
 export function untilLockWait(db: TestDb, startsWith: string, n = 1, timeoutMs = 10_000): Promise<void> {
-  return until(`${n} statement(s) '${startsWith}…' wait for a lock`, async () => (await activity(db, startsWith, "wait_event_type = 'Lock'", []))[0]!.n >= n, timeoutMs);
+  return until(
+    `${n} statement(s) '${startsWith}…' wait for a lock`,
+    async () => (await activity(db, startsWith, "wait_event_type = 'Lock'", []))[0]!.n >= n,
+    timeoutMs,
+  );
 }
 
 export async function serverNow(db: TestDb): Promise<Date> {
@@ -370,4 +397,3 @@ export function track<T>(p: Promise<T>): { promise: Promise<T>; settled: () => b
   const promise = p.finally(() => (settled = true));
   return { promise, settled: () => settled };
 }
-

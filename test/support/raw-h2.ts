@@ -17,7 +17,15 @@ export const hpack = (fields: [string, string][]): Buffer =>
 
 /** The header block of a gRPC POST to `path`. */
 export const grpcRequest = (path: string, extra: [string, string][] = []): Buffer =>
-  hpack([[":method", "POST"], [":scheme", "http"], [":path", path], [":authority", "localhost"], ["content-type", "application/grpc"], ["te", "trailers"], ...extra]);
+  hpack([
+    [":method", "POST"],
+    [":scheme", "http"],
+    [":path", path],
+    [":authority", "localhost"],
+    ["content-type", "application/grpc"],
+    ["te", "trailers"],
+    ...extra,
+  ]);
 
 /** RST_STREAM's payload: the error code. */
 export const rstCode = (code: number): Buffer => {
@@ -75,7 +83,11 @@ export class RawH2Peer {
 
   /** Resolves true once the call on `stream` has ended (its END_STREAM or a reset), false if the socket closes first. */
   answered(stream: number): Promise<boolean> {
-    return this.until(() => this.frames.some((f) => f.stream === stream && (f.type === FRAME.rst || ((f.type === FRAME.headers || f.type === FRAME.data) && (f.flags & END_STREAM) !== 0))));
+    return this.until(() =>
+      this.frames.some(
+        (f) => f.stream === stream && (f.type === FRAME.rst || ((f.type === FRAME.headers || f.type === FRAME.data) && (f.flags & END_STREAM) !== 0)),
+      ),
+    );
   }
 
   get isClosed(): boolean {
@@ -87,7 +99,12 @@ export class RawH2Peer {
     while (this.#buf.length >= 9) {
       const len = this.#buf.readUIntBE(0, 3);
       if (this.#buf.length < 9 + len) break;
-      const f: ReceivedFrame = { type: this.#buf[3]!, flags: this.#buf[4]!, stream: this.#buf.readUInt32BE(5) & 0x7fffffff, payload: Buffer.from(this.#buf.subarray(9, 9 + len)) };
+      const f: ReceivedFrame = {
+        type: this.#buf[3]!,
+        flags: this.#buf[4]!,
+        stream: this.#buf.readUInt32BE(5) & 0x7fffffff,
+        payload: Buffer.from(this.#buf.subarray(9, 9 + len)),
+      };
       this.#buf = this.#buf.subarray(9 + len);
       if (f.type === FRAME.settings && !(f.flags & 1)) this.socket.write(h2Frame(FRAME.settings, 1, 0));
       if (f.type === FRAME.ping && !(f.flags & 1)) this.socket.write(h2Frame(FRAME.ping, 1, 0, f.payload));

@@ -33,7 +33,10 @@ function normalizer(db: TestDb): (text: string) => string {
 /** Per function or trigger name (without the prefix), the migration file that last created it. */
 function lastDefinedBy(kind: "FUNCTION" | "TRIGGER"): Map<string, string> {
   const found = new Map<string, string>();
-  const re = kind === "FUNCTION" ? /CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION\s+\{\{schema\}\}\.\{\{name:([a-z0-9_]+)\}\}/g : /CREATE\s+(?:OR\s+REPLACE\s+)?TRIGGER\s+\{\{name:([a-z0-9_]+)\}\}/g;
+  const re =
+    kind === "FUNCTION"
+      ? /CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION\s+\{\{schema\}\}\.\{\{name:([a-z0-9_]+)\}\}/g
+      : /CREATE\s+(?:OR\s+REPLACE\s+)?TRIGGER\s+\{\{name:([a-z0-9_]+)\}\}/g;
   for (const m of loadMigrations()) for (const hit of m.sql.matchAll(re)) found.set(hit[1]!, `${String(m.version).padStart(4, "0")}_${m.name}.sql`);
   return found;
 }
@@ -94,7 +97,10 @@ export async function functionsSql(db: TestDb): Promise<string> {
 
 /** A statement's text as printed: $n placeholders, the common indentation and blank lines removed. */
 function printed(text: string): string {
-  const lines = text.replaceAll("$slonik_", "$").split("\n").map((l) => l.trimEnd());
+  const lines = text
+    .replaceAll("$slonik_", "$")
+    .split("\n")
+    .map((l) => l.trimEnd());
   while (lines.length > 0 && lines[0] === "") lines.shift();
   while (lines.length > 0 && lines.at(-1) === "") lines.pop();
   const indent = Math.min(...lines.filter((l) => l !== "").map((l) => l.length - l.trimStart().length));

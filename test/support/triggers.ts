@@ -47,7 +47,11 @@ export async function deliver(
   if (opts.delivery) headers["x-github-delivery"] = opts.delivery;
   if (opts.date) headers.date = opts.date;
   const method = opts.method ?? "POST";
-  const res = await fetch(`${httpUrl}/hooks/${encodeURIComponent(tenant)}/${encodeURIComponent(name)}`, { method, headers, body: method === "GET" ? undefined : body });
+  const res = await fetch(`${httpUrl}/hooks/${encodeURIComponent(tenant)}/${encodeURIComponent(name)}`, {
+    method,
+    headers,
+    body: method === "GET" ? undefined : body,
+  });
   const text = await res.text();
   return { status: res.status, body: text ? (JSON.parse(text) as Delivery["body"]) : {} };
 }

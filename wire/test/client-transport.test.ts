@@ -48,7 +48,10 @@ function client(opts: { interceptors?: Interceptor[]; readMaxBytes?: number; url
   const url = opts.url ?? baseUrl;
   const sessionManager = new Http2SessionManager(url);
   sessions.push(sessionManager);
-  return createClient(AgentService, createSdkGrpcTransport({ baseUrl: url, sessionManager, interceptors: opts.interceptors ?? [], readMaxBytes: opts.readMaxBytes }));
+  return createClient(
+    AgentService,
+    createSdkGrpcTransport({ baseUrl: url, sessionManager, interceptors: opts.interceptors ?? [], readMaxBytes: opts.readMaxBytes }),
+  );
 }
 
 function frame(payload: Uint8Array, flags = 0): Buffer {
@@ -70,7 +73,13 @@ function answer(reply: Uint8Array, trailers: http2.OutgoingHttpHeaders = {}, hea
   };
 }
 
-const REPLY = toBinary(ClaimResponseSchema, create(ClaimResponseSchema, { items: [{ id: "01J", payloadJson: '{"a":1}', leaseToken: "tok", dispatchedAtNs: 1_764_000_000_000_000_001n }], affinityKeys: ["k"] }));
+const REPLY = toBinary(
+  ClaimResponseSchema,
+  create(ClaimResponseSchema, {
+    items: [{ id: "01J", payloadJson: '{"a":1}', leaseToken: "tok", dispatchedAtNs: 1_764_000_000_000_000_001n }],
+    affinityKeys: ["k"],
+  }),
+);
 
 describe("SDK gRPC transport (unary)", () => {
   it("sends one gRPC frame with gRPC headers and reads the reply, its headers and trailers", async () => {
@@ -166,7 +175,10 @@ describe("SDK gRPC transport (unary)", () => {
     };
     expect((await refusal(client().claim({ name: "x" }))).code).toBe(Code.Internal);
     script = answer(Buffer.from([0x1a, 0x05, 0x61]));
-    expect(await refusal(client().claim({ name: "x" }))).toMatchObject({ code: Code.Internal, rawMessage: expect.stringContaining("could not parse the reply") });
+    expect(await refusal(client().claim({ name: "x" }))).toMatchObject({
+      code: Code.Internal,
+      rawMessage: expect.stringContaining("could not parse the reply"),
+    });
     script = (stream) => {
       stream.respond(GRPC, { waitForTrailers: true });
       stream.on("wantTrailers", () => stream.sendTrailers({ "grpc-status": "0" }));

@@ -17,7 +17,6 @@ import { ClaimRequestSchema, ClaimResponseSchema, CompleteRequestSchema, Heartbe
 import { file_aiflow_cluster_v1_work_item, WorkItemSchema } from "@aiflow/wire/gen/aiflow/cluster/v1/work_item_pb.js";
 import { mulberry32 as rng } from "../../test/support/prng.js";
 
-
 const SAMPLES = ["", "a", "work-01", "é", "名前", "🙂 emoji", "\u{10ffff}", "x".repeat(70), "ü".repeat(80), "lone \ud800 surrogate"];
 
 function randomValue(rand: () => number, type: number, depth: number): unknown {
@@ -54,7 +53,8 @@ function randomValue(rand: () => number, type: number, depth: number): unknown {
 
 function randomMessage(desc: DescMessage, rand: () => number, depth = 0): Record<string, unknown> {
   const init: Record<string, unknown> = {};
-  const scalarOf = (f: DescField): number => (f.fieldKind === "enum" || (f.fieldKind === "list" && f.listKind === "enum") || (f.fieldKind === "map" && f.mapKind === "enum") ? -1 : (f.scalar as number));
+  const scalarOf = (f: DescField): number =>
+    f.fieldKind === "enum" || (f.fieldKind === "list" && f.listKind === "enum") || (f.fieldKind === "map" && f.mapKind === "enum") ? -1 : (f.scalar as number);
   const value = (f: DescField, type: number, message: DescMessage | undefined): unknown => {
     if (message) return randomMessage(message, rand, depth + 1);
     if (type === -1) {
@@ -66,7 +66,11 @@ function randomMessage(desc: DescMessage, rand: () => number, depth = 0): Record
   for (const member of desc.members) {
     if (member.kind === "oneof") {
       const chosen = member.fields[Math.floor(rand() * (member.fields.length + 1))];
-      if (chosen) init[member.localName] = { case: chosen.localName, value: value(chosen, scalarOf(chosen), chosen.fieldKind === "message" ? chosen.message : undefined) };
+      if (chosen)
+        init[member.localName] = {
+          case: chosen.localName,
+          value: value(chosen, scalarOf(chosen), chosen.fieldKind === "message" ? chosen.message : undefined),
+        };
       continue;
     }
     const f = member;
@@ -103,8 +107,21 @@ function allMessages(messages: readonly DescMessage[]): DescMessage[] {
 /** A proto3 file with every scalar type singular, optional and repeated, maps of several kinds, a oneof and recursion. */
 function allTypesFile(): DescMessage {
   const scalars: [string, number][] = [
-    ["f_double", 1], ["f_float", 2], ["f_int64", 3], ["f_uint64", 4], ["f_int32", 5], ["f_fixed64", 6], ["f_fixed32", 7],
-    ["f_bool", 8], ["f_string", 9], ["f_bytes", 12], ["f_uint32", 13], ["f_sfixed32", 15], ["f_sfixed64", 16], ["f_sint32", 17], ["f_sint64", 18],
+    ["f_double", 1],
+    ["f_float", 2],
+    ["f_int64", 3],
+    ["f_uint64", 4],
+    ["f_int32", 5],
+    ["f_fixed64", 6],
+    ["f_fixed32", 7],
+    ["f_bool", 8],
+    ["f_string", 9],
+    ["f_bytes", 12],
+    ["f_uint32", 13],
+    ["f_sfixed32", 15],
+    ["f_sfixed64", 16],
+    ["f_sint32", 17],
+    ["f_sint64", 18],
   ];
   const fields: Record<string, unknown>[] = [];
   let no = 1;
@@ -116,7 +133,10 @@ function allTypesFile(): DescMessage {
   const syntheticOneofs = scalars.map(([name]) => ({ name: `_o_${name}` }));
   const entry = (name: string, keyType: number, value: Record<string, unknown>) => ({
     name,
-    field: [{ name: "key", number: 1, label: 1, type: keyType }, { name: "value", number: 2, label: 1, ...value }],
+    field: [
+      { name: "key", number: 1, label: 1, type: keyType },
+      { name: "value", number: 2, label: 1, ...value },
+    ],
     options: { mapEntry: true },
   });
   fields.push(
@@ -139,7 +159,16 @@ function allTypesFile(): DescMessage {
     package: "codec.test",
     syntax: "proto3",
     dependency: ["google/protobuf/timestamp.proto"],
-    enumType: [{ name: "Color", value: [{ name: "COLOR_UNSPECIFIED", number: 0 }, { name: "COLOR_RED", number: 1 }, { name: "COLOR_BLUE", number: 7 }] }],
+    enumType: [
+      {
+        name: "Color",
+        value: [
+          { name: "COLOR_UNSPECIFIED", number: 0 },
+          { name: "COLOR_RED", number: 1 },
+          { name: "COLOR_BLUE", number: 7 },
+        ],
+      },
+    ],
     messageType: [
       {
         name: "AllTypes",
@@ -159,9 +188,14 @@ function allTypesFile(): DescMessage {
 }
 
 const OURS = allMessages(
-  [file_aiflow_cluster_v1_agent, file_aiflow_cluster_v1_common, file_aiflow_cluster_v1_ops, file_aiflow_cluster_v1_queue, file_aiflow_cluster_v1_runs, file_aiflow_cluster_v1_work_item].flatMap(
-    (f) => f.messages,
-  ),
+  [
+    file_aiflow_cluster_v1_agent,
+    file_aiflow_cluster_v1_common,
+    file_aiflow_cluster_v1_ops,
+    file_aiflow_cluster_v1_queue,
+    file_aiflow_cluster_v1_runs,
+    file_aiflow_cluster_v1_work_item,
+  ].flatMap((f) => f.messages),
 );
 
 function reshapedInside(desc: DescMessage, seen = new Set<DescMessage>()): boolean {
@@ -193,7 +227,8 @@ describe("compiled codec", () => {
       if (compileCodec(desc) === undefined) expect(reshapedInside(desc), `${desc.typeName} has no codec`).toBe(true);
       else checkAgainstReference(desc, 40);
     }
-    for (const hot of [ClaimRequestSchema, ClaimResponseSchema, CompleteRequestSchema, HeartbeatRequestSchema, WorkItemSchema]) expect(compileCodec(hot), hot.typeName).toBeDefined();
+    for (const hot of [ClaimRequestSchema, ClaimResponseSchema, CompleteRequestSchema, HeartbeatRequestSchema, WorkItemSchema])
+      expect(compileCodec(hot), hot.typeName).toBeDefined();
   });
 
   it("matches protobuf-es on every scalar type, optional, packed and unpacked lists, maps, oneofs and recursion", () => {
@@ -203,13 +238,23 @@ describe("compiled codec", () => {
   });
 
   it("encodes init objects as protobuf-es encodes the messages made from them", () => {
-    const init = { id: "01J", priority: -3, dispatchedAtNs: 1_764_000_000_123_456_789n, workerParams: { selector: { gpu: "a100" } }, createdOn: { seconds: 5n, nanos: 7 } };
+    const init = {
+      id: "01J",
+      priority: -3,
+      dispatchedAtNs: 1_764_000_000_123_456_789n,
+      workerParams: { selector: { gpu: "a100" } },
+      createdOn: { seconds: 5n, nanos: 7 },
+    };
     expect(Buffer.from(compileCodec(WorkItemSchema)!.encode(init)).equals(Buffer.from(toBinary(WorkItemSchema, create(WorkItemSchema, init))))).toBe(true);
   });
 
   it("treats null like an absent field when encoding (an implementation's reply built from nullable columns)", () => {
     const withNulls = { id: "01J", runId: null, workerParams: null, createdOn: null, priority: null } as unknown as Record<string, unknown>;
-    expect(Buffer.from(compileCodec(WorkItemSchema)!.encode(withNulls as never)).equals(Buffer.from(toBinary(WorkItemSchema, create(WorkItemSchema, { id: "01J" }))))).toBe(true);
+    expect(
+      Buffer.from(compileCodec(WorkItemSchema)!.encode(withNulls as never)).equals(
+        Buffer.from(toBinary(WorkItemSchema, create(WorkItemSchema, { id: "01J" }))),
+      ),
+    ).toBe(true);
   });
 
   it("reads what protobuf-es writes differently: unpacked repeated numbers, repeated singular messages merged, unknown fields skipped", () => {
@@ -231,7 +276,10 @@ describe("compiled codec", () => {
 
   it("refuses malformed input: truncation, overlong lengths, invalid UTF-8, wrong wire types, field number zero", () => {
     const codec = compileCodec(ClaimResponseSchema)!;
-    const good = toBinary(ClaimResponseSchema, create(ClaimResponseSchema, { items: [{ id: "01J", payloadJson: '{"a":1}', priority: 2 }], affinityKeys: ["k"] }));
+    const good = toBinary(
+      ClaimResponseSchema,
+      create(ClaimResponseSchema, { items: [{ id: "01J", payloadJson: '{"a":1}', priority: 2 }], affinityKeys: ["k"] }),
+    );
     // Every prefix: refused exactly where protobuf-es refuses it (a cut at a field boundary is a valid, shorter message).
     let refused = 0;
     for (let cut = 1; cut < good.length; cut++) {

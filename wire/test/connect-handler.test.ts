@@ -45,7 +45,13 @@ const health = (useBinaryFormat = true) => createClient(Health, createGrpcTransp
 async function rawCheck(grpcTimeout: string): Promise<string | undefined> {
   const session = http2.connect(baseUrl);
   try {
-    const stream = session.request({ ":method": "POST", ":path": "/grpc.health.v1.Health/Check", "content-type": "application/grpc", te: "trailers", "grpc-timeout": grpcTimeout });
+    const stream = session.request({
+      ":method": "POST",
+      ":path": "/grpc.health.v1.Health/Check",
+      "content-type": "application/grpc",
+      te: "trailers",
+      "grpc-timeout": grpcTimeout,
+    });
     let status: string | undefined;
     stream.on("response", (h) => (status ??= h["grpc-status"] as string | undefined));
     stream.on("trailers", (t) => (status = t["grpc-status"] as string | undefined));

@@ -50,7 +50,7 @@ function drainLine(a: AgentSummary): string {
  * that sees nothing in flight sees the count too.
  */
 async function waitForDrains(ctx: Ctx, names: readonly string[], intervalMs: number): Promise<number> {
-  if (names.length === 0) return ctx.out("no agent matched"), 0;
+  if (names.length === 0) return (ctx.out("no agent matched"), 0);
   const live = process.stderr.isTTY === true;
   for (;;) {
     const agents = (await Promise.all(names.map((name) => ctx.ops.getAgent({ name })))).map((r) => r.agent!);
@@ -86,7 +86,12 @@ export const agentCommands: Command[] = [
         if (v === undefined || v === 0) throw new UsageError(`unknown agent status '${s}' (active, draining, inactive)`);
         return v as AgentStatus;
       });
-      const res = await ctx.ops.listAgents({ statuses, tags: keyValues(ctx.args.all("tag"), "tag"), version: ctx.args.get("version") ?? "", includeRemoved: ctx.args.has("removed") });
+      const res = await ctx.ops.listAgents({
+        statuses,
+        tags: keyValues(ctx.args.all("tag"), "tag"),
+        version: ctx.args.get("version") ?? "",
+        includeRemoved: ctx.args.has("removed"),
+      });
       if (ctx.json) printJson(ctx, ListAgentsResponseSchema, res);
       else ctx.out(res.agents.length ? agentRows(res.agents) : "no agents");
       return 0;
@@ -99,12 +104,20 @@ export const agentCommands: Command[] = [
     fields: AGENT_FIELDS,
     async run(ctx) {
       const res = await ctx.ops.getAgent({ name: one(ctx.args, "agent name") });
-      if (ctx.json) return printJson(ctx, GetAgentResponseSchema, res), 0;
+      if (ctx.json) return (printJson(ctx, GetAgentResponseSchema, res), 0);
       const a = res.agent!;
       ctx.out(agentRows([a]));
       const meta = a.metadata;
-      ctx.out(`\nid ${a.id}  type ${enumName({ 0: "unspecified", 1: "remote", 2: "local" }, a.agentType, "")}  tenants ${meta?.tenants.join(",") || "-"}  engine kinds ${meta?.engineKinds.join(",") || "-"}`);
-      ctx.out(`tags ${Object.entries(meta?.tags ?? {}).map(([k, v]) => `${k}=${v}`).join(" ") || "-"}`);
+      ctx.out(
+        `\nid ${a.id}  type ${enumName({ 0: "unspecified", 1: "remote", 2: "local" }, a.agentType, "")}  tenants ${meta?.tenants.join(",") || "-"}  engine kinds ${meta?.engineKinds.join(",") || "-"}`,
+      );
+      ctx.out(
+        `tags ${
+          Object.entries(meta?.tags ?? {})
+            .map(([k, v]) => `${k}=${v}`)
+            .join(" ") || "-"
+        }`,
+      );
       if (a.drain) ctx.out(`drain: ${drainLine(a)}`);
       if (res.affinityKeys.length) ctx.out(`affinity keys: ${res.affinityKeys.join(", ")}`);
       ctx.out(res.dispatched.length ? `\n${itemRows(res.dispatched)}` : "\nnothing dispatched");
@@ -125,13 +138,22 @@ export const agentCommands: Command[] = [
         arg: "X",
         help: "drain every active agent older than version X (instead of NAME), in semver order (1.10 = 1.10.0 < 2.0.0-rc.1 < 2.0.0); agents whose version is not one are left alone and named",
       },
-      { name: "deadline", kind: "value", arg: "D", help: "give back what is still in flight after D (10m, 1h), retries unspent", default: "none: wait for the work to finish" },
+      {
+        name: "deadline",
+        kind: "value",
+        arg: "D",
+        help: "give back what is still in flight after D (10m, 1h), retries unspent",
+        default: "none: wait for the work to finish",
+      },
       { name: "reason", kind: "value", arg: "R", help: "why, shown to the agent and in `agent NAME`", default: "drained by an operator" },
       { name: "wait", kind: "bool", help: "show progress until nothing is in flight" },
       { name: "dry-run", kind: "bool", help: "drain nothing: list the agents the drain would hit" },
       { name: "interval", kind: "value", arg: "D", help: "how often --wait polls", default: "500ms" },
     ],
-    exits: ["0 drained (with --wait), the drain started, or (--dry-run) the agents listed", "3 with --wait: the deadline gave work back to the queue (whether the daemon or the agent gave it back)"],
+    exits: [
+      "0 drained (with --wait), the drain started, or (--dry-run) the agents listed",
+      "3 with --wait: the deadline gave work back to the queue (whether the daemon or the agent gave it back)",
+    ],
     fields: { ...AGENT_FIELDS, "selector.tags key": "--tag", "selector.version_below": "--version-below", deadline: "--deadline", reason: "--reason" },
     async run(ctx) {
       const name = ctx.args.positionals[0] ?? "";
@@ -150,10 +172,17 @@ export const agentCommands: Command[] = [
         dryRun,
       });
       // Agents the selector left alone because their version cannot be compared: said, never silently skipped.
-      const skipped = res.versionNotComparable.length ? `not comparable with ${below} (their version is not a version), left alone: ${res.versionNotComparable.join(", ")}` : "";
+      const skipped = res.versionNotComparable.length
+        ? `not comparable with ${below} (their version is not a version), left alone: ${res.versionNotComparable.join(", ")}`
+        : "";
       if (dryRun) {
         if (ctx.json) printJson(ctx, DrainAgentResponseSchema, res);
-        else ctx.out([res.agents.length ? `would drain ${res.agents.length} agent(s):\n${agentRows(res.agents)}` : "no agent matched", skipped].filter(Boolean).join("\n"));
+        else
+          ctx.out(
+            [res.agents.length ? `would drain ${res.agents.length} agent(s):\n${agentRows(res.agents)}` : "no agent matched", skipped]
+              .filter(Boolean)
+              .join("\n"),
+          );
         return 0;
       }
       if (skipped && !ctx.json) process.stderr.write(`aiflowctl: ${skipped}\n`);
@@ -162,7 +191,11 @@ export const agentCommands: Command[] = [
         else ctx.out(res.agents.length ? res.agents.map((a) => `draining ${a.name}: ${drainLine(a)}`).join("\n") : "no agent matched");
         return 0;
       }
-      return waitForDrains(ctx, res.agents.map((a) => a.name), interval);
+      return waitForDrains(
+        ctx,
+        res.agents.map((a) => a.name),
+        interval,
+      );
     },
   },
   {

@@ -22,7 +22,13 @@ export const bindingCommands: Command[] = [
       "  bindings rebind KEY AGENT [--tenant T]                            pin a key to another (active) agent of its tenant",
     ],
     flags: [
-      { name: "tenant", kind: "value", arg: "T", help: "the bindings' tenant (a key is bound per tenant); unbind and rebind need it when the key is bound in several", default: "every tenant the token may see" },
+      {
+        name: "tenant",
+        kind: "value",
+        arg: "T",
+        help: "the bindings' tenant (a key is bound per tenant); unbind and rebind need it when the key is bound in several",
+        default: "every tenant the token may see",
+      },
       { name: "key-prefix", kind: "value", arg: "P", help: "list: only keys starting with P" },
       { name: "agent", kind: "value", arg: "A", help: "list: only keys bound to this agent" },
       { name: "limit", kind: "value", arg: "N", help: "list: bindings per page (at most 1000)", default: "100" },
@@ -41,7 +47,8 @@ export const bindingCommands: Command[] = [
             ...pageOf(ctx.args),
           });
           if (ctx.json) printJson(ctx, ListBindingsResponseSchema, res);
-          else ctx.out((res.bindings.length ? bindingRows(res.bindings) : "no bindings") + (res.nextPageToken ? `\nmore: --page-token ${res.nextPageToken}` : ""));
+          else
+            ctx.out((res.bindings.length ? bindingRows(res.bindings) : "no bindings") + (res.nextPageToken ? `\nmore: --page-token ${res.nextPageToken}` : ""));
           return 0;
         }
         case "unbind": {

@@ -95,7 +95,10 @@ async function list(ctx: Ctx, calls: Calls, tenantKey: string): Promise<number> 
   if (ctx.json) printJson(ctx, calls.list, create(calls.list, { definitions: found, nextPageToken: pageToken } as never) as never);
   else {
     const rows = found.map((d) => [d.definitionId, iso(d.updatedOn), d.updatedBy || "-", d.createdBy || "-"]);
-    ctx.out((rows.length ? table(["DEFINITION", "UPDATED", "UPDATED BY", "CREATED BY"], rows) : "no definitions") + (pageToken ? `\nmore: --page-token ${pageToken} (or a larger --limit)` : ""));
+    ctx.out(
+      (rows.length ? table(["DEFINITION", "UPDATED", "UPDATED BY", "CREATED BY"], rows) : "no definitions") +
+        (pageToken ? `\nmore: --page-token ${pageToken} (or a larger --limit)` : ""),
+    );
   }
   return 0;
 }
@@ -119,7 +122,8 @@ export const definitionCommands: Command[] = [
     fields: { tenant_key: "--tenant", definition_id: "ID", page_size: "--limit", page_token: "--page-token" },
     async run(ctx) {
       const sub = ctx.args.positionals[0];
-      if (!sub || !Object.keys(USAGE).includes(sub)) throw new UsageError(`${sub ? `unknown definitions subcommand '${sub}'` : "give the subcommand"}: list, get or put (see aiflowctl definitions --help)`);
+      if (!sub || !Object.keys(USAGE).includes(sub))
+        throw new UsageError(`${sub ? `unknown definitions subcommand '${sub}'` : "give the subcommand"}: list, get or put (see aiflowctl definitions --help)`);
       const engine = engineOf(ctx.args);
       const tenantKey = tenantOf(ctx.args);
       const calls = callsOf(ctx, engine);
@@ -134,7 +138,10 @@ export const definitionCommands: Command[] = [
           else {
             const s = res.stored;
             ctx.out(JSON.stringify(toJson(calls.definition, res.definition as never), null, 2));
-            if (s) process.stderr.write(`${engine} definition ${s.definitionId}: stored by ${s.createdBy} at ${iso(s.createdOn)}, last by ${s.updatedBy} at ${iso(s.updatedOn)}\n`);
+            if (s)
+              process.stderr.write(
+                `${engine} definition ${s.definitionId}: stored by ${s.createdBy} at ${iso(s.createdOn)}, last by ${s.updatedBy} at ${iso(s.updatedOn)}\n`,
+              );
           }
           return 0;
         }

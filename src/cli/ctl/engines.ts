@@ -27,7 +27,15 @@ import { printJson, type Command, type Ctx } from "./command.js";
 import { enumName, status, table } from "./format.js";
 import { messageFromFile } from "./message-file.js";
 
-const FIELDS = { tenant_key: "--tenant", run_id: "ID", state_json: "--state", context_json: "--context", reason: "--reason", event: "EVENT", payload_json: "--payload" };
+const FIELDS = {
+  tenant_key: "--tenant",
+  run_id: "ID",
+  state_json: "--state",
+  context_json: "--context",
+  reason: "--reason",
+  event: "EVENT",
+  payload_json: "--payload",
+};
 const TENANT_FLAG = { name: "tenant", kind: "value", arg: "T", help: "the run's tenant (required)" } as const;
 
 function tenantOf(args: Parsed): string {
@@ -50,7 +58,9 @@ const machineStatus = (m: MachineRun) => status(m.live ? (m.suspended ? "suspend
 
 /** A graph run as a person reads it: where it is, the walk so far, and why it stopped. */
 export function graphView(r: GraphRun): string {
-  const counts = Object.entries(r.runCounts).map(([node, n]) => `${node}×${n}`).join(" ");
+  const counts = Object.entries(r.runCounts)
+    .map(([node, n]) => `${node}×${n}`)
+    .join(" ");
   const lines = [
     `graph run ${r.runId}  ${graphStatus(r)}  definition ${r.definitionId}`,
     `  at:     ${r.task}${r.workItemId ? ` (work item ${r.workItemId})` : ""}`,
@@ -65,7 +75,11 @@ export function graphView(r: GraphRun): string {
 
 /** A machine as a person reads it: its state, the states it went through, what it waits on. */
 export function machineView(m: MachineRun): string {
-  const lines = [`machine ${m.runId}  ${machineStatus(m)}  definition ${m.definitionId}`, `  state:   ${m.state}`, `  history: ${walk(m.history, m.historyDropped, "")}`];
+  const lines = [
+    `machine ${m.runId}  ${machineStatus(m)}  definition ${m.definitionId}`,
+    `  state:   ${m.state}`,
+    `  history: ${walk(m.history, m.historyDropped, "")}`,
+  ];
   if (m.suspended) lines.push(`  running: the action of ${m.state} --${m.pendingEvent}--> ${m.pendingTo} (work item ${m.workItemId})`);
   if (m.reason) lines.push(`  reason:  ${m.reason}`);
   if (m.failure) lines.push(`  failure: ${m.failure}`);
@@ -95,7 +109,15 @@ async function graph(ctx: Ctx): Promise<number> {
     case "list": {
       const res = await ctx.graph.listRuns({ tenantKey });
       if (ctx.json) printJson(ctx, GraphListSchema, res);
-      else ctx.out(res.runs.length ? table(["RUN", "STATUS", "DEFINITION", "AT", "STEPS"], res.runs.map((r) => [r.runId, graphStatus(r), r.definitionId, r.task, String(r.steps)])) : "no graph runs");
+      else
+        ctx.out(
+          res.runs.length
+            ? table(
+                ["RUN", "STATUS", "DEFINITION", "AT", "STEPS"],
+                res.runs.map((r) => [r.runId, graphStatus(r), r.definitionId, r.task, String(r.steps)]),
+              )
+            : "no graph runs",
+        );
       return 0;
     }
     case "start": {
@@ -111,7 +133,10 @@ async function graph(ctx: Ctx): Promise<number> {
       if (!ctx.json) ctx.out(res.run!.runId);
       const ended = await followGraph(ctx, tenantKey, res.run!.runId);
       if (ctx.json) printJson(ctx, GraphStartSchema, create(GraphStartSchema, { run: ended }));
-      else process.stderr.write(`graph run ${ended.runId} ${enumName(RunStatus, ended.status, "RUN_STATUS_")} after ${ended.steps} steps${ended.reason ? `: ${ended.reason}` : ""}${ended.error ? `: ${ended.error}` : ""}\n`);
+      else
+        process.stderr.write(
+          `graph run ${ended.runId} ${enumName(RunStatus, ended.status, "RUN_STATUS_")} after ${ended.steps} steps${ended.reason ? `: ${ended.reason}` : ""}${ended.error ? `: ${ended.error}` : ""}\n`,
+        );
       return ended.status === RunStatus.COMPLETED ? 0 : 1;
     }
     case "cancel": {
@@ -138,7 +163,15 @@ async function machine(ctx: Ctx): Promise<number> {
     case "list": {
       const res = await ctx.machine.listRuns({ tenantKey });
       if (ctx.json) printJson(ctx, MachineListSchema, res);
-      else ctx.out(res.runs.length ? table(["RUN", "STATUS", "DEFINITION", "STATE", "HISTORY"], res.runs.map((m) => [m.runId, machineStatus(m), m.definitionId, m.state, walk(m.history, m.historyDropped, "")])) : "no machines");
+      else
+        ctx.out(
+          res.runs.length
+            ? table(
+                ["RUN", "STATUS", "DEFINITION", "STATE", "HISTORY"],
+                res.runs.map((m) => [m.runId, machineStatus(m), m.definitionId, m.state, walk(m.history, m.historyDropped, "")]),
+              )
+            : "no machines",
+        );
       return 0;
     }
     case "start": {
@@ -215,4 +248,3 @@ export const engineCommands: Command[] = [
     run: machine,
   },
 ];
-

@@ -61,7 +61,11 @@ function unreachable(text: string, s: CallSetting): string | undefined {
   if (/ECONNREFUSED/.test(text)) return `nothing is listening at ${address}: is aiflowd running there? ${to}`;
   if (/ENOTFOUND|EAI_AGAIN/.test(text)) return `cannot resolve the host of ${address} ${to}`;
   if (/EHOSTUNREACH|ENETUNREACH|ETIMEDOUT/.test(text)) return `cannot reach ${address} ${to}`;
-  if (/ERR_HTTP2|Protocol error|protocol error|ECONNRESET|socket hang up|session|GOAWAY|HTTP\/2|missing trailer|content-type|HTTP 4|HTTP 5|unexpected HTTP status|invalid gRPC/i.test(text))
+  if (
+    /ERR_HTTP2|Protocol error|protocol error|ECONNRESET|socket hang up|session|GOAWAY|HTTP\/2|missing trailer|content-type|HTTP 4|HTTP 5|unexpected HTTP status|invalid gRPC/i.test(
+      text,
+    )
+  )
     return `${address} did not answer as aiflowd's gRPC port does (${text}): is that the right address? ${to}`;
   return undefined;
 }
@@ -71,7 +75,8 @@ function tlsMessage(f: TlsFailure, s: CallSetting): string {
   const failed = `the TLS handshake with ${s.address} failed`;
   switch (f.kind) {
     case "untrusted":
-      if (/altnames/.test(f.detail)) return `${failed}: its certificate does not name that host (${f.detail}): give --address as a name the certificate carries`;
+      if (/altnames/.test(f.detail))
+        return `${failed}: its certificate does not name that host (${f.detail}): give --address as a name the certificate carries`;
       return s.tls?.ca
         ? `${failed}: its certificate is not trusted (${f.detail}): the CA in ${s.tls.ca.from} (${s.tls.ca.path}) did not sign it`
         : `${failed}: its certificate is not trusted (${f.detail}): give the CA that signed it with --tls-ca FILE (or AIFLOW_TLS_CA)`;

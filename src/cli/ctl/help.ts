@@ -2,9 +2,25 @@
 import { flagKinds, type Command, type Flag } from "./command.js";
 
 export const GLOBAL_FLAGS: Flag[] = [
-  { name: "address", kind: "value", arg: "HOST:PORT", help: "daemon address (env AIFLOW_ADDRESS); https://HOST:PORT for TLS, which any --tls-* flag implies", default: "127.0.0.1:7400" },
-  { name: "token", kind: "value", arg: "TOKEN", help: "bearer token (env AIFLOW_TOKEN): ops role; engine role for enqueue; runs role for runs, run, graph, machine, definitions and triggers; optional under mutual TLS with a certificate naming spiffe://…/ops/NAME (…/runs/NAME for runs, run, graph, machine, definitions and triggers)" },
-  { name: "tls-ca", kind: "value", arg: "FILE", help: "PEM CA bundle the daemon's certificate is checked against (env AIFLOW_TLS_CA); default: Node's public CAs" },
+  {
+    name: "address",
+    kind: "value",
+    arg: "HOST:PORT",
+    help: "daemon address (env AIFLOW_ADDRESS); https://HOST:PORT for TLS, which any --tls-* flag implies",
+    default: "127.0.0.1:7400",
+  },
+  {
+    name: "token",
+    kind: "value",
+    arg: "TOKEN",
+    help: "bearer token (env AIFLOW_TOKEN): ops role; engine role for enqueue; runs role for runs, run, graph, machine, definitions and triggers; optional under mutual TLS with a certificate naming spiffe://…/ops/NAME (…/runs/NAME for runs, run, graph, machine, definitions and triggers)",
+  },
+  {
+    name: "tls-ca",
+    kind: "value",
+    arg: "FILE",
+    help: "PEM CA bundle the daemon's certificate is checked against (env AIFLOW_TLS_CA); default: Node's public CAs",
+  },
   { name: "tls-cert", kind: "value", arg: "FILE", help: "PEM client certificate for mutual TLS, with --tls-key (env AIFLOW_TLS_CERT)" },
   { name: "tls-key", kind: "value", arg: "FILE", help: "PEM private key of --tls-cert (env AIFLOW_TLS_KEY)" },
   { name: "timeout", kind: "value", arg: "D", help: "how long one call may take", default: "15s" },
@@ -14,7 +30,11 @@ export const GLOBAL_FLAGS: Flag[] = [
 ];
 export const GLOBAL = flagKinds(GLOBAL_FLAGS);
 
-const EXITS = ["0 success", "1 the daemon refused or failed, or could not be reached", "2 usage: a bad flag or value (nothing was sent, or the daemon refused the value)"];
+const EXITS = [
+  "0 success",
+  "1 the daemon refused or failed, or could not be reached",
+  "2 usage: a bad flag or value (nothing was sent, or the daemon refused the value)",
+];
 
 function flagLines(flags: readonly Flag[]): string[] {
   const left = (f: Flag) => `  --${f.name}${f.arg ? ` ${f.arg}` : ""}${f.kind === "repeat" ? " (repeatable)" : ""}`;

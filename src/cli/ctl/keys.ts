@@ -1,5 +1,10 @@
 /** aiflowctl's concurrency-key commands: keys list, keys set. */
-import { ListConcurrencyKeysResponseSchema, SetConcurrencyLimitResponseSchema, type ConcurrencyKey, type ConcurrencyRule } from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
+import {
+  ListConcurrencyKeysResponseSchema,
+  SetConcurrencyLimitResponseSchema,
+  type ConcurrencyKey,
+  type ConcurrencyRule,
+} from "@aiflow/wire/gen/aiflow/cluster/v1/ops_pb.js";
 import { UsageError } from "./args.js";
 import { pageOf, printJson, type Command } from "./command.js";
 import { table } from "./format.js";
@@ -66,10 +71,15 @@ export const keyCommands: Command[] = [
           const n = maxOf(max);
           const res = await ctx.ops.setConcurrencyLimit({ tenantKey: tenant, key, prefix, maxInFlight: n });
           if (ctx.json) printJson(ctx, SetConcurrencyLimitResponseSchema, res);
-          else if (prefix) ctx.out(n ? `keys starting with ${key} in ${tenant}: at most ${n} in flight each` : `cleared the limit of keys starting with ${key} in ${tenant}`);
+          else if (prefix)
+            ctx.out(n ? `keys starting with ${key} in ${tenant}: at most ${n} in flight each` : `cleared the limit of keys starting with ${key} in ${tenant}`);
           else {
             const k = res.key;
-            const now = k ? (k.limit ? `limit ${k.limit} (${k.limitSource}), ${k.inFlight} in flight, ${k.pending} pending` : `no limit known, ${k.inFlight} in flight, ${k.pending} pending`) : "";
+            const now = k
+              ? k.limit
+                ? `limit ${k.limit} (${k.limitSource}), ${k.inFlight} in flight, ${k.pending} pending`
+                : `no limit known, ${k.inFlight} in flight, ${k.pending} pending`
+              : "";
             ctx.out(`${n ? `set the limit of ${key} in ${tenant} to ${n}` : `cleared the limit of ${key} in ${tenant}`}${now ? `: ${now}` : ""}`);
           }
           return 0;

@@ -12,7 +12,12 @@ export function intervalText(d: Duration | undefined): string {
   const ns = d.seconds * 1_000_000_000n + BigInt(d.nanos);
   if (ns % 1_000_000_000n === 0n) {
     const s = ns / 1_000_000_000n;
-    for (const [unit, n] of [["d", 86_400n], ["h", 3_600n], ["m", 60n]] as const) if (s % n === 0n) return `${s / n}${unit}`;
+    for (const [unit, n] of [
+      ["d", 86_400n],
+      ["h", 3_600n],
+      ["m", 60n],
+    ] as const)
+      if (s % n === 0n) return `${s / n}${unit}`;
     return `${s}s`;
   }
   return `${Number(ns) / 1e6}ms`;
@@ -31,7 +36,13 @@ function ruleRows(rules: readonly RateLimitRule[]): string {
 function keyRows(keys: readonly RateLimitKey[]): string {
   return table(
     ["TENANT", "KEY", "LIMIT", "SOURCE", "NEXT SLOT"],
-    keys.map((k) => [k.tenantKey, k.key, k.limit ? limitText(k.limit) : "-", sourceText(k.limit), k.nextSlotAt ? new Date(timestampMs(k.nextSlotAt)).toISOString() : "-"]),
+    keys.map((k) => [
+      k.tenantKey,
+      k.key,
+      k.limit ? limitText(k.limit) : "-",
+      sourceText(k.limit),
+      k.nextSlotAt ? new Date(timestampMs(k.nextSlotAt)).toISOString() : "-",
+    ]),
   );
 }
 
@@ -40,7 +51,8 @@ export function rateOf(raw: string): { count: number; interval: Duration } {
   const slash = raw.indexOf("/");
   const countText = slash > 0 ? raw.slice(0, slash).trim() : "";
   const count = Number(countText);
-  if (slash <= 0 || countText === "" || !Number.isSafeInteger(count) || count < 0) throw new UsageError(`COUNT/INTERVAL must be a whole count, a slash and a duration (50/1s, 600/1m), got '${raw}'`);
+  if (slash <= 0 || countText === "" || !Number.isSafeInteger(count) || count < 0)
+    throw new UsageError(`COUNT/INTERVAL must be a whole count, a slash and a duration (50/1s, 600/1m), got '${raw}'`);
   const per = raw.slice(slash + 1).trim();
   let ms: number;
   try {
@@ -67,7 +79,15 @@ export const limitCommands: Command[] = [
       { name: "limit", kind: "value", arg: "N", help: "list: keys per page (at most 1000)", default: "100" },
       { name: "page-token", kind: "value", arg: "TOKEN", help: "list: the page after the one that printed it" },
     ],
-    fields: { tenant_key: "TENANT", key_prefix: "--key-prefix", key: "KEY", count: "COUNT/INTERVAL", interval: "COUNT/INTERVAL", burst: "--burst", page_token: "--page-token" },
+    fields: {
+      tenant_key: "TENANT",
+      key_prefix: "--key-prefix",
+      key: "KEY",
+      count: "COUNT/INTERVAL",
+      interval: "COUNT/INTERVAL",
+      burst: "--burst",
+      page_token: "--page-token",
+    },
     async run(ctx) {
       const [sub, tenant, key, rate] = ctx.args.positionals;
       const prefix = ctx.args.has("prefix");

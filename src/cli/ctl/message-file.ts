@@ -11,14 +11,19 @@ import { UsageError } from "./args.js";
  * FILE as `schema` in protobuf JSON. `explain` may rewrite fromJson's reason (which can quote a
  * field's value) before it is shown.
  */
-export async function messageFromFile<D extends DescMessage>(path: string, schema: D, explain: (reason: string) => string = (r) => r): Promise<MessageShape<D>> {
+export async function messageFromFile<D extends DescMessage>(
+  path: string,
+  schema: D,
+  explain: (reason: string) => string = (r) => r,
+): Promise<MessageShape<D>> {
   const name = path === "-" ? "stdin" : path;
   let body: string;
   try {
     body = path === "-" ? await text(process.stdin) : await readFile(path, "utf8");
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
-    const why = code === "ENOENT" ? "no such file" : code === "EACCES" ? "permission denied" : code === "EISDIR" ? "a directory, not a file" : (err as Error).message;
+    const why =
+      code === "ENOENT" ? "no such file" : code === "EACCES" ? "permission denied" : code === "EISDIR" ? "a directory, not a file" : (err as Error).message;
     throw new UsageError(`FILE: cannot read ${path} (${why})`);
   }
   let json: JsonValue;

@@ -16,7 +16,8 @@ const attemptStatus = (s: AttemptStatus) => enumName(AttemptStatus, s, "");
 
 const msOf = (ns: bigint) => Number(ns / 1_000_000n);
 const iso = (ns: bigint | undefined) => (ns === undefined ? "-" : new Date(msOf(ns)).toISOString());
-const span = (start: bigint | undefined, end: bigint | undefined) => (start !== undefined && end !== undefined ? humanDuration(Number(end - start) / 1e6) : "-");
+const span = (start: bigint | undefined, end: bigint | undefined) =>
+  start !== undefined && end !== undefined ? humanDuration(Number(end - start) / 1e6) : "-";
 
 /** How long the run took, or has been going (by this machine's clock) while it runs. */
 function runDuration(r: Run): string {
@@ -77,7 +78,16 @@ export function runTree(r: Run, all: boolean): string {
       const which = shown.length ? `showing the ${shown.length} failed or running` : "none failed or running";
       notes.set(rows.length, `  ${n.attempts.length} attempts: ${counts(n.attempts)}; ${which} (--all: every attempt)`);
     }
-    for (const a of shown) rows.push([`  ${a.name} #${a.attempt}`, status(attemptStatus(a.status)), a.worker || "-", iso(a.startTime), iso(a.endTime), span(a.startTime, a.endTime), oneLine(a.error, 80)]);
+    for (const a of shown)
+      rows.push([
+        `  ${a.name} #${a.attempt}`,
+        status(attemptStatus(a.status)),
+        a.worker || "-",
+        iso(a.startTime),
+        iso(a.endTime),
+        span(a.startTime, a.endTime),
+        oneLine(a.error, 80),
+      ]);
   }
   const lines = table(["NODE / ATTEMPT", "STATUS", "WORKER", "STARTED", "ENDED", "DURATION", "ERROR"], rows).split("\n");
   const out = [lines[0]!];

@@ -90,7 +90,12 @@ async function start(ctx: Ctx, tenantKey: string): Promise<number> {
   const key = ctx.args.get("idempotency-key") ?? "";
   let res;
   try {
-    res = await ctx.dag.startRun({ tenantKey, source: { case: "definition", value: definition }, contextJson: ctx.args.get("context") ?? "", idempotencyKey: key });
+    res = await ctx.dag.startRun({
+      tenantKey,
+      source: { case: "definition", value: definition },
+      contextJson: ctx.args.get("context") ?? "",
+      idempotencyKey: key,
+    });
   } catch (err) {
     // The daemon names a definition's faults by node ("node 'a'.depends_on: …"): say they are in FILE.
     const e = ConnectError.from(err);
@@ -158,7 +163,12 @@ export const runCommands: Command[] = [
       TENANT_FLAG,
       { name: "all", kind: "bool", help: "ID: every attempt of a large fan-out, not only the failed and running ones" },
       { name: "context", kind: "value", arg: "JSON", help: "start: the run context, a JSON object", default: "{}" },
-      { name: "idempotency-key", kind: "value", arg: "K", help: "start: a run started before with K (by this token, in this tenant) is returned, not started again" },
+      {
+        name: "idempotency-key",
+        kind: "value",
+        arg: "K",
+        help: "start: a run started before with K (by this token, in this tenant) is returned, not started again",
+      },
       { name: "wait", kind: "bool", help: "start: print node changes to stderr until the run ends" },
       { name: "reason", kind: "value", arg: "TEXT", help: "cancel: why, kept on the run", default: "cancelled by <caller>" },
       { name: "payload", kind: "value", arg: "JSON", help: "signal: the event's payload, the wait node's result", default: "null" },

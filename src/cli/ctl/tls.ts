@@ -37,7 +37,8 @@ export function tlsChoice(address: string, args: Parsed, env: NodeJS.ProcessEnv)
     const value = fromFlag ?? env[envVar];
     if (value !== undefined && value !== "") given[part] = { from: fromFlag !== undefined ? `--${flag}` : envVar, path: value };
   }
-  if ((given.cert === undefined) !== (given.key === undefined)) throw new UsageError(`--tls-cert and --tls-key go together (got only ${(given.cert ?? given.key)!.from})`);
+  if ((given.cert === undefined) !== (given.key === undefined))
+    throw new UsageError(`--tls-cert and --tls-key go together (got only ${(given.cert ?? given.key)!.from})`);
   const scheme = /^(https?):\/\//.exec(address)?.[1];
   const tls = Object.keys(given).length > 0;
   if (!tls) return { baseUrl: scheme ? address : `http://${address}` };
@@ -53,7 +54,8 @@ function read(s: TlsSetting): Buffer {
     return readFileSync(s.path);
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
-    const why = code === "ENOENT" ? "no such file" : code === "EACCES" ? "permission denied" : code === "EISDIR" ? "a directory, not a file" : (err as Error).message;
+    const why =
+      code === "ENOENT" ? "no such file" : code === "EACCES" ? "permission denied" : code === "EISDIR" ? "a directory, not a file" : (err as Error).message;
     throw new UsageError(`${s.from}: cannot read ${s.path} (${why})`);
   }
 }

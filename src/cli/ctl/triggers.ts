@@ -44,7 +44,8 @@ function nameOf(args: Parsed, usage: string): string {
 }
 
 /** FILE as a Trigger; fromJson's reason may quote a field's value, and the file's secret is one: then say only where it failed. */
-const triggerFrom = (path: string): Promise<Trigger> => messageFromFile(path, TriggerSchema, (reason) => (/secret/i.test(reason) ? "its secret is not a string" : reason));
+const triggerFrom = (path: string): Promise<Trigger> =>
+  messageFromFile(path, TriggerSchema, (reason) => (/secret/i.test(reason) ? "its secret is not a string" : reason));
 
 /** The secret named by --secret-env, or undefined when the flag is not given. */
 function secretFromEnv(args: Parsed): { secret: string; from: string } | undefined {
@@ -145,7 +146,10 @@ export const triggerCommands: Command[] = [
     fields: { tenant_key: "--tenant", name: "NAME" },
     async run(ctx) {
       const sub = ctx.args.positionals[0];
-      if (!sub || !Object.keys(USAGE).includes(sub)) throw new UsageError(`${sub ? `unknown triggers subcommand '${sub}'` : "give the subcommand"}: list, get, put or delete (see aiflowctl triggers --help)`);
+      if (!sub || !Object.keys(USAGE).includes(sub))
+        throw new UsageError(
+          `${sub ? `unknown triggers subcommand '${sub}'` : "give the subcommand"}: list, get, put or delete (see aiflowctl triggers --help)`,
+        );
       const tenantKey = tenantOf(ctx.args);
       switch (sub) {
         case "list": {

@@ -19,7 +19,17 @@ const itemStatus = (s: WorkItemStatus) => enumName(WorkItemStatus, s, "");
 export function itemRows(items: readonly WorkItem[]): string {
   return table(
     ["ID", "TENANT", "KIND", "STATUS", "PRI", "RETRIES", "AGENT", "RUN", "ERROR"],
-    items.map((i) => [i.id, i.tenantKey, i.engineKind, status(itemStatus(i.status)), String(i.priority), `${i.retryCount}/${i.maxRetries}`, i.agentId || "-", i.runId || "-", i.error.slice(0, 60)]),
+    items.map((i) => [
+      i.id,
+      i.tenantKey,
+      i.engineKind,
+      status(itemStatus(i.status)),
+      String(i.priority),
+      `${i.retryCount}/${i.maxRetries}`,
+      i.agentId || "-",
+      i.runId || "-",
+      i.error.slice(0, 60),
+    ]),
   );
 }
 
@@ -46,13 +56,24 @@ function stuck(ctx: { out(text: string): void }, res: QueueStatsResponse): void 
     ctx.out(
       table(
         ["TENANT", "KIND", "PENDING", "OLDEST", "AGENTS NOT ACTIVE"],
-        res.unserved.map((u) => [u.tenantKey, u.engineKind, String(u.count), humanDuration(durationMs(u.oldestAge!)), u.agentsNotActive ? `${u.agentsNotActive} (draining or inactive)` : "none registered"]),
+        res.unserved.map((u) => [
+          u.tenantKey,
+          u.engineKind,
+          String(u.count),
+          humanDuration(durationMs(u.oldestAge!)),
+          u.agentsNotActive ? `${u.agentsNotActive} (draining or inactive)` : "none registered",
+        ]),
       ),
     );
   }
   if (res.unplaceable.length > 0) {
     ctx.out("\nunplaceable: no agent serving these tenants and engine kinds could ever meet their requirements");
-    ctx.out(table(["TENANT", "KIND", "PENDING", "OLDEST", "WHY"], res.unplaceable.map((u) => [u.tenantKey, u.engineKind, String(u.count), humanDuration(durationMs(u.oldestAge!)), u.reason])));
+    ctx.out(
+      table(
+        ["TENANT", "KIND", "PENDING", "OLDEST", "WHY"],
+        res.unplaceable.map((u) => [u.tenantKey, u.engineKind, String(u.count), humanDuration(durationMs(u.oldestAge!)), u.reason]),
+      ),
+    );
   }
 }
 
@@ -77,10 +98,19 @@ export const workCommands: Command[] = [
           ctx.out(
             `pending ${res.pending}  dispatched ${res.dispatched}  dead letters ${res.deadLetters}  oldest pending ${humanDuration(durationMs(res.oldestPendingAge!))}` +
               `  dispatched/s ${res.dispatchedPerSecond.toFixed(1)}  completed/s ${res.completedPerSecond.toFixed(1)}` +
-              (res.dispatchWaitP50 ? `  wait p50 ${humanDuration(durationMs(res.dispatchWaitP50))} p99 ${humanDuration(durationMs(res.dispatchWaitP99 ?? res.dispatchWaitP50))}` : "") +
+              (res.dispatchWaitP50
+                ? `  wait p50 ${humanDuration(durationMs(res.dispatchWaitP50))} p99 ${humanDuration(durationMs(res.dispatchWaitP99 ?? res.dispatchWaitP50))}`
+                : "") +
               "\n",
           );
-          ctx.out(res.depth.length ? table(["TENANT", "KIND", "STATUS", "COUNT"], res.depth.map((d) => [d.tenantKey, d.engineKind, status(itemStatus(d.status)), String(d.count)])) : "queue is empty");
+          ctx.out(
+            res.depth.length
+              ? table(
+                  ["TENANT", "KIND", "STATUS", "COUNT"],
+                  res.depth.map((d) => [d.tenantKey, d.engineKind, status(itemStatus(d.status)), String(d.count)]),
+                )
+              : "queue is empty",
+          );
           stuck(ctx, res);
         }
         if (!ctx.args.has("watch")) return 0;
@@ -135,13 +165,22 @@ export const workCommands: Command[] = [
             ctx.out(itemRows([res.item!]));
             if (res.item?.payloadJson) ctx.out(`payload ${res.item.payloadJson}`);
             if (res.item?.resultJson) ctx.out(`result ${res.item.resultJson}`);
-            if (res.children) ctx.out(`children: pending ${res.children.pending}, dispatched ${res.children.dispatched}, completed ${res.children.completed}, failed ${res.children.failed}, cancelled ${res.children.cancelled}`);
+            if (res.children)
+              ctx.out(
+                `children: pending ${res.children.pending}, dispatched ${res.children.dispatched}, completed ${res.children.completed}, failed ${res.children.failed}, cancelled ${res.children.cancelled}`,
+              );
           }
           return 0;
         }
         case "cancel": {
           if (!tenantKey) throw new UsageError("items cancel needs --tenant");
-          const res = await ctx.ops.cancelItems({ tenantKey, ids, runId: ctx.args.get("run") ?? "", parentIds: ctx.args.all("parent"), reason: ctx.args.get("reason") ?? "" });
+          const res = await ctx.ops.cancelItems({
+            tenantKey,
+            ids,
+            runId: ctx.args.get("run") ?? "",
+            parentIds: ctx.args.all("parent"),
+            reason: ctx.args.get("reason") ?? "",
+          });
           if (ctx.json) printJson(ctx, CancelItemsResponseSchema, res);
           else ctx.out(`cancelled ${res.cancelledIds.length} item(s)`);
           return 0;
@@ -174,7 +213,16 @@ export const workCommands: Command[] = [
       { name: "task-name", kind: "value", arg: "NAME", help: "each item's task name" },
     ],
     role: "engine",
-    fields: { ...ITEM_FIELDS, "items[0].payload_json": "--payload", "items[0].priority": "--priority", "items[0].max_retries": "--max-retries", "items[0].run_id": "--run", "items[0].task_name": "--task-name", "items[0].engine_kind": "--engine-kind", items: "--count" },
+    fields: {
+      ...ITEM_FIELDS,
+      "items[0].payload_json": "--payload",
+      "items[0].priority": "--priority",
+      "items[0].max_retries": "--max-retries",
+      "items[0].run_id": "--run",
+      "items[0].task_name": "--task-name",
+      "items[0].engine_kind": "--engine-kind",
+      items: "--count",
+    },
     async run(ctx) {
       const tenantKey = ctx.args.get("tenant");
       const engineKind = ctx.args.get("engine-kind");

@@ -48,7 +48,6 @@ export interface RunMeta {
   cause?: Cause;
 }
 
-
 export interface RunStateEntry {
   state: RunStatus;
   at: string;

@@ -79,7 +79,8 @@ export function planOf(def: Definition, limits: PlanLimits, inline: boolean): Pl
 
 function planNode(n: Definition["nodes"][number], where: string, affinity: "none" | "run", limits: PlanLimits): PlanNode {
   if (![NodeKind.UNSPECIFIED, NodeKind.TASK, NodeKind.WAIT].includes(n.kind)) throw invalidArgument(`${where}.kind`, `unknown value ${n.kind}`);
-  if (![OnFailure.UNSPECIFIED, OnFailure.FAIL_RUN, OnFailure.SKIP].includes(n.onFailure)) throw invalidArgument(`${where}.on_failure`, `unknown value ${n.onFailure}`);
+  if (![OnFailure.UNSPECIFIED, OnFailure.FAIL_RUN, OnFailure.SKIP].includes(n.onFailure))
+    throw invalidArgument(`${where}.on_failure`, `unknown value ${n.onFailure}`);
   const kind = n.kind === NodeKind.WAIT ? "wait" : "task";
   let payload: unknown = null;
   let roots = new Set<string>();
@@ -107,7 +108,8 @@ function planNode(n: Definition["nodes"][number], where: string, affinity: "none
   if (!fanOut && (roots.has("item") || roots.has("index"))) throw invalidArgument(`${where}.payload_json`, "uses item or index, which only a fan-out node has");
   const deps = [...new Set(n.dependsOn.map((d) => d.trim()))];
   const timeoutMs = n.timeout ? durationMs(n.timeout) : null;
-  if (timeoutMs !== null && (timeoutMs <= 0 || timeoutMs > 366 * 86_400_000)) throw invalidArgument(`${where}.timeout`, `${timeoutMs} ms is outside 1 ms..366 days`);
+  if (timeoutMs !== null && (timeoutMs <= 0 || timeoutMs > 366 * 86_400_000))
+    throw invalidArgument(`${where}.timeout`, `${timeoutMs} ms is outside 1 ms..366 days`);
   const common = { name: n.name, deps, timeoutMs, onFailure: n.onFailure === OnFailure.SKIP ? ("skip" as const) : ("fail" as const) };
   if (kind === "wait") {
     const event = optionalText(n.event, `${where}.event`, NAME_MAX);
@@ -116,7 +118,8 @@ function planNode(n: Definition["nodes"][number], where: string, affinity: "none
     return { ...common, kind, engineKind: "", payload: null, maxRetries: 0, params: null, fanOut: null, priority: 0, event };
   }
   if (n.event.trim() !== "") throw invalidArgument(`${where}.event`, "only a wait node has an event");
-  if (n.workerParams?.affinityKey && affinity === "run") throw invalidArgument(`${where}.worker_params.affinity_key`, "is set, but the definition pins the run to one agent (affinity: run)");
+  if (n.workerParams?.affinityKey && affinity === "run")
+    throw invalidArgument(`${where}.worker_params.affinity_key`, "is set, but the definition pins the run to one agent (affinity: run)");
   // The queue's own validation of what becomes the node's work item, under the node's name.
   inRange(n.maxRetries, `${where}.max_retries`, 0, 1000);
   const params = n.workerParams ? toJson(WorkerParamsSchema, n.workerParams) : null;

@@ -127,7 +127,12 @@ export class Step {
   }
 
   /** Ends an attempt and carries what that means to its node. */
-  #end(taskId: string, meta: TaskMeta, outcome: TaskState, o: { agent?: string; result?: string | null; error?: string; ranAt?: bigint; endNs?: bigint }): void {
+  #end(
+    taskId: string,
+    meta: TaskMeta,
+    outcome: TaskState,
+    o: { agent?: string; result?: string | null; error?: string; ranAt?: bigint; endNs?: bigint },
+  ): void {
     this.#ended.add(taskId);
     this.endedTasks.push(taskId);
     const endNs = o.endNs ?? this.#nowNs;
@@ -228,8 +233,14 @@ export class Step {
       return;
     }
     const list = resolve(parsePath(node.fanOut), this.#scope());
-    if (!Array.isArray(list)) return this.#nodeFailed(node, rec, `fan_out '${node.fanOut}' is ${list === null ? "not in the run context" : `a${typeof list === "object" ? "n object" : ` ${typeof list}`}`}, not a list`);
-    if (list.length > this.d.limits.dagMaxFanOut) return this.#nodeFailed(node, rec, `fan_out '${node.fanOut}' has ${list.length} elements; the limit is ${this.d.limits.dagMaxFanOut}`);
+    if (!Array.isArray(list))
+      return this.#nodeFailed(
+        node,
+        rec,
+        `fan_out '${node.fanOut}' is ${list === null ? "not in the run context" : `a${typeof list === "object" ? "n object" : ` ${typeof list}`}`}, not a list`,
+      );
+    if (list.length > this.d.limits.dagMaxFanOut)
+      return this.#nodeFailed(node, rec, `fan_out '${node.fanOut}' has ${list.length} elements; the limit is ${this.d.limits.dagMaxFanOut}`);
     const perCall = this.d.limits.maxItemsPerCall;
     if (list.length > perCall) {
       const why = `fan_out '${node.fanOut}' has ${list.length} elements; one call or step queues at most ${perCall} work items (--max-items-per-call)`;
@@ -325,7 +336,13 @@ export class Step {
       if (TASK_ENDED.has(t.states.at(-1)!.state)) continue;
       this.#ended.add(t.id);
       this.endedTasks.push(t.id);
-      this.#ends.push({ id: t.id, worker: null, result: null, entries: [{ state: "cancelled", at: this.#nowNs.toString(), error: reason }], endNs: this.#nowNs });
+      this.#ends.push({
+        id: t.id,
+        worker: null,
+        result: null,
+        entries: [{ state: "cancelled", at: this.#nowNs.toString(), error: reason }],
+        endNs: this.#nowNs,
+      });
     }
     this.revoked.push(...(await this.d.items.cancel(this.run.meta.tenantKey, { ids: [], runId: this.run.id, parentIds: [] }, reason, this.d.nowMs, this.d.by)));
   }
@@ -397,11 +414,28 @@ export class Step {
   async flush(): Promise<void> {
     await this.#progress.load();
     await this.#writeEnds();
-    await this.d.runs.saveCheckpoints(this.run.id, this.run.definitionId, this.#progress.writes(), this.#nowNs, this.run.createdBy, this.d.by, this.d.nowMs, () => newId(this.d.nowMs));
+    await this.d.runs.saveCheckpoints(
+      this.run.id,
+      this.run.definitionId,
+      this.#progress.writes(),
+      this.#nowNs,
+      this.run.createdBy,
+      this.d.by,
+      this.d.nowMs,
+      () => newId(this.d.nowMs),
+    );
     // Timeouts of attempts that ended need not come due (each would cost an advance that changes nothing).
     await this.d.events.dropTimers("dag", this.run.id, this.endedTasks);
     await this.d.events.addTimers("dag", this.run.id, this.#timers);
     if (this.#cancelIds.length > 0)
-      this.revoked.push(...(await this.d.items.cancel(this.run.meta.tenantKey, { ids: this.#cancelIds, runId: null, parentIds: [] }, "the node timed out", this.d.nowMs, this.d.by)));
+      this.revoked.push(
+        ...(await this.d.items.cancel(
+          this.run.meta.tenantKey,
+          { ids: this.#cancelIds, runId: null, parentIds: [] },
+          "the node timed out",
+          this.d.nowMs,
+          this.d.by,
+        )),
+      );
   }
 }

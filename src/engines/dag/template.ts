@@ -45,7 +45,8 @@ export function parsePath(raw: string): Path {
     const field = /^\.([A-Za-z_][A-Za-z0-9_-]*)/.exec(rest);
     const index = /^\[(\d{1,9})\]/.exec(rest);
     if (field) {
-      if (FORBIDDEN_STEPS.has(field[1]!)) throw new TemplateError(`'${text}' names '${field[1]}', which a path may not (it would read an object's prototype, not its data)`);
+      if (FORBIDDEN_STEPS.has(field[1]!))
+        throw new TemplateError(`'${text}' names '${field[1]}', which a path may not (it would read an object's prototype, not its data)`);
       steps.push(field[1]!);
       rest = rest.slice(field[0].length);
     } else if (index) {
@@ -85,7 +86,8 @@ export function checkTemplate(template: unknown): Set<Root> {
       roots.add(parsePath(inner).root);
       return "";
     });
-    if (stripped.includes("{{") || stripped.includes("}}")) throw new TemplateError(`'${s.length > 80 ? `${s.slice(0, 80)}…` : s}' has an unclosed or nested {{ }}`);
+    if (stripped.includes("{{") || stripped.includes("}}"))
+      throw new TemplateError(`'${s.length > 80 ? `${s.slice(0, 80)}…` : s}' has an unclosed or nested {{ }}`);
   });
   return roots;
 }

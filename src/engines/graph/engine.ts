@@ -147,9 +147,11 @@ export class GraphEngine implements Engine {
       run.task = to.name;
       return this.#end(run, "completed", `reached end node '${to.name}'`, null);
     }
-    if (run.steps >= run.plan.maxSteps) return this.#end(run, "stopped", `max_steps reached: ${run.steps} steps taken, the most the definition allows (next was '${to.name}')`, null);
+    if (run.steps >= run.plan.maxSteps)
+      return this.#end(run, "stopped", `max_steps reached: ${run.steps} steps taken, the most the definition allows (next was '${to.name}')`, null);
     const visits = run.runCounts[to.name] ?? 0;
-    if (to.maxVisits > 0 && visits >= to.maxVisits) return this.#end(run, "stopped", `max_visits reached: node '${to.name}' ran ${visits} times, the most it may`, null);
+    if (to.maxVisits > 0 && visits >= to.maxVisits)
+      return this.#end(run, "stopped", `max_visits reached: node '${to.name}' ran ${visits} times, the most it may`, null);
     this.#run(run, to.name, w);
   }
 
@@ -188,6 +190,13 @@ export class GraphEngine implements Engine {
   }
 
   #record(w: RunTx, run: GraphRunRow, cause?: Cause): Promise<void> {
-    return w.record("graph", { tenantKey: run.tenantKey, runId: run.runId, definitionId: run.definitionId, by: run.createdBy, ended: run.status !== "running", cause });
+    return w.record("graph", {
+      tenantKey: run.tenantKey,
+      runId: run.runId,
+      definitionId: run.definitionId,
+      by: run.createdBy,
+      ended: run.status !== "running",
+      cause,
+    });
   }
 }

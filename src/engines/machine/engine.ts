@@ -58,7 +58,15 @@ export class MachineEngine implements Engine {
   async putDefinition(scope: Scope, def: Parameters<typeof machinePlanOf>[0]): Promise<{ definitionId: string; created: boolean }> {
     const plan = machinePlanOf(def, this.d.config, false);
     const nowMs = this.d.clock.nowMs();
-    const created = await this.#defs.put("statemachine", scope.tenantKey, plan.definitionId, toJsonString(DefinitionSchema, def), newId(nowMs), scope.by, nowMs);
+    const created = await this.#defs.put(
+      "statemachine",
+      scope.tenantKey,
+      plan.definitionId,
+      toJsonString(DefinitionSchema, def),
+      newId(nowMs),
+      scope.by,
+      nowMs,
+    );
     return { definitionId: plan.definitionId, created };
   }
 
@@ -105,9 +113,12 @@ export class MachineEngine implements Engine {
     return inRunTransaction(this.d, { engine: "statemachine", kind: "signal" }, "its machine was cancelled", async (w) => {
       const run = await this.#locked(w, scope, runId);
       await hooks.guard?.(w.tx);
-      if (!run.live) throw failedPrecondition(`machine '${runId}' has ended in state '${run.state}' (${run.reason ?? run.failure ?? "ended"}): it takes no more events`);
+      if (!run.live)
+        throw failedPrecondition(`machine '${runId}' has ended in state '${run.state}' (${run.reason ?? run.failure ?? "ended"}): it takes no more events`);
       if (run.suspended && run.pending)
-        throw failedPrecondition(`machine '${runId}' is running the action of '${run.pending.from}' --${run.pending.event}--> '${run.pending.to}': signal again once it completes`);
+        throw failedPrecondition(
+          `machine '${runId}' is running the action of '${run.pending.from}' --${run.pending.event}--> '${run.pending.to}': signal again once it completes`,
+        );
       const state = run.plan.states.find((s) => s.name === run.state)!;
       const candidates = state.transitions.filter((t) => t.event === event);
       if (candidates.length === 0) {
@@ -116,7 +127,11 @@ export class MachineEngine implements Engine {
       }
       const scopeOf = { event: payload, context: run.context };
       const t = candidates.find((c) => c.guard === "" || holds(parseCondition(c.guard, GUARD_ROOTS), scopeOf));
-      if (!t) throw invalidArgument("event", `no guard of state '${run.state}''s transitions for '${event}' holds: ${candidates.map((c) => `'${c.guard}'`).join(", ")}`);
+      if (!t)
+        throw invalidArgument(
+          "event",
+          `no guard of state '${run.state}''s transitions for '${event}' holds: ${candidates.map((c) => `'${c.guard}'`).join(", ")}`,
+        );
       run.context[event] = payload;
       if (t.action) {
         const rendered = t.action.payload === null ? null : JSON.stringify(render(t.action.payload, { context: run.context, run_id: run.runId }));
@@ -124,7 +139,14 @@ export class MachineEngine implements Engine {
         if (item instanceof AppError) throw item;
         run.suspended = true;
         run.pending = { from: run.state, event, to: t.to };
-        run.workItemId = w.enqueue(run.tenantKey, run.createdBy, run.runId, `machine:${run.historyDropped + run.history.length}`, `${run.state}--${event}-->${t.to}`, item);
+        run.workItemId = w.enqueue(
+          run.tenantKey,
+          run.createdBy,
+          run.runId,
+          `machine:${run.historyDropped + run.history.length}`,
+          `${run.state}--${event}-->${t.to}`,
+          item,
+        );
       } else this.#move(run, t.to, w);
       await this.#save(w, run, scope.by);
       await hooks.record?.(w.tx, { id: run.runId });

@@ -34,7 +34,12 @@ export interface MachinePlan {
 }
 
 export function machinePlanOf(def: Definition, limits: Limits, inline: boolean): MachinePlan {
-  checkSize(toJson(DefinitionSchema, def), def.states.reduce((n, s) => n + 1 + s.transitions.length, 0), "states and transitions", limits);
+  checkSize(
+    toJson(DefinitionSchema, def),
+    def.states.reduce((n, s) => n + 1 + s.transitions.length, 0),
+    "states and transitions",
+    limits,
+  );
   const definitionId = optionalText(def.id, "definition.id", DEFINITION_ID_MAX) ?? (inline ? "inline" : null);
   if (definitionId === null) throw invalidArgument("definition.id", "is required");
   if (def.states.length === 0) throw invalidArgument("definition.states", "needs at least one state");
@@ -47,20 +52,31 @@ export function machinePlanOf(def: Definition, limits: Limits, inline: boolean):
   const states = def.states.map((s): StatePlan => {
     const where = `state '${s.name}'`;
     if (s.terminal && s.transitions.length > 0) throw invalidArgument(where, "is terminal: reaching it ends the machine, so it has no transitions");
-    if (!s.terminal && s.transitions.length === 0) throw invalidArgument(where, "has no transitions and is not terminal: a machine resting there could never move or end");
+    if (!s.terminal && s.transitions.length === 0)
+      throw invalidArgument(where, "has no transitions and is not terminal: a machine resting there could never move or end");
     const transitions = s.transitions.map((t, i) => {
       const at = `${where}.transitions[${i}]`;
       if (!EVENT.test(t.event)) throw invalidArgument(`${at}.event`, `'${t.event.slice(0, 40)}' must be 1-128 of letters, digits and '_.:-'`);
       if (!names.has(t.to)) throw invalidArgument(`${at}.to`, `names '${t.to}', which is not a state of the definition`);
-      return { event: t.event, to: t.to, guard: checkCondition(t.guard, GUARD_ROOTS, `${at}.guard`), action: t.action ? workPlan(t.action, `${at}.action`, limits) : null };
+      return {
+        event: t.event,
+        to: t.to,
+        guard: checkCondition(t.guard, GUARD_ROOTS, `${at}.guard`),
+        action: t.action ? workPlan(t.action, `${at}.action`, limits) : null,
+      };
     });
     return { name: s.name, terminal: s.terminal, transitions };
   });
   const initial = def.initial.trim();
   const byName = new Map(states.map((s) => [s.name, s]));
-  if (!byName.has(initial)) throw invalidArgument("definition.initial", initial === "" ? "is required: the state a machine starts in" : `names '${initial}', which is not a state of the definition`);
+  if (!byName.has(initial))
+    throw invalidArgument(
+      "definition.initial",
+      initial === "" ? "is required: the state a machine starts in" : `names '${initial}', which is not a state of the definition`,
+    );
   if (byName.get(initial)!.terminal) throw invalidArgument("definition.initial", `'${initial}' is terminal: the machine would end as it starts`);
   const seen = reachable(initial, (name) => byName.get(name)!.transitions.map((t) => t.to));
-  if (![...seen].some((name) => byName.get(name)!.terminal)) throw invalidArgument("definition", `no terminal state is reachable from the initial state '${initial}': the machine could never end`);
+  if (![...seen].some((name) => byName.get(name)!.terminal))
+    throw invalidArgument("definition", `no terminal state is reachable from the initial state '${initial}': the machine could never end`);
   return { definitionId, initial, states };
 }

@@ -23,7 +23,11 @@ export function directiveToWire(d: DirectiveMessage): MessageInitShape<typeof Di
     return {
       kind: {
         case: "status",
-        value: { status: agentStatusToWire(d.status), reason: d.reason, drainDeadline: d.drainDeadline === null ? undefined : timestampFromMs(d.drainDeadline) },
+        value: {
+          status: agentStatusToWire(d.status),
+          reason: d.reason,
+          drainDeadline: d.drainDeadline === null ? undefined : timestampFromMs(d.drainDeadline),
+        },
       },
     };
   return { kind: { case: "cancel", value: { workItemId: d.workItemId, leaseToken: d.leaseToken, reason: d.reason } } };

@@ -106,8 +106,16 @@ export function agentServiceImpl(d: AgentServiceDeps): Pick<ServiceImpl<typeof A
       const row = await d.agents.status(input.name);
       d.hub.remember(input.name, { status: res.status, drain: row?.drain ?? null });
       // Other daemons' caches and directive streams learn the new status at once.
-      if (!res.created) await d.hub.publish(input.name, { kind: "status", status: res.status, reason: "registered", drainDeadline: row?.drain?.deadline ?? null });
-      d.audit.record({ table: "agent", action: res.created ? "create" : "update", ids: [res.id], fields: res.created ? ["id", "name", "createdby", "createdon", ...REGISTER_FIELDS] : REGISTER_FIELDS, by: caller.principal, at: now });
+      if (!res.created)
+        await d.hub.publish(input.name, { kind: "status", status: res.status, reason: "registered", drainDeadline: row?.drain?.deadline ?? null });
+      d.audit.record({
+        table: "agent",
+        action: res.created ? "create" : "update",
+        ids: [res.id],
+        fields: res.created ? ["id", "name", "createdby", "createdon", ...REGISTER_FIELDS] : REGISTER_FIELDS,
+        by: caller.principal,
+        at: now,
+      });
       return {
         id: res.id,
         status: agentStatusToWire(res.status),
@@ -222,7 +230,10 @@ export function metricsJson(m: AgentMetrics | undefined, inFlight: number, at: n
   return {
     cpu: { utilization: PCT(m.cpuUtilization, "metrics.cpu_utilization") },
     memory: bytes(m.memoryUsedBytes, m.memoryTotalBytes, "metrics.memory"),
-    disks: m.disks.map((x, i) => ({ mount: optionalText(x.mount, `metrics.disks[${i}].mount`, 512), ...freeTotal(x.freeBytes, x.totalBytes, `metrics.disks[${i}]`) })),
+    disks: m.disks.map((x, i) => ({
+      mount: optionalText(x.mount, `metrics.disks[${i}].mount`, 512),
+      ...freeTotal(x.freeBytes, x.totalBytes, `metrics.disks[${i}]`),
+    })),
     gpus: m.gpus.map((g, i) => ({
       index: g.index,
       model: optionalText(g.model, `metrics.gpus[${i}].model`, 256),

@@ -36,7 +36,8 @@ type WireLease = { workItemId: string; leaseToken: string; drainDeadline?: boole
 
 export type AgentReports = ReturnType<typeof agentReports>;
 
-const isInvalidArgument = (err: unknown) => (err instanceof AppError && err.kind === "invalid_argument") || (err instanceof ConnectError && err.code === Code.InvalidArgument);
+const isInvalidArgument = (err: unknown) =>
+  (err instanceof AppError && err.kind === "invalid_argument") || (err instanceof ConnectError && err.code === Code.InvalidArgument);
 
 /**
  * A stream message's list, validated: the items that parse, and an INVALID_ARGUMENT outcome for each
@@ -153,7 +154,13 @@ export function agentReports(queue: WorkQueue, loadScope: (name: string) => Prom
     async extend(name: string, leases: readonly { id: string; token: string }[], tenants: readonly string[] | null) {
       const now = clock.nowMs();
       const held = await store.extend(name, leases, now, config.leaseTtl, tenants);
-      return { outcomes: fencedOutcomes(leases.map((l) => l.id), held), leaseExpiresAtNs: BigInt(now + config.leaseTtl) * 1_000_000n };
+      return {
+        outcomes: fencedOutcomes(
+          leases.map((l) => l.id),
+          held,
+        ),
+        leaseExpiresAtNs: BigInt(now + config.leaseTtl) * 1_000_000n,
+      };
     },
 
     /** Gives items back to the queue at once (their claim's call is gone, or they were more than it asked for). */

@@ -45,7 +45,12 @@ export class Ledger {
   released(leases: readonly { id: string }[], ok: readonly string[]) {
     const done = new Set(ok);
     for (const l of leases) if (done.has(l.id)) this.held.delete(l.id);
-    return leases.map((l) => ({ workItemId: l.id, ok: done.has(l.id), code: done.has(l.id) ? 0 : Code.FailedPrecondition, message: done.has(l.id) ? "" : "lease lost" }));
+    return leases.map((l) => ({
+      workItemId: l.id,
+      ok: done.has(l.id),
+      code: done.has(l.id) ? 0 : Code.FailedPrecondition,
+      message: done.has(l.id) ? "" : "lease lost",
+    }));
   }
 
   /** The completions queued, to be applied now: their items are no longer held. */

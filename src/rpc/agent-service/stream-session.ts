@@ -110,7 +110,8 @@ export class Session {
     const flow = this.#flow;
     const ledger = this.#ledger;
     const tenants = reports.limitOf(caller);
-    if (req.name && req.name !== name) throw new ConnectError(`this stream is agent '${name}''s; a message named '${req.name}' (open a stream per agent)`, Code.InvalidArgument);
+    if (req.name && req.name !== name)
+      throw new ConnectError(`this stream is agent '${name}''s; a message named '${req.name}' (open a stream per agent)`, Code.InvalidArgument);
     const res: Response = {};
     if (req.heartbeat) {
       const at = d.queue.clock.nowMs();
@@ -163,10 +164,12 @@ export class Session {
   async #completeAlone(): Promise<void> {
     const { d, name } = this;
     const items = this.#ledger.takeCompletions();
-    const done = await this.#flow.db(() => d.queue.store.complete(name, items, d.queue.clock.nowMs(), d.reports.limitOf(this.caller))).catch((err: unknown) => {
-      this.#ledger.putBack(items);
-      throw err;
-    });
+    const done = await this.#flow
+      .db(() => d.queue.store.complete(name, items, d.queue.clock.nowMs(), d.reports.limitOf(this.caller)))
+      .catch((err: unknown) => {
+        this.#ledger.putBack(items);
+        throw err;
+      });
     this.#flow.send({ completionOutcomes: d.reports.completed(items, done) });
   }
 
@@ -194,11 +197,13 @@ export class Session {
       for (;;) {
         const want = Math.min(ledger.credit, queue.config.claimMaxItems);
         const completions = ledger.takeCompletions();
-        const look = await round.look(want, completions, scope, (s) => flow.db(s)).catch((err: unknown) => {
-          // Nothing was applied: the completions are still the agent's to hear about.
-          ledger.putBack(completions);
-          throw err;
-        });
+        const look = await round
+          .look(want, completions, scope, (s) => flow.db(s))
+          .catch((err: unknown) => {
+            // Nothing was applied: the completions are still the agent's to hear about.
+            ledger.putBack(completions);
+            throw err;
+          });
         if (completions.length > 0) flow.send({ completionOutcomes: reports.completed(completions, look.completed) });
         if (look.claimed) {
           await this.#push([look.claimed]);
@@ -266,7 +271,10 @@ export class Session {
       if (ending === "goodbye") await reports.release(this.name, leases);
       else await queue.streamBroke(this.name, leases);
     } catch (err) {
-      queue.log.warn({ err: err instanceof Error ? err.message : String(err), agent: this.name, items: leases.length }, "could not return the items of an ended stream; they return when their leases expire");
+      queue.log.warn(
+        { err: err instanceof Error ? err.message : String(err), agent: this.name, items: leases.length },
+        "could not return the items of an ended stream; they return when their leases expire",
+      );
     }
   }
 }

@@ -172,7 +172,10 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
             const back = handed ? [...carried, handed] : carried;
             if (back.length > 0)
               await giveBack(name, back).catch((e: unknown) =>
-                queue.log.warn({ err: e instanceof Error ? e.message : String(e), agent: name, items: back.reduce((n, h) => n + h.rows.length, 0) }, "could not give back items handed to a failed claim; they return when their leases expire"),
+                queue.log.warn(
+                  { err: e instanceof Error ? e.message : String(e), agent: name, items: back.reduce((n, h) => n + h.rows.length, 0) },
+                  "could not give back items handed to a failed claim; they return when their leases expire",
+                ),
               );
             throw err;
           }
@@ -221,7 +224,12 @@ export function agentWorkImpl(d: AgentWorkDeps): Pick<ServiceImpl<typeof AgentSe
       const caller = callerOf(ctx);
       const leases = reports.leasesOf(reports.batch(req.leases, "leases"), "leases");
       await assertAgentWithin(caller, name, scopeOf);
-      return { outcomes: fencedOutcomes(leases.map((l) => l.id), await reports.release(name, leases, limitOf(caller))) };
+      return {
+        outcomes: fencedOutcomes(
+          leases.map((l) => l.id),
+          await reports.release(name, leases, limitOf(caller)),
+        ),
+      };
     },
   };
 }

@@ -179,7 +179,10 @@ export function movable(m: {
  * claiming agent, or bound to another agent and movable. The claim then writes the binding row
  * (./claim.ts), which decides a race for the key.
  */
-export function keyAllows(alias: string, m: { items: IdentifierSqlToken; bindings: IdentifierSqlToken; agents: IdentifierSqlToken; agent: string; rebind: string; graceEdge: FragmentSqlToken }): FragmentSqlToken {
+export function keyAllows(
+  alias: string,
+  m: { items: IdentifierSqlToken; bindings: IdentifierSqlToken; agents: IdentifierSqlToken; agent: string; rebind: string; graceEdge: FragmentSqlToken },
+): FragmentSqlToken {
   const w = sql.identifier([alias]);
   return sql.fragment`(${w}.affinity_key IS NULL OR NOT EXISTS (
                    SELECT 1 FROM ${m.bindings} bb

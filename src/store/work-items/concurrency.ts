@@ -90,7 +90,10 @@ export function keyHasRoom(w: string): FragmentSqlToken {
  * `kadmit`, the picked items within their key's limit; `kwritten`, the key rows this
  * claim created or moved (see the header). `rowId(n)` makes the n-th new row's id.
  */
-export function keyCtes(k: KeyTerms, m: { agent: string; now: FragmentSqlToken; rowId: (n: FragmentSqlToken) => FragmentSqlToken; order: FragmentSqlToken }): FragmentSqlToken {
+export function keyCtes(
+  k: KeyTerms,
+  m: { agent: string; now: FragmentSqlToken; rowId: (n: FragmentSqlToken) => FragmentSqlToken; order: FragmentSqlToken },
+): FragmentSqlToken {
   const ck = sql.fragment`${k.keys}`;
   return sql.fragment`ckeys AS (
           -- In flight as the scan's kcount counted it (the same snapshot, the same completions left out):

@@ -98,7 +98,14 @@ type HandoffParams = { handAgents: (string | null)[]; handTokens: (string | null
 const OFFERED: ItemTerms = { tenant: sql.fragment`v.tenant`, engineKind: sql.fragment`v.engine_kind`, selector: sql.fragment`v.worker_params -> 'selector'` };
 
 /** Rows for enqueueRows from one call's items; ids are made now, so they ascend in arrival order. */
-export function enqueueRowsOf(tenant: string, engineId: string, items: readonly NewItem[], nowMs: number, by: string, traceContext: string | null = null): EnqueueRow[] {
+export function enqueueRowsOf(
+  tenant: string,
+  engineId: string,
+  items: readonly NewItem[],
+  nowMs: number,
+  by: string,
+  traceContext: string | null = null,
+): EnqueueRow[] {
   return items.map((item) => ({ id: itemId(nowMs), tenant, engineId, by, nowMs, item, traceContext }));
 }
 
@@ -229,7 +236,13 @@ export async function enqueueRows(q: ItemsContext, rows: readonly EnqueueRow[], 
     const found = await withDbErrors(() =>
       q.db.any(sql.type(z.object({ id: z.string(), tenant_key: z.string(), idempotency_key: z.string() }))`
           SELECT w.id, w.tenant_key, w.idempotency_key FROM ${w} w
-            JOIN unnest(${sql.array(missing.map((r) => r.tenant), "text")}, ${sql.array(missing.map((r) => r.item.idempotencyKey!), "text")}) AS k(tenant, idem)
+            JOIN unnest(${sql.array(
+              missing.map((r) => r.tenant),
+              "text",
+            )}, ${sql.array(
+              missing.map((r) => r.item.idempotencyKey!),
+              "text",
+            )}) AS k(tenant, idem)
               ON w.tenant_key = k.tenant AND w.idempotency_key = k.idem`),
     );
     for (const f of found) existing.set(`${f.tenant_key}\u0000${f.idempotency_key}`, f.id);

@@ -50,7 +50,8 @@ const lockedCte = (w: ReturnType<ItemsContext["t"]["id"]>, ids: readonly string[
  * A fenced write by a caller whose token is limited to some tenants touches only their items. The
  * services refuse such a caller for an agent of other tenants before any write; this holds even so.
  */
-const withinTenants = (tenants: readonly string[] | null) => (tenants ? sql.fragment`AND w.tenant_key = ANY(${sql.array([...tenants], "text")})` : sql.fragment``);
+const withinTenants = (tenants: readonly string[] | null) =>
+  tenants ? sql.fragment`AND w.tenant_key = ANY(${sql.array([...tenants], "text")})` : sql.fragment``;
 
 /** A fenced completion's bound values (see completeCtes), one array per column. */
 export interface CompletionParams {
@@ -75,21 +76,41 @@ export function extend(
   const w = q.t.id("work_item");
   const leases = inIdOrder(unordered);
   return q.hotIds(sql.type(idRow)`
-        WITH ${lockedCte(w, leases.map((l) => l.id), agent)}
+        WITH ${lockedCte(
+          w,
+          leases.map((l) => l.id),
+          agent,
+        )}
         UPDATE ${w} w SET lease_expires_at = ${msToNs(nowMs + ttlMs)}, updatedby = ${agent}, updatedon = ${ts(nowMs)}
-          FROM unnest(${sql.array(leases.map((l) => l.id), "text")}, ${sql.array(leases.map((l) => l.token), "text")}) AS v(id, token)
+          FROM unnest(${sql.array(
+            leases.map((l) => l.id),
+            "text",
+          )}, ${sql.array(
+            leases.map((l) => l.token),
+            "text",
+          )}) AS v(id, token)
          WHERE ${byIds(leases.map((l) => l.id))} AND w.id IN (SELECT id FROM locked) AND w.id = v.id AND w.lease_token = v.token AND w.status = 'dispatched' AND w.agent_id = ${agent}
            ${withinTenants(tenants)}
         RETURNING w.id`);
 }
 
 /** Completes fenced items; returns those that matched (the rest had lost their lease). */
-export function complete(q: ItemsContext, agent: string, items: readonly Completion[], nowMs: number, tenants: readonly string[] | null): Promise<readonly Completed[]> {
+export function complete(
+  q: ItemsContext,
+  agent: string,
+  items: readonly Completion[],
+  nowMs: number,
+  tenants: readonly string[] | null,
+): Promise<readonly Completed[]> {
   const params = { agent, nowNs: msToNs(nowMs), now: tsSeconds(nowMs), ...completionParams(items), ...(tenants ? { tenants: [...tenants] } : {}) };
   return q.hotRowsUnchecked<Completed>(
-    q.shapes.token(tenants ? "complete:tenants" : "complete", params, (p) => sql.unsafe`
+    q.shapes.token(
+      tenants ? "complete:tenants" : "complete",
+      params,
+      (p) => sql.unsafe`
         WITH ${completeCtes(q, p)}
-        SELECT ${COMPLETED_COLUMNS} FROM completing UNION ALL SELECT ${RECOMPLETED_COLUMNS} FROM recompleted`) as QuerySqlToken,
+        SELECT ${COMPLETED_COLUMNS} FROM completing UNION ALL SELECT ${RECOMPLETED_COLUMNS} FROM recompleted`,
+    ) as QuerySqlToken,
   );
 }
 
@@ -106,7 +127,10 @@ export const RECOMPLETED_COLUMNS = sql.fragment`id, NULL::text AS engine_kind, N
  * item completed by `completing` is not found again by `recompleted`. The completed row keeps its
  * token for that; no fenced write matches a row that is not dispatched.
  */
-export function completeCtes(q: ItemsContext, p: Markers<CompletionParams & { agent: string; nowNs: bigint; now: string; tenants?: string[] }>): FragmentSqlToken {
+export function completeCtes(
+  q: ItemsContext,
+  p: Markers<CompletionParams & { agent: string; nowNs: bigint; now: string; tenants?: string[] }>,
+): FragmentSqlToken {
   const w = q.t.id("work_item");
   const v = sql.fragment`unnest(${sql.array(p.doneIds, "text")}, ${sql.array(p.doneTokens, "text")}, ${sql.array(p.doneResults, "jsonb")}) AS v(id, token, result)`;
   const ids = byIds(p.doneIds);
@@ -140,7 +164,11 @@ export function fail(
   const items = inIdOrder(unordered);
   const retry = sql.fragment`(v.retryable AND w.retry_count < w.max_retries)`;
   return q.hotRows(sql.type(requeuedRow)`
-        WITH ${lockedCte(w, items.map((i) => i.id), agent)}
+        WITH ${lockedCte(
+          w,
+          items.map((i) => i.id),
+          agent,
+        )}
         UPDATE ${w} w SET
                status = CASE WHEN ${retry} THEN 'pending' ELSE 'failed' END,
                retry_count = CASE WHEN ${retry} THEN w.retry_count + 1 ELSE w.retry_count END,
@@ -148,8 +176,23 @@ export function fail(
                completed_at = CASE WHEN ${retry} THEN NULL ELSE ${msToNs(nowMs)}::bigint END,
                agent_id = CASE WHEN ${retry} THEN NULL ELSE w.agent_id END,
                error = v.error, lease_expires_at = NULL, lease_token = NULL, updatedby = ${agent}, updatedon = ${ts(nowMs)}
-          FROM unnest(${sql.array(items.map((i) => i.id), "text")}, ${sql.array(items.map((i) => i.token), "text")}, ${sql.array(items.map((i) => i.error), "text")},
-                      ${sql.array(items.map((i) => i.retryable), "bool")}, ${sql.array(items.map((i) => (i.delayMs === null ? null : String(msToNs(i.delayMs)))), "int8")})
+          FROM unnest(${sql.array(
+            items.map((i) => i.id),
+            "text",
+          )}, ${sql.array(
+            items.map((i) => i.token),
+            "text",
+          )}, ${sql.array(
+            items.map((i) => i.error),
+            "text",
+          )},
+                      ${sql.array(
+                        items.map((i) => i.retryable),
+                        "bool",
+                      )}, ${sql.array(
+                        items.map((i) => (i.delayMs === null ? null : String(msToNs(i.delayMs)))),
+                        "int8",
+                      )})
                AS v(id, token, error, retryable, delay_ns)
          WHERE ${byIds(items.map((i) => i.id))} AND w.id IN (SELECT id FROM locked) AND w.id = v.id AND w.lease_token = v.token AND w.status = 'dispatched' AND w.agent_id = ${agent}
            ${withinTenants(tenants)}
@@ -173,17 +216,36 @@ export interface Release {
  * drain-deadline task commits its release and count together for the same reason). It locks the
  * items, then the agent's row, as that task does; only a draining agent's row is written.
  */
-export function release(q: ItemsContext, agent: string, unordered: readonly Release[], nowMs: number, tenants: readonly string[] | null): Promise<readonly string[]> {
+export function release(
+  q: ItemsContext,
+  agent: string,
+  unordered: readonly Release[],
+  nowMs: number,
+  tenants: readonly string[] | null,
+): Promise<readonly string[]> {
   const w = q.t.id("work_item");
   const a = q.t.id("agent");
   const leases = inIdOrder(unordered);
   return q.hotIds(sql.type(idRow)`
-        WITH ${lockedCte(w, leases.map((l) => l.id), agent)},
+        WITH ${lockedCte(
+          w,
+          leases.map((l) => l.id),
+          agent,
+        )},
         released AS (
         UPDATE ${w} w SET status = 'pending', agent_id = NULL, lease_expires_at = NULL, lease_token = NULL, dispatched_at = NULL,
                           next_attempt_at = ${msToNs(nowMs)}, updatedby = ${agent}, updatedon = ${ts(nowMs)}
-          FROM unnest(${sql.array(leases.map((l) => l.id), "text")}, ${sql.array(leases.map((l) => l.token), "text")},
-                      ${sql.array(leases.map((l) => l.atDrainDeadline === true), "bool")}) AS v(id, token, at_deadline)
+          FROM unnest(${sql.array(
+            leases.map((l) => l.id),
+            "text",
+          )}, ${sql.array(
+            leases.map((l) => l.token),
+            "text",
+          )},
+                      ${sql.array(
+                        leases.map((l) => l.atDrainDeadline === true),
+                        "bool",
+                      )}) AS v(id, token, at_deadline)
          WHERE ${byIds(leases.map((l) => l.id))} AND w.id IN (SELECT id FROM locked) AND w.id = v.id AND w.lease_token = v.token AND w.status = 'dispatched' AND w.agent_id = ${agent}
            ${withinTenants(tenants)}
         RETURNING w.id, v.at_deadline),

@@ -44,7 +44,10 @@ export function rateHasRoom(w: string): FragmentSqlToken {
  * `radmit`: the ids of the picked rows with a key that may go (rate_admit, called only when
  * `eligible` picked rows carry a key). `order` is claim order over picked rows `p`.
  */
-export function rateAdmitCte(r: RateTerms, m: { eligible: FragmentSqlToken; order: FragmentSqlToken; agent: string; now: FragmentSqlToken; seed: string }): FragmentSqlToken {
+export function rateAdmitCte(
+  r: RateTerms,
+  m: { eligible: FragmentSqlToken; order: FragmentSqlToken; agent: string; now: FragmentSqlToken; seed: string },
+): FragmentSqlToken {
   const keyed = sql.fragment`p.rate_limit_key IS NOT NULL AND ${m.eligible}`;
   return sql.fragment`radmit AS (
           SELECT ra.admitted_id AS id

@@ -65,7 +65,11 @@ export function childCounts(q: ItemsContext, tenant: string, parentId: string): 
 export function list(q: ItemsContext, f: ListFilter): Promise<Page<WorkItemRow>> {
   const w = q.t.id("work_item");
   const conds = [
-    f.tenants === undefined ? sql.fragment`true` : f.tenants.length === 1 ? sql.fragment`tenant_key = ${f.tenants[0]!}` : sql.fragment`tenant_key = ANY(${sql.array([...f.tenants], "text")})`,
+    f.tenants === undefined
+      ? sql.fragment`true`
+      : f.tenants.length === 1
+        ? sql.fragment`tenant_key = ${f.tenants[0]!}`
+        : sql.fragment`tenant_key = ANY(${sql.array([...f.tenants], "text")})`,
   ];
   if (f.statuses.length > 0) conds.push(sql.fragment`status = ANY(${sql.array(f.statuses, "text")})`);
   if (f.engineKind) conds.push(sql.fragment`engine_kind = ${f.engineKind}`);
@@ -77,5 +81,7 @@ export function list(q: ItemsContext, f: ListFilter): Promise<Page<WorkItemRow>>
   const order = sql.fragment`priority, createdon, id`;
   const inner = sql.fragment`SELECT ${ITEM_COLUMNS} FROM ${w} WHERE ${sql.join(conds, sql.fragment` AND `)} ORDER BY ${order} LIMIT ${f.limit + 1}`;
   const size = sql.fragment`coalesce(octet_length(payload), 0) + coalesce(octet_length(result), 0)`;
-  return withDbErrors(async () => cutPage(await q.db.any(sql.type(workItemRow.merge(pageSizes))`${budgeted(inner, order, size, f.maxBytes)}`), f.limit, f.maxBytes));
+  return withDbErrors(async () =>
+    cutPage(await q.db.any(sql.type(workItemRow.merge(pageSizes))`${budgeted(inner, order, size, f.maxBytes)}`), f.limit, f.maxBytes),
+  );
 }

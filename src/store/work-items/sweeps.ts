@@ -67,13 +67,34 @@ export function releaseAgent(q: ItemsContext, agent: string, nowMs: number, by: 
  * These leases of an agent go back at once, one redelivery spent on each (the stream they were
  * pushed on broke: the agent may be gone). A lease already reported, or moved on, matches nothing.
  */
-export function requeueLeases(q: ItemsContext, agent: string, leases: readonly { id: string; token: string }[], nowMs: number, by: string, reason: string): Promise<readonly Requeued[]> {
+export function requeueLeases(
+  q: ItemsContext,
+  agent: string,
+  leases: readonly { id: string; token: string }[],
+  nowMs: number,
+  by: string,
+  reason: string,
+): Promise<readonly Requeued[]> {
   if (leases.length === 0) return Promise.resolve([]);
-  const held = sql.fragment`(id, lease_token) IN (SELECT * FROM unnest(${sql.array(leases.map((l) => l.id), "text")}, ${sql.array(leases.map((l) => l.token), "text")}))`;
+  const held = sql.fragment`(id, lease_token) IN (SELECT * FROM unnest(${sql.array(
+    leases.map((l) => l.id),
+    "text",
+  )}, ${sql.array(
+    leases.map((l) => l.token),
+    "text",
+  )}))`;
   return requeue(q, sql.fragment`status = 'dispatched' AND agent_id = ${agent} AND ${held}`, reason, nowMs, by, true, leases.length);
 }
 
-function requeue(q: ItemsContext, where: FragmentSqlToken, reason: string, nowMs: number, by: string, lostLease: boolean, limit: number): Promise<readonly Requeued[]> {
+function requeue(
+  q: ItemsContext,
+  where: FragmentSqlToken,
+  reason: string,
+  nowMs: number,
+  by: string,
+  lostLease: boolean,
+  limit: number,
+): Promise<readonly Requeued[]> {
   const w = q.t.id("work_item");
   const retry = lostLease ? sql.fragment`(w.redelivery_count < w.max_redeliveries)` : sql.fragment`true`;
   // A dead letter says what happened: every agent that ran it lost it (a poison item, or a fleet
@@ -144,13 +165,23 @@ const dueKeyRow = z.object({ tenant_key: z.string(), engine_kind: z.string() });
  * Of these (tenant, engine kind) pairs, those with a pending item due at nowMs: one statement for
  * every claim this daemon has waiting (the fallback re-check), however many there are.
  */
-export function dueKeys(q: ItemsContext, pairs: readonly { tenant: string; kind: string }[], nowMs: number): Promise<readonly { tenant_key: string; engine_kind: string }[]> {
+export function dueKeys(
+  q: ItemsContext,
+  pairs: readonly { tenant: string; kind: string }[],
+  nowMs: number,
+): Promise<readonly { tenant_key: string; engine_kind: string }[]> {
   if (pairs.length === 0) return Promise.resolve([]);
   const w = q.t.id("work_item");
   return withDbErrors(() =>
     q.db.any(sql.type(dueKeyRow)`
         SELECT k.t AS tenant_key, k.e AS engine_kind
-          FROM unnest(${sql.array(pairs.map((p) => p.tenant), "text")}, ${sql.array(pairs.map((p) => p.kind), "text")}) AS k(t, e)
+          FROM unnest(${sql.array(
+            pairs.map((p) => p.tenant),
+            "text",
+          )}, ${sql.array(
+            pairs.map((p) => p.kind),
+            "text",
+          )}) AS k(t, e)
          WHERE EXISTS (SELECT 1 FROM ${w} WHERE status = 'pending' AND tenant_key = k.t AND engine_kind = k.e AND next_attempt_at <= ${msToNs(nowMs)})`),
   );
 }
@@ -169,12 +200,23 @@ export function dueSince(q: ItemsContext, sinceMs: number, nowMs: number): Promi
  * Pending items no agent could ever run (src/fleet/unplaceable-work-sweep.ts decides which) become dead letters
  * naming why. Only from pending: one claimed meanwhile is left to run.
  */
-export function failUnplaceable(q: ItemsContext, items: readonly { id: string; reason: string }[], nowMs: number, by: string): Promise<readonly { id: string; engine_kind: string }[]> {
+export function failUnplaceable(
+  q: ItemsContext,
+  items: readonly { id: string; reason: string }[],
+  nowMs: number,
+  by: string,
+): Promise<readonly { id: string; engine_kind: string }[]> {
   const w = q.t.id("work_item");
   return withDbErrors(() =>
     q.db.any(sql.type(strandedRow)`
       UPDATE ${w} w SET status = 'failed', error = 'unplaceable: ' || v.reason, updatedby = ${by}, updatedon = ${ts(nowMs)}
-        FROM unnest(${sql.array(items.map((i) => i.id), "text")}, ${sql.array(items.map((i) => i.reason), "text")}) AS v(id, reason)
+        FROM unnest(${sql.array(
+          items.map((i) => i.id),
+          "text",
+        )}, ${sql.array(
+          items.map((i) => i.reason),
+          "text",
+        )}) AS v(id, reason)
        WHERE w.id = v.id AND w.status = 'pending'
       RETURNING w.id, w.engine_kind`),
   );

@@ -38,7 +38,8 @@ export async function bidiExchange<I extends DescMessage, O extends DescMessage>
   errors: BidiErrors,
 ): Promise<StreamResponse<I, O>> {
   const url = new URL(req.url);
-  if (url.origin !== sm.authority) throw new ConnectError(`cannot make a request to ${url.origin}: the http2 session is connected to ${sm.authority}`, Code.Internal);
+  if (url.origin !== sm.authority)
+    throw new ConnectError(`cannot make a request to ${url.origin}: the http2 session is connected to ${sm.authority}`, Code.Internal);
   if (req.signal.aborted) throw ConnectError.from(req.signal.reason, Code.Canceled);
   const s = await sm.request("POST", url.pathname + url.search, nodeHeaders(req.header), {}).catch((e: unknown) => {
     throw errors.fromNode(e);

@@ -9,7 +9,14 @@
  */
 import { Code, ConnectError } from "@connectrpc/connect";
 import { decodeGrpcMessage } from "../grpc/message.js";
-import { codeFromHttpStatus, findTrailerError, headerGrpcMessage, headerGrpcStatus, headerStatusDetailsBin, parseContentType } from "@connectrpc/connect/protocol-grpc";
+import {
+  codeFromHttpStatus,
+  findTrailerError,
+  headerGrpcMessage,
+  headerGrpcStatus,
+  headerStatusDetailsBin,
+  parseContentType,
+} from "@connectrpc/connect/protocol-grpc";
 
 /** The error a reply's HTTP status and content type say, before its status is looked at. */
 export function responseError(httpStatus: number, header: Headers): ConnectError | undefined {

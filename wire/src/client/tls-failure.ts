@@ -36,9 +36,14 @@ export function tlsFailure(err: unknown): TlsFailure | undefined {
     const detail = e.message.replace(/^\[\w+\] /, "");
     if (UNTRUSTED.has(code)) return { kind: "untrusted", detail };
     // The peer's alerts: it wanted a certificate, or did not accept the one it got.
-    if (/^ERR_SSL_(TLSV13_ALERT_CERTIFICATE_REQUIRED|SSLV3_ALERT_BAD_CERTIFICATE|TLSV1_ALERT_UNKNOWN_CA|SSLV3_ALERT_CERTIFICATE_(EXPIRED|UNKNOWN|REVOKED|UNSUPPORTED)|TLSV1_ALERT_(ACCESS_DENIED|DECRYPT_ERROR)|SSLV3_ALERT_HANDSHAKE_FAILURE)$/.test(code))
+    if (
+      /^ERR_SSL_(TLSV13_ALERT_CERTIFICATE_REQUIRED|SSLV3_ALERT_BAD_CERTIFICATE|TLSV1_ALERT_UNKNOWN_CA|SSLV3_ALERT_CERTIFICATE_(EXPIRED|UNKNOWN|REVOKED|UNSUPPORTED)|TLSV1_ALERT_(ACCESS_DENIED|DECRYPT_ERROR)|SSLV3_ALERT_HANDSHAKE_FAILURE)$/.test(
+        code,
+      )
+    )
       return { kind: "client-refused", detail: alert(detail) };
-    if (code === "ERR_SSL_WRONG_VERSION_NUMBER" || code === "ERR_SSL_PACKET_LENGTH_TOO_LONG" || code === "ERR_SSL_HTTP_REQUEST") return { kind: "not-tls", detail: alert(detail) };
+    if (code === "ERR_SSL_WRONG_VERSION_NUMBER" || code === "ERR_SSL_PACKET_LENGTH_TOO_LONG" || code === "ERR_SSL_HTTP_REQUEST")
+      return { kind: "not-tls", detail: alert(detail) };
   }
   return undefined;
 }

@@ -14,7 +14,18 @@
 import { setMaxListeners } from "node:events";
 import http2 from "node:http2";
 import type { DescMessage, DescMethodStreaming, DescMethodUnary, MessageInitShape, MessageShape } from "@bufbuild/protobuf";
-import { Code, ConnectError, createContextValues, type ContextValues, type Interceptor, type StreamRequest, type StreamResponse, type Transport, type UnaryRequest, type UnaryResponse } from "@connectrpc/connect";
+import {
+  Code,
+  ConnectError,
+  createContextValues,
+  type ContextValues,
+  type Interceptor,
+  type StreamRequest,
+  type StreamResponse,
+  type Transport,
+  type UnaryRequest,
+  type UnaryResponse,
+} from "@connectrpc/connect";
 import { createGrpcTransport, type Http2SessionManager } from "@connectrpc/connect-node";
 import { createMethodUrl } from "@connectrpc/connect/protocol";
 import { headerGrpcStatus, requestHeader } from "@connectrpc/connect/protocol-grpc";
@@ -51,13 +62,22 @@ const NEVER = new AbortController().signal;
 setMaxListeners(0, NEVER);
 
 export function createSdkGrpcTransport(opts: GrpcTransportOptions): Transport {
-  const fallback = createGrpcTransport({ baseUrl: opts.baseUrl, sessionManager: opts.sessionManager, interceptors: opts.interceptors, readMaxBytes: opts.readMaxBytes });
+  const fallback = createGrpcTransport({
+    baseUrl: opts.baseUrl,
+    sessionManager: opts.sessionManager,
+    interceptors: opts.interceptors,
+    readMaxBytes: opts.readMaxBytes,
+  });
   const readMax = opts.readMaxBytes ?? DEFAULT_READ_MAX;
   const exchangeFn: AnyUnaryFn = (req) => exchange(opts.sessionManager, req, codecFor(req.method.input), codecFor(req.method.output), readMax);
   // The interceptors wrap the exchange once, first one outermost, as connect applies them.
   const chain = opts.interceptors.reduceRight<AnyUnaryFn>((next, interceptor) => interceptor(next as never) as unknown as AnyUnaryFn, exchangeFn);
   const urls = new Map<DescMethodUnary, string>();
-  const bidiFn: AnyStreamFn = (req) => bidiExchange(opts.sessionManager, req, codecFor(req.method.input), codecFor(req.method.output), readMax, { fromReset: errorFromReset, fromNode: errorFromNode });
+  const bidiFn: AnyStreamFn = (req) =>
+    bidiExchange(opts.sessionManager, req, codecFor(req.method.input), codecFor(req.method.output), readMax, {
+      fromReset: errorFromReset,
+      fromNode: errorFromNode,
+    });
   const streamChain = opts.interceptors.reduceRight<AnyStreamFn>((next, interceptor) => interceptor(next as never) as unknown as AnyStreamFn, bidiFn);
   return {
     async unary<I extends DescMessage, O extends DescMessage>(
@@ -279,7 +299,10 @@ function readFrame<O extends DescMessage>(body: Buffer, outCodec: Codec<O>, read
   const length = body.readUInt32BE(1);
   if (length > readMax) throw new ConnectError(`message larger than ${readMax} bytes`, Code.ResourceExhausted);
   if (body.length !== 5 + length) {
-    throw new ConnectError(body.length < 5 + length ? "protocol error: incomplete envelope" : "protocol error: received extra output message for unary method", body.length < 5 + length ? Code.Internal : Code.Unimplemented);
+    throw new ConnectError(
+      body.length < 5 + length ? "protocol error: incomplete envelope" : "protocol error: received extra output message for unary method",
+      body.length < 5 + length ? Code.Internal : Code.Unimplemented,
+    );
   }
   try {
     return outCodec.decode(body.subarray(5));
@@ -336,7 +359,12 @@ function errorFromNode(reason: unknown): ConnectError {
     if (typeof code === "string") codes.push(code);
   }
   let code = Code.Internal;
-  if (codes.some((c) => c === "ETIMEDOUT" || c === "ENOTFOUND" || c === "EAI_AGAIN" || c === "ECONNREFUSED" || c === "ECONNRESET" || c === "EPIPE" || TORN_DOWN.has(c))) code = Code.Unavailable;
+  if (
+    codes.some(
+      (c) => c === "ETIMEDOUT" || c === "ENOTFOUND" || c === "EAI_AGAIN" || c === "ECONNREFUSED" || c === "ECONNRESET" || c === "EPIPE" || TORN_DOWN.has(c),
+    )
+  )
+    code = Code.Unavailable;
   else if (codes.some((c) => c === "ERR_STREAM_WRITE_AFTER_END" || c === "ERR_STREAM_DESTROYED" || c === "ERR_HTTP2_INVALID_STREAM")) code = Code.Aborted;
   const err = ConnectError.from(reason, code);
   if (err !== reason) err.cause = reason;

@@ -91,7 +91,6 @@ function makeCodec(plan: Plan): Codec<any> {
   };
 }
 
-
 function planOf(desc: DescMessage): Plan | null {
   const known = plans.get(desc);
   if (known !== undefined) return known;
@@ -116,7 +115,20 @@ function planOf(desc: DescMessage): Plan | null {
 
 /** Well-known types protobuf-es gives another shape in fields (JSON values, unboxed scalars). */
 export const RESHAPED_TYPES = new Set(
-  ["Struct", "Value", "ListValue", "DoubleValue", "FloatValue", "Int64Value", "UInt64Value", "Int32Value", "UInt32Value", "BoolValue", "StringValue", "BytesValue"].map((n) => `google.protobuf.${n}`),
+  [
+    "Struct",
+    "Value",
+    "ListValue",
+    "DoubleValue",
+    "FloatValue",
+    "Int64Value",
+    "UInt64Value",
+    "Int32Value",
+    "UInt32Value",
+    "BoolValue",
+    "StringValue",
+    "BytesValue",
+  ].map((n) => `google.protobuf.${n}`),
 );
 
 function supported(desc: DescMessage): boolean {
@@ -153,14 +165,3 @@ function zeroLiteral(f: DescField): string {
       return "undefined";
   }
 }
-
-
-
-
-
-
-
-
-
-
-

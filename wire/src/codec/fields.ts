@@ -225,7 +225,8 @@ function mapField(f: DescField & { fieldKind: "map" }, planOf: PlanOf): { writer
   if (valuePlan === null) return null;
   const valueOps = f.mapKind === "message" ? undefined : scalarOps(f.mapKind === "enum" ? ScalarType.INT32 : f.scalar, false);
   const valueTag = tagOf(2, valueOps ? valueOps.wire : WIRE_LEN);
-  const valueZero = () => (valuePlan ? valuePlan.zero() : f.mapKind === "enum" ? (f.enum.values[0]?.number ?? 0) : valueOps!.read(new Reader(ZERO_BYTES[valueOps!.wire]!)));
+  const valueZero = () =>
+    valuePlan ? valuePlan.zero() : f.mapKind === "enum" ? (f.enum.values[0]?.number ?? 0) : valueOps!.read(new Reader(ZERO_BYTES[valueOps!.wire]!));
   const { tag, tagSize } = tagOf(f.number, WIRE_LEN);
   // protobuf-es writes every entry's key and value, zero or not; so does this.
   const entrySize = (k: string, v: any, lens: number[]) =>

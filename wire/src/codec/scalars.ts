@@ -4,7 +4,19 @@
  * for 64-bit types (or decimal strings when a field asks for them), booleans, strings, Uint8Array.
  */
 import { ScalarType } from "@bufbuild/protobuf";
-import { int32Size, split64, utf8Length, varint32Size, varint64Size, WIRE_BIT32, WIRE_BIT64, WIRE_LEN, WIRE_VARINT, type Reader, type Writer } from "./binary.js";
+import {
+  int32Size,
+  split64,
+  utf8Length,
+  varint32Size,
+  varint64Size,
+  WIRE_BIT32,
+  WIRE_BIT64,
+  WIRE_LEN,
+  WIRE_VARINT,
+  type Reader,
+  type Writer,
+} from "./binary.js";
 
 export interface ScalarOps {
   wire: number;
@@ -62,8 +74,20 @@ const OPS: Record<number, Omit<ScalarOps, "zero">> = {
     read: (r) => r.bytes(),
   },
   [ScalarType.BOOL]: { wire: WIRE_VARINT, isZero: (v) => v === false, size: () => 1, write: (w, v) => w.byte(v ? 1 : 0), read: (r) => r.bool() },
-  [ScalarType.INT32]: { wire: WIRE_VARINT, isZero: zeroNumber, size: (v: number) => int32Size(v), write: (w, v: number) => w.int32(v), read: (r) => r.uint32() | 0 },
-  [ScalarType.UINT32]: { wire: WIRE_VARINT, isZero: zeroNumber, size: (v: number) => varint32Size(v >>> 0), write: (w, v: number) => w.varint32(v >>> 0), read: (r) => r.uint32() },
+  [ScalarType.INT32]: {
+    wire: WIRE_VARINT,
+    isZero: zeroNumber,
+    size: (v: number) => int32Size(v),
+    write: (w, v: number) => w.int32(v),
+    read: (r) => r.uint32() | 0,
+  },
+  [ScalarType.UINT32]: {
+    wire: WIRE_VARINT,
+    isZero: zeroNumber,
+    size: (v: number) => varint32Size(v >>> 0),
+    write: (w, v: number) => w.varint32(v >>> 0),
+    read: (r) => r.uint32(),
+  },
   [ScalarType.SINT32]: {
     wire: WIRE_VARINT,
     isZero: zeroNumber,
@@ -92,7 +116,18 @@ export function scalarOps(type: ScalarType, longAsString: boolean): ScalarOps {
   const ops = OPS[type];
   if (!ops) throw new Error(`unknown scalar type ${type}`);
   const isLong = LONGS.has(type);
-  const zero = type === ScalarType.STRING ? '""' : type === ScalarType.BOOL ? "false" : type === ScalarType.BYTES ? "new Uint8Array(0)" : isLong ? (longAsString ? '"0"' : "0n") : "0";
+  const zero =
+    type === ScalarType.STRING
+      ? '""'
+      : type === ScalarType.BOOL
+        ? "false"
+        : type === ScalarType.BYTES
+          ? "new Uint8Array(0)"
+          : isLong
+            ? longAsString
+              ? '"0"'
+              : "0n"
+            : "0";
   if (isLong && longAsString) return { ...ops, zero, read: (r) => String(ops.read(r)) };
   return { ...ops, zero };
 }

@@ -44,7 +44,10 @@ function codecsOf(spec: BidiSpec): Codecs {
 }
 
 /** A 'stream' listener for the bidi methods of `specs` (paths as routes.ts records them); false leaves the stream to connect. */
-export function grpcBidiFastPath(specs: ReadonlyMap<string, BidiSpec>, opts: GrpcUnaryOptions): (stream: ServerHttp2Stream, headers: IncomingHttpHeaders) => boolean {
+export function grpcBidiFastPath(
+  specs: ReadonlyMap<string, BidiSpec>,
+  opts: GrpcUnaryOptions,
+): (stream: ServerHttp2Stream, headers: IncomingHttpHeaders) => boolean {
   const methods = new Map([...specs].map(([path, spec]) => [path, { spec, codecs: codecsOf(spec) }]));
   const inflight = cancelledAtShutdown(opts.shutdownSignal);
   return (stream, headers) => {
@@ -63,9 +66,27 @@ export function grpcBidiFastPath(specs: ReadonlyMap<string, BidiSpec>, opts: Grp
 
 const ignore = () => {};
 
-async function serve(spec: BidiSpec, codecs: Codecs, stream: ServerHttp2Stream, headers: IncomingHttpHeaders, url: string, contentType: string, opts: GrpcUnaryOptions, inflight: Set<Cancel>): Promise<void> {
+async function serve(
+  spec: BidiSpec,
+  codecs: Codecs,
+  stream: ServerHttp2Stream,
+  headers: IncomingHttpHeaders,
+  url: string,
+  contentType: string,
+  opts: GrpcUnaryOptions,
+  inflight: Set<Cancel>,
+): Promise<void> {
   const timeout = parseTimeout(headerText(headers, "grpc-timeout"), Number.MAX_SAFE_INTEGER);
-  const { ctx, end } = callContext(spec as unknown as UnarySpec, stream, headers, url, timeout.timeoutMs, inflight, opts.shutdownSignal, opts.contextValues?.(stream) ?? createContextValues());
+  const { ctx, end } = callContext(
+    spec as unknown as UnarySpec,
+    stream,
+    headers,
+    url,
+    timeout.timeoutMs,
+    inflight,
+    opts.shutdownSignal,
+    opts.contextValues?.(stream) ?? createContextValues(),
+  );
   let replies: AsyncIterator<unknown> | undefined;
   let trailer = ctx.responseTrailer;
   try {
@@ -83,7 +104,10 @@ async function serve(spec: BidiSpec, codecs: Codecs, stream: ServerHttp2Stream, 
     replies = undefined;
     finish(stream, contentType, ctx, trailer, { "grpc-status": "0" });
   } catch (err) {
-    const status = setGrpcStatus(new Headers(), err instanceof ConnectError ? err : new ConnectError(err instanceof Error ? err.message : String(err), Code.Internal));
+    const status = setGrpcStatus(
+      new Headers(),
+      err instanceof ConnectError ? err : new ConnectError(err instanceof Error ? err.message : String(err), Code.Internal),
+    );
     finish(stream, contentType, ctx, trailer, nodeHeaders(status));
   } finally {
     // The implementation's own `finally` runs now, whatever ended the call.
@@ -160,7 +184,14 @@ async function* requests(stream: ServerHttp2Stream, codecs: Codecs, max: number,
 async function invokeBidi(spec: BidiSpec, ctx: CallContext, input: AsyncIterable<unknown>, interceptors: readonly Interceptor[]): Promise<StreamResponse> {
   const last = async (req: StreamRequest): Promise<StreamResponse> => {
     const impl = spec.impl as (requests: AsyncIterable<unknown>, context: HandlerContext) => AsyncIterable<unknown>;
-    return { stream: true, message: impl(req.message, ctx), method: spec.method, service: ctx.service, header: ctx.responseHeader, trailer: ctx.responseTrailer } as unknown as StreamResponse;
+    return {
+      stream: true,
+      message: impl(req.message, ctx),
+      method: spec.method,
+      service: ctx.service,
+      header: ctx.responseHeader,
+      trailer: ctx.responseTrailer,
+    } as unknown as StreamResponse;
   };
   let next = last as (req: StreamRequest) => Promise<StreamResponse>;
   for (let i = interceptors.length - 1; i >= 0; i--) next = interceptors[i]!(next as never) as never;

@@ -139,7 +139,9 @@ export function callContext(
   // A deadline past what a timer holds (2^31-1 ms, about 24.8 days; "597H" is a valid grpc-timeout)
   // would fire at once if armed as it is: such a call runs without a timer, as one with no deadline.
   const timer =
-    timeoutMs === undefined || timeoutMs > TIMER_MAX_MS ? undefined : setTimeout(() => cancel.cancel(new ConnectError("the operation timed out", Code.DeadlineExceeded)), timeoutMs);
+    timeoutMs === undefined || timeoutMs > TIMER_MAX_MS
+      ? undefined
+      : setTimeout(() => cancel.cancel(new ConnectError("the operation timed out", Code.DeadlineExceeded)), timeoutMs);
   const onClose = () => cancel.cancel(shutdown.aborted ? shutdown.reason : new ConnectError("the client cancelled the call", Code.Canceled));
   stream.once("close", onClose);
   return {
@@ -181,4 +183,3 @@ function copyHeaders(from: Headers, to: Headers): void {
     to.set(key, value);
   });
 }
-

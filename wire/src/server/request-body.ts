@@ -86,4 +86,3 @@ export function unwrap(body: Buffer, max: number): Uint8Array {
   if (body.length > 5 + length) throw new ConnectError("a unary request needs exactly one message; it had more", Code.Unimplemented);
   return body.subarray(5);
 }
-

@@ -21,7 +21,11 @@ export interface RecordedStreams {
  * Records the unary methods the routes register (and registers them with connect as before), so
  * both paths serve the same implementations; and, in `streams`, the streaming ones.
  */
-export function recordUnary(routes: (router: ConnectRouter) => void, specs: Map<string, UnarySpec>, streams?: RecordedStreams): (router: ConnectRouter) => void {
+export function recordUnary(
+  routes: (router: ConnectRouter) => void,
+  specs: Map<string, UnarySpec>,
+  streams?: RecordedStreams,
+): (router: ConnectRouter) => void {
   return (router) =>
     routes(
       Object.assign(Object.create(router) as ConnectRouter, {
@@ -45,7 +49,11 @@ export function recordUnary(routes: (router: ConnectRouter) => void, specs: Map<
  * first 'request' listener is added; it is taken off and called here for the streams the direct
  * path leaves, so that it never wraps a stream the direct path serves.
  */
-export function routeStreams(server: http2.Http2Server, direct: (stream: ServerHttp2Stream, headers: IncomingHttpHeaders) => boolean, request: (req: Http2ServerRequest, res: Http2ServerResponse) => void): void {
+export function routeStreams(
+  server: http2.Http2Server,
+  direct: (stream: ServerHttp2Stream, headers: IncomingHttpHeaders) => boolean,
+  request: (req: Http2ServerRequest, res: Http2ServerResponse) => void,
+): void {
   const before = new Set(server.listeners("stream"));
   server.on("request", request);
   const compat = server.listeners("stream").filter((l) => !before.has(l));
@@ -56,4 +64,3 @@ export function routeStreams(server: http2.Http2Server, direct: (stream: ServerH
     if (!direct(stream, headers)) wrap.call(this, stream, headers, ...rest);
   });
 }
-

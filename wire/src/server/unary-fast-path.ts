@@ -85,7 +85,6 @@ function fastMethod(spec: UnarySpec): FastMethod {
   return { spec: unnormalized, decode, frame: (m) => outCodec.frame(m as never) };
 }
 
-
 /**
  * Returns a 'stream' listener that serves the call and returns true, or returns false (having read
  * nothing) to leave the stream to connect. It takes the server's core 'stream' event, before Node's
@@ -93,7 +92,10 @@ function fastMethod(spec: UnarySpec): FastMethod {
  * stream objects per call, with the body piped from one to the other (a bare HTTP/2 exchange cost
  * about a tenth more CPU through them on this project's benchmark machine).
  */
-export function grpcUnaryFastPath(specs: ReadonlyMap<string, UnarySpec>, opts: GrpcUnaryOptions): (stream: ServerHttp2Stream, headers: IncomingHttpHeaders) => boolean {
+export function grpcUnaryFastPath(
+  specs: ReadonlyMap<string, UnarySpec>,
+  opts: GrpcUnaryOptions,
+): (stream: ServerHttp2Stream, headers: IncomingHttpHeaders) => boolean {
   const interceptors = [...opts.interceptors];
   const methods = new Map<string, FastMethod>();
   for (const [path, spec] of specs) methods.set(path, fastMethod(spec));
@@ -141,7 +143,16 @@ async function serve(
 ): Promise<void> {
   const { spec } = fast;
   const timeout = parseTimeout(headerText(headers, "grpc-timeout"), Number.MAX_SAFE_INTEGER);
-  const { ctx, end } = callContext(spec, stream, headers, url, timeout.timeoutMs, inflight, opts.shutdownSignal, opts.contextValues?.(stream) ?? createContextValues());
+  const { ctx, end } = callContext(
+    spec,
+    stream,
+    headers,
+    url,
+    timeout.timeoutMs,
+    inflight,
+    opts.shutdownSignal,
+    opts.contextValues?.(stream) ?? createContextValues(),
+  );
   const held: Held = { bytes: 0, late: false };
   try {
     if (timeout.error) throw timeout.error;
@@ -185,4 +196,3 @@ function encodeReply(fast: FastMethod, output: unknown, path: string, log: Error
 function protocolError(err: unknown): ConnectError {
   return new ConnectError(`could not read the request message: ${err instanceof Error ? err.message : String(err)}`, Code.Internal);
 }
-

@@ -23,7 +23,9 @@ const set = (v: string | undefined): v is string => v !== undefined && v.trim() 
 export function tracesFromEnv(env: Readonly<Record<string, string | undefined>>): TracesWanted {
   if (env.OTEL_SDK_DISABLED?.trim().toLowerCase() === "true") return { on: false };
   const named = set(env.OTEL_TRACES_EXPORTER)
-    ? env.OTEL_TRACES_EXPORTER.split(",").map((s) => s.trim().toLowerCase()).filter((s) => s !== "")
+    ? env.OTEL_TRACES_EXPORTER.split(",")
+        .map((s) => s.trim().toLowerCase())
+        .filter((s) => s !== "")
     : set(env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) || set(env.OTEL_EXPORTER_OTLP_ENDPOINT)
       ? ["otlp"]
       : [];
@@ -31,13 +33,19 @@ export function tracesFromEnv(env: Readonly<Record<string, string | undefined>>)
   if (exporters.length === 0) return { on: false };
   const unknown = exporters.filter((e) => e !== "otlp" && e !== "console");
   if (unknown.length > 0)
-    return { on: false, error: `OTEL_TRACES_EXPORTER names ${unknown.map((e) => `'${e}'`).join(", ")}: only 'otlp' (OTLP over HTTP), 'console' and 'none' are supported` };
+    return {
+      on: false,
+      error: `OTEL_TRACES_EXPORTER names ${unknown.map((e) => `'${e}'`).join(", ")}: only 'otlp' (OTLP over HTTP), 'console' and 'none' are supported`,
+    };
   let otlp: { protocol: OtlpProtocol } | undefined;
   if (exporters.includes("otlp")) {
     const which = set(env.OTEL_EXPORTER_OTLP_TRACES_PROTOCOL) ? "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL" : "OTEL_EXPORTER_OTLP_PROTOCOL";
     const protocol = env[which]?.trim().toLowerCase() || "http/protobuf";
     if (protocol !== "http/protobuf" && protocol !== "http/json")
-      return { on: false, error: `${which}=${protocol} is not supported: OTLP traces go over HTTP, as 'http/protobuf' (the default) or 'http/json' (a collector's port 4318)` };
+      return {
+        on: false,
+        error: `${which}=${protocol} is not supported: OTLP traces go over HTTP, as 'http/protobuf' (the default) or 'http/json' (a collector's port 4318)`,
+      };
     otlp = { protocol };
   }
   return { on: true, otlp, console: exporters.includes("console") };
