@@ -97,4 +97,24 @@ describe("tenant, engine-kind and selector limits", () => {
       ["lim2", b.name],
     ]);
   });
+
+  it("counts the grace from an item's creation when its row says it was due at 0 (an engine's item queued before issue 52)", async () => {
+    const { clock } = R;
+    const K = "lim/0";
+    const a = await agent(R, "lim0-a", { tenants: ["lim0"], engineKinds: ["k1"] });
+    const [own] = await enqueue(R, "lim0", [keyed("k1", K)]);
+    await a.complete(await a.claim(10));
+    expect(await statuses(R, [own!])).toEqual(["completed"]);
+
+    const t0 = clock.nowMs();
+    const [stranded] = await enqueue(R, "lim0", [keyed("k2", K)]);
+    await R.db.raw(`UPDATE ${R.db.tables.qualified("work_item")} SET next_attempt_at = 0 WHERE id = $1`, [stranded]);
+    clock.set(t0 + GRACE);
+    await R.daemon.maintenance.runOnce();
+    expect(await statuses(R, [stranded!])).toEqual(["pending"]);
+
+    clock.set(t0 + GRACE + 1);
+    await R.daemon.maintenance.runOnce();
+    expect(await statuses(R, [stranded!])).toEqual(["failed"]);
+  });
 });

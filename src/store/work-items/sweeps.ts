@@ -152,7 +152,9 @@ export function failStranded(
                                    ELSE 'may not run it (tenant, engine kind or selector); rebind the key, then redrive' END)
           FROM ${b} bb LEFT JOIN ${a} ba ON ba.name = bb.agent_id
          WHERE w.status = 'pending' AND w.tenant_key = bb.tenant_key AND w.affinity_key = bb.affinity_key
-           AND w.next_attempt_at < ${msToNs(nowMs - affinity.graceMs)}::bigint
+           -- Due for the grace, counted from no earlier than the item's creation: a row queued with
+           -- next_attempt_at 0 (the engines' items before issue 52) has not waited since 1970.
+           AND greatest(w.next_attempt_at, (extract(epoch FROM w.createdon) * 1e9)::int8) < ${msToNs(nowMs - affinity.graceMs)}::bigint
            AND ((${holderCanWork} AND NOT ${holderMayRun})
                 OR (${hold} AND NOT ${holderCanWork} AND bb.updatedon < ${ts(nowMs - affinity.graceMs)}))
         RETURNING w.id, w.engine_kind`),
