@@ -95,7 +95,7 @@ export function dagServiceImpl(d: { engine: DagEngine; definitions: DefinitionRe
       const scope = scopeOf(req.tenantKey, ctx);
       const runId = runIdOf(req.runId);
       yield* watchRun(
-        engine,
+        engine.watches,
         runId,
         async () => ({ run: await viewOf(scope, runId, req.withAttempts) }),
         (m) => m.run.status !== RunStatus.RUNNING,

@@ -11,7 +11,6 @@
  * changes, and reading it is most of reading a big run), and writes an audit record of each step
  * after it commits.
  */
-import type { DatabaseTransactionConnection } from "slonik";
 import { fromJson, toJsonString } from "@bufbuild/protobuf";
 import { DefinitionSchema, type Definition } from "@aiflow/wire/gen/aiflow/dag/v1/dag_pb.js";
 import { notFound } from "../../domain/errors.js";
@@ -160,14 +159,6 @@ export class DagEngine implements Engine {
     return { run, tasks, items: new Map(items.map((i) => [i.id, i])) };
   }
 
-  /**
-   * Calls `onChange` whenever the run is saved (on any daemon), until the returned function is
-   * called. A change missed while the listener reconnected is reported as a change.
-   */
-  watch(runId: string, onChange: () => void): () => void {
-    return this.watches.watch(runId, onChange);
-  }
-
   /** The run with its plan, from the cache or read once. */
   async #withPlan(runs: DagRunStore, run: RunRow | null): Promise<RunRow | null> {
     if (!run) return null;
@@ -188,14 +179,11 @@ export class DagEngine implements Engine {
   }
 
   #step(w: RunTx, run: RunRow, by: string, call: boolean): Step {
-    const { config } = this.d;
-    const tx: DatabaseTransactionConnection = w.tx;
     return new Step(run, {
-      runs: new DagRunStore(tx, this.d.tables),
-      events: new EngineEventStore(tx, this.d.tables),
-      items: this.d.itemsOn(tx),
-      limits: config,
-      instanceId: config.instanceId,
+      runs: new DagRunStore(w.tx, this.d.tables),
+      events: new EngineEventStore(w.tx, this.d.tables),
+      items: this.d.itemsOn(w.tx),
+      limits: this.d.config,
       nowMs: w.nowMs,
       by,
       call,

@@ -19,9 +19,10 @@
 import { msToNs } from "../../clock.js";
 import { AppError, failedPrecondition, invalidArgument, resourceExhausted } from "../../domain/errors.js";
 import { newId } from "../../util/ids.js";
-import type { EnqueueRow, Requeued, WorkItemStore } from "../../store/work-items.js";
+import type { WorkItemStore } from "../../store/work-items.js";
 import type { DagRunStore, NewTask, RunChanges, RunRow, TaskEnd } from "../../store/dag-runs.js";
 import type { EngineEvent, EngineEventStore } from "../../store/engine-events.js";
+import type { RunTx } from "../run-transaction.js";
 import { NODE_DONE, TASK_ENDED, taskName, type NodeRec, type RunStatus, type TaskMeta, type TaskState, type TaskStateEntry } from "./model.js";
 import { FanOutProgress } from "./fan-out-progress.js";
 import { itemOf, type PlanLimits, type PlanNode } from "./plan.js";
@@ -36,21 +37,14 @@ export interface StepDeps {
   limits: PlanLimits & { dagMaxFanOut: number; maxItemsPerCall: number };
   /** A caller's step (start, signal, resume), refused whole when a fan-out is wider than one call may queue; an advance's fails the node instead. */
   call: boolean;
-  instanceId: string;
   nowMs: number;
   /** Who writes: the caller for a call's step, the engine for an advance. */
   by: string;
   /** The run transaction's items: those the step queues (inserted last, announced after commit) and cancels (holders told after commit). */
-  out: { enqueued: EnqueueRow[]; revoked: Requeued[] };
+  out: Pick<RunTx, "enqueue" | "revoked">;
 }
 
 export class Step {
-  get enqueued(): EnqueueRow[] {
-    return this.d.out.enqueued;
-  }
-  get revoked(): Requeued[] {
-    return this.d.out.revoked;
-  }
   readonly createdTasks: string[] = [];
   readonly endedTasks: string[] = [];
   readonly #newTasks: NewTask[] = [];
@@ -292,22 +286,16 @@ export class Step {
       return;
     }
     const affinityKey = this.run.meta.affinityKey;
-    const row: EnqueueRow = {
-      id: newId(this.d.nowMs),
-      tenant: this.run.meta.tenantKey,
-      engineId: this.d.instanceId,
-      by: this.run.createdBy,
-      nowMs: this.d.nowMs,
-      item: {
-        ...item,
-        runId: this.run.id,
-        taskId,
-        taskName: name,
-        ...(affinityKey ? { affinityKey, workerParams: { ...(item.workerParams ?? {}), affinityKey } } : {}),
-      },
-    };
-    this.enqueued.push(row);
-    this.#addTask(taskId, node, index, rec.a, "queued", row.id);
+    // The item is the run's caller's, whoever queues it (the engine, as the run advances).
+    const workItemId = this.d.out.enqueue(
+      this.run.meta.tenantKey,
+      this.run.createdBy,
+      this.run.id,
+      taskId,
+      name,
+      affinityKey ? { ...item, affinityKey, workerParams: { ...(item.workerParams ?? {}), affinityKey } } : item,
+    );
+    this.#addTask(taskId, node, index, rec.a, "queued", workItemId);
     if (node.timeoutMs !== null) this.#timers.push({ taskId, dueNs: this.#nowNs + msToNs(node.timeoutMs) });
   }
 
@@ -344,7 +332,9 @@ export class Step {
         endNs: this.#nowNs,
       });
     }
-    this.revoked.push(...(await this.d.items.cancel(this.run.meta.tenantKey, { ids: [], runId: this.run.id, parentIds: [] }, reason, this.d.nowMs, this.d.by)));
+    this.d.out.revoked.push(
+      ...(await this.d.items.cancel(this.run.meta.tenantKey, { ids: [], runId: this.run.id, parentIds: [] }, reason, this.d.nowMs, this.d.by)),
+    );
   }
 
   /** Delivers an event to the wait node that names it; false when it was kept for a node not reached yet. */
@@ -428,7 +418,7 @@ export class Step {
     await this.d.events.dropTimers("dag", this.run.id, this.endedTasks);
     await this.d.events.addTimers("dag", this.run.id, this.#timers);
     if (this.#cancelIds.length > 0)
-      this.revoked.push(
+      this.d.out.revoked.push(
         ...(await this.d.items.cancel(
           this.run.meta.tenantKey,
           { ids: this.#cancelIds, runId: null, parentIds: [] },
